@@ -1,0 +1,1 @@
+"""Benchmarks and workloads for ckpt (opt-in; not part of the default test run)."""

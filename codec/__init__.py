@@ -1,0 +1,54 @@
+"""ckpt's sans-IO checkpoint codec: states in, frames out, and back.
+
+No sockets, files or databases here: bytes in, bytes out. See FORMAT.md for
+the frame layout.
+
+    enc = ChainEncoder()
+    frames = [enc.replace(s1).data, enc.merge(patch).data]
+    assert decode(frames) == s1 + patch
+"""
+
+from .compaction import compact
+from .decoder import DecodedVersion, decode, iter_versions
+from .encoder import ChainEncoder, ChainStats, EncodedFrame
+from .errors import (
+    ChainLinkError,
+    ChecksumError,
+    CodecError,
+    DecodeError,
+    EncodeError,
+    TruncatedFrameError,
+    UnsupportedFormatError,
+    WireFormatError,
+)
+from .frame import FORMAT_VERSION, HEADER_SIZE, MAX_STATE_SIZE, FrameHeader, FrameKind, parse, state_checksum
+from .policy import DEFAULT_POLICY, ChainPolicy
+from .wire import check_patch
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAX_STATE_SIZE",
+    "ChainEncoder",
+    "ChainLinkError",
+    "ChainPolicy",
+    "ChainStats",
+    "ChecksumError",
+    "CodecError",
+    "DecodeError",
+    "DecodedVersion",
+    "EncodeError",
+    "EncodedFrame",
+    "FrameHeader",
+    "FrameKind",
+    "TruncatedFrameError",
+    "UnsupportedFormatError",
+    "WireFormatError",
+    "check_patch",
+    "compact",
+    "decode",
+    "iter_versions",
+    "parse",
+    "state_checksum",
+]

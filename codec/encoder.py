@@ -1,0 +1,353 @@
+"""Turn a session's writes into frames: the encoder object and its chain bookkeeping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import xxhash
+from google.protobuf import message as _message
+
+from . import _zstd
+from .compaction import compact
+from .errors import EncodeError
+from .frame import MAX_STATE_SIZE, FrameHeader, FrameKind, pack, state_checksum
+from .policy import DEFAULT_POLICY, ChainPolicy
+from .wire import check_patch
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedFrame:
+    """A frame ready to store: its header and its bytes (header + payload)."""
+
+    header: FrameHeader
+    data: bytes
+
+    @property
+    def kind(self) -> FrameKind:
+        return self.header.kind
+
+    @property
+    def version(self) -> int:
+        return self.header.version
+
+    @property
+    def stored_bytes(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStats:
+    """Where the head stands in its chain; all the policy needs to decide."""
+
+    #: Version of the chain's FULL frame (0 before the first write).
+    start_version: int = 0
+    #: Frames after the FULL frame.
+    depth: int = 0
+    #: Bytes a decode of the head materialises (sum of the frames' content sizes).
+    materialized_bytes: int = 0
+    #: Payload / state size of the chain's FULL frame: estimates what a FULL
+    #: frame of a later state would cost.
+    full_ratio: float = 1.0
+
+    @classmethod
+    def of(cls, chain: Sequence[FrameHeader]) -> ChainStats:
+        """Stats of a stored chain, given its headers from the FULL frame to the head."""
+        if not chain:
+            return cls()
+        first = chain[0]
+        if first.kind is not FrameKind.FULL:
+            raise ValueError(f"a chain starts with a FULL frame, not {first.kind.name} (version {first.version})")
+        return cls(
+            start_version=first.version,
+            depth=len(chain) - 1,
+            materialized_bytes=sum(h.content_size for h in chain),
+            full_ratio=first.payload_size / max(first.state_size, 1),
+        )
+
+
+@dataclass(slots=True)
+class _Stream:
+    """The live zstd stream that the next frame may continue."""
+
+    compressor: _zstd.ZstdCompressor
+    window_log: int
+
+
+@dataclass(slots=True)
+class _Undo:
+    version: int
+    state: bytearray
+    state_len: int
+    hasher: xxhash.xxh3_64
+    chain: ChainStats
+
+
+class ChainEncoder:
+    """Encodes one session's successive states into frames.
+
+    It keeps the head state and a live zstd stream, so that a frame that
+    continues the stream costs O(its own content) to encode and the whole
+    chain decodes in one zstd pass. Each call produces the frame of the next
+    version; if that frame is not stored after all (the write was refused or
+    failed), call :meth:`rollback` before encoding anything else.
+
+    Not thread-safe: one encoder per session, used by one writer at a time.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: ChainPolicy = DEFAULT_POLICY,
+        compact_message_type: type[_message.Message] | None = None,
+        compact_min_saving_ratio: float = 0.1,
+    ) -> None:
+        if not isinstance(policy, ChainPolicy):
+            raise TypeError(f"policy must be a ChainPolicy, not {type(policy).__name__}")
+        if not 0.0 <= compact_min_saving_ratio < 1.0:
+            raise ValueError(f"compact_min_saving_ratio must be in [0, 1), got {compact_min_saving_ratio}")
+        self._policy = policy
+        self._compact_type = compact_message_type
+        self._compact_min_saving = compact_min_saving_ratio
+        self._version = 0
+        self._state = bytearray()
+        self._hasher = xxhash.xxh3_64()
+        self._chain = ChainStats()
+        self._stream: _Stream | None = None
+        self._undo: _Undo | None = None
+
+    @classmethod
+    def resume(
+        cls,
+        state: bytes,
+        chain: Sequence[FrameHeader],
+        *,
+        policy: ChainPolicy = DEFAULT_POLICY,
+        compact_message_type: type[_message.Message] | None = None,
+        compact_min_saving_ratio: float = 0.1,
+    ) -> ChainEncoder:
+        """An encoder continuing a stored session whose head has ``state``.
+
+        ``chain`` is the headers of the head's chain, FULL frame first. The
+        first frame it writes starts a new zstd stream (the old one is gone).
+        """
+        if not chain:
+            raise ValueError("resume needs the head's chain; use ChainEncoder() for a new session")
+        head = chain[-1]
+        if len(state) != head.state_size or state_checksum(state) != head.state_xxh3:
+            raise ValueError(
+                f"state of {len(state)} bytes is not the head state of version {head.version}"
+                f" ({head.state_size} bytes, xxh3 {head.state_xxh3:#018x})"
+            )
+        enc = cls(
+            policy=policy, compact_message_type=compact_message_type, compact_min_saving_ratio=compact_min_saving_ratio
+        )
+        enc._version = head.version
+        enc._state = bytearray(state)
+        enc._hasher = xxhash.xxh3_64(state)
+        enc._chain = ChainStats.of(chain)
+        return enc
+
+    # -- what the encoder holds -------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Version of the head (0 before the first frame)."""
+        return self._version
+
+    @property
+    def state(self) -> bytes:
+        """The head state (a copy)."""
+        return bytes(self._state)
+
+    @property
+    def state_size(self) -> int:
+        return len(self._state)
+
+    @property
+    def chain(self) -> ChainStats:
+        return self._chain
+
+    @property
+    def policy(self) -> ChainPolicy:
+        return self._policy
+
+    # -- writes -------------------------------------------------------------
+
+    def replace(self, state: bytes) -> EncodedFrame:
+        """Frame for a REPLACE write: ``state`` is the whole new state."""
+        state = _as_bytes(state, "state")
+        _check_size(len(state), self._version + 1)
+        hasher = xxhash.xxh3_64(state)
+        self._save_undo()
+        try:
+            if not self._version or self._new_chain_needed(len(state), len(state)):
+                return self._full(state, hasher)
+            base_size = len(self._state)
+            stream = self._stream
+            if stream is None or (1 << stream.window_log) < base_size + len(state):
+                prefix = bytes(self._state)
+                stream = self._start_stream(cover_bytes=len(prefix) + len(state), prefix=prefix)
+                continues, prefix_size = False, len(prefix)
+            else:
+                continues, prefix_size = True, 0
+            payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+            if not self._clearly_smaller(len(payload), len(state)):
+                return self._full(state, hasher)
+            header = self._delta_header(FrameKind.DELTA, len(state), hasher, len(payload), prefix_size, continues)
+            self._state = bytearray(state)
+            return self._advance(header, payload, hasher, content_size=len(state))
+        except BaseException:
+            self.rollback()
+            raise
+
+    def merge(self, patch: bytes) -> EncodedFrame:
+        """Frame for a MERGE write: new state = head state + ``patch``.
+
+        ``patch`` must be well-formed protobuf wire format (and parse as the
+        compaction message type, when one is configured); otherwise
+        WireFormatError names the offending offset and nothing changes.
+        """
+        patch = _as_bytes(patch, "patch")
+        check_patch(patch, message_type=self._compact_type)
+        new_size = len(self._state) + len(patch)
+        _check_size(new_size, self._version + 1)
+        hasher = self._hasher.copy()
+        hasher.update(patch)
+        self._save_undo()
+        try:
+            if not self._version or self._new_chain_needed(new_size, len(patch)):
+                state = bytes(self._state) + patch
+                if self._compact_type is not None:
+                    canonical = compact(state, self._compact_type)
+                    if len(canonical) <= (1.0 - self._compact_min_saving) * len(state):
+                        state, hasher = canonical, xxhash.xxh3_64(canonical)
+                return self._full(state, hasher)
+            stream = self._stream
+            if stream is None:
+                window = self._policy.patch_window_bytes
+                prefix = bytes(self._state[-window:]) if window and self._state else b""
+                stream = self._start_stream(cover_bytes=2 * (len(prefix) + len(patch)), prefix=prefix)
+                continues, prefix_size = False, len(prefix)
+            else:
+                continues, prefix_size = True, 0
+            payload = stream.compressor.compress(patch, _zstd.FLUSH_BLOCK)
+            if not self._clearly_smaller(len(payload), new_size):
+                return self._full(bytes(self._state) + patch, hasher)
+            header = self._delta_header(FrameKind.PATCH, new_size, hasher, len(payload), prefix_size, continues)
+            self._state += patch
+            return self._advance(header, payload, hasher, content_size=len(patch))
+        except BaseException:
+            self.rollback()
+            raise
+
+    def rollback(self) -> None:
+        """Forget the last frame produced (it was not stored).
+
+        The head goes back to the previous version. The live stream is dropped
+        because it has already consumed the forgotten content; the next frame
+        starts a new stream.
+        """
+        undo = self._undo
+        if undo is None:
+            return
+        self._undo = None
+        self._stream = None
+        self._version = undo.version
+        self._state = undo.state
+        del self._state[undo.state_len :]
+        self._hasher = undo.hasher
+        self._chain = undo.chain
+
+    # -- internals ----------------------------------------------------------
+
+    def _save_undo(self) -> None:
+        self._undo = _Undo(self._version, self._state, len(self._state), self._hasher, self._chain)
+
+    def _new_chain_needed(self, new_state_size: int, content_size: int) -> bool:
+        p, c = self._policy, self._chain
+        materialized = c.materialized_bytes + content_size
+        return (
+            c.depth + 1 > p.max_depth
+            or materialized > p.max_materialized_ratio * max(new_state_size, 1)
+            or materialized > p.max_materialized_bytes
+        )
+
+    def _clearly_smaller(self, payload_size: int, new_state_size: int) -> bool:
+        estimated_full = self._chain.full_ratio * new_state_size
+        return payload_size <= self._policy.max_delta_to_full_ratio * estimated_full
+
+    def _start_stream(self, *, cover_bytes: int, prefix: bytes) -> _Stream:
+        # The window covers the prefix and room to grow, so later frames of
+        # the stream still reach the state they are a delta against.
+        window_log = max(self._policy.min_window_log, _zstd.window_log_for(cover_bytes))
+        compressor = _zstd.new_stream(level=self._policy.level, window_log=window_log, prefix=prefix or None)
+        self._stream = _Stream(compressor, window_log)
+        return self._stream
+
+    def _full(self, state: bytes, hasher: xxhash.xxh3_64) -> EncodedFrame:
+        stream = self._start_stream(cover_bytes=2 * len(state), prefix=b"")
+        payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+        header = FrameHeader(
+            kind=FrameKind.FULL,
+            version=self._version + 1,
+            base_version=0,
+            state_size=len(state),
+            base_size=0,
+            payload_size=len(payload),
+            prefix_size=0,
+            state_xxh3=hasher.intdigest(),
+            base_xxh3=0,
+            window_log=stream.window_log,
+            continues_stream=False,
+        )
+        self._state = bytearray(state)
+        self._chain = ChainStats(
+            start_version=header.version,
+            depth=-1,  # _advance counts this frame
+            materialized_bytes=0,
+            full_ratio=len(payload) / max(len(state), 1),
+        )
+        return self._advance(header, payload, hasher, content_size=len(state))
+
+    def _delta_header(
+        self, kind: FrameKind, state_size: int, hasher: xxhash.xxh3_64, payload_size: int, prefix_size: int,
+        continues: bool,
+    ) -> FrameHeader:
+        assert self._stream is not None
+        return FrameHeader(
+            kind=kind,
+            version=self._version + 1,
+            base_version=self._version,
+            state_size=state_size,
+            base_size=len(self._state),
+            payload_size=payload_size,
+            prefix_size=prefix_size,
+            state_xxh3=hasher.intdigest(),
+            base_xxh3=self._hasher.intdigest(),
+            window_log=self._stream.window_log,
+            continues_stream=continues,
+        )
+
+    def _advance(self, header: FrameHeader, payload: bytes, hasher: xxhash.xxh3_64, *, content_size: int) -> EncodedFrame:
+        self._version = header.version
+        self._hasher = hasher
+        self._chain = replace(
+            self._chain,
+            depth=self._chain.depth + 1,
+            materialized_bytes=self._chain.materialized_bytes + content_size,
+        )
+        return EncodedFrame(header, pack(header, payload))
+
+
+def _as_bytes(value: object, name: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes, not {type(value).__name__}")
+
+
+def _check_size(size: int, version: int) -> None:
+    if size > MAX_STATE_SIZE:
+        raise EncodeError(f"state of version {version} would be {size} bytes; the frame format allows {MAX_STATE_SIZE}")

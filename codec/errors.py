@@ -1,0 +1,53 @@
+"""The codec's one error hierarchy.
+
+    CodecError
+    ├── EncodeError            producing a frame failed (bad input to the encoder)
+    │   └── WireFormatError    a MERGE patch is not well-formed protobuf wire format
+    └── DecodeError            reading frames failed; no bytes are returned
+        ├── TruncatedFrameError    fewer bytes than the header says
+        ├── UnsupportedFormatError magic or format version not understood
+        ├── ChecksumError          a header, payload or state checksum mismatch
+        └── ChainLinkError         a frame applied to the wrong base / out of order
+
+Messages name the version, offsets and sizes involved. Misuse of the API
+(wrong argument types, out-of-range configuration) raises TypeError or
+ValueError instead, as the standard library does.
+"""
+
+from __future__ import annotations
+
+
+class CodecError(Exception):
+    """Root of every error the codec raises for bad data."""
+
+
+class EncodeError(CodecError):
+    """A frame could not be produced from the given input."""
+
+
+class WireFormatError(EncodeError):
+    """A MERGE patch is not well-formed protobuf wire format."""
+
+    def __init__(self, message: str, *, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class DecodeError(CodecError):
+    """Frames could not be decoded; nothing was returned."""
+
+
+class TruncatedFrameError(DecodeError):
+    """The input ends before the frame it starts is complete."""
+
+
+class UnsupportedFormatError(DecodeError):
+    """The frame's magic or format version is not one this codec reads."""
+
+
+class ChecksumError(DecodeError):
+    """A checksum does not match: the frame or the state it decodes to is corrupt."""
+
+
+class ChainLinkError(DecodeError):
+    """A frame does not follow the frame before it (wrong base, order or stream)."""

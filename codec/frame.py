@@ -1,0 +1,168 @@
+"""The frame: a fixed 64-byte header and a zstd payload (see FORMAT.md).
+
+Pure functions over bytes; nothing here keeps state between calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import xxhash
+
+from .errors import ChecksumError, TruncatedFrameError, UnsupportedFormatError
+
+MAGIC = b"CKPF"
+FORMAT_VERSION = 1
+HEADER_SIZE = 64
+FLAG_CONTINUES_STREAM = 0x01
+_KNOWN_FLAGS = FLAG_CONTINUES_STREAM
+MAX_STATE_SIZE = 0xFFFF_FFFF  # sizes are u32; protobuf messages stop at 2 GiB anyway
+
+# magic, format version, kind, flags, window log, version, base version,
+# state size, base size, payload size, prefix size, state xxh3, base xxh3
+_HEAD = struct.Struct("<4sBBBBQQIIIIQQ")
+_CHECKSUM = struct.Struct("<Q")
+assert _HEAD.size + _CHECKSUM.size == HEADER_SIZE
+
+
+class FrameKind(enum.IntEnum):
+    """How a frame's payload turns into its version's state."""
+
+    FULL = 1  # zstd(state); starts a chain
+    DELTA = 2  # zstd(state) referencing the base state
+    PATCH = 3  # zstd(patch); state = base state + patch
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    """The decoded fixed header of one frame."""
+
+    kind: FrameKind
+    version: int
+    base_version: int
+    state_size: int
+    base_size: int
+    payload_size: int
+    prefix_size: int
+    state_xxh3: int
+    base_xxh3: int
+    window_log: int
+    continues_stream: bool
+
+    @property
+    def content_size(self) -> int:
+        """Bytes the payload decompresses to: the state, or for PATCH the patch."""
+        return self.state_size - self.base_size if self.kind is FrameKind.PATCH else self.state_size
+
+    @property
+    def frame_size(self) -> int:
+        return HEADER_SIZE + self.payload_size
+
+
+def state_checksum(state: bytes | bytearray | memoryview) -> int:
+    """xxh3-64 (seed 0) of a state, as stored in ``state_xxh3``."""
+    return xxhash.xxh3_64_intdigest(state)
+
+
+def pack(header: FrameHeader, payload: bytes) -> bytes:
+    """Serialize a header and its payload into frame bytes."""
+    if header.payload_size != len(payload):
+        raise ValueError(f"payload_size {header.payload_size} != len(payload) {len(payload)}")
+    head = _HEAD.pack(
+        MAGIC,
+        FORMAT_VERSION,
+        header.kind,
+        FLAG_CONTINUES_STREAM if header.continues_stream else 0,
+        header.window_log,
+        header.version,
+        header.base_version,
+        header.state_size,
+        header.base_size,
+        header.payload_size,
+        header.prefix_size,
+        header.state_xxh3,
+        header.base_xxh3,
+    )
+    hasher = xxhash.xxh3_64(head)
+    hasher.update(payload)
+    return b"".join((head, _CHECKSUM.pack(hasher.intdigest()), payload))
+
+
+def parse(frame: bytes | bytearray | memoryview) -> tuple[FrameHeader, memoryview]:
+    """Check one whole frame and return its header and payload.
+
+    Verifies the magic, format version, field consistency, the exact length
+    and the frame checksum (header and payload). Does not decompress.
+    """
+    view = memoryview(frame)
+    if len(view) < HEADER_SIZE:
+        raise TruncatedFrameError(f"frame is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    (magic, fmt, kind, flags, window_log, version, base_version, state_size, base_size, payload_size,
+     prefix_size, state_xxh3, base_xxh3) = _HEAD.unpack_from(view)
+    if magic != MAGIC:
+        raise UnsupportedFormatError(f"bad magic {bytes(magic)!r} at offset 0 (expected {MAGIC!r})")
+    if fmt != FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"frame of version {version} has format version {fmt}; this codec reads format {FORMAT_VERSION}"
+        )
+    expected_len = HEADER_SIZE + payload_size
+    if len(view) < expected_len:
+        raise TruncatedFrameError(
+            f"frame of version {version} is {len(view)} bytes; its header says {expected_len}"
+            f" ({HEADER_SIZE}-byte header + {payload_size}-byte payload)"
+        )
+    if len(view) > expected_len:
+        raise ChecksumError(
+            f"frame of version {version} is {len(view)} bytes; its header says {expected_len}"
+            f" ({len(view) - expected_len} trailing bytes)"
+        )
+    (stored,) = _CHECKSUM.unpack_from(view, _HEAD.size)
+    hasher = xxhash.xxh3_64(view[: _HEAD.size])
+    payload = view[HEADER_SIZE:]
+    hasher.update(payload)
+    if hasher.intdigest() != stored:
+        raise ChecksumError(
+            f"frame checksum mismatch for version {version} ({expected_len} bytes):"
+            f" stored {stored:#018x}, computed {hasher.intdigest():#018x}"
+        )
+    # The checksum passed, so what follows catches encoder bugs and forged
+    # frames rather than bit rot; still, never trust a field we did not check.
+    try:
+        kind = FrameKind(kind)
+    except ValueError:
+        raise UnsupportedFormatError(f"frame of version {version} has unknown kind {kind} at offset 5") from None
+    if flags & ~_KNOWN_FLAGS:
+        raise UnsupportedFormatError(f"frame of version {version} has unknown flags {flags:#04x} at offset 6")
+    header = FrameHeader(
+        kind, version, base_version, state_size, base_size, payload_size, prefix_size,
+        state_xxh3, base_xxh3, window_log, bool(flags & FLAG_CONTINUES_STREAM),
+    )
+    _check_fields(header)
+    return header, payload
+
+
+def _check_fields(h: FrameHeader) -> None:
+    def bad(what: str) -> UnsupportedFormatError:
+        return UnsupportedFormatError(f"inconsistent {h.kind.name} frame header for version {h.version}: {what}")
+
+    if not 10 <= h.window_log <= 31:
+        raise bad(f"window_log {h.window_log} outside 10..31")
+    if h.version < 1:
+        raise bad("version 0 (versions start at 1)")
+    if h.kind is FrameKind.FULL:
+        if h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream:
+            raise bad("a FULL frame has no base, prefix or stream to continue")
+        return
+    if h.base_version != h.version - 1:
+        raise bad(f"base_version {h.base_version} is not version - 1")
+    if h.continues_stream and h.prefix_size:
+        raise bad(f"prefix_size {h.prefix_size} on a frame that continues a stream")
+    if h.kind is FrameKind.DELTA and not h.continues_stream and h.prefix_size != h.base_size:
+        raise bad(f"prefix_size {h.prefix_size} != base_size {h.base_size}")
+    if h.kind is FrameKind.PATCH:
+        if h.state_size < h.base_size:
+            raise bad(f"state_size {h.state_size} < base_size {h.base_size}")
+        if h.prefix_size > h.base_size:
+            raise bad(f"prefix_size {h.prefix_size} > base_size {h.base_size}")

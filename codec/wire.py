@@ -1,0 +1,91 @@
+"""Protobuf wire-format checks for MERGE patches.
+
+A MERGE write stores ``new = previous + patch``; a patch that is not
+well-formed wire format would make every later version unparseable, so it is
+refused before anything is written. Only the top level is checked (the store
+does not know the message type): each field's tag, wire type and length must
+be valid and the last field must end exactly at the end of the patch, which is
+what concatenation needs. Nested messages are checked too when the caller
+passes a message type.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import message as _message
+
+from .errors import WireFormatError
+
+_WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_SGROUP, _WIRE_EGROUP, _WIRE_I32 = range(6)
+
+
+def check_patch(patch: bytes, *, message_type: type[_message.Message] | None = None) -> None:
+    """Raise WireFormatError (naming the byte offset) unless ``patch`` is well-formed.
+
+    The framing is checked by a scan in Python (about 1.5 us for a typical
+    agent-step patch), not by the C parser: upb accepts a zero tag in a
+    message with no fields (``google.protobuf.Empty``), which would let a patch
+    through that truncates every later version.
+    """
+    _scan(patch)
+    if message_type is not None:
+        try:
+            message_type.FromString(patch)
+        except _message.DecodeError as exc:
+            raise WireFormatError(
+                f"patch of {len(patch)} bytes does not parse as {message_type.DESCRIPTOR.full_name}: {exc}", offset=0
+            ) from None
+
+
+def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    start = pos
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise WireFormatError(f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start)
+        if pos - start >= 10:
+            raise WireFormatError(f"{what} varint at offset {start} is longer than 10 bytes", offset=start)
+        byte = data[pos]
+        result |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _scan(data: bytes) -> None:
+    """Walk the top-level fields; raise at the first malformed one."""
+    pos = 0
+    open_groups: list[tuple[int, int]] = []  # (field number, offset of its start tag)
+    while pos < len(data):
+        tag_at = pos
+        key, pos = _varint(data, pos, "tag")
+        field, wire = key >> 3, key & 7
+        if field == 0 or field > 0x1FFFFFFF:
+            raise WireFormatError(f"field number {field} at offset {tag_at} is outside 1..536870911", offset=tag_at)
+        if wire == _WIRE_VARINT:
+            _, pos = _varint(data, pos, f"field {field} value")
+        elif wire in (_WIRE_I64, _WIRE_I32):
+            width = 8 if wire == _WIRE_I64 else 4
+            if pos + width > len(data):
+                raise WireFormatError(
+                    f"field {field} at offset {tag_at} needs {width} bytes, {len(data) - pos} left", offset=tag_at
+                )
+            pos += width
+        elif wire == _WIRE_LEN:
+            length, pos = _varint(data, pos, f"field {field} length")
+            if pos + length > len(data):
+                raise WireFormatError(
+                    f"field {field} at offset {tag_at} declares {length} bytes, {len(data) - pos} left", offset=tag_at
+                )
+            pos += length
+        elif wire == _WIRE_SGROUP:
+            open_groups.append((field, tag_at))
+        elif wire == _WIRE_EGROUP:
+            if not open_groups or open_groups[-1][0] != field:
+                raise WireFormatError(f"unmatched end-group for field {field} at offset {tag_at}", offset=tag_at)
+            open_groups.pop()
+        else:
+            raise WireFormatError(f"invalid wire type {wire} for field {field} at offset {tag_at}", offset=tag_at)
+    if open_groups:
+        field, at = open_groups[-1]
+        raise WireFormatError(f"group of field {field} opened at offset {at} is never closed", offset=at)
