@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ckpt.v1 import checkpoint_pb2
 
@@ -47,7 +48,7 @@ class Step:
 class Trajectory:
     id: str
     source: str
-    messages: list[dict]
+    messages: list[dict[str, Any]]
 
 
 def find_corpus(path: str | os.PathLike[str] | None = None) -> Path | None:
@@ -79,7 +80,7 @@ def load(path: str | os.PathLike[str] | None = None) -> list[Trajectory]:
     return out
 
 
-def to_message(raw: dict) -> checkpoint_pb2.Message:
+def to_message(raw: dict[str, Any]) -> checkpoint_pb2.Message:
     msg = checkpoint_pb2.Message(
         role=_ROLES.get(raw.get("role", ""), checkpoint_pb2.ROLE_UNSPECIFIED),
         content=raw.get("content") or "",

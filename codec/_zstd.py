@@ -4,11 +4,26 @@
 from __future__ import annotations
 
 import sys
+from typing import Final
 
 if sys.version_info >= (3, 14):
     from compression import zstd
 else:  # pragma: no cover - exercised on the interpreter CI runs
     from backports import zstd
+
+__all__ = [
+    "FLUSH_BLOCK",
+    "CompressionParameter",
+    "DecompressionParameter",
+    "ZstdCompressor",
+    "ZstdDecompressor",
+    "ZstdDict",
+    "ZstdError",
+    "new_reader",
+    "new_stream",
+    "window_log_for",
+    "zstd",
+]
 
 CompressionParameter = zstd.CompressionParameter
 DecompressionParameter = zstd.DecompressionParameter
@@ -21,7 +36,7 @@ WINDOW_LOG_MIN = 10
 # zstd's own maximum on 64-bit builds. Decoders are told the exact window the
 # frame header records, so a frame cannot make them allocate more than that.
 WINDOW_LOG_MAX = 31
-FLUSH_BLOCK = ZstdCompressor.FLUSH_BLOCK
+FLUSH_BLOCK: Final = ZstdCompressor.FLUSH_BLOCK
 TABLE_LOG_MAX = 18
 LDM_WINDOW_LOG = 20
 
@@ -42,7 +57,7 @@ def new_stream(*, level: int, window_log: int, prefix: bytes | None) -> ZstdComp
     window long-distance matching finds the prefix's long repeats instead (a
     16 MiB state: 2.8 KB with it, 3.6 MB with an 18-bit table alone).
     """
-    options = {
+    options: dict[int, int] = {
         CompressionParameter.compression_level: level,
         CompressionParameter.window_log: window_log,
         CompressionParameter.hash_log: min(window_log, TABLE_LOG_MAX),

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from . import _zstd
 from .errors import ChainLinkError, ChecksumError, DecodeError
-from .frame import FrameHeader, FrameKind, parse, state_checksum
+from .frame import (
+    CHECKSUM,
+    FLAG_CONTINUES_STREAM,
+    FORMAT_VERSION,
+    HEAD,
+    HEADER_SIZE,
+    KINDS_BY_NUMBER,
+    MAGIC,
+    FrameHeader,
+    FrameKind,
+    frame_checksum,
+    parse,
+    state_checksum,
+)
 
 FrameBytes = bytes | bytearray | memoryview
 
@@ -30,12 +43,63 @@ def decode(frames: Iterable[FrameBytes]) -> bytes:
     subclass naming the version, and no bytes are returned. Each zstd stream
     segment of the chain is decompressed in a single call.
     """
-    parsed = [parse(f) for f in frames]
-    _check_links([h for h, _ in parsed])
+    parsed = _parse_chain(frames)
     state = b""
     for segment in _segments(parsed):
         state = _decode_segment(segment, state)
     return state
+
+
+def _parse_chain(frames: Iterable[FrameBytes]) -> list[tuple[FrameHeader, memoryview]]:
+    """Parse and link-check a chain.
+
+    This runs once per frame of every hydration, so the common case (a
+    continuing frame) is checked inline, in one pass; anything unusual goes
+    through parse() and _check_link(), which raise the precise error.
+    """
+    out: list[tuple[FrameHeader, memoryview]] = []
+    prev: FrameHeader | None = None
+    for frame in frames:
+        view = memoryview(frame)
+        header: FrameHeader | None = None
+        if prev is not None and len(view) >= HEADER_SIZE:
+            f = HEAD.unpack_from(view)
+            # f: magic, format, kind, flags, window_log, version, base_version,
+            #    state_size, base_size, payload_size, prefix_size, state_xxh3, base_xxh3
+            if (
+                f[3] == FLAG_CONTINUES_STREAM
+                and f[0] == MAGIC
+                and f[1] == FORMAT_VERSION
+                and len(view) == HEADER_SIZE + f[9]
+                and f[4] == prev.window_log
+                and f[6] == prev.version == f[5] - 1
+                and f[8] == prev.state_size
+                and f[12] == prev.state_xxh3
+                and f[10] == 0
+                and (f[2] == FrameKind.DELTA or (f[2] == FrameKind.PATCH and f[7] >= f[8]))
+                and frame_checksum(view) == CHECKSUM.unpack_from(view, HEAD.size)[0]
+            ):
+                header = FrameHeader(
+                    kind=KINDS_BY_NUMBER[f[2]],
+                    version=f[5],
+                    base_version=f[6],
+                    state_size=f[7],
+                    base_size=f[8],
+                    payload_size=f[9],
+                    prefix_size=f[10],
+                    state_xxh3=f[11],
+                    base_xxh3=f[12],
+                    window_log=f[4],
+                    continues_stream=True,
+                )
+        if header is None:
+            header, _ = parse(view)
+            _check_link(prev, header)
+        out.append((header, view[HEADER_SIZE:]))
+        prev = header
+    if not out:
+        raise ValueError("decode needs at least one frame")
+    return out
 
 
 def iter_versions(frames: Iterable[FrameBytes]) -> Iterator[DecodedVersion]:
@@ -56,15 +120,6 @@ def iter_versions(frames: Iterable[FrameBytes]) -> Iterator[DecodedVersion]:
         prev = header
 
 
-def _check_links(headers: Sequence[FrameHeader]) -> None:
-    if not headers:
-        raise ValueError("decode needs at least one frame")
-    prev = None
-    for header in headers:
-        _check_link(prev, header)
-        prev = header
-
-
 def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
     if prev is None:
         if h.kind is not FrameKind.FULL:
@@ -74,7 +129,8 @@ def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
         raise ChainLinkError(f"FULL frame of version {h.version} inside a chain (after version {prev.version})")
     if h.base_version != prev.version:
         raise ChainLinkError(
-            f"frame of version {h.version} is a delta against version {h.base_version}, but follows version {prev.version}"
+            f"frame of version {h.version} is a delta against version {h.base_version},"
+            f" but follows version {prev.version}"
         )
     if h.base_size != prev.state_size or h.base_xxh3 != prev.state_xxh3:
         raise ChainLinkError(

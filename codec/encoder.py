@@ -11,7 +11,7 @@ from google.protobuf import message as _message
 from . import _zstd
 from .compaction import compact
 from .errors import EncodeError
-from .frame import MAX_STATE_SIZE, FrameHeader, FrameKind, pack, state_checksum
+from .frame import MAX_STATE_SIZE, MIN_PREFIX_SIZE, FrameHeader, FrameKind, pack, state_checksum
 from .policy import DEFAULT_POLICY, ChainPolicy
 from .wire import check_patch
 
@@ -46,6 +46,8 @@ class ChainStats:
     depth: int = 0
     #: Bytes a decode of the head materialises (sum of the frames' content sizes).
     materialized_bytes: int = 0
+    #: The part of ``materialized_bytes`` that DELTA frames carry.
+    delta_bytes: int = 0
     #: Payload / state size of the chain's FULL frame: estimates what a FULL
     #: frame of a later state would cost.
     full_ratio: float = 1.0
@@ -62,7 +64,8 @@ class ChainStats:
             start_version=first.version,
             depth=len(chain) - 1,
             materialized_bytes=sum(h.content_size for h in chain),
-            full_ratio=first.payload_size / max(first.state_size, 1),
+            delta_bytes=sum(h.content_size for h in chain if h.kind is FrameKind.DELTA),
+            full_ratio=_full_ratio(first.payload_size, first.state_size),
         )
 
 
@@ -81,6 +84,9 @@ class _Undo:
     state_len: int
     hasher: xxhash.xxh3_64
     chain: ChainStats
+
+
+Buffer = bytes | bytearray | memoryview
 
 
 class ChainEncoder:
@@ -174,19 +180,19 @@ class ChainEncoder:
 
     # -- writes -------------------------------------------------------------
 
-    def replace(self, state: bytes) -> EncodedFrame:
+    def replace(self, state: Buffer) -> EncodedFrame:
         """Frame for a REPLACE write: ``state`` is the whole new state."""
         state = _as_bytes(state, "state")
         _check_size(len(state), self._version + 1)
         hasher = xxhash.xxh3_64(state)
         self._save_undo()
         try:
-            if not self._version or self._new_chain_needed(len(state), len(state)):
+            if not self._version or self._new_chain_needed(len(state), len(state), delta=True):
                 return self._full(state, hasher)
             base_size = len(self._state)
             stream = self._stream
             if stream is None or (1 << stream.window_log) < base_size + len(state):
-                prefix = bytes(self._state)
+                prefix = bytes(self._state) if len(self._state) >= MIN_PREFIX_SIZE else b""
                 stream = self._start_stream(cover_bytes=len(prefix) + len(state), prefix=prefix)
                 continues, prefix_size = False, len(prefix)
             else:
@@ -201,7 +207,7 @@ class ChainEncoder:
             self.rollback()
             raise
 
-    def merge(self, patch: bytes) -> EncodedFrame:
+    def merge(self, patch: Buffer) -> EncodedFrame:
         """Frame for a MERGE write: new state = head state + ``patch``.
 
         ``patch`` must be well-formed protobuf wire format (and parse as the
@@ -216,7 +222,7 @@ class ChainEncoder:
         hasher.update(patch)
         self._save_undo()
         try:
-            if not self._version or self._new_chain_needed(new_size, len(patch)):
+            if not self._version or self._new_chain_needed(new_size, len(patch), delta=False):
                 state = bytes(self._state) + patch
                 if self._compact_type is not None:
                     canonical = compact(state, self._compact_type)
@@ -226,7 +232,9 @@ class ChainEncoder:
             stream = self._stream
             if stream is None:
                 window = self._policy.patch_window_bytes
-                prefix = bytes(self._state[-window:]) if window and self._state else b""
+                prefix = bytes(self._state[-window:]) if window else b""
+                if len(prefix) < MIN_PREFIX_SIZE:
+                    prefix = b""
                 stream = self._start_stream(cover_bytes=2 * (len(prefix) + len(patch)), prefix=prefix)
                 continues, prefix_size = False, len(prefix)
             else:
@@ -264,12 +272,15 @@ class ChainEncoder:
     def _save_undo(self) -> None:
         self._undo = _Undo(self._version, self._state, len(self._state), self._hasher, self._chain)
 
-    def _new_chain_needed(self, new_state_size: int, content_size: int) -> bool:
+    def _new_chain_needed(self, new_state_size: int, content_size: int, *, delta: bool) -> bool:
         p, c = self._policy, self._chain
         materialized = c.materialized_bytes + content_size
+        delta_bytes = c.delta_bytes + (content_size if delta else 0)
+        depth = c.depth + 1
+        decode_cost = materialized - (1.0 - p.delta_byte_cost) * delta_bytes + depth * p.frame_cost_bytes
         return (
-            c.depth + 1 > p.max_depth
-            or materialized > p.max_materialized_ratio * max(new_state_size, 1)
+            depth > p.max_depth
+            or decode_cost > p.max_decode_cost_ratio * max(new_state_size, 1)
             or materialized > p.max_materialized_bytes
         )
 
@@ -306,12 +317,17 @@ class ChainEncoder:
             start_version=header.version,
             depth=-1,  # _advance counts this frame
             materialized_bytes=0,
-            full_ratio=len(payload) / max(len(state), 1),
+            full_ratio=_full_ratio(len(payload), len(state)),
         )
         return self._advance(header, payload, hasher, content_size=len(state))
 
     def _delta_header(
-        self, kind: FrameKind, state_size: int, hasher: xxhash.xxh3_64, payload_size: int, prefix_size: int,
+        self,
+        kind: FrameKind,
+        state_size: int,
+        hasher: xxhash.xxh3_64,
+        payload_size: int,
+        prefix_size: int,
         continues: bool,
     ) -> FrameHeader:
         assert self._stream is not None
@@ -329,15 +345,24 @@ class ChainEncoder:
             continues_stream=continues,
         )
 
-    def _advance(self, header: FrameHeader, payload: bytes, hasher: xxhash.xxh3_64, *, content_size: int) -> EncodedFrame:
+    def _advance(
+        self, header: FrameHeader, payload: bytes, hasher: xxhash.xxh3_64, *, content_size: int
+    ) -> EncodedFrame:
         self._version = header.version
         self._hasher = hasher
         self._chain = replace(
             self._chain,
             depth=self._chain.depth + 1,
             materialized_bytes=self._chain.materialized_bytes + content_size,
+            delta_bytes=self._chain.delta_bytes + (content_size if header.kind is FrameKind.DELTA else 0),
         )
         return EncodedFrame(header, pack(header, payload))
+
+
+def _full_ratio(payload_size: int, state_size: int) -> float:
+    # An empty state says nothing about how well later states compress; a
+    # ratio of 0 would make every later delta look "not smaller" than a FULL.
+    return payload_size / state_size if state_size else 1.0
 
 
 def _as_bytes(value: object, name: str) -> bytes:

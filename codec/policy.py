@@ -10,20 +10,32 @@ class ChainPolicy:
     """Bounds on a delta chain, trading stored bytes against decode time.
 
     A chain is a FULL frame followed by DELTA/PATCH frames. Decoding a version
-    costs one zstd pass over everything its chain materialises: the FULL
-    state, every whole state a DELTA carries, and every PATCH's patch. The
-    encoder starts a new chain (a FULL frame) as soon as any bound would be
-    exceeded. The defaults come from the trajectory benchmark
-    (``bench/test_codec_bench.py``; numbers in the README).
+    costs one zstd pass over everything its chain materialises (the FULL
+    state, every whole state a DELTA carries, every PATCH's patch) plus a fixed
+    cost per frame. The encoder starts a new chain (a FULL frame) as soon as
+    any bound would be exceeded. The defaults come from a sweep on the trajectory
+    workload (``python -m bench.codec_report``; the trade-off table is in the README).
     """
 
     #: Most frames after the FULL frame in one chain.
-    max_depth: int = 32
-    #: Most bytes a decode of the chain's latest version may materialise, as a
-    #: multiple of that version's state size. MERGE chains materialise exactly
-    #: the state (ratio 1); each REPLACE delta adds a whole state.
-    max_materialized_ratio: float = 6.0
-    #: Absolute cap on bytes materialised by one chain decode.
+    max_depth: int = 64
+    #: Estimated cost of decoding the chain's latest version, as a multiple of
+    #: decoding one FULL frame of that state. The estimate counts, in bytes of
+    #: FULL-frame decoding: the FULL frame's state, each PATCH's patch, each
+    #: DELTA's state times ``delta_byte_cost``, and ``frame_cost_bytes`` per
+    #: frame after the FULL one.
+    max_decode_cost_ratio: float = 4.0
+    #: What decoding one byte of a DELTA's state costs relative to one byte of
+    #: a FULL frame. A delta decodes to long copies from the previous state,
+    #: but every delta of a chain materialises a whole state: measured 0.1-0.2
+    #: for states of ~20 KB (cache-resident) and ~0.85 at 300 KB.
+    delta_byte_cost: float = 0.5
+    #: Fixed decode cost of one frame after the FULL frame, in bytes of FULL
+    #: decoding it is worth (header checks and checksums take about 2 us per
+    #: frame in Python, what zstd needs for a few KB). This keeps the chains of
+    #: small states short and lets those of large states run to ``max_depth``.
+    frame_cost_bytes: int = 3072
+    #: Absolute cap on the bytes one chain decode materialises.
     max_materialized_bytes: int = 256 * 1024 * 1024
     #: A DELTA/PATCH frame is kept only if its payload is at most this
     #: fraction of an estimated FULL frame of the same state.
@@ -40,8 +52,12 @@ class ChainPolicy:
     def __post_init__(self) -> None:
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
-        if self.max_materialized_ratio < 1.0:
-            raise ValueError(f"max_materialized_ratio must be >= 1.0, got {self.max_materialized_ratio}")
+        if self.max_decode_cost_ratio < 1.0:
+            raise ValueError(f"max_decode_cost_ratio must be >= 1.0, got {self.max_decode_cost_ratio}")
+        if not 0.0 <= self.delta_byte_cost <= 1.0:
+            raise ValueError(f"delta_byte_cost must be in [0, 1], got {self.delta_byte_cost}")
+        if self.frame_cost_bytes < 0:
+            raise ValueError(f"frame_cost_bytes must be >= 0, got {self.frame_cost_bytes}")
         if self.max_materialized_bytes < 1:
             raise ValueError(f"max_materialized_bytes must be >= 1, got {self.max_materialized_bytes}")
         if not 0.0 < self.max_delta_to_full_ratio <= 1.0:

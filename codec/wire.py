@@ -41,7 +41,9 @@ def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(data):
-            raise WireFormatError(f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start)
+            raise WireFormatError(
+                f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start
+            )
         if pos - start >= 10:
             raise WireFormatError(f"{what} varint at offset {start} is longer than 10 bytes", offset=start)
         byte = data[pos]
