@@ -10,6 +10,7 @@ import xxhash
 from codec import (
     HEADER_SIZE,
     ChainEncoder,
+    ChainLinkError,
     ChecksumError,
     DecodeError,
     TruncatedFrameError,
@@ -156,3 +157,35 @@ def test_garbage_payload_with_valid_checksum_is_a_decode_error() -> None:
 def test_parse_refuses_non_bytes() -> None:
     with pytest.raises(TypeError):
         parse("not bytes")  # type: ignore[arg-type]
+
+
+LINK_CASES = [
+    ({"base_xxh3": 1}, "expects a base of"),
+    ({"base_size": 1}, "expects a base of"),
+    ({"window_log": 20}, "continues a stream with window_log 20"),
+    ({"version": 3, "base_version": 2}, "delta against version 2, but follows version 1"),
+]
+
+
+@pytest.mark.parametrize(("changes", "error", "message"), DELTA_CASES, ids=lambda x: str(x))
+def test_decode_fast_path_refuses_what_parse_refuses(changes, error, message) -> None:
+    # decode() checks continuing frames inline; it must refuse exactly what
+    # parse() refuses, with the same precise error.
+    full, delta = frames()
+    with pytest.raises(error, match=message):
+        decode([full, with_field(delta, **changes)])
+
+
+@pytest.mark.parametrize(("changes", "message"), LINK_CASES, ids=lambda x: str(x))
+def test_decode_fast_path_checks_links(changes, message) -> None:
+    full, delta = frames()
+    with pytest.raises(ChainLinkError, match=message):
+        decode([full, with_field(delta, **changes)])
+
+
+def test_decode_fast_path_checks_the_frame_checksum() -> None:
+    full, delta = frames()
+    damaged = bytearray(delta)
+    damaged[-1] ^= 1
+    with pytest.raises(ChecksumError, match="frame checksum mismatch for version 2"):
+        decode([full, bytes(damaged)])
