@@ -1,0 +1,38 @@
+"""ckpt's sidecar: the LMDB store (this package's core), and later the gRPC server, clients and CLI."""
+
+from .config import Durability, Retention, StoreConfig
+from .errors import (
+    AlreadyExists,
+    DataLoss,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    StoreError,
+    StoreFull,
+    Unavailable,
+    VersionConflict,
+)
+from .store import GetResult, PutRequest, PutResult, SessionInfo, Store, SweepResult, VersionInfo, WriteMode
+
+__all__ = [
+    "AlreadyExists",
+    "DataLoss",
+    "Durability",
+    "GetResult",
+    "InvalidArgument",
+    "NotFound",
+    "PutRequest",
+    "PutResult",
+    "ResourceExhausted",
+    "Retention",
+    "SessionInfo",
+    "Store",
+    "StoreConfig",
+    "StoreError",
+    "StoreFull",
+    "SweepResult",
+    "Unavailable",
+    "VersionConflict",
+    "VersionInfo",
+    "WriteMode",
+]

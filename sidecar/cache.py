@@ -1,0 +1,90 @@
+"""Bounded LRU caches: latest states (shared by readers) and encoders (writer only)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class StateCache:
+    """Latest committed state per session, bounded by total bytes.
+
+    The writer thread puts a state only after its transaction committed, and
+    before acknowledging the write; deletes and forks evict. So a hit is
+    always the committed head as of the moment of the lookup.
+    """
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self._capacity = capacity_bytes
+        self._size = 0
+        self._items: OrderedDict[bytes, tuple[int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, sid: bytes) -> tuple[int, bytes] | None:
+        with self._lock:
+            item = self._items.get(sid)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(sid)
+            self.hits += 1
+            return item
+
+    def put(self, sid: bytes, version: int, state: bytes) -> None:
+        with self._lock:
+            old = self._items.pop(sid, None)
+            if old is not None:
+                self._size -= len(old[1])
+            if len(state) > self._capacity:
+                return
+            self._items[sid] = (version, state)
+            self._size += len(state)
+            while self._size > self._capacity:
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._size -= len(evicted)
+
+    def discard(self, sid: bytes) -> None:
+        with self._lock:
+            old = self._items.pop(sid, None)
+            if old is not None:
+                self._size -= len(old[1])
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class LRU(Generic[V]):
+    """A plain count-bounded LRU; not thread-safe (the writer thread owns it)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[bytes, V] = OrderedDict()
+
+    def get(self, key: bytes) -> V | None:
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+        return item
+
+    def put(self, key: bytes, value: V) -> None:
+        if self._capacity <= 0:
+            return
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def discard(self, key: bytes) -> None:
+        self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,102 @@
+"""Store configuration: frozen dataclasses, units in field names."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codec import ChainPolicy
+
+
+class Durability(enum.Enum):
+    """When a commit is acknowledged relative to the disk.
+
+    SYNC (default): every commit is fsynced (data and LMDB meta page) before
+    the write is acknowledged. Nothing acknowledged is ever lost.
+
+    NO_META_SYNC: data pages are fsynced, the meta page that makes a commit
+    visible is not (LMDB's MDB_NOMETASYNC). A process crash loses nothing; an
+    OS crash or power failure may undo the last committed transaction(s), but
+    never corrupts the database. About one fsync per commit instead of two.
+    """
+
+    SYNC = "sync"
+    NO_META_SYNC = "no-meta-sync"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retention:
+    """What the background sweeper removes. The head version is always kept.
+
+    Versions are removed a whole chain at a time (never a delta without the
+    FULL frame it needs), so a session keeps *at least* what is asked: up to
+    one chain more.
+    """
+
+    #: Keep at least the newest N versions of each session (None = all).
+    keep_last_versions: int | None = None
+    #: Drop versions older than this many seconds (None = never).
+    max_version_age_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_last_versions is not None and self.keep_last_versions < 1:
+            raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
+        if self.max_version_age_seconds is not None and self.max_version_age_seconds <= 0:
+            raise ValueError(f"max_version_age_seconds must be > 0 or None, got {self.max_version_age_seconds}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.keep_last_versions is not None or self.max_version_age_seconds is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    """Everything the store needs; the defaults suit a laptop."""
+
+    #: Directory holding the LMDB environment (created if missing).
+    data_dir: Path
+    #: Initial LMDB map size. The map doubles when full, up to the cap.
+    map_size_bytes: int = 256 * 1024 * 1024
+    #: The map never grows past this; a write that needs more fails with
+    #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing.
+    max_map_size_bytes: int = 64 * 1024**3
+    durability: Durability = Durability.SYNC
+    #: Memory for latest states of recently used sessions (the hot path when
+    #: an agent restarts but the sidecar did not).
+    cache_size_bytes: int = 256 * 1024 * 1024
+    #: Sessions whose encoder (live zstd stream) is kept between writes.
+    encoder_cache_entries: int = 1024
+    chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
+    retention: Retention = field(default_factory=Retention)
+    #: How long a request id deduplicates retries.
+    request_id_ttl_seconds: float = 24 * 3600.0
+    #: How often the sweeper runs (retention and request-id expiry).
+    sweep_interval_seconds: float = 60.0
+    #: Largest state (REPLACE) or resulting state (MERGE) accepted.
+    max_state_bytes: int = 64 * 1024 * 1024
+    #: Most writes committed in one LMDB transaction.
+    max_batch_writes: int = 512
+    #: LMDB reader slots: concurrent read transactions across threads.
+    max_readers: int = 512
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.map_size_bytes < 1024 * 1024:
+            raise ValueError(f"map_size_bytes must be >= 1 MiB, got {self.map_size_bytes}")
+        if self.max_map_size_bytes < self.map_size_bytes:
+            raise ValueError(
+                f"max_map_size_bytes ({self.max_map_size_bytes}) must be >= map_size_bytes ({self.map_size_bytes})"
+            )
+        if not isinstance(self.durability, Durability):
+            raise TypeError(f"durability must be a Durability, not {type(self.durability).__name__}")
+        for name in ("cache_size_bytes", "encoder_cache_entries"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("request_id_ttl_seconds", "sweep_interval_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 1 <= self.max_state_bytes <= 0xFFFF_FFFF:
+            raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
+        if self.max_batch_writes < 1:
+            raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")

@@ -1,0 +1,47 @@
+"""The store's error hierarchy. Each class maps to one gRPC status code in the
+server's single translation table; messages name the session, the field and
+the limit."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Root of every error the store raises for a request it cannot serve."""
+
+
+class InvalidArgument(StoreError):
+    """The request is malformed (bad id, bad label, malformed MERGE patch)."""
+
+
+class NotFound(StoreError):
+    """The session or version does not exist (or was removed by retention)."""
+
+
+class AlreadyExists(StoreError):
+    """A session that must be new (a fork's target) exists."""
+
+
+class VersionConflict(StoreError):
+    """Compare-and-set failed: the head is not the expected version."""
+
+    def __init__(self, session_id: str, expected: int, current: int) -> None:
+        super().__init__(f"session {session_id!r}: expected_version {expected} but the head is version {current}")
+        self.session_id = session_id
+        self.expected_version = expected
+        self.current_version = current
+
+
+class ResourceExhausted(StoreError):
+    """A size limit was hit (state too large, store full)."""
+
+
+class StoreFull(ResourceExhausted):
+    """The LMDB map reached max_map_size_bytes; nothing was written."""
+
+
+class DataLoss(StoreError):
+    """A stored frame failed its checksum or chain check."""
+
+
+class Unavailable(StoreError):
+    """The store is closed or closing."""

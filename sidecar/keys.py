@@ -1,0 +1,98 @@
+"""LMDB key layout and request validation (ids, labels).
+
+Tables (named LMDB databases):
+
+    frames      session \\0 version(u64 BE)            -> u16 LE len + VersionRecord + frame
+    sessions    session                               -> SessionRecord
+    requests    session \\0 request_id                 -> RequestRecord
+    req_expiry  expires_ns(u64 BE) session \\0 request  -> b""
+    labels      key \\0 value \\0 session                -> b""
+    updated     updated_ns(u64 BE) session            -> b""
+
+Session ids cannot contain NUL (or any control character), so ``session \\0``
+is a prefix no other session shares, and big-endian versions sort
+numerically: one session's frames are one contiguous, ordered key range.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import InvalidArgument
+
+MAX_SESSION_ID_BYTES = 256
+MAX_REQUEST_ID_BYTES = 128
+MAX_LABELS = 64
+MAX_LABEL_KEY_BYTES = 63
+MAX_LABEL_VALUE_BYTES = 256
+
+_U64 = struct.Struct(">Q")
+SEP = b"\x00"
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def session_key(session_id: str, *, field: str = "session_id") -> bytes:
+    """Validate a session id and return its key bytes."""
+    if not isinstance(session_id, str):
+        raise InvalidArgument(f"{field} must be a string, not {type(session_id).__name__}")
+    raw = session_id.encode("utf-8", "surrogatepass")
+    if not raw:
+        raise InvalidArgument(f"{field} is empty; it must be 1-{MAX_SESSION_ID_BYTES} bytes of UTF-8")
+    if len(raw) > MAX_SESSION_ID_BYTES:
+        raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
+    if _has_control(session_id):
+        raise InvalidArgument(f"{field} {session_id!r} contains a control character")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} {session_id!r} is not valid UTF-8 (lone surrogate)") from None
+    return raw
+
+
+def request_key(sid: bytes, request_id: str) -> bytes:
+    raw = request_id.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_REQUEST_ID_BYTES:
+        raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
+    if _has_control(request_id):
+        raise InvalidArgument(f"request_id {request_id!r} contains a control character")
+    return sid + SEP + raw
+
+
+def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(f"{field} has {len(labels)} entries; the limit is {MAX_LABELS}")
+    for key, value in labels.items():
+        kb, vb = key.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass")
+        if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
+            raise InvalidArgument(f"{field} key {key!r} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
+        if len(vb) > MAX_LABEL_VALUE_BYTES:
+            raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
+        if _has_control(key) or _has_control(value):
+            raise InvalidArgument(f"{field} entry {key!r} contains a control character")
+
+
+def frame_key(sid: bytes, version: int) -> bytes:
+    return sid + SEP + _U64.pack(version)
+
+
+def frame_version(key: bytes, sid: bytes) -> int:
+    return int(_U64.unpack_from(key, len(sid) + 1)[0])
+
+
+def label_key(key: str, value: str, sid: bytes) -> bytes:
+    return key.encode() + SEP + value.encode() + SEP + sid
+
+
+def label_prefix(key: str, value: str) -> bytes:
+    return key.encode() + SEP + value.encode() + SEP
+
+
+def time_key(nanos: int, rest: bytes) -> bytes:
+    return _U64.pack(max(nanos, 0)) + rest
+
+
+def time_of(key: bytes) -> int:
+    return int(_U64.unpack_from(key)[0])

@@ -1,0 +1,1080 @@
+"""The checkpoint store: LMDB + the codec, with one group-committing writer.
+
+Every write (put, fork, delete, retention) is an operation handed to a single
+writer thread. The writer drains whatever operations are queued, applies each
+in its own nested transaction (a bad request fails alone), commits them all in
+one LMDB transaction, and only then updates the caches and acknowledges them.
+Checks against the head (compare-and-set, request-id replays) happen inside
+that transaction, so two writers can never both succeed against one head.
+
+Reads run in their own read transactions, concurrently with the writer.
+No gRPC here: the server maps StoreError subclasses to status codes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import enum
+import fcntl
+import os
+import queue
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import lmdb
+
+from ckpt.store.v1 import records_pb2
+from codec import (
+    ChainEncoder,
+    CodecError,
+    DecodeError,
+    EncodeError,
+    FrameKind,
+    WireFormatError,
+    decode,
+    parse,
+)
+
+from . import keys
+from .cache import LRU, StateCache
+from .config import Durability, StoreConfig
+from .errors import (
+    AlreadyExists,
+    DataLoss,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    StoreError,
+    StoreFull,
+    Unavailable,
+    VersionConflict,
+)
+
+_META_LEN = struct.Struct("<H")
+_FRAME_KIND_OFFSET = 5  # byte offset of `kind` in a frame header (FORMAT.md)
+_MAX_PAGE_SIZE = 1000
+_DEFAULT_PAGE_SIZE = 100
+_MAX_SCAN_PER_PAGE = 10_000
+_SWEEP_CHUNK = 1000
+
+
+class WriteMode(enum.IntEnum):
+    REPLACE = 1
+    MERGE = 2
+    FORK = 3  # version 1 of a forked session
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    version: int
+    stored_bytes: int
+    frame_kind: FrameKind
+    state_size: int
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    version: int
+    parent_version: int
+    created_unix_nanos: int
+    frame_kind: FrameKind
+    stored_bytes: int
+    state_size: int
+    labels: dict[str, str]
+    mode: WriteMode
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    version: int
+    state: bytes
+    info: VersionInfo
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    session_id: str
+    head_version: int
+    first_version: int
+    created_unix_nanos: int
+    updated_unix_nanos: int
+    labels: dict[str, str]
+    stored_bytes: int
+    version_count: int
+    forked_from_session_id: str
+    forked_from_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """One write, as Store.put_many takes them."""
+
+    session_id: str
+    state: bytes
+    mode: WriteMode = WriteMode.REPLACE
+    expected_version: int | None = None
+    request_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    sessions_pruned: int
+    versions_removed: int
+    request_ids_expired: int
+
+
+@dataclass(slots=True)
+class _Op:
+    """A write waiting for the writer thread."""
+
+    apply: Callable[[_Batch, lmdb.Transaction], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What one group commit changes besides LMDB: applied only after commit."""
+
+    touched_encoders: set[bytes] = field(default_factory=set)
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+class _RWLock:
+    """Shared for read transactions, exclusive for resizing the map (LMDB
+    requires that no transaction is open in the process during a resize)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._writer = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class Store:
+    """A durable, versioned checkpoint store on one LMDB environment.
+
+    Thread-safe: call it from any number of threads. Use as a context manager
+    or call close(); close() finishes and commits every queued write first.
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_data_dir(config.data_dir)
+        self._env = lmdb.open(
+            str(config.data_dir / "lmdb"),
+            map_size=config.map_size_bytes,
+            max_dbs=8,
+            max_readers=config.max_readers,
+            sync=True,
+            metasync=config.durability is Durability.SYNC,
+            readahead=False,  # random reads of small values; readahead only pollutes the page cache
+            subdir=True,
+        )
+        # Open at the size the file already has (it may have grown before).
+        self._map_size = max(config.map_size_bytes, self._env.info()["map_size"])
+        self._frames = self._env.open_db(b"frames")
+        self._sessions = self._env.open_db(b"sessions")
+        self._requests = self._env.open_db(b"requests")
+        self._req_expiry = self._env.open_db(b"req_expiry")
+        self._labels = self._env.open_db(b"labels")
+        self._updated = self._env.open_db(b"updated")
+        self._rw = _RWLock()
+        self._states = StateCache(config.cache_size_bytes)
+        self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.batch_sizes: Counter[int] = Counter()
+        self.commits = 0
+        self.map_resizes = 0
+        self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
+        self._writer.start()
+        self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
+        self._sweeper.start()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop accepting writes, commit every queued one, close LMDB."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
+        self._queue.put(None)
+        self._writer.join()
+        self._sweeper.join()
+        with self._rw.exclusive():
+            self._env.close()
+        self._lock_file.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes --------------------------------------------------------------
+
+    def put(
+        self,
+        session_id: str,
+        state: bytes,
+        *,
+        mode: WriteMode = WriteMode.REPLACE,
+        expected_version: int | None = None,
+        request_id: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> PutResult:
+        """Write the next version of a session; returns once it is committed."""
+        req = PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}))
+        result: PutResult = self._submit(self._put_op(req)).result()
+        return result
+
+    def put_many(self, requests: list[PutRequest]) -> list[PutResult | StoreError]:
+        """Write many versions (in order per session); one result or error each.
+
+        All are queued at once, so they share group commits.
+        """
+        futures: list[Future[Any] | StoreError] = []
+        for req in requests:
+            try:
+                futures.append(self._submit(self._put_op(req)))
+            except StoreError as exc:
+                futures.append(exc)
+        out: list[PutResult | StoreError] = []
+        for f in futures:
+            if isinstance(f, StoreError):
+                out.append(f)
+                continue
+            try:
+                out.append(f.result())
+            except StoreError as exc:
+                out.append(exc)
+        return out
+
+    def fork(
+        self, session_id: str, version: int, new_session_id: str, *, labels: dict[str, str] | None = None
+    ) -> SessionInfo:
+        """A new session whose version 1 is ``version`` (0 = latest) of another."""
+        sid = keys.session_key(session_id)
+        new_sid = keys.session_key(new_session_id, field="new_session_id")
+        labels = dict(labels or {})
+        keys.check_labels(labels)
+        _check_version_arg(version)
+
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> SessionInfo:
+            if txn.get(new_sid, db=self._sessions) is not None:
+                raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
+            state, _ = self._read_state(txn, sid, session_id, version)
+            src = _record(txn.get(sid, db=self._sessions))
+            resolved = version or src.head_version
+            encoder = ChainEncoder(policy=self.config.chain_policy)
+            frame = encoder.replace(state)
+            now = time.time_ns()
+            rec = records_pb2.SessionRecord(
+                created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
+            )
+            self._append(txn, new_sid, rec, frame.data, frame.kind, WriteMode.FORK, labels, now, old_updated=None)
+            batch.touched_encoders.add(new_sid)
+            batch.after_commit.append(lambda: self._after_write(new_sid, encoder, frame.version, state))
+            return _session_info(new_session_id, rec)
+
+        return self._submit(_Op(apply)).result()  # type: ignore[no-any-return]
+
+    def delete_session(self, session_id: str) -> int:
+        """Remove a session, every version and every index entry; returns versions removed."""
+        sid = keys.session_key(session_id)
+
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> int:
+            raw = txn.get(sid, db=self._sessions)
+            if raw is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            rec = _record(raw)
+            removed = self._delete_frames(txn, sid, below=None)
+            self._delete_requests(txn, sid)
+            for key, value in rec.labels.items():
+                txn.delete(keys.label_key(key, value, sid), db=self._labels)
+            txn.delete(keys.time_key(rec.updated_unix_nanos, sid), db=self._updated)
+            txn.delete(sid, db=self._sessions)
+            batch.touched_encoders.add(sid)
+            batch.after_commit.append(lambda: self._forget(sid))
+            return removed
+
+        return self._submit(_Op(apply)).result()  # type: ignore[no-any-return]
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, session_id: str, version: int = 0) -> GetResult:
+        """The state of ``version`` (0 = latest), verified."""
+        sid = keys.session_key(session_id)
+        _check_version_arg(version)
+        cached = self._states.get(sid)
+        if cached is not None and (version == 0 or version == cached[0]):
+            return GetResult(cached[0], cached[1], self._cached_info(sid, cached[0]))
+        with self._read() as txn:
+            state, info = self._read_state(txn, sid, session_id, version)
+        return GetResult(info.version, state, info)
+
+    def session(self, session_id: str) -> SessionInfo:
+        sid = keys.session_key(session_id)
+        with self._read() as txn:
+            raw = txn.get(sid, db=self._sessions)
+            if raw is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            return _session_info(session_id, _record(raw))
+
+    def list_versions(
+        self, session_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[VersionInfo], str]:
+        """A page of a session's versions, newest first, and the next page's token ("" at the end)."""
+        sid = keys.session_key(session_id)
+        size = _page_size(page_size)
+        start = _decode_token(page_token, "page_token")
+        with self._read() as txn:
+            raw = txn.get(sid, db=self._sessions)
+            if raw is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            rec = _record(raw)
+            top = rec.head_version
+            if start:
+                if not start.isdigit():
+                    raise InvalidArgument(f"page_token {page_token!r} is not a token this server issued")
+                top = min(top, int(start))
+            out: list[VersionInfo] = []
+            cur = txn.cursor(db=self._frames)
+            if top >= rec.first_version and cur.set_key(keys.frame_key(sid, top)):
+                for key, value in _backward(cur):
+                    if not key.startswith(sid + keys.SEP):
+                        break
+                    version = keys.frame_version(key, sid)
+                    if len(out) == size:
+                        return out, _encode_token(str(version).encode())
+                    out.append(_version_info(version, value))
+            return out, ""
+
+    def list_sessions(
+        self,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        label_filter: dict[str, str] | None = None,
+        updated_after_nanos: int | None = None,
+        updated_before_nanos: int | None = None,
+    ) -> tuple[list[SessionInfo], str]:
+        """A page of sessions matching every filter, and the next page's token.
+
+        Uses the label index (first label of the filter) or the updated-time
+        index, so filtered listings do not scan every session. A page may hold
+        fewer than ``page_size`` sessions when many candidates did not match;
+        keep following ``next_page_token`` until it is empty.
+        """
+        size = _page_size(page_size)
+        labels = dict(label_filter or {})
+        keys.check_labels(labels, field="label_filter")
+        after = updated_after_nanos if updated_after_nanos is not None else 0
+        before = updated_before_nanos if updated_before_nanos is not None else 2**63
+        resume = _decode_token(page_token, "page_token")
+        if labels:
+            first_key = min(labels)
+            prefix = keys.label_prefix(first_key, labels[first_key])
+            db, lo, hi = self._labels, prefix, prefix + b"\xff"
+
+            def sid_of(key: bytes) -> bytes:
+                return key[len(prefix) :]
+        elif updated_after_nanos is not None or updated_before_nanos is not None:
+            db, lo, hi = self._updated, keys.time_key(after, b""), keys.time_key(before, b"")
+
+            def sid_of(key: bytes) -> bytes:
+                return key[8:]
+        else:
+            db, lo, hi = self._sessions, b"", b"\xff" * (keys.MAX_SESSION_ID_BYTES + 1)
+
+            def sid_of(key: bytes) -> bytes:
+                return key
+
+        out: list[SessionInfo] = []
+        with self._read() as txn:
+            cur = txn.cursor(db=db)
+            if not cur.set_range(max(lo, resume)):
+                return out, ""
+            scanned = 0
+            for key in _forward_keys(cur):
+                if key >= hi:
+                    return out, ""
+                if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
+                    return out, _encode_token(_before(key))
+                scanned += 1
+                sid = sid_of(key)
+                raw = txn.get(sid, db=self._sessions)
+                if raw is None:
+                    continue
+                rec = _record(raw)
+                if not after <= rec.updated_unix_nanos < before:
+                    continue
+                if any(rec.labels.get(k) != v for k, v in labels.items()):
+                    continue
+                out.append(_session_info(sid.decode(), rec))
+        return out, ""
+
+    # -- retention -----------------------------------------------------------
+
+    def sweep(self, *, now_nanos: int | None = None) -> SweepResult:
+        """Apply retention to every session and expire old request ids, now.
+
+        The background sweeper calls this every sweep_interval_seconds. Each
+        chunk of sessions is one write operation, so writes keep flowing.
+        """
+        now = time.time_ns() if now_nanos is None else now_nanos
+        pruned = removed = 0
+        if self.config.retention.enabled:
+            after = b""
+            while True:
+                with self._read() as txn:
+                    cur = txn.cursor(db=self._sessions)
+                    chunk = []
+                    if cur.set_range(after):
+                        for key in _forward_keys(cur):
+                            if key == after:
+                                continue
+                            chunk.append(bytes(key))
+                            if len(chunk) == _SWEEP_CHUNK:
+                                break
+                if not chunk:
+                    break
+                after = chunk[-1]
+                counts = self._submit(_Op(self._prune_op(chunk, now))).result()
+                pruned += counts[0]
+                removed += counts[1]
+        expired = self._submit(_Op(self._expire_requests_op(now))).result()
+        return SweepResult(pruned, removed, expired)
+
+    # -- introspection -------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        info = self._env.info()
+        stat = self._env.stat()
+        with self._read() as txn:
+            sessions = txn.stat(self._sessions)["entries"]
+            frames = txn.stat(self._frames)["entries"]
+        return {
+            "sessions": sessions,
+            "versions": frames,
+            "map_size_bytes": info["map_size"],
+            "used_bytes": (info["last_pgno"] + 1) * stat["psize"],
+            "commits": self.commits,
+            "map_resizes": self.map_resizes,
+            "batch_sizes": dict(self.batch_sizes),
+            "state_cache_hits": self._states.hits,
+            "state_cache_misses": self._states.misses,
+            "state_cache_bytes": self._states.size_bytes,
+        }
+
+    def iter_frames(self, session_id: str) -> Iterator[tuple[int, VersionInfo, bytes]]:
+        """Every stored frame of a session, oldest first (for verify/inspect tools)."""
+        sid = keys.session_key(session_id)
+        with self._read() as txn:
+            cur = txn.cursor(db=self._frames)
+            if not cur.set_range(sid + keys.SEP):
+                return
+            for key, value in _forward(cur):
+                if not key.startswith(sid + keys.SEP):
+                    return
+                version = keys.frame_version(key, sid)
+                yield version, _version_info(version, value), bytes(_frame_of(value))
+
+    def session_ids(self) -> Iterator[str]:
+        with self._read() as txn:
+            for key in _forward_keys(txn.cursor(db=self._sessions)):
+                yield bytes(key).decode()
+
+    # -- write operations (run on the writer thread, inside a transaction) --
+
+    def _put_op(self, req: PutRequest) -> _Op:
+        sid = keys.session_key(req.session_id)
+        try:
+            mode = WriteMode(req.mode)
+        except ValueError:
+            raise InvalidArgument(f"mode must be REPLACE (1) or MERGE (2), got {req.mode!r}") from None
+        if mode is WriteMode.FORK:
+            raise InvalidArgument("mode must be REPLACE (1) or MERGE (2), got FORK (3)")
+        if not isinstance(req.state, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"state must be bytes, not {type(req.state).__name__}")
+        if len(req.state) > self.config.max_state_bytes:
+            raise ResourceExhausted(
+                f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {self.config.max_state_bytes}"
+            )
+        keys.check_labels(req.labels)
+        rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
+        if req.expected_version is not None and req.expected_version < 0:
+            raise InvalidArgument(f"expected_version must be >= 0, got {req.expected_version}")
+        state = bytes(req.state)
+
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> PutResult:
+            if rid_key is not None:
+                raw_req = txn.get(rid_key, db=self._requests)
+                if raw_req is not None:
+                    done = records_pb2.RequestRecord.FromString(bytes(raw_req))
+                    if done.expires_unix_nanos > time.time_ns():
+                        return PutResult(
+                            done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
+                        )
+            raw = txn.get(sid, db=self._sessions)
+            rec = _record(raw) if raw is not None else None
+            head = rec.head_version if rec else 0
+            if req.expected_version is not None and req.expected_version != head:
+                raise VersionConflict(req.session_id, req.expected_version, head)
+            if (
+                mode is WriteMode.MERGE
+                and rec
+                and _head_state_size(txn, self._frames, sid, head) + len(state) > (self.config.max_state_bytes)
+            ):
+                raise ResourceExhausted(
+                    f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
+                    f" max_state_bytes ({self.config.max_state_bytes})"
+                )
+            encoder = self._encoder_for(txn, sid, req.session_id, rec)
+            batch.touched_encoders.add(sid)
+            try:
+                frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state)
+            except WireFormatError as exc:
+                raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
+            except EncodeError as exc:
+                raise InvalidArgument(f"state cannot be encoded: {exc}") from None
+            try:
+                now = time.time_ns()
+                if rec is None:
+                    rec = records_pb2.SessionRecord(created_unix_nanos=now)
+                    old_updated = None
+                else:
+                    old_updated = rec.updated_unix_nanos
+                self._append(txn, sid, rec, frame.data, frame.kind, mode, req.labels, now, old_updated)
+                result = PutResult(frame.version, frame.stored_bytes, frame.kind, encoder.state_size)
+                if rid_key is not None:
+                    expires = now + int(self.config.request_id_ttl_seconds * 1e9)
+                    self._remember_request(txn, rid_key, result, expires)
+            except BaseException:
+                encoder.rollback()
+                raise
+            new_state = encoder.state
+            batch.after_commit.append(lambda: self._after_write(sid, encoder, frame.version, new_state))
+            return result
+
+        return _Op(apply)
+
+    def _append(
+        self,
+        txn: lmdb.Transaction,
+        sid: bytes,
+        rec: records_pb2.SessionRecord,
+        frame: bytes,
+        kind: FrameKind,
+        mode: WriteMode,
+        labels: dict[str, str],
+        now: int,
+        old_updated: int | None,
+    ) -> None:
+        """Store the next frame of a session and update its record and indexes."""
+        version = rec.head_version + 1
+        meta = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode, labels=labels).SerializeToString()
+        value = _META_LEN.pack(len(meta)) + meta + frame
+        if not txn.put(keys.frame_key(sid, version), value, db=self._frames, overwrite=False):
+            raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
+        rec.head_version = version
+        if kind is FrameKind.FULL:
+            rec.chain_start_version = version
+        if not rec.first_version:
+            rec.first_version = version
+        rec.stored_bytes += len(frame)
+        rec.version_count += 1
+        for key, value_ in labels.items():
+            old = rec.labels.get(key)
+            if old != value_:
+                if old is not None:
+                    txn.delete(keys.label_key(key, old, sid), db=self._labels)
+                txn.put(keys.label_key(key, value_, sid), b"", db=self._labels)
+                rec.labels[key] = value_
+        if old_updated is not None:
+            txn.delete(keys.time_key(old_updated, sid), db=self._updated)
+        rec.updated_unix_nanos = now
+        txn.put(keys.time_key(now, sid), b"", db=self._updated)
+        txn.put(sid, rec.SerializeToString(), db=self._sessions)
+
+    def _remember_request(self, txn: lmdb.Transaction, rid_key: bytes, result: PutResult, expires: int) -> None:
+        old = txn.get(rid_key, db=self._requests)
+        if old is not None:  # an expired record being replaced
+            old_exp = records_pb2.RequestRecord.FromString(bytes(old)).expires_unix_nanos
+            txn.delete(keys.time_key(old_exp, rid_key), db=self._req_expiry)
+        record = records_pb2.RequestRecord(
+            version=result.version,
+            stored_bytes=result.stored_bytes,
+            frame_kind=result.frame_kind,
+            state_size=result.state_size,
+            expires_unix_nanos=expires,
+        )
+        txn.put(rid_key, record.SerializeToString(), db=self._requests)
+        txn.put(keys.time_key(expires, rid_key), b"", db=self._req_expiry)
+
+    def _encoder_for(
+        self, txn: lmdb.Transaction, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None
+    ) -> ChainEncoder:
+        if rec is None:
+            encoder = ChainEncoder(policy=self.config.chain_policy)
+            self._encoders.put(sid, encoder)
+            return encoder
+        cached = self._encoders.get(sid)
+        if cached is not None and cached.version == rec.head_version:
+            return cached
+        chain = self._chain_frames(txn, sid, session_id, rec, rec.head_version)
+        try:
+            state = decode(chain)
+            headers = [parse(f)[0] for f in chain]
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {rec.head_version}: {exc}") from None
+        encoder = ChainEncoder.resume(state, headers, policy=self.config.chain_policy)
+        # The encoder cache belongs to this (writer) thread; a batch that
+        # aborts drops every encoder it touched.
+        self._encoders.put(sid, encoder)
+        return encoder
+
+    def _after_write(self, sid: bytes, encoder: ChainEncoder, version: int, state: bytes) -> None:
+        self._encoders.put(sid, encoder)  # refreshes its LRU position
+        self._states.put(sid, version, state)
+
+    def _forget(self, sid: bytes) -> None:
+        self._encoders.discard(sid)
+        self._states.discard(sid)
+
+    def _delete_frames(self, txn: lmdb.Transaction, sid: bytes, *, below: int | None) -> int:
+        """Delete a session's frames (all, or those below a version); return how many."""
+        cur = txn.cursor(db=self._frames)
+        removed = 0
+        if not cur.set_range(sid + keys.SEP):
+            return 0
+        stop = keys.frame_key(sid, below) if below is not None else None
+        while True:
+            key = _key(cur)
+            if not key.startswith(sid + keys.SEP) or (stop is not None and key >= stop):
+                break
+            cur.delete()  # moves to the next item
+            removed += 1
+            if not _key(cur):
+                break
+        return removed
+
+    def _delete_requests(self, txn: lmdb.Transaction, sid: bytes) -> None:
+        cur = txn.cursor(db=self._requests)
+        if not cur.set_range(sid + keys.SEP):
+            return
+        while _key(cur).startswith(sid + keys.SEP):
+            expires = records_pb2.RequestRecord.FromString(_value(cur)).expires_unix_nanos
+            txn.delete(keys.time_key(expires, _key(cur)), db=self._req_expiry)
+            cur.delete()
+            if not _key(cur):
+                break
+
+    def _prune_op(self, sids: list[bytes], now: int) -> Callable[[_Batch, lmdb.Transaction], tuple[int, int]]:
+        retention = self.config.retention
+
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> tuple[int, int]:
+            pruned = removed = 0
+            for sid in sids:
+                raw = txn.get(sid, db=self._sessions)
+                if raw is None:
+                    continue
+                rec = _record(raw)
+                cut = rec.first_version
+                if retention.keep_last_versions is not None:
+                    cut = max(cut, rec.head_version - retention.keep_last_versions + 1)
+                if retention.max_version_age_seconds is not None:
+                    oldest = now - int(retention.max_version_age_seconds * 1e9)
+                    cut = max(cut, self._first_version_since(txn, sid, rec, oldest))
+                cut = min(cut, rec.head_version)  # the head always stays
+                if cut <= rec.first_version:
+                    continue
+                # Never leave a delta without its chain start: cut at the
+                # FULL frame that starts cut's chain.
+                start = self._chain_start(txn, sid, sid.decode(), cut)
+                if start <= rec.first_version:
+                    continue
+                freed = 0
+                cur = txn.cursor(db=self._frames)
+                cur.set_key(keys.frame_key(sid, rec.first_version))
+                for key, value in _forward(cur):
+                    if key >= keys.frame_key(sid, start):
+                        break
+                    freed += len(value) - _META_LEN.size - _META_LEN.unpack_from(value)[0]
+                n = self._delete_frames(txn, sid, below=start)
+                rec.first_version = start
+                rec.version_count -= n
+                rec.stored_bytes -= freed
+                txn.put(sid, rec.SerializeToString(), db=self._sessions)
+                pruned += 1
+                removed += n
+            return pruned, removed
+
+        return apply
+
+    def _first_version_since(
+        self, txn: lmdb.Transaction, sid: bytes, rec: records_pb2.SessionRecord, oldest: int
+    ) -> int:
+        cur = txn.cursor(db=self._frames)
+        if not cur.set_key(keys.frame_key(sid, rec.first_version)):
+            return rec.first_version
+        for key, value in _forward(cur):
+            if not key.startswith(sid + keys.SEP):
+                break
+            if _meta_of(value).created_unix_nanos >= oldest:
+                return keys.frame_version(key, sid)
+        return rec.head_version
+
+    def _expire_requests_op(self, now: int) -> Callable[[_Batch, lmdb.Transaction], int]:
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> int:
+            cur = txn.cursor(db=self._req_expiry)
+            expired = 0
+            if not cur.first():
+                return 0
+            while keys.time_of(_key(cur)) < now:
+                txn.delete(_key(cur)[8:], db=self._requests)
+                cur.delete()
+                expired += 1
+                if not _key(cur):
+                    break
+            return expired
+
+        return apply
+
+    # -- reading chains ------------------------------------------------------
+
+    def _read_state(
+        self, txn: lmdb.Transaction, sid: bytes, session_id: str, version: int
+    ) -> tuple[bytes, VersionInfo]:
+        raw = txn.get(sid, db=self._sessions)
+        if raw is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        rec = _record(raw)
+        target = version or rec.head_version
+        if target > rec.head_version:
+            raise NotFound(f"session {session_id!r} has no version {target}; the head is version {rec.head_version}")
+        if target < rec.first_version:
+            raise NotFound(
+                f"session {session_id!r} version {target} was removed by retention;"
+                f" the oldest kept is version {rec.first_version}"
+            )
+        chain = self._chain_frames(txn, sid, session_id, rec, target)
+        try:
+            state = decode(chain)
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
+        value = txn.get(keys.frame_key(sid, target), db=self._frames)
+        return state, _version_info(target, value)
+
+    def _chain_start(self, txn: lmdb.Transaction, sid: bytes, session_id: str, target: int) -> int:
+        """Version of the FULL frame whose chain holds ``target``."""
+        cur = txn.cursor(db=self._frames)
+        if not cur.set_key(keys.frame_key(sid, target)):
+            raise DataLoss(f"session {session_id!r}: frame of version {target} is missing")
+        for key, value in _backward(cur):
+            if not key.startswith(sid + keys.SEP):
+                break
+            if _frame_of(value)[_FRAME_KIND_OFFSET] == FrameKind.FULL:
+                return keys.frame_version(key, sid)
+        raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+    def _chain_frames(
+        self, txn: lmdb.Transaction, sid: bytes, session_id: str, rec: records_pb2.SessionRecord, target: int
+    ) -> list[memoryview]:
+        """The frames from target's chain start to target, read in one transaction."""
+        start = rec.chain_start_version if target >= rec.chain_start_version else None
+        if start is None:
+            start = self._chain_start(txn, sid, session_id, target)
+        cur = txn.cursor(db=self._frames)
+        frames: list[memoryview] = []
+        if cur.set_key(keys.frame_key(sid, start)):
+            for key, value in _forward(cur):
+                frames.append(_frame_of(value))
+                if keys.frame_version(key, sid) >= target or len(frames) > target - start:
+                    break
+        if len(frames) != target - start + 1:
+            raise DataLoss(
+                f"session {session_id!r}: chain {start}..{target} has {len(frames)} frames,"
+                f" expected {target - start + 1}"
+            )
+        return frames
+
+    def _cached_info(self, sid: bytes, version: int) -> VersionInfo:
+        with self._read() as txn:
+            value = txn.get(keys.frame_key(sid, version), db=self._frames)
+            if value is None:  # deleted between the cache hit and now
+                raise NotFound(f"session {sid.decode()!r} version {version} no longer exists")
+            return _version_info(version, value)
+
+    # -- the writer thread ---------------------------------------------------
+
+    def _submit(self, op: _Op) -> Future[Any]:
+        if self._closing.is_set():
+            raise Unavailable("the store is closing; no new writes are accepted")
+        self._queue.put(op)
+        return op.future
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        if self._closed and not self._writer.is_alive():
+            raise Unavailable("the store is closed")
+        with self._rw.shared(), self._env.begin() as txn:
+            yield txn
+
+    def _writer_loop(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                stop = True
+                batch: list[_Op] = []
+            else:
+                batch = [first]
+            while len(batch) < self.config.max_batch_writes:
+                try:
+                    op = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if op is None:
+                    stop = True
+                    continue
+                batch.append(op)
+            if batch:
+                self._run_batch(batch)
+
+    def _run_batch(self, ops: list[_Op]) -> None:
+        while True:
+            batch = _Batch()
+            outcomes: list[tuple[_Op, Any, BaseException | None]] = []
+            try:
+                with self._env.begin(write=True, db=self._frames) as txn:
+                    for op in ops:
+                        try:
+                            with self._env.begin(write=True, parent=txn) as sub:
+                                outcomes.append((op, op.apply(batch, sub), None))
+                        except lmdb.MapFullError:
+                            raise
+                        except (StoreError, CodecError) as exc:
+                            outcomes.append((op, None, _as_store_error(exc)))
+                        except Exception as exc:  # a bug: fail this op, keep serving
+                            outcomes.append((op, None, exc))
+            except lmdb.MapFullError:
+                # Nothing was committed. Encoders already advanced for this
+                # batch are dropped (they are rebuilt from LMDB on next use).
+                for sid in batch.touched_encoders:
+                    self._encoders.discard(sid)
+                if self._grow_map():
+                    continue
+                if len(ops) > 1:  # at the cap: give each write its own chance
+                    for op in ops:
+                        self._run_batch([op])
+                    return
+                ops[0].future.set_exception(
+                    StoreFull(
+                        f"the store is full: the LMDB map reached max_map_size_bytes"
+                        f" ({self.config.max_map_size_bytes}); nothing was written"
+                    )
+                )
+                return
+            except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
+                for sid in batch.touched_encoders:
+                    self._encoders.discard(sid)
+                for op in ops:
+                    op.future.set_exception(Unavailable(f"commit failed: {exc!r}"))
+                return
+            self.commits += 1
+            self.batch_sizes[len(ops)] += 1
+            for action in batch.after_commit:
+                action()
+            for op, result, error in outcomes:
+                if error is None:
+                    op.future.set_result(result)
+                else:
+                    op.future.set_exception(error)
+            return
+
+    def _grow_map(self) -> bool:
+        if self._map_size >= self.config.max_map_size_bytes:
+            return False
+        new_size = min(self._map_size * 2, self.config.max_map_size_bytes)
+        with self._rw.exclusive():
+            self._env.set_mapsize(new_size)
+        self._map_size = new_size
+        self.map_resizes += 1
+        return True
+
+    def _sweeper_loop(self) -> None:
+        while not self._closing.wait(self.config.sweep_interval_seconds):
+            with contextlib.suppress(Unavailable):
+                self.sweep()
+
+
+# -- helpers ------------------------------------------------------------------
+#
+# Every transaction here is opened with buffers=False, so LMDB hands back
+# bytes (the stubs also allow memoryview, for buffers=True).
+
+
+def _forward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
+    return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
+
+
+def _backward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
+    return cast(Iterator[tuple[bytes, bytes]], cur.iterprev(keys=True, values=True))
+
+
+def _forward_keys(cur: lmdb.Cursor) -> Iterator[bytes]:
+    return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+
+def _key(cur: lmdb.Cursor) -> bytes:
+    return cast(bytes, cur.key())
+
+
+def _value(cur: lmdb.Cursor) -> bytes:
+    return cast(bytes, cur.value())
+
+
+def _lock_data_dir(data_dir: os.PathLike[str]) -> Any:
+    """Hold an exclusive lock on the data directory for the store's lifetime."""
+    path = os.path.join(data_dir, "ckpt.lock")
+    fh = open(path, "a+")  # noqa: SIM115 - held open until close()
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise Unavailable(f"data directory {data_dir} is in use by {holder}") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def _record(raw: Any) -> records_pb2.SessionRecord:
+    return records_pb2.SessionRecord.FromString(bytes(raw))
+
+
+def _meta_of(value: Any) -> records_pb2.VersionRecord:
+    (n,) = _META_LEN.unpack_from(value)
+    return records_pb2.VersionRecord.FromString(bytes(value[_META_LEN.size : _META_LEN.size + n]))
+
+
+def _frame_of(value: Any) -> memoryview:
+    (n,) = _META_LEN.unpack_from(value)
+    return memoryview(value)[_META_LEN.size + n :]
+
+
+def _head_state_size(txn: lmdb.Transaction, frames_db: Any, sid: bytes, version: int) -> int:
+    value = txn.get(keys.frame_key(sid, version), db=frames_db)
+    return parse(_frame_of(value))[0].state_size if value is not None else 0
+
+
+def _version_info(version: int, value: Any) -> VersionInfo:
+    meta = _meta_of(value)
+    header, _ = parse(_frame_of(value))
+    return VersionInfo(
+        version=version,
+        parent_version=version - 1 if meta.mode != WriteMode.FORK else 0,
+        created_unix_nanos=meta.created_unix_nanos,
+        frame_kind=header.kind,
+        stored_bytes=header.frame_size,
+        state_size=header.state_size,
+        labels=dict(meta.labels),
+        mode=WriteMode(meta.mode),
+    )
+
+
+def _session_info(session_id: str, rec: records_pb2.SessionRecord) -> SessionInfo:
+    return SessionInfo(
+        session_id=session_id,
+        head_version=rec.head_version,
+        first_version=rec.first_version,
+        created_unix_nanos=rec.created_unix_nanos,
+        updated_unix_nanos=rec.updated_unix_nanos,
+        labels=dict(rec.labels),
+        stored_bytes=rec.stored_bytes,
+        version_count=rec.version_count,
+        forked_from_session_id=rec.forked_from_session_id,
+        forked_from_version=rec.forked_from_version,
+    )
+
+
+def _as_store_error(exc: BaseException) -> StoreError:
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, DecodeError):
+        return DataLoss(str(exc))
+    return InvalidArgument(str(exc))
+
+
+def _check_version_arg(version: int) -> None:
+    if not isinstance(version, int) or version < 0:
+        raise InvalidArgument(f"version must be an integer >= 0 (0 = latest), got {version!r}")
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 0:
+        raise InvalidArgument(f"page_size must be >= 0, got {page_size}")
+    return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
+
+
+def _encode_token(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, field_name: str) -> bytes:
+    if not token:
+        return b""
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise InvalidArgument(f"{field_name} {token!r} is not a token this server issued") from None
+
+
+def _before(key: bytes) -> bytes:
+    """A resume key: listing restarts *at* this key (set_range), not after it."""
+    return bytes(key)

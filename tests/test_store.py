@@ -1,0 +1,438 @@
+"""The LMDB store, on real LMDB directories."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ckpt.v1 import checkpoint_pb2 as pb
+from codec import ChainPolicy, FrameKind
+from sidecar import (
+    AlreadyExists,
+    DataLoss,
+    InvalidArgument,
+    NotFound,
+    PutRequest,
+    ResourceExhausted,
+    Retention,
+    Store,
+    StoreConfig,
+    StoreFull,
+    Unavailable,
+    VersionConflict,
+    WriteMode,
+)
+
+# Small test states would always be FULL frames under the default per-frame
+# cost; these tests want real chains.
+CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=8)
+
+
+def state_of(session: str, version: int, size: int = 600) -> bytes:
+    """A deterministic state per (session, version): a growing agent log."""
+    cp = pb.Checkpoint(schema_version=1, step=version, goal=f"goal of {session}")
+    for i in range(1, version + 1):
+        cp.messages.add(role=pb.ROLE_ASSISTANT, content=f"{session} step {i} " + "x" * (size // 10))
+    return cp.SerializeToString(deterministic=True)
+
+
+def patch_of(version: int) -> bytes:
+    return pb.Checkpoint(
+        step=version, messages=[pb.Message(content=f"merged step {version} " + "y" * 50)]
+    ).SerializeToString()
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> StoreConfig:
+    return StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600)
+
+
+@pytest.fixture
+def store(config: StoreConfig) -> Iterator[Store]:
+    with Store(config) as s:
+        yield s
+
+
+def test_replace_and_merge_round_trip_at_every_version_hot_and_cold(config: StoreConfig) -> None:
+    expected: dict[int, bytes] = {}
+    with Store(config) as store:
+        merged = b""
+        for v in range(1, 31):
+            if v % 3:
+                data = state_of("s", v)
+                r = store.put("s", data)
+                merged = data
+            else:
+                data = patch_of(v)
+                r = store.put("s", data, mode=WriteMode.MERGE)
+                merged += data
+            assert r.version == v and r.state_size == len(merged)
+            expected[v] = merged
+            assert store.get("s").state == merged  # hot
+        kinds = {i.frame_kind for i in store.list_versions("s", page_size=100)[0]}
+        assert kinds == {FrameKind.FULL, FrameKind.DELTA, FrameKind.PATCH}
+    with Store(config) as store:  # cold: a new process would see the same
+        for v, want in expected.items():
+            got = store.get("s", v)
+            assert (got.version, got.state) == (v, want)
+        assert store.get("s").version == 30
+
+
+def test_compare_and_set_under_many_threads_never_forks(store: Store) -> None:
+    store.put("cas", state_of("cas", 1))
+    wins: list[tuple[int, int]] = []
+    conflicts = 0
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        nonlocal conflicts
+        for _ in range(25):
+            head = store.get("cas").version
+            try:
+                r = store.put("cas", state_of(f"w{n}", head + 1), expected_version=head)
+            except VersionConflict as exc:
+                assert exc.current_version > head
+                with lock:
+                    conflicts += 1
+                continue
+            with lock:
+                wins.append((head, r.version))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert conflicts > 0  # the threads really raced
+    expected_heads = [h for h, _ in wins]
+    assert len(expected_heads) == len(set(expected_heads)), "two writers succeeded against the same head"
+    assert all(v == h + 1 for h, v in wins)
+    head = store.get("cas").version
+    assert head == 1 + len(wins)
+    for v in range(1, head + 1):
+        store.get("cas", v)  # every version decodes
+
+
+def test_expected_version_zero_means_create_only(store: Store) -> None:
+    store.put("new", b"\x08\x01", expected_version=0)
+    with pytest.raises(VersionConflict, match="expected_version 0 but the head is version 1"):
+        store.put("new", b"\x08\x02", expected_version=0)
+
+
+def test_request_id_retries_are_idempotent(store: Store) -> None:
+    first = store.put("r", state_of("r", 1), request_id="req-1")
+    again = store.put("r", state_of("r", 99), request_id="req-1")  # a retry after a lost reply
+    assert again.replayed and not first.replayed
+    assert (again.version, again.stored_bytes, again.frame_kind) == (
+        first.version,
+        first.stored_bytes,
+        first.frame_kind,
+    )
+    assert store.session("r").version_count == 1
+    assert store.get("r").state == state_of("r", 1)
+    # the same id on another session is another request
+    assert store.put("other", state_of("o", 1), request_id="req-1").replayed is False
+
+
+def test_request_ids_expire(config: StoreConfig) -> None:
+    with Store(replace(config, request_id_ttl_seconds=0.05)) as store:
+        store.put("r", b"\x08\x01", request_id="x")
+        time.sleep(0.1)
+        assert store.sweep().request_ids_expired == 1
+        assert store.put("r", b"\x08\x02", request_id="x").version == 2
+
+
+def test_history_is_paged_newest_first(store: Store) -> None:
+    for v in range(1, 251):
+        store.put("h", b"\x08" + bytes([v % 128]), labels={"n": str(v)})
+    seen, token, pages = [], "", 0
+    while True:
+        page, token = store.list_versions("h", page_size=100, page_token=token)
+        pages += 1
+        seen += [i.version for i in page]
+        if not token:
+            break
+    assert pages == 3 and seen == list(range(250, 0, -1))
+    info = store.list_versions("h", page_size=1)[0][0]
+    assert (info.version, info.parent_version, info.labels, info.mode) == (250, 249, {"n": "250"}, WriteMode.REPLACE)
+    with pytest.raises(InvalidArgument, match="page_token"):
+        store.list_versions("h", page_token="not-a-token!")
+    with pytest.raises(NotFound, match="'nope' does not exist"):
+        store.list_versions("nope")
+
+
+def test_fork_from_an_old_version_and_delete(store: Store) -> None:
+    for v in range(1, 12):
+        store.put("src", state_of("src", v), labels={"team": "a"}, request_id=f"q{v}")
+    info = store.fork("src", 4, "child", labels={"team": "b"})
+    assert (info.head_version, info.forked_from_session_id, info.forked_from_version) == (1, "src", 4)
+    got = store.get("child")
+    assert got.state == state_of("src", 4) and got.info.frame_kind is FrameKind.FULL and got.info.parent_version == 0
+    with pytest.raises(AlreadyExists):
+        store.fork("src", 0, "child")
+    with pytest.raises(NotFound, match="has no version 12"):
+        store.fork("src", 12, "child2")
+
+    assert store.delete_session("src") == 11
+    with pytest.raises(NotFound):
+        store.get("src")
+    with pytest.raises(NotFound):
+        store.delete_session("src")
+    assert [s.session_id for s in store.list_sessions(label_filter={"team": "a"})[0]] == []
+    assert [s.session_id for s in store.list_sessions()[0]] == ["child"]
+    # a recreated session starts over: no stale frames, request ids or cache
+    assert store.put("src", b"\x08\x07", request_id="q1").version == 1
+    assert store.get("src").state == b"\x08\x07"
+
+
+def test_list_sessions_filters_by_label_and_time(store: Store) -> None:
+    for i in range(30):
+        store.put(f"s{i:02d}", b"\x08\x01", labels={"tenant": "acme" if i % 3 == 0 else "other", "i": str(i)})
+    mid = time.time_ns()
+    for i in range(30, 40):
+        store.put(f"s{i:02d}", b"\x08\x01", labels={"tenant": "acme"})
+    got, token = [], ""
+    while True:
+        page, token = store.list_sessions(page_size=4, page_token=token, label_filter={"tenant": "acme"})
+        assert len(page) <= 4
+        got += [s.session_id for s in page]
+        if not token:
+            break
+    assert got == [f"s{i:02d}" for i in range(40) if i % 3 == 0 or i >= 30]
+    recent = store.list_sessions(page_size=100, updated_after_nanos=mid)[0]
+    assert [s.session_id for s in recent] == [f"s{i:02d}" for i in range(30, 40)]
+    both = store.list_sessions(label_filter={"tenant": "acme", "i": "3"}, updated_before_nanos=mid)[0]
+    assert [s.session_id for s in both] == ["s03"]
+    all_ids, token = [], ""
+    while True:
+        page, token = store.list_sessions(page_size=7, page_token=token)
+        all_ids += [s.session_id for s in page]
+        if not token:
+            break
+    assert all_ids == sorted(f"s{i:02d}" for i in range(40))
+
+
+def test_labels_merge_into_the_session(store: Store) -> None:
+    store.put("l", b"\x08\x01", labels={"a": "1", "b": "1"})
+    store.put("l", b"\x08\x02", labels={"b": "2"})
+    assert store.session("l").labels == {"a": "1", "b": "2"}
+    assert store.list_sessions(label_filter={"b": "1"})[0] == []
+    assert [s.session_id for s in store.list_sessions(label_filter={"b": "2"})[0]] == ["l"]
+
+
+def test_retention_keeps_whole_chains(config: StoreConfig) -> None:
+    policy = ChainPolicy(frame_cost_bytes=0, max_depth=3)  # chains start at 1, 5, 9, ...
+    cfg = replace(config, chain_policy=policy, retention=Retention(keep_last_versions=5))
+    with Store(cfg) as store:
+        for v in range(1, 19):
+            store.put("k", state_of("k", v))
+        kinds = {i.version: i.frame_kind for i in store.list_versions("k", page_size=100)[0]}
+        assert [v for v, k in sorted(kinds.items()) if k is FrameKind.FULL] == [1, 5, 9, 13, 17]
+        result = store.sweep()
+        assert (result.sessions_pruned, result.versions_removed) == (1, 12)
+        # keep-last-5 means versions 14..18; 14's chain starts at 13, so 13 stays too
+        info = store.session("k")
+        assert (info.first_version, info.version_count, info.head_version) == (13, 6, 18)
+        for v in range(13, 19):
+            assert store.get("k", v).state == state_of("k", v)
+        with pytest.raises(NotFound, match="removed by retention; the oldest kept is version 13"):
+            store.get("k", 12)
+        assert info.stored_bytes == sum(i.stored_bytes for i in store.list_versions("k")[0])
+        assert store.sweep().versions_removed == 0  # idempotent
+
+
+def test_retention_by_age_never_removes_the_head(config: StoreConfig) -> None:
+    cfg = replace(config, retention=Retention(max_version_age_seconds=60))
+    with Store(cfg) as store:
+        for v in range(1, 10):
+            store.put("t", state_of("t", v))
+        assert store.sweep().versions_removed == 0  # nothing is a minute old
+        later = time.time_ns() + 3600 * 10**9
+        store.sweep(now_nanos=later)
+        info = store.session("t")
+        assert info.head_version == 9 and info.first_version <= 9
+        assert store.get("t").state == state_of("t", 9)
+
+
+def test_the_map_grows_when_full(config: StoreConfig) -> None:
+    cfg = replace(config, map_size_bytes=1 << 20, max_map_size_bytes=64 << 20)
+    rnd = __import__("random").Random(1)
+    blobs = {f"m{i}": rnd.randbytes(200_000) for i in range(20)}  # incompressible, 4 MB total
+    with Store(cfg) as store:
+        for sid, blob in blobs.items():
+            store.put(sid, blob)
+        assert store.stats()["map_resizes"] >= 2
+    with Store(cfg) as store:
+        for sid, blob in blobs.items():
+            assert store.get(sid).state == blob
+
+
+def test_a_full_map_fails_cleanly_and_keeps_serving(config: StoreConfig) -> None:
+    cfg = replace(config, map_size_bytes=1 << 20, max_map_size_bytes=2 << 20)
+    rnd = __import__("random").Random(2)
+    written = {}
+    with Store(cfg) as store:
+        with pytest.raises(StoreFull, match="max_map_size_bytes"):
+            for i in range(100):
+                blob = rnd.randbytes(100_000)
+                store.put(f"f{i}", blob)
+                written[f"f{i}"] = blob
+        failed = f"f{len(written)}"
+        with pytest.raises(NotFound):
+            store.get(failed)  # nothing half-written is visible
+        for sid, blob in written.items():
+            assert store.get(sid).state == blob
+        store.delete_session("f0")  # freeing space lets writes through again
+        store.put("small", b"\x08\x01")
+    with Store(cfg) as store:
+        assert store.get("small").state == b"\x08\x01"
+        assert store.get("f1").state == written["f1"]
+
+
+@pytest.mark.parametrize(
+    ("session_id", "message"),
+    [
+        ("", "session_id is empty"),
+        ("x" * 257, "session_id is 257 bytes; the limit is 256"),
+        ("é" * 129, "session_id is 258 bytes; the limit is 256"),
+        ("a\x00b", "contains a control character"),
+        ("tab\there", "contains a control character"),
+        ("\ud800", "not valid UTF-8"),
+    ],
+)
+def test_bad_session_ids_are_refused(store: Store, session_id: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        store.put(session_id, b"")
+    with pytest.raises(InvalidArgument, match=message):
+        store.get(session_id)
+
+
+def test_limits_name_the_field(config: StoreConfig) -> None:
+    with Store(replace(config, max_state_bytes=1000)) as store:
+        with pytest.raises(ResourceExhausted, match="state is 1001 bytes; the limit \\(max_state_bytes\\) is 1000"):
+            store.put("s", b"x" * 1001)
+        store.put("s", b"\x0a\x03abc" * 110, mode=WriteMode.MERGE)
+        with pytest.raises(ResourceExhausted, match="would exceed max_state_bytes"):
+            store.put("s", b"\x0a\x03abc" * 110, mode=WriteMode.MERGE)
+        with pytest.raises(InvalidArgument, match="request_id is 129 bytes; the limit is 128"):
+            store.put("s", b"", request_id="r" * 129)
+        with pytest.raises(InvalidArgument, match="labels key '' is 0 bytes"):
+            store.put("s", b"", labels={"": "v"})
+        with pytest.raises(InvalidArgument, match="labels has 65 entries; the limit is 64"):
+            store.put("s", b"", labels={str(i): "v" for i in range(65)})
+        with pytest.raises(InvalidArgument, match="not a valid MERGE patch: field 1 at offset 0 declares 5 bytes"):
+            store.put("s", b"\x0a\x05ab", mode=WriteMode.MERGE)
+        with pytest.raises(InvalidArgument, match="mode must be REPLACE"):
+            store.put("s", b"", mode=7)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="version must be an integer >= 0"):
+            store.get("s", -1)
+        assert store.session("s").head_version == 1  # nothing bad was written
+
+
+def test_put_many_reports_each_write(store: Store) -> None:
+    results = store.put_many(
+        [
+            PutRequest("pm", b"\x08\x01"),
+            PutRequest("pm", b"\x08\x02", expected_version=5),
+            PutRequest("", b""),
+            PutRequest("pm", b"\x10\x01", mode=WriteMode.MERGE, expected_version=1),
+        ]
+    )
+    assert [type(r).__name__ for r in results] == ["PutResult", "VersionConflict", "InvalidArgument", "PutResult"]
+    assert store.get("pm").state == b"\x08\x01\x10\x01"
+
+
+def test_a_second_store_on_the_same_directory_is_refused(store: Store, config: StoreConfig) -> None:
+    with pytest.raises(Unavailable, match="is in use by pid"):
+        Store(config)
+
+
+def test_a_corrupt_frame_is_data_loss_naming_session_and_version(config: StoreConfig) -> None:
+    with Store(config) as store:
+        for v in range(1, 4):
+            store.put("c", state_of("c", v))
+    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8)
+    frames = env.open_db(b"frames")
+    with env.begin(write=True, db=frames) as txn:
+        key = b"c\x00" + (2).to_bytes(8, "big")
+        value = bytearray(txn.get(key) or b"")
+        value[-1] ^= 0x10
+        txn.put(key, bytes(value))
+    env.close()
+    with Store(config) as store:
+        assert store.get("c", 1).state == state_of("c", 1)
+        with pytest.raises(DataLoss, match=r"session 'c' version 3: .*checksum"):
+            store.get("c")
+        with pytest.raises(DataLoss, match="session 'c' version 3"):
+            store.put("c", state_of("c", 4))  # refuses to build on a corrupt head
+
+
+def test_readers_only_ever_see_committed_heads(store: Store) -> None:
+    store.put("rw", state_of("rw", 1))
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def reader() -> None:
+        last = 0
+        while not stop.is_set():
+            got = store.get("rw")
+            if got.state != state_of("rw", got.version):
+                errors.append(f"version {got.version} returned another version's state")
+            if got.version < last:
+                errors.append(f"went back from {last} to {got.version}")
+            last = got.version
+
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    for t in readers:
+        t.start()
+    for v in range(2, 60):
+        r = store.put("rw", state_of("rw", v))
+        assert store.get("rw").version == r.version  # acknowledged means visible
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[:3]
+
+
+def test_close_commits_queued_writes_then_refuses(config: StoreConfig) -> None:
+    store = Store(config)
+    results = []
+    threads = [
+        threading.Thread(target=lambda n=n: results.append(store.put(f"c{n}", state_of("c", 1)))) for n in range(32)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    with pytest.raises(Unavailable):
+        store.put("late", b"")
+    with Store(config) as reopened:
+        assert {s.session_id for s in reopened.list_sessions(page_size=100)[0]} == {f"c{n}" for n in range(32)}
+
+
+def test_group_commit_batches_concurrent_writers(store: Store) -> None:
+    def writer(n: int) -> None:
+        for v in range(1, 21):
+            store.put(f"g{n}", state_of(f"g{n}", v))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = store.stats()
+    assert stats["versions"] == 16 * 20
+    assert stats["commits"] < 16 * 20  # several writes shared a commit
+    assert max(stats["batch_sizes"]) > 1
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
