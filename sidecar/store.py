@@ -220,6 +220,8 @@ class Store:
         self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._closing = threading.Event()
+        # Held while enqueueing, so that no write can land behind the stop marker.
+        self._submit_lock = threading.Lock()
         self._closed = False
         self._close_lock = threading.Lock()
         self.batch_sizes: Counter[int] = Counter()
@@ -238,8 +240,9 @@ class Store:
             if self._closed:
                 return
             self._closed = True
-        self._closing.set()
-        self._queue.put(None)
+        with self._submit_lock:
+            self._closing.set()
+            self._queue.put(None)
         self._writer.join()
         self._sweeper.join()
         with self._rw.exclusive():
@@ -850,9 +853,10 @@ class Store:
     # -- the writer thread ---------------------------------------------------
 
     def _submit(self, op: _Op) -> Future[Any]:
-        if self._closing.is_set():
-            raise Unavailable("the store is closing; no new writes are accepted")
-        self._queue.put(op)
+        with self._submit_lock:
+            if self._closing.is_set():
+                raise Unavailable("the store is closing; no new writes are accepted")
+            self._queue.put(op)
         return op.future
 
     @contextlib.contextmanager
