@@ -436,3 +436,35 @@ def test_group_commit_batches_concurrent_writers(store: Store) -> None:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def test_the_background_sweeper_applies_retention(config: StoreConfig) -> None:
+    policy = ChainPolicy(frame_cost_bytes=0, max_depth=1)  # chains of 2: 1-2, 3-4, ...
+    cfg = replace(config, chain_policy=policy, retention=Retention(keep_last_versions=2), sweep_interval_seconds=0.05)
+    with Store(cfg) as store:
+        for v in range(1, 11):
+            store.put("bg", state_of("bg", v))
+        deadline = time.monotonic() + 10
+        while store.session("bg").first_version == 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        info = store.session("bg")
+        assert info.first_version == 9 and info.version_count == 2
+        assert store.get("bg", 9).state == state_of("bg", 9)
+
+
+def test_delete_leaves_no_entry_in_any_table(config: StoreConfig) -> None:
+    with Store(config) as store:
+        for v in range(1, 6):
+            store.put("gone", state_of("gone", v), labels={"k": f"v{v}"}, request_id=f"r{v}")
+        store.put("kept", b"\x08\x01", labels={"k": "v1"}, request_id="r1")
+        store.delete_session("gone")
+    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8, readonly=True)
+    leftovers = {}
+    with env.begin() as txn:
+        for name in (b"frames", b"sessions", b"requests", b"req_expiry", b"labels", b"updated"):
+            db = env.open_db(name, txn=txn, create=False)
+            keys_ = [bytes(k) for k in txn.cursor(db=db).iternext(values=False)]
+            leftovers[name] = [k for k in keys_ if b"gone" in k]
+            assert any(b"kept" in k for k in keys_), name  # the other session's entries are untouched
+    env.close()
+    assert all(not v for v in leftovers.values()), leftovers
