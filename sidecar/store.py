@@ -79,6 +79,8 @@ class PutResult:
     frame_kind: FrameKind
     state_size: int
     replayed: bool = False
+    #: Frames after the chain's FULL frame, this one included (0 for a FULL frame).
+    chain_depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,14 +193,25 @@ class Store:
 
     Thread-safe: call it from any number of threads. Use as a context manager
     or call close(); close() finishes and commits every queued write first.
+
+    ``readonly=True`` opens the data directory for reading only, without the
+    directory lock and without a writer: for inspection tools running beside
+    a live server (LMDB serves readers in other processes consistently).
     """
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, *, readonly: bool = False) -> None:
         self.config = config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock_data_dir(config.data_dir)
+        self.readonly = readonly
+        lmdb_dir = config.data_dir / "lmdb"
+        if readonly:
+            if not (lmdb_dir / "data.mdb").is_file():
+                raise NotFound(f"no ckpt store in {config.data_dir} (missing {lmdb_dir / 'data.mdb'})")
+            self._lock_file = None
+        else:
+            config.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_file = _lock_data_dir(config.data_dir)
         self._env = lmdb.open(
-            str(config.data_dir / "lmdb"),
+            str(lmdb_dir),
             map_size=config.map_size_bytes,
             max_dbs=8,
             max_readers=config.max_readers,
@@ -206,15 +219,17 @@ class Store:
             metasync=config.durability is Durability.SYNC,
             readahead=False,  # random reads of small values; readahead only pollutes the page cache
             subdir=True,
+            readonly=readonly,
         )
         # Open at the size the file already has (it may have grown before).
         self._map_size = max(config.map_size_bytes, self._env.info()["map_size"])
-        self._frames = self._env.open_db(b"frames")
-        self._sessions = self._env.open_db(b"sessions")
-        self._requests = self._env.open_db(b"requests")
-        self._req_expiry = self._env.open_db(b"req_expiry")
-        self._labels = self._env.open_db(b"labels")
-        self._updated = self._env.open_db(b"updated")
+        create = not readonly
+        self._frames = self._env.open_db(b"frames", create=create)
+        self._sessions = self._env.open_db(b"sessions", create=create)
+        self._requests = self._env.open_db(b"requests", create=create)
+        self._req_expiry = self._env.open_db(b"req_expiry", create=create)
+        self._labels = self._env.open_db(b"labels", create=create)
+        self._updated = self._env.open_db(b"updated", create=create)
         self._rw = _RWLock()
         self._states = StateCache(config.cache_size_bytes)
         self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
@@ -228,9 +243,12 @@ class Store:
         self.commits = 0
         self.map_resizes = 0
         self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
-        self._writer.start()
         self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
-        self._sweeper.start()
+        if readonly:
+            self._closing.set()  # every write is refused with Unavailable
+        else:
+            self._writer.start()
+            self._sweeper.start()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -243,11 +261,13 @@ class Store:
         with self._submit_lock:
             self._closing.set()
             self._queue.put(None)
-        self._writer.join()
-        self._sweeper.join()
+        if not self.readonly:
+            self._writer.join()
+            self._sweeper.join()
         with self._rw.exclusive():
             self._env.close()
-        self._lock_file.close()
+        if self._lock_file is not None:
+            self._lock_file.close()
 
     def __enter__(self) -> Store:
         return self
@@ -271,6 +291,14 @@ class Store:
         req = PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}))
         result: PutResult = self._submit(self._put_op(req)).result()
         return result
+
+    def submit(self, request: PutRequest) -> Future[PutResult]:
+        """Queue a write without waiting; the future resolves once it is committed.
+
+        Validation errors raise here; errors found in the transaction (version
+        conflicts, malformed patches, a full store) come from the future.
+        """
+        return self._submit(self._put_op(request))
 
     def put_many(self, requests: list[PutRequest]) -> list[PutResult | StoreError]:
         """Write many versions (in order per session); one result or error each.
@@ -371,7 +399,7 @@ class Store:
         """A page of a session's versions, newest first, and the next page's token ("" at the end)."""
         sid = keys.session_key(session_id)
         size = _page_size(page_size)
-        start = _decode_token(page_token, "page_token")
+        start = _decode_token(page_token, b"v")
         with self._read() as txn:
             raw = txn.get(sid, db=self._sessions)
             if raw is None:
@@ -380,7 +408,9 @@ class Store:
             top = rec.head_version
             if start:
                 if not start.isdigit():
-                    raise InvalidArgument(f"page_token {page_token!r} is not a token this server issued")
+                    raise InvalidArgument(
+                        f"page_token {page_token!r} is not a token this server issued for this listing"
+                    )
                 top = min(top, int(start))
             out: list[VersionInfo] = []
             cur = txn.cursor(db=self._frames)
@@ -390,7 +420,7 @@ class Store:
                         break
                     version = keys.frame_version(key, sid)
                     if len(out) == size:
-                        return out, _encode_token(str(version).encode())
+                        return out, _encode_token(b"v", str(version).encode())
                     out.append(_version_info(version, value))
             return out, ""
 
@@ -415,7 +445,10 @@ class Store:
         keys.check_labels(labels, field="label_filter")
         after = updated_after_nanos if updated_after_nanos is not None else 0
         before = updated_before_nanos if updated_before_nanos is not None else 2**63
-        resume = _decode_token(page_token, "page_token")
+        kind = b"s" + (
+            b"l" if labels else b"t" if updated_after_nanos is not None or updated_before_nanos is not None else b""
+        )
+        resume = _decode_token(page_token, kind)
         if labels:
             first_key = min(labels)
             prefix = keys.label_prefix(first_key, labels[first_key])
@@ -444,7 +477,7 @@ class Store:
                 if key >= hi:
                     return out, ""
                 if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
-                    return out, _encode_token(_before(key))
+                    return out, _encode_token(kind, _before(key))
                 scanned += 1
                 sid = sid_of(key)
                 raw = txn.get(sid, db=self._sessions)
@@ -491,6 +524,14 @@ class Store:
         return SweepResult(pruned, removed, expired)
 
     # -- introspection -------------------------------------------------------
+
+    @property
+    def cache_hits(self) -> int:
+        return self._states.hits
+
+    @property
+    def cache_misses(self) -> int:
+        return self._states.misses
 
     def stats(self) -> dict[str, Any]:
         info = self._env.info()
@@ -590,7 +631,9 @@ class Store:
                 else:
                     old_updated = rec.updated_unix_nanos
                 self._append(txn, sid, rec, frame.data, frame.kind, mode, req.labels, now, old_updated)
-                result = PutResult(frame.version, frame.stored_bytes, frame.kind, encoder.state_size)
+                result = PutResult(
+                    frame.version, frame.stored_bytes, frame.kind, encoder.state_size, chain_depth=encoder.chain.depth
+                )
                 if rid_key is not None:
                     expires = now + int(self.config.request_id_ttl_seconds * 1e9)
                     self._remember_request(txn, rid_key, result, expires)
@@ -855,6 +898,8 @@ class Store:
     def _submit(self, op: _Op) -> Future[Any]:
         with self._submit_lock:
             if self._closing.is_set():
+                if self.readonly:
+                    raise Unavailable("the store is open read-only; writes are refused")
                 raise Unavailable("the store is closing; no new writes are accepted")
             self._queue.put(op)
         return op.future
@@ -863,6 +908,10 @@ class Store:
     def _read(self) -> Iterator[lmdb.Transaction]:
         if self._closed and not self._writer.is_alive():
             raise Unavailable("the store is closed")
+        if self.readonly:
+            # Another process may have grown the map since we opened it.
+            with self._rw.exclusive():
+                self._env.set_mapsize(0)
         with self._rw.shared(), self._env.begin() as txn:
             yield txn
 
@@ -1066,17 +1115,21 @@ def _page_size(page_size: int) -> int:
     return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
 
 
-def _encode_token(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _encode_token(kind: bytes, raw: bytes) -> str:
+    return base64.urlsafe_b64encode(kind + b":" + raw).decode().rstrip("=")
 
 
-def _decode_token(token: str, field_name: str) -> bytes:
+def _decode_token(token: str, kind: bytes) -> bytes:
+    """The resume key in a page token; the kind prefix keeps tokens of one listing out of another."""
     if not token:
         return b""
     try:
-        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidArgument(f"{field_name} {token!r} is not a token this server issued") from None
+        raw = b""
+    if not raw.startswith(kind + b":"):
+        raise InvalidArgument(f"page_token {token!r} is not a token this server issued for this listing")
+    return raw[len(kind) + 1 :]
 
 
 def _before(key: bytes) -> bytes:

@@ -1,0 +1,389 @@
+"""The `ckpt` command line.
+
+    ckpt serve [--data-dir DIR] [--listen ADDR ...]      run the sidecar
+    ckpt put SESSION [FILE] [--merge]                    write a version (FILE or stdin)
+    ckpt get SESSION [--version N] [--out FILE]          read a version (to stdout or FILE)
+    ckpt history SESSION                                 list versions, newest first
+    ckpt fork SESSION NEW_SESSION [--version N]          fork a session
+    ckpt delete SESSION                                  delete a session
+    ckpt inspect SESSION [--data-dir DIR]                frames of a session: kinds, sizes, chains
+    ckpt verify [SESSION ...] [--data-dir DIR]           check every frame and chain; exit 1 on failure
+    ckpt stats [--data-dir DIR]                          store statistics as JSON
+
+put/get/history/fork/delete talk to a running sidecar (--target, default the
+unix socket in --data-dir); inspect/verify/stats read a data directory
+directly (read-only, safe beside a running sidecar). Every option has an
+environment variable (shown in --help). Errors go to stderr; exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from codec import DecodeError, FrameKind, iter_versions
+
+from .client import CheckpointClient, CheckpointError
+from .config import Durability, Retention, StoreConfig
+from .errors import StoreError
+from .server import DEFAULT_MAX_MESSAGE_BYTES, ServeConfig, serve
+from .store import Store
+
+DEFAULT_DATA_DIR = "data"
+
+
+def _env(name: str, default: Any = None) -> Any:
+    return os.environ.get(f"CKPT_{name}", default)
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    value = _env(name)
+    return int(value) if value not in (None, "") else default
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    value = _env(name)
+    return float(value) if value not in (None, "") else default
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ckpt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def data_dir_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--data-dir",
+            type=Path,
+            default=Path(_env("DATA_DIR", DEFAULT_DATA_DIR)),
+            help="data directory (env CKPT_DATA_DIR; default ./data)",
+        )
+
+    def target_arg(p: argparse.ArgumentParser) -> None:
+        data_dir_arg(p)
+        p.add_argument(
+            "--target",
+            default=_env("TARGET"),
+            help="sidecar address, unix:/path or host:port (env CKPT_TARGET; default the socket in --data-dir)",
+        )
+
+    s = sub.add_parser("serve", help="run the sidecar", description="Run the gRPC sidecar until SIGTERM/SIGINT.")
+    data_dir_arg(s)
+    s.add_argument(
+        "--listen",
+        action="append",
+        default=None,
+        metavar="ADDR",
+        help="unix:/path or host:port; repeatable (env CKPT_LISTEN, comma-separated; default unix:DATA_DIR/ckpt.sock)",
+    )
+    s.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env_int("METRICS_PORT", None),
+        help="serve Prometheus metrics on 127.0.0.1:PORT (env CKPT_METRICS_PORT; default off)",
+    )
+    s.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=_env_int("MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES),
+        help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default 64 MiB)",
+    )
+    s.add_argument(
+        "--durability",
+        choices=[d.value for d in Durability],
+        default=_env("DURABILITY", "sync"),
+        help="sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits "
+        "(env CKPT_DURABILITY; default sync)",
+    )
+    s.add_argument(
+        "--cache-size-bytes",
+        type=int,
+        default=_env_int("CACHE_SIZE_BYTES", 256 * 1024 * 1024),
+        help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default 256 MiB)",
+    )
+    s.add_argument(
+        "--max-map-size-bytes",
+        type=int,
+        default=_env_int("MAX_MAP_SIZE_BYTES", 64 * 1024**3),
+        help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default 64 GiB)",
+    )
+    s.add_argument(
+        "--threads", type=int, default=_env_int("THREADS", 128), help="RPC threads (env CKPT_THREADS; default 128)"
+    )
+    s.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=_env_float("GRACE_SECONDS", 10.0),
+        help="time in-flight RPCs get on shutdown (env CKPT_GRACE_SECONDS; default 10)",
+    )
+    s.add_argument(
+        "--keep-last-versions",
+        type=int,
+        default=_env_int("KEEP_LAST_VERSIONS", None),
+        help="retention: keep at least the newest N versions (env CKPT_KEEP_LAST_VERSIONS)",
+    )
+    s.add_argument(
+        "--max-version-age-seconds",
+        type=float,
+        default=_env_float("MAX_VERSION_AGE_SECONDS", None),
+        help="retention: drop versions older than this (env CKPT_MAX_VERSION_AGE_SECONDS)",
+    )
+    s.add_argument(
+        "--bench-echo",
+        action="store_true",
+        default=_env("BENCH_ECHO", "") == "1",
+        help="also serve the benchmarks' echo method (env CKPT_BENCH_ECHO=1)",
+    )
+
+    p = sub.add_parser("put", help="write a version", description="Write a version from FILE or stdin.")
+    target_arg(p)
+    p.add_argument("session")
+    p.add_argument("file", nargs="?", default="-", help="state bytes (default: stdin)")
+    p.add_argument("--merge", action="store_true", help="MERGE: the input is a patch merged onto the latest state")
+    p.add_argument("--expected-version", type=int, default=None, help="compare-and-set on the head")
+    p.add_argument("--request-id", default=None, help="idempotency key (default: generated)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+
+    g = sub.add_parser("get", help="read a version", description="Write a version's state bytes to stdout or FILE.")
+    target_arg(g)
+    g.add_argument("session")
+    g.add_argument("--version", type=int, default=0, help="version (default: latest)")
+    g.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+
+    h = sub.add_parser("history", help="list versions", description="List a session's versions, newest first.")
+    target_arg(h)
+    h.add_argument("session")
+
+    f = sub.add_parser("fork", help="fork a session", description="Create NEW_SESSION from a version of SESSION.")
+    target_arg(f)
+    f.add_argument("session")
+    f.add_argument("new_session")
+    f.add_argument("--version", type=int, default=0, help="version to fork (default: latest)")
+
+    d = sub.add_parser("delete", help="delete a session", description="Delete a session and all its versions.")
+    target_arg(d)
+    d.add_argument("session")
+
+    i = sub.add_parser(
+        "inspect",
+        help="show a session's frames",
+        description="Show a session's versions: frame kinds, sizes and chain positions (offline).",
+    )
+    data_dir_arg(i)
+    i.add_argument("session")
+
+    v = sub.add_parser(
+        "verify",
+        help="check every frame",
+        description="Check every frame's checksum and chain links (offline). Exit 1 on any failure.",
+    )
+    data_dir_arg(v)
+    v.add_argument("sessions", nargs="*", help="sessions to check (default: all)")
+
+    st = sub.add_parser("stats", help="store statistics", description="Print store statistics as JSON (offline).")
+    data_dir_arg(st)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.command](args))
+    except (CheckpointError, StoreError) as exc:
+        print(f"ckpt {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"ckpt {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"ckpt {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    listen = args.listen or [a for a in (_env("LISTEN", "") or "").split(",") if a.strip()]
+    retention = Retention(
+        keep_last_versions=args.keep_last_versions, max_version_age_seconds=args.max_version_age_seconds
+    )
+    config = ServeConfig(
+        data_dir=args.data_dir,
+        listen=tuple(a.strip() for a in listen),
+        metrics_port=args.metrics_port,
+        max_message_bytes=args.max_message_bytes,
+        durability=Durability(args.durability),
+        cache_size_bytes=args.cache_size_bytes,
+        max_map_size_bytes=args.max_map_size_bytes,
+        threads=args.threads,
+        grace_seconds=args.grace_seconds,
+        retention=retention,
+        bench_echo=args.bench_echo,
+    )
+    return serve(config)
+
+
+def _client(args: argparse.Namespace) -> CheckpointClient:
+    target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
+    return CheckpointClient(target)
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--label {pair!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _put(args: argparse.Namespace) -> int:
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    with _client(args) as c:
+        write = c.merge if args.merge else c.put
+        r = write(
+            args.session,
+            data,
+            expected_version=args.expected_version,
+            request_id=args.request_id,
+            labels=_labels(args.label),
+        )
+    _print_json(r)
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.get(args.session, args.version)
+    if args.out:
+        args.out.write_bytes(r.state)
+        print(f"version {r.version}: {len(r.state)} bytes -> {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(r.state)
+        sys.stdout.flush()
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for info in c.history(args.session):
+            _print_json(info)
+    return 0
+
+
+def _fork(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _print_json(c.fork(args.session, args.new_session, version=args.version))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print(json.dumps({"deleted_versions": c.delete(args.session)}))
+    return 0
+
+
+def _open_readonly(data_dir: Path) -> Store:
+    return Store(StoreConfig(data_dir=data_dir), readonly=True)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    with _open_readonly(args.data_dir) as store:
+        info = store.session(args.session)
+        print(
+            f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
+            f"{info.stored_bytes} bytes stored"
+        )
+        print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
+        depth = 0
+        for version, vinfo, _ in store.iter_frames(args.session):
+            depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
+            print(
+                f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
+                f"{vinfo.state_size:>10}  {vinfo.created_unix_nanos}"
+            )
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    failures = checked = 0
+    with _open_readonly(args.data_dir) as store:
+        sessions = args.sessions or list(store.session_ids())
+        for session in sessions:
+            problems = verify_session(store, session)
+            checked += 1
+            for problem in problems:
+                print(f"FAIL session {session!r}: {problem}", file=sys.stderr)
+            failures += bool(problems)
+    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed")
+    return 1 if failures else 0
+
+
+def verify_session(store: Store, session: str) -> list[str]:
+    """Every frame's checksum and link, every version decoded; the problems found."""
+    try:
+        info = store.session(session)
+    except StoreError as exc:
+        return [str(exc)]
+    problems = []
+    chain: list[bytes] = []
+    expected = info.first_version
+    for version, vinfo, frame in [*store.iter_frames(session), (None, None, None)]:
+        if version is not None and version != expected:
+            problems.append(f"version {expected} is missing (next stored is {version})")
+            expected = version
+        if version is None or (vinfo is not None and vinfo.frame_kind is FrameKind.FULL):
+            if chain:
+                try:
+                    for _ in iter_versions(chain):
+                        pass
+                except DecodeError as exc:
+                    problems.append(str(exc))
+            chain = []
+        if version is None:
+            break
+        assert frame is not None
+        chain.append(frame)
+        expected += 1
+    if expected - 1 != info.head_version:
+        problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
+    return problems
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with _open_readonly(args.data_dir) as store:
+        stats = store.stats()
+    stats["data_mdb_bytes"] = (args.data_dir / "lmdb" / "data.mdb").stat().st_size
+    print(json.dumps(stats, indent=1, default=str))
+    return 0
+
+
+def _print_json(message: Any) -> None:
+    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), sort_keys=True))
+
+
+COMMANDS = {
+    "serve": _serve,
+    "put": _put,
+    "get": _get,
+    "history": _history,
+    "fork": _fork,
+    "delete": _delete,
+    "inspect": _inspect,
+    "verify": _verify,
+    "stats": _stats,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Prometheus metrics for the sidecar (served on an optional HTTP port)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .store import Store
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+_DEPTH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ckpt_requests", "RPCs received", ["rpc"], registry=r)
+        self.errors = Counter("ckpt_errors", "RPCs that failed, by status code", ["rpc", "code"], registry=r)
+        self.latency = Histogram("ckpt_request_seconds", "RPC latency", ["rpc"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.bytes_in = Counter("ckpt_received_bytes", "State bytes received in writes", registry=r)
+        self.bytes_out = Counter("ckpt_sent_bytes", "State bytes sent in reads", registry=r)
+        self.stored = Counter("ckpt_stored_bytes", "Frame bytes written to the store", registry=r)
+        self.chain_depth = Histogram(
+            "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r
+        )
+
+    def watch(self, store: Store) -> None:
+        self.registry.register(_StoreCollector(store))
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
+
+
+class _StoreCollector(Collector):
+    """Store counters read at scrape time (no cost on the write path)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        s = self._store
+        hits = CounterMetricFamily("ckpt_state_cache_hits", "Latest-state cache hits")
+        hits.add_metric([], s.cache_hits)
+        misses = CounterMetricFamily("ckpt_state_cache_misses", "Latest-state cache misses")
+        misses.add_metric([], s.cache_misses)
+        commits = CounterMetricFamily("ckpt_commits", "LMDB write transactions committed")
+        commits.add_metric([], s.commits)
+        sizes = dict(s.batch_sizes)
+        buckets, total = [], 0
+        for bound in _BATCH_BUCKETS:
+            buckets.append((str(bound), sum(n for size, n in sizes.items() if size <= bound)))
+        buckets.append(("+Inf", sum(sizes.values())))
+        total = sum(size * n for size, n in sizes.items())
+        batch = HistogramMetricFamily("ckpt_group_commit_writes", "Writes per group commit")
+        batch.add_metric([], buckets, sum_value=total)
+        yield from (hits, misses, commits, batch)

@@ -1,0 +1,457 @@
+"""The gRPC sidecar: ckpt.v1.CheckpointService on top of the store.
+
+A thin adapter: it converts messages, calls the store, and turns store errors
+into status codes in one place (``_translate``). Health checking
+(grpc.health.v1) and server reflection are served too, so generic tools such
+as grpcurl work against it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ckpt.v1 import service_pb2, service_pb2_grpc
+from codec import ChainPolicy, FrameKind
+
+from .config import Durability, Retention, StoreConfig
+from .errors import InvalidArgument, StoreError, Unavailable
+from .metrics import Metrics
+from .status import CURRENT_VERSION_KEY, status_of
+from .store import PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
+
+log = logging.getLogger("ckpt")
+T = TypeVar("T")
+
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeConfig:
+    """How `ckpt serve` runs. Every field has a CKPT_* environment variable (see cli.py)."""
+
+    data_dir: Path
+    #: "unix:/path" or "host:port"; default: a unix socket in the data directory.
+    listen: tuple[str, ...] = ()
+    #: Largest message received or sent, both directions.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Threads serving RPCs. A put blocks its thread until its group commit,
+    #: so this bounds how many writes can share a commit.
+    threads: int = 128
+    #: Seconds in-flight RPCs get to finish on SIGTERM/SIGINT.
+    grace_seconds: float = 10.0
+    #: Serve Prometheus metrics on 127.0.0.1:PORT (None = off).
+    metrics_port: int | None = None
+    durability: Durability = Durability.SYNC
+    cache_size_bytes: int = 256 * 1024 * 1024
+    max_map_size_bytes: int = 64 * 1024**3
+    retention: Retention = field(default_factory=Retention)
+    chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
+    #: Also serve the benchmark echo method (bench/ only).
+    bench_echo: bool = False
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            data_dir=self.data_dir,
+            durability=self.durability,
+            cache_size_bytes=self.cache_size_bytes,
+            max_map_size_bytes=self.max_map_size_bytes,
+            max_state_bytes=min(self.max_message_bytes, 0xFFFF_FFFF),
+            retention=self.retention,
+            chain_policy=self.chain_policy,
+        )
+
+
+# -- conversions -------------------------------------------------------------
+
+
+def _timestamp(nanos: int) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(nanos)
+    return ts
+
+
+_FRAME_KIND_PB = {
+    FrameKind.FULL: service_pb2.FRAME_KIND_FULL,
+    FrameKind.DELTA: service_pb2.FRAME_KIND_DELTA,
+    FrameKind.PATCH: service_pb2.FRAME_KIND_PATCH,
+}
+# A fork's version 1 has no write mode of its own.
+_WRITE_MODE_PB = {
+    WriteMode.REPLACE: service_pb2.WRITE_MODE_REPLACE,
+    WriteMode.MERGE: service_pb2.WRITE_MODE_MERGE,
+    WriteMode.FORK: service_pb2.WRITE_MODE_UNSPECIFIED,
+}
+
+
+def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
+    return service_pb2.VersionInfo(
+        version=info.version,
+        parent_version=info.parent_version,
+        created_at=_timestamp(info.created_unix_nanos),
+        frame_kind=_FRAME_KIND_PB[info.frame_kind],
+        stored_bytes=info.stored_bytes,
+        state_size=info.state_size,
+        labels=info.labels,
+        mode=_WRITE_MODE_PB[info.mode],
+    )
+
+
+def session_info_pb(info: SessionInfo) -> service_pb2.SessionInfo:
+    return service_pb2.SessionInfo(
+        session_id=info.session_id,
+        head_version=info.head_version,
+        created_at=_timestamp(info.created_unix_nanos),
+        updated_at=_timestamp(info.updated_unix_nanos),
+        labels=info.labels,
+        stored_bytes=info.stored_bytes,
+        version_count=info.version_count,
+        forked_from_session_id=info.forked_from_session_id,
+        forked_from_version=info.forked_from_version,
+    )
+
+
+def put_response_pb(r: PutResult) -> service_pb2.PutResponse:
+    return service_pb2.PutResponse(
+        version=r.version,
+        stored_bytes=r.stored_bytes,
+        frame_kind=_FRAME_KIND_PB[r.frame_kind],
+        replayed=r.replayed,
+        state_size=r.state_size,
+    )
+
+
+def put_request(msg: service_pb2.PutRequest) -> PutRequest:
+    if msg.mode in (service_pb2.WRITE_MODE_UNSPECIFIED, service_pb2.WRITE_MODE_REPLACE):
+        mode = WriteMode.REPLACE
+    elif msg.mode == service_pb2.WRITE_MODE_MERGE:
+        mode = WriteMode.MERGE
+    else:
+        raise InvalidArgument(f"mode {msg.mode} is not a WriteMode (REPLACE = 1, MERGE = 2)")
+    return PutRequest(
+        session_id=msg.session_id,
+        state=msg.state,
+        mode=mode,
+        expected_version=msg.expected_version if msg.HasField("expected_version") else None,
+        request_id=msg.request_id,
+        labels=dict(msg.labels),
+    )
+
+
+def put_error_pb(error: StoreError) -> service_pb2.PutError:
+    return service_pb2.PutError(
+        code=status_of(error).value[0],
+        message=str(error),
+        current_version=getattr(error, "current_version", 0),
+    )
+
+
+# -- the service ---------------------------------------------------------------
+
+
+class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ignore[misc]  # untyped stubs
+    def __init__(self, store: Store, metrics: Metrics) -> None:
+        self._store = store
+        self._metrics = metrics
+
+    def _call(self, rpc: str, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+        """Run one RPC: count it, time it, and translate store errors (the one boundary)."""
+        m = self._metrics
+        m.requests.labels(rpc).inc()
+        start = time.perf_counter()
+        try:
+            return fn()
+        except StoreError as exc:
+            code = status_of(exc)
+            m.errors.labels(rpc, code.name).inc()
+            current = getattr(exc, "current_version", None)
+            if current is not None:
+                context.set_trailing_metadata(((CURRENT_VERSION_KEY, str(current)),))
+            context.abort(code, str(exc))
+        except Exception:
+            m.errors.labels(rpc, "INTERNAL").inc()
+            log.exception("%s failed", rpc)
+            context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
+        finally:
+            m.latency.labels(rpc).observe(time.perf_counter() - start)
+        raise AssertionError("unreachable: context.abort raises")
+
+    def Put(self, request: service_pb2.PutRequest, context: grpc.ServicerContext) -> service_pb2.PutResponse:
+        def run() -> service_pb2.PutResponse:
+            req = put_request(request)
+            result = self._store.submit(req).result()
+            self._count_write(len(request.state), result)
+            return put_response_pb(result)
+
+        return self._call("Put", context, run)
+
+    def Get(self, request: service_pb2.GetRequest, context: grpc.ServicerContext) -> service_pb2.GetResponse:
+        def run() -> service_pb2.GetResponse:
+            got = self._store.get(request.session_id, request.version)
+            self._metrics.bytes_out.inc(len(got.state))
+            return service_pb2.GetResponse(version=got.version, state=got.state, info=version_info_pb(got.info))
+
+        return self._call("Get", context, run)
+
+    def ListVersions(
+        self, request: service_pb2.ListVersionsRequest, context: grpc.ServicerContext
+    ) -> service_pb2.ListVersionsResponse:
+        def run() -> service_pb2.ListVersionsResponse:
+            page, token = self._store.list_versions(
+                request.session_id, page_size=request.page_size, page_token=request.page_token
+            )
+            return service_pb2.ListVersionsResponse(versions=[version_info_pb(v) for v in page], next_page_token=token)
+
+        return self._call("ListVersions", context, run)
+
+    def ListSessions(
+        self, request: service_pb2.ListSessionsRequest, context: grpc.ServicerContext
+    ) -> service_pb2.ListSessionsResponse:
+        def run() -> service_pb2.ListSessionsResponse:
+            page, token = self._store.list_sessions(
+                page_size=request.page_size,
+                page_token=request.page_token,
+                label_filter=dict(request.label_filter),
+                updated_after_nanos=request.updated_after.ToNanoseconds()
+                if request.HasField("updated_after")
+                else None,
+                updated_before_nanos=(
+                    request.updated_before.ToNanoseconds() if request.HasField("updated_before") else None
+                ),
+            )
+            return service_pb2.ListSessionsResponse(sessions=[session_info_pb(s) for s in page], next_page_token=token)
+
+        return self._call("ListSessions", context, run)
+
+    def Fork(self, request: service_pb2.ForkRequest, context: grpc.ServicerContext) -> service_pb2.ForkResponse:
+        def run() -> service_pb2.ForkResponse:
+            info = self._store.fork(
+                request.session_id, request.version, request.new_session_id, labels=dict(request.labels)
+            )
+            return service_pb2.ForkResponse(session=session_info_pb(info))
+
+        return self._call("Fork", context, run)
+
+    def DeleteSession(
+        self, request: service_pb2.DeleteSessionRequest, context: grpc.ServicerContext
+    ) -> service_pb2.DeleteSessionResponse:
+        def run() -> service_pb2.DeleteSessionResponse:
+            return service_pb2.DeleteSessionResponse(deleted_versions=self._store.delete_session(request.session_id))
+
+        return self._call("DeleteSession", context, run)
+
+    def PutStream(
+        self, request_iterator: Iterator[service_pb2.PutStreamRequest], context: grpc.ServicerContext
+    ) -> Iterator[service_pb2.PutStreamResponse]:
+        """Pipelined: a reader thread queues each batch's writes as it arrives,
+        while this generator answers batches in order as their commits land.
+        Writes to one session keep the order sent (one writer, FIFO queue)."""
+        self._metrics.requests.labels("PutStream").inc()
+        pending: queue.Queue[tuple[int, list[Future[PutResult] | StoreError], list[int]] | None] = queue.Queue(64)
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    items: list[Future[PutResult] | StoreError] = []
+                    sizes = []
+                    for msg in batch.puts:
+                        sizes.append(len(msg.state))
+                        try:
+                            items.append(self._store.submit(put_request(msg)))
+                        except StoreError as exc:
+                            items.append(exc)
+                    pending.put((batch.batch_id, items, sizes))
+            except grpc.RpcError:
+                pass  # the client went away; the answering side stops too
+            finally:
+                pending.put(None)
+
+        threading.Thread(target=read, name="ckpt-putstream-reader", daemon=True).start()
+        while (item := pending.get()) is not None:
+            batch_id, items, sizes = item
+            results = []
+            for entry, size in zip(items, sizes, strict=True):
+                outcome: PutResult | StoreError
+                if isinstance(entry, Future):
+                    try:
+                        outcome = entry.result()
+                    except StoreError as exc:
+                        outcome = exc
+                else:
+                    outcome = entry
+                if isinstance(outcome, StoreError):
+                    self._metrics.errors.labels("PutStream", status_of(outcome).name).inc()
+                    results.append(service_pb2.PutResult(error=put_error_pb(outcome)))
+                else:
+                    self._count_write(size, outcome)
+                    results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
+            yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+
+    def _count_write(self, received: int, result: PutResult) -> None:
+        m = self._metrics
+        m.bytes_in.inc(received)
+        if not result.replayed:
+            m.stored.inc(result.stored_bytes)
+            m.chain_depth.observe(result.chain_depth)
+
+
+def _echo_handler() -> grpc.GenericRpcHandler:
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return request
+
+    method = grpc.unary_unary_rpc_method_handler(echo)  # no (de)serializer: raw bytes
+    return grpc.method_handlers_generic_handler("ckpt.bench.Echo", {"Echo": method})
+
+
+# -- serving -------------------------------------------------------------------
+
+
+class SidecarServer:
+    """The store, the gRPC server on every address, health, reflection, metrics."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.store = Store(config.store_config())
+        try:
+            self.metrics = Metrics()
+            self.metrics.watch(self.store)
+            self.health = health.HealthServicer()
+            self.server = grpc.server(
+                ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-rpc"),
+                options=[
+                    ("grpc.max_receive_message_length", config.max_message_bytes),
+                    ("grpc.max_send_message_length", config.max_message_bytes),
+                    # Without this, a second server binds the same TCP port silently.
+                    ("grpc.so_reuseport", 0),
+                ],
+            )
+            service_pb2_grpc.add_CheckpointServiceServicer_to_server(
+                CheckpointService(self.store, self.metrics), self.server
+            )
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+                self.server,
+            )
+            if config.bench_echo:
+                self.server.add_generic_rpc_handlers((_echo_handler(),))
+            self._unix_paths = [self._bind(addr) for addr in config.addresses]
+        except BaseException:
+            self.store.close()
+            raise
+
+    def _bind(self, address: str) -> Path | None:
+        path = None
+        if address.startswith("unix:"):
+            path = Path(address[len("unix:") :])
+            _claim_unix_socket(path)
+        try:
+            port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise Unavailable(f"cannot listen on {address}: {exc}") from None
+        if not port:
+            raise Unavailable(f"cannot listen on {address}: the address is in use or invalid")
+        return path
+
+    def start(self) -> None:
+        self.server.start()
+        if self.config.metrics_port is not None:
+            self.metrics.serve(self.config.metrics_port)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "ckpt serving: listen=%s data_dir=%s durability=%s pid=%d",
+            ",".join(self.config.addresses),
+            self.config.data_dir.resolve(),
+            self.config.durability.value,
+            os.getpid(),
+        )
+
+    def stop(self) -> None:
+        """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
+        log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.config.addresses), self.config.data_dir)
+        self.health.enter_graceful_shutdown()
+        self.server.stop(self.config.grace_seconds).wait()
+        self.store.close()
+        for path in self._unix_paths:
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        log.info("ckpt stopped: data_dir=%s", self.config.data_dir)
+
+
+def _claim_unix_socket(path: Path) -> None:
+    """Refuse a socket path another live server answers on; remove a stale one.
+
+    gRPC would otherwise unlink and rebind it silently, stealing the address.
+    """
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)  # left behind by a process that died
+        return
+    finally:
+        probe.close()
+    raise Unavailable(f"another server is listening on unix:{path}")
+
+
+def serve(config: ServeConfig) -> int:
+    """Run until SIGTERM or SIGINT; return the exit code."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        sidecar = SidecarServer(config)
+    except StoreError as exc:
+        log.error("ckpt cannot start: %s", exc)
+        return 1
+    try:
+        sidecar.start()
+        stop.wait()
+    finally:
+        sidecar.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def wait_until_serving(target: str, timeout_seconds: float = 10.0) -> None:
+    """Block until the health service at target answers SERVING (for tests and tools)."""
+    deadline = time.monotonic() + timeout_seconds
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply: Any = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no serving sidecar at {target} after {timeout_seconds} s")
+            time.sleep(0.05)

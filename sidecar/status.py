@@ -1,0 +1,36 @@
+"""The one place where store errors become gRPC status codes (and back, for clients)."""
+
+from __future__ import annotations
+
+import grpc
+
+from .errors import (
+    AlreadyExists,
+    DataLoss,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    StoreError,
+    Unavailable,
+    VersionConflict,
+)
+
+#: Trailing metadata key carrying the current head on a version conflict.
+CURRENT_VERSION_KEY = "ckpt-current-version"
+
+STATUS_OF: dict[type[StoreError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    VersionConflict: grpc.StatusCode.ABORTED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DataLoss: grpc.StatusCode.DATA_LOSS,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_of(error: StoreError) -> grpc.StatusCode:
+    for cls in type(error).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return grpc.StatusCode.INTERNAL

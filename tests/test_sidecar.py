@@ -1,0 +1,287 @@
+"""The sidecar as users run it: a real `ckpt serve` process, driven only through clients."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from ckpt.v1 import checkpoint_pb2 as pb
+from ckpt.v1 import service_pb2
+from sidecar.client import (
+    AlreadyExistsError,
+    AsyncCheckpointClient,
+    CheckpointClient,
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+
+
+def state(n: int) -> bytes:
+    cp = pb.Checkpoint(schema_version=1, step=n, goal="integration")
+    for i in range(n):
+        cp.messages.add(role=pb.ROLE_ASSISTANT, content=f"message {i} " + "m" * 200)
+    return cp.SerializeToString(deterministic=True)
+
+
+def patch(n: int) -> bytes:
+    return pb.Checkpoint(step=n, messages=[pb.Message(content=f"patch {n} " + "p" * 100)]).SerializeToString()
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    metrics_port = free_port()
+    s = start_sidecar(tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20))
+    s.metrics_port = metrics_port  # type: ignore[attr-defined]
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+def test_every_rpc_over_unix_and_tcp(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as uc, CheckpointClient(sidecar.tcp_target) as tc:
+        expected = {}
+        merged = b""
+        for n in range(1, 41):
+            client = uc if n % 2 else tc
+            if n % 4 == 0:
+                r = client.merge("s", patch(n), labels={"team": "a"})
+                merged += patch(n)
+            else:
+                r = client.put("s", state(n), labels={"team": "a"})
+                merged = state(n)
+            assert r.version == n and r.state_size == len(merged)
+            expected[n] = merged
+        for n, want in expected.items():
+            got = tc.get("s", n)
+            assert (got.version, got.state) == (n, want)
+            assert got.info.version == n and got.info.state_size == len(want)
+        assert uc.get("s").version == 40
+        history = list(uc.history("s", page_size=7))
+        assert [h.version for h in history] == list(range(40, 0, -1))
+        kinds = {h.frame_kind for h in history}
+        assert service_pb2.FRAME_KIND_FULL in kinds and service_pb2.FRAME_KIND_PATCH in kinds
+        assert history[0].labels == {"team": "a"} and history[0].mode == service_pb2.WRITE_MODE_MERGE
+
+        fork = uc.fork("s", "s-fork", version=10, labels={"team": "b"})
+        assert (fork.head_version, fork.forked_from_session_id, fork.forked_from_version) == (1, "s", 10)
+        assert tc.get("s-fork").state == expected[10]
+        with pytest.raises(AlreadyExistsError):
+            uc.fork("s", "s-fork")
+        assert [s.session_id for s in uc.sessions(labels={"team": "a"})] == ["s"]
+        assert {s.session_id for s in uc.sessions()} == {"s", "s-fork"}
+        assert uc.delete("s") == 40
+        with pytest.raises(NotFoundError, match="'s' does not exist"):
+            tc.get("s")
+
+
+def test_conflicts_and_idempotent_retries(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("c", state(1), expected_version=0)
+        with pytest.raises(ConflictError) as info:
+            c.put("c", state(2), expected_version=0)
+        assert info.value.current_version == 1 and info.value.code is grpc.StatusCode.ABORTED
+        first = c.put("c", state(2), expected_version=1, request_id="retry-me")
+        again = c.put("c", state(2), expected_version=1, request_id="retry-me")  # reply lost, client retries
+        assert again.replayed and again.version == first.version == 2
+        assert len(list(c.history("c"))) == 2
+
+
+def test_bad_input_gets_precise_statuses(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target, max_message_bytes=16 << 20) as c:
+        with pytest.raises(InvalidArgumentError, match="session_id is empty"):
+            c.put("", b"")
+        with pytest.raises(InvalidArgumentError, match="session_id is 300 bytes; the limit is 256"):
+            c.get("x" * 300)
+        c.put("m", state(1))
+        with pytest.raises(InvalidArgumentError, match="offset 0"):
+            c.merge("m", b"\x0a\x09short")
+        with pytest.raises(ResourceExhaustedError, match=str(4 << 20)):
+            c.put("big", b"\x00" * (5 << 20))  # over the server's 4 MiB receive limit
+        with pytest.raises(NotFoundError, match="has no version 9"):
+            c.get("m", 9)
+        stub_call = c._stub.ListVersions  # a token the server never issued
+        with pytest.raises(grpc.RpcError) as info:
+            stub_call(service_pb2.ListVersionsRequest(session_id="m", page_token="@@"))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert c.get("m").state == state(1)  # still serving, nothing lost
+
+
+def test_put_stream_keeps_order_and_reports_each_write(sidecar: Sidecar) -> None:
+    puts = []
+    for n in range(1, 201):
+        for s in ("a", "b", "c"):
+            puts.append(service_pb2.PutRequest(session_id=s, state=patch(n), mode=service_pb2.WRITE_MODE_MERGE))
+    puts.insert(50, service_pb2.PutRequest(session_id="a", state=b"x", expected_version=1))  # a conflict
+    with CheckpointClient(sidecar.tcp_target) as c:
+        results = list(c.put_stream(puts, batch_size=32))
+        assert len(results) == len(puts)
+        assert results[50].HasField("error") and results[50].error.code == grpc.StatusCode.ABORTED.value[0]
+        ok = [r.response for r in results if r.HasField("response")]
+        assert len(ok) == 600
+        for s in ("a", "b", "c"):
+            assert c.get(s).state == b"".join(patch(n) for n in range(1, 201))
+            assert [h.version for h in c.history(s)] == list(range(200, 0, -1))
+
+
+def test_async_client(sidecar: Sidecar) -> None:
+    async def run() -> None:
+        async with AsyncCheckpointClient(sidecar.unix_target) as c:
+            await c.put("as", state(1))
+            await c.merge("as", patch(2), expected_version=1)
+            got = await c.get("as")
+            assert got.state == state(1) + patch(2)
+            assert [h.version async for h in c.history("as")] == [2, 1]
+            with pytest.raises(ConflictError) as info:
+                await c.put("as", state(3), expected_version=1)
+            assert info.value.current_version == 2
+            results = [r async for r in c.put_stream([service_pb2.PutRequest(session_id="as", state=state(4))])]
+            assert results[0].response.version == 3
+            assert (await c.fork("as", "as2")).head_version == 1
+            assert await c.delete("as2") == 1
+
+    asyncio.run(run())
+
+
+def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
+    with grpc.insecure_channel(sidecar.tcp_target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "ckpt.v1.CheckpointService"):
+            reply = health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        db = ProtoReflectionDescriptorDatabase(channel)
+        services = set(db.get_services())
+        assert {"ckpt.v1.CheckpointService", "grpc.health.v1.Health"} <= services
+        put = db.FindFileContainingSymbol("ckpt.v1.CheckpointService")
+        assert put.name == "ckpt/v1/service.proto"
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("metric", state(2))
+        c.get("metric")
+        c.get("metric")
+    port = sidecar.metrics_port  # type: ignore[attr-defined]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for needle in (
+        'ckpt_requests_total{rpc="Put"} 1.0',
+        'ckpt_requests_total{rpc="Get"} 2.0',
+        "ckpt_request_seconds_bucket",
+        "ckpt_stored_bytes_total",
+        "ckpt_state_cache_hits_total 2.0",
+        "ckpt_group_commit_writes_bucket",
+        "ckpt_chain_depth_bucket",
+    ):
+        assert needle in text, needle
+
+
+def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:
+    same_dir = start_or_fail(tmp_path / "data", sidecar.unix_target, sidecar.tcp_target)
+    assert "data directory" in same_dir and "is in use" in same_dir
+    other = tmp_path / "other"
+    same_socket = start_or_fail(other, sidecar.unix_target, f"127.0.0.1:{free_port()}")
+    assert f"another server is listening on {sidecar.unix_target}" in same_socket
+    same_port = start_or_fail(tmp_path / "third", f"unix:{tmp_path / 'third.sock'}", sidecar.tcp_target)
+    assert f"cannot listen on {sidecar.tcp_target}" in same_port
+    with CheckpointClient(sidecar.unix_target) as c:  # the first one is unaffected
+        c.put("still", b"\x08\x01")
+
+
+def start_or_fail(data_dir: Path, unix: str, tcp: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(data_dir), "--listen", unix, "--listen", tcp],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    return proc.stderr
+
+
+def test_sigterm_finishes_in_flight_writes_and_exits_0(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    acked: dict[str, int] = {}
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def writer(n: int) -> None:
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            v = 0
+            while not stop.is_set():
+                try:
+                    r = c.put(f"w{n}", state(v % 5 + 1))
+                except Exception:
+                    return  # the server went away: unacknowledged, may or may not be stored
+                v = r.version
+                with lock:
+                    acked[f"w{n}"] = v
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    while sum(acked.values()) < 200:
+        threading.Event().wait(0.01)
+    assert sidecar.stop(signal.SIGTERM) == 0, sidecar.log()
+    stop.set()
+    for t in threads:
+        t.join()
+    log = sidecar.log()
+    assert "ckpt serving" in log and "ckpt stopping" in log and "ckpt stopped" in log
+    restarted = start_sidecar(tmp_path / "data")
+    try:
+        with CheckpointClient(restarted.unix_target) as c:
+            for session, version in acked.items():
+                assert c.get(session).version >= version
+                assert c.get(session, version).state == state((version - 1) % 5 + 1)
+    finally:
+        assert restarted.stop() == 0
+
+
+def test_sigkill_under_load_then_restart_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    acked: dict[str, list[int]] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(n: int) -> None:
+        session = f"k{n}"
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            while not stop.is_set():
+                try:
+                    r = c.merge(session, patch(n))
+                except Exception:
+                    return
+                with lock:
+                    acked.setdefault(session, []).append(r.version)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    while sum(len(v) for v in acked.values()) < 500:
+        threading.Event().wait(0.01)
+    sidecar.stop(signal.SIGKILL)
+    stop.set()
+    for t in threads:
+        t.join()
+    restarted = start_sidecar(tmp_path / "data")
+    try:
+        with CheckpointClient(restarted.unix_target) as c:
+            for session, versions in acked.items():
+                n = int(session[1:])
+                head = c.get(session)
+                assert head.version >= max(versions)
+                assert head.state == patch(n) * head.version  # whole versions only
+                for v in versions:
+                    assert c.get(session, v).state == patch(n) * v
+    finally:
+        assert restarted.stop() == 0
