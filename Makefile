@@ -1,18 +1,21 @@
-# `make test` installs everything (a Python venv, pinned npm tools such as buf)
-# then lints and runs the tests; it is what README.md and .ci/run call. Others: make bench (opt-in benchmarks), make stubs (regenerate ckpt/v1 from proto/), make lint.
+# The two commands of README.md:
+#   make run    install everything, run the sidecar on ./data (unix:data/ckpt.sock and 127.0.0.1:50051)
+#   make test   install everything (a Python venv, pinned npm tools), lint, run the tests (.ci/run calls it)
+# Others: make bench (opt-in benchmarks), make stubs (regenerate ckpt/v1 from proto/), make lint.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench stubs lint install
+.PHONY: run test bench stubs lint install
 
-$(STAMP): pyproject.toml package.json package-lock.json
+$(STAMP): pyproject.toml package.json clients/node/package.json
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	npm install --no-audit --no-fund --loglevel=error  # buf is pinned exactly in package.json
+	npm install --no-audit --no-fund --loglevel=error --prefix clients/node
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,3 +35,6 @@ bench: $(STAMP)
 
 stubs: $(STAMP)
 	$(PY) scripts/gen_stubs.py
+
+run: $(STAMP)
+	$(VENV)/bin/ckpt serve --data-dir data --listen unix:data/ckpt.sock --listen 127.0.0.1:50051

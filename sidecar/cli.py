@@ -307,7 +307,10 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
         depth = 0
-        for version, vinfo, _ in store.iter_frames(args.session):
+        for version, vinfo, frame in store.iter_frames(args.session):
+            if vinfo is None:
+                print(f"{version:>8} CORRUPT {'':>4} {len(frame):>9}  (run `ckpt verify` for details)")
+                continue
             depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
             print(
                 f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
@@ -339,11 +342,12 @@ def verify_session(store: Store, session: str) -> list[str]:
     problems = []
     chain: list[bytes] = []
     expected = info.first_version
-    for version, vinfo, frame in [*store.iter_frames(session), (None, None, None)]:
+    for version, _info, frame in [*store.iter_frames(session), (None, None, None)]:
         if version is not None and version != expected:
             problems.append(f"version {expected} is missing (next stored is {version})")
             expected = version
-        if version is None or (vinfo is not None and vinfo.frame_kind is FrameKind.FULL):
+        # The kind byte is read raw: a frame whose header is corrupt still splits chains.
+        if version is None or (frame is not None and len(frame) > 5 and frame[5] == FrameKind.FULL):
             if chain:
                 try:
                     for _ in iter_versions(chain):

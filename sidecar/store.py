@@ -552,8 +552,12 @@ class Store:
             "state_cache_bytes": self._states.size_bytes,
         }
 
-    def iter_frames(self, session_id: str) -> Iterator[tuple[int, VersionInfo, bytes]]:
-        """Every stored frame of a session, oldest first (for verify/inspect tools)."""
+    def iter_frames(self, session_id: str) -> Iterator[tuple[int, VersionInfo | None, bytes]]:
+        """Every stored frame of a session, oldest first (for verify/inspect tools).
+
+        The VersionInfo is None when the frame's header fails its checks: the
+        tools report it rather than stop.
+        """
         sid = keys.session_key(session_id)
         with self._read() as txn:
             cur = txn.cursor(db=self._frames)
@@ -563,7 +567,11 @@ class Store:
                 if not key.startswith(sid + keys.SEP):
                     return
                 version = keys.frame_version(key, sid)
-                yield version, _version_info(version, value), bytes(_frame_of(value))
+                try:
+                    info: VersionInfo | None = _version_info(version, value)
+                except DecodeError:
+                    info = None
+                yield version, info, bytes(_frame_of(value))
 
     def session_ids(self) -> Iterator[str]:
         with self._read() as txn:

@@ -1,0 +1,98 @@
+"""The ckpt command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from tests.sidecar_proc import ROOT, Sidecar, start_sidecar
+
+
+def ckpt(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", *args], input=stdin, capture_output=True, cwd=ROOT, timeout=60
+    )
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    s = start_sidecar(tmp_path / "data")
+    yield s
+    assert s.stop() == 0
+
+
+def test_put_get_history_fork_delete(sidecar: Sidecar, tmp_path: Path) -> None:
+    t = ("--target", sidecar.unix_target)
+    state = tmp_path / "state.bin"
+    state.write_bytes(b"\x08\x01\x2a\x03abc")
+    out = ckpt("put", "cli", str(state), "--label", "k=v", *t)
+    assert out.returncode == 0 and b'"version": "1"' in out.stdout
+    assert ckpt("put", "cli", "--merge", "--expected-version", "1", *t, stdin=b"\x10\x02").returncode == 0
+    assert ckpt("get", "cli", *t).stdout == b"\x08\x01\x2a\x03abc\x10\x02"
+    assert ckpt("get", "cli", "--version", "1", *t).stdout == state.read_bytes()
+    got = tmp_path / "out.bin"
+    assert ckpt("get", "cli", "--out", str(got), *t).returncode == 0 and got.read_bytes().endswith(b"\x10\x02")
+    history = ckpt("history", "cli", *t).stdout.decode().splitlines()
+    assert len(history) == 2 and '"version": "2"' in history[0] and '"k": "v"' in history[1]
+    assert b'"forked_from_version": "1"' in ckpt("fork", "cli", "cli2", "--version", "1", *t).stdout
+    assert ckpt("delete", "cli2", *t).stdout.strip() == b'{"deleted_versions": 1}'
+
+
+def test_errors_go_to_stderr_with_a_non_zero_exit(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    ckpt("put", "e", *t, stdin=b"\x08\x01")
+    conflict = ckpt("put", "e", "--expected-version", "0", *t, stdin=b"\x08\x02")
+    assert conflict.returncode == 1 and conflict.stdout == b""
+    assert b"ckpt put: session 'e': expected_version 0 but the head is version 1" in conflict.stderr
+    missing = ckpt("get", "nope", *t)
+    assert missing.returncode == 1 and b"'nope' does not exist" in missing.stderr
+    bad_label = ckpt("put", "e", "--label", "novalue", *t, stdin=b"")
+    assert bad_label.returncode == 2 and b"is not KEY=VALUE" in bad_label.stderr
+    usage = ckpt("frobnicate")
+    assert usage.returncode == 2 and b"invalid choice" in usage.stderr
+
+
+def test_help_describes_every_command() -> None:
+    top = ckpt("--help").stdout.decode()
+    for command in ("serve", "put", "get", "history", "fork", "delete", "inspect", "verify", "stats"):
+        assert command in top
+        assert ckpt(command, "--help").returncode == 0
+    assert "CKPT_LISTEN" in ckpt("serve", "--help").stdout.decode()
+
+
+def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    ckpt("put", "v", *t, stdin=b"\x2a\x80\x50" + b"agent notes " * 853 + b"....")  # a 10 KB goal
+    for n in range(2, 8):
+        ckpt("put", "v", "--merge", *t, stdin=b"\x0a\x40" + bytes([65 + n]) * 64)
+    d = ("--data-dir", str(sidecar.data_dir))
+    inspect = ckpt("inspect", "v", *d).stdout.decode()
+    assert "versions 1..7" in inspect and "FULL" in inspect and "PATCH" in inspect
+    ok = ckpt("verify", *d)
+    assert ok.returncode == 0 and b"verified 1 sessions: 1 ok, 0 failed" in ok.stdout
+    assert b'"versions": 7' in ckpt("stats", *d).stdout
+
+
+def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    for n in range(1, 5):
+        ckpt("put", "bad", "--merge", "--target", sidecar.unix_target, stdin=b"\x0a\x40" + bytes([65 + n]) * 64)
+    ckpt("put", "good", "--target", sidecar.unix_target, stdin=b"\x08\x01")
+    assert sidecar.stop() == 0
+    env = lmdb.open(str(tmp_path / "data" / "lmdb"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"frames", txn=txn)
+        key = b"bad\x00" + (3).to_bytes(8, "big")
+        value = bytearray(txn.get(key, db=db) or b"")
+        value[-2] ^= 0xFF
+        txn.put(key, bytes(value), db=db)
+    env.close()
+    result = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert b"FAIL session 'bad': frame checksum mismatch for version 3" in result.stderr
+    assert b"verified 2 sessions: 1 ok, 1 failed" in result.stdout
