@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.sidecar_proc import ROOT, start_sidecar
@@ -18,7 +19,7 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     try:
         source = code.group(1).replace("unix:data/ckpt.sock", sidecar.unix_target)
         assert len(source.strip().splitlines()) <= 12
-        namespace = {
+        namespace: dict[str, Any] = {
             "state": pb.Checkpoint(goal="demo", step=1),
             "patch": pb.Checkpoint(step=2),
             "print": lambda *a: None,
