@@ -1,0 +1,541 @@
+"""Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
+
+    python -m bench.sidecar_bench [--quick] [--json FILE]
+
+One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
+``sync`` durability), its data directory on real disk under
+``$CKPT_BENCH_DIR``, else ``.bench-data/`` at the repository root
+(git-ignored), as ``sidecar-<pid>``; it is removed when done. Every figure is
+measured against that one server, over its unix socket, in this run:
+
+1. echo ceiling: 64 client threads calling ``/ckpt.bench.Echo/Echo`` (raw
+   bytes, no (de)serialization on either side) with ~10 KB payloads, and again
+   with payloads as large as a serialized merge request (the apples-to-apples
+   ceiling for a merge: same bytes per call in, same number of RPCs);
+2. unary MERGE: 64 threads, each owning a session seeded with a REPLACE of a
+   ~10 KB Checkpoint state, calling ``CheckpointClient.merge`` with ~300 B
+   patches (``step`` + one appended message); merges/s, and its ratio to both
+   echoes. Sessions are re-seeded before every repetition, so each
+   repetition starts from ~10 KB states (the largest state reached is printed).
+   Also, for information: unary REPLACE of ~10 KB states.
+3. PutStream: the same merges through ``CheckpointClient.put_stream`` from 4
+   threads, each with its own stream over 16 of the sessions, 128 puts per
+   batch, at most 4 batches unanswered per stream; writes/s and its ratio to
+   the unary merge rate;
+4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
+   sidecar's state cache) against echoing the same number of bytes, calls
+   alternating on one client thread; p50/p99 of each, and the p50 ratio.
+
+Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
+same kind, with the kinds interleaved round by round (echo, merge, stream,
+...) so machine noise hits all of them alike. Client and server share this
+machine's cores, so the CPU time each side spends per call is recorded too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ckpt.v1 import checkpoint_pb2 as pb
+from ckpt.v1 import service_pb2
+from sidecar.client import CheckpointClient
+from sidecar.server import ECHO_METHOD
+from tests.sidecar_proc import Sidecar, start_sidecar
+
+ENV_DIR = "CKPT_BENCH_DIR"
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".bench-data"
+
+CLIENTS = 64
+STREAMS = 4
+STREAM_BATCH = 128
+STREAM_WINDOW = 4 * STREAM_BATCH  # writes a stream may have unanswered: without a bound it runs seconds ahead
+STATE_BYTES = 10_000
+HOT_STATE_BYTES = 300_000
+REPS = 3
+
+# Targets from the sidecar issue's acceptance: (comparison, bound).
+TARGETS: dict[str, tuple[str, float]] = {
+    "unary_merge_vs_echo": (">=", 0.7),
+    "stream_vs_unary_merge": (">=", 3.0),
+    "hot_get_p50_vs_echo": ("<=", 1.5),
+}
+
+_TEXT = (
+    "Read the failing test, trace the call path into the cache module, and check whether the key is stale; "
+    "the user wants a short summary of both branches before the linter runs again on the fixture that leaks. "
+)
+
+
+def data_root() -> Path:
+    return Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
+
+
+# -- workload ------------------------------------------------------------------
+
+
+def _message(i: int, chars: int) -> pb.Message:
+    text = (_TEXT * (chars // len(_TEXT) + 1))[:chars]
+    return pb.Message(role=pb.ROLE_ASSISTANT if i % 2 else pb.ROLE_USER, content=f"[{i}] {text}", name="agent")
+
+
+def make_state(size: int, *, step: int = 0) -> bytes:
+    """A Checkpoint of about ``size`` bytes: a goal, a plan, and ~1 KB conversation messages."""
+    ck = pb.Checkpoint(schema_version=1, step=step, status=pb.STATUS_RUNNING, goal="fix the flaky cache test")
+    ck.plan["s1"].CopyFrom(pb.PlanStep(id="s1", title="reproduce", status=pb.STEP_STATUS_DONE, order=1))
+    ck.plan["s2"].CopyFrom(pb.PlanStep(id="s2", title="fix and verify", status=pb.STEP_STATUS_IN_PROGRESS, order=2))
+    ck.working_memory["branch"] = "fix/cache-key"
+    i = 0
+    while ck.ByteSize() < size:
+        ck.messages.append(_message(i, min(1000, max(16, size - ck.ByteSize() - 16))))
+        i += 1
+    return ck.SerializeToString()
+
+
+def make_patches(n: int) -> list[bytes]:
+    """MERGE patches of ~300 B: a new step and one appended message."""
+    return [pb.Checkpoint(step=1000 + i, messages=[_message(1000 + i, 240)]).SerializeToString() for i in range(n)]
+
+
+def merge_request_bytes(patch: bytes) -> int:
+    """Size on the wire of the PutRequest a CheckpointClient.merge sends for ``patch``."""
+    req = service_pb2.PutRequest(
+        session_id=_merge_session(CLIENTS - 1), state=patch, mode=service_pb2.WRITE_MODE_MERGE, request_id="f" * 32
+    )
+    return req.ByteSize()
+
+
+def _merge_session(i: int) -> str:
+    return f"bench-merge-{i:03d}"
+
+
+def _replace_session(i: int) -> str:
+    return f"bench-replace-{i:03d}"
+
+
+# -- measurement helpers -----------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc); NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+@dataclass
+class Throughput:
+    calls: int
+    seconds: float
+    server_cpu_us_per_call: float
+    client_cpu_us_per_call: float
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+
+def run_threads(workers: list[Callable[[threading.Event], int]], seconds: float, server_pid: int) -> Throughput:
+    """Run every worker on its own thread until ``seconds`` pass; count the calls they complete.
+
+    Workers stop at their next call boundary once the event is set; the calls in
+    flight at that moment are counted and the clock runs until the last returns.
+    """
+    stop = threading.Event()
+    start = threading.Barrier(len(workers) + 1)
+    counts = [0] * len(workers)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        start.wait()
+        try:
+            counts[i] = workers[i](stop)
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(workers))]
+    for t in threads:
+        t.start()
+    gc.collect()
+    gc.disable()
+    try:
+        start.wait()
+        t0 = time.perf_counter_ns()
+        c0, s0 = time.process_time(), _cpu_seconds(server_pid)
+        stop.wait(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        elapsed = (time.perf_counter_ns() - t0) / 1e9
+        c1, s1 = time.process_time(), _cpu_seconds(server_pid)
+    finally:
+        gc.enable()
+    if errors:
+        raise errors[0]
+    calls = sum(counts)
+    return Throughput(calls, elapsed, (s1 - s0) / calls * 1e6, (c1 - c0) / calls * 1e6)
+
+
+def percentile(sorted_ns: list[int], q: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e3
+
+
+# -- the benchmark ------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any]
+    params: dict[str, Any]
+    throughput: dict[str, dict[str, Any]] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, sidecar: Sidecar, *, quick: bool) -> None:
+        self.sidecar = sidecar
+        self.pid = sidecar.process.pid
+        self.quick = quick
+        self.seconds = 0.8 if quick else 3.0
+        self.warmup = 0.25 if quick else 0.75
+        self.client = CheckpointClient(sidecar.unix_target)
+        self.echo_channel = grpc.insecure_channel(sidecar.unix_target)
+        self.echo = self.echo_channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
+        self.state = make_state(STATE_BYTES)
+        self.replace_states = [make_state(STATE_BYTES, step=i) for i in range(16)]
+        self.patches = make_patches(256)
+        self.echo_10k = self.state
+        self.echo_request_size = b"x" * merge_request_bytes(self.patches[-1])
+        self.max_state_size = {"unary_merge": 0, "stream_merge": 0}
+
+    def close(self) -> None:
+        self.echo_channel.close()
+        self.client.close()
+
+    # Each *_workers returns one callable per thread: run until the event is set, return calls made.
+
+    def echo_workers(self, payload: bytes) -> list[Callable[[threading.Event], int]]:
+        def work(stop: threading.Event) -> int:
+            n = 0
+            while not stop.is_set():
+                if self.echo(payload, timeout=30) != payload:
+                    raise AssertionError("echo returned different bytes")
+                n += 1
+            return n
+
+        return [work] * CLIENTS
+
+    def seed(self) -> None:
+        """REPLACE every merge session with the ~10 KB state (one stream: one group commit)."""
+        puts = (
+            service_pb2.PutRequest(session_id=_merge_session(i), state=self.state, mode=service_pb2.WRITE_MODE_REPLACE)
+            for i in range(CLIENTS)
+        )
+        for r in self.client.put_stream(puts, batch_size=CLIENTS):
+            if r.HasField("error"):
+                raise AssertionError(f"seeding failed: {r.error}")
+
+    def merge_workers(self) -> list[Callable[[threading.Event], int]]:
+        def worker(i: int) -> Callable[[threading.Event], int]:
+            session = _merge_session(i)
+
+            def work(stop: threading.Event) -> int:
+                n, size = 0, 0
+                while not stop.is_set():
+                    size = self.client.merge(session, self.patches[(i + n) % len(self.patches)]).state_size
+                    n += 1
+                self.max_state_size["unary_merge"] = max(self.max_state_size["unary_merge"], size)
+                return n
+
+            return work
+
+        return [worker(i) for i in range(CLIENTS)]
+
+    def replace_workers(self) -> list[Callable[[threading.Event], int]]:
+        def worker(i: int) -> Callable[[threading.Event], int]:
+            session = _replace_session(i)
+
+            def work(stop: threading.Event) -> int:
+                n = 0
+                while not stop.is_set():
+                    self.client.put(session, self.replace_states[(i + n) % len(self.replace_states)])
+                    n += 1
+                return n
+
+            return work
+
+        return [worker(i) for i in range(CLIENTS)]
+
+    def stream_workers(self) -> list[Callable[[threading.Event], int]]:
+        per_stream = CLIENTS // STREAMS
+
+        def worker(k: int) -> Callable[[threading.Event], int]:
+            sessions = [_merge_session(k * per_stream + j) for j in range(per_stream)]
+
+            def work(stop: threading.Event) -> int:
+                window = threading.Semaphore(STREAM_WINDOW)
+
+                def puts() -> Iterator[service_pb2.PutRequest]:
+                    n = 0
+                    while not stop.is_set():
+                        if not window.acquire(timeout=0.05):
+                            continue
+                        yield service_pb2.PutRequest(
+                            session_id=sessions[n % per_stream],
+                            state=self.patches[(k + n) % len(self.patches)],
+                            mode=service_pb2.WRITE_MODE_MERGE,
+                        )
+                        n += 1
+
+                done, size = 0, 0
+                for r in self.client.put_stream(puts(), batch_size=STREAM_BATCH):
+                    if r.HasField("error"):
+                        raise AssertionError(f"stream write failed: {r.error}")
+                    size = r.response.state_size
+                    done += 1
+                    window.release()
+                self.max_state_size["stream_merge"] = max(self.max_state_size["stream_merge"], size)
+                return done
+
+            return work
+
+        return [worker(k) for k in range(STREAMS)]
+
+    def throughputs(self) -> dict[str, list[Throughput]]:
+        for i in range(CLIENTS):  # the replace sessions exist before the first measurement
+            self.client.put(_replace_session(i), self.replace_states[0])
+        kinds: dict[str, tuple[Callable[[], list[Callable[[threading.Event], int]]], bool]] = {
+            "echo_10k": (lambda: self.echo_workers(self.echo_10k), False),
+            "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False),
+            "unary_merge": (self.merge_workers, True),
+            "stream_merge": (self.stream_workers, True),
+            "unary_replace_10k": (self.replace_workers, False),
+        }
+        results: dict[str, list[Throughput]] = {k: [] for k in kinds}
+        for _ in range(REPS):
+            for name, (make, seeded) in kinds.items():
+                if seeded:
+                    self.seed()
+                run_threads(make(), self.warmup, self.pid)
+                if seeded:
+                    self.seed()  # so the measured merges start from ~10 KB states
+                results[name].append(run_threads(make(), self.seconds, self.pid))
+        return results
+
+    def hot_get(self) -> dict[str, Any]:
+        """Latest-version get of a ~300 KB cached state vs echo of as many bytes, alternating on one thread."""
+        session = "bench-hot"
+        state = make_state(HOT_STATE_BYTES)
+        self.client.put(session, state)
+        got = self.client.get(session)
+        if got.state != state:
+            raise AssertionError("hot get returned a different state")
+        payload = bytes(len(state))
+        pairs, warm = (300, 50) if self.quick else (1500, 200)
+        get_ns: list[int] = []
+        echo_ns: list[int] = []
+        gc.collect()
+        gc.disable()
+        try:
+            for i in range(warm + pairs):
+                t0 = time.perf_counter_ns()
+                self.client.get(session)
+                t1 = time.perf_counter_ns()
+                self.echo(payload, timeout=30)
+                t2 = time.perf_counter_ns()
+                if i >= warm:
+                    get_ns.append(t1 - t0)
+                    echo_ns.append(t2 - t1)
+        finally:
+            gc.enable()
+        get_ns.sort()
+        echo_ns.sort()
+        return {
+            "state_bytes": len(state),
+            "pairs": pairs,
+            "get_p50_us": percentile(get_ns, 0.5),
+            "get_p99_us": percentile(get_ns, 0.99),
+            "echo_p50_us": percentile(echo_ns, 0.5),
+            "echo_p99_us": percentile(echo_ns, 0.99),
+        }
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "grpcio": grpc.__version__,
+    }
+
+
+def run(*, quick: bool = False, root: Path | None = None) -> Report:
+    base = root or data_root()
+    base.mkdir(parents=True, exist_ok=True)
+    data_dir = base / f"sidecar-{os.getpid()}"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    sidecar = start_sidecar(data_dir, "--bench-echo")
+    ok = False
+    try:
+        bench = Bench(sidecar, quick=quick)
+        try:
+            report = Report(
+                machine={**machine_info(), "data_dir": str(data_dir), "target": sidecar.unix_target},
+                params={
+                    "quick": quick,
+                    "clients": CLIENTS,
+                    "streams": STREAMS,
+                    "stream_batch": STREAM_BATCH,
+                    "reps": REPS,
+                    "seconds_per_rep": bench.seconds,
+                    "warmup_seconds": bench.warmup,
+                    "state_bytes": len(bench.state),
+                    "patch_bytes_mean": statistics.mean(len(p) for p in bench.patches),
+                    "merge_request_bytes": len(bench.echo_request_size),
+                    "durability": "sync (default)",
+                },
+            )
+            tp = bench.throughputs()
+            for name, samples in tp.items():
+                rates = [s.rate for s in samples]
+                report.throughput[name] = {
+                    "rate": statistics.median(rates),
+                    "rates": rates,
+                    "calls": [s.calls for s in samples],
+                    "server_cpu_us_per_call": statistics.median(s.server_cpu_us_per_call for s in samples),
+                    "client_cpu_us_per_call": statistics.median(s.client_cpu_us_per_call for s in samples),
+                }
+            report.params["max_merged_state_bytes"] = dict(bench.max_state_size)
+            report.latency = bench.hot_get()
+        finally:
+            bench.close()
+        rate = {k: v["rate"] for k, v in report.throughput.items()}
+        lat = report.latency
+        report.ratios = {
+            "unary_merge_vs_echo_request_size": rate["unary_merge"] / rate["echo_request_size"],
+            "unary_merge_vs_echo_10k": rate["unary_merge"] / rate["echo_10k"],
+            "stream_vs_unary_merge": rate["stream_merge"] / rate["unary_merge"],
+            "stream_vs_echo_request_size": rate["stream_merge"] / rate["echo_request_size"],
+            "unary_replace_10k_vs_echo_10k": rate["unary_replace_10k"] / rate["echo_10k"],
+            "hot_get_p50_vs_echo": lat["get_p50_us"] / lat["echo_p50_us"],
+            "hot_get_p99_vs_echo": lat["get_p99_us"] / lat["echo_p99_us"],
+        }
+        got = {
+            # The echo with the merge request's own size: same RPCs, same bytes in per call.
+            "unary_merge_vs_echo": report.ratios["unary_merge_vs_echo_request_size"],
+            "stream_vs_unary_merge": report.ratios["stream_vs_unary_merge"],
+            "hot_get_p50_vs_echo": report.ratios["hot_get_p50_vs_echo"],
+        }
+        for k, v in got.items():
+            op, bound = TARGETS[k]
+            report.checks[k] = {
+                "measured": v,
+                "op": op,
+                "target": bound,
+                "ok": v >= bound if op == ">=" else v <= bound,
+            }
+        ok = True
+        return report
+    finally:
+        code = sidecar.stop()
+        if ok and code == 0:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            sidecar.log_path.unlink(missing_ok=True)
+        elif code != 0:
+            print(f"sidecar exited with {code}; log kept at {sidecar.log_path}", file=sys.stderr)
+            sidecar.stop(signal.SIGKILL)
+
+
+def render(report: Report) -> str:
+    p, t, lat, r = report.params, report.throughput, report.latency, report.ratios
+    lines = [f"machine: {report.machine}", f"params: {p}", ""]
+    lines.append(f"## throughput: one sidecar over its unix socket, median of {p['reps']} x {p['seconds_per_rep']:g} s")
+    lines.append("| workload | calls/s (median) | reps | server CPU us/call | client CPU us/call |")
+    lines.append("|---|---:|---|---:|---:|")
+    labels = {
+        "echo_10k": f"echo {p['state_bytes']:,} B, {p['clients']} threads",
+        "echo_request_size": f"echo {p['merge_request_bytes']:,} B (= merge request), {p['clients']} threads",
+        "unary_merge": f"unary MERGE ~{p['patch_bytes_mean']:.0f} B patch onto ~10 KB state, {p['clients']} threads",
+        "stream_merge": f"PutStream MERGE, {p['streams']} streams x {p['stream_batch']}/batch",
+        "unary_replace_10k": f"unary REPLACE {p['state_bytes']:,} B state, {p['clients']} threads (info)",
+    }
+    for name, label in labels.items():
+        x = t[name]
+        reps = ", ".join(f"{v:,.0f}" for v in x["rates"])
+        lines.append(
+            f"| {label} | {x['rate']:,.0f} | {reps} | {x['server_cpu_us_per_call']:.0f} | "
+            f"{x['client_cpu_us_per_call']:.0f} |"
+        )
+    grew = p["max_merged_state_bytes"]
+    lines.append(
+        f"\nmerged states start at {p['state_bytes']:,} B every repetition and grew to at most "
+        f"{grew['unary_merge']:,} B (unary) / {grew['stream_merge']:,} B (PutStream)"
+    )
+    lines.append(f"\n## hot get: latest of a {lat['state_bytes']:,} B state, {lat['pairs']} alternating pairs")
+    lines.append("| call | p50 us | p99 us |")
+    lines.append("|---|---:|---:|")
+    lines.append(f"| get (state cache) | {lat['get_p50_us']:.0f} | {lat['get_p99_us']:.0f} |")
+    lines.append(f"| echo {lat['state_bytes']:,} B | {lat['echo_p50_us']:.0f} | {lat['echo_p99_us']:.0f} |")
+    lines.append("\n## ratios")
+    lines.append("| ratio | value | target | ok |")
+    lines.append("|---|---:|---:|---|")
+    check_of = {
+        "unary_merge_vs_echo_request_size": "unary_merge_vs_echo",
+        "stream_vs_unary_merge": "stream_vs_unary_merge",
+        "hot_get_p50_vs_echo": "hot_get_p50_vs_echo",
+    }
+    info_targets = {"unary_merge_vs_echo_10k": (">=", 0.7)}
+    for name, value in r.items():
+        if name in check_of:
+            c = report.checks[check_of[name]]
+            lines.append(f"| {name} | {value:.2f} | {c['op']} {c['target']} | {'yes' if c['ok'] else 'NO'} |")
+        elif name in info_targets:
+            op, bound = info_targets[name]
+            met = value >= bound
+            lines.append(f"| {name} (other reading) | {value:.2f} | ({op} {bound}) | ({'yes' if met else 'no'}) |")
+        else:
+            lines.append(f"| {name} | {value:.2f} | - | - |")
+    lines.append(
+        "\nunary_merge_vs_echo is judged against the echo of the merge request's own size: the same number of "
+        "RPCs carrying the same bytes in, so the ratio isolates what a merge adds (protobuf, store, commit). "
+        "The 10 KB echo moves ~20 KB per call that a merge never sends, which would flatter the ratio."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="0.8 s repetitions instead of 3 s, fewer latency samples")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+    report = run(quick=args.quick)
+    print(render(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(asdict(report), fh, indent=1)
+    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
