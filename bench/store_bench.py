@@ -1,0 +1,835 @@
+"""Store benchmarks: group commit, cold hydration, and a million sessions, on real disk.
+
+    python -m bench.store_bench [--quick] [--sessions N] [--data-dir DIR] [--json FILE]
+                                [--trajectories DIR] [--only NAME ...]
+
+Every LMDB environment lives under ``--data-dir``, else ``$CKPT_BENCH_DIR``,
+else ``.bench-data/`` at the repository root (git-ignored); each benchmark
+starts from a fresh directory there and removes it when done. Every figure is
+measured in this run on this machine: times are medians (or percentiles) of
+repetitions, and compared configurations run side by side, alternating.
+
+1. group-commit: 64 writer threads, each writing versions of its own session
+   (growing ~2.6-10 KB Checkpoint states from ``bench.synthetic``), fsync on
+   (``Durability.SYNC``, the default). The default config (writes share
+   commits) against ``max_batch_writes=1`` (one transaction, so one fsync
+   pair, per put), alternating rounds on fresh directories; writes/s, the
+   ratio, and the batch sizes the writer committed. The flush latency of the
+   disk under the data directory is printed too: the ratio depends on it.
+2. cold-hydration: the trajectory whose final state is closest to 300 KB,
+   written as REPLACE and as MERGE sessions, store closed and reopened with
+   ``cache_size_bytes=0``; ``Store.get`` of the version ending the default
+   policy's longest chain (chains found from ``list_versions`` frame kinds;
+   also the last chain the policy ended, which holds the largest states),
+   against ``codec.decode`` of one FULL frame of the same state, with the
+   codec's decode of the same chain's frames alongside. "Cold" means
+   the store's state cache is bypassed (LMDB read transaction + chain decode
+   on every get); the OS page cache is warm.
+3. scale: fill N sessions (1,000,000 by default) of ~2-3 KB Checkpoint states,
+   3 versions each (a REPLACE of the whole state, then two MERGE patches that
+   append a message: FULL, PATCH, PATCH under the default policy), with
+   ``put_many`` batches of about 2,000 writes. Sessions are inserted in
+   increasing key order (zero-padded ids) and each session's versions are
+   consecutive within one batch, so LMDB's inserts are sequential and fill its
+   pages well: the best case (writers interleaving across sessions insert into
+   the middle of the frames table, and LMDB's half-full splits use more disk).
+   Random cold reads (latest, and a random older version) are
+   timed once the first 10,000 sessions are in and again at N, on the same
+   store (``cache_size_bytes=0`` throughout), first as the fill left the page
+   cache, then again after one sequential read of the data file (reads that
+   had to wait on the disk are counted); p99 growth (of the first pass) and
+   the data file's size against the frames it holds are checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from ckpt.v1 import checkpoint_pb2 as pb
+from codec import ChainEncoder, ChainPolicy, FrameKind, decode
+from sidecar import PutRequest, Store, StoreConfig, WriteMode
+
+from . import synthetic, trajectories
+
+ENV_DIR = "CKPT_BENCH_DIR"
+ENV_SESSIONS = "CKPT_BENCH_SESSIONS"
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".bench-data"
+DEFAULT_SESSIONS = 1_000_000
+QUICK_SESSIONS = 20_000
+BENCHMARKS = ("group-commit", "cold-hydration", "scale")
+
+# Targets from the store issue's acceptance: (comparison, bound).
+TARGETS: dict[str, tuple[str, float]] = {
+    "group_commit_speedup": (">=", 5.0),
+    "p99_growth_latest": ("<=", 1.5),
+    "p99_growth_old_version": ("<=", 1.5),
+    "data_file_vs_frames": ("<=", 1.5),
+}
+
+
+def data_root(path: str | os.PathLike[str] | None = None) -> Path:
+    """The directory holding every benchmark's LMDB environments (created)."""
+    root = Path(path) if path is not None else Path(os.environ.get(ENV_DIR) or DEFAULT_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def fresh_dir(root: Path, name: str) -> Path:
+    path = root / name
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of unsorted values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def check(name: str, measured: float) -> dict[str, Any]:
+    op, bound = TARGETS[name]
+    ok = measured >= bound if op == ">=" else measured <= bound
+    return {"measured": measured, "target": f"{op} {bound}", "ok": ok}
+
+
+def interleaved(fns: list[Callable[[], object]], reps: int) -> list[float]:
+    """Median seconds of each function, called in turn so machine noise hits all alike."""
+    samples: list[list[int]] = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[i].append(time.perf_counter_ns() - t0)
+    return [statistics.median(s) / 1e9 for s in samples]
+
+
+# -- 1. group commit ------------------------------------------------------------
+
+
+def flush_latency_us(directory: Path, writes: int = 200) -> dict[str, float]:
+    """p50/p99 of a 4 KB pwrite + fdatasync in ``directory``: what one flush costs on this disk."""
+    path = directory / "flush-probe"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    samples = []
+    try:
+        block = os.urandom(4096)
+        for i in range(writes):
+            os.pwrite(fd, block, (i % 64) * 4096)
+            t0 = time.perf_counter_ns()
+            os.fdatasync(fd)
+            samples.append((time.perf_counter_ns() - t0) / 1e3)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"p50": statistics.median(samples), "p99": pct(samples, 99)}
+
+
+def _writer_states(threads: int, versions: int) -> list[list[bytes]]:
+    """Per thread, the growing states its session writes (same data for every config)."""
+    return [
+        [s.state for s in synthetic.session(1000 + t, steps=versions, memory_keys=12, plan_steps=8)]
+        for t in range(threads)
+    ]
+
+
+def _concurrent_writes(config: StoreConfig, states: list[list[bytes]]) -> tuple[float, Counter[int], int]:
+    """Seconds for len(states) threads to write their sessions; batch sizes; commits."""
+    with Store(config) as store:
+        start = threading.Barrier(len(states) + 1)
+        errors: list[BaseException] = []
+
+        def writer(t: int) -> None:
+            try:
+                start.wait()
+                for state in states[t]:
+                    store.put(f"writer-{t:03d}", state)
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=writer, args=(t,)) for t in range(len(states))]
+        for w in workers:
+            w.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - t0
+        if errors:
+            raise errors[0]
+        for t, written in enumerate(states):  # every session ends at its last state
+            got = store.get(f"writer-{t:03d}")
+            if got.state != written[-1] or got.version != len(written):
+                raise AssertionError(f"writer-{t:03d}: head is not the last state written")
+        stats = store.stats()
+        return elapsed, Counter(stats["batch_sizes"]), stats["commits"]
+
+
+def batch_distribution(sizes: Counter[int]) -> dict[str, Any]:
+    """Commits and writes per batch-size bucket, and write-weighted percentiles."""
+    buckets = [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 127), (128, 1 << 30)]
+    writes = sum(size * n for size, n in sizes.items())
+    commits = sum(sizes.values())
+    rows = []
+    for lo, hi in buckets:
+        c = sum(n for size, n in sizes.items() if lo <= size <= hi)
+        w = sum(size * n for size, n in sizes.items() if lo <= size <= hi)
+        if c:
+            label = str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">= {lo}")
+            rows.append({"batch_size": label, "commits": c, "writes_share": w / writes})
+    by_write = sorted(size for size, n in sizes.items() for _ in range(size * n))
+    return {
+        "commits": commits,
+        "writes": writes,
+        "mean_batch": writes / commits if commits else 0.0,
+        "max_batch": max(sizes, default=0),
+        # Half (90%) of all writes were committed in batches of at most this size.
+        "p50_batch_by_write": by_write[len(by_write) // 2] if by_write else 0,
+        "p90_batch_by_write": by_write[int(0.9 * (len(by_write) - 1))] if by_write else 0,
+        "buckets": rows,
+    }
+
+
+def group_commit(root: Path, *, threads: int = 64, versions: int = 60, rounds: int = 5) -> dict[str, Any]:
+    """Writes/s with group commit (default config) against one commit per put, alternating rounds."""
+    states = _writer_states(threads, versions)
+    writes = threads * versions
+    configs = {
+        "group": lambda d: StoreConfig(data_dir=d),
+        "per_put": lambda d: StoreConfig(data_dir=d, max_batch_writes=1),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in configs}
+    sizes: dict[str, Counter[int]] = {name: Counter() for name in configs}
+    commits: dict[str, int] = dict.fromkeys(configs, 0)
+    flush = flush_latency_us(root)
+    for r in range(rounds):
+        order = list(configs) if r % 2 == 0 else list(reversed(configs))
+        for name in order:
+            directory = fresh_dir(root, f"group-commit-{name}")
+            gc.collect()
+            elapsed, batch_sizes, n_commits = _concurrent_writes(configs[name](directory), states)
+            shutil.rmtree(directory)
+            seconds[name].append(elapsed)
+            sizes[name].update(batch_sizes)
+            commits[name] += n_commits
+    rates = {name: [writes / s for s in secs] for name, secs in seconds.items()}
+    median_rate = {name: statistics.median(r) for name, r in rates.items()}
+    state_sizes = [len(s) for ses in states for s in ses]
+    return {
+        "threads": threads,
+        "versions_per_thread": versions,
+        "writes_per_round": writes,
+        "rounds": rounds,
+        "state_bytes": {"min": min(state_sizes), "median": statistics.median(state_sizes), "max": max(state_sizes)},
+        "flush_latency_us": flush,
+        "writes_per_s": median_rate,
+        "writes_per_s_rounds": rates,
+        "us_per_write": {name: 1e6 / rate for name, rate in median_rate.items()},
+        "speedup": median_rate["group"] / median_rate["per_put"],
+        "batches": {name: batch_distribution(c) for name, c in sizes.items()},
+    }
+
+
+def render_group_commit(r: dict[str, Any]) -> str:
+    sb = r["state_bytes"]
+    lines = [
+        f"\n## group commit: {r['threads']} threads x {r['versions_per_thread']} versions (REPLACE), "
+        f"states {sb['min']:,}-{sb['max']:,} B (median {sb['median']:,.0f}), fsync on (Durability.SYNC), "
+        f"median of {r['rounds']} alternating rounds",
+        f"flush latency of this disk (4 KB pwrite + fdatasync): p50 {r['flush_latency_us']['p50']:.0f} us, "
+        f"p99 {r['flush_latency_us']['p99']:.0f} us",
+        "",
+        "| config | writes/s (median) | us per write | rounds (writes/s) | commits | mean batch |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    names = {"group": "default (group commit, max_batch_writes=512)", "per_put": "max_batch_writes=1 (commit per put)"}
+    for key, label in names.items():
+        b = r["batches"][key]
+        rounds = ", ".join(f"{x:,.0f}" for x in r["writes_per_s_rounds"][key])
+        lines.append(
+            f"| {label} | {r['writes_per_s'][key]:,.0f} | {r['us_per_write'][key]:.1f} | {rounds} | "
+            f"{b['commits']:,} | {b['mean_batch']:.1f} |"
+        )
+    lines.append(f"\ngroup commit speedup: **{r['speedup']:.2f}x** (target >= {TARGETS['group_commit_speedup'][1]})")
+    b = r["batches"]["group"]
+    lines += [
+        f"\ngroup-commit batch sizes, all rounds: {b['commits']:,} commits of {b['writes']:,} writes; "
+        f"max {b['max_batch']}, write-weighted p50 {b['p50_batch_by_write']}, p90 {b['p90_batch_by_write']}",
+        "",
+        "| batch size | commits | share of writes |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {row['batch_size']} | {row['commits']:,} | {row['writes_share']:.1%} |" for row in b["buckets"]]
+    return "\n".join(lines)
+
+
+# -- 2. cold hydration ------------------------------------------------------------
+
+
+def _chains(infos: Iterable[Any]) -> list[list[int]]:
+    """Versions grouped by chain, oldest first: a chain starts at each FULL frame."""
+    chains: list[list[int]] = []
+    for info in sorted(infos, key=lambda i: i.version):
+        if info.frame_kind is FrameKind.FULL or not chains:
+            chains.append([])
+        chains[-1].append(info.version)
+    return chains
+
+
+def _all_versions(store: Store, session_id: str) -> list[Any]:
+    out: list[Any] = []
+    token = ""
+    while True:
+        page, token = store.list_versions(session_id, page_size=1000, page_token=token)
+        out += page
+        if not token:
+            return out
+
+
+def cold_hydration(root: Path, trajectory_dir: str | None = None, *, reps: int = 51) -> dict[str, Any]:
+    """Cold Store.get at the longest chain against one FULL-frame decode, REPLACE and MERGE."""
+    sessions = [list(trajectories.replay(t)) for t in trajectories.load(trajectory_dir)]
+    steps = min(sessions, key=lambda s: abs(len(s[-1].state) - 300_000))
+    del sessions
+    directory = fresh_dir(root, "cold-hydration")
+    out: dict[str, Any] = {"versions": len(steps), "final_state_bytes": len(steps[-1].state), "rows": []}
+    try:
+        with Store(StoreConfig(data_dir=directory)) as store:
+            for step in steps:
+                store.put("replace", step.state, mode=WriteMode.REPLACE)
+                store.put("merge", step.patch, mode=WriteMode.MERGE)
+        with Store(StoreConfig(data_dir=directory, cache_size_bytes=0)) as store:
+            for mode in ("replace", "merge"):
+                chains = _chains(_all_versions(store, mode))
+                out[f"{mode}_chain_lengths"] = [len(c) for c in chains]
+                # The first longest chain (as bench/test_codec_bench.py takes), and the last chain the
+                # policy ended (followed by a FULL frame), which holds the largest states.
+                picks = {"longest": max(chains, key=len)}
+                if len(chains) > 1 and chains[-2] is not picks["longest"]:
+                    picks["last ended"] = chains[-2]
+                for which, chain in picks.items():
+                    out["rows"].append(_time_cold_get(store, steps, mode, which, chain, reps))
+            out["cache_hits"] = store.cache_hits
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    out["reps"] = reps
+    out["byte_exact"] = all(row["byte_exact"] for row in out["rows"])
+    return out
+
+
+def _time_cold_get(
+    store: Store, steps: list[trajectories.Step], mode: str, which: str, chain: list[int], reps: int
+) -> dict[str, Any]:
+    """Store.get of the chain's last version, the codec's decode of its frames, one FULL frame's decode."""
+    target = chain[-1]
+    expected = steps[target - 1].state if mode == "replace" else b"".join(s.patch for s in steps[:target])
+    frames = [f for v, _, f in store.iter_frames(mode) if chain[0] <= v <= target]
+    full = ChainEncoder(policy=ChainPolicy(max_depth=0)).replace(expected).data
+    exact = store.get(mode, target).state == expected and decode([full]) == expected and decode(frames) == expected
+    get_s, chain_s, full_s = interleaved(
+        [lambda: store.get(mode, target).state, lambda: decode(frames), lambda: decode([full])], reps
+    )
+    return {
+        "mode": mode,
+        "chain": which,
+        "target_version": target,
+        "chain_frames": len(chain),
+        "chain_stored_bytes": sum(len(f) for f in frames),
+        "full_frame_bytes": len(full),
+        "state_bytes": len(expected),
+        "byte_exact": exact,
+        "store_get_us": get_s * 1e6,
+        "codec_chain_decode_us": chain_s * 1e6,
+        "full_decode_us": full_s * 1e6,
+        "get_vs_full": get_s / full_s,
+        "chain_decode_vs_full": chain_s / full_s,
+        "store_overhead_us": (get_s - chain_s) * 1e6,
+    }
+
+
+def render_cold_hydration(r: dict[str, Any]) -> str:
+    lines = [
+        f"\n## cold hydration: trajectory of {r['versions']} versions, final state {r['final_state_bytes']:,} B; "
+        f"store reopened with cache_size_bytes=0; medians of {r['reps']} interleaved reps",
+        "",
+        "| mode, chain | frames | version | state B | chain stored B | FULL frame B | Store.get us | "
+        "codec decode(chain) us | decode(FULL) us | get x FULL | decode(chain) x FULL | byte-exact |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for m in r["rows"]:
+        lines.append(
+            f"| {m['mode'].upper()}, {m['chain']} chain | {m['chain_frames']} | {m['target_version']} | "
+            f"{m['state_bytes']:,} | "
+            f"{m['chain_stored_bytes']:,} | {m['full_frame_bytes']:,} | {m['store_get_us']:.0f} | "
+            f"{m['codec_chain_decode_us']:.0f} | {m['full_decode_us']:.0f} | **{m['get_vs_full']:.2f}** | "
+            f"{m['chain_decode_vs_full']:.2f} | {'yes' if m['byte_exact'] else 'NO'} |"
+        )
+    lines.append(
+        f"\nchain lengths (frames, oldest chain first): REPLACE {r['replace_chain_lengths']}, "
+        f"MERGE {r['merge_chain_lengths']}"
+    )
+    lines.append(
+        "(codec targets for decode at the bound: <= 4x REPLACE, <= 3x MERGE; state-cache hits during the "
+        f"timed gets: {r['cache_hits']})"
+    )
+    return "\n".join(lines)
+
+
+# -- 3. scale -------------------------------------------------------------------
+
+VERSIONS_PER_SESSION = 3
+
+
+def _template(seed: int, size: int) -> bytes:
+    """A ~size-byte Checkpoint: goal, model, plan and working memory."""
+    rng = random.Random(seed)
+    cp = pb.Checkpoint(schema_version=1, status=pb.STATUS_RUNNING, goal=synthetic._sentence(rng, 20))
+    cp.model.model_id = f"model-{seed % 3}"
+    cp.model.temperature = 0.2
+    for k in range(4):
+        cp.plan[f"p{k}"].CopyFrom(pb.PlanStep(id=f"p{k}", title=synthetic._sentence(rng, 6), order=k))
+    k = 0
+    while cp.ByteSize() < size:
+        cp.working_memory[f"mem-{k}"] = synthetic._sentence(rng, rng.randrange(10, 30))
+        k += 1
+    return cp.SerializeToString(deterministic=True)
+
+
+class ScaleData:
+    """Cheap, deterministic states: a template plus one appended message per version.
+
+    Each version's patch is a Checkpoint setting ``step`` and appending a
+    message that names the session; it is serialized once per (version,
+    phrase) with a placeholder, and the session id is spliced in. A MERGE
+    state is the concatenation of its patches (protobuf merge semantics).
+    """
+
+    def __init__(self, width: int, templates: int = 16, phrases: int = 8) -> None:
+        self.width = width
+        self.templates = [_template(t, 2000 + 1000 * t // templates) for t in range(templates)]
+        placeholder = b"#" * width
+        rng = random.Random(7)
+        self._tails: list[list[tuple[bytes, bytes]]] = []
+        for v in range(1, VERSIONS_PER_SESSION + 1):
+            row = []
+            for _ in range(phrases):
+                patch = pb.Checkpoint(step=v, current_step_id=f"p{v % 4}")
+                patch.messages.add(
+                    role=pb.ROLE_ASSISTANT if v % 2 else pb.ROLE_TOOL,
+                    content=f"{placeholder.decode()} step {v}: {synthetic._sentence(rng, rng.randrange(6, 14))}",
+                )
+                raw = patch.SerializeToString(deterministic=True)
+                head, sep, tail = raw.partition(placeholder)
+                assert sep and placeholder not in tail
+                row.append((head, tail))
+            self._tails.append(row)
+
+    def session_id(self, i: int) -> str:
+        return f"s{i:0{self.width - 1}d}"
+
+    def patch(self, i: int, version: int) -> bytes:
+        head, tail = self._tails[version - 1][(i * 7 + version) % len(self._tails[version - 1])]
+        return head + self.session_id(i).encode() + tail
+
+    def first(self, i: int) -> bytes:
+        return self.templates[i % len(self.templates)] + self.patch(i, 1)
+
+    def state(self, i: int, version: int) -> bytes:
+        return self.first(i) + b"".join(self.patch(i, v) for v in range(2, version + 1))
+
+    def requests(self, lo: int, hi: int) -> list[PutRequest]:
+        out = []
+        for i in range(lo, hi):
+            sid = self.session_id(i)
+            out.append(PutRequest(sid, self.first(i), WriteMode.REPLACE))
+            out += [PutRequest(sid, self.patch(i, v), WriteMode.MERGE) for v in range(2, VERSIONS_PER_SESSION + 1)]
+        return out
+
+
+def _majflt() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
+def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -> dict[str, Any]:
+    """One pass of random cold reads among the first ``sessions``: the latest version, then a random older one
+    of the same session. Major page faults (a page the OS had to read from disk) are counted outside the
+    timed calls."""
+    rng = random.Random(seed)
+    picks = [(rng.randrange(sessions), rng.randrange(1, VERSIONS_PER_SESSION)) for _ in range(reads)]
+    latest: list[float] = []
+    old: list[float] = []
+    faulted = [0, 0]
+    mismatches = 0
+    gc.collect()
+    for i, v in picks:
+        sid = data.session_id(i)
+        f0 = _majflt()
+        t0 = time.perf_counter_ns()
+        a = store.get(sid)
+        t1 = time.perf_counter_ns()
+        f1 = _majflt()
+        t2 = time.perf_counter_ns()
+        b = store.get(sid, v)
+        t3 = time.perf_counter_ns()
+        f2 = _majflt()
+        latest.append((t1 - t0) / 1e3)
+        old.append((t3 - t2) / 1e3)
+        faulted[0] += f1 > f0
+        faulted[1] += f2 > f1
+        if a.state != data.state(i, VERSIONS_PER_SESSION) or b.state != data.state(i, v):
+            mismatches += 1
+    return {
+        "latest_us": {"p50": statistics.median(latest), "p99": pct(latest, 99), "p999": pct(latest, 99.9)},
+        "old_version_us": {"p50": statistics.median(old), "p99": pct(old, 99), "p999": pct(old, 99.9)},
+        "latest_reads_with_major_fault": faulted[0],
+        "old_reads_with_major_fault": faulted[1],
+        "mismatches": mismatches,
+    }
+
+
+def _read_whole_file(path: Path) -> float:
+    """Read a file sequentially (into the OS page cache); seconds taken."""
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while fh.read(1 << 20):
+            pass
+    return time.perf_counter() - t0
+
+
+def _probe_reads(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -> dict[str, Any]:
+    """Two passes of ``reads`` random cold reads (latest + an older version each), fresh picks each pass.
+
+    "as filled": the pages as the fill left them. The first 10,000 sessions
+    were written moments before; at N most pages were written minutes
+    earlier, and the OS may have evicted some (reads then wait on the disk:
+    counted as major faults). "file pre-read": after one sequential read of
+    data.mdb, so that every page is in the page cache, for both sizes alike.
+    """
+    for i in random.Random(seed - 1).sample(range(sessions), min(1000, sessions)):  # warm-up: allocator, code
+        store.get(data.session_id(i))
+    as_filled = _pass(store, data, sessions, reads, seed)
+    preread_s = _read_whole_file(store.config.data_dir / "lmdb" / "data.mdb")
+    preread = _pass(store, data, sessions, reads, seed + 1)
+    return {
+        "sessions": sessions,
+        "reads_each": reads,
+        "passes": {"as filled": as_filled, "file pre-read": preread},
+        "preread_seconds": preread_s,
+        "mismatches": as_filled["mismatches"] + preread["mismatches"],
+    }
+
+
+def _disk(store: Store, frames_bytes: int, sessions: int) -> dict[str, Any]:
+    st = os.stat(store.config.data_dir / "lmdb" / "data.mdb")
+    return {
+        "frames_bytes": frames_bytes,
+        "file_bytes": st.st_size,
+        "allocated_bytes": st.st_blocks * 512,
+        "lmdb_used_bytes": store.stats()["used_bytes"],
+        "file_vs_frames": st.st_size / frames_bytes,
+        "allocated_vs_frames": st.st_blocks * 512 / frames_bytes,
+        "file_bytes_per_session": st.st_size / sessions,
+        "frames_bytes_per_session": frames_bytes / sessions,
+    }
+
+
+def _lmdb_tables(lmdb_dir: Path) -> dict[str, Any]:
+    """Page counts per table of a closed store (read-only), to see where the file's bytes go."""
+    env = lmdb.open(str(lmdb_dir), readonly=True, max_dbs=8, subdir=True, lock=False)
+    try:
+        info, main = env.info(), env.stat()
+        out: dict[str, Any] = {"page_size": main["psize"], "last_pgno": info["last_pgno"], "tables": {}}
+        in_use = 2 + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]  # 2 meta pages
+        with env.begin() as txn:
+            for name in (b"frames", b"sessions", b"updated", b"requests", b"req_expiry", b"labels"):
+                s = txn.stat(env.open_db(name, txn=txn, create=False))
+                pages = s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]
+                in_use += pages
+                out["tables"][name.decode()] = {
+                    "entries": s["entries"],
+                    "depth": s["depth"],
+                    "leaf_pages": s["leaf_pages"],
+                    "overflow_pages": s["overflow_pages"],
+                    "bytes": pages * s["psize"],
+                }
+        out["free_or_unused_pages"] = info["last_pgno"] + 1 - in_use
+        return out
+    finally:
+        env.close()
+
+
+def scale(
+    root: Path,
+    sessions: int = DEFAULT_SESSIONS,
+    *,
+    probe_at: int = 10_000,
+    reads: int = 20_000,
+    batch_sessions: int = 667,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Fill ``sessions`` sessions; cold-read latency at ``probe_at`` and at the end; disk bytes."""
+    probe_at = min(probe_at, sessions)
+    data = ScaleData(width=max(8, len(str(sessions - 1)) + 1))
+    directory = fresh_dir(root, "scale")
+    frames_bytes = 0
+    kinds: Counter[str] = Counter()
+    phases: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    disks: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    try:
+        with Store(StoreConfig(data_dir=directory, cache_size_bytes=0)) as store:
+            filled = 0
+            for upto in (probe_at, sessions):
+                t0 = time.perf_counter()
+                first = filled
+                next_report = filled + 100_000
+                while filled < upto:
+                    hi = min(upto, filled + batch_sessions)
+                    for res in store.put_many(data.requests(filled, hi)):
+                        if isinstance(res, Exception):
+                            raise res
+                        frames_bytes += res.stored_bytes
+                        kinds[res.frame_kind.name] += 1
+                    filled = hi
+                    if progress is not None and filled >= next_report:
+                        rate = (filled - first) / (time.perf_counter() - t0)
+                        progress(f"scale: {filled:,} sessions filled ({rate:,.0f} sessions/s)")
+                        next_report += 100_000
+                elapsed = time.perf_counter() - t0
+                n = filled - first
+                if n:
+                    phases.append(
+                        {
+                            "sessions": f"{first:,}-{filled:,}",
+                            "seconds": elapsed,
+                            "sessions_per_s": n / elapsed,
+                            "writes_per_s": n * VERSIONS_PER_SESSION / elapsed,
+                        }
+                    )
+                if probes and probes[-1]["sessions"] == filled:
+                    continue
+                disks.append(_disk(store, frames_bytes, filled))
+                if progress is not None:
+                    progress(f"scale: timing {2 * reads:,} cold reads at {filled:,} sessions")
+                probes.append(_probe_reads(store, data, filled, reads, seed=filled))
+            stats = store.stats()
+        tables = _lmdb_tables(directory / "lmdb")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    first_p, last_p = probes[0]["passes"], probes[-1]["passes"]
+
+    def growth(pass_name: str, kind: str) -> float:
+        return float(last_p[pass_name][kind]["p99"] / first_p[pass_name][kind]["p99"])
+
+    return {
+        "sessions": sessions,
+        "versions_per_session": VERSIONS_PER_SESSION,
+        "batch_writes": batch_sessions * VERSIONS_PER_SESSION,
+        "template_state_bytes": [len(t) for t in data.templates],
+        "frame_kinds": dict(kinds),
+        "phases": phases,
+        "probes": probes,
+        "disk": disks,
+        "p99_growth_latest": growth("as filled", "latest_us"),
+        "p99_growth_old_version": growth("as filled", "old_version_us"),
+        "p99_growth_latest_preread": growth("file pre-read", "latest_us"),
+        "p99_growth_old_version_preread": growth("file pre-read", "old_version_us"),
+        "store_stats": {k: stats[k] for k in ("sessions", "versions", "commits", "map_resizes", "map_size_bytes")},
+        "lmdb": tables,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+
+
+def render_scale(r: dict[str, Any]) -> str:
+    kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(r["frame_kinds"].items()))
+    tb = r["template_state_bytes"]
+    st = r["store_stats"]
+    lines = [
+        f"\n## scale: {r['sessions']:,} sessions x {r['versions_per_session']} versions "
+        f"(REPLACE ~{min(tb):,}-{max(tb):,} B, then 2 MERGE patches), put_many of {r['batch_writes']:,} writes; "
+        f"frames: {kinds}",
+        f"store: {st['commits']:,} commits, {st['map_resizes']} map resizes, "
+        f"map {st['map_size_bytes'] / 2**30:.2f} GiB; whole benchmark {r['elapsed_s']:.0f} s",
+        "",
+        "| fill phase | seconds | sessions/s | writes/s |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {p['sessions']} | {p['seconds']:.1f} | {p['sessions_per_s']:,.0f} | {p['writes_per_s']:,.0f} |"
+        for p in r["phases"]
+    ]
+    lines += [
+        "",
+        "| sessions | pass | reads | latest p50 us | latest p99 us | latest p99.9 us | old p50 us | old p99 us | "
+        "old p99.9 us | reads that waited on disk (major fault): latest / old | wrong states |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in r["probes"]:
+        for name, ps in p["passes"].items():
+            a, b = ps["latest_us"], ps["old_version_us"]
+            label = name if name == "as filled" else f"{name} ({p['preread_seconds']:.1f} s)"
+            lines.append(
+                f"| {p['sessions']:,} | {label} | {p['reads_each']:,} + {p['reads_each']:,} | {a['p50']:.1f} | "
+                f"{a['p99']:.1f} | {a['p999']:.1f} | {b['p50']:.1f} | {b['p99']:.1f} | {b['p999']:.1f} | "
+                f"{ps['latest_reads_with_major_fault']:,} / {ps['old_reads_with_major_fault']:,} | "
+                f"{ps['mismatches']} |"
+            )
+    lines.append(
+        f"\np99 growth, {r['probes'][-1]['sessions']:,} vs {r['probes'][0]['sessions']:,} sessions, as filled "
+        f"(checked): latest **{r['p99_growth_latest']:.2f}x**, old version **{r['p99_growth_old_version']:.2f}x** "
+        f"(target <= {TARGETS['p99_growth_latest'][1]}); after pre-reading the file: latest "
+        f"{r['p99_growth_latest_preread']:.2f}x, old version {r['p99_growth_old_version_preread']:.2f}x"
+    )
+    lines += [
+        "",
+        "| sessions | frames B | data.mdb st_size | allocated (st_blocks) | file x frames | allocated x frames | "
+        "file B/session | frames B/session |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p, d in zip(r["probes"], r["disk"], strict=True):
+        lines.append(
+            f"| {p['sessions']:,} | {d['frames_bytes']:,} | {d['file_bytes']:,} | {d['allocated_bytes']:,} | "
+            f"**{d['file_vs_frames']:.3f}** | {d['allocated_vs_frames']:.3f} | {d['file_bytes_per_session']:,.0f} | "
+            f"{d['frames_bytes_per_session']:,.0f} |"
+        )
+    t = r["lmdb"]
+    lines += [
+        f"\nLMDB at the end (page {t['page_size']} B, {t['last_pgno'] + 1:,} pages, "
+        f"{t['free_or_unused_pages']:,} free or unused):",
+        "",
+        "| table | entries | depth | leaf pages | overflow pages | bytes |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {s['entries']:,} | {s['depth']} | {s['leaf_pages']:,} | {s['overflow_pages']:,} | {s['bytes']:,} |"
+        for name, s in t["tables"].items()
+    ]
+    return "\n".join(lines)
+
+
+# -- the report -------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    machine: dict[str, str]
+    data_dir: str
+    notes: list[str] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    sessions: int | None = None,
+    quick: bool = False,
+    trajectory_dir: str | None = None,
+    only: Iterable[str] = BENCHMARKS,
+    progress: Callable[[str], None] | None = _progress,
+) -> Report:
+    root = data_root(data_dir)
+    only = set(only)
+    report = Report(
+        machine={
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": str(os.cpu_count()),
+            "lmdb": ".".join(map(str, lmdb.version())),
+        },
+        data_dir=str(root),
+    )
+    say = progress or (lambda _: None)
+    if "group-commit" in only:
+        say("group commit ...")
+        r = group_commit(root, versions=20 if quick else 60, rounds=3 if quick else 5)
+        report.results["group_commit"] = r
+        report.checks["group_commit_speedup"] = check("group_commit_speedup", r["speedup"])
+    if "cold-hydration" in only:
+        say("cold hydration ...")
+        try:
+            report.results["cold_hydration"] = cold_hydration(root, trajectory_dir, reps=11 if quick else 51)
+        except FileNotFoundError as exc:
+            report.notes.append(f"cold hydration skipped: {exc}")
+    if "scale" in only:
+        n = sessions if sessions is not None else (QUICK_SESSIONS if quick else DEFAULT_SESSIONS)
+        say(f"scale: {n:,} sessions ...")
+        r = scale(root, n, reads=5_000 if quick else 20_000, progress=progress)
+        report.results["scale"] = r
+        report.checks["p99_growth_latest"] = check("p99_growth_latest", r["p99_growth_latest"])
+        report.checks["p99_growth_old_version"] = check("p99_growth_old_version", r["p99_growth_old_version"])
+        report.checks["data_file_vs_frames"] = check("data_file_vs_frames", r["disk"][-1]["file_vs_frames"])
+    return report
+
+
+def render_checks(checks: dict[str, dict[str, Any]]) -> str:
+    lines = ["\n## targets", "| check | measured | target | ok |", "|---|---:|---:|---|"]
+    lines += [
+        f"| {k} | {c['measured']:.3f} | {c['target']} | {'yes' if c['ok'] else 'NO'} |" for k, c in checks.items()
+    ]
+    return "\n".join(lines)
+
+
+def render(report: Report) -> str:
+    lines = [f"machine: {report.machine}", f"data dir: {report.data_dir}"]
+    lines += [f"note: {n}" for n in report.notes]
+    renderers = {
+        "group_commit": render_group_commit,
+        "cold_hydration": render_cold_hydration,
+        "scale": render_scale,
+    }
+    lines += [renderers[name](r) for name, r in report.results.items()]
+    if report.checks:
+        lines.append(render_checks(report.checks))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"fewer rounds and reads; {QUICK_SESSIONS:,} sessions")
+    parser.add_argument("--sessions", type=int, help=f"sessions for the scale benchmark (default {DEFAULT_SESSIONS:,})")
+    parser.add_argument("--data-dir", help=f"where the LMDB directories go (default: ${ENV_DIR} or {DEFAULT_DIR})")
+    parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--trajectories", help=f"corpus directory (default: ${trajectories.ENV_VAR} or {trajectories.DEFAULT_DIR})"
+    )
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS), help="run only these")
+    args = parser.parse_args(argv)
+    if args.sessions is not None and args.sessions < 1:
+        parser.error("--sessions must be >= 1")
+    t0 = time.perf_counter()
+    report = run(
+        args.data_dir, sessions=args.sessions, quick=args.quick, trajectory_dir=args.trajectories, only=args.only
+    )
+    print(render(report))
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(asdict(report), fh, indent=1)
+    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
