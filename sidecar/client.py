@@ -165,8 +165,7 @@ class CheckpointClient:
         labels: Mapping[str, str] | None = None,
     ) -> service_pb2.PutResponse:
         """Write the whole new state (REPLACE)."""
-        msg = _put_request(session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels)
-        return self._unary(self._stub.Put, msg, retry=True)  # type: ignore[no-any-return]
+        return self._write(session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels)
 
     def merge(
         self,
@@ -178,7 +177,19 @@ class CheckpointClient:
         labels: Mapping[str, str] | None = None,
     ) -> service_pb2.PutResponse:
         """Write a partial message merged onto the latest state (MERGE)."""
-        msg = _put_request(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+        return self._write(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+
+    def _write(
+        self,
+        session_id: str,
+        data: bytes,
+        mode: int,
+        expected_version: int | None,
+        request_id: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> service_pb2.PutResponse:
+        # The request (and so its request id) is built once: retries resend it unchanged.
+        msg = _put_request(session_id, data, mode, expected_version, request_id, labels)
         return self._unary(self._stub.Put, msg, retry=True)  # type: ignore[no-any-return]
 
     def get(self, session_id: str, version: int = 0) -> service_pb2.GetResponse:
@@ -297,8 +308,9 @@ class AsyncCheckpointClient:
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> service_pb2.PutResponse:
-        msg = _put_request(session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels)
-        return await self._unary(self._stub.Put, msg, retry=True)  # type: ignore[no-any-return]
+        return await self._write(
+            session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels
+        )
 
     async def merge(
         self,
@@ -309,7 +321,18 @@ class AsyncCheckpointClient:
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> service_pb2.PutResponse:
-        msg = _put_request(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+        return await self._write(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+
+    async def _write(
+        self,
+        session_id: str,
+        data: bytes,
+        mode: int,
+        expected_version: int | None,
+        request_id: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> service_pb2.PutResponse:
+        msg = _put_request(session_id, data, mode, expected_version, request_id, labels)
         return await self._unary(self._stub.Put, msg, retry=True)  # type: ignore[no-any-return]
 
     async def get(self, session_id: str, version: int = 0) -> service_pb2.GetResponse:
