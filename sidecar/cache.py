@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    from .store import VersionInfo
 
 V = TypeVar("V")
+
+
+class CachedState(NamedTuple):
+    state: bytes
+    info: VersionInfo
 
 
 class StateCache:
@@ -14,18 +22,19 @@ class StateCache:
 
     The writer thread puts a state only after its transaction committed, and
     before acknowledging the write; deletes and forks evict. So a hit is
-    always the committed head as of the moment of the lookup.
+    always the committed head as of the moment of the lookup. The version's
+    metadata is kept beside it, so a hit needs no LMDB read at all.
     """
 
     def __init__(self, capacity_bytes: int) -> None:
         self._capacity = capacity_bytes
         self._size = 0
-        self._items: OrderedDict[bytes, tuple[int, bytes]] = OrderedDict()
+        self._items: OrderedDict[bytes, CachedState] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, sid: bytes) -> tuple[int, bytes] | None:
+    def get(self, sid: bytes) -> CachedState | None:
         with self._lock:
             item = self._items.get(sid)
             if item is None:
@@ -35,24 +44,24 @@ class StateCache:
             self.hits += 1
             return item
 
-    def put(self, sid: bytes, version: int, state: bytes) -> None:
+    def put(self, sid: bytes, state: bytes, info: VersionInfo) -> None:
         with self._lock:
             old = self._items.pop(sid, None)
             if old is not None:
-                self._size -= len(old[1])
+                self._size -= len(old.state)
             if len(state) > self._capacity:
                 return
-            self._items[sid] = (version, state)
+            self._items[sid] = CachedState(state, info)
             self._size += len(state)
             while self._size > self._capacity:
-                _, (_, evicted) = self._items.popitem(last=False)
-                self._size -= len(evicted)
+                _, evicted = self._items.popitem(last=False)
+                self._size -= len(evicted.state)
 
     def discard(self, sid: bytes) -> None:
         with self._lock:
             old = self._items.pop(sid, None)
             if old is not None:
-                self._size -= len(old[1])
+                self._size -= len(old.state)
 
     @property
     def size_bytes(self) -> int:

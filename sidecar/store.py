@@ -36,6 +36,7 @@ from codec import (
     ChainEncoder,
     CodecError,
     DecodeError,
+    EncodedFrame,
     EncodeError,
     FrameKind,
     WireFormatError,
@@ -344,9 +345,9 @@ class Store:
             rec = records_pb2.SessionRecord(
                 created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
             )
-            self._append(txn, new_sid, rec, frame.data, frame.kind, WriteMode.FORK, labels, now, old_updated=None)
+            info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
             batch.touched_encoders.add(new_sid)
-            batch.after_commit.append(lambda: self._after_write(new_sid, encoder, frame.version, state))
+            batch.after_commit.append(lambda: self._after_write(new_sid, encoder, state, info))
             return _session_info(new_session_id, rec)
 
         return self._submit(_Op(apply)).result()  # type: ignore[no-any-return]
@@ -360,7 +361,7 @@ class Store:
             if raw is None:
                 raise NotFound(f"session {session_id!r} does not exist")
             rec = _record(raw)
-            removed = self._delete_frames(txn, sid, below=None)
+            removed, _ = self._delete_frames(txn, sid, below=None)
             self._delete_requests(txn, sid)
             for key, value in rec.labels.items():
                 txn.delete(keys.label_key(key, value, sid), db=self._labels)
@@ -379,8 +380,8 @@ class Store:
         sid = keys.session_key(session_id)
         _check_version_arg(version)
         cached = self._states.get(sid)
-        if cached is not None and (version == 0 or version == cached[0]):
-            return GetResult(cached[0], cached[1], self._cached_info(sid, cached[0]))
+        if cached is not None and (version == 0 or version == cached.info.version):
+            return GetResult(cached.info.version, cached.state, cached.info)
         with self._read() as txn:
             state, info = self._read_state(txn, sid, session_id, version)
         return GetResult(info.version, state, info)
@@ -614,16 +615,12 @@ class Store:
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
                 raise VersionConflict(req.session_id, req.expected_version, head)
-            if (
-                mode is WriteMode.MERGE
-                and rec
-                and _head_state_size(txn, self._frames, sid, head) + len(state) > (self.config.max_state_bytes)
-            ):
+            encoder = self._encoder_for(txn, sid, req.session_id, rec)
+            if mode is WriteMode.MERGE and encoder.state_size + len(state) > self.config.max_state_bytes:
                 raise ResourceExhausted(
                     f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
                     f" max_state_bytes ({self.config.max_state_bytes})"
                 )
-            encoder = self._encoder_for(txn, sid, req.session_id, rec)
             batch.touched_encoders.add(sid)
             try:
                 frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state)
@@ -638,7 +635,7 @@ class Store:
                     old_updated = None
                 else:
                     old_updated = rec.updated_unix_nanos
-                self._append(txn, sid, rec, frame.data, frame.kind, mode, req.labels, now, old_updated)
+                info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated)
                 result = PutResult(
                     frame.version, frame.stored_bytes, frame.kind, encoder.state_size, chain_depth=encoder.chain.depth
                 )
@@ -649,7 +646,7 @@ class Store:
                 encoder.rollback()
                 raise
             new_state = encoder.state
-            batch.after_commit.append(lambda: self._after_write(sid, encoder, frame.version, new_state))
+            batch.after_commit.append(lambda: self._after_write(sid, encoder, new_state, info))
             return result
 
         return _Op(apply)
@@ -659,25 +656,24 @@ class Store:
         txn: lmdb.Transaction,
         sid: bytes,
         rec: records_pb2.SessionRecord,
-        frame: bytes,
-        kind: FrameKind,
+        frame: EncodedFrame,
         mode: WriteMode,
         labels: dict[str, str],
         now: int,
         old_updated: int | None,
-    ) -> None:
-        """Store the next frame of a session and update its record and indexes."""
+    ) -> VersionInfo:
+        """Store the next frame of a session, update its record and indexes; return what was stored."""
         version = rec.head_version + 1
         meta = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode, labels=labels).SerializeToString()
-        value = _META_LEN.pack(len(meta)) + meta + frame
+        value = _META_LEN.pack(len(meta)) + meta + frame.data
         if not txn.put(keys.frame_key(sid, version), value, db=self._frames, overwrite=False):
             raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
         rec.head_version = version
-        if kind is FrameKind.FULL:
+        if frame.kind is FrameKind.FULL:
             rec.chain_start_version = version
         if not rec.first_version:
             rec.first_version = version
-        rec.stored_bytes += len(frame)
+        rec.stored_bytes += frame.stored_bytes
         rec.version_count += 1
         for key, value_ in labels.items():
             old = rec.labels.get(key)
@@ -691,6 +687,16 @@ class Store:
         rec.updated_unix_nanos = now
         txn.put(keys.time_key(now, sid), b"", db=self._updated)
         txn.put(sid, rec.SerializeToString(), db=self._sessions)
+        return VersionInfo(
+            version=version,
+            parent_version=0 if mode is WriteMode.FORK else version - 1,
+            created_unix_nanos=now,
+            frame_kind=frame.kind,
+            stored_bytes=frame.stored_bytes,
+            state_size=frame.header.state_size,
+            labels=dict(labels),
+            mode=mode,
+        )
 
     def _remember_request(self, txn: lmdb.Transaction, rid_key: bytes, result: PutResult, expires: int) -> None:
         old = txn.get(rid_key, db=self._requests)
@@ -729,30 +735,31 @@ class Store:
         self._encoders.put(sid, encoder)
         return encoder
 
-    def _after_write(self, sid: bytes, encoder: ChainEncoder, version: int, state: bytes) -> None:
+    def _after_write(self, sid: bytes, encoder: ChainEncoder, state: bytes, info: VersionInfo) -> None:
         self._encoders.put(sid, encoder)  # refreshes its LRU position
-        self._states.put(sid, version, state)
+        self._states.put(sid, state, info)
 
     def _forget(self, sid: bytes) -> None:
         self._encoders.discard(sid)
         self._states.discard(sid)
 
-    def _delete_frames(self, txn: lmdb.Transaction, sid: bytes, *, below: int | None) -> int:
-        """Delete a session's frames (all, or those below a version); return how many."""
+    def _delete_frames(self, txn: lmdb.Transaction, sid: bytes, *, below: int | None) -> tuple[int, int]:
+        """Delete a session's frames (all, or those below a version); return how many and their frame bytes."""
         cur = txn.cursor(db=self._frames)
-        removed = 0
+        removed = freed = 0
         if not cur.set_range(sid + keys.SEP):
-            return 0
+            return 0, 0
         stop = keys.frame_key(sid, below) if below is not None else None
         while True:
             key = _key(cur)
             if not key.startswith(sid + keys.SEP) or (stop is not None and key >= stop):
                 break
+            freed += len(_frame_of(_value(cur)))
             cur.delete()  # moves to the next item
             removed += 1
             if not _key(cur):
                 break
-        return removed
+        return removed, freed
 
     def _delete_requests(self, txn: lmdb.Transaction, sid: bytes) -> None:
         cur = txn.cursor(db=self._requests)
@@ -789,14 +796,7 @@ class Store:
                 start = self._chain_start(txn, sid, sid.decode(), cut)
                 if start <= rec.first_version:
                     continue
-                freed = 0
-                cur = txn.cursor(db=self._frames)
-                cur.set_key(keys.frame_key(sid, rec.first_version))
-                for key, value in _forward(cur):
-                    if key >= keys.frame_key(sid, start):
-                        break
-                    freed += len(value) - _META_LEN.size - _META_LEN.unpack_from(value)[0]
-                n = self._delete_frames(txn, sid, below=start)
+                n, freed = self._delete_frames(txn, sid, below=start)
                 rec.first_version = start
                 rec.version_count -= n
                 rec.stored_bytes -= freed
@@ -893,13 +893,6 @@ class Store:
                 f" expected {target - start + 1}"
             )
         return frames
-
-    def _cached_info(self, sid: bytes, version: int) -> VersionInfo:
-        with self._read() as txn:
-            value = txn.get(keys.frame_key(sid, version), db=self._frames)
-            if value is None:  # deleted between the cache hit and now
-                raise NotFound(f"session {sid.decode()!r} version {version} no longer exists")
-            return _version_info(version, value)
 
     # -- the writer thread ---------------------------------------------------
 
@@ -1067,11 +1060,6 @@ def _meta_of(value: Any) -> records_pb2.VersionRecord:
 def _frame_of(value: Any) -> memoryview:
     (n,) = _META_LEN.unpack_from(value)
     return memoryview(value)[_META_LEN.size + n :]
-
-
-def _head_state_size(txn: lmdb.Transaction, frames_db: Any, sid: bytes, version: int) -> int:
-    value = txn.get(keys.frame_key(sid, version), db=frames_db)
-    return parse(_frame_of(value))[0].state_size if value is not None else 0
 
 
 def _version_info(version: int, value: Any) -> VersionInfo:

@@ -468,3 +468,17 @@ def test_delete_leaves_no_entry_in_any_table(config: StoreConfig) -> None:
             assert any(b"kept" in k for k in keys_), name  # the other session's entries are untouched
     env.close()
     assert all(not v for v in leftovers.values()), leftovers
+
+
+def test_hot_get_metadata_equals_what_lmdb_holds(config: StoreConfig) -> None:
+    with Store(config) as store:
+        store.put("m", state_of("m", 1), labels={"a": "1"})
+        store.put("m", patch_of(2), mode=WriteMode.MERGE, labels={"b": "2"})
+        store.fork("m", 1, "f", labels={"c": "3"})
+        hot = {sid: store.get(sid) for sid in ("m", "f")}
+        assert store.cache_hits == 2
+    with Store(config) as store:  # nothing cached: metadata read from LMDB
+        for sid, got in hot.items():
+            cold = store.get(sid)
+            assert (cold.version, cold.state, cold.info) == (got.version, got.state, got.info)
+    assert hot["f"].info.parent_version == 0 and hot["f"].info.mode is WriteMode.FORK
