@@ -478,7 +478,8 @@ class Store:
                 if key >= hi:
                     return out, ""
                 if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
-                    return out, _encode_token(kind, _before(key))
+                    # The next page resumes *at* this key (set_range): it was not returned yet.
+                    return out, _encode_token(kind, key)
                 scanned += 1
                 sid = sid_of(key)
                 raw = txn.get(sid, db=self._sessions)
@@ -1126,8 +1127,3 @@ def _decode_token(token: str, kind: bytes) -> bytes:
     if not raw.startswith(kind + b":"):
         raise InvalidArgument(f"page_token {token!r} is not a token this server issued for this listing")
     return raw[len(kind) + 1 :]
-
-
-def _before(key: bytes) -> bytes:
-    """A resume key: listing restarts *at* this key (set_range), not after it."""
-    return bytes(key)
