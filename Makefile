@@ -1,14 +1,15 @@
 # The two commands of README.md:
 #   make run    install everything, run the sidecar on ./data (unix:data/ckpt.sock and 127.0.0.1:50051)
 #   make test   install everything (a Python venv, pinned npm tools), lint, run the tests (.ci/run calls it)
-# Others: make bench (opt-in benchmarks), make stubs (regenerate ckpt/v1 from proto/), make lint.
+# Others: make bench (opt-in benchmarks), make report (regenerate bench/REPORT.md), make bench-scale (1M sessions),
+#         make stubs (regenerate ckpt/v1 from proto/), make lint.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench stubs lint install
+.PHONY: run test bench report bench-scale stubs lint install
 
 $(STAMP): pyproject.toml package.json clients/node/package.json
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,12 @@ test: lint
 
 bench: $(STAMP)
 	$(PY) -m pytest -q -m benchmark -s bench/
+
+report: $(STAMP)
+	$(VENV)/bin/ckpt bench run --out bench
+
+bench-scale: $(STAMP)
+	$(VENV)/bin/ckpt bench scale --sessions 1000000
 
 stubs: $(STAMP)
 	$(PY) scripts/gen_stubs.py

@@ -142,6 +142,13 @@ class _Op:
 
     apply: Callable[[_Batch, lmdb.Transaction], Any]
     future: Future[Any] = field(default_factory=Future)
+    #: The op raises StoreError/CodecError only before its first LMDB write,
+    #: so it can share the batch transaction without a nested one of its own.
+    fails_clean: bool = False
+
+
+class _Unclean(Exception):
+    """An op raised something unexpected mid-batch: redo the batch with each op isolated."""
 
 
 @dataclass(slots=True)
@@ -350,7 +357,7 @@ class Store:
             batch.after_commit.append(lambda: self._after_write(new_sid, encoder, state, info))
             return _session_info(new_session_id, rec)
 
-        return self._submit(_Op(apply)).result()  # type: ignore[no-any-return]
+        return self._submit(_Op(apply, fails_clean=True)).result()  # type: ignore[no-any-return]
 
     def delete_session(self, session_id: str) -> int:
         """Remove a session, every version and every index entry; returns versions removed."""
@@ -371,7 +378,7 @@ class Store:
             batch.after_commit.append(lambda: self._forget(sid))
             return removed
 
-        return self._submit(_Op(apply)).result()  # type: ignore[no-any-return]
+        return self._submit(_Op(apply, fails_clean=True)).result()  # type: ignore[no-any-return]
 
     # -- reads -----------------------------------------------------------------
 
@@ -650,7 +657,7 @@ class Store:
             batch.after_commit.append(lambda: self._after_write(sid, encoder, new_state, info))
             return result
 
-        return _Op(apply)
+        return _Op(apply, fails_clean=True)
 
     def _append(
         self,
@@ -938,13 +945,32 @@ class Store:
             if batch:
                 self._run_batch(batch)
 
-    def _run_batch(self, ops: list[_Op]) -> None:
+    def _run_batch(self, ops: list[_Op], *, isolate: bool = False) -> None:
+        """Apply ops in one write transaction, commit, then resolve their futures.
+
+        Ops that fail clean (puts, forks, deletes: errors only before their first
+        write) share the transaction directly; any other op gets a nested
+        transaction, so a failure undoes only its own writes. A nested
+        transaction costs about as much as a small put's own work, hence the
+        fast path. Should a clean op raise something unexpected, the batch is
+        redone with every op nested (``isolate``).
+        """
         while True:
             batch = _Batch()
             outcomes: list[tuple[_Op, Any, BaseException | None]] = []
             try:
                 with self._env.begin(write=True, db=self._frames) as txn:
                     for op in ops:
+                        if op.fails_clean and not isolate:
+                            try:
+                                outcomes.append((op, op.apply(batch, txn), None))
+                            except (StoreError, CodecError) as exc:
+                                outcomes.append((op, None, _as_store_error(exc)))
+                            except lmdb.MapFullError:
+                                raise
+                            except Exception as exc:
+                                raise _Unclean from exc
+                            continue
                         try:
                             with self._env.begin(write=True, parent=txn) as sub:
                                 outcomes.append((op, op.apply(batch, sub), None))
@@ -954,6 +980,11 @@ class Store:
                             outcomes.append((op, None, _as_store_error(exc)))
                         except Exception as exc:  # a bug: fail this op, keep serving
                             outcomes.append((op, None, exc))
+            except _Unclean:
+                for sid in batch.touched_encoders:
+                    self._encoders.discard(sid)
+                isolate = True
+                continue
             except lmdb.MapFullError:
                 # Nothing was committed. Encoders already advanced for this
                 # batch are dropped (they are rebuilt from LMDB on next use).
@@ -963,7 +994,7 @@ class Store:
                     continue
                 if len(ops) > 1:  # at the cap: give each write its own chance
                     for op in ops:
-                        self._run_batch([op])
+                        self._run_batch([op], isolate=isolate)
                     return
                 ops[0].future.set_exception(
                     StoreFull(

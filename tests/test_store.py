@@ -482,3 +482,29 @@ def test_hot_get_metadata_equals_what_lmdb_holds(config: StoreConfig) -> None:
             cold = store.get(sid)
             assert (cold.version, cold.state, cold.info) == (got.version, got.state, got.info)
     assert hot["f"].info.parent_version == 0 and hot["f"].info.mode is WriteMode.FORK
+
+
+def test_an_unexpected_failure_mid_write_fails_alone_and_leaves_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Puts share the batch transaction; one that breaks after writing must not leak its writes."""
+    real = Store._remember_request
+
+    def broken(self: Store, txn: lmdb.Transaction, rid_key: bytes, *args: object) -> None:
+        if b"boom" in rid_key:
+            raise RuntimeError("disk gremlin")  # after the frame and session record were written
+        real(self, txn, rid_key, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "_remember_request", broken)
+    requests = [PutRequest(f"ok-{i}", state_of(f"ok-{i}", 1), request_id=f"r{i}") for i in range(4)]
+    requests.insert(2, PutRequest("bad", state_of("bad", 1), request_id="boom"))
+    futures = [store.submit(r) for r in requests]  # queued at once: they share group commits
+    outcomes = [type(f.exception(timeout=30) or f.result()).__name__ for f in futures]
+    assert outcomes == ["PutResult", "PutResult", "RuntimeError", "PutResult", "PutResult"]
+    with pytest.raises(NotFound):
+        store.session("bad")
+    assert list(store.iter_frames("bad")) == []
+    for i in range(4):
+        assert store.get(f"ok-{i}").state == state_of(f"ok-{i}", 1)
+    monkeypatch.undo()
+    assert store.put("bad", state_of("bad", 1), request_id="boom").version == 1

@@ -95,7 +95,7 @@ def state_to_dict(state: bytes) -> dict[str, Any]:
     return json_format.MessageToDict(msg, preserving_proto_field_name=True)
 
 
-def _same_checkpoint(got: bytes, state: bytes) -> bool:
+def same_checkpoint(got: bytes, state: bytes) -> bool:
     # A MERGE-written state is the concatenation of patches: the same message,
     # not the same bytes as the re-serialized step state.
     if got == state:
@@ -188,7 +188,7 @@ class _Ckpt(System):
         return step.patch if self.mode == "merge" else step.state
 
     def matches(self, got: Any, step: Step) -> bool:
-        return isinstance(got, bytes) and _same_checkpoint(got, step.state)
+        return isinstance(got, bytes) and same_checkpoint(got, step.state)
 
 
 class CkptEmbedded(_Ckpt):
@@ -639,7 +639,7 @@ class PbZstdLmdb(System):
         return zstd.decompress(blob)
 
     def matches(self, got: Any, step: Step) -> bool:
-        return isinstance(got, bytes) and _same_checkpoint(got, step.state)
+        return isinstance(got, bytes) and same_checkpoint(got, step.state)
 
     def reopen(self) -> None:
         with self._rw.exclusive():

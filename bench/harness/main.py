@@ -1,0 +1,142 @@
+"""``ckpt bench``: run the harness, write results.json, REPORT.md and the plots.
+
+ckpt bench run [--quick] [--workload W ...] [--systems S ...] [--mode merge|replace]
+               [--concurrency N ...] [--sessions N] [--steps N] [--no-tuning] --out DIR
+ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json)
+ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: bench.store_bench --only scale)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SCRATCH = Path(__file__).resolve().parent.parent.parent / ".bench-data"
+RESULTS = "results.json"
+REPORT = "REPORT.md"
+PLOTS_DIR = "plots"
+
+
+def parser() -> argparse.ArgumentParser:
+    b = argparse.ArgumentParser(
+        prog="ckpt bench",
+        description="Replay agent workloads through ckpt and the stores people use today, side by side, and "
+        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt[bench]'.",
+    )
+    bsub = b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
+    r = bsub.add_parser("run", help="run workloads x systems and write the report", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    r.add_argument("--out", type=Path, required=True, help="directory for results.json, REPORT.md and plots/")
+    r.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes): a smoke run, not a report")
+    r.add_argument("--workload", nargs="+", metavar="W", help="workloads (default: all)")
+    r.add_argument("--systems", nargs="+", metavar="S", help="systems (default: all)")
+    r.add_argument("--mode", choices=("merge", "replace"), default="merge", help="ckpt's write mode (default merge)")
+    r.add_argument("--concurrency", nargs="+", type=int, metavar="N", help="agent counts (default 1 8 64)")
+    r.add_argument("--sessions", type=int, help="sessions per workload (overrides its default size)")
+    r.add_argument("--steps", type=int, help="steps per session (overrides its default size)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--cold-rounds", type=int, default=3, help="reopen-and-read rounds for cold latencies")
+    r.add_argument("--no-tuning", action="store_true", help="skip the zstd level / chain policy sweep")
+    r.add_argument("--trajectories", type=Path, help="trajectory corpus (default $CKPT_TRAJECTORIES or ../shared)")
+    r.add_argument("--data-dir", type=Path, help="scratch directory for the stores (default: a temp dir in --out)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    rep = bsub.add_parser("report", help="re-render REPORT.md and plots from results.json")
+    rep.add_argument("--out", type=Path, required=True, help="directory holding results.json")
+    sc = bsub.add_parser("scale", help="the 1,000,000-session store run (opt-in, ~5 minutes, ~2 GB of disk)")
+    sc.add_argument("--sessions", type=int, default=1_000_000)
+    sc.add_argument("--data-dir", type=Path, help="scratch directory (default $CKPT_BENCH_DIR or .bench-data)")
+    return b
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.bench_command == "scale":
+        from .. import store_bench
+
+        extra = ["--only", "scale", "--sessions", str(args.sessions)]
+        if args.data_dir:
+            extra += ["--data-dir", str(args.data_dir)]
+        return int(store_bench.main(extra) or 0)
+    try:
+        import matplotlib  # noqa: F401
+
+        from . import runner  # noqa: F401  (imports the LangGraph savers)
+    except ImportError as exc:
+        print(f"ckpt bench: {exc.name} is missing; install the bench extra: pip install 'ckpt[bench]'", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.bench_command == "report":
+        doc = json.loads((out / RESULTS).read_text())
+        write_report(doc, out)
+        return 0
+    try:
+        doc = run(args)
+    except ValueError as exc:
+        print(f"ckpt bench run: {exc}", file=sys.stderr)
+        return 2
+    (out / RESULTS).write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(doc, out)
+    print(f"wrote {out / REPORT}, {out / RESULTS} and {out / PLOTS_DIR}/ in {doc['duration_seconds']:.0f} s")
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from . import runner, systems, tuning, workloads
+
+    chosen_workloads = tuple(args.workload or workloads.WORKLOADS)
+    chosen_systems = tuple(args.systems or systems.SYSTEMS)
+    # Scratch stores go where the other benchmarks put theirs (real disk, git-ignored), not into --out.
+    scratch = args.data_dir or Path(os.environ.get("CKPT_BENCH_DIR") or DEFAULT_SCRATCH) / f"harness-{os.getpid()}"
+    config = runner.RunConfig(
+        workloads=chosen_workloads,
+        systems=chosen_systems,
+        data_dir=scratch,
+        quick=args.quick,
+        mode=args.mode,
+        concurrency=tuple(args.concurrency or runner.DEFAULT_CONCURRENCY),
+        seed=args.seed,
+        sessions=args.sessions,
+        steps=args.steps,
+        cold_rounds=args.cold_rounds,
+        trajectories_dir=args.trajectories,
+    )
+    started = time.time()
+    try:
+        doc = runner.run(config, progress=not args.no_progress)
+        doc["system_labels"] = {s: systems.make(s, mode=args.mode).label for s in chosen_systems}
+        if not args.no_tuning:
+            tuning_workload = "trajectories"
+            sessions, steps = config.size_of(tuning_workload)
+            data = workloads.generate(
+                tuning_workload, sessions=sessions, steps=steps, seed=args.seed, trajectories_dir=args.trajectories
+            )
+            points = tuning.points(quick=args.quick)
+            bar = runner.Progress(len(points), enabled=not args.no_progress)
+            doc["tuning"] = {
+                "workload": tuning_workload,
+                "points": tuning.sweep(data, scratch, quick=args.quick, seed=args.seed, progress=bar),
+            }
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    doc["duration_seconds"] = time.time() - started
+    doc["command"] = "ckpt bench " + " ".join(shlex.quote(a) for a in args.argv)
+    return doc
+
+
+def write_report(doc: dict[str, Any], out: Path) -> None:
+    from . import plots, report
+
+    written = plots.write_all(doc, out / PLOTS_DIR)
+    command = doc.get("command") or "ckpt bench run"
+    text = report.render(doc, plots={k: f"{PLOTS_DIR}/{v}" for k, v in written.items()}, command=command)
+    (out / REPORT).write_text(text)

@@ -1,0 +1,155 @@
+"""PNG plots for the report (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .report import Results
+
+PLOTS = {
+    "bytes": "bytes_per_checkpoint.png",
+    "throughput": "throughput_by_concurrency.png",
+    "cdf": "cold_hydrate_cdf.png",
+    "tuning": "tuning_curve.png",
+}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 3)
+    return (n + cols - 1) // cols, cols
+
+
+def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """Write every plot the results support under ``out_dir``; returns {kind: file name}."""
+    plt = _pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = Results(doc)
+    labels = {s: doc.get("system_labels", {}).get(s, s) for s in res.systems}
+    colors = {s: f"C{i}" for i, s in enumerate(res.systems)}
+    written: dict[str, str] = {}
+
+    # Bytes per checkpoint: grouped bars, log scale (systems differ by orders of magnitude).
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(len(res.systems), 1)
+    for i, s in enumerate(res.systems):
+        xs, ys = [], []
+        for j, w in enumerate(res.workloads):
+            v = res.get(s, w, "disk_bytes_per_checkpoint")
+            if v:
+                xs.append(j + i * width)
+                ys.append(v)
+        ax.bar(xs, ys, width, label=labels[s], color=colors[s])
+    ax.set_xticks([j + width * (len(res.systems) - 1) / 2 for j in range(len(res.workloads))], res.workloads)
+    ax.set_yscale("log")
+    ax.set_ylabel("disk bytes per checkpoint (log)")
+    ax.set_title("Bytes per checkpoint by system (lower is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / PLOTS["bytes"], dpi=110)
+    plt.close(fig)
+    written["bytes"] = PLOTS["bytes"]
+
+    # Throughput by concurrency.
+    rows, cols = _grid(len(res.workloads))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for k, w in enumerate(res.workloads):
+        ax = axes[k // cols][k % cols]
+        for s in res.systems:
+            levels = res.agents_levels(w)
+            pts = [(a, res.get(s, w, "write_throughput", agents=a)) for a in levels]
+            pts = [(a, v) for a, v in pts if v is not None]
+            if pts:
+                ax.plot([a for a, _ in pts], [v for _, v in pts], marker="o", label=labels[s], color=colors[s])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(w)
+        ax.set_xlabel("concurrent agents")
+        ax.set_ylabel("durable writes/s")
+    for k in range(len(res.workloads), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Write throughput by concurrency (higher is better)")
+    fig.tight_layout()
+    fig.savefig(out_dir / PLOTS["throughput"], dpi=110)
+    plt.close(fig)
+    written["throughput"] = PLOTS["throughput"]
+
+    # Cold (or, for in-memory systems, hot) latest-version hydrate latency CDFs.
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for k, w in enumerate(res.workloads):
+        ax = axes[k // cols][k % cols]
+        for s in res.systems:
+            rec = _record(res, s, w, "hydrate_latest_cold") or _record(res, s, w, "hydrate_latest_hot")
+            if not rec:
+                continue
+            samples = rec["samples_us"]
+            n = len(samples)
+            style = "-" if rec["metric"].endswith("cold") else ":"
+            ax.step(samples, [(i + 1) / n for i in range(n)], style, where="post", label=labels[s], color=colors[s])
+        ax.set_xscale("log")
+        ax.set_title(w)
+        ax.set_xlabel("latest-version hydrate (µs, log)")
+        ax.set_ylabel("fraction of reads")
+    for k in range(len(res.workloads), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Cold hydrate latency CDF (dotted: in-memory, hot)")
+    fig.tight_layout()
+    fig.savefig(out_dir / PLOTS["cdf"], dpi=110)
+    plt.close(fig)
+    written["cdf"] = PLOTS["cdf"]
+
+    tuning = doc.get("tuning")
+    if tuning:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        markers = {"level": "o", "max_decode_cost_ratio": "s", "max_depth": "^"}
+        for knob, marker in markers.items():
+            knob_points = [t for t in tuning["points"] if t["knob"] == knob]
+            if not knob_points:
+                continue
+            ax.plot(
+                [t["bytes_per_version"] for t in knob_points],
+                [t["cold_latest_p50_us"] for t in knob_points],
+                marker=marker,
+                linestyle="--",
+                label=knob,
+            )
+            for t in knob_points:
+                ax.annotate(f"{t['value']:g}", (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
+        default = next((t for t in tuning["points"] if t["default"]), None)
+        if default:
+            ax.plot(
+                [default["bytes_per_version"]],
+                [default["cold_latest_p50_us"]],
+                marker="*",
+                markersize=16,
+                color="red",
+                linestyle="none",
+                label="default",
+            )
+        ax.set_xlabel("stored bytes per version")
+        ax.set_ylabel("cold latest hydrate p50 (µs)")
+        ax.set_title(f"Tuning trade-off ({tuning['workload']}, MERGE)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / PLOTS["tuning"], dpi=110)
+        plt.close(fig)
+        written["tuning"] = PLOTS["tuning"]
+    return written
+
+
+def _record(res: Results, system: str, workload: str, metric: str) -> dict[str, Any] | None:
+    for r in res.records:
+        if r["system"] == system and r["workload"] == workload and r["metric"] == metric:
+            return r
+    return None
