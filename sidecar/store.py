@@ -890,12 +890,16 @@ class Store:
             start = self._chain_start(txn, sid, session_id, target)
         cur = txn.cursor(db=self._frames)
         frames: list[memoryview] = []
+        want = target - start + 1
+        # Versions are consecutive keys, so the chain is the next `want` values;
+        # checking the last key once proves none is missing (keys are unique and
+        # sorted), without parsing every key on the cold path.
         if cur.set_key(keys.frame_key(sid, start)):
-            for key, value in _forward(cur):
+            for value in cur.iternext(keys=False, values=True):
                 frames.append(_frame_of(value))
-                if keys.frame_version(key, sid) >= target or len(frames) > target - start:
+                if len(frames) == want:
                     break
-        if len(frames) != target - start + 1:
+        if len(frames) != want or bytes(cur.key()) != keys.frame_key(sid, target):
             raise DataLoss(
                 f"session {session_id!r}: chain {start}..{target} has {len(frames)} frames,"
                 f" expected {target - start + 1}"

@@ -20,6 +20,7 @@ from typing import Any
 
 DEFAULT_SCRATCH = Path(__file__).resolve().parent.parent.parent / ".bench-data"
 RESULTS = "results.json"
+TUNING_WORKLOADS = ("trajectories", "factual")
 REPORT = "REPORT.md"
 PLOTS_DIR = "plots"
 
@@ -114,17 +115,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         doc = runner.run(config, progress=not args.no_progress)
         doc["system_labels"] = {s: systems.make(s, mode=args.mode).label for s in chosen_systems}
         if not args.no_tuning:
-            tuning_workload = "trajectories"
-            sessions, steps = config.size_of(tuning_workload)
-            data = workloads.generate(
-                tuning_workload, sessions=sessions, steps=steps, seed=args.seed, trajectories_dir=args.trajectories
-            )
-            points = tuning.points(quick=args.quick)
-            bar = runner.Progress(len(points), enabled=not args.no_progress)
-            doc["tuning"] = {
-                "workload": tuning_workload,
-                "points": tuning.sweep(data, scratch, quick=args.quick, seed=args.seed, progress=bar),
-            }
+            # The real trajectories (mostly appends) and the in-place editor (where a MERGE
+            # state grows by every patch) pull the chain policy in different directions.
+            doc["tuning"] = []
+            for tuning_workload in TUNING_WORKLOADS:
+                sessions, steps = config.size_of(tuning_workload)
+                data = workloads.generate(
+                    tuning_workload, sessions=sessions, steps=steps, seed=args.seed, trajectories_dir=args.trajectories
+                )
+                points = tuning.points(quick=args.quick)
+                bar = runner.Progress(len(points), enabled=not args.no_progress)
+                doc["tuning"].append(
+                    {
+                        "workload": tuning_workload,
+                        "points": tuning.sweep(data, scratch, quick=args.quick, seed=args.seed, progress=bar),
+                    }
+                )
     finally:
         if args.data_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -109,38 +109,40 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
     plt.close(fig)
     written["cdf"] = PLOTS["cdf"]
 
-    tuning = doc.get("tuning")
-    if tuning:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+    sweeps = doc.get("tuning") or []
+    if sweeps:
+        fig, axes = plt.subplots(1, len(sweeps), figsize=(6.5 * len(sweeps), 4.5), squeeze=False)
         markers = {"level": "o", "max_decode_cost_ratio": "s", "max_depth": "^"}
-        for knob, marker in markers.items():
-            knob_points = [t for t in tuning["points"] if t["knob"] == knob]
-            if not knob_points:
-                continue
-            ax.plot(
-                [t["bytes_per_version"] for t in knob_points],
-                [t["cold_latest_p50_us"] for t in knob_points],
-                marker=marker,
-                linestyle="--",
-                label=knob,
-            )
-            for t in knob_points:
-                ax.annotate(f"{t['value']:g}", (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
-        default = next((t for t in tuning["points"] if t["default"]), None)
-        if default:
-            ax.plot(
-                [default["bytes_per_version"]],
-                [default["cold_latest_p50_us"]],
-                marker="*",
-                markersize=16,
-                color="red",
-                linestyle="none",
-                label="default",
-            )
-        ax.set_xlabel("stored bytes per version")
-        ax.set_ylabel("cold latest hydrate p50 (µs)")
-        ax.set_title(f"Tuning trade-off ({tuning['workload']}, MERGE)")
-        ax.legend(fontsize=8)
+        for ax, sweep in zip(axes[0], sweeps, strict=True):
+            for knob, marker in markers.items():
+                knob_points = [t for t in sweep["points"] if t["knob"] == knob]
+                if not knob_points:
+                    continue
+                ax.plot(
+                    [t["bytes_per_version"] for t in knob_points],
+                    [t["cold_latest_p50_us"] for t in knob_points],
+                    marker=marker,
+                    linestyle="--",
+                    label=knob,
+                )
+                for t in knob_points:
+                    ax.annotate(f"{t['value']:g}", (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
+            default = next((t for t in sweep["points"] if t["default"]), None)
+            if default:
+                ax.plot(
+                    [default["bytes_per_version"]],
+                    [default["cold_latest_p50_us"]],
+                    marker="*",
+                    markersize=16,
+                    color="red",
+                    linestyle="none",
+                    label="default",
+                )
+            ax.set_xlabel("stored bytes per version")
+            ax.set_ylabel("cold latest hydrate p50 (µs)")
+            ax.set_title(f"{sweep['workload']} (MERGE)")
+            ax.legend(fontsize=8)
+        fig.suptitle("Tuning trade-off: bytes against cold hydrate latency (lower-left is better)")
         fig.tight_layout()
         fig.savefig(out_dir / PLOTS["tuning"], dpi=110)
         plt.close(fig)

@@ -315,11 +315,13 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         "",
     ]
     # Tuning.
-    tuning = doc.get("tuning")
-    if tuning:
+    sweeps = doc.get("tuning") or []
+    if sweeps:
         out += ["## Tuning: bytes per version against cold hydrate latency", ""]
         if "tuning" in plots:
-            out += [f"![tuning curve]({plots['tuning']})", ""]
+            out += [f"![tuning curves]({plots['tuning']})", ""]
+    for sweep in sweeps:
+        out += [f"**{sweep['workload']}** (MERGE; each row changes one knob of the default ChainPolicy)", ""]
         out += _table(
             ["knob", "value", "bytes / version", "cold latest p50", "p99", "cold old p50", "write CPU / version"],
             (
@@ -332,12 +334,8 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
                     _fmt(t["cold_old_p50_us"], "us"),
                     _fmt(t["write_cpu_us_per_version"], "us"),
                 ]
-                for t in tuning["points"]
+                for t in sweep["points"]
             ),
         )
-        out += [
-            "",
-            f"Workload: {tuning['workload']} in MERGE mode; each row changes one knob of the default ChainPolicy.",
-            "",
-        ]
+        out += [""]
     return "\n".join(out) + "\n"
