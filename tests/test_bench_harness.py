@@ -60,7 +60,7 @@ def test_quick_run_measures_every_system_on_every_workload(quick_run: Path) -> N
         assert r["value"] >= 0, r
         if r["unit"] == "us" and "p99_us" in r:
             assert r["p50_us"] <= r["p99_us"]
-            assert len(r["samples_us"]) == min(r["count"], 4001) or len(r["samples_us"]) <= 4001
+            assert 0 < len(r["samples_us"]) <= min(r["count"], 501)
     # ckpt stores deltas: on an append-only workload it must beat a full zstd snapshot per step.
     disk = {
         r["system"]: r["value"]
