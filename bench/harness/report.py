@@ -235,7 +235,13 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         (
             [
                 w,
-                *[_fmt(res.get(s, w, "disk_bytes_per_checkpoint"), "B") for s in res.systems],
+                *[
+                    _fmt(res.get(s, w, "disk_bytes_per_checkpoint"), "B")
+                    + f" ({_fmt(res.get(s, w, 'disk_bytes'), 'B')})"
+                    if res.get(s, w, "disk_bytes") is not None
+                    else "-"
+                    for s in res.systems
+                ],
                 _ratio(
                     res.get(CKPT, w, "stored_bytes_per_checkpoint"), doc["workloads"][w]["ideal_bytes_per_checkpoint"]
                 ),
@@ -245,9 +251,10 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
     )
     out += [
         "",
-        "Disk bytes: the files under the system's data directory after the single-agent run, divided by the"
-        " checkpoints written (file sizes, so they include each engine's free pages and, for SQLite in WAL mode, the"
-        " WAL). ckpt / ideal uses the frames ckpt stores (64-byte headers included).",
+        "Disk bytes per checkpoint (and in total, in parentheses): the files under the system's data directory after"
+        " the single-agent run, divided by the checkpoints written (file sizes, so they include each engine's free"
+        " pages and, for SQLite in WAL mode, the WAL). ckpt / ideal uses the frames ckpt stores (64-byte headers"
+        " included).",
         "",
     ]
     # Throughput.
