@@ -46,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cold-rounds", type=int, default=3, help="reopen-and-read rounds for cold latencies")
     r.add_argument("--no-tuning", action="store_true", help="skip the zstd level / chain policy sweep")
     r.add_argument("--trajectories", type=Path, help="trajectory corpus (default $CKPT_TRAJECTORIES or ../shared)")
-    r.add_argument("--data-dir", type=Path, help="scratch directory for the stores (default: a temp dir in --out)")
+    scratch_help = "scratch directory for the stores (default: $CKPT_BENCH_DIR or .bench-data/; removed after)"
+    r.add_argument("--data-dir", type=Path, help=scratch_help)
     r.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     rep = bsub.add_parser("report", help="re-render REPORT.md and plots from results.json")
     rep.add_argument("--out", type=Path, required=True, help="directory holding results.json")
