@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SCRATCH = Path(__file__).resolve().parent.parent.parent / ".bench-data"
 RESULTS = "results.json"
 TUNING_WORKLOADS = ("trajectories", "factual")
 REPORT = "REPORT.md"
@@ -92,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from .. import store_bench
     from . import runner, systems, tuning, workloads
 
     chosen_workloads = tuple(args.workload or workloads.WORKLOADS)
     chosen_systems = tuple(args.systems or systems.SYSTEMS)
     # Scratch stores go where the other benchmarks put theirs (real disk, git-ignored), not into --out.
-    scratch = args.data_dir or Path(os.environ.get("CKPT_BENCH_DIR") or DEFAULT_SCRATCH) / f"harness-{os.getpid()}"
+    scratch = args.data_dir or store_bench.data_root() / f"harness-{os.getpid()}"
     config = runner.RunConfig(
         workloads=chosen_workloads,
         systems=chosen_systems,
@@ -114,7 +114,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     try:
         doc = runner.run(config, progress=not args.no_progress)
-        doc["system_labels"] = {s: systems.make(s, mode=args.mode).label for s in chosen_systems}
         if not args.no_tuning:
             # The real trajectories (mostly appends) and the in-place editor (where a MERGE
             # state grows by every patch) pull the chain policy in different directions.

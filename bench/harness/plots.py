@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,22 @@ def _pyplot() -> Any:
     return plt
 
 
-def _grid(n: int) -> tuple[int, int]:
-    cols = min(n, 3)
-    return (n + cols - 1) // cols, cols
+def _per_workload(plt: Any, workloads: list[str], title: str, draw: Callable[[Any, str], None], path: Path) -> None:
+    """One small plot per workload, drawn by ``draw(ax, workload)``, in a grid of up to three columns."""
+    cols = min(len(workloads), 3)
+    rows = (len(workloads) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for k, w in enumerate(workloads):
+        ax = axes[k // cols][k % cols]
+        draw(ax, w)
+        ax.set_title(w)
+    for k in range(len(workloads), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
@@ -59,37 +73,21 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
     plt.close(fig)
     written["bytes"] = PLOTS["bytes"]
 
-    # Throughput by concurrency.
-    rows, cols = _grid(len(res.workloads))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    for k, w in enumerate(res.workloads):
-        ax = axes[k // cols][k % cols]
+    def throughput(ax: Any, w: str) -> None:
         for s in res.systems:
-            levels = res.agents_levels(w)
-            pts = [(a, res.get(s, w, "write_throughput", agents=a)) for a in levels]
+            pts = [(a, res.get(s, w, "write_throughput", agents=a)) for a in res.agents_levels(w)]
             pts = [(a, v) for a, v in pts if v is not None]
             if pts:
                 ax.plot([a for a, _ in pts], [v for _, v in pts], marker="o", label=labels[s], color=colors[s])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(w)
         ax.set_xlabel("concurrent agents")
         ax.set_ylabel("durable writes/s")
-    for k in range(len(res.workloads), rows * cols):
-        axes[k // cols][k % cols].axis("off")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Write throughput by concurrency (higher is better)")
-    fig.tight_layout()
-    fig.savefig(out_dir / PLOTS["throughput"], dpi=110)
-    plt.close(fig)
-    written["throughput"] = PLOTS["throughput"]
 
     # Cold (or, for in-memory systems, hot) latest-version hydrate latency CDFs.
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    for k, w in enumerate(res.workloads):
-        ax = axes[k // cols][k % cols]
+    def cdf(ax: Any, w: str) -> None:
         for s in res.systems:
-            rec = _record(res, s, w, "hydrate_latest_cold") or _record(res, s, w, "hydrate_latest_hot")
+            rec = res.record(s, w, "hydrate_latest_cold") or res.record(s, w, "hydrate_latest_hot")
             if not rec:
                 continue
             samples = rec["samples_us"]
@@ -97,17 +95,15 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
             style = "-" if rec["metric"].endswith("cold") else ":"
             ax.step(samples, [(i + 1) / n for i in range(n)], style, where="post", label=labels[s], color=colors[s])
         ax.set_xscale("log")
-        ax.set_title(w)
         ax.set_xlabel("latest-version hydrate (µs, log)")
         ax.set_ylabel("fraction of reads")
-    for k in range(len(res.workloads), rows * cols):
-        axes[k // cols][k % cols].axis("off")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Cold hydrate latency CDF (dotted: in-memory, hot)")
-    fig.tight_layout()
-    fig.savefig(out_dir / PLOTS["cdf"], dpi=110)
-    plt.close(fig)
-    written["cdf"] = PLOTS["cdf"]
+
+    for kind, title, draw in (
+        ("throughput", "Write throughput by concurrency (higher is better)", throughput),
+        ("cdf", "Cold hydrate latency CDF (dotted: in-memory, hot)", cdf),
+    ):
+        _per_workload(plt, res.workloads, title, draw, out_dir / PLOTS[kind])
+        written[kind] = PLOTS[kind]
 
     sweeps = doc.get("tuning") or []
     if sweeps:
@@ -148,10 +144,3 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
         plt.close(fig)
         written["tuning"] = PLOTS["tuning"]
     return written
-
-
-def _record(res: Results, system: str, workload: str, metric: str) -> dict[str, Any] | None:
-    for r in res.records:
-        if r["system"] == system and r["workload"] == workload and r["metric"] == metric:
-            return r
-    return None

@@ -27,16 +27,23 @@ class Results:
         self.systems: list[str] = list(doc["config"]["systems"])
         self.workloads: list[str] = list(doc["config"]["workloads"])
 
+    def record(self, system: str, workload: str, metric: str, *, agents: int | None = None) -> dict[str, Any] | None:
+        for r in self.records:
+            if (
+                r["system"] == system
+                and r["workload"] == workload
+                and r["metric"] == metric
+                and (agents is None or r.get("agents") == agents)
+            ):
+                return r
+        return None
+
     def get(
         self, system: str, workload: str, metric: str, *, agents: int | None = None, key: str = "value"
     ) -> float | None:
-        for r in self.records:
-            if r["system"] == system and r["workload"] == workload and r["metric"] == metric:
-                if agents is not None and r.get("agents") != agents:
-                    continue
-                value = r.get(key)
-                return None if value is None else float(value)
-        return None
+        r = self.record(system, workload, metric, agents=agents)
+        value = None if r is None else r.get(key)
+        return None if value is None else float(value)
 
     def agents_levels(self, workload: str) -> list[int]:
         return sorted({r["agents"] for r in self.records if r["workload"] == workload and "agents" in r})

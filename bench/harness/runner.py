@@ -72,6 +72,7 @@ class RunConfig:
 @dataclass(slots=True)
 class Results:
     records: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # system name -> its label for the report
 
     def add(self, system: str, workload: str, metric: str, value: float, unit: str, **extra: Any) -> None:
         self.records.append(
@@ -150,10 +151,6 @@ def ideal_bytes(sessions: Iterable[Sequence[Step]], *, level: int = 3) -> int:
     return sum(len(_zstd.zstd.compress(step.patch, level)) for steps in sessions for step in steps)
 
 
-def _cpu_seconds() -> float:
-    return time.process_time()
-
-
 def _write_phase(
     system: systems_mod.System, sessions: list[tuple[str, list[Any]]], agents: int
 ) -> tuple[float, list[float], float]:
@@ -185,13 +182,13 @@ def _write_phase(
     for t in threads:
         t.start()
     gc.collect()
-    cpu0, helper0 = _cpu_seconds(), system.helper_cpu_seconds()
+    cpu0, helper0 = time.process_time(), system.helper_cpu_seconds()
     start_gate.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    cpu = _cpu_seconds() - cpu0 + system.helper_cpu_seconds() - helper0
+    cpu = time.process_time() - cpu0 + system.helper_cpu_seconds() - helper0
     if errors:
         raise RuntimeError(f"{system.name}: a write failed with {agents} agents") from errors[0]
     return wall, [v for part in latencies for v in part], cpu
@@ -221,8 +218,8 @@ def measure_system(
     rng = random.Random(config.seed)
     system = systems_mod.make(system_name, mode=config.mode)
     name = system.name
+    results.labels[name] = system.label
     values = [[system.prepare(step) for step in steps] for steps in steps_by_session]
-    checkpoints_per_session = [len(v) for v in values]
     levels = (1,) if workload in SINGLE_AGENT_WORKLOADS else tuple(config.concurrency)
     # The single-agent run is written last and kept open for the reads.
     order = sorted(levels, reverse=True)
@@ -248,8 +245,9 @@ def measure_system(
         if progress:
             progress.step(f"{workload} {name} write x{agents}")
     assert kept_dir is not None
-    sessions_written = [(f"{workload}-{i:06d}", i) for i in range(max(len(values), order[-1]))]
-    total_checkpoints = sum(checkpoints_per_session[i % len(values)] for _, i in sessions_written)
+    # `sessions` is what the kept (single-agent) run wrote.
+    sessions_written = [(sid, i) for i, (sid, _) in enumerate(sessions)]
+    total_checkpoints = sum(len(session_values) for _, session_values in sessions)
     try:
         stored = system.stored_bytes()
         if system.persistent:  # an in-memory saver has no disk to report
@@ -350,6 +348,7 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
         },
         "machine": machine_info(config.data_dir),
         "workloads": workload_meta,
+        "system_labels": results.labels,
         "records": results.records,
     }
 
