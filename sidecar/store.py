@@ -58,6 +58,7 @@ from .errors import (
     Unavailable,
     VersionConflict,
 )
+from .rwlock import RWLock
 
 _META_LEN = struct.Struct("<H")
 _FRAME_KIND_OFFSET = 5  # byte offset of `kind` in a frame header (FORMAT.md)
@@ -159,43 +160,6 @@ class _Batch:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
 
 
-class _RWLock:
-    """Shared for read transactions, exclusive for resizing the map (LMDB
-    requires that no transaction is open in the process during a resize)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._writer = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 class Store:
     """A durable, versioned checkpoint store on one LMDB environment.
 
@@ -238,7 +202,7 @@ class Store:
         self._req_expiry = self._env.open_db(b"req_expiry", create=create)
         self._labels = self._env.open_db(b"labels", create=create)
         self._updated = self._env.open_db(b"updated", create=create)
-        self._rw = _RWLock()
+        self._rw = RWLock()
         self._states = StateCache(config.cache_size_bytes)
         self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +60,7 @@ from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2
 from sidecar import Store, StoreConfig, WriteMode
 from sidecar.client import CheckpointClient
+from sidecar.rwlock import RWLock
 from sidecar.server import wait_until_serving
 
 if sys.version_info >= (3, 14):
@@ -501,45 +502,6 @@ class JsonSqlite(System):
 # -- protobuf + zstd snapshots in LMDB --------------------------------------------
 
 
-class _RWLock:
-    """Shared for transactions, exclusive for growing the map (LMDB requires no
-    open transaction in the process while set_mapsize runs)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._active = 0
-        self._exclusive = False
-
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active -= 1
-                if not self._active:
-                    self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            self._exclusive = True
-            while self._active:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
-
-
 _VERSION = struct.Struct(">Q")
 
 
@@ -569,7 +531,7 @@ class PbZstdLmdb(System):
         self._path: Path | None = None
         self._env: Any = None
         self._map_size = self._INITIAL_MAP_BYTES
-        self._rw = _RWLock()
+        self._rw = RWLock()
         self._local = threading.local()
 
     def prepare(self, step: Step) -> bytes:
