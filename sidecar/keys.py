@@ -90,6 +90,22 @@ def label_prefix(key: str, value: str) -> bytes:
     return key.encode() + SEP + value.encode() + SEP
 
 
+#: The updated-time index records each session under its update time rounded
+#: down to this many nanoseconds (2**30, about 1.07 s). A session writing many
+#: versions a second (an agent's burst) moves its index entry once a second,
+#: not on every write; listings check the exact time in the session record.
+UPDATED_INDEX_GRANULE_NANOS = 1 << 30
+
+
+def updated_key(nanos: int, sid: bytes) -> bytes:
+    """Key of a session in the updated-time index (time rounded down to the granule)."""
+    return _U64.pack(max(nanos, 0) & ~(UPDATED_INDEX_GRANULE_NANOS - 1)) + sid
+
+
+def same_updated_granule(a: int, b: int) -> bool:
+    return (a ^ b) < UPDATED_INDEX_GRANULE_NANOS and a >= 0 and b >= 0
+
+
 def time_key(nanos: int, rest: bytes) -> bytes:
     return _U64.pack(max(nanos, 0)) + rest
 

@@ -40,6 +40,7 @@ from codec import (
     EncodeError,
     FrameKind,
     WireFormatError,
+    check_patch,
     decode,
     parse,
 )
@@ -137,15 +138,46 @@ class SweepResult:
     request_ids_expired: int
 
 
+def _held_lock() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass(slots=True)
 class _Op:
-    """A write waiting for the writer thread."""
+    """A write waiting for the writer thread.
+
+    The caller blocks in :meth:`wait` on a lock the writer releases once the
+    op's outcome is known: one futex wake-up, where a Future's condition
+    variable costs several lock round trips on the writer's critical path.
+    ``submit()`` callers get a Future instead (``future`` set).
+    """
 
     apply: Callable[[_Batch, lmdb.Transaction], Any]
-    future: Future[Any] = field(default_factory=Future)
     #: The op raises StoreError/CodecError only before its first LMDB write,
     #: so it can share the batch transaction without a nested one of its own.
     fails_clean: bool = False
+    future: Future[Any] | None = None
+    _done: threading.Lock = field(default_factory=_held_lock)
+    _result: Any = None
+    _error: BaseException | None = None
+
+    def resolve(self, result: Any, error: BaseException | None) -> None:
+        if self.future is not None:
+            if error is None:
+                self.future.set_result(result)
+            else:
+                self.future.set_exception(error)
+            return
+        self._result, self._error = result, error
+        self._done.release()
+
+    def wait(self) -> Any:
+        self._done.acquire()
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class _Unclean(Exception):
@@ -261,7 +293,7 @@ class Store:
     ) -> PutResult:
         """Write the next version of a session; returns once it is committed."""
         req = PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}))
-        result: PutResult = self._submit(self._put_op(req)).result()
+        result: PutResult = self._submit(self._put_op(req)).wait()
         return result
 
     def submit(self, request: PutRequest) -> Future[PutResult]:
@@ -270,26 +302,29 @@ class Store:
         Validation errors raise here; errors found in the transaction (version
         conflicts, malformed patches, a full store) come from the future.
         """
-        return self._submit(self._put_op(request))
+        op = self._put_op(request)
+        op.future = Future()
+        self._submit(op)
+        return op.future
 
     def put_many(self, requests: list[PutRequest]) -> list[PutResult | StoreError]:
         """Write many versions (in order per session); one result or error each.
 
         All are queued at once, so they share group commits.
         """
-        futures: list[Future[Any] | StoreError] = []
+        ops: list[_Op | StoreError] = []
         for req in requests:
             try:
-                futures.append(self._submit(self._put_op(req)))
+                ops.append(self._submit(self._put_op(req)))
             except StoreError as exc:
-                futures.append(exc)
+                ops.append(exc)
         out: list[PutResult | StoreError] = []
-        for f in futures:
-            if isinstance(f, StoreError):
-                out.append(f)
+        for op in ops:
+            if isinstance(op, StoreError):
+                out.append(op)
                 continue
             try:
-                out.append(f.result())
+                out.append(op.wait())
             except StoreError as exc:
                 out.append(exc)
         return out
@@ -321,7 +356,7 @@ class Store:
             batch.after_commit.append(lambda: self._after_write(new_sid, encoder, state, info))
             return _session_info(new_session_id, rec)
 
-        return self._submit(_Op(apply, fails_clean=True)).result()  # type: ignore[no-any-return]
+        return self._submit(_Op(apply, fails_clean=True)).wait()  # type: ignore[no-any-return]
 
     def delete_session(self, session_id: str) -> int:
         """Remove a session, every version and every index entry; returns versions removed."""
@@ -336,13 +371,13 @@ class Store:
             self._delete_requests(txn, sid)
             for key, value in rec.labels.items():
                 txn.delete(keys.label_key(key, value, sid), db=self._labels)
-            txn.delete(keys.time_key(rec.updated_unix_nanos, sid), db=self._updated)
+            txn.delete(keys.updated_key(rec.updated_unix_nanos, sid), db=self._updated)
             txn.delete(sid, db=self._sessions)
             batch.touched_encoders.add(sid)
             batch.after_commit.append(lambda: self._forget(sid))
             return removed
 
-        return self._submit(_Op(apply, fails_clean=True)).result()  # type: ignore[no-any-return]
+        return self._submit(_Op(apply, fails_clean=True)).wait()  # type: ignore[no-any-return]
 
     # -- reads -----------------------------------------------------------------
 
@@ -429,7 +464,9 @@ class Store:
             def sid_of(key: bytes) -> bytes:
                 return key[len(prefix) :]
         elif updated_after_nanos is not None or updated_before_nanos is not None:
-            db, lo, hi = self._updated, keys.time_key(after, b""), keys.time_key(before, b"")
+            # Index entries hold times rounded down (keys.updated_key): start at
+            # the granule holding ``after``; the exact check below does the rest.
+            db, lo, hi = self._updated, keys.updated_key(after, b""), keys.time_key(before, b"")
 
             def sid_of(key: bytes) -> bytes:
                 return key[8:]
@@ -490,10 +527,10 @@ class Store:
                 if not chunk:
                     break
                 after = chunk[-1]
-                counts = self._submit(_Op(self._prune_op(chunk, now))).result()
+                counts = self._submit(_Op(self._prune_op(chunk, now))).wait()
                 pruned += counts[0]
                 removed += counts[1]
-        expired = self._submit(_Op(self._expire_requests_op(now))).result()
+        expired = self._submit(_Op(self._expire_requests_op(now))).wait()
         return SweepResult(pruned, removed, expired)
 
     # -- introspection -------------------------------------------------------
@@ -572,8 +609,16 @@ class Store:
         if req.expected_version is not None and req.expected_version < 0:
             raise InvalidArgument(f"expected_version must be >= 0, got {req.expected_version}")
         state = bytes(req.state)
+        if mode is WriteMode.MERGE:
+            # Checked here, on the caller's thread: it needs no state, and the
+            # writer thread is the store's one serial path.
+            try:
+                check_patch(state)
+            except WireFormatError as exc:
+                raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
 
         def apply(batch: _Batch, txn: lmdb.Transaction) -> PutResult:
+            expired_rid: records_pb2.RequestRecord | None = None
             if rid_key is not None:
                 raw_req = txn.get(rid_key, db=self._requests)
                 if raw_req is not None:
@@ -582,6 +627,7 @@ class Store:
                         return PutResult(
                             done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
                         )
+                    expired_rid = done
             raw = txn.get(sid, db=self._sessions)
             rec = _record(raw) if raw is not None else None
             head = rec.head_version if rec else 0
@@ -595,7 +641,7 @@ class Store:
                 )
             batch.touched_encoders.add(sid)
             try:
-                frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state)
+                frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
             except WireFormatError as exc:
                 raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
             except EncodeError as exc:
@@ -613,7 +659,7 @@ class Store:
                 )
                 if rid_key is not None:
                     expires = now + int(self.config.request_id_ttl_seconds * 1e9)
-                    self._remember_request(txn, rid_key, result, expires)
+                    self._remember_request(txn, rid_key, result, expires, expired_rid)
             except BaseException:
                 encoder.rollback()
                 raise
@@ -636,7 +682,10 @@ class Store:
     ) -> VersionInfo:
         """Store the next frame of a session, update its record and indexes; return what was stored."""
         version = rec.head_version + 1
-        meta = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode, labels=labels).SerializeToString()
+        meta_pb = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode)
+        if labels:  # most writes carry none; an empty map still costs a Python-level update()
+            meta_pb.labels.update(labels)
+        meta = meta_pb.SerializeToString()
         value = _META_LEN.pack(len(meta)) + meta + frame.data
         if not txn.put(keys.frame_key(sid, version), value, db=self._frames, overwrite=False):
             raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
@@ -654,10 +703,11 @@ class Store:
                     txn.delete(keys.label_key(key, old, sid), db=self._labels)
                 txn.put(keys.label_key(key, value_, sid), b"", db=self._labels)
                 rec.labels[key] = value_
-        if old_updated is not None:
-            txn.delete(keys.time_key(old_updated, sid), db=self._updated)
         rec.updated_unix_nanos = now
-        txn.put(keys.time_key(now, sid), b"", db=self._updated)
+        if old_updated is None or not keys.same_updated_granule(old_updated, now):
+            if old_updated is not None:
+                txn.delete(keys.updated_key(old_updated, sid), db=self._updated)
+            txn.put(keys.updated_key(now, sid), b"", db=self._updated)
         txn.put(sid, rec.SerializeToString(), db=self._sessions)
         return VersionInfo(
             version=version,
@@ -670,11 +720,16 @@ class Store:
             mode=mode,
         )
 
-    def _remember_request(self, txn: lmdb.Transaction, rid_key: bytes, result: PutResult, expires: int) -> None:
-        old = txn.get(rid_key, db=self._requests)
-        if old is not None:  # an expired record being replaced
-            old_exp = records_pb2.RequestRecord.FromString(bytes(old)).expires_unix_nanos
-            txn.delete(keys.time_key(old_exp, rid_key), db=self._req_expiry)
+    def _remember_request(
+        self,
+        txn: lmdb.Transaction,
+        rid_key: bytes,
+        result: PutResult,
+        expires: int,
+        expired: records_pb2.RequestRecord | None,
+    ) -> None:
+        if expired is not None:  # an expired record of the same id being replaced
+            txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._req_expiry)
         record = records_pb2.RequestRecord(
             version=result.version,
             stored_bytes=result.stored_bytes,
@@ -872,14 +927,14 @@ class Store:
 
     # -- the writer thread ---------------------------------------------------
 
-    def _submit(self, op: _Op) -> Future[Any]:
+    def _submit(self, op: _Op) -> _Op:
         with self._submit_lock:
             if self._closing.is_set():
                 if self.readonly:
                     raise Unavailable("the store is open read-only; writes are refused")
                 raise Unavailable("the store is closing; no new writes are accepted")
             self._queue.put(op)
-        return op.future
+        return op
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
@@ -964,28 +1019,26 @@ class Store:
                     for op in ops:
                         self._run_batch([op], isolate=isolate)
                     return
-                ops[0].future.set_exception(
+                ops[0].resolve(
+                    None,
                     StoreFull(
                         f"the store is full: the LMDB map reached max_map_size_bytes"
                         f" ({self.config.max_map_size_bytes}); nothing was written"
-                    )
+                    ),
                 )
                 return
             except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
                 for sid in batch.touched_encoders:
                     self._encoders.discard(sid)
                 for op in ops:
-                    op.future.set_exception(Unavailable(f"commit failed: {exc!r}"))
+                    op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
                 return
             self.commits += 1
             self.batch_sizes[len(ops)] += 1
             for action in batch.after_commit:
                 action()
             for op, result, error in outcomes:
-                if error is None:
-                    op.future.set_result(result)
-                else:
-                    op.future.set_exception(error)
+                op.resolve(result, error)
             return
 
     def _grow_map(self) -> bool:

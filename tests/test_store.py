@@ -219,6 +219,42 @@ def test_list_sessions_filters_by_label_and_time(store: Store) -> None:
     assert all_ids == sorted(f"s{i:02d}" for i in range(40))
 
 
+def _updated_index(store: Store) -> list[tuple[int, bytes]]:
+    # LMDB allows one environment handle per process: read through the store's.
+    with store._env.begin() as txn:
+        keys_ = txn.cursor(db=store._updated).iternext(values=False)
+        return [(int.from_bytes(k[:8], "big"), bytes(k[8:])) for k in keys_]
+
+
+def test_updated_index_moves_once_per_granule_and_listings_stay_exact(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    granule = 1 << 30
+    clock = [100 * granule + 5]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    with Store(config) as store:
+        store.put("a", b"\x08\x01")
+        clock[0] += 1000  # same granule: the index entry stays where it is
+        store.put("a", b"\x08\x02")
+        updated = store.session("a").updated_unix_nanos
+        assert updated == 100 * granule + 1005
+        assert _updated_index(store) == [(100 * granule, b"a")]
+
+        # Listings compare the exact time, not the rounded index key.
+        def ids(after: int | None = None, before: int | None = None) -> list[str]:
+            page = store.list_sessions(updated_after_nanos=after, updated_before_nanos=before)[0]
+            return [s.session_id for s in page]
+
+        assert ids(after=updated) == ["a"]
+        assert ids(after=updated + 1) == []
+        assert ids(before=updated) == []
+        assert ids(before=updated + 1) == ["a"]
+        clock[0] += granule  # next granule: the entry moves, the old one goes
+        store.put("a", b"\x08\x03")
+        assert _updated_index(store) == [(101 * granule, b"a")]
+        assert ids(after=updated + 1) == ["a"]
+
+
 def test_labels_merge_into_the_session(store: Store) -> None:
     store.put("l", b"\x08\x01", labels={"a": "1", "b": "1"})
     store.put("l", b"\x08\x02", labels={"b": "2"})
