@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -30,6 +30,17 @@ class Metrics:
         self.chain_depth = Histogram(
             "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r
         )
+
+        # labels() takes a lock and a dict lookup per call: resolve each RPC's
+        # children once (RPC names are a fixed set).
+        self._per_rpc: dict[str, tuple[Any, Any]] = {}
+
+    def per_rpc(self, rpc: str) -> tuple[Any, Any]:
+        """The request counter and latency histogram of one RPC."""
+        children = self._per_rpc.get(rpc)
+        if children is None:
+            children = self._per_rpc[rpc] = (self.requests.labels(rpc), self.latency.labels(rpc))
+        return children
 
     def watch(self, store: Store) -> None:
         self.registry.register(_StoreCollector(store))

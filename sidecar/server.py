@@ -179,7 +179,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
     def _call(self, rpc: str, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
         """Run one RPC: count it, time it, and translate store errors (the one boundary)."""
         m = self._metrics
-        m.requests.labels(rpc).inc()
+        requests, latency = m.per_rpc(rpc)
+        requests.inc()
         start = time.perf_counter()
         try:
             return fn()
@@ -195,13 +196,12 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             log.exception("%s failed", rpc)
             context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
         finally:
-            m.latency.labels(rpc).observe(time.perf_counter() - start)
+            latency.observe(time.perf_counter() - start)
         raise AssertionError("unreachable: context.abort raises")
 
     def Put(self, request: service_pb2.PutRequest, context: grpc.ServicerContext) -> service_pb2.PutResponse:
         def run() -> service_pb2.PutResponse:
-            req = put_request(request)
-            result = self._store.submit(req).result()
+            result = self._store.write(put_request(request))
             self._count_write(len(request.state), result)
             return put_response_pb(result)
 
@@ -268,7 +268,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         """Pipelined: a reader thread queues each batch's writes as it arrives,
         while this generator answers batches in order as their commits land.
         Writes to one session keep the order sent (one writer, FIFO queue)."""
-        self._metrics.requests.labels("PutStream").inc()
+        self._metrics.per_rpc("PutStream")[0].inc()
         pending: queue.Queue[tuple[int, list[Future[PutResult] | StoreError], list[int]] | None] = queue.Queue(64)
 
         def read() -> None:

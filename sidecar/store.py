@@ -292,8 +292,11 @@ class Store:
         labels: dict[str, str] | None = None,
     ) -> PutResult:
         """Write the next version of a session; returns once it is committed."""
-        req = PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}))
-        result: PutResult = self._submit(self._put_op(req)).wait()
+        return self.write(PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {})))
+
+    def write(self, request: PutRequest) -> PutResult:
+        """:meth:`put` taking a PutRequest: returns once it is committed."""
+        result: PutResult = self._submit(self._put_op(request)).wait()
         return result
 
     def submit(self, request: PutRequest) -> Future[PutResult]:
