@@ -10,6 +10,7 @@ import pytest
 import codec.encoder
 from ckpt.v1 import checkpoint_pb2 as pb
 from codec import (
+    HEADER_SIZE,
     ChainEncoder,
     ChainPolicy,
     ChainStats,
@@ -41,6 +42,26 @@ def test_max_depth_bounds_the_chain(max_depth: int) -> None:
     kinds = [enc.replace(s).kind for s in grow(20)]
     starts = [i for i, k in enumerate(kinds) if k is FrameKind.FULL]
     assert starts == list(range(0, 20, max_depth + 1))
+
+
+def test_each_chain_start_decodes_on_its_own_when_the_stream_is_reused() -> None:
+    # A new chain reuses the previous chain's compressor (a new zstd frame on
+    # the same context); its FULL frame must still need nothing before it.
+    enc = ChainEncoder(policy=replace(SMALL, max_depth=2))
+    states = grow(12)
+    frames, compressors = [], set()
+    for s in states:
+        frames.append(enc.replace(s))
+        assert enc._stream is not None
+        compressors.add(id(enc._stream.compressor))
+    assert len(compressors) == 1  # the reuse path ran
+    for i, f in enumerate(frames):
+        if f.kind is FrameKind.FULL:
+            assert decode([f.data]) == states[i]
+            fresh = ChainEncoder(policy=replace(SMALL, max_depth=2))
+            assert fresh.replace(states[i]).data[HEADER_SIZE:] == f.data[HEADER_SIZE:]  # same bytes as a new context
+    assert sum(f.kind is FrameKind.FULL for f in frames) == 4
+    assert decode([f.data for f in frames[-3:]]) == states[-1]
 
 
 def decode_cost(chain: ChainStats, policy: ChainPolicy) -> float:
