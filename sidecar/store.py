@@ -302,8 +302,9 @@ class Store:
     def submit(self, request: PutRequest) -> Future[PutResult]:
         """Queue a write without waiting; the future resolves once it is committed.
 
-        Validation errors raise here; errors found in the transaction (version
-        conflicts, malformed patches, a full store) come from the future.
+        Validation errors (ids, sizes, labels, a MERGE patch that is not
+        well-formed) raise here; errors found in the transaction (version
+        conflicts, a full store) come from the future.
         """
         op = self._put_op(request)
         op.future = Future()
