@@ -38,7 +38,10 @@ repetitions, and compared configurations run side by side, alternating.
    store (``cache_size_bytes=0`` throughout), first as the fill left the page
    cache, then again after one sequential read of the data file (reads that
    had to wait on the disk are counted); p99 growth (of the first pass) and
-   the data file's size against the frames it holds are checked.
+   the data file's size against the frames it holds are checked. A kernel
+   that pages out idle memory (DAMON ``pageout``; the policy in force is
+   printed with the machine) evicts the early sessions' pages during a long
+   fill, and those reads then wait on the disk.
 """
 
 from __future__ import annotations
@@ -96,6 +99,25 @@ def fresh_dir(root: Path, name: str) -> Path:
     path = root / name
     shutil.rmtree(path, ignore_errors=True)
     return path
+
+
+def damon_pageout(root: Path = Path("/sys/kernel/mm/damon/admin/kdamonds")) -> str:
+    """The kernel's DAMON pageout schemes, if any: they evict page cache idle for a while."""
+    found = []
+    for scheme in sorted(root.glob("*/contexts/*/schemes/*")):
+        try:
+            if (scheme / "action").read_text().strip() != "pageout":
+                continue
+            kdamond = scheme.parents[3]
+            if (kdamond / "state").read_text().strip() != "on":
+                continue
+            aggr_us = int((scheme.parents[1] / "monitoring_attrs/intervals/aggr_us").read_text())
+            min_age = int((scheme / "access_pattern/age/min").read_text())
+            max_acc = int((scheme / "access_pattern/nr_accesses/max").read_text())
+        except (OSError, ValueError):
+            continue
+        found.append(f"DAMON pageout of memory idle >= {min_age * aggr_us / 1e6:g} s (nr_accesses <= {max_acc})")
+    return "; ".join(found) or "none found"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -758,6 +780,7 @@ def run(
             "platform": platform.platform(),
             "cpus": str(os.cpu_count()),
             "lmdb": ".".join(map(str, lmdb.version())),
+            "idle_pageout": damon_pageout(),
         },
         data_dir=str(root),
     )

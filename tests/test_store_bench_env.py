@@ -1,0 +1,34 @@
+"""The store benchmark names the kernel's idle-memory pageout policy beside its figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.store_bench import damon_pageout
+
+
+def _scheme(root: Path, *, state: str, action: str, aggr_us: int, min_age: int, max_accesses: int) -> None:
+    kdamond = root / "0"
+    context = kdamond / "contexts" / "0"
+    scheme = context / "schemes" / "0"
+    (scheme / "access_pattern" / "age").mkdir(parents=True)
+    (scheme / "access_pattern" / "nr_accesses").mkdir(parents=True)
+    (context / "monitoring_attrs" / "intervals").mkdir(parents=True)
+    (kdamond / "state").write_text(state + "\n")
+    (scheme / "action").write_text(action + "\n")
+    (context / "monitoring_attrs" / "intervals" / "aggr_us").write_text(f"{aggr_us}\n")
+    (scheme / "access_pattern" / "age" / "min").write_text(f"{min_age}\n")
+    (scheme / "access_pattern" / "nr_accesses" / "max").write_text(f"{max_accesses}\n")
+
+
+def test_a_running_pageout_scheme_is_described_in_seconds(tmp_path: Path) -> None:
+    _scheme(tmp_path, state="on", action="pageout", aggr_us=5_000_000, min_age=12, max_accesses=1)
+    assert damon_pageout(tmp_path) == "DAMON pageout of memory idle >= 60 s (nr_accesses <= 1)"
+
+
+def test_stopped_or_other_schemes_and_no_damon_say_none(tmp_path: Path) -> None:
+    assert damon_pageout(tmp_path / "missing") == "none found"
+    _scheme(tmp_path / "off", state="off", action="pageout", aggr_us=100_000, min_age=10, max_accesses=0)
+    _scheme(tmp_path / "stat", state="on", action="stat", aggr_us=100_000, min_age=10, max_accesses=0)
+    assert damon_pageout(tmp_path / "off") == "none found"
+    assert damon_pageout(tmp_path / "stat") == "none found"
