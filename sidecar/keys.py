@@ -97,13 +97,18 @@ def label_prefix(key: str, value: str) -> bytes:
 UPDATED_INDEX_GRANULE_NANOS = 1 << 30
 
 
+def _updated_granule(nanos: int) -> int:
+    return max(nanos, 0) & ~(UPDATED_INDEX_GRANULE_NANOS - 1)
+
+
 def updated_key(nanos: int, sid: bytes) -> bytes:
     """Key of a session in the updated-time index (time rounded down to the granule)."""
-    return _U64.pack(max(nanos, 0) & ~(UPDATED_INDEX_GRANULE_NANOS - 1)) + sid
+    return time_key(_updated_granule(nanos), sid)
 
 
 def same_updated_granule(a: int, b: int) -> bool:
-    return (a ^ b) < UPDATED_INDEX_GRANULE_NANOS and a >= 0 and b >= 0
+    """Whether two update times share one index key (no index move needed)."""
+    return _updated_granule(a) == _updated_granule(b)
 
 
 def time_key(nanos: int, rest: bytes) -> bytes:

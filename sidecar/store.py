@@ -645,9 +645,8 @@ class Store:
                 )
             batch.touched_encoders.add(sid)
             try:
+                # The patch was checked in _put_op, before queueing.
                 frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
-            except WireFormatError as exc:
-                raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
             except EncodeError as exc:
                 raise InvalidArgument(f"state cannot be encoded: {exc}") from None
             try:
