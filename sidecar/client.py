@@ -118,6 +118,28 @@ def _put_request(
     return msg
 
 
+def _retry_delay_seconds(error: grpc.RpcError, *, retry: bool, attempt: int, retries: int) -> float | None:
+    """How long to wait before retrying a failed call, or None to give up (both clients' one policy)."""
+    if retry and error.code() in _RETRYABLE and attempt < retries:
+        return min(0.05 * 2.0**attempt, 1.0)
+    return None
+
+
+def _stream_batches(puts: Iterable[service_pb2.PutRequest], batch_size: int) -> Iterator[service_pb2.PutStreamRequest]:
+    """PutStream messages of ``batch_size`` writes each; every write gets a request id if it has none."""
+    batch: list[service_pb2.PutRequest] = []
+    n = 0
+    for put in puts:
+        if not put.request_id:
+            put.request_id = uuid.uuid4().hex
+        batch.append(put)
+        if len(batch) == batch_size:
+            yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
+            batch, n = [], n + 1
+    if batch:
+        yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
+
+
 class CheckpointClient:
     """Synchronous client. Thread-safe; one per process is enough."""
 
@@ -149,11 +171,11 @@ class CheckpointClient:
             try:
                 return method(request, timeout=self._timeout)
             except grpc.RpcError as exc:
-                if retry and exc.code() in _RETRYABLE and attempt < self._retries:
-                    time.sleep(min(0.05 * 2**attempt, 1.0))
-                    attempt += 1
-                    continue
-                _translate(exc)
+                delay = _retry_delay_seconds(exc, retry=retry, attempt=attempt, retries=self._retries)
+                if delay is None:
+                    _translate(exc)
+                time.sleep(delay)
+                attempt += 1
 
     def put(
         self,
@@ -242,21 +264,8 @@ class CheckpointClient:
         A failed write is a PutResult with ``error`` set; the others go on.
         """
 
-        def batches() -> Iterator[service_pb2.PutStreamRequest]:
-            batch: list[service_pb2.PutRequest] = []
-            n = 0
-            for put in puts:
-                if not put.request_id:
-                    put.request_id = uuid.uuid4().hex
-                batch.append(put)
-                if len(batch) == batch_size:
-                    yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
-                    batch, n = [], n + 1
-            if batch:
-                yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
-
         try:
-            for response in self._stub.PutStream(batches()):
+            for response in self._stub.PutStream(_stream_batches(puts, batch_size)):
                 yield from response.results
         except grpc.RpcError as exc:
             _translate(exc)
@@ -293,11 +302,11 @@ class AsyncCheckpointClient:
             try:
                 return await method(request, timeout=self._timeout)
             except grpc.RpcError as exc:
-                if retry and exc.code() in _RETRYABLE and attempt < self._retries:
-                    await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
-                    attempt += 1
-                    continue
-                _translate(exc)
+                delay = _retry_delay_seconds(exc, retry=retry, attempt=attempt, retries=self._retries)
+                if delay is None:
+                    _translate(exc)
+                await asyncio.sleep(delay)
+                attempt += 1
 
     async def put(
         self,
@@ -365,17 +374,8 @@ class AsyncCheckpointClient:
     async def put_stream(
         self, puts: Iterable[service_pb2.PutRequest], *, batch_size: int = 64
     ) -> AsyncIterator[service_pb2.PutResult]:
-        batches: list[service_pb2.PutStreamRequest] = []
-        batch: list[service_pb2.PutRequest] = []
-        for put in puts:
-            if not put.request_id:
-                put.request_id = uuid.uuid4().hex
-            batch.append(put)
-            if len(batch) == batch_size:
-                batches.append(service_pb2.PutStreamRequest(puts=batch, batch_id=len(batches)))
-                batch = []
-        if batch:
-            batches.append(service_pb2.PutStreamRequest(puts=batch, batch_id=len(batches)))
+        # Materialised before the call: every request id is assigned before anything is sent.
+        batches = list(_stream_batches(puts, batch_size))
         try:
             async for response in self._stub.PutStream(iter(batches)):
                 for result in response.results:

@@ -24,6 +24,7 @@ from sidecar.client import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
+    _retry_delay_seconds,
 )
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 
@@ -285,3 +286,28 @@ def test_sigkill_under_load_then_restart_keeps_every_acknowledged_write(tmp_path
                     assert c.get(session, v).state == patch(n) * v
     finally:
         assert restarted.stop() == 0
+
+
+class _Failed(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+
+@pytest.mark.parametrize(
+    ("code", "retry", "attempt", "expected"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, True, 0, 0.05),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True, 2, 0.2),
+        (grpc.StatusCode.UNAVAILABLE, True, 5, 1.0),  # capped
+        (grpc.StatusCode.UNAVAILABLE, True, 6, None),  # out of retries (6 allowed)
+        (grpc.StatusCode.UNAVAILABLE, False, 0, None),  # fork/delete are never retried
+        (grpc.StatusCode.ABORTED, True, 0, None),  # a conflict is an answer, not a failure
+    ],
+)
+def test_both_clients_share_one_retry_policy(
+    code: grpc.StatusCode, retry: bool, attempt: int, expected: float | None
+) -> None:
+    assert _retry_delay_seconds(_Failed(code), retry=retry, attempt=attempt, retries=6) == expected
