@@ -1,4 +1,4 @@
-"""ckpt's sidecar: the LMDB store (this package's core), and later the gRPC server, clients and CLI."""
+"""ckpt's sidecar: the LMDB store (this package's core), the gRPC server, the clients and the `ckpt` CLI."""
 
 from .config import Durability, Retention, StoreConfig
 from .errors import (

@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ from codec import DecodeError, FrameKind, iter_versions
 from .client import CheckpointClient, CheckpointError
 from .config import Durability, Retention, StoreConfig
 from .errors import StoreError
-from .server import DEFAULT_MAX_MESSAGE_BYTES, ServeConfig, serve
+from .server import ServeConfig, serve
 from .store import Store
 
 DEFAULT_DATA_DIR = "data"
+# `ckpt serve` defaults are ServeConfig's own, so the two cannot drift apart.
+_SERVE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ServeConfig)}
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -94,35 +97,38 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--max-message-bytes",
         type=int,
-        default=_env_int("MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES),
+        default=_env_int("MAX_MESSAGE_BYTES", _SERVE_DEFAULTS["max_message_bytes"]),
         help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default 64 MiB)",
     )
     s.add_argument(
         "--durability",
         choices=[d.value for d in Durability],
-        default=_env("DURABILITY", "sync"),
+        default=_env("DURABILITY", _SERVE_DEFAULTS["durability"].value),
         help="sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits "
         "(env CKPT_DURABILITY; default sync)",
     )
     s.add_argument(
         "--cache-size-bytes",
         type=int,
-        default=_env_int("CACHE_SIZE_BYTES", 256 * 1024 * 1024),
+        default=_env_int("CACHE_SIZE_BYTES", _SERVE_DEFAULTS["cache_size_bytes"]),
         help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default 256 MiB)",
     )
     s.add_argument(
         "--max-map-size-bytes",
         type=int,
-        default=_env_int("MAX_MAP_SIZE_BYTES", 64 * 1024**3),
+        default=_env_int("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
         help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default 64 GiB)",
     )
     s.add_argument(
-        "--threads", type=int, default=_env_int("THREADS", 128), help="RPC threads (env CKPT_THREADS; default 128)"
+        "--threads",
+        type=int,
+        default=_env_int("THREADS", _SERVE_DEFAULTS["threads"]),
+        help="RPC threads (env CKPT_THREADS; default 128)",
     )
     s.add_argument(
         "--grace-seconds",
         type=float,
-        default=_env_float("GRACE_SECONDS", 10.0),
+        default=_env_float("GRACE_SECONDS", _SERVE_DEFAULTS["grace_seconds"]),
         help="time in-flight RPCs get on shutdown (env CKPT_GRACE_SECONDS; default 10)",
     )
     s.add_argument(
@@ -190,10 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("sessions", nargs="*", help="sessions to check (default: all)")
 
     st = sub.add_parser("stats", help="store statistics", description="Print store statistics as JSON (offline).")
+    data_dir_arg(st)
     # `ckpt bench ...` is handed whole to the harness (bench/harness/main.py), which has its own --help;
     # listed here for the overview only, so the sidecar never imports the benchmark code.
     sub.add_parser("bench", help="benchmark harness: ckpt against other stores (ckpt bench --help)", add_help=False)
-    data_dir_arg(st)
     return parser
 
 
@@ -206,10 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(COMMANDS[args.command](args))
-    except (CheckpointError, StoreError) as exc:
-        print(f"ckpt {args.command}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
+    except (CheckpointError, StoreError, OSError) as exc:
         print(f"ckpt {args.command}: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:

@@ -24,10 +24,10 @@ import grpc.aio
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
+from .config import DEFAULT_MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
 
 T = TypeVar("T")
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from codec import ChainPolicy
 
+#: Largest gRPC message, both directions, on the server and the clients alike.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 
 class Durability(enum.Enum):
     """When a commit is acknowledged relative to the disk.

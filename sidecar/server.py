@@ -30,7 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from codec import ChainPolicy, FrameKind
 
-from .config import Durability, Retention, StoreConfig
+from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
 from .errors import InvalidArgument, StoreError, Unavailable
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
@@ -40,7 +40,6 @@ log = logging.getLogger("ckpt")
 T = TypeVar("T")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
 
 
