@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -29,6 +28,7 @@ from codec import _zstd as stdzstd
 from codec.frame import HEADER_SIZE
 
 from . import synthetic, trajectories
+from .output import finish
 from .trajectories import Step
 
 # Targets from issue #2's acceptance.
@@ -370,11 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args(argv)
     report = run(args.trajectories, quick=args.quick)
-    print(render(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(asdict(report), fh, indent=1)
-    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+    return finish(report, render(report), args.json)
 
 
 if __name__ == "__main__":

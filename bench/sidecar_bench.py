@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import shutil
@@ -46,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,8 @@ from ckpt.v1 import service_pb2
 from sidecar.client import CheckpointClient
 from sidecar.server import ECHO_METHOD
 from tests.sidecar_proc import Sidecar, start_sidecar
+
+from .output import finish, proc_cpu_seconds
 
 ENV_DIR = "CKPT_BENCH_DIR"
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".bench-data"
@@ -132,12 +133,9 @@ def _replace_session(i: int) -> str:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux /proc); NaN elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
+    """utime + stime of the server process; NaN without /proc (not Linux)."""
+    seconds = proc_cpu_seconds(pid)
+    return float("nan") if seconds is None else seconds
 
 
 @dataclass
@@ -530,11 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args(argv)
     report = run(quick=args.quick)
-    print(render(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(asdict(report), fh, indent=1)
-    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+    return finish(report, render(report), args.json)
 
 
 if __name__ == "__main__":

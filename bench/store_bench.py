@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import random
@@ -60,7 +59,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ from codec import ChainEncoder, ChainPolicy, FrameKind, decode
 from sidecar import PutRequest, Store, StoreConfig, WriteMode
 
 from . import synthetic, trajectories
+from .output import finish
 
 ENV_DIR = "CKPT_BENCH_DIR"
 ENV_SESSIONS = "CKPT_BENCH_SESSIONS"
@@ -846,12 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run(
         args.data_dir, sessions=args.sessions, quick=args.quick, trajectory_dir=args.trajectories, only=args.only
     )
-    print(render(report))
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(asdict(report), fh, indent=1)
-    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+    return finish(report, f"{render(report)}\n\ntotal {time.perf_counter() - t0:.0f} s", args.json)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, cast
 import lmdb
 from google.protobuf import json_format
 
+from bench.output import proc_cpu_seconds
 from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2
 from sidecar import Store, StoreConfig, WriteMode
@@ -377,15 +378,8 @@ class CkptSidecar(_Ckpt):
 
 
 def _proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (or zombie) from /proc/<pid>/stat; 0.0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    # comm (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the sidecar process (or its zombie); 0.0 once it is gone."""
+    return proc_cpu_seconds(pid) or 0.0
 
 
 # -- JSON in SQLite -------------------------------------------------------------

@@ -1,0 +1,29 @@
+"""What every benchmark script does once it has its report: print it, save it, exit by its checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+
+def finish(report: Any, text: str, json_path: str | None) -> int:
+    """Print ``text``, write the report (a dataclass) as JSON if asked; 0 if every check passed, else 1."""
+    print(text)
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(asdict(report), fh, indent=1)
+    return 0 if all(c["ok"] for c in report.checks.values()) else 1
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (or zombie) from /proc/<pid>/stat; None if it has none (gone, or not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
