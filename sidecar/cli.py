@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=_env_int("THREADS", _SERVE_DEFAULTS["threads"]),
-        help="RPC threads (env CKPT_THREADS; default 128)",
+        help="threads for store calls that may block: cache-miss reads, listings, forks, deletes; RPCs run on"
+        f" one event loop (env CKPT_THREADS; default {_SERVE_DEFAULTS['threads']})",
     )
     s.add_argument(
         "--grace-seconds",

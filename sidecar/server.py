@@ -8,21 +8,21 @@ as grpcurl work against it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-import queue
 import signal
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -41,6 +41,8 @@ T = TypeVar("T")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
+# PutStream batches a stream's reader may queue before their answers are sent.
+_STREAM_BATCHES_AHEAD = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,9 +54,10 @@ class ServeConfig:
     listen: tuple[str, ...] = ()
     #: Largest message received or sent, both directions.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    #: Threads serving RPCs. A put blocks its thread until its group commit,
-    #: so this bounds how many writes can share a commit.
-    threads: int = 128
+    #: Threads for store calls that may block: reads the state cache misses,
+    #: listings, forks, deletes. RPCs themselves run on one event loop, and
+    #: writes wait for their group commit without holding a thread.
+    threads: int = 16
     #: Seconds in-flight RPCs get to finish on SIGTERM/SIGINT.
     grace_seconds: float = 10.0
     #: Serve Prometheus metrics on 127.0.0.1:PORT (None = off).
@@ -171,51 +174,65 @@ def put_error_pb(error: StoreError) -> service_pb2.PutError:
 
 
 class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ignore[misc]  # untyped stubs
-    def __init__(self, store: Store, metrics: Metrics) -> None:
+    """Every RPC runs on the server's event loop.
+
+    Writes are queued to the store's writer thread and awaited (one loop
+    wake-up per group commit); reads the state cache answers are served on
+    the loop; anything that may block on LMDB or on the writer (cache-miss
+    reads, listings, forks, deletes) runs on a small thread pool.
+    """
+
+    def __init__(self, store: Store, metrics: Metrics, blocking: ThreadPoolExecutor) -> None:
         self._store = store
         self._metrics = metrics
+        self._blocking = blocking
 
-    def _call(self, rpc: str, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._blocking, fn)
+
+    async def _call(self, rpc: str, context: grpc.aio.ServicerContext, fn: Callable[[], Awaitable[T]]) -> T:
         """Run one RPC: count it, time it, and translate store errors (the one boundary)."""
         m = self._metrics
         requests, latency = m.per_rpc(rpc)
         requests.inc()
         start = time.perf_counter()
         try:
-            return fn()
+            return await fn()
         except StoreError as exc:
             code = status_of(exc)
             m.errors.labels(rpc, code.name).inc()
             current = getattr(exc, "current_version", None)
-            if current is not None:
-                context.set_trailing_metadata(((CURRENT_VERSION_KEY, str(current)),))
-            context.abort(code, str(exc))
+            trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
+            await context.abort(code, str(exc), trailing_metadata=trailers)
         except Exception:
             m.errors.labels(rpc, "INTERNAL").inc()
             log.exception("%s failed", rpc)
-            context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
+            await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
         finally:
             latency.observe(time.perf_counter() - start)
         raise AssertionError("unreachable: context.abort raises")
 
-    def Put(self, request: service_pb2.PutRequest, context: grpc.ServicerContext) -> service_pb2.PutResponse:
-        def run() -> service_pb2.PutResponse:
-            result = self._store.write(put_request(request))
+    async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
+        async def run() -> service_pb2.PutResponse:
+            result = await self._store.awrite(put_request(request))
             self._count_write(len(request.state), result)
             return put_response_pb(result)
 
-        return self._call("Put", context, run)
+        return await self._call("Put", context, run)
 
-    def Get(self, request: service_pb2.GetRequest, context: grpc.ServicerContext) -> service_pb2.GetResponse:
-        def run() -> service_pb2.GetResponse:
-            got = self._store.get(request.session_id, request.version)
+    async def Get(self, request: service_pb2.GetRequest, context: grpc.aio.ServicerContext) -> service_pb2.GetResponse:
+        async def run() -> service_pb2.GetResponse:
+            store = self._store
+            got = store.get_cached(request.session_id, request.version)
+            if got is None:
+                got = await self._off_loop(lambda: store.get(request.session_id, request.version, use_cache=False))
             self._metrics.bytes_out.inc(len(got.state))
             return service_pb2.GetResponse(version=got.version, state=got.state, info=version_info_pb(got.info))
 
-        return self._call("Get", context, run)
+        return await self._call("Get", context, run)
 
-    def ListVersions(
-        self, request: service_pb2.ListVersionsRequest, context: grpc.ServicerContext
+    async def ListVersions(
+        self, request: service_pb2.ListVersionsRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ListVersionsResponse:
         def run() -> service_pb2.ListVersionsResponse:
             page, token = self._store.list_versions(
@@ -223,10 +240,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             )
             return service_pb2.ListVersionsResponse(versions=[version_info_pb(v) for v in page], next_page_token=token)
 
-        return self._call("ListVersions", context, run)
+        return await self._call("ListVersions", context, lambda: self._off_loop(run))
 
-    def ListSessions(
-        self, request: service_pb2.ListSessionsRequest, context: grpc.ServicerContext
+    async def ListSessions(
+        self, request: service_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.ListSessionsResponse:
         def run() -> service_pb2.ListSessionsResponse:
             page, token = self._store.list_sessions(
@@ -242,71 +259,83 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             )
             return service_pb2.ListSessionsResponse(sessions=[session_info_pb(s) for s in page], next_page_token=token)
 
-        return self._call("ListSessions", context, run)
+        return await self._call("ListSessions", context, lambda: self._off_loop(run))
 
-    def Fork(self, request: service_pb2.ForkRequest, context: grpc.ServicerContext) -> service_pb2.ForkResponse:
+    async def Fork(
+        self, request: service_pb2.ForkRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.ForkResponse:
         def run() -> service_pb2.ForkResponse:
             info = self._store.fork(
                 request.session_id, request.version, request.new_session_id, labels=dict(request.labels)
             )
             return service_pb2.ForkResponse(session=session_info_pb(info))
 
-        return self._call("Fork", context, run)
+        return await self._call("Fork", context, lambda: self._off_loop(run))
 
-    def DeleteSession(
-        self, request: service_pb2.DeleteSessionRequest, context: grpc.ServicerContext
+    async def DeleteSession(
+        self, request: service_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.DeleteSessionResponse:
         def run() -> service_pb2.DeleteSessionResponse:
             return service_pb2.DeleteSessionResponse(deleted_versions=self._store.delete_session(request.session_id))
 
-        return self._call("DeleteSession", context, run)
+        return await self._call("DeleteSession", context, lambda: self._off_loop(run))
 
-    def PutStream(
-        self, request_iterator: Iterator[service_pb2.PutStreamRequest], context: grpc.ServicerContext
-    ) -> Iterator[service_pb2.PutStreamResponse]:
-        """Pipelined: a reader thread queues each batch's writes as it arrives,
+    async def PutStream(
+        self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[service_pb2.PutStreamResponse]:
+        """Pipelined: a reader task queues each batch's writes as it arrives,
         while this generator answers batches in order as their commits land.
         Writes to one session keep the order sent (one writer, FIFO queue)."""
         self._metrics.per_rpc("PutStream")[0].inc()
-        pending: queue.Queue[tuple[int, list[Future[PutResult] | StoreError], list[int]] | None] = queue.Queue(64)
+        # Unbounded so the reader's end marker always fits; the semaphore
+        # bounds how many batches the reader runs ahead of the answers.
+        pending: asyncio.Queue[tuple[int, list[asyncio.Future[PutResult] | StoreError], list[int]] | None]
+        pending = asyncio.Queue()
+        ahead = asyncio.Semaphore(_STREAM_BATCHES_AHEAD)
 
-        def read() -> None:
+        async def read() -> None:
             try:
-                for batch in request_iterator:
-                    items: list[Future[PutResult] | StoreError] = []
+                async for batch in request_iterator:
+                    await ahead.acquire()
+                    items: list[asyncio.Future[PutResult] | StoreError] = []
                     sizes = []
                     for msg in batch.puts:
                         sizes.append(len(msg.state))
                         try:
-                            items.append(self._store.submit(put_request(msg)))
+                            items.append(self._store.asubmit(put_request(msg)))
                         except StoreError as exc:
                             items.append(exc)
-                    pending.put((batch.batch_id, items, sizes))
+                    pending.put_nowait((batch.batch_id, items, sizes))
             except grpc.RpcError:
                 pass  # the client went away; the answering side stops too
             finally:
-                pending.put(None)
+                pending.put_nowait(None)
 
-        threading.Thread(target=read, name="ckpt-putstream-reader", daemon=True).start()
-        while (item := pending.get()) is not None:
-            batch_id, items, sizes = item
-            results = []
-            for entry, size in zip(items, sizes, strict=True):
-                outcome: PutResult | StoreError
-                if isinstance(entry, Future):
-                    try:
-                        outcome = entry.result()
-                    except StoreError as exc:
-                        outcome = exc
-                else:
-                    outcome = entry
-                if isinstance(outcome, StoreError):
-                    self._metrics.errors.labels("PutStream", status_of(outcome).name).inc()
-                    results.append(service_pb2.PutResult(error=put_error_pb(outcome)))
-                else:
-                    self._count_write(size, outcome)
-                    results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
-            yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await pending.get()) is not None:
+                batch_id, items, sizes = item
+                results = []
+                for entry, size in zip(items, sizes, strict=True):
+                    outcome: PutResult | StoreError
+                    if isinstance(entry, StoreError):
+                        outcome = entry
+                    else:
+                        try:
+                            outcome = await entry
+                        except StoreError as exc:
+                            outcome = exc
+                    if isinstance(outcome, StoreError):
+                        self._metrics.errors.labels("PutStream", status_of(outcome).name).inc()
+                        results.append(service_pb2.PutResult(error=put_error_pb(outcome)))
+                    else:
+                        self._count_write(size, outcome)
+                        results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
+                ahead.release()
+                yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+            await reader  # re-raises what stopped the reader, if it was not the stream's end
+        finally:
+            reader.cancel()
 
     def _count_write(self, received: int, result: PutResult) -> None:
         m = self._metrics
@@ -317,7 +346,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
 
 def _echo_handler() -> grpc.GenericRpcHandler:
-    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return request
 
     method = grpc.unary_unary_rpc_method_handler(echo)  # no (de)serializer: raw bytes
@@ -328,7 +357,10 @@ def _echo_handler() -> grpc.GenericRpcHandler:
 
 
 class SidecarServer:
-    """The store, the gRPC server on every address, health, reflection, metrics."""
+    """The store, the gRPC server on every address, health, reflection, metrics.
+
+    Create and use it inside a running event loop (see :func:`serve`).
+    """
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -336,9 +368,9 @@ class SidecarServer:
         try:
             self.metrics = Metrics()
             self.metrics.watch(self.store)
-            self.health = health.HealthServicer()
-            self.server = grpc.server(
-                ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-rpc"),
+            self.health = health.aio.HealthServicer()
+            self._blocking = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-blocking")
+            self.server = grpc.aio.server(
                 options=[
                     ("grpc.max_receive_message_length", config.max_message_bytes),
                     ("grpc.max_send_message_length", config.max_message_bytes),
@@ -347,7 +379,7 @@ class SidecarServer:
                 ],
             )
             service_pb2_grpc.add_CheckpointServiceServicer_to_server(
-                CheckpointService(self.store, self.metrics), self.server
+                CheckpointService(self.store, self.metrics, self._blocking), self.server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
@@ -374,12 +406,12 @@ class SidecarServer:
             raise Unavailable(f"cannot listen on {address}: the address is in use or invalid")
         return path
 
-    def start(self) -> None:
-        self.server.start()
+    async def start(self) -> None:
+        await self.server.start()
         if self.config.metrics_port is not None:
             self.metrics.serve(self.config.metrics_port)
-        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "ckpt serving: listen=%s data_dir=%s durability=%s pid=%d",
             ",".join(self.config.addresses),
@@ -388,11 +420,12 @@ class SidecarServer:
             os.getpid(),
         )
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.config.addresses), self.config.data_dir)
-        self.health.enter_graceful_shutdown()
-        self.server.stop(self.config.grace_seconds).wait()
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.config.grace_seconds)
+        self._blocking.shutdown(wait=True)
         self.store.close()
         for path in self._unix_paths:
             if path is not None:
@@ -422,20 +455,28 @@ def _claim_unix_socket(path: Path) -> None:
 
 def serve(config: ServeConfig) -> int:
     """Run until SIGTERM or SIGINT; return the exit code."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: ServeConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        sidecar = SidecarServer(config)
-    except StoreError as exc:
-        log.error("ckpt cannot start: %s", exc)
-        return 1
-    try:
-        sidecar.start()
-        stop.wait()
+        try:
+            sidecar = SidecarServer(config)
+        except StoreError as exc:
+            log.error("ckpt cannot start: %s", exc)
+            return 1
+        try:
+            await sidecar.start()
+            await stop.wait()
+        finally:
+            await sidecar.stop()
     finally:
-        sidecar.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
     return 0
 
 

@@ -13,6 +13,7 @@ No gRPC here: the server maps StoreError subclasses to status codes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -151,7 +152,8 @@ class _Op:
     The caller blocks in :meth:`wait` on a lock the writer releases once the
     op's outcome is known: one futex wake-up, where a Future's condition
     variable costs several lock round trips on the writer's critical path.
-    ``submit()`` callers get a Future instead (``future`` set).
+    ``submit()`` callers get a Future instead (``future`` set), and asyncio
+    callers an asyncio future on their loop (``loop`` and ``afuture`` set).
     """
 
     apply: Callable[[_Batch, lmdb.Transaction], Any]
@@ -159,25 +161,47 @@ class _Op:
     #: so it can share the batch transaction without a nested one of its own.
     fails_clean: bool = False
     future: Future[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    afuture: asyncio.Future[Any] | None = None
     _done: threading.Lock = field(default_factory=_held_lock)
     _result: Any = None
     _error: BaseException | None = None
 
     def resolve(self, result: Any, error: BaseException | None) -> None:
-        if self.future is not None:
+        if self.loop is not None:
+            _settle_on(self.loop, [(self, result, error)])
+        elif self.future is not None:
             if error is None:
                 self.future.set_result(result)
             else:
                 self.future.set_exception(error)
-            return
-        self._result, self._error = result, error
-        self._done.release()
+        else:
+            self._result, self._error = result, error
+            self._done.release()
 
     def wait(self) -> Any:
         self._done.acquire()
         if self._error is not None:
             raise self._error
         return self._result
+
+
+def _settle_on(loop: asyncio.AbstractEventLoop, outcomes: list[tuple[_Op, Any, BaseException | None]]) -> None:
+    """Resolve asyncio ops of one loop with a single wake-up of that loop."""
+    # A closed loop raises RuntimeError: nobody is left waiting (the writes still committed).
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_settle, outcomes)
+
+
+def _settle(outcomes: list[tuple[_Op, Any, BaseException | None]]) -> None:
+    for op, result, error in outcomes:
+        fut = op.afuture
+        if fut is None or fut.done():  # the awaiting task was cancelled; the write stands
+            continue
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
 
 
 class _Unclean(Exception):
@@ -299,6 +323,26 @@ class Store:
         result: PutResult = self._submit(self._put_op(request)).wait()
         return result
 
+    async def awrite(self, request: PutRequest) -> PutResult:
+        """:meth:`write` for asyncio: awaits the commit without blocking the event loop."""
+        result: PutResult = await self.asubmit(request)
+        return result
+
+    def asubmit(self, request: PutRequest) -> asyncio.Future[PutResult]:
+        """:meth:`submit` for asyncio: queue a write; the future (on the running loop) resolves once committed.
+
+        Every write the writer commits together for one loop is resolved with
+        one wake-up of that loop. Validation errors raise here. Cancelling the
+        future does not withdraw the write: once queued it commits (retry with
+        the same ``request_id`` to learn its outcome).
+        """
+        op = self._put_op(request)
+        op.loop = asyncio.get_running_loop()
+        future: asyncio.Future[PutResult] = op.loop.create_future()
+        op.afuture = future
+        self._submit(op)
+        return future
+
     def submit(self, request: PutRequest) -> Future[PutResult]:
         """Queue a write without waiting; the future resolves once it is committed.
 
@@ -385,16 +429,35 @@ class Store:
 
     # -- reads -----------------------------------------------------------------
 
-    def get(self, session_id: str, version: int = 0) -> GetResult:
-        """The state of ``version`` (0 = latest), verified."""
+    def get(self, session_id: str, version: int = 0, *, use_cache: bool = True) -> GetResult:
+        """The state of ``version`` (0 = latest), verified.
+
+        ``use_cache=False`` reads LMDB even if the state cache holds the
+        answer: for a caller that just missed in :meth:`get_cached`.
+        """
+        if use_cache:
+            hit = self.get_cached(session_id, version)
+            if hit is not None:
+                return hit
+        else:
+            _check_version_arg(version)
+        sid = keys.session_key(session_id)
+        with self._read() as txn:
+            state, info = self._read_state(txn, sid, session_id, version)
+        return GetResult(info.version, state, info)
+
+    def get_cached(self, session_id: str, version: int = 0) -> GetResult | None:
+        """:meth:`get` if the state cache holds the answer, else None: never touches LMDB.
+
+        For callers that must not block (an event loop): on None, call
+        ``get(..., use_cache=False)`` off the loop.
+        """
         sid = keys.session_key(session_id)
         _check_version_arg(version)
         cached = self._states.get(sid)
         if cached is not None and (version == 0 or version == cached.info.version):
             return GetResult(cached.info.version, cached.state, cached.info)
-        with self._read() as txn:
-            state, info = self._read_state(txn, sid, session_id, version)
-        return GetResult(info.version, state, info)
+        return None
 
     def session(self, session_id: str) -> SessionInfo:
         sid = keys.session_key(session_id)
@@ -1040,8 +1103,15 @@ class Store:
             self.batch_sizes[len(ops)] += 1
             for action in batch.after_commit:
                 action()
-            for op, result, error in outcomes:
-                op.resolve(result, error)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Op, Any, BaseException | None]]] = {}
+            for outcome in outcomes:
+                op = outcome[0]
+                if op.loop is not None:
+                    by_loop.setdefault(op.loop, []).append(outcome)
+                else:
+                    op.resolve(outcome[1], outcome[2])
+            for loop, settled in by_loop.items():
+                _settle_on(loop, settled)
             return
 
     def _grow_map(self) -> bool:
