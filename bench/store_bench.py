@@ -71,6 +71,7 @@ from sidecar import PutRequest, Store, StoreConfig, WriteMode
 
 from . import synthetic, trajectories
 from .output import finish
+from .stats import percentile
 
 ENV_DIR = "CKPT_BENCH_DIR"
 ENV_SESSIONS = "CKPT_BENCH_SESSIONS"
@@ -120,12 +121,6 @@ def damon_pageout(root: Path = Path("/sys/kernel/mm/damon/admin/kdamonds")) -> s
     return "; ".join(found) or "none found"
 
 
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of unsorted values."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 def check(name: str, measured: float) -> dict[str, Any]:
     op, bound = TARGETS[name]
     ok = measured >= bound if op == ">=" else measured <= bound
@@ -161,7 +156,7 @@ def flush_latency_us(directory: Path, writes: int = 200) -> dict[str, float]:
     finally:
         os.close(fd)
         path.unlink()
-    return {"p50": statistics.median(samples), "p99": pct(samples, 99)}
+    return {"p50": statistics.median(samples), "p99": percentile(samples, 99)}
 
 
 def _writer_states(threads: int, versions: int) -> list[list[bytes]]:
@@ -489,6 +484,10 @@ def _majflt() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
+def _summary(us: list[float]) -> dict[str, float]:
+    return {"p50": statistics.median(us), "p99": percentile(us, 99), "p999": percentile(us, 99.9)}
+
+
 def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -> dict[str, Any]:
     """One pass of random cold reads among the first ``sessions``: the latest version, then a random older one
     of the same session. Major page faults (a page the OS had to read from disk) are counted outside the
@@ -518,8 +517,8 @@ def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -
         if a.state != data.state(i, VERSIONS_PER_SESSION) or b.state != data.state(i, v):
             mismatches += 1
     return {
-        "latest_us": {"p50": statistics.median(latest), "p99": pct(latest, 99), "p999": pct(latest, 99.9)},
-        "old_version_us": {"p50": statistics.median(old), "p99": pct(old, 99), "p999": pct(old, 99.9)},
+        "latest_us": _summary(latest),
+        "old_version_us": _summary(old),
         "latest_reads_with_major_fault": faulted[0],
         "old_reads_with_major_fault": faulted[1],
         "mismatches": mismatches,

@@ -38,6 +38,7 @@ from typing import Any
 
 from codec import _zstd
 
+from ..stats import percentile
 from ..trajectories import Step
 from . import systems as systems_mod
 from . import workloads as workloads_mod
@@ -108,15 +109,6 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), nearest-rank on sorted values."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 def _keep(samples: list[float]) -> list[float]:

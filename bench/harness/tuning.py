@@ -26,8 +26,8 @@ from typing import Any
 from codec import ChainPolicy
 from sidecar import Durability, PutRequest, Store, StoreConfig, WriteMode
 
+from ..stats import percentile
 from ..trajectories import Step
-from .runner import percentile
 from .systems import same_checkpoint
 
 DEFAULT = ChainPolicy()
