@@ -5,7 +5,8 @@
 One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
 ``sync`` durability), its data directory on real disk under
 ``$CKPT_BENCH_DIR``, else ``.bench-data/`` at the repository root
-(git-ignored), as ``sidecar-<pid>``; it is removed when done. Every figure is
+(git-ignored), as ``sidecar-<pid>``; it is removed when done. No CKPT_*
+variable of the caller's environment reaches it: its defaults are measured. Every figure is
 measured against that one server, over its unix socket, in this run:
 
 1. echo ceiling: 64 client threads calling ``/ckpt.bench.Echo/Echo`` (raw
@@ -54,10 +55,11 @@ import grpc
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2
 from sidecar.client import CheckpointClient
+from sidecar.process import SidecarProcess, start_sidecar_process
 from sidecar.server import ECHO_METHOD
-from tests.sidecar_proc import Sidecar, start_sidecar
 
 from .output import finish, proc_cpu_seconds
+from .stats import percentile
 
 ENV_DIR = "CKPT_BENCH_DIR"
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".bench-data"
@@ -192,10 +194,6 @@ def run_threads(workers: list[Callable[[threading.Event], int]], seconds: float,
     return Throughput(calls, elapsed, (s1 - s0) / calls * 1e6, (c1 - c0) / calls * 1e6)
 
 
-def percentile(sorted_ns: list[int], q: float) -> float:
-    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e3
-
-
 # -- the benchmark ------------------------------------------------------------------
 
 
@@ -210,14 +208,14 @@ class Report:
 
 
 class Bench:
-    def __init__(self, sidecar: Sidecar, *, quick: bool) -> None:
+    def __init__(self, sidecar: SidecarProcess, *, quick: bool) -> None:
         self.sidecar = sidecar
         self.pid = sidecar.process.pid
         self.quick = quick
         self.seconds = 0.8 if quick else 3.0
         self.warmup = 0.25 if quick else 0.75
-        self.client = CheckpointClient(sidecar.unix_target)
-        self.echo_channel = grpc.insecure_channel(sidecar.unix_target)
+        self.client = CheckpointClient(sidecar.targets[0])
+        self.echo_channel = grpc.insecure_channel(sidecar.targets[0])
         self.echo = self.echo_channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
         self.state = make_state(STATE_BYTES)
         self.replace_states = [make_state(STATE_BYTES, step=i) for i in range(16)]
@@ -366,15 +364,13 @@ class Bench:
                     echo_ns.append(t2 - t1)
         finally:
             gc.enable()
-        get_ns.sort()
-        echo_ns.sort()
         return {
             "state_bytes": len(state),
             "pairs": pairs,
-            "get_p50_us": percentile(get_ns, 0.5),
-            "get_p99_us": percentile(get_ns, 0.99),
-            "echo_p50_us": percentile(echo_ns, 0.5),
-            "echo_p99_us": percentile(echo_ns, 0.99),
+            "get_p50_us": percentile(get_ns, 50) / 1e3,
+            "get_p99_us": percentile(get_ns, 99) / 1e3,
+            "echo_p50_us": percentile(echo_ns, 50) / 1e3,
+            "echo_p99_us": percentile(echo_ns, 99) / 1e3,
         }
 
 
@@ -393,13 +389,16 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
     base.mkdir(parents=True, exist_ok=True)
     data_dir = base / f"sidecar-{os.getpid()}"
     shutil.rmtree(data_dir, ignore_errors=True)
-    sidecar = start_sidecar(data_dir, "--bench-echo")
+    target = f"unix:{base / f'{data_dir.name}.sock'}"
+    sidecar = start_sidecar_process(
+        data_dir, "--bench-echo", listen=[target], log_path=base / f"{data_dir.name}.log", inherit_ckpt_env=False
+    )
     ok = False
     try:
         bench = Bench(sidecar, quick=quick)
         try:
             report = Report(
-                machine={**machine_info(), "data_dir": str(data_dir), "target": sidecar.unix_target},
+                machine={**machine_info(), "data_dir": str(data_dir), "target": sidecar.targets[0]},
                 params={
                     "quick": quick,
                     "clients": CLIENTS,

@@ -1,17 +1,13 @@
-"""Start a real `ckpt serve` subprocess for integration tests."""
+"""Start a real `ckpt serve` subprocess for integration tests (through sidecar.process)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.server import wait_until_serving
+from sidecar.process import SidecarProcess, start_sidecar_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,36 +19,22 @@ def free_port() -> int:
 
 
 @dataclass
-class Sidecar:
-    process: subprocess.Popen[bytes]
-    data_dir: Path
-    unix_target: str
-    tcp_target: str
-    log_path: Path
+class Sidecar(SidecarProcess):
+    """A sidecar listening on a unix socket and a TCP port."""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        return self.process.wait(timeout)
+    @property
+    def unix_target(self) -> str:
+        return self.targets[0]
 
-    def log(self) -> str:
-        return self.log_path.read_text()
+    @property
+    def tcp_target(self) -> str:
+        return self.targets[1]
 
 
 def start_sidecar(data_dir: Path, *extra: str, socket_path: Path | None = None, port: int | None = None) -> Sidecar:
     socket_path = socket_path or data_dir.parent / f"{data_dir.name}.sock"
-    port = port or free_port()
+    # The log sits beside the data directory, which tests inspect and delete.
     log_path = data_dir.parent / f"{data_dir.name}-{time.monotonic_ns()}.log"
-    cmd = [
-        sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(data_dir),
-        "--listen", f"unix:{socket_path}", "--listen", f"127.0.0.1:{port}", *extra,
-    ]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    sidecar = Sidecar(process, data_dir, f"unix:{socket_path}", f"127.0.0.1:{port}", log_path)
-    try:
-        wait_until_serving(sidecar.unix_target, timeout_seconds=30)
-    except TimeoutError:
-        sidecar.stop(signal.SIGKILL)
-        raise AssertionError(f"sidecar did not start:\n{sidecar.log()}") from None
-    return sidecar
+    listen = [f"unix:{socket_path}", f"127.0.0.1:{port or free_port()}"]
+    p = start_sidecar_process(data_dir, *extra, listen=listen, log_path=log_path)
+    return Sidecar(p.process, p.data_dir, p.targets, p.log_path)

@@ -33,7 +33,6 @@ which is listed here as found (``System.durability`` carries it at run time):
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import os
 import shutil
@@ -61,8 +60,8 @@ from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2
 from sidecar import Store, StoreConfig, WriteMode
 from sidecar.client import CheckpointClient
+from sidecar.process import start_sidecar_process
 from sidecar.rwlock import RWLock
-from sidecar.server import wait_until_serving
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -282,31 +281,12 @@ class CkptSidecar(_Ckpt):
 
     def _start(self) -> None:
         assert self._dir is not None
-        cmd = [
-            sys.executable, "-m", "sidecar.cli", "serve",
-            "--data-dir", str(self._dir), "--listen", self._target,
-        ]  # fmt: skip
         # The sidecar's defaults are what is measured: no CKPT_* setting from
         # the caller's environment (durability, cache size, ...) leaks in.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
-        with (self._dir / self._LOG).open("ab") as log:
-            self._process = subprocess.Popen(cmd, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 30
-        while True:
-            # Fail at once if it died (a bad flag, a locked data dir), not after 30 s.
-            if self._process.poll() is None and time.monotonic() < deadline:
-                # Probe only once the socket exists: a gRPC channel that failed
-                # to connect backs off for a second before it tries again.
-                if os.path.exists(self._socket_path):
-                    with contextlib.suppress(TimeoutError):
-                        wait_until_serving(self._target, timeout_seconds=1.0)
-                        break
-                time.sleep(0.01)
-                continue
-            self._process.kill()
-            self._process.wait()
-            self._process = None
-            raise RuntimeError(f"ckpt serve did not start:\n{self._log_tail()}")
+        started = start_sidecar_process(
+            self._dir, listen=[self._target], log_path=self._dir / self._LOG, inherit_ckpt_env=False
+        )
+        self._process = started.process
         self._client = CheckpointClient(self._target)
 
     def _log_tail(self) -> str:
