@@ -40,7 +40,6 @@ import signal
 import sqlite3
 import stat
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,7 +59,7 @@ from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2
 from sidecar import Store, StoreConfig, WriteMode
 from sidecar.client import CheckpointClient
-from sidecar.process import start_sidecar_process
+from sidecar.process import SidecarProcess, start_sidecar_process
 from sidecar.rwlock import RWLock
 
 if sys.version_info >= (3, 14):
@@ -87,7 +86,6 @@ __all__ = [
 ]
 
 MODES = ("merge", "replace")
-_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def state_to_dict(state: bytes) -> dict[str, Any]:
@@ -262,9 +260,8 @@ class CkptSidecar(_Ckpt):
         self.label = f"ckpt sidecar ({mode.upper()})"
         self._dir: Path | None = None
         self._socket_dir: str | None = None
-        self._socket_path = ""
         self._target = ""
-        self._process: subprocess.Popen[bytes] | None = None
+        self._sidecar: SidecarProcess | None = None
         self._client: CheckpointClient | None = None
         self._stopped_cpu = 0.0
 
@@ -275,7 +272,6 @@ class CkptSidecar(_Ckpt):
         if len(socket_path) > 100:  # sun_path holds 108 bytes; deep benchmark dirs can exceed it
             self._socket_dir = tempfile.mkdtemp(prefix="ckpt-")
             socket_path = os.path.join(self._socket_dir, "ckpt.sock")
-        self._socket_path = socket_path
         self._target = f"unix:{socket_path}"
         self._start()
 
@@ -283,27 +279,20 @@ class CkptSidecar(_Ckpt):
         assert self._dir is not None
         # The sidecar's defaults are what is measured: no CKPT_* setting from
         # the caller's environment (durability, cache size, ...) leaks in.
-        started = start_sidecar_process(
+        self._sidecar = start_sidecar_process(
             self._dir, listen=[self._target], log_path=self._dir / self._LOG, inherit_ckpt_env=False
         )
-        self._process = started.process
         self._client = CheckpointClient(self._target)
-
-    def _log_tail(self) -> str:
-        assert self._dir is not None
-        try:
-            return (self._dir / self._LOG).read_text(errors="replace")[-4000:]
-        except FileNotFoundError:
-            return "(no log)"
 
     def _stop(self) -> None:
         """SIGTERM the sidecar, wait for exit 0, and bank the CPU it used."""
         if self._client is not None:
             self._client.close()
             self._client = None
-        process, self._process = self._process, None
-        if process is None:
+        sidecar, self._sidecar = self._sidecar, None
+        if sidecar is None:
             return
+        process = sidecar.process
         process.send_signal(signal.SIGTERM)
         # Wait for the exit without reaping it (WNOWAIT): a zombie's /proc
         # stat still holds its final CPU times, including the shutdown's.
@@ -316,7 +305,7 @@ class CkptSidecar(_Ckpt):
         self._stopped_cpu += _proc_cpu_seconds(process.pid)
         code = process.wait()
         if code != 0:
-            raise RuntimeError(f"ckpt serve exited with {code} on SIGTERM:\n{self._log_tail()}")
+            raise RuntimeError(f"ckpt serve exited with {code} on SIGTERM:\n{sidecar.log(tail_chars=4000)}")
 
     def _require(self) -> CheckpointClient:
         if self._client is None:
@@ -353,7 +342,7 @@ class CkptSidecar(_Ckpt):
         return sum(s.stored_bytes for s in self._require().sessions(page_size=1000))
 
     def helper_cpu_seconds(self) -> float:
-        live = _proc_cpu_seconds(self._process.pid) if self._process is not None else 0.0
+        live = _proc_cpu_seconds(self._sidecar.pid) if self._sidecar is not None else 0.0
         return self._stopped_cpu + live
 
 
