@@ -435,13 +435,10 @@ class Store:
         ``use_cache=False`` reads LMDB even if the state cache holds the
         answer: for a caller that just missed in :meth:`get_cached`.
         """
-        if use_cache:
-            hit = self.get_cached(session_id, version)
-            if hit is not None:
-                return hit
-        else:
-            _check_version_arg(version)
         sid = keys.session_key(session_id)
+        _check_version_arg(version)
+        if use_cache and (hit := self._cached(sid, version)) is not None:
+            return hit
         with self._read() as txn:
             state, info = self._read_state(txn, sid, session_id, version)
         return GetResult(info.version, state, info)
@@ -454,6 +451,9 @@ class Store:
         """
         sid = keys.session_key(session_id)
         _check_version_arg(version)
+        return self._cached(sid, version)
+
+    def _cached(self, sid: bytes, version: int) -> GetResult | None:
         cached = self._states.get(sid)
         if cached is not None and (version == 0 or version == cached.info.version):
             return GetResult(cached.info.version, cached.state, cached.info)
