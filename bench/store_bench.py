@@ -67,9 +67,10 @@ import lmdb
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from codec import ChainEncoder, ChainPolicy, FrameKind, decode
-from sidecar import PutRequest, Store, StoreConfig, WriteMode
+from sidecar import PutRequest, PutResult, Store, StoreConfig, WriteMode
 
 from . import synthetic, trajectories
+from .checkpoint_states import make_patches, make_state
 from .output import finish
 from .stats import percentile
 
@@ -78,7 +79,7 @@ ENV_SESSIONS = "CKPT_BENCH_SESSIONS"
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".bench-data"
 DEFAULT_SESSIONS = 1_000_000
 QUICK_SESSIONS = 20_000
-BENCHMARKS = ("group-commit", "cold-hydration", "scale")
+BENCHMARKS = ("group-commit", "cold-hydration", "scale", "merge-cost")
 
 # Targets from the store issue's acceptance: (comparison, bound).
 TARGETS: dict[str, tuple[str, float]] = {
@@ -86,6 +87,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "p99_growth_latest": ("<=", 1.5),
     "p99_growth_old_version": ("<=", 1.5),
     "data_file_vs_frames": ("<=", 1.5),
+    # DESIGN.md: a MERGE costs O(change) in CPU, not O(state).
+    "merge_cost_growth": ("<=", 1.5),
 }
 
 
@@ -294,6 +297,97 @@ def render_group_commit(r: dict[str, Any]) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {row['batch_size']} | {row['commits']:,} | {row['writes_share']:.1%} |" for row in b["buckets"]]
+    return "\n".join(lines)
+
+
+# -- 4. merge cost against state size -------------------------------------------------
+
+
+def merge_cost(
+    root: Path,
+    *,
+    state_sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000),
+    sessions: int = 64,
+    merges_per_round: int = 10,
+    rounds: int = 7,
+) -> dict[str, Any]:
+    """Store time per MERGE of a ~300 B patch onto heads of each size, stores side by side.
+
+    One store per state size, all open at once; each round, each store in turn
+    takes ``put_many`` of ``merges_per_round`` merges to each of ``sessions``
+    sessions (with request ids, fsync on, so they share group commits). The
+    first round warms up and is dropped.
+    """
+    patches = make_patches(256)
+    stores = {size: Store(StoreConfig(data_dir=fresh_dir(root, f"merge-cost-{size}"))) for size in state_sizes}
+    samples: dict[int, list[float]] = {size: [] for size in state_sizes}
+    try:
+        for size, store in stores.items():
+            base = make_state(size)
+            store.put_many([PutRequest(session_id=f"m{i:03d}", state=base) for i in range(sessions)])
+        for r in range(rounds):
+            order = list(stores) if r % 2 == 0 else list(reversed(stores))
+            for size in order:
+                requests = [
+                    PutRequest(
+                        session_id=f"m{i:03d}",
+                        state=patches[(r * merges_per_round + j) % len(patches)],
+                        mode=WriteMode.MERGE,
+                        request_id=f"r{r}-{j}-{i}",
+                    )
+                    for j in range(merges_per_round)
+                    for i in range(sessions)
+                ]
+                gc.collect()
+                t0 = time.perf_counter_ns()
+                results = stores[size].put_many(requests)
+                elapsed = time.perf_counter_ns() - t0
+                if any(not isinstance(x, PutResult) for x in results):
+                    raise AssertionError(f"a merge failed: {next(x for x in results if not isinstance(x, PutResult))}")
+                if r:
+                    samples[size].append(elapsed / 1e3 / len(requests))
+        head_sizes = {size: len(store.get("m000").state) for size, store in stores.items()}
+    finally:
+        for size, store in stores.items():
+            store.close()
+            shutil.rmtree(root / f"merge-cost-{size}", ignore_errors=True)
+    us = {size: statistics.median(s) for size, s in samples.items()}
+    smallest, largest = min(state_sizes), max(state_sizes)
+    return {
+        "sessions": sessions,
+        "merges_per_round": merges_per_round,
+        "rounds": rounds - 1,
+        "patch_bytes": statistics.median(len(p) for p in patches),
+        "rows": [
+            {
+                "state_bytes": size,
+                "final_state_bytes": head_sizes[size],
+                "us_per_merge": us[size],
+                "rounds": samples[size],
+            }
+            for size in state_sizes
+        ],
+        "growth": us[largest] / us[smallest],
+    }
+
+
+def render_merge_cost(r: dict[str, Any]) -> str:
+    rows = r["rows"]
+    lines = [
+        f"\n## merge cost against state size: {r['sessions']} sessions x {r['merges_per_round']} MERGEs of"
+        f" ~{r['patch_bytes']:.0f} B per round (put_many, request ids, fsync on), median of {r['rounds']} rounds,"
+        " stores alternating",
+        "",
+        "| head state | us per merge | rounds (us) |",
+        "|---:|---:|---|",
+    ]
+    for row in rows:
+        rounds = ", ".join(f"{x:.1f}" for x in row["rounds"])
+        size = f"{row['state_bytes']:,} -> {row['final_state_bytes']:,} B"
+        lines.append(f"| {size} | {row['us_per_merge']:.1f} | {rounds} |")
+    lines.append(
+        f"\nlargest / smallest: **{r['growth']:.2f}x** (target {' '.join(map(str, TARGETS['merge_cost_growth']))})"
+    )
     return "\n".join(lines)
 
 
@@ -803,6 +897,11 @@ def run(
         report.checks["p99_growth_latest"] = check("p99_growth_latest", r["p99_growth_latest"])
         report.checks["p99_growth_old_version"] = check("p99_growth_old_version", r["p99_growth_old_version"])
         report.checks["data_file_vs_frames"] = check("data_file_vs_frames", r["disk"][-1]["file_vs_frames"])
+    if "merge-cost" in only:
+        say("merge cost ...")
+        r = merge_cost(root, rounds=4 if quick else 7)
+        report.results["merge_cost"] = r
+        report.checks["merge_cost_growth"] = check("merge_cost_growth", r["growth"])
     return report
 
 
@@ -821,6 +920,7 @@ def render(report: Report) -> str:
         "group_commit": render_group_commit,
         "cold_hydration": render_cold_hydration,
         "scale": render_scale,
+        "merge_cost": render_merge_cost,
     }
     lines += [renderers[name](r) for name, r in report.results.items()]
     if report.checks:

@@ -53,3 +53,10 @@ def test_scale_latency_and_disk_bytes(bench_root: Path) -> None:
         if not c["ok"]
     }
     assert not missed, f"targets missed: {missed}"
+
+
+def test_merge_cost_does_not_grow_with_the_state(bench_root: Path) -> None:
+    r = store_bench.merge_cost(bench_root)
+    print(store_bench.render_merge_cost(r))
+    c = store_bench.check("merge_cost_growth", r["growth"])
+    assert c["ok"], f"a merge onto a 1 MB head costs {r['growth']:.2f}x one onto a 10 KB head (target {c['target']})"

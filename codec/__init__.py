@@ -10,7 +10,7 @@ the frame layout.
 
 from .compaction import compact
 from .decoder import DecodedVersion, decode, iter_versions
-from .encoder import ChainEncoder, ChainStats, EncodedFrame
+from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot
 from .errors import (
     ChainLinkError,
     ChecksumError,
@@ -42,6 +42,7 @@ __all__ = [
     "EncodedFrame",
     "FrameHeader",
     "FrameKind",
+    "StateSnapshot",
     "TruncatedFrameError",
     "UnsupportedFormatError",
     "WireFormatError",

@@ -83,10 +83,46 @@ class _Stream:
 @dataclass(slots=True)
 class _Undo:
     version: int
-    state: bytearray
-    state_len: int
+    chunks: list[bytes]
+    chunk_count: int
+    state_size: int
     hasher: xxhash.xxh3_64
     chain: ChainStats
+
+
+class StateSnapshot:
+    """One version's state as its encoder held it, joined into bytes only when read.
+
+    A MERGE appends a patch to the head state; copying the whole head out after
+    every write would make an O(patch) write cost O(state). A snapshot instead
+    keeps the encoder's list of chunks and how many of them make this version.
+    The encoder only appends to such a list, or cuts it back after a frame
+    that was not stored (never below a version it handed out), and starts a
+    new list for a new state; so the chunks a snapshot covers never change, and
+    it can be read from any thread while the encoder goes on.
+    """
+
+    __slots__ = ("_source", "size")
+
+    def __init__(self, chunks: list[bytes], chunk_count: int, size: int) -> None:
+        # One attribute, swapped for the joined bytes on first read: a reader
+        # racing another sees either the chunks or the bytes, never half of each.
+        self._source: tuple[list[bytes], int] | bytes = (chunks, chunk_count)
+        #: Length of the state in bytes.
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        """The state (joined once, then kept)."""
+        source = self._source
+        if isinstance(source, bytes):
+            return source
+        chunks, count = source
+        joined = b"".join(chunks[:count])  # one chunk: the same object, no copy
+        self._source = joined
+        return joined
 
 
 Buffer = bytes | bytearray | memoryview
@@ -119,7 +155,10 @@ class ChainEncoder:
         self._compact_type = compact_message_type
         self._compact_min_saving = compact_min_saving_ratio
         self._version = 0
-        self._state = bytearray()
+        # The head state as chunks: the last FULL/REPLACE state, then each
+        # MERGE patch since. Appending keeps a merge O(patch); see StateSnapshot.
+        self._chunks: list[bytes] = []
+        self._state_size = 0
         self._hasher = xxhash.xxh3_64()
         self._chain = ChainStats()
         self._stream: _Stream | None = None
@@ -152,7 +191,7 @@ class ChainEncoder:
             policy=policy, compact_message_type=compact_message_type, compact_min_saving_ratio=compact_min_saving_ratio
         )
         enc._version = head.version
-        enc._state = bytearray(state)
+        enc._set_state(bytes(state))
         enc._hasher = xxhash.xxh3_64(state)
         enc._chain = ChainStats.of(chain)
         return enc
@@ -166,12 +205,16 @@ class ChainEncoder:
 
     @property
     def state(self) -> bytes:
-        """The head state (a copy)."""
-        return bytes(self._state)
+        """The head state."""
+        return self._head_bytes()
 
     @property
     def state_size(self) -> int:
-        return len(self._state)
+        return self._state_size
+
+    def snapshot(self) -> StateSnapshot:
+        """The head state, without copying it now: see :class:`StateSnapshot`."""
+        return StateSnapshot(self._chunks, len(self._chunks), self._state_size)
 
     @property
     def chain(self) -> ChainStats:
@@ -192,10 +235,10 @@ class ChainEncoder:
         try:
             if not self._version or self._new_chain_needed(len(state), len(state), delta=True):
                 return self._full(state, hasher)
-            base_size = len(self._state)
+            base_size = self._state_size
             stream = self._stream
             if stream is None or (1 << stream.window_log) < base_size + len(state):
-                prefix = bytes(self._state) if len(self._state) >= MIN_PREFIX_SIZE else b""
+                prefix = self._head_bytes() if base_size >= MIN_PREFIX_SIZE else b""
                 stream = self._start_stream(cover_bytes=len(prefix) + len(state), prefix=prefix)
                 continues, prefix_size = False, len(prefix)
             else:
@@ -204,7 +247,7 @@ class ChainEncoder:
             if not self._clearly_smaller(len(payload), len(state)):
                 return self._full(state, hasher)
             header = self._delta_header(FrameKind.DELTA, len(state), hasher, len(payload), prefix_size, continues)
-            self._state = bytearray(state)
+            self._set_state(state)
             return self._advance(header, payload, hasher, content_size=len(state))
         except BaseException:
             self.rollback()
@@ -223,14 +266,14 @@ class ChainEncoder:
         patch = _as_bytes(patch, "patch")
         if not checked:
             check_patch(patch, message_type=self._compact_type)
-        new_size = len(self._state) + len(patch)
+        new_size = self._state_size + len(patch)
         _check_size(new_size, self._version + 1)
         hasher = self._hasher.copy()
         hasher.update(patch)
         self._save_undo()
         try:
             if not self._version or self._new_chain_needed(new_size, len(patch), delta=False):
-                state = bytes(self._state) + patch
+                state = self._head_bytes() + patch
                 if self._compact_type is not None:
                     canonical = compact(state, self._compact_type)
                     if len(canonical) <= (1.0 - self._compact_min_saving) * len(state):
@@ -239,7 +282,7 @@ class ChainEncoder:
             stream = self._stream
             if stream is None:
                 window = self._policy.patch_window_bytes
-                prefix = bytes(self._state[-window:]) if window else b""
+                prefix = self._head_bytes()[-window:] if window else b""
                 if len(prefix) < MIN_PREFIX_SIZE:
                     prefix = b""
                 stream = self._start_stream(cover_bytes=2 * (len(prefix) + len(patch)), prefix=prefix)
@@ -248,9 +291,10 @@ class ChainEncoder:
                 continues, prefix_size = True, 0
             payload = stream.compressor.compress(patch, _zstd.FLUSH_BLOCK)
             if not self._clearly_smaller(len(payload), new_size):
-                return self._full(bytes(self._state) + patch, hasher)
+                return self._full(self._head_bytes() + patch, hasher)
             header = self._delta_header(FrameKind.PATCH, new_size, hasher, len(payload), prefix_size, continues)
-            self._state += patch
+            self._chunks.append(patch)
+            self._state_size = new_size
             return self._advance(header, payload, hasher, content_size=len(patch))
         except BaseException:
             self.rollback()
@@ -269,15 +313,31 @@ class ChainEncoder:
         self._undo = None
         self._stream = None
         self._version = undo.version
-        self._state = undo.state
-        del self._state[undo.state_len :]
+        # Only the forgotten frame's chunk goes; snapshots never cover it.
+        self._chunks = undo.chunks
+        del self._chunks[undo.chunk_count :]
+        self._state_size = undo.state_size
         self._hasher = undo.hasher
         self._chain = undo.chain
 
     # -- internals ----------------------------------------------------------
 
     def _save_undo(self) -> None:
-        self._undo = _Undo(self._version, self._state, len(self._state), self._hasher, self._chain)
+        self._undo = _Undo(self._version, self._chunks, len(self._chunks), self._state_size, self._hasher, self._chain)
+
+    def _set_state(self, state: bytes) -> None:
+        # A new list: snapshots of earlier versions keep the old one.
+        self._chunks = [state]
+        self._state_size = len(state)
+
+    def _head_bytes(self) -> bytes:
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks[0]
+        joined = b"".join(chunks)
+        # Joined once per chain at most: later frames append to this one chunk.
+        self._chunks = [joined]
+        return joined
 
     def _new_chain_needed(self, new_state_size: int, content_size: int, *, delta: bool) -> bool:
         p, c = self._policy, self._chain
@@ -326,7 +386,7 @@ class ChainEncoder:
             window_log=stream.window_log,
             continues_stream=False,
         )
-        self._state = bytearray(state)
+        self._set_state(state)
         self._chain = ChainStats(
             start_version=header.version,
             depth=-1,  # _advance counts this frame
@@ -350,7 +410,7 @@ class ChainEncoder:
             version=self._version + 1,
             base_version=self._version,
             state_size=state_size,
-            base_size=len(self._state),
+            base_size=self._state_size,
             payload_size=payload_size,
             prefix_size=prefix_size,
             state_xxh3=hasher.intdigest(),

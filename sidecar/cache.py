@@ -7,13 +7,16 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
+    from codec import StateSnapshot
+
     from .store import VersionInfo
 
 V = TypeVar("V")
 
 
 class CachedState(NamedTuple):
-    state: bytes
+    #: Joined into bytes by the first reader, not by the writer: see StateSnapshot.
+    state: StateSnapshot
     info: VersionInfo
 
 
@@ -44,7 +47,7 @@ class StateCache:
             self.hits += 1
             return item
 
-    def put(self, sid: bytes, state: bytes, info: VersionInfo) -> None:
+    def put(self, sid: bytes, state: StateSnapshot, info: VersionInfo) -> None:
         with self._lock:
             old = self._items.pop(sid, None)
             if old is not None:

@@ -40,6 +40,7 @@ from codec import (
     EncodedFrame,
     EncodeError,
     FrameKind,
+    StateSnapshot,
     WireFormatError,
     check_patch,
     decode,
@@ -401,7 +402,8 @@ class Store:
             )
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
             batch.touched_encoders.add(new_sid)
-            batch.after_commit.append(lambda: self._after_write(new_sid, encoder, state, info))
+            snapshot = encoder.snapshot()
+            batch.after_commit.append(lambda: self._after_write(new_sid, encoder, snapshot, info))
             return _session_info(new_session_id, rec)
 
         return self._submit(_Op(apply, fails_clean=True)).wait()  # type: ignore[no-any-return]
@@ -456,7 +458,7 @@ class Store:
     def _cached(self, sid: bytes, version: int) -> GetResult | None:
         cached = self._states.get(sid)
         if cached is not None and (version == 0 or version == cached.info.version):
-            return GetResult(cached.info.version, cached.state, cached.info)
+            return GetResult(cached.info.version, cached.state.tobytes(), cached.info)
         return None
 
     def session(self, session_id: str) -> SessionInfo:
@@ -729,8 +731,8 @@ class Store:
             except BaseException:
                 encoder.rollback()
                 raise
-            new_state = encoder.state
-            batch.after_commit.append(lambda: self._after_write(sid, encoder, new_state, info))
+            snapshot = encoder.snapshot()  # not a copy: a merge stays O(patch)
+            batch.after_commit.append(lambda: self._after_write(sid, encoder, snapshot, info))
             return result
 
         return _Op(apply, fails_clean=True)
@@ -828,9 +830,9 @@ class Store:
         self._encoders.put(sid, encoder)
         return encoder
 
-    def _after_write(self, sid: bytes, encoder: ChainEncoder, state: bytes, info: VersionInfo) -> None:
+    def _after_write(self, sid: bytes, encoder: ChainEncoder, head: StateSnapshot, info: VersionInfo) -> None:
         self._encoders.put(sid, encoder)  # refreshes its LRU position
-        self._states.put(sid, state, info)
+        self._states.put(sid, head, info)
 
     def _forget(self, sid: bytes) -> None:
         self._encoders.discard(sid)

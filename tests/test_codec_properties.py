@@ -17,6 +17,7 @@ from codec import (
     CodecError,
     DecodeError,
     FrameKind,
+    StateSnapshot,
     decode,
     iter_versions,
 )
@@ -37,9 +38,10 @@ POLICIES = {
     "strict-delta": ChainPolicy(max_delta_to_full_ratio=0.01, frame_cost_bytes=0),
 }
 
-# One write: ("replace", full state) or ("merge", patch); "rollback" drops the
-# frame just made (a write that was never stored) and "resume" restarts the
-# encoder from stored data, as a store does after a restart.
+# One write: ("replace", full state) or ("merge", patch); "rollback-replace"
+# and "rollback-merge" encode a write and drop its frame (a write that was
+# never stored), and "resume" restarts the encoder from stored data, as a
+# store does after a restart.
 writes = st.one_of(
     st.tuples(st.just("replace"), checkpoints().map(serialize)),
     st.tuples(st.just("merge"), checkpoints(partial=True).map(serialize)),
@@ -47,7 +49,12 @@ writes = st.one_of(
 ops = st.tuples(
     writes,
     st.lists(
-        st.one_of(writes, st.tuples(st.sampled_from(["rollback", "resume"]), st.just(b""))),
+        st.one_of(
+            writes,
+            st.tuples(st.just("rollback-replace"), checkpoints().map(serialize)),
+            st.tuples(st.just("rollback-merge"), checkpoints(partial=True).map(serialize)),
+            st.tuples(st.just("resume"), st.just(b"")),
+        ),
         max_size=24,
     ),
 ).map(lambda t: [t[0], *t[1]])
@@ -59,6 +66,8 @@ class Store:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
         self.expected: list[bytes] = []
+        #: The encoder's snapshot of each version, taken right after its frame.
+        self.snapshots: list[StateSnapshot] = []
 
     def chain_of(self, version: int) -> list[bytes]:
         """Frames from the chain start of ``version`` to ``version`` (1-based)."""
@@ -76,9 +85,9 @@ def run_ops(policy: ChainPolicy, operations: list[tuple[str, bytes]], compact: b
     enc = ChainEncoder(policy=policy, compact_message_type=compact_type)
     store = Store()
     for op, data in operations:
-        if op == "rollback":
+        if op.startswith("rollback"):
             if store.frames:
-                enc.replace(data)  # encoded but "not stored"
+                enc.replace(data) if op == "rollback-replace" else enc.merge(data)  # encoded, "not stored"
                 enc.rollback()
             continue
         if op == "resume":
@@ -100,12 +109,19 @@ def run_ops(policy: ChainPolicy, operations: list[tuple[str, bytes]], compact: b
             merged = pb.Checkpoint.FromString(prev + data)
             assert pb.Checkpoint.FromString(expected) == merged
         store.expected.append(expected)
+        snapshot = enc.snapshot()
+        if len(store.snapshots) % 2:
+            assert snapshot.tobytes() == expected  # read at once; the others only at the end
+        store.snapshots.append(snapshot)
     return store
 
 
 def check_every_version(store: Store) -> None:
     for version in range(1, len(store.frames) + 1):
         assert decode(store.chain_of(version)) == store.expected[version - 1], f"version {version}"
+    # Later writes, rollbacks and resumes never change what an earlier snapshot holds.
+    for version, (snapshot, expected) in enumerate(zip(store.snapshots, store.expected, strict=True), 1):
+        assert (len(snapshot), snapshot.tobytes()) == (len(expected), expected), f"snapshot of version {version}"
     # Streaming every version of the last chain gives the same states.
     last = store.chain_of(len(store.frames))
     first = len(store.frames) - len(last)

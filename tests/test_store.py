@@ -410,8 +410,14 @@ def test_a_corrupt_frame_is_data_loss_naming_session_and_version(config: StoreCo
             store.put("c", state_of("c", 4))  # refuses to build on a corrupt head
 
 
-def test_readers_only_ever_see_committed_heads(store: Store) -> None:
-    store.put("rw", state_of("rw", 1))
+@pytest.mark.parametrize("mode", [WriteMode.REPLACE, WriteMode.MERGE])
+def test_readers_only_ever_see_committed_heads(store: Store, mode: WriteMode) -> None:
+    # MERGE heads are cached as snapshots of the encoder's growing state and
+    # joined by whichever reader comes first, while the writer appends.
+    expected = {1: state_of("rw", 1)}
+    for v in range(2, 60):
+        expected[v] = state_of("rw", v) if mode is WriteMode.REPLACE else expected[v - 1] + patch_of(v)
+    store.put("rw", expected[1])
     stop = threading.Event()
     errors: list[str] = []
 
@@ -419,7 +425,7 @@ def test_readers_only_ever_see_committed_heads(store: Store) -> None:
         last = 0
         while not stop.is_set():
             got = store.get("rw")
-            if got.state != state_of("rw", got.version):
+            if got.state != expected[got.version]:
                 errors.append(f"version {got.version} returned another version's state")
             if got.version < last:
                 errors.append(f"went back from {last} to {got.version}")
@@ -429,7 +435,8 @@ def test_readers_only_ever_see_committed_heads(store: Store) -> None:
     for t in readers:
         t.start()
     for v in range(2, 60):
-        r = store.put("rw", state_of("rw", v))
+        data = expected[v] if mode is WriteMode.REPLACE else patch_of(v)
+        r = store.write(PutRequest(session_id="rw", state=data, mode=mode))
         assert store.get("rw").version == r.version  # acknowledged means visible
     stop.set()
     for t in readers:
