@@ -312,6 +312,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                 pending.put_nowait(None)
 
         reader = asyncio.create_task(read())
+        items: list[asyncio.Future[PutResult] | StoreError] = []
         try:
             while (item := await pending.get()) is not None:
                 batch_id, items, sizes = item
@@ -336,6 +337,17 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             await reader  # re-raises what stopped the reader, if it was not the stream's end
         finally:
             reader.cancel()
+            # The stream ended early (client gone, or cancelled). Writes already
+            # queued still commit, but nobody reads their outcomes: retrieve
+            # them, or asyncio logs each failed one as never retrieved.
+            unanswered = [items]
+            while not pending.empty():
+                if (left := pending.get_nowait()) is not None:
+                    unanswered.append(left[1])
+            for batch_items in unanswered:
+                for entry in batch_items:
+                    if isinstance(entry, asyncio.Future):
+                        entry.add_done_callback(_retrieve_outcome)
 
     def _count_write(self, received: int, result: PutResult) -> None:
         m = self._metrics
@@ -343,6 +355,11 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         if not result.replayed:
             m.stored.inc(result.stored_bytes)
             m.chain_depth.observe(result.chain_depth)
+
+
+def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _echo_handler() -> grpc.GenericRpcHandler:

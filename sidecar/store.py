@@ -1018,23 +1018,30 @@ class Store:
     def _writer_loop(self) -> None:
         stop = False
         while not stop:
-            first = self._queue.get()
-            if first is None:
-                stop = True
-                batch: list[_Op] = []
-            else:
-                batch = [first]
-            while len(batch) < self.config.max_batch_writes:
-                try:
-                    op = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if op is None:
-                    stop = True
-                    continue
-                batch.append(op)
+            batch, stop = self._take_batch()
             if batch:
                 self._run_batch(batch)
+            # Not kept while the writer waits for the next write: the ops hold
+            # their requests' states and their callers' futures.
+            del batch
+
+    def _take_batch(self) -> tuple[list[_Op], bool]:
+        """The queued writes (waiting for one), up to max_batch_writes; and whether close() was called."""
+        stop = False
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < self.config.max_batch_writes:
+            try:
+                op = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if op is None:
+                stop = True
+                continue
+            batch.append(op)
+        return batch, stop
 
     def _run_batch(self, ops: list[_Op], *, isolate: bool = False) -> None:
         """Apply ops in one write transaction, commit, then resolve their futures.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,16 @@ def test_a_write_whose_loop_closed_still_commits(store: Store) -> None:
     asyncio.run(submit_and_leave())  # the loop is closed, maybe before the writer settles
     store.put("barrier", state_of("barrier", 1))  # FIFO: the orphan is committed by now
     assert store.get("orphan").version == 1
+
+
+def test_the_idle_writer_keeps_no_settled_write_alive(store: Store) -> None:
+    # An idle writer must not hold its last batch: those ops carry the
+    # requests' states (up to max_state_bytes each) and the callers' futures.
+    async def main() -> weakref.ref[asyncio.Future[Any]]:
+        future = store.asubmit(PutRequest("s", state_of("s", 1)))
+        await future
+        return weakref.ref(future)
+
+    settled = asyncio.run(main())
+    gc.collect()
+    assert settled() is None
