@@ -275,7 +275,12 @@ class ChainEncoder:
             if not self._version or self._new_chain_needed(new_size, len(patch), delta=False):
                 state = self._head_bytes() + patch
                 if self._compact_type is not None:
-                    canonical = compact(state, self._compact_type)
+                    try:
+                        canonical = compact(state, self._compact_type)
+                    except EncodeError:
+                        # The patch parses (checked above), so the head does
+                        # not: a REPLACE of another type. Store it as it is.
+                        canonical = state
                     if len(canonical) <= (1.0 - self._compact_min_saving) * len(state):
                         state, hasher = canonical, xxhash.xxh3_64(canonical)
                 return self._full(state, hasher)

@@ -145,6 +145,14 @@ def _parser() -> argparse.ArgumentParser:
         help="retention: drop versions older than this (env CKPT_MAX_VERSION_AGE_SECONDS)",
     )
     s.add_argument(
+        "--merge-message-type",
+        metavar="TYPE",
+        default=_env("MERGE_MESSAGE_TYPE", None) or None,
+        help="compact MERGE states as this protobuf message type (e.g. ckpt.v1.Checkpoint) at each chain start, so"
+        " fields that later patches overwrite do not pile up; MERGE patches must then parse as TYPE"
+        " (env CKPT_MERGE_MESSAGE_TYPE; default off: a MERGE state is every patch concatenated)",
+    )
+    s.add_argument(
         "--bench-echo",
         action="store_true",
         default=_env("BENCH_ECHO", "") == "1",
@@ -240,6 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         grace_seconds=args.grace_seconds,
         retention=retention,
+        merge_message_type=args.merge_message_type,
         bench_echo=args.bench_echo,
     )
     return serve(config)

@@ -6,6 +6,10 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+from ckpt.v1 import checkpoint_pb2  # noqa: F401  # registers ckpt.v1.Checkpoint for merge_message_type
 from codec import ChainPolicy
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
@@ -82,6 +86,14 @@ class StoreConfig:
     max_batch_writes: int = 512
     #: LMDB reader slots: concurrent read transactions across threads.
     max_readers: int = 512
+    #: Full name of the protobuf message type that MERGE states hold (e.g.
+    #: "ckpt.v1.Checkpoint"; its _pb2 module must be imported). Set, the FULL
+    #: frame starting each chain of a MERGE session holds the state compacted:
+    #: parsed and re-serialized, so fields later patches overwrote are dropped
+    #: (when that saves >= 10%); and every MERGE patch must parse as that type.
+    #: None (default): a MERGE state is all its patches concatenated, so a
+    #: session that rewrites the same fields grows by every patch, without bound.
+    merge_message_type: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -103,3 +115,17 @@ class StoreConfig:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
         if self.max_batch_writes < 1:
             raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")
+        self.merge_message_class()  # fails now, naming the field, not at the first MERGE
+
+    def merge_message_class(self) -> type[Message] | None:
+        """The class named by ``merge_message_type`` (None if unset)."""
+        if self.merge_message_type is None:
+            return None
+        try:
+            descriptor = descriptor_pool.Default().FindMessageTypeByName(self.merge_message_type)
+        except KeyError:
+            raise ValueError(
+                f"merge_message_type {self.merge_message_type!r} is not a protobuf message type known to this"
+                " process (import its _pb2 module first; ckpt.v1.Checkpoint is always known)"
+            ) from None
+        return message_factory.GetMessageClass(descriptor)

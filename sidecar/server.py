@@ -67,6 +67,8 @@ class ServeConfig:
     max_map_size_bytes: int = 64 * 1024**3
     retention: Retention = field(default_factory=Retention)
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
+    #: Compact MERGE states as this protobuf message type (see StoreConfig).
+    merge_message_type: str | None = None
     #: Also serve the benchmark echo method (bench/ only).
     bench_echo: bool = False
 
@@ -83,6 +85,7 @@ class ServeConfig:
             max_state_bytes=min(self.max_message_bytes, 0xFFFF_FFFF),
             retention=self.retention,
             chain_policy=self.chain_policy,
+            merge_message_type=self.merge_message_type,
         )
 
 

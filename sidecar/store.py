@@ -262,6 +262,7 @@ class Store:
         self._rw = RWLock()
         self._states = StateCache(config.cache_size_bytes)
         self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
+        self._merge_type = config.merge_message_class()
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._closing = threading.Event()
         # Held while enqueueing, so that no write can land behind the stop marker.
@@ -394,7 +395,7 @@ class Store:
             state, _ = self._read_state(txn, sid, session_id, version)
             src = _record(txn.get(sid, db=self._sessions))
             resolved = version or src.head_version
-            encoder = ChainEncoder(policy=self.config.chain_policy)
+            encoder = self._new_encoder()
             frame = encoder.replace(state)
             now = time.time_ns()
             rec = records_pb2.SessionRecord(
@@ -682,7 +683,7 @@ class Store:
             # Checked here, on the caller's thread: it needs no state, and the
             # writer thread is the store's one serial path.
             try:
-                check_patch(state)
+                check_patch(state, message_type=self._merge_type)
             except WireFormatError as exc:
                 raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
 
@@ -812,7 +813,7 @@ class Store:
         self, txn: lmdb.Transaction, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None
     ) -> ChainEncoder:
         if rec is None:
-            encoder = ChainEncoder(policy=self.config.chain_policy)
+            encoder = self._new_encoder()
             self._encoders.put(sid, encoder)
             return encoder
         cached = self._encoders.get(sid)
@@ -824,11 +825,16 @@ class Store:
             headers = [parse(f)[0] for f in chain]
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {rec.head_version}: {exc}") from None
-        encoder = ChainEncoder.resume(state, headers, policy=self.config.chain_policy)
+        encoder = ChainEncoder.resume(
+            state, headers, policy=self.config.chain_policy, compact_message_type=self._merge_type
+        )
         # The encoder cache belongs to this (writer) thread; a batch that
         # aborts drops every encoder it touched.
         self._encoders.put(sid, encoder)
         return encoder
+
+    def _new_encoder(self) -> ChainEncoder:
+        return ChainEncoder(policy=self.config.chain_policy, compact_message_type=self._merge_type)
 
     def _after_write(self, sid: bytes, encoder: ChainEncoder, head: StateSnapshot, info: VersionInfo) -> None:
         self._encoders.put(sid, encoder)  # refreshes its LRU position

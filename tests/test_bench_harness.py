@@ -70,11 +70,19 @@ def test_quick_run_measures_every_system_on_every_workload(quick_run: Path) -> N
     assert disk["ckpt-embedded"] < disk["pbzstd-lmdb"]
     assert [sweep["workload"] for sweep in doc["tuning"]] == ["trajectories", "factual"]
     for sweep in doc["tuning"]:
-        assert {p["knob"] for p in sweep["points"]} == {"level", "max_decode_cost_ratio", "max_depth"}
+        knobs = {p["knob"] for p in sweep["points"]}
+        assert knobs == {"level", "max_decode_cost_ratio", "max_depth", "merge_message_type"}
         assert sum(p["default"] for p in sweep["points"]) == 3  # the default is one point of each knob's curve
         # Fewer frames per chain never save bytes: the shallowest max_depth stores at least as much per version.
         depths = sorted((p["value"], p["bytes_per_version"]) for p in sweep["points"] if p["knob"] == "max_depth")
         assert depths[0][1] >= depths[-1][1]
+    # Compaction never costs bytes (it runs at chain starts, which the quick run's short sessions may not
+    # reach; tests/test_store.py shows the saving on long ones).
+    factual = next(sweep["points"] for sweep in doc["tuning"] if sweep["workload"] == "factual")
+    compacted = next(p for p in factual if p["knob"] == "merge_message_type")
+    default = next(p for p in factual if p["default"])
+    assert compacted["label"] == "ckpt.v1.Checkpoint"
+    assert compacted["bytes_per_version"] <= default["bytes_per_version"]
 
 
 def test_quick_run_writes_the_report_and_plots(quick_run: Path) -> None:

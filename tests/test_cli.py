@@ -10,6 +10,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from ckpt.v1 import checkpoint_pb2 as pb
+from sidecar.client import CheckpointClient, InvalidArgumentError
 from tests.sidecar_proc import ROOT, Sidecar, start_sidecar
 
 
@@ -96,3 +98,23 @@ def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert b"FAIL session 'bad': frame checksum mismatch for version 3" in result.stderr
     assert b"verified 2 sessions: 1 ok, 1 failed" in result.stdout
+
+
+def test_serve_compacts_merge_states_of_the_type_it_is_told(tmp_path: Path) -> None:
+    bad = ckpt("serve", "--data-dir", str(tmp_path / "bad"), "--merge-message-type", "no.such.Type")
+    assert bad.returncode == 2 and b"merge_message_type 'no.such.Type' is not a protobuf message type" in bad.stderr
+    sidecar = start_sidecar(tmp_path / "data", "--merge-message-type", "ckpt.v1.Checkpoint")
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            merged = pb.Checkpoint()
+            for v in range(1, 41):  # the same fields rewritten every step
+                patch = pb.Checkpoint(step=v, goal=f"goal revision {v} " + "g" * 200)
+                merged.MergeFrom(patch)
+                client.merge("edits", patch.SerializeToString())
+            state = client.get("edits").state
+            assert pb.Checkpoint.FromString(state) == merged
+            assert len(state) < 10 * patch.ByteSize()  # not 40 patches' worth
+            with pytest.raises(InvalidArgumentError, match=r"does not parse as ckpt\.v1\.Checkpoint"):
+                client.merge("edits", b"\x82\x01\x01\x08")
+    finally:
+        assert sidecar.stop() == 0

@@ -193,6 +193,16 @@ def test_compaction_refuses_a_patch_that_does_not_parse() -> None:
         enc.merge(b"\x82\x01\x01\x08")  # framing fine, nested message broken
 
 
+def test_compaction_leaves_a_head_that_does_not_parse_as_it_is() -> None:
+    enc = ChainEncoder(policy=replace(SMALL, max_depth=1), compact_message_type=pb.Checkpoint)
+    foreign = b"\x82\x01\x01\x08" + SYSTEM.encode()[:40]  # a REPLACE of some other message type
+    enc.replace(foreign)
+    patches = [pb.Checkpoint(step=i).SerializeToString() for i in range(3)]
+    frames = [enc.merge(p) for p in patches]
+    assert frames[1].kind is FrameKind.FULL  # max_depth 1: a chain start, where compaction runs
+    assert enc.state == foreign + b"".join(patches)
+
+
 def test_a_state_over_the_format_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codec.encoder, "MAX_STATE_SIZE", 100)
     enc = ChainEncoder()

@@ -551,3 +551,48 @@ def test_an_unexpected_failure_mid_write_fails_alone_and_leaves_nothing(
         assert store.get(f"ok-{i}").state == state_of(f"ok-{i}", 1)
     monkeypatch.undo()
     assert store.put("bad", state_of("bad", 1), request_id="boom").version == 1
+
+
+def _edit_in_place(version: int) -> pb.Checkpoint:
+    """A patch that rewrites the same fields every step: the state's message never grows."""
+    patch = pb.Checkpoint(step=version, goal=f"goal revision {version} " + "g" * 200)
+    patch.working_memory["branch"] = f"fix/attempt-{version % 3}"
+    patch.plan["s1"].CopyFrom(pb.PlanStep(id="s1", title="reproduce", notes=f"note {version} " + "n" * 100))
+    return patch
+
+
+@pytest.mark.parametrize("merge_message_type", [None, "ckpt.v1.Checkpoint"])
+def test_merge_compaction_bounds_a_state_edited_in_place(config: StoreConfig, merge_message_type: str | None) -> None:
+    config = replace(config, merge_message_type=merge_message_type)
+    merged = pb.Checkpoint()
+    sizes = []
+    with Store(config) as store:
+        for v in range(1, 81):
+            patch = _edit_in_place(v)
+            merged.MergeFrom(patch)
+            store.write(PutRequest("edits", patch.SerializeToString(), mode=WriteMode.MERGE))
+            sizes.append(len(store.get("edits").state))
+    patch_bytes = _edit_in_place(80).ByteSize()
+    with Store(config) as store:  # cold: every version from LMDB
+        for v in (1, 9, 10, 47, 80):
+            expected = pb.Checkpoint()
+            for i in range(1, v + 1):
+                expected.MergeFrom(_edit_in_place(i))
+            assert pb.Checkpoint.FromString(store.get("edits", v).state) == expected, f"version {v}"
+    if merge_message_type is None:
+        assert sizes[-1] > 70 * patch_bytes  # every patch stays in the bytes, forever
+    else:
+        # at most a compacted state plus one chain (max_depth 8) of patches
+        assert max(sizes) < 11 * patch_bytes, (max(sizes), patch_bytes)
+
+
+def test_merge_compaction_config_names_the_type(config: StoreConfig) -> None:
+    with pytest.raises(ValueError, match=r"merge_message_type 'no\.such\.Type' is not a protobuf message type"):
+        replace(config, merge_message_type="no.such.Type")
+    # framing fine, but field 16 (messages) holds a broken nested message
+    broken = PutRequest("m", b"\x82\x01\x01\x08", mode=WriteMode.MERGE)
+    with (
+        Store(replace(config, merge_message_type="ckpt.v1.Checkpoint")) as store,
+        pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"),
+    ):
+        store.write(broken)

@@ -108,7 +108,7 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
     sweeps = doc.get("tuning") or []
     if sweeps:
         fig, axes = plt.subplots(1, len(sweeps), figsize=(6.5 * len(sweeps), 4.5), squeeze=False)
-        markers = {"level": "o", "max_decode_cost_ratio": "s", "max_depth": "^"}
+        markers = {"level": "o", "max_decode_cost_ratio": "s", "max_depth": "^", "merge_message_type": "D"}
         for ax, sweep in zip(axes[0], sweeps, strict=True):
             for knob, marker in markers.items():
                 knob_points = [t for t in sweep["points"] if t["knob"] == knob]
@@ -122,7 +122,8 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
                     label=knob,
                 )
                 for t in knob_points:
-                    ax.annotate(f"{t['value']:g}", (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
+                    label = t.get("label") or f"{t['value']:g}"
+                    ax.annotate(label, (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
             default = next((t for t in sweep["points"] if t["default"]), None)
             if default:
                 ax.plot(

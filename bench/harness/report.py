@@ -335,13 +335,17 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         if "tuning" in plots:
             out += [f"![tuning curves]({plots['tuning']})", ""]
     for sweep in sweeps:
-        out += [f"**{sweep['workload']}** (MERGE; each row changes one knob of the default ChainPolicy)", ""]
+        out += [
+            f"**{sweep['workload']}** (MERGE; each row changes one knob of the default ChainPolicy, or compacts"
+            " MERGE states: StoreConfig.merge_message_type)",
+            "",
+        ]
         out += _table(
             ["knob", "value", "bytes / version", "cold latest p50", "p99", "cold old p50", "write CPU / version"],
             (
                 [
                     t["knob"],
-                    f"**{t['value']:g} (default)**" if t["default"] else f"{t['value']:g}",
+                    f"**{_tuning_label(t)} (default)**" if t["default"] else _tuning_label(t),
                     _fmt(t["bytes_per_version"], "B"),
                     _fmt(t["cold_latest_p50_us"], "us"),
                     _fmt(t["cold_latest_p99_us"], "us"),
@@ -353,3 +357,8 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         )
         out += [""]
     return "\n".join(out) + "\n"
+
+
+def _tuning_label(point: dict[str, Any]) -> str:
+    # Results written before the merge_message_type point have no label.
+    return str(point.get("label") or f"{point['value']:g}")

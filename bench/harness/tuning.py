@@ -1,7 +1,8 @@
 """Tuning sweeps: stored bytes per version against cold hydrate latency.
 
-Each point is one configuration of the embedded store (a zstd level, or a chain
-policy's ``max_decode_cost_ratio`` / ``max_depth``) fed the same sessions in
+Each point is one configuration of the embedded store (a zstd level, a chain
+policy's ``max_decode_cost_ratio`` / ``max_depth``, or compaction of MERGE
+states as ``ckpt.v1.Checkpoint``) fed the same sessions in
 MERGE mode, one session after another. Then the store is reopened with its
 state cache off and every session's latest version, and a random older one,
 is read cold (LMDB read transaction + chain decode; OS page cache warm).
@@ -35,13 +36,20 @@ DEFAULT = ChainPolicy()
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    knob: str  # "level", "max_decode_cost_ratio" or "max_depth"
+    knob: str  # "level", "max_decode_cost_ratio", "max_depth" or "merge_message_type"
     value: float
     policy: ChainPolicy
+    #: StoreConfig.merge_message_type (compaction of MERGE states); the
+    #: "merge_message_type" point sets it, with value 1.
+    merge_message_type: str | None = None
 
     @property
     def is_default(self) -> bool:
-        return self.policy == DEFAULT
+        return self.policy == DEFAULT and self.merge_message_type is None
+
+    @property
+    def label(self) -> str:
+        return self.merge_message_type or f"{self.value:g}"
 
 
 def points(*, quick: bool) -> list[Point]:
@@ -51,12 +59,18 @@ def points(*, quick: bool) -> list[Point]:
     out = [Point("level", lv, dataclasses.replace(DEFAULT, level=lv)) for lv in levels]
     out += [Point("max_decode_cost_ratio", r, dataclasses.replace(DEFAULT, max_decode_cost_ratio=r)) for r in ratios]
     out += [Point("max_depth", d, dataclasses.replace(DEFAULT, max_depth=d)) for d in depths]
+    out.append(Point("merge_message_type", 1, DEFAULT, merge_message_type="ckpt.v1.Checkpoint"))
     return out
 
 
 def measure_point(point: Point, sessions: Sequence[Sequence[Step]], data_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     shutil.rmtree(data_dir, ignore_errors=True)
-    config = StoreConfig(data_dir=data_dir, durability=Durability.NO_META_SYNC, chain_policy=point.policy)
+    config = StoreConfig(
+        data_dir=data_dir,
+        durability=Durability.NO_META_SYNC,
+        chain_policy=point.policy,
+        merge_message_type=point.merge_message_type,
+    )
     ids = [f"tune-{i:05d}" for i in range(len(sessions))]
     t0 = time.process_time()
     with Store(config) as store:
@@ -93,6 +107,7 @@ def measure_point(point: Point, sessions: Sequence[Sequence[Step]], data_dir: Pa
     return {
         "knob": point.knob,
         "value": point.value,
+        "label": point.label,
         "default": point.is_default,
         "bytes_per_version": stored / versions,
         "write_cpu_us_per_version": write_cpu / versions * 1e6,
@@ -110,5 +125,5 @@ def sweep(
     for point in points(quick=quick):
         out.append(measure_point(point, sessions, data_dir / "tuning", seed=seed))
         if progress is not None:
-            progress.step(f"tuning {point.knob}={point.value:g}")
+            progress.step(f"tuning {point.knob}={point.label}")
     return out
