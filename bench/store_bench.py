@@ -42,6 +42,11 @@ repetitions, and compared configurations run side by side, alternating.
    that pages out idle memory (DAMON ``pageout``; the policy in force is
    printed with the machine) evicts the early sessions' pages during a long
    fill, and those reads then wait on the disk.
+4. merge-cost: one store per head-state size (10 KB, 100 KB, 1 MB of
+   Checkpoint), all open at once; each round, each store in turn takes
+   ``put_many`` of 10 MERGEs of ~300 B to each of 64 sessions (request ids,
+   fsync on), in alternating order; us per merge, and the 1 MB / 10 KB ratio
+   (DESIGN.md: a MERGE costs O(change), not O(state)).
 """
 
 from __future__ import annotations
@@ -297,97 +302,6 @@ def render_group_commit(r: dict[str, Any]) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {row['batch_size']} | {row['commits']:,} | {row['writes_share']:.1%} |" for row in b["buckets"]]
-    return "\n".join(lines)
-
-
-# -- 4. merge cost against state size -------------------------------------------------
-
-
-def merge_cost(
-    root: Path,
-    *,
-    state_sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000),
-    sessions: int = 64,
-    merges_per_round: int = 10,
-    rounds: int = 7,
-) -> dict[str, Any]:
-    """Store time per MERGE of a ~300 B patch onto heads of each size, stores side by side.
-
-    One store per state size, all open at once; each round, each store in turn
-    takes ``put_many`` of ``merges_per_round`` merges to each of ``sessions``
-    sessions (with request ids, fsync on, so they share group commits). The
-    first round warms up and is dropped.
-    """
-    patches = make_patches(256)
-    stores = {size: Store(StoreConfig(data_dir=fresh_dir(root, f"merge-cost-{size}"))) for size in state_sizes}
-    samples: dict[int, list[float]] = {size: [] for size in state_sizes}
-    try:
-        for size, store in stores.items():
-            base = make_state(size)
-            store.put_many([PutRequest(session_id=f"m{i:03d}", state=base) for i in range(sessions)])
-        for r in range(rounds):
-            order = list(stores) if r % 2 == 0 else list(reversed(stores))
-            for size in order:
-                requests = [
-                    PutRequest(
-                        session_id=f"m{i:03d}",
-                        state=patches[(r * merges_per_round + j) % len(patches)],
-                        mode=WriteMode.MERGE,
-                        request_id=f"r{r}-{j}-{i}",
-                    )
-                    for j in range(merges_per_round)
-                    for i in range(sessions)
-                ]
-                gc.collect()
-                t0 = time.perf_counter_ns()
-                results = stores[size].put_many(requests)
-                elapsed = time.perf_counter_ns() - t0
-                if any(not isinstance(x, PutResult) for x in results):
-                    raise AssertionError(f"a merge failed: {next(x for x in results if not isinstance(x, PutResult))}")
-                if r:
-                    samples[size].append(elapsed / 1e3 / len(requests))
-        head_sizes = {size: len(store.get("m000").state) for size, store in stores.items()}
-    finally:
-        for size, store in stores.items():
-            store.close()
-            shutil.rmtree(root / f"merge-cost-{size}", ignore_errors=True)
-    us = {size: statistics.median(s) for size, s in samples.items()}
-    smallest, largest = min(state_sizes), max(state_sizes)
-    return {
-        "sessions": sessions,
-        "merges_per_round": merges_per_round,
-        "rounds": rounds - 1,
-        "patch_bytes": statistics.median(len(p) for p in patches),
-        "rows": [
-            {
-                "state_bytes": size,
-                "final_state_bytes": head_sizes[size],
-                "us_per_merge": us[size],
-                "rounds": samples[size],
-            }
-            for size in state_sizes
-        ],
-        "growth": us[largest] / us[smallest],
-    }
-
-
-def render_merge_cost(r: dict[str, Any]) -> str:
-    rows = r["rows"]
-    lines = [
-        f"\n## merge cost against state size: {r['sessions']} sessions x {r['merges_per_round']} MERGEs of"
-        f" ~{r['patch_bytes']:.0f} B per round (put_many, request ids, fsync on), median of {r['rounds']} rounds,"
-        " stores alternating",
-        "",
-        "| head state | us per merge | rounds (us) |",
-        "|---:|---:|---|",
-    ]
-    for row in rows:
-        rounds = ", ".join(f"{x:.1f}" for x in row["rounds"])
-        size = f"{row['state_bytes']:,} -> {row['final_state_bytes']:,} B"
-        lines.append(f"| {size} | {row['us_per_merge']:.1f} | {rounds} |")
-    lines.append(
-        f"\nlargest / smallest: **{r['growth']:.2f}x** (target {' '.join(map(str, TARGETS['merge_cost_growth']))})"
-    )
     return "\n".join(lines)
 
 
@@ -837,6 +751,97 @@ def render_scale(r: dict[str, Any]) -> str:
         f"| {name} | {s['entries']:,} | {s['depth']} | {s['leaf_pages']:,} | {s['overflow_pages']:,} | {s['bytes']:,} |"
         for name, s in t["tables"].items()
     ]
+    return "\n".join(lines)
+
+
+# -- 4. merge cost against state size -------------------------------------------------
+
+
+def merge_cost(
+    root: Path,
+    *,
+    state_sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000),
+    sessions: int = 64,
+    merges_per_round: int = 10,
+    rounds: int = 7,
+) -> dict[str, Any]:
+    """Store time per MERGE of a ~300 B patch onto heads of each size, stores side by side.
+
+    One store per state size, all open at once; each round, each store in turn
+    takes ``put_many`` of ``merges_per_round`` merges to each of ``sessions``
+    sessions (with request ids, fsync on, so they share group commits). The
+    first round warms up and is dropped.
+    """
+    patches = make_patches(256)
+    stores = {size: Store(StoreConfig(data_dir=fresh_dir(root, f"merge-cost-{size}"))) for size in state_sizes}
+    samples: dict[int, list[float]] = {size: [] for size in state_sizes}
+    try:
+        for size, store in stores.items():
+            base = make_state(size)
+            store.put_many([PutRequest(session_id=f"m{i:03d}", state=base) for i in range(sessions)])
+        for r in range(rounds):
+            order = list(stores) if r % 2 == 0 else list(reversed(stores))
+            for size in order:
+                requests = [
+                    PutRequest(
+                        session_id=f"m{i:03d}",
+                        state=patches[(r * merges_per_round + j) % len(patches)],
+                        mode=WriteMode.MERGE,
+                        request_id=f"r{r}-{j}-{i}",
+                    )
+                    for j in range(merges_per_round)
+                    for i in range(sessions)
+                ]
+                gc.collect()
+                t0 = time.perf_counter_ns()
+                results = stores[size].put_many(requests)
+                elapsed = time.perf_counter_ns() - t0
+                if any(not isinstance(x, PutResult) for x in results):
+                    raise AssertionError(f"a merge failed: {next(x for x in results if not isinstance(x, PutResult))}")
+                if r:
+                    samples[size].append(elapsed / 1e3 / len(requests))
+        head_sizes = {size: len(store.get("m000").state) for size, store in stores.items()}
+    finally:
+        for size, store in stores.items():
+            store.close()
+            shutil.rmtree(root / f"merge-cost-{size}", ignore_errors=True)
+    us = {size: statistics.median(s) for size, s in samples.items()}
+    smallest, largest = min(state_sizes), max(state_sizes)
+    return {
+        "sessions": sessions,
+        "merges_per_round": merges_per_round,
+        "rounds": rounds - 1,
+        "patch_bytes": statistics.median(len(p) for p in patches),
+        "rows": [
+            {
+                "state_bytes": size,
+                "final_state_bytes": head_sizes[size],
+                "us_per_merge": us[size],
+                "rounds": samples[size],
+            }
+            for size in state_sizes
+        ],
+        "growth": us[largest] / us[smallest],
+    }
+
+
+def render_merge_cost(r: dict[str, Any]) -> str:
+    rows = r["rows"]
+    lines = [
+        f"\n## merge cost against state size: {r['sessions']} sessions x {r['merges_per_round']} MERGEs of"
+        f" ~{r['patch_bytes']:.0f} B per round (put_many, request ids, fsync on), median of {r['rounds']} rounds,"
+        " stores alternating",
+        "",
+        "| head state | us per merge | rounds (us) |",
+        "|---:|---:|---|",
+    ]
+    for row in rows:
+        rounds = ", ".join(f"{x:.1f}" for x in row["rounds"])
+        size = f"{row['state_bytes']:,} -> {row['final_state_bytes']:,} B"
+        lines.append(f"| {size} | {row['us_per_merge']:.1f} | {rounds} |")
+    lines.append(
+        f"\nlargest / smallest: **{r['growth']:.2f}x** (target {' '.join(map(str, TARGETS['merge_cost_growth']))})"
+    )
     return "\n".join(lines)
 
 

@@ -564,12 +564,10 @@ def _edit_in_place(version: int) -> pb.Checkpoint:
 @pytest.mark.parametrize("merge_message_type", [None, "ckpt.v1.Checkpoint"])
 def test_merge_compaction_bounds_a_state_edited_in_place(config: StoreConfig, merge_message_type: str | None) -> None:
     config = replace(config, merge_message_type=merge_message_type)
-    merged = pb.Checkpoint()
     sizes = []
     with Store(config) as store:
         for v in range(1, 81):
             patch = _edit_in_place(v)
-            merged.MergeFrom(patch)
             store.write(PutRequest("edits", patch.SerializeToString(), mode=WriteMode.MERGE))
             sizes.append(len(store.get("edits").state))
     patch_bytes = _edit_in_place(80).ByteSize()

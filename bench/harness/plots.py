@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .report import Results
+from .report import Results, tuning_label
 
 PLOTS = {
     "bytes": "bytes_per_checkpoint.png",
@@ -122,8 +122,7 @@ def write_all(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
                     label=knob,
                 )
                 for t in knob_points:
-                    label = t.get("label") or f"{t['value']:g}"
-                    ax.annotate(label, (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
+                    ax.annotate(tuning_label(t), (t["bytes_per_version"], t["cold_latest_p50_us"]), fontsize=7)
             default = next((t for t in sweep["points"] if t["default"]), None)
             if default:
                 ax.plot(

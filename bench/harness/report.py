@@ -345,7 +345,7 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
             (
                 [
                     t["knob"],
-                    f"**{_tuning_label(t)} (default)**" if t["default"] else _tuning_label(t),
+                    f"**{tuning_label(t)} (default)**" if t["default"] else tuning_label(t),
                     _fmt(t["bytes_per_version"], "B"),
                     _fmt(t["cold_latest_p50_us"], "us"),
                     _fmt(t["cold_latest_p99_us"], "us"),
@@ -359,6 +359,6 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _tuning_label(point: dict[str, Any]) -> str:
-    # Results written before the merge_message_type point have no label.
+def tuning_label(point: dict[str, Any]) -> str:
+    """A tuning point's value as shown (results written before the merge_message_type point have no label)."""
     return str(point.get("label") or f"{point['value']:g}")
