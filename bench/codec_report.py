@@ -193,8 +193,12 @@ def encode_times(workload: Workload, reps: int) -> dict[str, float]:
 
     def ours_start() -> None:
         for prev, new in pairs:
-            wl = stdzstd.window_log_for(len(prev) + len(new))
-            stdzstd.new_stream(level=3, window_log=max(16, wl), prefix=prev).compress(new, stdzstd.FLUSH_BLOCK)
+            cover = len(prev) + len(new)
+            window_log = max(16, stdzstd.window_log_for(cover))
+            stream = stdzstd.new_stream(
+                level=3, window_log=window_log, table_log=stdzstd.table_log_for(cover), prefix=prev
+            )
+            stream.compress(new, stdzstd.FLUSH_BLOCK)
 
     def pz() -> None:
         for ses in workload.sessions:

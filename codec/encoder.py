@@ -75,6 +75,7 @@ class _Stream:
 
     compressor: _zstd.ZstdCompressor
     window_log: int
+    table_log: int
     #: Made without a prefix: once its frame is ended, the next frame it
     #: starts references nothing, so a new chain can reuse it.
     prefix_free: bool
@@ -239,7 +240,9 @@ class ChainEncoder:
             stream = self._stream
             if stream is None or (1 << stream.window_log) < base_size + len(state):
                 prefix = self._head_bytes() if base_size >= MIN_PREFIX_SIZE else b""
-                stream = self._start_stream(cover_bytes=len(prefix) + len(state), prefix=prefix)
+                stream = self._start_stream(
+                    cover_bytes=len(prefix) + len(state), index_bytes=max(len(prefix), len(state)), prefix=prefix
+                )
                 continues, prefix_size = False, len(prefix)
             else:
                 continues, prefix_size = True, 0
@@ -290,7 +293,9 @@ class ChainEncoder:
                 prefix = self._head_bytes()[-window:] if window else b""
                 if len(prefix) < MIN_PREFIX_SIZE:
                     prefix = b""
-                stream = self._start_stream(cover_bytes=2 * (len(prefix) + len(patch)), prefix=prefix)
+                stream = self._start_stream(
+                    cover_bytes=2 * (len(prefix) + len(patch)), index_bytes=len(prefix) + len(patch), prefix=prefix
+                )
                 continues, prefix_size = False, len(prefix)
             else:
                 continues, prefix_size = True, 0
@@ -360,23 +365,34 @@ class ChainEncoder:
         estimated_full = self._chain.full_ratio * new_state_size
         return payload_size <= self._policy.max_delta_to_full_ratio * estimated_full
 
-    def _start_stream(self, *, cover_bytes: int, prefix: bytes) -> _Stream:
+    def _start_stream(self, *, cover_bytes: int, index_bytes: int, prefix: bytes) -> _Stream:
         # The window covers the prefix and room to grow, so later frames of
-        # the stream still reach the state they are a delta against.
+        # the stream still reach the state they are a delta against. The match
+        # tables only need to index about one state: a frame mostly references
+        # the version just before it (see _zstd.new_stream).
         window_log = max(self._policy.min_window_log, _zstd.window_log_for(cover_bytes))
+        table_log = _zstd.table_log_for(index_bytes)
         old = self._stream
-        if not prefix and old is not None and old.prefix_free and old.window_log == window_log:
+        if (
+            not prefix
+            and old is not None
+            and old.prefix_free
+            and old.window_log == window_log
+            and old.table_log == table_log
+        ):
             # End the old chain's frame (those bytes are never stored) and start
             # the new one on the same context: a fresh compressor costs ~15 us
             # more per chain, allocating and faulting in its match tables.
             old.compressor.compress(b"", _zstd.ZstdCompressor.FLUSH_FRAME)
             return old
-        compressor = _zstd.new_stream(level=self._policy.level, window_log=window_log, prefix=prefix or None)
-        self._stream = _Stream(compressor, window_log, prefix_free=not prefix)
+        compressor = _zstd.new_stream(
+            level=self._policy.level, window_log=window_log, table_log=table_log, prefix=prefix or None
+        )
+        self._stream = _Stream(compressor, window_log, table_log, prefix_free=not prefix)
         return self._stream
 
     def _full(self, state: bytes, hasher: xxhash.xxh3_64) -> EncodedFrame:
-        stream = self._start_stream(cover_bytes=2 * len(state), prefix=b"")
+        stream = self._start_stream(cover_bytes=2 * len(state), index_bytes=len(state), prefix=b"")
         payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
         header = FrameHeader(
             kind=FrameKind.FULL,

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+import codec._zstd
 import codec.encoder
 from ckpt.v1 import checkpoint_pb2 as pb
 from codec import (
@@ -62,6 +63,29 @@ def test_each_chain_start_decodes_on_its_own_when_the_stream_is_reused() -> None
             assert fresh.replace(states[i]).data[HEADER_SIZE:] == f.data[HEADER_SIZE:]  # same bytes as a new context
     assert sum(f.kind is FrameKind.FULL for f in frames) == 4
     assert decode([f.data for f in frames[-3:]]) == states[-1]
+
+
+@pytest.mark.parametrize(
+    ("index_bytes", "table_log"),
+    [(0, 12), (4096, 12), (4097, 13), (6451, 13), (1 << 16, 16), ((1 << 18) + 1, 18), (64 << 20, 18)],
+)
+def test_match_tables_index_about_one_state(index_bytes: int, table_log: int) -> None:
+    # Sized to the window (2**16 at least) a small state's live encoder held
+    # ~576 KiB of tables and missed the CPU cache on every frame.
+    assert codec._zstd.table_log_for(index_bytes) == table_log
+
+
+def test_a_chain_start_reuses_the_stream_only_with_tables_of_its_size() -> None:
+    enc = ChainEncoder(policy=ChainPolicy(max_depth=0))  # every frame starts a chain
+    small, large = b"s" * 3000, random.Random(7).randbytes(30_000)  # both within a 64 KiB window
+    enc.replace(small)
+    first = enc._stream
+    assert first is not None and first.table_log == 12
+    enc.replace(small + b"!")
+    assert enc._stream is first  # same window, same tables: the context is reused
+    enc.replace(large)
+    assert enc._stream is not first and enc._stream.table_log == 15
+    assert enc._stream.window_log == first.window_log == 16
 
 
 def decode_cost(chain: ChainStats, policy: ChainPolicy) -> float:
