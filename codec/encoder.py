@@ -76,6 +76,7 @@ class _Stream:
     compressor: _zstd.ZstdCompressor
     window_log: int
     table_log: int
+    memory_bytes: int
     #: Made without a prefix: once its frame is ended, the next frame it
     #: starts references nothing, so a new chain can reuse it.
     prefix_free: bool
@@ -212,6 +213,12 @@ class ChainEncoder:
     @property
     def state_size(self) -> int:
         return self._state_size
+
+    @property
+    def memory_bytes(self) -> int:
+        """Estimated memory this encoder keeps: the head state and its live zstd stream."""
+        stream = self._stream
+        return self._state_size + (stream.memory_bytes if stream is not None else 0)
 
     def snapshot(self) -> StateSnapshot:
         """The head state, without copying it now: see :class:`StateSnapshot`."""
@@ -388,7 +395,8 @@ class ChainEncoder:
         compressor = _zstd.new_stream(
             level=self._policy.level, window_log=window_log, table_log=table_log, prefix=prefix or None
         )
-        self._stream = _Stream(compressor, window_log, table_log, prefix_free=not prefix)
+        memory = _zstd.stream_memory_bytes(window_log=window_log, table_log=table_log, prefix_size=len(prefix))
+        self._stream = _Stream(compressor, window_log, table_log, memory, prefix_free=not prefix)
         return self._stream
 
     def _full(self, state: bytes, hasher: xxhash.xxh3_64) -> EncodedFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
@@ -75,28 +76,52 @@ class StateCache:
 
 
 class LRU(Generic[V]):
-    """A plain count-bounded LRU; not thread-safe (the writer thread owns it)."""
+    """An LRU bounded by entry count and by total weight; not thread-safe
+    (the writer thread owns it).
 
-    def __init__(self, capacity: int) -> None:
+    ``weigh`` is called on every put, so a value that grew since its last put
+    (an encoder after a MERGE) is re-weighed then. A value heavier than the
+    whole budget is not kept.
+    """
+
+    def __init__(
+        self, capacity: int, *, max_weight: int | None = None, weigh: Callable[[V], int] | None = None
+    ) -> None:
         self._capacity = capacity
-        self._items: OrderedDict[bytes, V] = OrderedDict()
+        self._max_weight = max_weight
+        self._weigh = weigh
+        self._items: OrderedDict[bytes, tuple[V, int]] = OrderedDict()
+        self._weight = 0
 
     def get(self, key: bytes) -> V | None:
         item = self._items.get(key)
-        if item is not None:
-            self._items.move_to_end(key)
-        return item
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
     def put(self, key: bytes, value: V) -> None:
         if self._capacity <= 0:
             return
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
+        weight = self._weigh(value) if self._weigh is not None else 0
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+        self._items[key] = (value, weight)
+        self._weight += weight
+        limit = self._max_weight
+        while len(self._items) > self._capacity or (limit is not None and self._weight > limit):
+            _, (_, evicted) = self._items.popitem(last=False)
+            self._weight -= evicted
 
     def discard(self, key: bytes) -> None:
-        self._items.pop(key, None)
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._weight -= old[1]
+
+    @property
+    def weight(self) -> int:
+        return self._weight
 
     def __len__(self) -> int:
         return len(self._items)

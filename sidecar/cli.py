@@ -114,6 +114,13 @@ def _parser() -> argparse.ArgumentParser:
         help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default 256 MiB)",
     )
     s.add_argument(
+        "--encoder-cache-bytes",
+        type=int,
+        default=_env_int("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
+        help="memory for recently written sessions' encoders (head state and zstd stream), so their next write"
+        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default 256 MiB)",
+    )
+    s.add_argument(
         "--max-map-size-bytes",
         type=int,
         default=_env_int("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
@@ -244,6 +251,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         durability=Durability(args.durability),
         cache_size_bytes=args.cache_size_bytes,
+        encoder_cache_bytes=args.encoder_cache_bytes,
         max_map_size_bytes=args.max_map_size_bytes,
         threads=args.threads,
         grace_seconds=args.grace_seconds,

@@ -72,8 +72,14 @@ class StoreConfig:
     #: Memory for latest states of recently used sessions (the hot path when
     #: an agent restarts but the sidecar did not).
     cache_size_bytes: int = 256 * 1024 * 1024
-    #: Sessions whose encoder (live zstd stream) is kept between writes.
+    #: Sessions whose encoder (head state and live zstd stream) is kept
+    #: between writes, so the next write continues the chain's stream instead
+    #: of reading the chain back from LMDB.
     encoder_cache_entries: int = 1024
+    #: Memory for those encoders, by ChainEncoder.memory_bytes (an upper
+    #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one). Without
+    #: it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
+    encoder_cache_bytes: int = 256 * 1024 * 1024
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention)
     #: How long a request id deduplicates retries.
@@ -105,7 +111,7 @@ class StoreConfig:
             )
         if not isinstance(self.durability, Durability):
             raise TypeError(f"durability must be a Durability, not {type(self.durability).__name__}")
-        for name in ("cache_size_bytes", "encoder_cache_entries"):
+        for name in ("cache_size_bytes", "encoder_cache_entries", "encoder_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("request_id_ttl_seconds", "sweep_interval_seconds"):

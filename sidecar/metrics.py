@@ -71,4 +71,9 @@ class _StoreCollector(Collector):
         total = sum(size * n for size, n in sizes.items())
         batch = HistogramMetricFamily("ckpt_group_commit_writes", "Writes per group commit")
         batch.add_metric([], buckets, sum_value=total)
-        yield from (hits, misses, commits, batch)
+        memory = GaugeMetricFamily(
+            "ckpt_cache_bytes", "Memory of the latest-state cache and of cached encoders (estimated)", labels=["cache"]
+        )
+        for cache, size in s.memory_bytes.items():
+            memory.add_metric([cache], size)
+        yield from (hits, misses, commits, batch, memory)

@@ -64,6 +64,7 @@ class ServeConfig:
     metrics_port: int | None = None
     durability: Durability = Durability.SYNC
     cache_size_bytes: int = 256 * 1024 * 1024
+    encoder_cache_bytes: int = 256 * 1024 * 1024
     max_map_size_bytes: int = 64 * 1024**3
     retention: Retention = field(default_factory=Retention)
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
@@ -81,6 +82,7 @@ class ServeConfig:
             data_dir=self.data_dir,
             durability=self.durability,
             cache_size_bytes=self.cache_size_bytes,
+            encoder_cache_bytes=self.encoder_cache_bytes,
             max_map_size_bytes=self.max_map_size_bytes,
             max_state_bytes=min(self.max_message_bytes, 0xFFFF_FFFF),
             retention=self.retention,

@@ -261,7 +261,9 @@ class Store:
         self._updated = self._env.open_db(b"updated", create=create)
         self._rw = RWLock()
         self._states = StateCache(config.cache_size_bytes)
-        self._encoders: LRU[ChainEncoder] = LRU(config.encoder_cache_entries)
+        self._encoders: LRU[ChainEncoder] = LRU(
+            config.encoder_cache_entries, max_weight=config.encoder_cache_bytes, weigh=_encoder_memory
+        )
         self._merge_type = config.merge_message_class()
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._closing = threading.Event()
@@ -610,6 +612,11 @@ class Store:
         return self._states.hits
 
     @property
+    def memory_bytes(self) -> dict[str, int]:
+        """What the state cache and the cached encoders hold (the encoders' by estimate)."""
+        return {"state_cache": self._states.size_bytes, "encoder_cache": self._encoders.weight}
+
+    @property
     def cache_misses(self) -> int:
         return self._states.misses
 
@@ -630,6 +637,9 @@ class Store:
             "state_cache_hits": self._states.hits,
             "state_cache_misses": self._states.misses,
             "state_cache_bytes": self._states.size_bytes,
+            # Read off the writer's LRU without its thread: two ints, each read atomically.
+            "encoders_cached": len(self._encoders),
+            "encoder_cache_bytes": self._encoders.weight,
         }
 
     def iter_frames(self, session_id: str) -> Iterator[tuple[int, VersionInfo | None, bytes]]:
@@ -1149,6 +1159,10 @@ class Store:
 #
 # Every transaction here is opened with buffers=False, so LMDB hands back
 # bytes (the stubs also allow memoryview, for buffers=True).
+
+
+def _encoder_memory(encoder: ChainEncoder) -> int:
+    return encoder.memory_bytes
 
 
 def _forward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:

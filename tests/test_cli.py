@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from sidecar.client import CheckpointClient, InvalidArgumentError
-from tests.sidecar_proc import ROOT, Sidecar, start_sidecar
+from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
 
 
 def ckpt(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -116,5 +117,24 @@ def test_serve_compacts_merge_states_of_the_type_it_is_told(tmp_path: Path) -> N
             assert len(state) < 10 * patch.ByteSize()  # not 40 patches' worth
             with pytest.raises(InvalidArgumentError, match=r"does not parse as ckpt\.v1\.Checkpoint"):
                 client.merge("edits", b"\x82\x01\x01\x08")
+    finally:
+        assert sidecar.stop() == 0
+
+
+def test_serve_bounds_encoder_memory_by_its_flag(tmp_path: Path) -> None:
+    bad = ckpt("serve", "--data-dir", str(tmp_path / "bad"), "--encoder-cache-bytes", "-1")
+    assert bad.returncode == 2 and b"encoder_cache_bytes must be >= 0, got -1" in bad.stderr
+    port = free_port()
+    # A budget no encoder fits: every write resumes its chain from LMDB, and still round-trips.
+    sidecar = start_sidecar(tmp_path / "data", "--encoder-cache-bytes", "1", "--metrics-port", str(port))
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            states = [pb.Checkpoint(step=v, goal="g" * 2000 + str(v)).SerializeToString() for v in range(1, 6)]
+            for s in states:
+                client.put("bounded", s)
+            assert [client.get("bounded", version=v).state for v in range(1, 6)] == states
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'ckpt_cache_bytes{cache="encoder_cache"} 0.0' in text
+        assert 'ckpt_cache_bytes{cache="state_cache"} 0.0' not in text
     finally:
         assert sidecar.stop() == 0

@@ -179,6 +179,8 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         "ckpt_state_cache_hits_total 2.0",
         "ckpt_group_commit_writes_bucket",
         "ckpt_chain_depth_bucket",
+        'ckpt_cache_bytes{cache="encoder_cache"}',
+        'ckpt_cache_bytes{cache="state_cache"}',
     ):
         assert needle in text, needle
 

@@ -13,7 +13,7 @@ import lmdb
 import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
-from codec import ChainPolicy, FrameKind
+from codec import ChainEncoder, ChainPolicy, FrameKind
 from sidecar import (
     AlreadyExists,
     DataLoss,
@@ -29,6 +29,7 @@ from sidecar import (
     VersionConflict,
     WriteMode,
 )
+from sidecar.cache import LRU
 
 # Small test states would always be FULL frames under the default per-frame
 # cost; these tests want real chains.
@@ -594,3 +595,55 @@ def test_merge_compaction_config_names_the_type(config: StoreConfig) -> None:
         pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"),
     ):
         store.write(broken)
+
+
+def test_cached_encoders_stay_within_their_memory_budget(config: StoreConfig) -> None:
+    # Six sessions written in turn, with room for about two encoders: most
+    # writes find their encoder evicted and resume the chain from LMDB.
+    sessions = [f"big-{i}" for i in range(6)]
+    probe = ChainEncoder(policy=CHAINS)
+    probe.replace(state_of("big-0", 6, size=20_000))
+    budget = int(2.5 * probe.memory_bytes)
+    expected: dict[str, list[bytes]] = {sid: [] for sid in sessions}
+    with Store(replace(config, encoder_cache_bytes=budget, cache_size_bytes=0)) as store:
+        for version in range(1, 7):
+            for sid in sessions:
+                if version % 3:
+                    store.put(sid, state_of(sid, version, size=20_000))
+                    expected[sid].append(state_of(sid, version, size=20_000))
+                else:
+                    store.put(sid, patch_of(version), mode=WriteMode.MERGE)
+                    expected[sid].append(expected[sid][-1] + patch_of(version))
+                stats = store.stats()
+                assert stats["encoder_cache_bytes"] <= budget
+        assert 1 <= stats["encoders_cached"] <= 2  # the budget bounded it, not the 1,024 entries
+        for sid in sessions:
+            assert [store.get(sid, v).state for v in range(1, 7)] == expected[sid]
+            kinds = [info.frame_kind for info in store.list_versions(sid, page_size=10)[0]]
+            assert FrameKind.DELTA in kinds or FrameKind.PATCH in kinds  # resumed chains, not all FULL
+
+
+@pytest.mark.parametrize(
+    ("capacity", "max_weight", "puts", "kept", "weight"),
+    [
+        (2, None, [("a", 1), ("b", 1), ("c", 1)], ["b", "c"], 0),  # count-bound only (no weigh)
+        (10, 10, [("a", 4), ("b", 4), ("c", 4)], ["b", "c"], 8),
+        (10, 10, [("a", 4), ("b", 4), ("a", 4), ("c", 4)], ["a", "c"], 8),  # a put refreshes recency
+        (10, 10, [("a", 4), ("b", 4), ("a", 1)], ["b", "a"], 5),  # and re-weighs
+        (10, 10, [("a", 4), ("b", 11)], [], 0),  # heavier than the budget: not kept, and evicts the rest
+        (10, 10, [("a", 10)], ["a"], 10),  # exactly the budget fits
+        (0, 10, [("a", 1)], [], 0),  # capacity 0 keeps nothing
+    ],
+)
+def test_lru_bounds_count_and_weight(
+    capacity: int, max_weight: int | None, puts: list[tuple[str, int]], kept: list[str], weight: int
+) -> None:
+    weighs = max_weight is not None
+    lru: LRU[int] = LRU(capacity, max_weight=max_weight, weigh=(lambda w: w) if weighs else None)
+    for key, w in puts:
+        lru.put(key.encode(), w)
+    assert [k for k in (b"a", b"b", b"c") if lru.get(k) is not None] == sorted(k.encode() for k in kept)
+    assert lru.weight == weight
+    for key in kept:
+        lru.discard(key.encode())
+    assert lru.weight == 0 and len(lru) == 0
