@@ -801,6 +801,8 @@ def merge_cost(
                 if r:
                     samples[size].append(elapsed / 1e3 / len(requests))
         head_sizes = {size: len(store.get("m000").state) for size, store in stores.items()}
+        # Evicted encoders would turn the merges into chain reads: say how many stayed cached.
+        encoders = {size: store.stats() for size, store in stores.items()}
     finally:
         for size, store in stores.items():
             store.close()
@@ -818,6 +820,8 @@ def merge_cost(
                 "final_state_bytes": head_sizes[size],
                 "us_per_merge": us[size],
                 "rounds": samples[size],
+                "encoders_cached": encoders[size]["encoders_cached"],
+                "encoder_cache_bytes": encoders[size]["encoder_cache_bytes"],
             }
             for size in state_sizes
         ],
@@ -832,13 +836,14 @@ def render_merge_cost(r: dict[str, Any]) -> str:
         f" ~{r['patch_bytes']:.0f} B per round (put_many, request ids, fsync on), median of {r['rounds']} rounds,"
         " stores alternating",
         "",
-        "| head state | us per merge | rounds (us) |",
-        "|---:|---:|---|",
+        "| head state | us per merge | rounds (us) | encoders cached at the end (estimated MiB) |",
+        "|---:|---:|---|---:|",
     ]
     for row in rows:
         rounds = ", ".join(f"{x:.1f}" for x in row["rounds"])
         size = f"{row['state_bytes']:,} -> {row['final_state_bytes']:,} B"
-        lines.append(f"| {size} | {row['us_per_merge']:.1f} | {rounds} |")
+        cached = f"{row['encoders_cached']} ({row['encoder_cache_bytes'] / 2**20:.0f})"
+        lines.append(f"| {size} | {row['us_per_merge']:.1f} | {rounds} | {cached} |")
     lines.append(
         f"\nlargest / smallest: **{r['growth']:.2f}x** (target {' '.join(map(str, TARGETS['merge_cost_growth']))})"
     )

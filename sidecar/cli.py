@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=_env_int("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
         help="memory for recently written sessions' encoders (head state and zstd stream), so their next write"
-        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default 256 MiB)",
+        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default 512 MiB)",
     )
     s.add_argument(
         "--max-map-size-bytes",

@@ -77,9 +77,9 @@ class StoreConfig:
     #: of reading the chain back from LMDB.
     encoder_cache_entries: int = 1024
     #: Memory for those encoders, by ChainEncoder.memory_bytes (an upper
-    #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one). Without
-    #: it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
-    encoder_cache_bytes: int = 256 * 1024 * 1024
+    #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one, ~5 MiB
+    #: for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
+    encoder_cache_bytes: int = 512 * 1024 * 1024
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention)
     #: How long a request id deduplicates retries.

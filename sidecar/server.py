@@ -64,7 +64,7 @@ class ServeConfig:
     metrics_port: int | None = None
     durability: Durability = Durability.SYNC
     cache_size_bytes: int = 256 * 1024 * 1024
-    encoder_cache_bytes: int = 256 * 1024 * 1024
+    encoder_cache_bytes: int = 512 * 1024 * 1024
     max_map_size_bytes: int = 64 * 1024**3
     retention: Retention = field(default_factory=Retention)
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
