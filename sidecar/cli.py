@@ -43,6 +43,14 @@ DEFAULT_DATA_DIR = "data"
 _SERVE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ServeConfig)}
 
 
+def _size_text(nbytes: int) -> str:
+    """A default size for --help, in the largest binary unit it is a whole number of."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} bytes"
+
+
 def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"CKPT_{name}", default)
 
@@ -98,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-message-bytes",
         type=int,
         default=_env_int("MAX_MESSAGE_BYTES", _SERVE_DEFAULTS["max_message_bytes"]),
-        help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default 64 MiB)",
+        help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default "
+        f"{_size_text(_SERVE_DEFAULTS['max_message_bytes'])})",
     )
     s.add_argument(
         "--durability",
@@ -111,20 +120,23 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-size-bytes",
         type=int,
         default=_env_int("CACHE_SIZE_BYTES", _SERVE_DEFAULTS["cache_size_bytes"]),
-        help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default 256 MiB)",
+        help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default "
+        f"{_size_text(_SERVE_DEFAULTS['cache_size_bytes'])})",
     )
     s.add_argument(
         "--encoder-cache-bytes",
         type=int,
         default=_env_int("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
         help="memory for recently written sessions' encoders (head state and zstd stream), so their next write"
-        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default 512 MiB)",
+        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default "
+        f"{_size_text(_SERVE_DEFAULTS['encoder_cache_bytes'])})",
     )
     s.add_argument(
         "--max-map-size-bytes",
         type=int,
         default=_env_int("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
-        help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default 64 GiB)",
+        help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default "
+        f"{_size_text(_SERVE_DEFAULTS['max_map_size_bytes'])})",
     )
     s.add_argument(
         "--threads",

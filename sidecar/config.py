@@ -14,6 +14,10 @@ from codec import ChainPolicy
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The memory budgets and the map cap ``ckpt serve`` shares with StoreConfig.
+DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
+DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
 
 
 class Durability(enum.Enum):
@@ -67,11 +71,11 @@ class StoreConfig:
     map_size_bytes: int = 256 * 1024 * 1024
     #: The map never grows past this; a write that needs more fails with
     #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing.
-    max_map_size_bytes: int = 64 * 1024**3
+    max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
     durability: Durability = Durability.SYNC
     #: Memory for latest states of recently used sessions (the hot path when
     #: an agent restarts but the sidecar did not).
-    cache_size_bytes: int = 256 * 1024 * 1024
+    cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
     #: Sessions whose encoder (head state and live zstd stream) is kept
     #: between writes, so the next write continues the chain's stream instead
     #: of reading the chain back from LMDB.
@@ -79,7 +83,7 @@ class StoreConfig:
     #: Memory for those encoders, by ChainEncoder.memory_bytes (an upper
     #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one, ~5 MiB
     #: for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
-    encoder_cache_bytes: int = 512 * 1024 * 1024
+    encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention)
     #: How long a request id deduplicates retries.

@@ -30,7 +30,15 @@ from grpc_reflection.v1alpha import reflection
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from codec import ChainPolicy, FrameKind
 
-from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
+from .config import (
+    DEFAULT_CACHE_SIZE_BYTES,
+    DEFAULT_ENCODER_CACHE_BYTES,
+    DEFAULT_MAX_MAP_SIZE_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Durability,
+    Retention,
+    StoreConfig,
+)
 from .errors import InvalidArgument, StoreError, Unavailable
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
@@ -63,9 +71,9 @@ class ServeConfig:
     #: Serve Prometheus metrics on 127.0.0.1:PORT (None = off).
     metrics_port: int | None = None
     durability: Durability = Durability.SYNC
-    cache_size_bytes: int = 256 * 1024 * 1024
-    encoder_cache_bytes: int = 512 * 1024 * 1024
-    max_map_size_bytes: int = 64 * 1024**3
+    cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
+    encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
+    max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
     retention: Retention = field(default_factory=Retention)
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     #: Compact MERGE states as this protobuf message type (see StoreConfig).
