@@ -193,11 +193,10 @@ def encode_times(workload: Workload, reps: int) -> dict[str, float]:
 
     def ours_start() -> None:
         for prev, new in pairs:
-            cover = len(prev) + len(new)
-            window_log = max(16, stdzstd.window_log_for(cover))
-            stream = stdzstd.new_stream(
-                level=3, window_log=window_log, table_log=stdzstd.table_log_for(cover), prefix=prev
-            )
+            # Sized as ChainEncoder sizes a restarted REPLACE stream.
+            window_log = max(16, stdzstd.window_log_for(len(prev) + len(new)))
+            table_log = stdzstd.table_log_for(max(len(prev), len(new)))
+            stream = stdzstd.new_stream(level=3, window_log=window_log, table_log=table_log, prefix=prev)
             stream.compress(new, stdzstd.FLUSH_BLOCK)
 
     def pz() -> None:
