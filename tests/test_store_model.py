@@ -1,0 +1,410 @@
+"""The store against a model: random sequences of every store operation on a real LMDB directory.
+
+Hypothesis drives writes (REPLACE and MERGE, with and without expected
+versions and request ids), reads of any version (hot and cold), history
+paging, forks, deletes, retention sweeps, label listings and restarts of the
+store, under store configurations drawn per run (short chains, no caches,
+compaction, retention). After every operation the outcome is checked against
+a plain in-memory model of what a checkpoint store promises: every kept
+version reads back as written, a conflict names the current head, a retried
+request id writes nothing, retention keeps at least what it was asked to and
+never strands a delta, and nothing survives a delete.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from ckpt.v1 import checkpoint_pb2 as pb
+from codec import ChainPolicy, FrameKind
+from sidecar import (
+    AlreadyExists,
+    NotFound,
+    PutRequest,
+    PutResult,
+    Retention,
+    Store,
+    StoreConfig,
+    StoreError,
+    VersionConflict,
+    WriteMode,
+)
+
+SESSIONS = ("a", "b", "c", "d")
+ANY_SESSION = (*SESSIONS, "e")  # "e" only ever exists as a fork
+REQUEST_IDS = ("", "r1", "r2", "r3")  # "" = no request id
+Labels = dict[str, str]
+EXPECT = st.sampled_from(("none", "head", "stale", "create"))  # what expected_version a write carries
+LABELS = st.dictionaries(st.sampled_from(("team", "env")), st.sampled_from(("x", "y")), max_size=2)
+DAY_NANOS = 24 * 3600 * 10**9
+
+
+def _patch(step: int, content: str, key: str, value: str) -> bytes:
+    """A small Checkpoint patch: a new message appends, the step and a memory entry are overwritten."""
+    cp = pb.Checkpoint(step=step, messages=[pb.Message(role=pb.ROLE_ASSISTANT, content=content)])
+    cp.working_memory[key] = value
+    return cp.SerializeToString(deterministic=True)
+
+
+# Cheap to draw on purpose: a costly strategy here starves the write rules of steps.
+PATCHES = st.builds(
+    _patch, st.integers(0, 2**32), st.text(max_size=60), st.sampled_from(("k1", "k2")), st.text(max_size=20)
+)
+
+
+@dataclass
+class Session:
+    """What the model knows of one session."""
+
+    versions: dict[int, bytes] = field(default_factory=dict)  # kept versions only
+    head: int = 0
+    first: int = 1
+    labels: dict[str, str] = field(default_factory=dict)
+    forked_from: tuple[str, int] = ("", 0)
+
+
+@dataclass
+class Model:
+    """What a checkpoint store promises, kept in memory: the oracle the store is checked against."""
+
+    sessions: dict[str, Session] = field(default_factory=dict)
+    #: (session, request id) -> the version its first attempt wrote
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def request(
+        self, session_id: str, mode: WriteMode, grow: bool, patch: bytes, expect: str, request_id: str, labels: Labels
+    ) -> PutRequest:
+        """The write a client would send, given what the model says the session holds now."""
+        sess = self.sessions.get(session_id)
+        head = sess.head if sess else 0
+        prev = sess.versions[head] if sess else b""
+        # A REPLACE either grows the previous state (a delta against it) or is a new one.
+        state = (prev + patch if grow else patch) if mode is WriteMode.REPLACE else patch
+        expected = {"none": None, "head": head, "stale": head + 1, "create": 0}[expect]
+        return PutRequest(session_id, state, mode, expected, request_id, labels)
+
+    def expected(self, req: PutRequest) -> tuple[str, int]:
+        """What the store must answer: ("replay", version), ("conflict", head) or ("write", new version)."""
+        sess = self.sessions.get(req.session_id)
+        head = sess.head if sess else 0
+        replay = self.requests.get((req.session_id, req.request_id)) if req.request_id else None
+        if replay is not None:  # a retry writes nothing, whatever it expects, and answers as the first did
+            return "replay", replay
+        if req.expected_version is not None and req.expected_version != head:
+            return "conflict", head
+        return "write", head + 1
+
+    def apply(self, req: PutRequest, version: int) -> bytes:
+        """Record a committed write in the model; return the session's new state."""
+        sess = self.sessions.setdefault(req.session_id, Session())
+        new = sess.versions[sess.head] + req.state if req.mode is WriteMode.MERGE and sess.head else req.state
+        sess.head = version
+        sess.versions[version] = new
+        sess.labels.update(req.labels)
+        if req.request_id:
+            self.requests[(req.session_id, req.request_id)] = version
+        return new
+
+    def forget_requests(self, session_id: str) -> None:
+        self.requests = {k: v for k, v in self.requests.items() if k[0] != session_id}
+
+
+class StoreModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="ckpt-model-"))
+        self.model = Model()
+        self.store: Store | None = None
+
+    @initialize(
+        max_depth=st.sampled_from((1, 2, 4, 64)),
+        compact=st.booleans(),
+        keep_last=st.sampled_from((None, 1, 2, 3)),
+        by_age=st.booleans(),
+        cache_size_bytes=st.sampled_from((0, 1 << 20)),
+        encoder_cache_entries=st.sampled_from((0, 1, 1024)),
+    )
+    def open_store(
+        self,
+        max_depth: int,
+        compact: bool,
+        keep_last: int | None,
+        by_age: bool,
+        cache_size_bytes: int,
+        encoder_cache_entries: int,
+    ) -> None:
+        self.config = StoreConfig(
+            data_dir=self.root / "data",
+            chain_policy=ChainPolicy(frame_cost_bytes=0, max_depth=max_depth),
+            merge_message_type="ckpt.v1.Checkpoint" if compact else None,
+            retention=Retention(keep_last_versions=keep_last, max_version_age_seconds=3600 if by_age else None),
+            cache_size_bytes=cache_size_bytes,
+            encoder_cache_entries=encoder_cache_entries,
+            sweep_interval_seconds=3600,  # sweeps run only when a rule asks
+        )
+        self.compact = compact
+        self.store = Store(self.config)
+
+    def teardown(self) -> None:
+        try:
+            if self.store is not None:
+                self.restart()  # a last restart: everything the model holds must be on disk
+                self.check_every_kept_version()
+        finally:
+            if self.store is not None:
+                self.store.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- helpers -------------------------------------------------------------
+
+    @property
+    def s(self) -> Store:
+        assert self.store is not None
+        return self.store
+
+    def same_state(self, got: bytes, want: bytes) -> bool:
+        if not self.compact:
+            return got == want
+        # Compaction re-serializes a chain's first MERGE state: equal as messages, not as bytes.
+        return pb.Checkpoint.FromString(got) == pb.Checkpoint.FromString(want)
+
+    def check_every_kept_version(self) -> None:
+        for sid, sess in self.model.sessions.items():
+            for version, want in sess.versions.items():
+                got = self.s.get(sid, version, use_cache=False)
+                assert got.version == version
+                assert self.same_state(got.state, want), (sid, version)
+
+    # -- writes --------------------------------------------------------------
+
+    def check_write(self, req: PutRequest, outcome: PutResult | StoreError) -> None:
+        """Check one write's outcome against the model, then apply it to the model."""
+        kind, version = self.model.expected(req)
+        if kind == "conflict":
+            assert isinstance(outcome, VersionConflict), outcome
+            assert outcome.current_version == version
+            assert f"version {version}" in str(outcome)
+            return
+        assert isinstance(outcome, PutResult), outcome
+        assert (outcome.replayed, outcome.version) == (kind == "replay", version)
+        if kind == "write":
+            new = self.model.apply(req, version)
+            if not self.compact:
+                assert outcome.state_size == len(new)
+
+    def write(self, req: PutRequest) -> None:
+        try:
+            outcome: PutResult | StoreError = self.s.write(req)
+        except StoreError as exc:
+            outcome = exc
+        self.check_write(req, outcome)
+
+    @rule(
+        session_id=st.sampled_from(SESSIONS),
+        grow=st.booleans(),
+        patch=PATCHES,
+        expect=EXPECT,
+        request_id=st.sampled_from(REQUEST_IDS),
+        labels=LABELS,
+    )
+    def replace(self, session_id: str, grow: bool, patch: bytes, expect: str, request_id: str, labels: Labels) -> None:
+        self.write(self.model.request(session_id, WriteMode.REPLACE, grow, patch, expect, request_id, labels))
+
+    @rule(
+        session_id=st.sampled_from(SESSIONS),
+        patch=PATCHES,
+        expect=EXPECT,
+        request_id=st.sampled_from(REQUEST_IDS),
+        labels=LABELS,
+    )
+    def merge(self, session_id: str, patch: bytes, expect: str, request_id: str, labels: Labels) -> None:
+        self.write(self.model.request(session_id, WriteMode.MERGE, False, patch, expect, request_id, labels))
+
+    @rule(
+        writes=st.lists(
+            st.tuples(
+                st.sampled_from(SESSIONS),
+                st.sampled_from((WriteMode.REPLACE, WriteMode.MERGE)),
+                st.booleans(),
+                PATCHES,
+                EXPECT,
+                st.sampled_from(REQUEST_IDS),
+            ),
+            min_size=2,
+            max_size=6,
+        )
+    )
+    def put_many(self, writes: list[tuple[str, WriteMode, bool, bytes, str, str]]) -> None:
+        """Queued together, so they share group commits: a conflict among them fails alone, in order."""
+        # Each request is built against the session as it will be when that write runs
+        # (writes to one session apply in queue order), on a copy of the model.
+        ahead = copy.deepcopy(self.model)
+        requests = []
+        for session_id, mode, grow, patch, expect, request_id in writes:
+            req = ahead.request(session_id, mode, grow, patch, expect, request_id, {})
+            kind, version = ahead.expected(req)
+            if kind == "write":
+                ahead.apply(req, version)
+            requests.append(req)
+        for req, outcome in zip(requests, self.s.put_many(requests), strict=True):
+            self.check_write(req, outcome)
+
+    @rule(
+        source=st.sampled_from(SESSIONS),
+        pick=st.sampled_from(("latest", "oldest", "pruned", "beyond")),
+        new_id=st.sampled_from(ANY_SESSION),
+        labels=LABELS,
+    )
+    def fork(self, source: str, pick: str, new_id: str, labels: dict[str, str]) -> None:
+        src = self.model.sessions.get(source)
+        version = 0
+        if src is not None:
+            version = {"latest": 0, "oldest": src.first, "pruned": src.first - 1, "beyond": src.head + 1}[pick]
+            if version < 0:
+                version = 0
+        if new_id in self.model.sessions:
+            with pytest.raises(AlreadyExists, match=f"new_session_id '{new_id}' already exists"):
+                self.s.fork(source, version, new_id, labels=labels)
+            return
+        if src is None or (version and version not in src.versions):
+            with pytest.raises(NotFound, match=f"session '{source}'"):
+                self.s.fork(source, version, new_id, labels=labels)
+            return
+        info = self.s.fork(source, version, new_id, labels=labels)
+        resolved = version or src.head
+        assert (info.head_version, info.forked_from_session_id, info.forked_from_version) == (1, source, resolved)
+        self.model.sessions[new_id] = Session(
+            versions={1: src.versions[resolved]}, head=1, labels=dict(labels), forked_from=(source, resolved)
+        )
+
+    @rule(session_id=st.sampled_from(ANY_SESSION))
+    def delete(self, session_id: str) -> None:
+        sess = self.model.sessions.pop(session_id, None)
+        if sess is None:
+            with pytest.raises(NotFound):
+                self.s.delete_session(session_id)
+            return
+        assert self.s.delete_session(session_id) == len(sess.versions)
+        self.model.forget_requests(session_id)
+        with pytest.raises(NotFound):
+            self.s.get(session_id)
+        with pytest.raises(NotFound):
+            self.s.list_versions(session_id)
+
+    # -- reads -----------------------------------------------------------------
+
+    @rule(
+        session_id=st.sampled_from(ANY_SESSION),
+        pick=st.sampled_from(("latest", "any", "pruned", "beyond")),
+        index=st.integers(0, 1000),
+        use_cache=st.booleans(),
+    )
+    def get(self, session_id: str, pick: str, index: int, use_cache: bool) -> None:
+        sess = self.model.sessions.get(session_id)
+        if sess is None:
+            with pytest.raises(NotFound, match=f"session '{session_id}' does not exist"):
+                self.s.get(session_id, use_cache=use_cache)
+            return
+        kept = sorted(sess.versions)
+        version = {"latest": 0, "any": kept[index % len(kept)], "pruned": sess.first - 1, "beyond": sess.head + 1}[pick]
+        if pick == "pruned" and version < 1:
+            version = 0
+        if version and version not in sess.versions:
+            with pytest.raises(NotFound, match=f"version {version}"):
+                self.s.get(session_id, version, use_cache=use_cache)
+            return
+        got = self.s.get(session_id, version, use_cache=use_cache)
+        want = version or sess.head
+        assert got.version == got.info.version == want
+        assert self.same_state(got.state, sess.versions[want])
+
+    @rule(session_id=st.sampled_from(SESSIONS), page_size=st.integers(1, 5))
+    def history(self, session_id: str, page_size: int) -> None:
+        sess = self.model.sessions.get(session_id)
+        if sess is None:
+            with pytest.raises(NotFound):
+                self.s.list_versions(session_id, page_size=page_size)
+            return
+        seen: list[int] = []
+        token = ""
+        while True:
+            page, token = self.s.list_versions(session_id, page_size=page_size, page_token=token)
+            assert len(page) <= page_size
+            seen += [i.version for i in page]
+            if not token:
+                break
+        assert seen == sorted(sess.versions, reverse=True)
+        info = self.s.session(session_id)
+        assert (info.head_version, info.first_version, info.version_count) == (
+            sess.head,
+            sess.first,
+            len(sess.versions),
+        )
+        assert (info.forked_from_session_id, info.forked_from_version) == sess.forked_from
+        assert info.labels == sess.labels
+
+    @rule(label=st.sampled_from(("team", "env")), value=st.sampled_from(("x", "y")))
+    def list_by_label(self, label: str, value: str) -> None:
+        found, token = self.s.list_sessions(label_filter={label: value}, page_size=100)
+        assert token == ""
+        want = {sid for sid, sess in self.model.sessions.items() if sess.labels.get(label) == value}
+        assert {i.session_id for i in found} == want
+
+    # -- retention, restarts -------------------------------------------------
+
+    def _sweep(self, now_nanos: int | None) -> None:
+        before = {sid: (sess.first, sess.head) for sid, sess in self.model.sessions.items()}
+        self.s.sweep(now_nanos=now_nanos)
+        retention = self.config.retention
+        for sid, sess in self.model.sessions.items():
+            first, head = before[sid]
+            asked = first  # the highest first version retention may leave
+            if retention.keep_last_versions is not None:
+                asked = max(asked, head - retention.keep_last_versions + 1)
+            if retention.max_version_age_seconds is not None and now_nanos is not None:
+                asked = head  # every version but the head is older than the far-future "now"
+            kept = self.s.session(sid).first_version
+            assert first <= kept <= min(asked, head), (sid, first, kept, asked)
+            # The oldest kept version starts its chain: no delta is left without its FULL frame.
+            oldest = self.s.list_versions(sid, page_size=1000)[0][-1]
+            assert oldest.version == kept and oldest.frame_kind is FrameKind.FULL
+            sess.first = kept
+            sess.versions = {v: s for v, s in sess.versions.items() if v >= kept}
+
+    @rule()
+    def sweep_now(self) -> None:
+        self._sweep(None)
+
+    @rule()
+    def sweep_days_later(self) -> None:
+        """Request ids expire; with an age limit, every version but each head's chain goes."""
+        self._sweep(time.time_ns() + 2 * DAY_NANOS)
+        self.model.requests.clear()
+
+    @rule()
+    def restart(self) -> None:
+        """Close and reopen: encoders and caches are gone, everything committed stays."""
+        self.s.close()
+        self.store = Store(self.config)
+
+    @precondition(lambda self: self.store is not None)
+    @invariant()
+    def session_count_matches(self) -> None:
+        found, _ = self.s.list_sessions(page_size=100)
+        assert sorted(i.session_id for i in found) == sorted(self.model.sessions)
+
+
+# Twice the profile's examples: each one is a whole history of a store (~30 ms).
+_profile = settings()  # the loaded profile (default or thorough, see conftest)
+StoreModel.TestCase.settings = settings(_profile, max_examples=2 * _profile.max_examples, stateful_step_count=40)
+test_store_against_model = StoreModel.TestCase
