@@ -373,11 +373,15 @@ class StoreModel(RuleBasedStateMachine):
                 asked = max(asked, head - retention.keep_last_versions + 1)
             if retention.max_version_age_seconds is not None and now_nanos is not None:
                 asked = head  # every version but the head is older than the far-future "now"
+            asked = min(asked, head)  # the head always stays
             kept = self.s.session(sid).first_version
-            assert first <= kept <= min(asked, head), (sid, first, kept, asked)
-            # The oldest kept version starts its chain: no delta is left without its FULL frame.
-            oldest = self.s.list_versions(sid, page_size=1000)[0][-1]
-            assert oldest.version == kept and oldest.frame_kind is FrameKind.FULL
+            kinds = {i.version: i.frame_kind for i in self.s.list_versions(sid, page_size=1000)[0]}
+            assert min(kinds) == kept
+            # At least what was asked, and at most one chain more: the cut is at the chain
+            # start of the oldest version asked for, so no delta is left without its FULL frame.
+            assert first <= kept <= asked, (sid, first, kept, asked)
+            assert kinds[kept] is FrameKind.FULL
+            assert not any(kinds[v] is FrameKind.FULL for v in range(kept + 1, asked + 1)), (sid, kept, asked)
             sess.first = kept
             sess.versions = {v: s for v, s in sess.versions.items() if v >= kept}
 
