@@ -17,7 +17,6 @@ import copy
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -39,84 +38,7 @@ from sidecar import (
     VersionConflict,
     WriteMode,
 )
-
-SESSIONS = ("a", "b", "c", "d")
-ANY_SESSION = (*SESSIONS, "e")  # "e" only ever exists as a fork
-REQUEST_IDS = ("", "r1", "r2", "r3")  # "" = no request id
-Labels = dict[str, str]
-EXPECT = st.sampled_from(("none", "head", "stale", "create"))  # what expected_version a write carries
-LABELS = st.dictionaries(st.sampled_from(("team", "env")), st.sampled_from(("x", "y")), max_size=2)
-DAY_NANOS = 24 * 3600 * 10**9
-
-
-def _patch(step: int, content: str, key: str, value: str) -> bytes:
-    """A small Checkpoint patch: a new message appends, the step and a memory entry are overwritten."""
-    cp = pb.Checkpoint(step=step, messages=[pb.Message(role=pb.ROLE_ASSISTANT, content=content)])
-    cp.working_memory[key] = value
-    return cp.SerializeToString(deterministic=True)
-
-
-# Cheap to draw on purpose: a costly strategy here starves the write rules of steps.
-PATCHES = st.builds(
-    _patch, st.integers(0, 2**32), st.text(max_size=60), st.sampled_from(("k1", "k2")), st.text(max_size=20)
-)
-
-
-@dataclass
-class Session:
-    """What the model knows of one session."""
-
-    versions: dict[int, bytes] = field(default_factory=dict)  # kept versions only
-    head: int = 0
-    first: int = 1
-    labels: dict[str, str] = field(default_factory=dict)
-    forked_from: tuple[str, int] = ("", 0)
-
-
-@dataclass
-class Model:
-    """What a checkpoint store promises, kept in memory: the oracle the store is checked against."""
-
-    sessions: dict[str, Session] = field(default_factory=dict)
-    #: (session, request id) -> the version its first attempt wrote
-    requests: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def request(
-        self, session_id: str, mode: WriteMode, grow: bool, patch: bytes, expect: str, request_id: str, labels: Labels
-    ) -> PutRequest:
-        """The write a client would send, given what the model says the session holds now."""
-        sess = self.sessions.get(session_id)
-        head = sess.head if sess else 0
-        prev = sess.versions[head] if sess else b""
-        # A REPLACE either grows the previous state (a delta against it) or is a new one.
-        state = (prev + patch if grow else patch) if mode is WriteMode.REPLACE else patch
-        expected = {"none": None, "head": head, "stale": head + 1, "create": 0}[expect]
-        return PutRequest(session_id, state, mode, expected, request_id, labels)
-
-    def expected(self, req: PutRequest) -> tuple[str, int]:
-        """What the store must answer: ("replay", version), ("conflict", head) or ("write", new version)."""
-        sess = self.sessions.get(req.session_id)
-        head = sess.head if sess else 0
-        replay = self.requests.get((req.session_id, req.request_id)) if req.request_id else None
-        if replay is not None:  # a retry writes nothing, whatever it expects, and answers as the first did
-            return "replay", replay
-        if req.expected_version is not None and req.expected_version != head:
-            return "conflict", head
-        return "write", head + 1
-
-    def apply(self, req: PutRequest, version: int) -> bytes:
-        """Record a committed write in the model; return the session's new state."""
-        sess = self.sessions.setdefault(req.session_id, Session())
-        new = sess.versions[sess.head] + req.state if req.mode is WriteMode.MERGE and sess.head else req.state
-        sess.head = version
-        sess.versions[version] = new
-        sess.labels.update(req.labels)
-        if req.request_id:
-            self.requests[(req.session_id, req.request_id)] = version
-        return new
-
-    def forget_requests(self, session_id: str) -> None:
-        self.requests = {k: v for k, v in self.requests.items() if k[0] != session_id}
+from tests.store_model import ANY_SESSION, DAY_NANOS, EXPECT, LABELS, PATCHES, REQUEST_IDS, SESSIONS, Labels, Model
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -265,37 +187,27 @@ class StoreModel(RuleBasedStateMachine):
         new_id=st.sampled_from(ANY_SESSION),
         labels=LABELS,
     )
-    def fork(self, source: str, pick: str, new_id: str, labels: dict[str, str]) -> None:
-        src = self.model.sessions.get(source)
-        version = 0
-        if src is not None:
-            version = {"latest": 0, "oldest": src.first, "pruned": src.first - 1, "beyond": src.head + 1}[pick]
-            if version < 0:
-                version = 0
-        if new_id in self.model.sessions:
+    def fork(self, source: str, pick: str, new_id: str, labels: Labels) -> None:
+        version = self.model.fork_version(source, pick)
+        outcome = self.model.expected_fork(source, version, new_id)
+        if outcome == "exists":
             with pytest.raises(AlreadyExists, match=f"new_session_id '{new_id}' already exists"):
                 self.s.fork(source, version, new_id, labels=labels)
-            return
-        if src is None or (version and version not in src.versions):
+        elif outcome == "missing":
             with pytest.raises(NotFound, match=f"session '{source}'"):
                 self.s.fork(source, version, new_id, labels=labels)
-            return
-        info = self.s.fork(source, version, new_id, labels=labels)
-        resolved = version or src.head
-        assert (info.head_version, info.forked_from_session_id, info.forked_from_version) == (1, source, resolved)
-        self.model.sessions[new_id] = Session(
-            versions={1: src.versions[resolved]}, head=1, labels=dict(labels), forked_from=(source, resolved)
-        )
+        else:
+            info = self.s.fork(source, version, new_id, labels=labels)
+            resolved = self.model.apply_fork(source, version, new_id, labels)
+            assert (info.head_version, info.forked_from_session_id, info.forked_from_version) == (1, source, resolved)
 
     @rule(session_id=st.sampled_from(ANY_SESSION))
     def delete(self, session_id: str) -> None:
-        sess = self.model.sessions.pop(session_id, None)
-        if sess is None:
+        if session_id not in self.model.sessions:
             with pytest.raises(NotFound):
                 self.s.delete_session(session_id)
             return
-        assert self.s.delete_session(session_id) == len(sess.versions)
-        self.model.forget_requests(session_id)
+        assert self.s.delete_session(session_id) == self.model.apply_delete(session_id)
         with pytest.raises(NotFound):
             self.s.get(session_id)
         with pytest.raises(NotFound):
