@@ -6,6 +6,7 @@ and ``tests/test_sidecar_model.py`` checks a real sidecar against over gRPC.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -33,6 +34,22 @@ def _patch(step: int, content: str, key: str, value: str) -> bytes:
 PATCHES = st.builds(
     _patch, st.integers(0, 2**32), st.text(max_size=60), st.sampled_from(("k1", "k2")), st.text(max_size=20)
 )
+
+
+#: One queued write of a batch: (session, mode, grow, patch, expect, request id).
+BatchWrite = tuple[str, WriteMode, bool, bytes, str, str]
+
+
+def batches(*, min_size: int, max_size: int) -> st.SearchStrategy[list[BatchWrite]]:
+    write = st.tuples(
+        st.sampled_from(SESSIONS),
+        st.sampled_from((WriteMode.REPLACE, WriteMode.MERGE)),
+        st.booleans(),
+        PATCHES,
+        EXPECT,
+        st.sampled_from(REQUEST_IDS),
+    )
+    return st.lists(write, min_size=min_size, max_size=max_size)
 
 
 @dataclass
@@ -87,6 +104,22 @@ class Model:
         if req.request_id:
             self.requests[(req.session_id, req.request_id)] = version
         return new
+
+    def plan(self, writes: list[BatchWrite]) -> list[PutRequest]:
+        """The requests of a batch, each built against its session as it will be when that write runs.
+
+        Writes to one session apply in queue order, so each is planned on a copy of
+        the model advanced by the writes before it; the model itself is unchanged.
+        """
+        ahead = copy.deepcopy(self)
+        requests = []
+        for session_id, mode, grow, patch, expect, request_id in writes:
+            req = ahead.request(session_id, mode, grow, patch, expect, request_id, {})
+            kind, version = ahead.expected(req)
+            if kind == "write":
+                ahead.apply(req, version)
+            requests.append(req)
+        return requests
 
     def fork_version(self, source: str, pick: str) -> int:
         """The version a fork of ``source`` names: 0 = latest, the oldest kept, one pruned, or one not yet written."""

@@ -11,7 +11,6 @@ SIGTERM, restarted, and every version the model holds is read back.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from pathlib import Path
 
@@ -25,7 +24,18 @@ from ckpt.v1 import service_pb2
 from sidecar import PutRequest, WriteMode
 from sidecar.client import AlreadyExistsError, CheckpointClient, ConflictError, NotFoundError
 from tests.sidecar_proc import start_sidecar
-from tests.store_model import ANY_SESSION, EXPECT, LABELS, PATCHES, REQUEST_IDS, SESSIONS, Labels, Model
+from tests.store_model import (
+    ANY_SESSION,
+    EXPECT,
+    LABELS,
+    PATCHES,
+    REQUEST_IDS,
+    SESSIONS,
+    BatchWrite,
+    Labels,
+    Model,
+    batches,
+)
 
 _WIRE_MODE = {WriteMode.REPLACE: service_pb2.WRITE_MODE_REPLACE, WriteMode.MERGE: service_pb2.WRITE_MODE_MERGE}
 
@@ -97,30 +107,12 @@ class SidecarModel(RuleBasedStateMachine):
         self._write(self.model.request(session_id, WriteMode.MERGE, False, patch, expect, request_id, labels))
 
     @rule(
-        writes=st.lists(
-            st.tuples(
-                st.sampled_from(SESSIONS),
-                st.sampled_from((WriteMode.REPLACE, WriteMode.MERGE)),
-                st.booleans(),
-                PATCHES,
-                EXPECT,
-                st.sampled_from(REQUEST_IDS),
-            ),
-            min_size=1,
-            max_size=8,
-        ),
+        writes=batches(min_size=1, max_size=8),
         batch_size=st.integers(1, 3),
     )
-    def put_stream(self, writes: list[tuple[str, WriteMode, bool, bytes, str, str]], batch_size: int) -> None:
+    def put_stream(self, writes: list[BatchWrite], batch_size: int) -> None:
         """One PutStream: results in order, a conflict fails alone (ABORTED with the head), writes keep order."""
-        ahead = copy.deepcopy(self.model)  # requests are built against each session as it will be
-        requests = []
-        for session_id, mode, grow, patch, expect, request_id in writes:
-            req = ahead.request(session_id, mode, grow, patch, expect, request_id, {})
-            kind, version = ahead.expected(req)
-            if kind == "write":
-                ahead.apply(req, version)
-            requests.append(req)
+        requests = self.model.plan(writes)
         wire = [_wire(req, self.sid(req.session_id), {"run": self.prefix}) for req in requests]
         results = list(self.client.put_stream(wire, batch_size=batch_size))
         assert len(results) == len(requests)

@@ -13,7 +13,6 @@ never strands a delta, and nothing survives a delete.
 
 from __future__ import annotations
 
-import copy
 import shutil
 import tempfile
 import time
@@ -38,7 +37,19 @@ from sidecar import (
     VersionConflict,
     WriteMode,
 )
-from tests.store_model import ANY_SESSION, DAY_NANOS, EXPECT, LABELS, PATCHES, REQUEST_IDS, SESSIONS, Labels, Model
+from tests.store_model import (
+    ANY_SESSION,
+    DAY_NANOS,
+    EXPECT,
+    LABELS,
+    PATCHES,
+    REQUEST_IDS,
+    SESSIONS,
+    BatchWrite,
+    Labels,
+    Model,
+    batches,
+)
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -152,32 +163,10 @@ class StoreModel(RuleBasedStateMachine):
     def merge(self, session_id: str, patch: bytes, expect: str, request_id: str, labels: Labels) -> None:
         self.write(self.model.request(session_id, WriteMode.MERGE, False, patch, expect, request_id, labels))
 
-    @rule(
-        writes=st.lists(
-            st.tuples(
-                st.sampled_from(SESSIONS),
-                st.sampled_from((WriteMode.REPLACE, WriteMode.MERGE)),
-                st.booleans(),
-                PATCHES,
-                EXPECT,
-                st.sampled_from(REQUEST_IDS),
-            ),
-            min_size=2,
-            max_size=6,
-        )
-    )
-    def put_many(self, writes: list[tuple[str, WriteMode, bool, bytes, str, str]]) -> None:
+    @rule(writes=batches(min_size=2, max_size=6))
+    def put_many(self, writes: list[BatchWrite]) -> None:
         """Queued together, so they share group commits: a conflict among them fails alone, in order."""
-        # Each request is built against the session as it will be when that write runs
-        # (writes to one session apply in queue order), on a copy of the model.
-        ahead = copy.deepcopy(self.model)
-        requests = []
-        for session_id, mode, grow, patch, expect, request_id in writes:
-            req = ahead.request(session_id, mode, grow, patch, expect, request_id, {})
-            kind, version = ahead.expected(req)
-            if kind == "write":
-                ahead.apply(req, version)
-            requests.append(req)
+        requests = self.model.plan(writes)
         for req, outcome in zip(requests, self.s.put_many(requests), strict=True):
             self.check_write(req, outcome)
 
