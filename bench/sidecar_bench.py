@@ -1,6 +1,6 @@
 """Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
 
-    python -m bench.sidecar_bench [--quick] [--json FILE]
+    python -m bench.sidecar_bench [--quick] [--two-processes] [--json FILE]
 
 One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
 ``sync`` durability), its data directory on real disk under
@@ -25,7 +25,12 @@ measured against that one server, over its unix socket, in this run:
    the unary merge rate;
 4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
    sidecar's state cache) against echoing the same number of bytes, calls
-   alternating on one client thread; p50/p99 of each, and the p50 ratio.
+   alternating on one client thread; p50/p99 of each, and the p50 ratio;
+5. with ``--two-processes``, for information: the unary merges again against
+   two independent sidecars (own data directory, socket, writer thread and
+   GIL), 32 of the 64 threads each. Two processes that share nothing are the
+   most a ``--workers 2`` option could give: real workers would also share
+   LMDB's one write lock and check each other's heads.
 
 Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
 same kind, with the kinds interleaved round by round (echo, merge, stream,
@@ -45,7 +50,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,10 +111,15 @@ def _replace_session(i: int) -> str:
 # -- measurement helpers -----------------------------------------------------------
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of the server process; NaN without /proc (not Linux)."""
-    seconds = proc_cpu_seconds(pid)
-    return float("nan") if seconds is None else seconds
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """utime + stime of the server processes; NaN without /proc (not Linux)."""
+    total = 0.0
+    for pid in pids:
+        seconds = proc_cpu_seconds(pid)
+        if seconds is None:
+            return float("nan")
+        total += seconds
+    return total
 
 
 @dataclass
@@ -124,7 +134,9 @@ class Throughput:
         return self.calls / self.seconds
 
 
-def run_threads(workers: list[Callable[[threading.Event], int]], seconds: float, server_pid: int) -> Throughput:
+def run_threads(
+    workers: list[Callable[[threading.Event], int]], seconds: float, server_pids: Sequence[int]
+) -> Throughput:
     """Run every worker on its own thread until ``seconds`` pass; count the calls they complete.
 
     Workers stop at their next call boundary once the event is set; the calls in
@@ -151,13 +163,13 @@ def run_threads(workers: list[Callable[[threading.Event], int]], seconds: float,
     try:
         start.wait()
         t0 = time.perf_counter_ns()
-        c0, s0 = time.process_time(), _cpu_seconds(server_pid)
+        c0, s0 = time.process_time(), _cpu_seconds(server_pids)
         stop.wait(seconds)
         stop.set()
         for t in threads:
             t.join()
         elapsed = (time.perf_counter_ns() - t0) / 1e9
-        c1, s1 = time.process_time(), _cpu_seconds(server_pid)
+        c1, s1 = time.process_time(), _cpu_seconds(server_pids)
     finally:
         gc.enable()
     if errors:
@@ -180,13 +192,16 @@ class Report:
 
 
 class Bench:
-    def __init__(self, sidecar: SidecarProcess, *, quick: bool) -> None:
+    def __init__(self, sidecar: SidecarProcess, *, quick: bool, second: SidecarProcess | None = None) -> None:
         self.sidecar = sidecar
         self.pid = sidecar.process.pid
         self.quick = quick
         self.seconds = 0.8 if quick else 3.0
         self.warmup = 0.25 if quick else 0.75
         self.client = CheckpointClient(sidecar.targets[0])
+        # A second, independent sidecar: what `--workers 2` could give at best (own writer, own GIL, no shared lock).
+        self.second = second
+        self.clients = [self.client] + ([CheckpointClient(second.targets[0])] if second else [])
         self.echo_channel = grpc.insecure_channel(sidecar.targets[0])
         self.echo = self.echo_channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
         self.state = make_state(STATE_BYTES)
@@ -198,7 +213,8 @@ class Bench:
 
     def close(self) -> None:
         self.echo_channel.close()
-        self.client.close()
+        for client in self.clients:
+            client.close()
 
     # Each *_workers returns one callable per thread: run until the event is set, return calls made.
 
@@ -214,23 +230,30 @@ class Bench:
         return [work] * CLIENTS
 
     def seed(self) -> None:
-        """REPLACE every merge session with the ~10 KB state (one stream: one group commit)."""
-        puts = (
+        """REPLACE every merge session with the ~10 KB state, on every sidecar (one stream: one group commit)."""
+        puts = [
             service_pb2.PutRequest(session_id=_merge_session(i), state=self.state, mode=service_pb2.WRITE_MODE_REPLACE)
             for i in range(CLIENTS)
-        )
-        for r in self.client.put_stream(puts, batch_size=CLIENTS):
-            if r.HasField("error"):
-                raise AssertionError(f"seeding failed: {r.error}")
+        ]
+        for client in self.clients:
+            for r in client.put_stream(puts, batch_size=CLIENTS):
+                if r.HasField("error"):
+                    raise AssertionError(f"seeding failed: {r.error}")
 
-    def merge_workers(self) -> list[Callable[[threading.Event], int]]:
+    def merge_workers(
+        self, clients: Sequence[CheckpointClient] | None = None
+    ) -> list[Callable[[threading.Event], int]]:
+        """Thread i merges into its own session through ``clients[i % len(clients)]`` (default: the one sidecar)."""
+        clients = clients or [self.client]
+
         def worker(i: int) -> Callable[[threading.Event], int]:
             session = _merge_session(i)
+            client = clients[i % len(clients)]
 
             def work(stop: threading.Event) -> int:
                 n, size = 0, 0
                 while not stop.is_set():
-                    size = self.client.merge(session, self.patches[(i + n) % len(self.patches)]).state_size
+                    size = client.merge(session, self.patches[(i + n) % len(self.patches)]).state_size
                     n += 1
                 self.max_state_size["unary_merge"] = max(self.max_state_size["unary_merge"], size)
                 return n
@@ -292,22 +315,28 @@ class Bench:
     def throughputs(self) -> dict[str, list[Throughput]]:
         for i in range(CLIENTS):  # the replace sessions exist before the first measurement
             self.client.put(_replace_session(i), self.replace_states[0])
-        kinds: dict[str, tuple[Callable[[], list[Callable[[threading.Event], int]]], bool]] = {
-            "echo_10k": (lambda: self.echo_workers(self.echo_10k), False),
-            "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False),
-            "unary_merge": (self.merge_workers, True),
-            "stream_merge": (self.stream_workers, True),
-            "unary_replace_10k": (self.replace_workers, False),
+        # name: (make the workers, re-seed the merge sessions first, the server processes it calls)
+        Kind = tuple[Callable[[], list[Callable[[threading.Event], int]]], bool, list[int]]
+        one = [self.pid]
+        kinds: dict[str, Kind] = {
+            "echo_10k": (lambda: self.echo_workers(self.echo_10k), False, one),
+            "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False, one),
+            "unary_merge": (self.merge_workers, True, one),
         }
+        if self.second is not None:
+            both = [self.pid, self.second.process.pid]
+            kinds["unary_merge_2_processes"] = (lambda: self.merge_workers(self.clients), True, both)
+        kinds["stream_merge"] = (self.stream_workers, True, one)
+        kinds["unary_replace_10k"] = (self.replace_workers, False, one)
         results: dict[str, list[Throughput]] = {k: [] for k in kinds}
         for _ in range(REPS):
-            for name, (make, seeded) in kinds.items():
+            for name, (make, seeded, pids) in kinds.items():
                 if seeded:
                     self.seed()
-                run_threads(make(), self.warmup, self.pid)
+                run_threads(make(), self.warmup, pids)
                 if seeded:
                     self.seed()  # so the measured merges start from ~10 KB states
-                results[name].append(run_threads(make(), self.seconds, self.pid))
+                results[name].append(run_threads(make(), self.seconds, pids))
         return results
 
     def hot_get(self) -> dict[str, Any]:
@@ -356,21 +385,38 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool = False, root: Path | None = None) -> Report:
+def _start(base: Path, name: str) -> SidecarProcess:
+    data_dir = base / name
+    shutil.rmtree(data_dir, ignore_errors=True)
+    target = f"unix:{base / f'{name}.sock'}"
+    return start_sidecar_process(
+        data_dir, "--bench-echo", listen=[target], log_path=base / f"{name}.log", inherit_ckpt_env=False
+    )
+
+
+def _stop(sidecar: SidecarProcess, *, ok: bool) -> None:
+    code = sidecar.stop()
+    if ok and code == 0:
+        shutil.rmtree(sidecar.data_dir, ignore_errors=True)
+        sidecar.log_path.unlink(missing_ok=True)
+    elif code != 0:
+        print(f"sidecar exited with {code}; log kept at {sidecar.log_path}", file=sys.stderr)
+        sidecar.stop(signal.SIGKILL)
+
+
+def run(*, quick: bool = False, root: Path | None = None, two_processes: bool = False) -> Report:
     base = root or data_root()
     base.mkdir(parents=True, exist_ok=True)
-    data_dir = base / f"sidecar-{os.getpid()}"
-    shutil.rmtree(data_dir, ignore_errors=True)
-    target = f"unix:{base / f'{data_dir.name}.sock'}"
-    sidecar = start_sidecar_process(
-        data_dir, "--bench-echo", listen=[target], log_path=base / f"{data_dir.name}.log", inherit_ckpt_env=False
-    )
+    sidecar = _start(base, f"sidecar-{os.getpid()}")
+    second: SidecarProcess | None = None
     ok = False
     try:
-        bench = Bench(sidecar, quick=quick)
+        if two_processes:
+            second = _start(base, f"sidecar-{os.getpid()}-2")
+        bench = Bench(sidecar, quick=quick, second=second)
         try:
             report = Report(
-                machine={**machine_info(), "data_dir": str(data_dir), "target": sidecar.targets[0]},
+                machine={**machine_info(), "data_dir": str(sidecar.data_dir), "target": sidecar.targets[0]},
                 params={
                     "quick": quick,
                     "clients": CLIENTS,
@@ -409,7 +455,13 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
             "unary_replace_10k_vs_echo_10k": rate["unary_replace_10k"] / rate["echo_10k"],
             "hot_get_p50_vs_echo": lat["get_p50_us"] / lat["echo_p50_us"],
             "hot_get_p99_vs_echo": lat["get_p99_us"] / lat["echo_p99_us"],
+            # What the rates' ratio would be if both filled the machine's cores: client and
+            # server share them, so a call's CPU on both sides is what it costs.
+            "unary_merge_vs_echo_request_size_if_cpu_bound": _cpu_per_call(report.throughput["echo_request_size"])
+            / _cpu_per_call(report.throughput["unary_merge"]),
         }
+        if "unary_merge_2_processes" in rate:
+            report.ratios["unary_merge_2_processes_vs_1"] = rate["unary_merge_2_processes"] / rate["unary_merge"]
         got = {
             # The echo with the merge request's own size: same RPCs, same bytes in per call.
             "unary_merge_vs_echo": report.ratios["unary_merge_vs_echo_request_size"],
@@ -427,13 +479,13 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
         ok = True
         return report
     finally:
-        code = sidecar.stop()
-        if ok and code == 0:
-            shutil.rmtree(data_dir, ignore_errors=True)
-            sidecar.log_path.unlink(missing_ok=True)
-        elif code != 0:
-            print(f"sidecar exited with {code}; log kept at {sidecar.log_path}", file=sys.stderr)
-            sidecar.stop(signal.SIGKILL)
+        _stop(sidecar, ok=ok)
+        if second is not None:
+            _stop(second, ok=ok)
+
+
+def _cpu_per_call(throughput: dict[str, Any]) -> float:
+    return float(throughput["server_cpu_us_per_call"] + throughput["client_cpu_us_per_call"])
 
 
 def render(report: Report) -> str:
@@ -446,10 +498,14 @@ def render(report: Report) -> str:
         "echo_10k": f"echo {p['state_bytes']:,} B, {p['clients']} threads",
         "echo_request_size": f"echo {p['merge_request_bytes']:,} B (= merge request), {p['clients']} threads",
         "unary_merge": f"unary MERGE ~{p['patch_bytes_mean']:.0f} B patch onto ~10 KB state, {p['clients']} threads",
+        "unary_merge_2_processes": f"the same unary MERGE, 2 independent sidecars x {p['clients'] // 2} threads "
+        "(what `--workers 2` could give at best; info)",
         "stream_merge": f"PutStream MERGE, {p['streams']} streams x {p['stream_batch']}/batch",
         "unary_replace_10k": f"unary REPLACE {p['state_bytes']:,} B state, {p['clients']} threads (info)",
     }
     for name, label in labels.items():
+        if name not in t:
+            continue
         x = t[name]
         reps = ", ".join(f"{v:,.0f}" for v in x["rates"])
         lines.append(
@@ -488,7 +544,9 @@ def render(report: Report) -> str:
     lines.append(
         "\nunary_merge_vs_echo is judged against the echo of the merge request's own size: the same number of "
         "RPCs carrying the same bytes in, so the ratio isolates what a merge adds (protobuf, store, commit). "
-        "The 10 KB echo moves ~20 KB per call that a merge never sends, which would flatter the ratio."
+        "The 10 KB echo moves ~20 KB per call that a merge never sends, which would flatter the ratio. "
+        "The _if_cpu_bound reading divides the echo's CPU per call (server + client, which share this machine's "
+        "cores) by the merge's: the ratio the two rates would have if both kept every core busy."
     )
     return "\n".join(lines)
 
@@ -497,8 +555,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="0.8 s repetitions instead of 3 s, fewer latency samples")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--two-processes",
+        action="store_true",
+        help="also run the unary merges against two independent sidecars, 32 client threads each: "
+        "the most a --workers 2 option could give on this machine",
+    )
     args = parser.parse_args(argv)
-    report = run(quick=args.quick)
+    report = run(quick=args.quick, two_processes=args.two_processes)
     return finish(report, render(report), args.json)
 
 
