@@ -515,12 +515,27 @@ def _summary(us: list[float]) -> dict[str, float]:
     return {"p50": statistics.median(us), "p99": percentile(us, 99), "p999": percentile(us, 99.9)}
 
 
+def _picks(sessions: int, reads: int, seed: int) -> list[tuple[int, int]]:
+    """``reads`` random (session, older version) pairs among the first ``sessions``."""
+    rng = random.Random(seed)
+    return [(rng.randrange(sessions), rng.randrange(1, VERSIONS_PER_SESSION)) for _ in range(reads)]
+
+
+def _pass_result(latest: list[float], old: list[float], faulted: list[int], mismatches: int) -> dict[str, Any]:
+    return {
+        "latest_us": _summary(latest),
+        "old_version_us": _summary(old),
+        "latest_reads_with_major_fault": faulted[0],
+        "old_reads_with_major_fault": faulted[1],
+        "mismatches": mismatches,
+    }
+
+
 def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -> dict[str, Any]:
     """One pass of random cold reads among the first ``sessions``: the latest version, then a random older one
     of the same session. Major page faults (a page the OS had to read from disk) are counted outside the
     timed calls."""
-    rng = random.Random(seed)
-    picks = [(rng.randrange(sessions), rng.randrange(1, VERSIONS_PER_SESSION)) for _ in range(reads)]
+    picks = _picks(sessions, reads, seed)
     latest: list[float] = []
     old: list[float] = []
     faulted = [0, 0]
@@ -543,13 +558,7 @@ def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -
         faulted[1] += f2 > f1
         if a.state != data.state(i, VERSIONS_PER_SESSION) or b.state != data.state(i, v):
             mismatches += 1
-    return {
-        "latest_us": _summary(latest),
-        "old_version_us": _summary(old),
-        "latest_reads_with_major_fault": faulted[0],
-        "old_reads_with_major_fault": faulted[1],
-        "mismatches": mismatches,
-    }
+    return _pass_result(latest, old, faulted, mismatches)
 
 
 def _each_read_from_disk(
@@ -563,13 +572,11 @@ def _each_read_from_disk(
     descent and frames come from the disk, and no earlier read of the pass
     cached pages for it, however small the file.
     """
-    rng = random.Random(seed)
-    picks = [(rng.randrange(sessions), rng.randrange(1, VERSIONS_PER_SESSION)) for _ in range(reads)]
     data_file = store.config.data_dir / "lmdb" / "data.mdb"
     timings: dict[int, list[float]] = {0: [], 1: []}  # version 0 (latest), then the older one
     faulted = [0, 0]
     mismatches = 0
-    for i, old in picks:
+    for i, old in _picks(sessions, reads, seed):
         for slot, version in enumerate((0, old)):
             store.close()
             _evict_from_page_cache(data_file)
@@ -581,13 +588,7 @@ def _each_read_from_disk(
             faulted[slot] += _majflt() > f0
             timings[slot].append((t1 - t0) / 1e3)
             mismatches += got.state != data.state(i, version or VERSIONS_PER_SESSION)
-    return store, {
-        "latest_us": _summary(timings[0]),
-        "old_version_us": _summary(timings[1]),
-        "latest_reads_with_major_fault": faulted[0],
-        "old_reads_with_major_fault": faulted[1],
-        "mismatches": mismatches,
-    }
+    return store, _pass_result(timings[0], timings[1], faulted, mismatches)
 
 
 def _read_whole_file(path: Path) -> float:
