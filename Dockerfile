@@ -18,8 +18,11 @@ USER ckpt
 VOLUME ["/data", "/run/ckpt"]
 EXPOSE 50051
 # Every option is also an environment variable (see `ckpt serve --help`).
+# CKPT_TARGET points the client commands (`docker exec ... ckpt get s`) at
+# the socket the server listens on, which is not the data directory's.
 ENV CKPT_DATA_DIR=/data \
-    CKPT_LISTEN=unix:/run/ckpt/ckpt.sock,0.0.0.0:50051
+    CKPT_LISTEN=unix:/run/ckpt/ckpt.sock,0.0.0.0:50051 \
+    CKPT_TARGET=unix:/run/ckpt/ckpt.sock
 STOPSIGNAL SIGTERM
 # The standard grpc.health.v1 check, through the sidecar's own Python client stack.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

@@ -12,8 +12,10 @@
 
 put/get/history/fork/delete talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats read a data directory
-directly (read-only, safe beside a running sidecar). Every option has an
-environment variable (shown in --help). Errors go to stderr; exit status 1.
+directly (read-only, safe beside a running sidecar). Every `serve` option,
+--data-dir and --target have an environment variable (shown in --help).
+Errors go to stderr: exit status 1 when the command fails, 2 for a bad
+command line or configuration.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -55,14 +58,35 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"CKPT_{name}", default)
 
 
-def _env_int(name: str, default: int | None) -> int | None:
+def _env_default(name: str, default: Any) -> Any:
+    """An option's default: CKPT_<name> if set, as text, else ``default``.
+
+    argparse converts a text default with the option's ``type`` only when the
+    option is used, so a bad variable is reported like a bad option, and only
+    by the command that reads it.
+    """
     value = _env(name)
-    return int(value) if value not in (None, "") else default
+    return value if value not in (None, "") else default
 
 
-def _env_float(name: str, default: float | None) -> float | None:
-    value = _env(name)
-    return float(value) if value not in (None, "") else default
+def _number(kind: Callable[[str], Any], env_name: str) -> Callable[[str], Any]:
+    what = "an integer" if kind is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (from the option or CKPT_{env_name})") from None
+
+    return parse
+
+
+def _in_option_terms(message: str, args: argparse.Namespace) -> str:
+    """A configuration error with its field names spelled as the options that set them."""
+    for name in vars(args):
+        if name != "command":
+            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+    return message
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,14 +122,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--metrics-port",
-        type=int,
-        default=_env_int("METRICS_PORT", None),
+        type=_number(int, "METRICS_PORT"),
+        default=_env_default("METRICS_PORT", None),
         help="serve Prometheus metrics on 127.0.0.1:PORT (env CKPT_METRICS_PORT; default off)",
     )
     s.add_argument(
         "--max-message-bytes",
-        type=int,
-        default=_env_int("MAX_MESSAGE_BYTES", _SERVE_DEFAULTS["max_message_bytes"]),
+        type=_number(int, "MAX_MESSAGE_BYTES"),
+        default=_env_default("MAX_MESSAGE_BYTES", _SERVE_DEFAULTS["max_message_bytes"]),
         help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default "
         f"{_size_text(_SERVE_DEFAULTS['max_message_bytes'])})",
     )
@@ -118,49 +142,49 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--cache-size-bytes",
-        type=int,
-        default=_env_int("CACHE_SIZE_BYTES", _SERVE_DEFAULTS["cache_size_bytes"]),
+        type=_number(int, "CACHE_SIZE_BYTES"),
+        default=_env_default("CACHE_SIZE_BYTES", _SERVE_DEFAULTS["cache_size_bytes"]),
         help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default "
         f"{_size_text(_SERVE_DEFAULTS['cache_size_bytes'])})",
     )
     s.add_argument(
         "--encoder-cache-bytes",
-        type=int,
-        default=_env_int("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
+        type=_number(int, "ENCODER_CACHE_BYTES"),
+        default=_env_default("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
         help="memory for recently written sessions' encoders (head state and zstd stream), so their next write"
         " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default "
         f"{_size_text(_SERVE_DEFAULTS['encoder_cache_bytes'])})",
     )
     s.add_argument(
         "--max-map-size-bytes",
-        type=int,
-        default=_env_int("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
+        type=_number(int, "MAX_MAP_SIZE_BYTES"),
+        default=_env_default("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
         help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default "
         f"{_size_text(_SERVE_DEFAULTS['max_map_size_bytes'])})",
     )
     s.add_argument(
         "--threads",
-        type=int,
-        default=_env_int("THREADS", _SERVE_DEFAULTS["threads"]),
+        type=_number(int, "THREADS"),
+        default=_env_default("THREADS", _SERVE_DEFAULTS["threads"]),
         help="threads for store calls that may block: cache-miss reads, listings, forks, deletes; RPCs run on"
         f" one event loop (env CKPT_THREADS; default {_SERVE_DEFAULTS['threads']})",
     )
     s.add_argument(
         "--grace-seconds",
-        type=float,
-        default=_env_float("GRACE_SECONDS", _SERVE_DEFAULTS["grace_seconds"]),
+        type=_number(float, "GRACE_SECONDS"),
+        default=_env_default("GRACE_SECONDS", _SERVE_DEFAULTS["grace_seconds"]),
         help="time in-flight RPCs get on shutdown (env CKPT_GRACE_SECONDS; default 10)",
     )
     s.add_argument(
         "--keep-last-versions",
-        type=int,
-        default=_env_int("KEEP_LAST_VERSIONS", None),
+        type=_number(int, "KEEP_LAST_VERSIONS"),
+        default=_env_default("KEEP_LAST_VERSIONS", None),
         help="retention: keep at least the newest N versions (env CKPT_KEEP_LAST_VERSIONS)",
     )
     s.add_argument(
         "--max-version-age-seconds",
-        type=float,
-        default=_env_float("MAX_VERSION_AGE_SECONDS", None),
+        type=_number(float, "MAX_VERSION_AGE_SECONDS"),
+        default=_env_default("MAX_VERSION_AGE_SECONDS", None),
         help="retention: drop versions older than this (env CKPT_MAX_VERSION_AGE_SECONDS)",
     )
     s.add_argument(
@@ -240,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(COMMANDS[args.command](args))
+    except BrokenPipeError:
+        # The reader went away (`ckpt history s | head -1`): stop quietly, as
+        # other tools do, without a second error when Python flushes stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # killed by SIGPIPE, as the shell would report it
     except (CheckpointError, StoreError, OSError) as exc:
         print(f"ckpt {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -253,10 +282,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     listen = args.listen or [a for a in (_env("LISTEN", "") or "").split(",") if a.strip()]
+    try:
+        config = _serve_config(args, listen)
+    except ValueError as exc:
+        raise ValueError(_in_option_terms(str(exc), args)) from None
+    return serve(config)
+
+
+def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
     retention = Retention(
         keep_last_versions=args.keep_last_versions, max_version_age_seconds=args.max_version_age_seconds
     )
-    config = ServeConfig(
+    return ServeConfig(
         data_dir=args.data_dir,
         listen=tuple(a.strip() for a in listen),
         metrics_port=args.metrics_port,
@@ -271,7 +308,6 @@ def _serve(args: argparse.Namespace) -> int:
         merge_message_type=args.merge_message_type,
         bench_echo=args.bench_echo,
     )
-    return serve(config)
 
 
 def _client(args: argparse.Namespace) -> CheckpointClient:
@@ -406,9 +442,15 @@ def verify_session(store: Store, session: str) -> list[str]:
     return problems
 
 
+# What the data directory holds. The rest of Store.stats() counts what one
+# open store did (commits, cache hits): always zero in this read-only opening.
+_ON_DISK_STATS = ("sessions", "versions", "map_size_bytes", "used_bytes")
+
+
 def _stats(args: argparse.Namespace) -> int:
     with _open_readonly(args.data_dir) as store:
-        stats = store.stats()
+        everything = store.stats()
+    stats = {name: everything[name] for name in _ON_DISK_STATS}
     stats["data_mdb_bytes"] = (args.data_dir / "lmdb" / "data.mdb").stat().st_size
     print(json.dumps(stats, indent=1, default=str))
     return 0

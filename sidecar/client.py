@@ -14,6 +14,7 @@ writes twice. gRPC errors become CheckpointError subclasses in one place
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -81,10 +82,30 @@ _ERRORS: dict[grpc.StatusCode, type[CheckpointError]] = {
 }
 
 
+# grpc's own wording when a message is over a channel's limit, e.g.
+# "CLIENT: Sent message larger than max (67108921 vs. 67108864)", at times
+# wrapped ("Stream removed (...)").
+_OVER_LIMIT = re.compile(r"(CLIENT|SERVER): (Sent|Received) message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def _over_limit_text(details: str) -> str | None:
+    """``details`` in words naming the limit, when grpc refused an oversized message."""
+    m = _OVER_LIMIT.search(details)
+    if m is None:
+        return None
+    side, verb, size, limit = m.groups()
+    message = "request" if (side, verb) in (("CLIENT", "Sent"), ("SERVER", "Received")) else "reply"
+    holder = "this client's" if side == "CLIENT" else "the sidecar's"
+    option = "max_message_bytes" if side == "CLIENT" else "--max-message-bytes"
+    return f"the {message} is {size} bytes, over {holder} message limit ({option} = {limit})"
+
+
 def _translate(error: grpc.RpcError) -> NoReturn:
     """The one place gRPC errors become CheckpointErrors."""
     code: grpc.StatusCode = error.code()
     details: str = error.details() or code.name
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        details = _over_limit_text(details) or details
     if code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION):
         trailers = dict(error.trailing_metadata() or ())
         raise ConflictError(details, code, int(trailers.get(CURRENT_VERSION_KEY, 0))) from None
@@ -125,17 +146,37 @@ def _retry_delay_seconds(error: grpc.RpcError, *, retry: bool, attempt: int, ret
     return None
 
 
-def _stream_batches(puts: Iterable[service_pb2.PutRequest], batch_size: int) -> Iterator[service_pb2.PutStreamRequest]:
-    """PutStream messages of ``batch_size`` writes each; every write gets a request id if it has none."""
+# Room in a PutStream message for its batch id and each put's tag and length.
+_STREAM_MESSAGE_SLACK_BYTES = 64
+_STREAM_PUT_FRAMING_BYTES = 8
+
+
+def _stream_batches(
+    puts: Iterable[service_pb2.PutRequest], batch_size: int, max_message_bytes: int
+) -> Iterator[service_pb2.PutStreamRequest]:
+    """PutStream messages of up to ``batch_size`` writes each, each message under ``max_message_bytes``.
+
+    Every write gets a request id if it has none. A write too big to share a
+    message goes alone (and the server refuses it if it is over its limit).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    room = max_message_bytes - _STREAM_MESSAGE_SLACK_BYTES
     batch: list[service_pb2.PutRequest] = []
+    batch_bytes = 0
     n = 0
     for put in puts:
         if not put.request_id:
             put.request_id = uuid.uuid4().hex
+        size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
+        if batch and batch_bytes + size > room:
+            yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
+            batch, batch_bytes, n = [], 0, n + 1
         batch.append(put)
+        batch_bytes += size
         if len(batch) == batch_size:
             yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
-            batch, n = [], n + 1
+            batch, batch_bytes, n = [], 0, n + 1
     if batch:
         yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
 
@@ -154,6 +195,7 @@ class CheckpointClient:
         self._channel = grpc.insecure_channel(target, options=_options(max_message_bytes))
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = timeout_seconds
+        self._max_message_bytes = max_message_bytes
         self._retries = retries
 
     def close(self) -> None:
@@ -233,6 +275,7 @@ class CheckpointClient:
     def sessions(
         self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
     ) -> Iterator[service_pb2.SessionInfo]:
+        """Every session (carrying all of ``labels``, if given), pages fetched as needed."""
         token = ""
         while True:
             req = service_pb2.ListSessionsRequest(
@@ -261,11 +304,13 @@ class CheckpointClient:
     ) -> Iterator[service_pb2.PutResult]:
         """Send many writes on one stream, ``batch_size`` per message; yield one result per write, in order.
 
-        A failed write is a PutResult with ``error`` set; the others go on.
+        A message holds fewer writes when ``batch_size`` of them would pass
+        ``max_message_bytes``. A failed write is a PutResult with ``error``
+        set; the others go on.
         """
-
+        batches = _stream_batches(puts, batch_size, self._max_message_bytes)
         try:
-            for response in self._stub.PutStream(_stream_batches(puts, batch_size)):
+            for response in self._stub.PutStream(batches):
                 yield from response.results
         except grpc.RpcError as exc:
             _translate(exc)
@@ -285,6 +330,7 @@ class AsyncCheckpointClient:
         self._channel = grpc.aio.insecure_channel(target, options=_options(max_message_bytes))
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = timeout_seconds
+        self._max_message_bytes = max_message_bytes
         self._retries = retries
 
     async def close(self) -> None:
@@ -359,6 +405,21 @@ class AsyncCheckpointClient:
             if not token:
                 return
 
+    async def sessions(
+        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+    ) -> AsyncIterator[service_pb2.SessionInfo]:
+        token = ""
+        while True:
+            req = service_pb2.ListSessionsRequest(
+                page_size=page_size, page_token=token, label_filter=dict(labels or {})
+            )
+            page = await self._unary(self._stub.ListSessions, req, retry=True)
+            for s in page.sessions:
+                yield s
+            token = page.next_page_token
+            if not token:
+                return
+
     async def fork(
         self, session_id: str, new_session_id: str, *, version: int = 0, labels: Mapping[str, str] | None = None
     ) -> service_pb2.SessionInfo:
@@ -375,7 +436,7 @@ class AsyncCheckpointClient:
         self, puts: Iterable[service_pb2.PutRequest], *, batch_size: int = 64
     ) -> AsyncIterator[service_pb2.PutResult]:
         # Materialised before the call: every request id is assigned before anything is sent.
-        batches = list(_stream_batches(puts, batch_size))
+        batches = list(_stream_batches(puts, batch_size, self._max_message_bytes))
         try:
             async for response in self._stub.PutStream(iter(batches)):
                 for result in response.results:

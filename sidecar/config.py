@@ -14,10 +14,16 @@ from codec import ChainPolicy
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: What a gRPC message may carry besides its state: a PutRequest's session id
+#: (256 B), request id (128 B) and labels (64 x ~330 B), or a GetResponse's
+#: VersionInfo and labels. ~22 KiB at most; the sidecar keeps this much of
+#: every message for them, so any state it accepts can be read back.
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
 #: The memory budgets and the map cap ``ckpt serve`` shares with StoreConfig.
 DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
+DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
 
 
 class Durability(enum.Enum):
@@ -68,7 +74,7 @@ class StoreConfig:
     #: Directory holding the LMDB environment (created if missing).
     data_dir: Path
     #: Initial LMDB map size. The map doubles when full, up to the cap.
-    map_size_bytes: int = 256 * 1024 * 1024
+    map_size_bytes: int = DEFAULT_MAP_SIZE_BYTES
     #: The map never grows past this; a write that needs more fails with
     #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing.
     max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
@@ -111,7 +117,8 @@ class StoreConfig:
             raise ValueError(f"map_size_bytes must be >= 1 MiB, got {self.map_size_bytes}")
         if self.max_map_size_bytes < self.map_size_bytes:
             raise ValueError(
-                f"max_map_size_bytes ({self.max_map_size_bytes}) must be >= map_size_bytes ({self.map_size_bytes})"
+                f"max_map_size_bytes ({self.max_map_size_bytes}) must be >= map_size_bytes, the initial map size"
+                f" ({self.map_size_bytes})"
             )
         if not isinstance(self.durability, Durability):
             raise TypeError(f"durability must be a Durability, not {type(self.durability).__name__}")

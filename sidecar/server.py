@@ -33,8 +33,10 @@ from codec import ChainPolicy, FrameKind
 from .config import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
+    DEFAULT_MAP_SIZE_BYTES,
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
+    MESSAGE_ENVELOPE_BYTES,
     Durability,
     Retention,
     StoreConfig,
@@ -60,7 +62,9 @@ class ServeConfig:
     data_dir: Path
     #: "unix:/path" or "host:port"; default: a unix socket in the data directory.
     listen: tuple[str, ...] = ()
-    #: Largest message received or sent, both directions.
+    #: Largest message received or sent, both directions. States may be up
+    #: to this less MESSAGE_ENVELOPE_BYTES (64 KiB), so a Get can return any
+    #: state a Put stored.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: Threads for store calls that may block: reads the state cache misses,
     #: listings, forks, deletes. RPCs themselves run on one event loop, and
@@ -81,6 +85,28 @@ class ServeConfig:
     #: Also serve the benchmark echo method (bench/ only).
     bench_echo: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.max_message_bytes < 2 * MESSAGE_ENVELOPE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be >= {2 * MESSAGE_ENVELOPE_BYTES} (twice the {MESSAGE_ENVELOPE_BYTES}-byte"
+                f" envelope kept for ids and labels), got {self.max_message_bytes}"
+            )
+        if self.max_map_size_bytes < 1024 * 1024:
+            raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.grace_seconds < 0:
+            raise ValueError(f"grace_seconds must be >= 0, got {self.grace_seconds}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+        self.store_config()  # its checks fail now, before anything is bound
+
+    @property
+    def max_state_bytes(self) -> int:
+        """Largest state a Put may store or a MERGE may grow to."""
+        return min(self.max_message_bytes - MESSAGE_ENVELOPE_BYTES, 0xFFFF_FFFF)
+
     @property
     def addresses(self) -> tuple[str, ...]:
         return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
@@ -91,8 +117,10 @@ class ServeConfig:
             durability=self.durability,
             cache_size_bytes=self.cache_size_bytes,
             encoder_cache_bytes=self.encoder_cache_bytes,
+            # The initial map shrinks to a small cap rather than refusing it.
+            map_size_bytes=min(DEFAULT_MAP_SIZE_BYTES, self.max_map_size_bytes),
             max_map_size_bytes=self.max_map_size_bytes,
-            max_state_bytes=min(self.max_message_bytes, 0xFFFF_FFFF),
+            max_state_bytes=self.max_state_bytes,
             retention=self.retention,
             chain_policy=self.chain_policy,
             merge_message_type=self.merge_message_type,

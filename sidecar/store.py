@@ -1195,6 +1195,8 @@ def _lock_data_dir(data_dir: os.PathLike[str]) -> Any:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
+        if holder == f"pid {os.getpid()}":
+            holder = "another Store in this process (close it first)"
         raise Unavailable(f"data directory {data_dir} is in use by {holder}") from None
     fh.seek(0)
     fh.truncate()

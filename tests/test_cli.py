@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -16,9 +18,14 @@ from sidecar.client import CheckpointClient, InvalidArgumentError
 from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
 
 
-def ckpt(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+def ckpt(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args], input=stdin, capture_output=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "sidecar.cli", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -78,7 +85,11 @@ def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> 
     assert "versions 1..7" in inspect and "FULL" in inspect and "PATCH" in inspect
     ok = ckpt("verify", *d)
     assert ok.returncode == 0 and b"verified 1 sessions: 1 ok, 0 failed" in ok.stdout
-    assert b'"versions": 7' in ckpt("stats", *d).stdout
+    stats = json.loads(ckpt("stats", *d).stdout)
+    assert stats["sessions"] == 1 and stats["versions"] == 7
+    # Only what the directory holds: the read-only opening's own counters (commits,
+    # cache hits) would read 0 beside a busy sidecar.
+    assert set(stats) == {"sessions", "versions", "map_size_bytes", "used_bytes", "data_mdb_bytes"}
 
 
 def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
@@ -103,7 +114,7 @@ def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
 
 def test_serve_compacts_merge_states_of_the_type_it_is_told(tmp_path: Path) -> None:
     bad = ckpt("serve", "--data-dir", str(tmp_path / "bad"), "--merge-message-type", "no.such.Type")
-    assert bad.returncode == 2 and b"merge_message_type 'no.such.Type' is not a protobuf message type" in bad.stderr
+    assert bad.returncode == 2 and b"--merge-message-type 'no.such.Type' is not a protobuf message type" in bad.stderr
     sidecar = start_sidecar(tmp_path / "data", "--merge-message-type", "ckpt.v1.Checkpoint")
     try:
         with CheckpointClient(sidecar.unix_target) as client:
@@ -123,7 +134,7 @@ def test_serve_compacts_merge_states_of_the_type_it_is_told(tmp_path: Path) -> N
 
 def test_serve_bounds_encoder_memory_by_its_flag(tmp_path: Path) -> None:
     bad = ckpt("serve", "--data-dir", str(tmp_path / "bad"), "--encoder-cache-bytes", "-1")
-    assert bad.returncode == 2 and b"encoder_cache_bytes must be >= 0, got -1" in bad.stderr
+    assert bad.returncode == 2 and b"--encoder-cache-bytes must be >= 0, got -1" in bad.stderr
     port = free_port()
     # A budget no encoder fits: every write resumes its chain from LMDB, and still round-trips.
     sidecar = start_sidecar(tmp_path / "data", "--encoder-cache-bytes", "1", "--metrics-port", str(port))
@@ -138,3 +149,53 @@ def test_serve_bounds_encoder_memory_by_its_flag(tmp_path: Path) -> None:
         assert 'ckpt_cache_bytes{cache="state_cache"} 0.0' not in text
     finally:
         assert sidecar.stop() == 0
+
+
+def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> None:
+    bad = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_THREADS": "abc"})
+    assert bad.returncode == 2 and b"Traceback" not in bad.stderr
+    assert b"--threads: 'abc' is not an integer (from the option or CKPT_THREADS)" in bad.stderr
+    # Only the command that reads the variable fails; help always works.
+    assert ckpt("serve", "--help", env={"CKPT_METRICS_PORT": "x"}).returncode == 0
+    client = ckpt("get", "s", "--target", f"unix:{tmp_path / 'none.sock'}", env={"CKPT_THREADS": "abc"})
+    assert client.returncode == 1 and b"Traceback" not in client.stderr and b"threads" not in client.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--max-message-bytes", "1000"), b"--max-message-bytes must be >= 131072"),
+        (("--threads", "0"), b"--threads must be >= 1, got 0"),
+        (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
+        (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),
+        (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
+    ],
+)
+def test_serve_configuration_errors_name_the_option(tmp_path: Path, flags: tuple[str, ...], message: bytes) -> None:
+    out = ckpt("serve", "--data-dir", str(tmp_path / "d"), *flags)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert b"Traceback" not in out.stderr
+
+
+def test_serve_accepts_a_map_cap_below_the_default_initial_map(tmp_path: Path) -> None:
+    s = start_sidecar(tmp_path / "data", "--max-map-size-bytes", str(64 << 20))
+    try:
+        assert ckpt("put", "small", "--target", s.unix_target, stdin=b"\x08\x01").returncode == 0
+    finally:
+        assert s.stop() == 0
+
+
+def test_history_into_a_closed_pipe_stops_quietly(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    with CheckpointClient(sidecar.unix_target) as c:
+        for n in range(1, 400):  # a few pages of history, more than a pipe buffer holds
+            c.merge("p", bytes([0x10, n % 128]))
+    # `ckpt history p | head -1`: the reader goes away after one line.
+    cmd = [sys.executable, "-m", "sidecar.cli", "history", "p", *t]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert b'"version": "399"' in proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141
+    assert err == b"", err

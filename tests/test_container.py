@@ -35,6 +35,8 @@ def test_image_runs_ckpt_serve_from_its_environment(tmp_path: Path) -> None:
         assert (ROOT / copy.split()[0]).exists(), copy
     env = dict(part.split("=", 1) for part in shlex.split(d["ENV"][0]))
     assert env["CKPT_DATA_DIR"] == "/data" and env["CKPT_LISTEN"].startswith("unix:/run/ckpt/ckpt.sock,")
+    # `docker exec ... ckpt get` finds the server: the socket is not in the data directory.
+    assert env["CKPT_TARGET"] == env["CKPT_LISTEN"].split(",")[0]
     # The same environment, pointed at this machine's temporary paths.
     sock, port = tmp_path / "ckpt.sock", free_port()
     run_env = {
@@ -50,6 +52,9 @@ def test_image_runs_ckpt_serve_from_its_environment(tmp_path: Path) -> None:
         health = json.loads(d["HEALTHCHECK"][0].split("CMD", 1)[1])
         health = [sys.executable if a == "python" else a.replace("/run/ckpt/ckpt.sock", str(sock)) for a in health]
         assert subprocess.run(health, timeout=30).returncode == 0
+        client_env = {**run_env, "CKPT_TARGET": env["CKPT_TARGET"].replace("/run/ckpt/ckpt.sock", str(sock))}
+        put = subprocess.run([str(ckpt), "put", "s"], input=b"state", env=client_env, capture_output=True, timeout=30)
+        assert put.returncode == 0, put.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

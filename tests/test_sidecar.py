@@ -118,6 +118,40 @@ def test_bad_input_gets_precise_statuses(sidecar: Sidecar) -> None:
         assert c.get("m").state == state(1)  # still serving, nothing lost
 
 
+def test_every_state_the_sidecar_accepts_can_be_read_back(sidecar: Sidecar) -> None:
+    limit = (4 << 20) - (64 << 10)  # --max-message-bytes less the envelope kept for ids and labels
+    labels = {f"k{i:02d}" + "k" * 59: "v" * 128 for i in range(64)}  # the most labels allow
+    with CheckpointClient(sidecar.unix_target, max_message_bytes=16 << 20) as c:
+        biggest = bytes(range(256)) * (limit // 256) + b"\x00" * (limit % 256)
+        c.put("edge", biggest, labels=labels)
+        assert c.get("edge").state == biggest  # the reply's VersionInfo and labels fit too
+        with pytest.raises(ResourceExhaustedError, match=f"state is {limit + 1} bytes; the limit .* is {limit}"):
+            c.put("edge", biggest + b"\x00")
+        with pytest.raises(ResourceExhaustedError, match=f"would exceed max_state_bytes \\({limit}\\)"):
+            c.merge("edge", b"\x10\x01")
+        c.fork("edge", "edge-fork")
+        assert c.get("edge-fork").state == biggest
+    with CheckpointClient(sidecar.unix_target, max_message_bytes=1 << 20) as small:
+        with pytest.raises(ResourceExhaustedError, match=r"the reply is \d+ bytes, over this client's message limit"):
+            small.get("edge")
+        with pytest.raises(ResourceExhaustedError, match=r"the request is \d+ bytes, over this client's message lim"):
+            small.put("x", b"\x00" * (2 << 20))
+    with (
+        CheckpointClient(sidecar.unix_target, max_message_bytes=16 << 20) as c,
+        pytest.raises(ResourceExhaustedError, match=r"the request is \d+ bytes, over the sidecar's message limit"),
+    ):
+        c.put("x", b"\x00" * (5 << 20))
+
+
+def test_put_stream_splits_batches_that_would_pass_the_message_limit(sidecar: Sidecar) -> None:
+    big = [bytes([n]) * (1 << 20) for n in range(10)]  # 10 MiB through a 4 MiB limit
+    puts = [service_pb2.PutRequest(session_id=f"b{n % 3}", state=s) for n, s in enumerate(big)]
+    with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20) as c:
+        results = list(c.put_stream(puts, batch_size=64))
+        assert [r.WhichOneof("outcome") for r in results] == ["response"] * 10
+        assert [c.get(f"b{n}").state for n in range(3)] == [big[9], big[7], big[8]]
+
+
 def test_put_stream_keeps_order_and_reports_each_write(sidecar: Sidecar) -> None:
     puts = []
     for n in range(1, 201):

@@ -387,7 +387,7 @@ def test_put_many_reports_each_write(store: Store) -> None:
 
 
 def test_a_second_store_on_the_same_directory_is_refused(store: Store, config: StoreConfig) -> None:
-    with pytest.raises(Unavailable, match="is in use by pid"):
+    with pytest.raises(Unavailable, match="is in use by another Store in this process"):
         Store(config)
 
 

@@ -335,9 +335,10 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         if "tuning" in plots:
             out += [f"![tuning curves]({plots['tuning']})", ""]
     for sweep in sweeps:
+        size = f"{sweep['sessions']} sessions x {sweep['steps']} steps; " if "sessions" in sweep else ""
         out += [
-            f"**{sweep['workload']}** (MERGE; each row changes one knob of the default ChainPolicy, or compacts"
-            " MERGE states: StoreConfig.merge_message_type)",
+            f"**{sweep['workload']}** ({size}MERGE; each row changes one knob of the default ChainPolicy, or"
+            " compacts MERGE states: StoreConfig.merge_message_type)",
             "",
         ]
         out += _table(
