@@ -382,7 +382,7 @@ def _time_cold_get(
     """Store.get of the chain's last version, the codec's decode of its frames, one FULL frame's decode."""
     target = chain[-1]
     expected = steps[target - 1].state if mode == "replace" else b"".join(s.patch for s in steps[:target])
-    frames = [f for v, _, f in store.iter_frames(mode) if chain[0] <= v <= target]
+    frames = [f for v, _, f in store.frames_of(mode)[1] if chain[0] <= v <= target]
     full = ChainEncoder(policy=ChainPolicy(max_depth=0)).replace(expected).data
     exact = store.get(mode, target).state == expected and decode([full]) == expected and decode(frames) == expected
     get_s, chain_s, full_s = interleaved(

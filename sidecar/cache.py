@@ -67,6 +67,11 @@ class StateCache:
             if old is not None:
                 self._size -= len(old.state)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
     @property
     def size_bytes(self) -> int:
         return self._size
@@ -118,6 +123,10 @@ class LRU(Generic[V]):
         old = self._items.pop(key, None)
         if old is not None:
             self._weight -= old[1]
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._weight = 0
 
     @property
     def weight(self) -> int:

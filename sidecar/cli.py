@@ -37,7 +37,7 @@ from codec import DecodeError, FrameKind, iter_versions
 
 from .client import CheckpointClient, CheckpointError
 from .config import Durability, Retention, StoreConfig
-from .errors import StoreError
+from .errors import DataLoss, StoreError
 from .server import ServeConfig, serve
 from .store import Store
 
@@ -377,30 +377,29 @@ def _open_readonly(data_dir: Path) -> Store:
 
 def _inspect(args: argparse.Namespace) -> int:
     with _open_readonly(args.data_dir) as store:
-        info = store.session(args.session)
+        info, frames = store.frames_of(args.session)
+    print(
+        f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
+        f"{info.stored_bytes} bytes stored"
+    )
+    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
+    depth = 0
+    for version, vinfo, frame in frames:
+        if isinstance(vinfo, DataLoss):
+            print(f"{version:>8} CORRUPT {'':>4} {len(frame):>9}  (run `ckpt verify` for details)")
+            continue
+        depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
         print(
-            f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
-            f"{info.stored_bytes} bytes stored"
+            f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
+            f"{vinfo.state_size:>10}  {vinfo.created_unix_nanos}"
         )
-        print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
-        depth = 0
-        for version, vinfo, frame in store.iter_frames(args.session):
-            if vinfo is None:
-                print(f"{version:>8} CORRUPT {'':>4} {len(frame):>9}  (run `ckpt verify` for details)")
-                continue
-            depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
-            print(
-                f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
-                f"{vinfo.state_size:>10}  {vinfo.created_unix_nanos}"
-            )
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
     failures = checked = 0
     with _open_readonly(args.data_dir) as store:
-        sessions = args.sessions or list(store.session_ids())
-        for session in sessions:
+        for session in args.sessions or store.session_ids():
             problems = verify_session(store, session)
             checked += 1
             for problem in problems:
@@ -411,15 +410,15 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def verify_session(store: Store, session: str) -> list[str]:
-    """Every frame's checksum and link, every version decoded; the problems found."""
+    """Every frame's checksum and link, every version's metadata, every version decoded; the problems found."""
     try:
-        info = store.session(session)
+        info, frames = store.frames_of(session)
     except StoreError as exc:
         return [str(exc)]
-    problems = []
+    problems = [str(vinfo) for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)]
     chain: list[bytes] = []
     expected = info.first_version
-    for version, _info, frame in [*store.iter_frames(session), (None, None, None)]:
+    for version, _info, frame in [*frames, (None, None, None)]:
         if version is not None and version != expected:
             problems.append(f"version {expected} is missing (next stored is {version})")
             expected = version

@@ -23,9 +23,12 @@ from .errors import InvalidArgument
 
 MAX_SESSION_ID_BYTES = 256
 MAX_REQUEST_ID_BYTES = 128
+#: Per write and per session (a session's labels are those of all its writes).
 MAX_LABELS = 64
 MAX_LABEL_KEY_BYTES = 63
-MAX_LABEL_VALUE_BYTES = 256
+#: The label index key is key NUL value NUL session: 63 + 1 + 128 + 1 + 256 =
+#: 449 bytes, under LMDB's 511-byte key limit.
+MAX_LABEL_VALUE_BYTES = 128
 
 _U64 = struct.Struct(">Q")
 SEP = b"\x00"
@@ -69,7 +72,10 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
     if len(labels) > MAX_LABELS:
         raise InvalidArgument(f"{field} has {len(labels)} entries; the limit is {MAX_LABELS}")
     for key, value in labels.items():
-        kb, vb = key.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass")
+        try:
+            kb, vb = key.encode(), value.encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{field} entry {key!r} is not valid UTF-8 (lone surrogate)") from None
         if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
             raise InvalidArgument(f"{field} key {key!r} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
@@ -113,6 +119,10 @@ def updated_key(nanos: int, sid: bytes) -> bytes:
 def same_updated_granule(a: int, b: int) -> bool:
     """Whether two update times share one index key (no index move needed)."""
     return _updated_granule(a) == _updated_granule(b)
+
+
+#: Times are keyed as unsigned 64-bit nanoseconds since the Unix epoch (to 2554).
+MAX_TIME_NANOS = 2**64 - 1
 
 
 def time_key(nanos: int, rest: bytes) -> bytes:

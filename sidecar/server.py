@@ -1,7 +1,7 @@
 """The gRPC sidecar: ckpt.v1.CheckpointService on top of the store.
 
 A thin adapter: it converts messages, calls the store, and turns store errors
-into status codes in one place (``_translate``). Health checking
+into status codes in one place (``CheckpointService._call``). Health checking
 (grpc.health.v1) and server reflection are served too, so generic tools such
 as grpcurl work against it.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -19,10 +20,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -30,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from codec import ChainPolicy, FrameKind
 
+from . import keys
 from .config import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
@@ -134,6 +138,27 @@ def _timestamp(nanos: int) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(nanos)
     return ts
+
+
+# The store keys times as unsigned 64-bit nanoseconds since the Unix epoch
+# (keys.time_key); earlier times act as the epoch, later ones cannot be keyed.
+_MAX_TIME_NANOS = keys.MAX_TIME_NANOS
+_MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z, protobuf's earliest Timestamp
+_TIME_RANGE = f"0001-01-01T00:00:00Z to {_timestamp(_MAX_TIME_NANOS).ToJsonString()}"
+
+
+def time_filter_nanos(request: Message, field_name: str) -> int | None:
+    """A Timestamp filter field in nanoseconds (None if unset), or InvalidArgument naming it."""
+    if not request.HasField(field_name):
+        return None
+    ts: Timestamp = getattr(request, field_name)
+    nanos = ts.seconds * 1_000_000_000 + ts.nanos
+    if 0 <= ts.nanos <= 999_999_999 and ts.seconds >= _MIN_TIMESTAMP_SECONDS and nanos <= _MAX_TIME_NANOS:
+        return nanos
+    raise InvalidArgument(
+        f"{field_name} (seconds={ts.seconds}, nanos={ts.nanos}) is out of range: it must be a time from"
+        f" {_TIME_RANGE}, with nanos in 0..999,999,999"
+    )
 
 
 _FRAME_KIND_PB = {
@@ -291,12 +316,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                 page_size=request.page_size,
                 page_token=request.page_token,
                 label_filter=dict(request.label_filter),
-                updated_after_nanos=request.updated_after.ToNanoseconds()
-                if request.HasField("updated_after")
-                else None,
-                updated_before_nanos=(
-                    request.updated_before.ToNanoseconds() if request.HasField("updated_before") else None
-                ),
+                updated_after_nanos=time_filter_nanos(request, "updated_after"),
+                updated_before_nanos=time_filter_nanos(request, "updated_before"),
             )
             return service_pb2.ListSessionsResponse(sessions=[session_info_pb(s) for s in page], next_page_token=token)
 
@@ -375,9 +396,15 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                         results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
                 ahead.release()
                 yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
-            await reader  # re-raises what stopped the reader, if it was not the stream's end
+            try:
+                await reader  # re-raises what stopped the reader, if it was not the stream's end
+            except StoreError as exc:  # a message that did not parse; the batches before it are answered
+                code = status_of(exc)
+                self._metrics.errors.labels("PutStream", code.name).inc()
+                await context.abort(code, str(exc))
         finally:
             reader.cancel()
+            reader.add_done_callback(_retrieve_outcome)  # ended early: nobody awaits its error
             # The stream ended early (client gone, or cancelled). Writes already
             # queued still commit, but nobody reads their outcomes: retrieve
             # them, or asyncio logs each failed one as never retrieved.
@@ -390,6 +417,21 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                     if isinstance(entry, asyncio.Future):
                         entry.add_done_callback(_retrieve_outcome)
 
+    def parsing_unary(
+        self, rpc: str, method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]], parse: Callable[[bytes], Any]
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[T]]:
+        """``method`` taking the request's bytes: grpc-aio answers UNKNOWN when its deserializer
+        raises, so unary requests are parsed here and a malformed one goes through ``_call``."""
+
+        async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> T:
+            try:
+                request = parse(raw)
+            except InvalidArgument as exc:
+                return await self._call(rpc, context, functools.partial(_raise, exc))
+            return await method(request, context)
+
+        return handle
+
     def _count_write(self, received: int, result: PutResult) -> None:
         m = self._metrics
         m.bytes_in.inc(received)
@@ -401,6 +443,52 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+async def _raise(error: Exception) -> NoReturn:
+    raise error
+
+
+def request_parser(request_type: type[Message]) -> Callable[[bytes], Message]:
+    """``request_type.FromString``, raising InvalidArgument naming the type for bytes that do not parse."""
+    name = request_type.DESCRIPTOR.full_name
+    from_string = request_type.FromString
+
+    def parse(raw: bytes) -> Message:
+        try:
+            return from_string(raw)
+        except DecodeError as exc:
+            detail = str(exc).removeprefix(f"Error parsing message with type '{name}': ")
+            raise InvalidArgument(f"the request is not a valid {name}: {detail}") from None
+
+    return parse
+
+
+def add_checkpoint_service(service: CheckpointService, server: grpc.aio.Server) -> None:
+    """Register ``service`` as service_pb2_grpc.add_CheckpointServiceServicer_to_server does, except
+    that a request that does not parse gets INVALID_ARGUMENT (grpc-aio answers UNKNOWN).
+
+    Unary requests arrive as bytes and are parsed by ``parsing_unary``. A stream's
+    messages are parsed as the handler reads them, so the deserializer's error
+    reaches PutStream, which ends the stream with it.
+    """
+    handlers = {}
+    for method in service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods:
+        parse = request_parser(message_factory.GetMessageClass(method.input_type))
+        serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
+        behavior = getattr(service, method.name)
+        if not method.client_streaming and not method.server_streaming:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                service.parsing_unary(method.name, behavior, parse), response_serializer=serialize
+            )
+        elif method.client_streaming and method.server_streaming:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                behavior, request_deserializer=parse, response_serializer=serialize
+            )
+        else:
+            raise NotImplementedError(f"{method.full_name}: only unary and bidirectional methods are served")
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 def _echo_handler() -> grpc.GenericRpcHandler:
@@ -436,9 +524,7 @@ class SidecarServer:
                     ("grpc.so_reuseport", 0),
                 ],
             )
-            service_pb2_grpc.add_CheckpointServiceServicer_to_server(
-                CheckpointService(self.store, self.metrics, self._blocking), self.server
-            )
+            add_checkpoint_service(CheckpointService(self.store, self.metrics, self._blocking), self.server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -19,6 +19,7 @@ import binascii
 import contextlib
 import enum
 import fcntl
+import logging
 import os
 import queue
 import struct
@@ -28,9 +29,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import lmdb
+from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 from codec import (
@@ -69,6 +72,11 @@ _MAX_PAGE_SIZE = 1000
 _DEFAULT_PAGE_SIZE = 100
 _MAX_SCAN_PER_PAGE = 10_000
 _SWEEP_CHUNK = 1000
+# Request ids expired per write op: a backlog (after downtime) must not hold
+# the writer for seconds while puts queue behind it.
+_EXPIRE_CHUNK = 5000
+
+log = logging.getLogger("ckpt.store")
 
 
 class WriteMode(enum.IntEnum):
@@ -167,8 +175,10 @@ class _Op:
     _done: threading.Lock = field(default_factory=_held_lock)
     _result: Any = None
     _error: BaseException | None = None
+    resolved: bool = False
 
     def resolve(self, result: Any, error: BaseException | None) -> None:
+        self.resolved = True
         if self.loop is not None:
             _settle_on(self.loop, [(self, result, error)])
         elif self.future is not None:
@@ -239,26 +249,13 @@ class Store:
         else:
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock_file = _lock_data_dir(config.data_dir)
-        self._env = lmdb.open(
-            str(lmdb_dir),
-            map_size=config.map_size_bytes,
-            max_dbs=8,
-            max_readers=config.max_readers,
-            sync=True,
-            metasync=config.durability is Durability.SYNC,
-            readahead=False,  # random reads of small values; readahead only pollutes the page cache
-            subdir=True,
-            readonly=readonly,
-        )
-        # Open at the size the file already has (it may have grown before).
-        self._map_size = max(config.map_size_bytes, self._env.info()["map_size"])
-        create = not readonly
-        self._frames = self._env.open_db(b"frames", create=create)
-        self._sessions = self._env.open_db(b"sessions", create=create)
-        self._requests = self._env.open_db(b"requests", create=create)
-        self._req_expiry = self._env.open_db(b"req_expiry", create=create)
-        self._labels = self._env.open_db(b"labels", create=create)
-        self._updated = self._env.open_db(b"updated", create=create)
+        try:
+            self._open_lmdb(lmdb_dir)
+        except BaseException:
+            # The caller never gets a store to close(): release the directory now.
+            if self._lock_file is not None:
+                self._lock_file.close()
+            raise
         self._rw = RWLock()
         self._states = StateCache(config.cache_size_bytes)
         self._encoders: LRU[ChainEncoder] = LRU(
@@ -281,6 +278,33 @@ class Store:
         else:
             self._writer.start()
             self._sweeper.start()
+
+    def _open_lmdb(self, lmdb_dir: Path) -> None:
+        config, readonly = self.config, self.readonly
+        self._env = lmdb.open(
+            str(lmdb_dir),
+            map_size=config.map_size_bytes,
+            max_dbs=8,
+            max_readers=config.max_readers,
+            sync=True,
+            metasync=config.durability is Durability.SYNC,
+            readahead=False,  # random reads of small values; readahead only pollutes the page cache
+            subdir=True,
+            readonly=readonly,
+        )
+        try:
+            # Open at the size the file already has (it may have grown before).
+            self._map_size = max(config.map_size_bytes, self._env.info()["map_size"])
+            create = not readonly
+            self._frames = self._env.open_db(b"frames", create=create)
+            self._sessions = self._env.open_db(b"sessions", create=create)
+            self._requests = self._env.open_db(b"requests", create=create)
+            self._req_expiry = self._env.open_db(b"req_expiry", create=create)
+            self._labels = self._env.open_db(b"labels", create=create)
+            self._updated = self._env.open_db(b"updated", create=create)
+        except BaseException:
+            self._env.close()
+            raise
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -352,10 +376,15 @@ class Store:
 
         Validation errors (ids, sizes, labels, a MERGE patch that is not
         well-formed) raise here; errors found in the transaction (version
-        conflicts, a full store) come from the future.
+        conflicts, a full store) come from the future. The future cannot be
+        cancelled: once queued, the write commits.
         """
         op = self._put_op(request)
         op.future = Future()
+        # Running from the start: a queued write cannot be withdrawn (it
+        # commits), so cancel() must say so rather than succeed and leave
+        # the writer a cancelled future to resolve.
+        op.future.set_running_or_notify_cancel()
         self._submit(op)
         return op.future
 
@@ -486,7 +515,7 @@ class Store:
             rec = _record(raw)
             top = rec.head_version
             if start:
-                if not start.isdigit():
+                if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
                     raise InvalidArgument(
                         f"page_token {page_token!r} is not a token this server issued for this listing"
                     )
@@ -500,7 +529,7 @@ class Store:
                     version = keys.frame_version(key, sid)
                     if len(out) == size:
                         return out, _encode_token(b"v", str(version).encode())
-                    out.append(_version_info(version, value))
+                    out.append(_version_info(session_id, version, value))
             return out, ""
 
     def list_sessions(
@@ -522,6 +551,12 @@ class Store:
         size = _page_size(page_size)
         labels = dict(label_filter or {})
         keys.check_labels(labels, field="label_filter")
+        for name, nanos in (
+            ("updated_after_nanos", updated_after_nanos),
+            ("updated_before_nanos", updated_before_nanos),
+        ):
+            if nanos is not None and nanos > keys.MAX_TIME_NANOS:
+                raise InvalidArgument(f"{name} is {nanos}; the latest time the store indexes is {keys.MAX_TIME_NANOS}")
         after = updated_after_nanos if updated_after_nanos is not None else 0
         before = updated_before_nanos if updated_before_nanos is not None else 2**63
         kind = b"s" + (
@@ -582,27 +617,23 @@ class Store:
         chunk of sessions is one write operation, so writes keep flowing.
         """
         now = time.time_ns() if now_nanos is None else now_nanos
-        pruned = removed = 0
+        pruned = removed = expired = 0
+        while True:  # request ids first: they expire even if a session cannot be pruned
+            n = self._submit(_Op(self._expire_requests_op(now))).wait()
+            expired += n
+            if n < _EXPIRE_CHUNK:
+                break
         if self.config.retention.enabled:
             after = b""
             while True:
                 with self._read() as txn:
-                    cur = txn.cursor(db=self._sessions)
-                    chunk = []
-                    if cur.set_range(after):
-                        for key in _forward_keys(cur):
-                            if key == after:
-                                continue
-                            chunk.append(bytes(key))
-                            if len(chunk) == _SWEEP_CHUNK:
-                                break
+                    chunk = _keys_after(txn.cursor(db=self._sessions), after, _SWEEP_CHUNK)
                 if not chunk:
                     break
                 after = chunk[-1]
                 counts = self._submit(_Op(self._prune_op(chunk, now))).wait()
                 pruned += counts[0]
                 removed += counts[1]
-        expired = self._submit(_Op(self._expire_requests_op(now))).wait()
         return SweepResult(pruned, removed, expired)
 
     # -- introspection -------------------------------------------------------
@@ -642,31 +673,45 @@ class Store:
             "encoder_cache_bytes": self._encoders.weight,
         }
 
-    def iter_frames(self, session_id: str) -> Iterator[tuple[int, VersionInfo | None, bytes]]:
-        """Every stored frame of a session, oldest first (for verify/inspect tools).
+    def frames_of(self, session_id: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
+        """A session's record and every stored frame, oldest first, read in one transaction (for tools).
 
-        The VersionInfo is None when the frame's header fails its checks: the
-        tools report it rather than stop.
+        One snapshot, so the frames match the record even beside a writer. A
+        version whose metadata or frame header is corrupt comes with the
+        DataLoss saying so instead of its VersionInfo: the tools report it
+        rather than stop.
         """
         sid = keys.session_key(session_id)
+        frames: list[tuple[int, VersionInfo | DataLoss, bytes]] = []
         with self._read() as txn:
+            raw = txn.get(sid, db=self._sessions)
+            if raw is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            info = _session_info(session_id, _record(raw))
             cur = txn.cursor(db=self._frames)
-            if not cur.set_range(sid + keys.SEP):
-                return
-            for key, value in _forward(cur):
-                if not key.startswith(sid + keys.SEP):
-                    return
-                version = keys.frame_version(key, sid)
-                try:
-                    info: VersionInfo | None = _version_info(version, value)
-                except DecodeError:
-                    info = None
-                yield version, info, bytes(_frame_of(value))
+            if cur.set_range(sid + keys.SEP):
+                for key, value in _forward(cur):
+                    if not key.startswith(sid + keys.SEP):
+                        break
+                    version = keys.frame_version(key, sid)
+                    try:
+                        vinfo: VersionInfo | DataLoss = _version_info(session_id, version, value)
+                    except DataLoss as exc:
+                        vinfo = exc
+                    frames.append((version, vinfo, bytes(_frame_of(value))))
+        return info, frames
 
     def session_ids(self) -> Iterator[str]:
-        with self._read() as txn:
-            for key in _forward_keys(txn.cursor(db=self._sessions)):
-                yield bytes(key).decode()
+        """Every session id, in key order; read a chunk at a time, holding no transaction between chunks."""
+        after = b""
+        while True:
+            with self._read() as txn:
+                cur = txn.cursor(db=self._sessions)
+                chunk = [bytes(k) for k in _keys_after(cur, after, _SWEEP_CHUNK)]
+            yield from (k.decode() for k in chunk)
+            if len(chunk) < _SWEEP_CHUNK:
+                return
+            after = chunk[-1]
 
     # -- write operations (run on the writer thread, inside a transaction) --
 
@@ -713,6 +758,8 @@ class Store:
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
                 raise VersionConflict(req.session_id, req.expected_version, head)
+            if rec is not None and req.labels:
+                _check_session_labels(req.session_id, rec, req.labels)
             encoder = self._encoder_for(txn, sid, req.session_id, rec)
             if mode is WriteMode.MERGE and encoder.state_size + len(state) > self.config.max_state_bytes:
                 raise ResourceExhausted(
@@ -884,27 +931,19 @@ class Store:
                 break
 
     def _prune_op(self, sids: list[bytes], now: int) -> Callable[[_Batch, lmdb.Transaction], tuple[int, int]]:
-        retention = self.config.retention
-
         def apply(batch: _Batch, txn: lmdb.Transaction) -> tuple[int, int]:
             pruned = removed = 0
             for sid in sids:
                 raw = txn.get(sid, db=self._sessions)
                 if raw is None:
                     continue
-                rec = _record(raw)
-                cut = rec.first_version
-                if retention.keep_last_versions is not None:
-                    cut = max(cut, rec.head_version - retention.keep_last_versions + 1)
-                if retention.max_version_age_seconds is not None:
-                    oldest = now - int(retention.max_version_age_seconds * 1e9)
-                    cut = max(cut, self._first_version_since(txn, sid, rec, oldest))
-                cut = min(cut, rec.head_version)  # the head always stays
-                if cut <= rec.first_version:
+                try:
+                    rec = _record(raw)
+                    start = self._retention_start(txn, sid, rec, now)
+                except (StoreError, CodecError, DecodeProtoError) as exc:
+                    # Keep the damaged session as it is (verify names it) and prune the others.
+                    log.warning("retention skipped session %r: %s", sid.decode(errors="replace"), exc)
                     continue
-                # Never leave a delta without its chain start: cut at the
-                # FULL frame that starts cut's chain.
-                start = self._chain_start(txn, sid, sid.decode(), cut)
                 if start <= rec.first_version:
                     continue
                 n, freed = self._delete_frames(txn, sid, below=start)
@@ -917,6 +956,20 @@ class Store:
             return pruned, removed
 
         return apply
+
+    def _retention_start(self, txn: lmdb.Transaction, sid: bytes, rec: records_pb2.SessionRecord, now: int) -> int:
+        """The first version retention keeps: a chain start, so no delta loses its base."""
+        retention = self.config.retention
+        cut = rec.first_version
+        if retention.keep_last_versions is not None:
+            cut = max(cut, rec.head_version - retention.keep_last_versions + 1)
+        if retention.max_version_age_seconds is not None:
+            oldest = now - int(retention.max_version_age_seconds * 1e9)
+            cut = max(cut, self._first_version_since(txn, sid, rec, oldest))
+        cut = min(cut, rec.head_version)  # the head always stays
+        if cut <= rec.first_version:
+            return rec.first_version
+        return self._chain_start(txn, sid, sid.decode(), cut)
 
     def _first_version_since(
         self, txn: lmdb.Transaction, sid: bytes, rec: records_pb2.SessionRecord, oldest: int
@@ -937,7 +990,7 @@ class Store:
             expired = 0
             if not cur.first():
                 return 0
-            while keys.time_of(_key(cur)) < now:
+            while expired < _EXPIRE_CHUNK and keys.time_of(_key(cur)) < now:
                 txn.delete(_key(cur)[8:], db=self._requests)
                 cur.delete()
                 expired += 1
@@ -970,7 +1023,7 @@ class Store:
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
         value = txn.get(keys.frame_key(sid, target), db=self._frames)
-        return state, _version_info(target, value)
+        return state, _version_info(session_id, target, value)
 
     def _chain_start(self, txn: lmdb.Transaction, sid: bytes, session_id: str, target: int) -> int:
         """Version of the FULL frame whose chain holds ``target``."""
@@ -1024,22 +1077,50 @@ class Store:
     def _read(self) -> Iterator[lmdb.Transaction]:
         if self._closed and not self._writer.is_alive():
             raise Unavailable("the store is closed")
-        if self.readonly:
-            # Another process may have grown the map since we opened it.
+        while True:
+            with self._rw.shared():
+                try:
+                    txn = self._env.begin()
+                except lmdb.MapResizedError:
+                    # Another process grew the map past ours (only a read-only
+                    # store meets this: our own writer grows it under the lock).
+                    txn = None
+                if txn is not None:
+                    with txn:
+                        yield txn
+                    return
             with self._rw.exclusive():
-                self._env.set_mapsize(0)
-        with self._rw.shared(), self._env.begin() as txn:
-            yield txn
+                self._env.set_mapsize(0)  # adopt the size the file now has
 
     def _writer_loop(self) -> None:
         stop = False
         while not stop:
             batch, stop = self._take_batch()
             if batch:
-                self._run_batch(batch)
+                try:
+                    self._run_batch(batch)
+                except BaseException as exc:  # a bug: the writer must outlive it, or every caller hangs
+                    self._fail_unresolved(batch, exc)
             # Not kept while the writer waits for the next write: the ops hold
             # their requests' states and their callers' futures.
             del batch
+
+    def _fail_unresolved(self, ops: list[_Op], exc: BaseException) -> None:
+        """After an unexpected error in a batch: fail whoever still waits, forget what may be stale."""
+        log.error("the writer failed a batch of %d writes", len(ops), exc_info=exc)
+        # The batch may or may not have committed: the caches are rebuilt from LMDB.
+        self._encoders.clear()
+        self._states.clear()
+        for op in ops:
+            if not op.resolved:
+                with contextlib.suppress(Exception):
+                    op.resolve(
+                        None,
+                        Unavailable(
+                            f"the write may not have been committed (internal error: {exc!r});"
+                            " retry with the same request_id to learn its outcome"
+                        ),
+                    )
 
     def _take_batch(self) -> tuple[list[_Op], bool]:
         """The queued writes (waiting for one), up to max_batch_writes; and whether close() was called."""
@@ -1119,8 +1200,9 @@ class Store:
                 )
                 return
             except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
+                # Whether LMDB kept it or not, the cached states may be stale either way.
                 for sid in batch.touched_encoders:
-                    self._encoders.discard(sid)
+                    self._forget(sid)
                 for op in ops:
                     op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
                 return
@@ -1151,8 +1233,12 @@ class Store:
 
     def _sweeper_loop(self) -> None:
         while not self._closing.wait(self.config.sweep_interval_seconds):
-            with contextlib.suppress(Unavailable):
+            try:
                 self.sweep()
+            except Unavailable:
+                pass  # closing
+            except Exception:  # logged and tried again next round: retention must not stop for good
+                log.exception("the retention sweep failed")
 
 
 # -- helpers ------------------------------------------------------------------
@@ -1175,6 +1261,19 @@ def _backward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
 
 def _forward_keys(cur: lmdb.Cursor) -> Iterator[bytes]:
     return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+
+def _keys_after(cur: lmdb.Cursor, after: bytes, limit: int) -> list[bytes]:
+    """Up to ``limit`` keys following ``after`` (b"": from the first)."""
+    out: list[bytes] = []
+    if cur.set_range(after):
+        for key in _forward_keys(cur):
+            if key == after:
+                continue
+            out.append(bytes(key))
+            if len(out) == limit:
+                break
+    return out
 
 
 def _key(cur: lmdb.Cursor) -> bytes:
@@ -1206,7 +1305,10 @@ def _lock_data_dir(data_dir: os.PathLike[str]) -> Any:
 
 
 def _record(raw: Any) -> records_pb2.SessionRecord:
-    return records_pb2.SessionRecord.FromString(bytes(raw))
+    try:
+        return records_pb2.SessionRecord.FromString(bytes(raw))
+    except DecodeProtoError as exc:
+        raise DataLoss(f"a session record ({len(raw)} bytes) does not parse: {exc}") from None
 
 
 def _meta_of(value: Any) -> records_pb2.VersionRecord:
@@ -1215,22 +1317,28 @@ def _meta_of(value: Any) -> records_pb2.VersionRecord:
 
 
 def _frame_of(value: Any) -> memoryview:
-    (n,) = _META_LEN.unpack_from(value)
+    # A value too short for its length prefix yields no frame (decoding it then fails, naming the version).
+    (n,) = _META_LEN.unpack_from(value) if len(value) >= _META_LEN.size else (len(value),)
     return memoryview(value)[_META_LEN.size + n :]
 
 
-def _version_info(version: int, value: Any) -> VersionInfo:
-    meta = _meta_of(value)
-    header, _ = parse(_frame_of(value))
+def _version_info(session_id: str, version: int, value: Any) -> VersionInfo:
+    """What a stored version's metadata and frame header say; DataLoss naming it if they do not parse."""
+    try:
+        meta = _meta_of(value)
+        header, _ = parse(_frame_of(value))
+        mode = WriteMode(meta.mode)
+    except (struct.error, DecodeProtoError, DecodeError, ValueError) as exc:
+        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
     return VersionInfo(
         version=version,
-        parent_version=version - 1 if meta.mode != WriteMode.FORK else 0,
+        parent_version=version - 1 if mode != WriteMode.FORK else 0,
         created_unix_nanos=meta.created_unix_nanos,
         frame_kind=header.kind,
         stored_bytes=header.frame_size,
         state_size=header.state_size,
         labels=dict(meta.labels),
-        mode=WriteMode(meta.mode),
+        mode=mode,
     )
 
 
@@ -1255,6 +1363,16 @@ def _as_store_error(exc: BaseException) -> StoreError:
     if isinstance(exc, DecodeError):
         return DataLoss(str(exc))
     return InvalidArgument(str(exc))
+
+
+def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, labels: dict[str, str]) -> None:
+    """A session keeps every label its writes ever gave: bound the union, not just each write's."""
+    total = len(rec.labels) + sum(1 for key in labels if key not in rec.labels)
+    if total > keys.MAX_LABELS:
+        raise InvalidArgument(
+            f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
+            f" over the limit of {keys.MAX_LABELS} per session"
+        )
 
 
 def _check_version_arg(version: int) -> None:

@@ -547,7 +547,7 @@ def test_an_unexpected_failure_mid_write_fails_alone_and_leaves_nothing(
     assert outcomes == ["PutResult", "PutResult", "RuntimeError", "PutResult", "PutResult"]
     with pytest.raises(NotFound):
         store.session("bad")
-    assert list(store.iter_frames("bad")) == []
+    assert store.stats()["versions"] == 4  # no frame of the failed write was left behind
     for i in range(4):
         assert store.get(f"ok-{i}").state == state_of(f"ok-{i}", 1)
     monkeypatch.undo()

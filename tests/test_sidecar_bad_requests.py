@@ -1,0 +1,150 @@
+"""Requests the sidecar cannot use get INVALID_ARGUMENT, not UNKNOWN or INTERNAL.
+
+Malformed bytes are sent as they would arrive from a buggy client: raw, through
+a channel without serializers, to a real `ckpt serve` process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ckpt.v1 import service_pb2, service_pb2_grpc
+from tests.sidecar_proc import Sidecar, start_sidecar
+
+SERVICE = "/ckpt.v1.CheckpointService/"
+MAX_TIME_NANOS = 2**64 - 1  # the store keys times as unsigned 64-bit nanoseconds
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    s = start_sidecar(tmp_path_factory.mktemp("bad-requests") / "data")
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture
+def channel(sidecar: Sidecar) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(sidecar.unix_target) as ch:
+        yield ch
+    assert sidecar.process.poll() is None, sidecar.log()
+
+
+def field_bytes(number: int, value: bytes) -> bytes:
+    """One length-delimited field in protobuf wire format (value shorter than 128 bytes)."""
+    assert len(value) < 128
+    return bytes([number << 3 | 2, len(value)]) + value
+
+
+BAD_UTF8_SESSION_ID = field_bytes(1, b"s-\xff\xfe")  # session_id is field 1 of every request below
+
+
+def truncated(message: Any) -> bytes:
+    return bytes(message.SerializeToString()[:-1])
+
+
+def assert_serves(channel: grpc.Channel) -> None:
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    put = stub.Put(service_pb2.PutRequest(session_id="good", state=b"state"), timeout=10)
+    got = stub.Get(service_pb2.GetRequest(session_id="good", version=put.version), timeout=10)
+    assert got.state == b"state"
+
+
+def assert_invalid(info: pytest.ExceptionInfo[grpc.RpcError], *parts: str) -> None:
+    err: Any = info.value
+    assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, (err.code(), err.details())
+    for part in parts:
+        assert part in err.details()
+
+
+UNARY = [
+    ("Put", service_pb2.PutRequest(session_id="session", state=b"state")),
+    ("Get", service_pb2.GetRequest(session_id="session")),
+    ("ListVersions", service_pb2.ListVersionsRequest(session_id="session")),
+]
+
+
+@pytest.mark.parametrize("corruption", ["bad-utf8", "truncated"])
+@pytest.mark.parametrize(("method", "valid"), UNARY, ids=[m for m, _ in UNARY])
+def test_a_malformed_unary_request_is_invalid_argument(
+    channel: grpc.Channel, method: str, valid: Any, corruption: str
+) -> None:
+    raw = BAD_UTF8_SESSION_ID if corruption == "bad-utf8" else truncated(valid)
+    call = channel.unary_unary(SERVICE + method)  # no serializers: bytes in, bytes out
+    with pytest.raises(grpc.RpcError) as info:
+        call(raw, timeout=10)
+    expected = "UTF-8" if corruption == "bad-utf8" else ""
+    assert_invalid(info, f"not a valid {valid.DESCRIPTOR.full_name}", expected)
+    assert_serves(channel)
+
+
+@pytest.mark.parametrize("corruption", ["bad-utf8", "truncated"])
+def test_a_malformed_stream_message_ends_the_stream_with_invalid_argument(
+    channel: grpc.Channel, corruption: str
+) -> None:
+    good = service_pb2.PutStreamRequest(
+        batch_id=1, puts=[service_pb2.PutRequest(session_id=f"stream-{corruption}", state=b"first")]
+    )
+    puts_field = service_pb2.PutStreamRequest.DESCRIPTOR.fields_by_name["puts"].number
+    bad = field_bytes(puts_field, BAD_UTF8_SESSION_ID) if corruption == "bad-utf8" else truncated(good)
+    call = channel.stream_stream(SERVICE + "PutStream")
+    answers = []
+    with pytest.raises(grpc.RpcError) as info:
+        for raw in call(iter([good.SerializeToString(), bad]), timeout=10):
+            answers.append(service_pb2.PutStreamResponse.FromString(raw))
+    assert_invalid(info, "not a valid ckpt.v1.PutStreamRequest")
+    # The batch before the malformed one was written and answered.
+    assert [(a.batch_id, [r.response.version for r in a.results]) for a in answers] == [(1, [1])]
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    assert stub.Get(service_pb2.GetRequest(session_id=f"stream-{corruption}"), timeout=10).state == b"first"
+    assert_serves(channel)
+
+
+def timestamp(seconds: int, nanos: int = 0) -> Timestamp:
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+YEAR_9999 = 253402300799  # 9999-12-31T23:59:59Z, the latest valid Timestamp
+
+
+@pytest.mark.parametrize("labels", [{}, {"team": "a"}], ids=["time-index", "label-index"])
+@pytest.mark.parametrize(
+    ("field", "ts"),
+    [
+        ("updated_before", timestamp(YEAR_9999)),
+        ("updated_after", timestamp(YEAR_9999)),
+        ("updated_before", timestamp(MAX_TIME_NANOS // 10**9 + 1)),  # a second past the last time
+        ("updated_after", timestamp(0, -1)),
+        ("updated_before", timestamp(0, 10**9)),
+        ("updated_after", timestamp(-62135596801)),  # before 0001-01-01, protobuf's earliest
+    ],
+    ids=["before-9999", "after-9999", "before-past-2**64ns", "after-nanos-1", "before-nanos-1e9", "after-year-0"],
+)
+def test_list_sessions_rejects_times_the_store_cannot_hold(
+    channel: grpc.Channel, field: str, ts: Timestamp, labels: dict[str, str]
+) -> None:
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    request = service_pb2.ListSessionsRequest(label_filter=labels)
+    getattr(request, field).CopyFrom(ts)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListSessions(request, timeout=10)
+    assert_invalid(info, field, "2554-07-21T23:34:33.709551615Z", "0..999,999,999")
+    assert_serves(channel)
+
+
+def test_list_sessions_accepts_the_whole_range(channel: grpc.Channel) -> None:
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    stub.Put(service_pb2.PutRequest(session_id="in-range", state=b"x"), timeout=10)
+    last = Timestamp()
+    last.FromNanoseconds(MAX_TIME_NANOS)
+    everything = service_pb2.ListSessionsRequest(
+        updated_after=timestamp(-62135596800), updated_before=last, page_size=1000
+    )
+    assert "in-range" in {s.session_id for s in stub.ListSessions(everything, timeout=10).sessions}
+    # Times before the Unix epoch are earlier than every update.
+    none = service_pb2.ListSessionsRequest(updated_before=timestamp(-1))
+    assert not stub.ListSessions(none, timeout=10).sessions
