@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import lmdb
+import xxhash
 from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
@@ -731,6 +732,7 @@ class Store:
             )
         keys.check_labels(req.labels)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
+        asked = _write_fingerprint(req, mode) if rid_key is not None else 0
         if req.expected_version is not None and req.expected_version < 0:
             raise InvalidArgument(f"expected_version must be >= 0, got {req.expected_version}")
         state = bytes(req.state)
@@ -749,6 +751,12 @@ class Store:
                 if raw_req is not None:
                     done = records_pb2.RequestRecord.FromString(bytes(raw_req))
                     if done.expires_unix_nanos > time.time_ns():
+                        if done.write_xxh3 and done.write_xxh3 != asked:
+                            raise InvalidArgument(
+                                f"request_id {req.request_id!r} was used for a different write to session"
+                                f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
+                                " write, and a new write needs a new request_id"
+                            )
                         return PutResult(
                             done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
                         )
@@ -785,7 +793,7 @@ class Store:
                 )
                 if rid_key is not None:
                     expires = now + int(self.config.request_id_ttl_seconds * 1e9)
-                    self._remember_request(txn, rid_key, result, expires, expired_rid)
+                    self._remember_request(txn, rid_key, result, expires, expired_rid, asked)
             except BaseException:
                 encoder.rollback()
                 raise
@@ -853,6 +861,7 @@ class Store:
         result: PutResult,
         expires: int,
         expired: records_pb2.RequestRecord | None,
+        asked: int,
     ) -> None:
         if expired is not None:  # an expired record of the same id being replaced
             txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._req_expiry)
@@ -862,6 +871,7 @@ class Store:
             frame_kind=result.frame_kind,
             state_size=result.state_size,
             expires_unix_nanos=expires,
+            write_xxh3=asked,
         )
         txn.put(rid_key, record.SerializeToString(), db=self._requests)
         txn.put(keys.time_key(expires, rid_key), b"", db=self._req_expiry)
@@ -1363,6 +1373,16 @@ def _as_store_error(exc: BaseException) -> StoreError:
     if isinstance(exc, DecodeError):
         return DataLoss(str(exc))
     return InvalidArgument(str(exc))
+
+
+def _write_fingerprint(req: PutRequest, mode: WriteMode) -> int:
+    """What a write asks, hashed: a retry under the same request id must match it (never 0: 0 is "not kept")."""
+    h = xxhash.xxh3_64()
+    h.update(struct.pack("<Bq", mode, -1 if req.expected_version is None else req.expected_version))
+    for key, value in sorted(req.labels.items()):
+        h.update(key.encode() + b"\0" + value.encode() + b"\0")
+    h.update(req.state)
+    return h.intdigest() or 1
 
 
 def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, labels: dict[str, str]) -> None:

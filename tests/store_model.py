@@ -63,13 +63,21 @@ class Session:
     forked_from: tuple[str, int] = ("", 0)
 
 
+#: What a write asks: mode, expected version, labels, state.
+Asked = tuple[WriteMode, int | None, tuple[tuple[str, str], ...], bytes]
+
+
+def asked_by(req: PutRequest) -> Asked:
+    return (req.mode, req.expected_version, tuple(sorted(req.labels.items())), bytes(req.state))
+
+
 @dataclass
 class Model:
     """What a checkpoint store promises, kept in memory: the oracle the store is checked against."""
 
     sessions: dict[str, Session] = field(default_factory=dict)
-    #: (session, request id) -> the version its first attempt wrote
-    requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (session, request id) -> the version its first attempt wrote, and what that attempt asked
+    requests: dict[tuple[str, str], tuple[int, Asked]] = field(default_factory=dict)
 
     def request(
         self, session_id: str, mode: WriteMode, grow: bool, patch: bytes, expect: str, request_id: str, labels: Labels
@@ -84,12 +92,15 @@ class Model:
         return PutRequest(session_id, state, mode, expected, request_id, labels)
 
     def expected(self, req: PutRequest) -> tuple[str, int]:
-        """What the store must answer: ("replay", version), ("conflict", head) or ("write", new version)."""
+        """What the store must answer: ("replay" or "reused", version), ("conflict", head) or ("write", new version)."""
         sess = self.sessions.get(req.session_id)
         head = sess.head if sess else 0
-        replay = self.requests.get((req.session_id, req.request_id)) if req.request_id else None
-        if replay is not None:  # a retry writes nothing, whatever it expects, and answers as the first did
-            return "replay", replay
+        first = self.requests.get((req.session_id, req.request_id)) if req.request_id else None
+        if first is not None:
+            # A retry (the same write again) writes nothing and answers as the first did; a request
+            # id reused for another write is refused, naming the version the first one made.
+            version, asked = first
+            return ("replay" if asked == asked_by(req) else "reused"), version
         if req.expected_version is not None and req.expected_version != head:
             return "conflict", head
         return "write", head + 1
@@ -102,7 +113,7 @@ class Model:
         sess.versions[version] = new
         sess.labels.update(req.labels)
         if req.request_id:
-            self.requests[(req.session_id, req.request_id)] = version
+            self.requests[(req.session_id, req.request_id)] = (version, asked_by(req))
         return new
 
     def plan(self, writes: list[BatchWrite]) -> list[PutRequest]:

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from ckpt.v1 import service_pb2
 from sidecar import PutRequest, WriteMode
-from sidecar.client import AlreadyExistsError, CheckpointClient, ConflictError, NotFoundError
+from sidecar.client import AlreadyExistsError, CheckpointClient, ConflictError, InvalidArgumentError, NotFoundError
 from tests.sidecar_proc import start_sidecar
 from tests.store_model import (
     ANY_SESSION,
@@ -70,13 +70,23 @@ class SidecarModel(RuleBasedStateMachine):
         call = self.client.merge if req.mode is WriteMode.MERGE else self.client.put
         # The client sends a request id of its own when given None; "" in the model means none.
         rid = req.request_id or None
+        labels = {**req.labels, "run": self.prefix}
         if kind == "conflict":
             with pytest.raises(ConflictError) as conflict:
                 call(self.sid(req.session_id), req.state, expected_version=req.expected_version, request_id=rid)
             assert conflict.value.current_version == version
             assert conflict.value.code is grpc.StatusCode.ABORTED
             return
-        labels = {**req.labels, "run": self.prefix}
+        if kind == "reused":
+            with pytest.raises(InvalidArgumentError, match=f"made version {version}"):
+                call(
+                    self.sid(req.session_id),
+                    req.state,
+                    expected_version=req.expected_version,
+                    request_id=rid,
+                    labels=labels,
+                )
+            return
         got = call(
             self.sid(req.session_id), req.state, expected_version=req.expected_version, request_id=rid, labels=labels
         )
@@ -121,6 +131,11 @@ class SidecarModel(RuleBasedStateMachine):
             if kind == "conflict":
                 assert result.HasField("error"), result
                 assert (result.error.code, result.error.current_version) == (grpc.StatusCode.ABORTED.value[0], version)
+                continue
+            if kind == "reused":
+                assert result.HasField("error"), result
+                assert result.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                assert f"made version {version}" in result.error.message
                 continue
             assert result.HasField("response"), result
             assert (result.response.replayed, result.response.version) == (kind == "replay", version)

@@ -129,7 +129,7 @@ def test_expected_version_zero_means_create_only(store: Store) -> None:
 
 def test_request_id_retries_are_idempotent(store: Store) -> None:
     first = store.put("r", state_of("r", 1), request_id="req-1")
-    again = store.put("r", state_of("r", 99), request_id="req-1")  # a retry after a lost reply
+    again = store.put("r", state_of("r", 1), request_id="req-1")  # a retry after a lost reply: the same write
     assert again.replayed and not first.replayed
     assert (again.version, again.stored_bytes, again.frame_kind) == (
         first.version,

@@ -17,7 +17,7 @@ import pytest
 
 from ckpt.store.v1 import records_pb2
 from codec import ChainPolicy, FrameKind
-from sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable
+from sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable, WriteMode
 from sidecar import store as store_module
 from sidecar.client import CheckpointClient
 from tests.sidecar_proc import ROOT, start_sidecar
@@ -310,3 +310,20 @@ def test_a_read_only_store_reads_on_after_another_process_grows_the_map(config: 
         assert len(ids) == 401
         for sid in ids:  # reads nested in a listing, as `ckpt verify` does
             assert reader.get(sid).version == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        PutRequest("idem", b"\x08\x02", request_id="r1"),  # another state
+        PutRequest("idem", b"\x08\x01", request_id="r1", labels={"k": "v"}),  # other labels
+        PutRequest("idem", b"\x08\x01", request_id="r1", expected_version=0),  # another precondition
+        PutRequest("idem", b"\x08\x01", request_id="r1", mode=WriteMode.MERGE),  # another mode
+    ],
+)
+def test_a_request_id_reused_for_another_write_is_refused(store: Store, other: PutRequest) -> None:
+    first = store.write(PutRequest("idem", b"\x08\x01", request_id="r1"))
+    assert store.write(PutRequest("idem", b"\x08\x01", request_id="r1")).replayed  # a true retry
+    with pytest.raises(InvalidArgument, match=r"request_id 'r1' was used for a different write .* made version 1"):
+        store.write(other)
+    assert store.session("idem").head_version == first.version == 1  # nothing written

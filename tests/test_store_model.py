@@ -27,6 +27,7 @@ from ckpt.v1 import checkpoint_pb2 as pb
 from codec import ChainPolicy, FrameKind
 from sidecar import (
     AlreadyExists,
+    InvalidArgument,
     NotFound,
     PutRequest,
     PutResult,
@@ -127,6 +128,12 @@ class StoreModel(RuleBasedStateMachine):
             assert isinstance(outcome, VersionConflict), outcome
             assert outcome.current_version == version
             assert f"version {version}" in str(outcome)
+            return
+        if kind == "reused":
+            assert isinstance(outcome, InvalidArgument), outcome
+            assert f"was used for a different write to session {req.session_id!r} (it made version {version})" in str(
+                outcome
+            )
             return
         assert isinstance(outcome, PutResult), outcome
         assert (outcome.replayed, outcome.version) == (kind == "replay", version)
