@@ -142,9 +142,8 @@ def _timestamp(nanos: int) -> Timestamp:
 
 # The store keys times as unsigned 64-bit nanoseconds since the Unix epoch
 # (keys.time_key); earlier times act as the epoch, later ones cannot be keyed.
-_MAX_TIME_NANOS = keys.MAX_TIME_NANOS
 _MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z, protobuf's earliest Timestamp
-_TIME_RANGE = f"0001-01-01T00:00:00Z to {_timestamp(_MAX_TIME_NANOS).ToJsonString()}"
+_TIME_RANGE = f"0001-01-01T00:00:00Z to {_timestamp(keys.MAX_TIME_NANOS).ToJsonString()}"
 
 
 def time_filter_nanos(request: Message, field_name: str) -> int | None:
@@ -153,7 +152,7 @@ def time_filter_nanos(request: Message, field_name: str) -> int | None:
         return None
     ts: Timestamp = getattr(request, field_name)
     nanos = ts.seconds * 1_000_000_000 + ts.nanos
-    if 0 <= ts.nanos <= 999_999_999 and ts.seconds >= _MIN_TIMESTAMP_SECONDS and nanos <= _MAX_TIME_NANOS:
+    if 0 <= ts.nanos <= 999_999_999 and ts.seconds >= _MIN_TIMESTAMP_SECONDS and nanos <= keys.MAX_TIME_NANOS:
         return nanos
     raise InvalidArgument(
         f"{field_name} (seconds={ts.seconds}, nanos={ts.nanos}) is out of range: it must be a time from"
@@ -265,17 +264,22 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         try:
             return await fn()
         except StoreError as exc:
-            code = status_of(exc)
-            m.errors.labels(rpc, code.name).inc()
-            current = getattr(exc, "current_version", None)
-            trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
-            await context.abort(code, str(exc), trailing_metadata=trailers)
+            await self._abort(rpc, context, exc)
         except Exception:
             m.errors.labels(rpc, "INTERNAL").inc()
             log.exception("%s failed", rpc)
             await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
         finally:
             latency.observe(time.perf_counter() - start)
+        raise AssertionError("unreachable: context.abort raises")
+
+    async def _abort(self, rpc: str, context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:
+        """End an RPC with the status a store error maps to, counting it; the head goes in a trailer."""
+        code = status_of(exc)
+        self._metrics.errors.labels(rpc, code.name).inc()
+        current = getattr(exc, "current_version", None)
+        trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
+        await context.abort(code, str(exc), trailing_metadata=trailers)
         raise AssertionError("unreachable: context.abort raises")
 
     async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
@@ -399,9 +403,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             try:
                 await reader  # re-raises what stopped the reader, if it was not the stream's end
             except StoreError as exc:  # a message that did not parse; the batches before it are answered
-                code = status_of(exc)
-                self._metrics.errors.labels("PutStream", code.name).inc()
-                await context.abort(code, str(exc))
+                await self._abort("PutStream", context, exc)
         finally:
             reader.cancel()
             reader.add_done_callback(_retrieve_outcome)  # ended early: nobody awaits its error

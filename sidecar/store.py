@@ -708,7 +708,7 @@ class Store:
         while True:
             with self._read() as txn:
                 cur = txn.cursor(db=self._sessions)
-                chunk = [bytes(k) for k in _keys_after(cur, after, _SWEEP_CHUNK)]
+                chunk = _keys_after(cur, after, _SWEEP_CHUNK)
             yield from (k.decode() for k in chunk)
             if len(chunk) < _SWEEP_CHUNK:
                 return

@@ -10,14 +10,18 @@ from ckpt.v1 import checkpoint_pb2 as pb
 from tests.sidecar_proc import ROOT, start_sidecar
 
 
-def test_readme_python_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Use it from an agent (Python)", 1)[1]
+def _python_block(heading: str) -> str:
+    section = (ROOT / "README.md").read_text().split(heading, 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code, "no python block in the README's client section"
+    assert code, f"no python block under {heading!r}"
+    return code.group(1)
+
+
+def test_readme_python_example_runs(tmp_path: Path) -> None:
+    code = _python_block("## Use it from an agent (Python)")
     sidecar = start_sidecar(tmp_path / "data")
     try:
-        source = code.group(1).replace("unix:data/ckpt.sock", sidecar.unix_target)
+        source = code.replace("unix:data/ckpt.sock", sidecar.unix_target)
         assert len(source.strip().splitlines()) <= 12
         namespace: dict[str, Any] = {
             "state": pb.Checkpoint(goal="demo", step=1),
@@ -28,13 +32,6 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
         assert pb.Checkpoint.FromString(namespace["latest"]).step == 2
     finally:
         assert sidecar.stop() == 0
-
-
-def _python_block(heading: str) -> str:
-    section = (ROOT / "README.md").read_text().split(heading, 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code, f"no python block under {heading!r}"
-    return code.group(1)
 
 
 def test_readme_store_example_runs_on_a_fresh_data_directory(tmp_path: Path) -> None:
