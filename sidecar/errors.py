@@ -36,7 +36,7 @@ class ResourceExhausted(StoreError):
 
 
 class StoreFull(ResourceExhausted):
-    """The LMDB map reached max_map_size_bytes; nothing was written."""
+    """Nothing was written: the LMDB map reached max_map_size_bytes, or the disk is full."""
 
 
 class DataLoss(StoreError):

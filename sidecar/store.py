@@ -18,10 +18,12 @@ import base64
 import binascii
 import contextlib
 import enum
+import errno
 import fcntl
 import logging
 import os
 import queue
+import resource
 import struct
 import threading
 import time
@@ -170,6 +172,8 @@ class _Op:
     #: The op raises StoreError/CodecError only before its first LMDB write,
     #: so it can share the batch transaction without a nested one of its own.
     fails_clean: bool = False
+    #: About how many bytes the op stores (its state): what a full disk is checked against.
+    size_bytes: int = 0
     future: Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     afuture: asyncio.Future[Any] | None = None
@@ -282,6 +286,7 @@ class Store:
 
     def _open_lmdb(self, lmdb_dir: Path) -> None:
         config, readonly = self.config, self.readonly
+        self._data_file = lmdb_dir / "data.mdb"
         self._env = lmdb.open(
             str(lmdb_dir),
             map_size=config.map_size_bytes,
@@ -801,7 +806,7 @@ class Store:
             batch.after_commit.append(lambda: self._after_write(sid, encoder, snapshot, info))
             return result
 
-        return _Op(apply, fails_clean=True)
+        return _Op(apply, fails_clean=True, size_bytes=len(state))
 
     def _append(
         self,
@@ -1213,8 +1218,22 @@ class Store:
                 # Whether LMDB kept it or not, the cached states may be stale either way.
                 for sid in batch.touched_encoders:
                     self._forget(sid)
-                for op in ops:
-                    op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
+                full = _disk_full(exc, self._data_file, sum(op.size_bytes for op in ops))
+                if full is None:
+                    for op in ops:
+                        op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
+                    return
+                if len(ops) > 1:  # pages freed inside the file may still hold a smaller commit
+                    for op in ops:
+                        self._run_batch([op], isolate=isolate)
+                    return
+                ops[0].resolve(
+                    None,
+                    StoreFull(
+                        f"no space to write under {self.config.data_dir} ({full}); nothing was written:"
+                        " free disk space or delete sessions, then retry with the same request_id"
+                    ),
+                )
                 return
             self.commits += 1
             self.batch_sizes[len(ops)] += 1
@@ -1365,6 +1384,43 @@ def _session_info(session_id: str, rec: records_pb2.SessionRecord) -> SessionInf
         forked_from_session_id=rec.forked_from_session_id,
         forked_from_version=rec.forked_from_version,
     )
+
+
+# What a commit's page writes fail with when the file cannot grow: no space,
+# a quota, or a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ).
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# Below this much free space, a commit failing with EIO is taken for a full disk.
+_LOW_FREE_BYTES = 16 * 1024 * 1024
+
+
+def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | None:
+    """Why a failed commit could not write, if the disk (or a limit) is full; None for any other failure.
+
+    py-lmdb raises a plain lmdb.Error for system errors, its message ending in
+    the C library's strerror text. LMDB reports a short page write as EIO,
+    which is how a disk that fills mid-write usually shows; so for EIO the
+    file size limit and the free space decide.
+    """
+    if type(exc) is not lmdb.Error:
+        return None
+    text = str(exc)
+    for code in _DISK_FULL_ERRNOS:
+        if text.endswith(os.strerror(code)):
+            return f"the disk is full: {os.strerror(code)}"
+    if not text.endswith(os.strerror(errno.EIO)):
+        return None
+    try:
+        size = data_file.stat().st_size
+        fs = os.statvfs(data_file.parent)
+    except OSError:
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and size + needed_bytes > limit:
+        return f"the data file is {size} bytes, at this process's file size limit (RLIMIT_FSIZE {limit})"
+    free = (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize
+    if free < max(_LOW_FREE_BYTES, 2 * needed_bytes):
+        return f"the disk is full: {free} bytes free"
+    return None
 
 
 def _as_store_error(exc: BaseException) -> StoreError:
