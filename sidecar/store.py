@@ -1266,6 +1266,8 @@ class Store:
                 self.sweep()
             except Unavailable:
                 pass  # closing
+            except StoreFull as exc:  # no traceback: the cause is outside, and said in full
+                log.warning("the retention sweep could not write: %s", exc)
             except Exception:  # logged and tried again next round: retention must not stop for good
                 log.exception("the retention sweep failed")
 
