@@ -31,13 +31,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import lmdb
 from google.protobuf.json_format import MessageToDict
 
 from codec import DecodeError, FrameKind, iter_versions
 
 from .client import CheckpointClient, CheckpointError
 from .config import Durability, Retention, StoreConfig
-from .errors import DataLoss, StoreError
+from .errors import DataLoss, NotFound, StoreError
 from .server import ServeConfig, serve
 from .store import Store
 
@@ -272,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointError, StoreError, OSError) as exc:
         print(f"ckpt {args.command}: {exc}", file=sys.stderr)
         return 1
+    except lmdb.Error as exc:  # a damaged LMDB file (inspect/verify/stats): say so, no traceback
+        print(f"ckpt {args.command}: the LMDB database in {args.data_dir} is damaged: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"ckpt {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -372,7 +376,10 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _open_readonly(data_dir: Path) -> Store:
-    return Store(StoreConfig(data_dir=data_dir), readonly=True)
+    try:  # the store refuses a truncated data file itself (reading it could end in SIGBUS)
+        return Store(StoreConfig(data_dir=data_dir), readonly=True)
+    except lmdb.Error as exc:
+        raise DataLoss(f"{data_dir / 'lmdb' / 'data.mdb'} cannot be opened as an LMDB database: {exc}") from None
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -400,7 +407,11 @@ def _verify(args: argparse.Namespace) -> int:
     failures = checked = 0
     with _open_readonly(args.data_dir) as store:
         for session in args.sessions or store.session_ids():
-            problems = verify_session(store, session)
+            # A session listed here may be deleted by a running sidecar before it is read:
+            # gone is not damaged. A session named on the command line must exist.
+            problems = verify_session(store, session, vanished_ok=not args.sessions)
+            if problems is None:
+                continue
             checked += 1
             for problem in problems:
                 print(f"FAIL session {session!r}: {problem}", file=sys.stderr)
@@ -409,14 +420,20 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def verify_session(store: Store, session: str) -> list[str]:
-    """Every frame's checksum and link, every version's metadata, every version decoded; the problems found."""
+def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:
+    """Every frame's checksum and link, every version's metadata, every version decoded; the problems found.
+
+    None if the session does not exist and ``vanished_ok`` (it was deleted since it was listed).
+    """
     try:
         info, frames = store.frames_of(session)
-    except StoreError as exc:
+    except NotFound as exc:
+        return None if vanished_ok else [str(exc)]
+    except (StoreError, lmdb.Error) as exc:  # a damaged record or B-tree page: report it, check the others
         return [str(exc)]
     problems = [str(vinfo) for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)]
     chain: list[bytes] = []
+    chain_versions: list[int] = []
     expected = info.first_version
     for version, _info, frame in [*frames, (None, None, None)]:
         if version is not None and version != expected:
@@ -425,16 +442,21 @@ def verify_session(store: Store, session: str) -> list[str]:
         # The kind byte is read raw: a frame whose header is corrupt still splits chains.
         if version is None or (frame is not None and len(frame) > 5 and frame[5] == FrameKind.FULL):
             if chain:
+                decoded = 0
                 try:
                     for _ in iter_versions(chain):
-                        pass
+                        decoded += 1
                 except DecodeError as exc:
-                    problems.append(str(exc))
-            chain = []
+                    # The frame after the last one decoded failed; name it if the codec could not.
+                    failed = chain_versions[decoded]
+                    text = str(exc)
+                    problems.append(text if f"version {failed}" in text else f"version {failed}: {text}")
+            chain, chain_versions = [], []
         if version is None:
             break
         assert frame is not None
         chain.append(frame)
+        chain_versions.append(version)
         expected += 1
     if expected - 1 != info.head_version:
         problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")

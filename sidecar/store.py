@@ -255,6 +255,7 @@ class Store:
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock_file = _lock_data_dir(config.data_dir)
         try:
+            _check_not_truncated(lmdb_dir / "data.mdb", extend=not readonly)
             self._open_lmdb(lmdb_dir)
         except BaseException:
             # The caller never gets a store to close(): release the directory now.
@@ -454,12 +455,18 @@ class Store:
             raw = txn.get(sid, db=self._sessions)
             if raw is None:
                 raise NotFound(f"session {session_id!r} does not exist")
-            rec = _record(raw)
+            try:
+                rec: records_pb2.SessionRecord | None = _record(raw)
+            except DataLoss:
+                rec = None  # damaged: deleting it is how an operator starts the session over
             removed, _ = self._delete_frames(txn, sid, below=None)
             self._delete_requests(txn, sid)
-            for key, value in rec.labels.items():
-                txn.delete(keys.label_key(key, value, sid), db=self._labels)
-            txn.delete(keys.updated_key(rec.updated_unix_nanos, sid), db=self._updated)
+            if rec is not None:
+                for key, value in rec.labels.items():
+                    txn.delete(keys.label_key(key, value, sid), db=self._labels)
+                txn.delete(keys.updated_key(rec.updated_unix_nanos, sid), db=self._updated)
+            else:  # which index entries are its own is unknown: look through both indexes
+                self._delete_index_entries(txn, sid)
             txn.delete(sid, db=self._sessions)
             batch.touched_encoders.add(sid)
             batch.after_commit.append(lambda: self._forget(sid))
@@ -527,15 +534,25 @@ class Store:
                     )
                 top = min(top, int(start))
             out: list[VersionInfo] = []
+            if top < rec.first_version:
+                return out, ""
             cur = txn.cursor(db=self._frames)
-            if top >= rec.first_version and cur.set_key(keys.frame_key(sid, top)):
+            # Versions first_version..head are consecutive keys: one that is not
+            # there is damage, named as Get names it, not quietly left out.
+            expected = top
+            if cur.set_key(keys.frame_key(sid, top)):
                 for key, value in _backward(cur):
-                    if not key.startswith(sid + keys.SEP):
+                    if not key.startswith(sid + keys.SEP) or expected < rec.first_version:
                         break
                     version = keys.frame_version(key, sid)
+                    if version != expected:
+                        break
                     if len(out) == size:
                         return out, _encode_token(b"v", str(version).encode())
                     out.append(_version_info(session_id, version, value))
+                    expected -= 1
+            if expected >= rec.first_version:
+                raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
             return out, ""
 
     def list_sessions(
@@ -606,12 +623,18 @@ class Store:
                 raw = txn.get(sid, db=self._sessions)
                 if raw is None:
                     continue
-                rec = _record(raw)
+                try:
+                    session_id = sid.decode()
+                    rec = _record(raw)
+                except (DataLoss, UnicodeDecodeError) as exc:
+                    # One damaged session must not hide the others; `ckpt verify` names it.
+                    log.warning("listing skipped session %r: %s", _printable(sid), exc)
+                    continue
                 if not after <= rec.updated_unix_nanos < before:
                     continue
                 if any(rec.labels.get(k) != v for k, v in labels.items()):
                     continue
-                out.append(_session_info(sid.decode(), rec))
+                out.append(_session_info(session_id, rec))
         return out, ""
 
     # -- retention -----------------------------------------------------------
@@ -714,7 +737,9 @@ class Store:
             with self._read() as txn:
                 cur = txn.cursor(db=self._sessions)
                 chunk = _keys_after(cur, after, _SWEEP_CHUNK)
-            yield from (k.decode() for k in chunk)
+            # A key that is not UTF-8 is damage: yielded undecoded-as-surrogates, so
+            # that verify names it (every lookup of it is refused as not UTF-8).
+            yield from (k.decode("utf-8", "surrogateescape") for k in chunk)
             if len(chunk) < _SWEEP_CHUNK:
                 return
             after = chunk[-1]
@@ -754,7 +779,13 @@ class Store:
             if rid_key is not None:
                 raw_req = txn.get(rid_key, db=self._requests)
                 if raw_req is not None:
-                    done = records_pb2.RequestRecord.FromString(bytes(raw_req))
+                    try:
+                        done = records_pb2.RequestRecord.FromString(bytes(raw_req))
+                    except DecodeProtoError as exc:
+                        raise DataLoss(
+                            f"session {req.session_id!r}: the record of request_id {req.request_id!r} does not"
+                            f" parse ({exc}), so whether that write was made is unknown"
+                        ) from None
                     if done.expires_unix_nanos > time.time_ns():
                         if done.write_xxh3 and done.write_xxh3 != asked:
                             raise InvalidArgument(
@@ -939,11 +970,28 @@ class Store:
         if not cur.set_range(sid + keys.SEP):
             return
         while _key(cur).startswith(sid + keys.SEP):
-            expires = records_pb2.RequestRecord.FromString(_value(cur)).expires_unix_nanos
-            txn.delete(keys.time_key(expires, _key(cur)), db=self._req_expiry)
+            try:
+                expires = records_pb2.RequestRecord.FromString(_value(cur)).expires_unix_nanos
+            except DecodeProtoError:
+                pass  # damaged: its expiry entry stays, and expiring it later finds nothing to delete
+            else:
+                txn.delete(keys.time_key(expires, _key(cur)), db=self._req_expiry)
             cur.delete()
             if not _key(cur):
                 break
+
+    def _delete_index_entries(self, txn: lmdb.Transaction, sid: bytes) -> None:
+        """Remove a session's label and updated-time index entries without its record: a scan of both."""
+        labels = txn.cursor(db=self._labels)
+        updated = txn.cursor(db=self._updated)
+        # Label keys are key SEP value SEP sid (ids hold no SEP); updated keys are a u64 time + sid.
+        doomed = (
+            [(self._labels, k) for k in _forward_keys(labels) if k.endswith(keys.SEP + sid)] if labels.first() else []
+        )
+        if updated.first():
+            doomed += [(self._updated, k) for k in _forward_keys(updated) if k[8:] == sid]
+        for db, key in doomed:
+            txn.delete(key, db=db)
 
     def _prune_op(self, sids: list[bytes], now: int) -> Callable[[_Batch, lmdb.Transaction], tuple[int, int]]:
         def apply(batch: _Batch, txn: lmdb.Transaction) -> tuple[int, int]:
@@ -955,9 +1003,9 @@ class Store:
                 try:
                     rec = _record(raw)
                     start = self._retention_start(txn, sid, rec, now)
-                except (StoreError, CodecError, DecodeProtoError) as exc:
+                except Exception as exc:  # only reads so far: nothing of this session to undo
                     # Keep the damaged session as it is (verify names it) and prune the others.
-                    log.warning("retention skipped session %r: %s", sid.decode(errors="replace"), exc)
+                    log.warning("retention skipped session %r: %s", _printable(sid), exc)
                     continue
                 if start <= rec.first_version:
                     continue
@@ -984,7 +1032,7 @@ class Store:
         cut = min(cut, rec.head_version)  # the head always stays
         if cut <= rec.first_version:
             return rec.first_version
-        return self._chain_start(txn, sid, sid.decode(), cut)
+        return self._chain_start(txn, sid, _printable(sid), cut)
 
     def _first_version_since(
         self, txn: lmdb.Transaction, sid: bytes, rec: records_pb2.SessionRecord, oldest: int
@@ -1048,7 +1096,13 @@ class Store:
         for key, value in _backward(cur):
             if not key.startswith(sid + keys.SEP):
                 break
-            if _frame_of(value)[_FRAME_KIND_OFFSET] == FrameKind.FULL:
+            frame = _frame_of(value)
+            if len(frame) <= _FRAME_KIND_OFFSET:
+                raise DataLoss(
+                    f"session {session_id!r} version {keys.frame_version(key, sid)}: the stored value"
+                    f" ({len(value)} bytes) is too short to hold a frame header"
+                )
+            if frame[_FRAME_KIND_OFFSET] == FrameKind.FULL:
                 return keys.frame_version(key, sid)
         raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
 
@@ -1102,7 +1156,10 @@ class Store:
                     txn = None
                 if txn is not None:
                     with txn:
-                        yield txn
+                        try:
+                            yield txn
+                        except _LMDB_DAMAGE as exc:
+                            raise _damaged(exc) from None
                     return
             with self._rw.exclusive():
                 self._env.set_mapsize(0)  # adopt the size the file now has
@@ -1186,7 +1243,7 @@ class Store:
                                 outcomes.append((op, op.apply(batch, sub), None))
                         except lmdb.MapFullError:
                             raise
-                        except (StoreError, CodecError) as exc:
+                        except _FAILS_ALONE as exc:
                             outcomes.append((op, None, _as_store_error(exc)))
                         except Exception as exc:  # a bug: fail this op, keep serving
                             outcomes.append((op, None, exc))
@@ -1425,11 +1482,70 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
     return None
 
 
+# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
+_LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError)
+# What fails one op of a batch alone (an answer for its caller), not the batch.
+_FAILS_ALONE: tuple[type[Exception], ...] = (StoreError, CodecError, *_LMDB_DAMAGE)
+
+
+def _damaged(exc: lmdb.Error) -> DataLoss:
+    return DataLoss(f"the LMDB data file is damaged ({exc}); `ckpt verify` names what it affects")
+
+
+def _printable(sid: bytes) -> str:
+    """A session key for messages, even if it is not UTF-8 (damage)."""
+    return sid.decode("utf-8", "backslashreplace")
+
+
+# How many pages data.mdb may fall short of its last page without being called
+# truncated: LMDB counts pages a transaction allocated and freed again but never
+# writes them, so the file can end a page or so before its last page number
+# (seen after a SIGKILL under forks, deletes and retention).
+_UNWRITTEN_TAIL_PAGES = 64
+
+
+def _check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
+    """DataLoss if data.mdb is clearly shorter than the pages its meta page says are in use.
+
+    LMDB maps the file: reading a page past its end kills the process with
+    SIGBUS, so a truncated file (a partial copy or restore) must be caught
+    before anything reads the B-trees. A short tail (pages LMDB never wrote)
+    is normal; with ``extend`` (the writer, holding the directory) the file is
+    grown to its last page with zeros, so should such a page be one a damaged
+    copy lost, reading it is MDB_CORRUPTED (DataLoss), not SIGBUS. The meta
+    pages are read before the size: a writer beside us extends the file
+    before its meta page points into the new pages.
+    """
+    if not data_mdb.is_file():
+        return  # a new store, or (read-only) reported as missing by the caller
+    try:
+        env = lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0)
+    except lmdb.Error as exc:
+        raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
+    try:
+        pages, page_bytes = env.info()["last_pgno"] + 1, env.stat()["psize"]
+    finally:
+        env.close()
+    needed, size = pages * page_bytes, data_mdb.stat().st_size
+    if size >= needed:
+        return
+    if needed - size > page_bytes * max(2, min(_UNWRITTEN_TAIL_PAGES, pages // 8)):
+        raise DataLoss(
+            f"{data_mdb} is truncated: {size} bytes, but its database uses {needed}"
+            f" ({needed - size} bytes missing); nothing in it can be read safely (restore it from a copy)"
+        )
+    if extend:
+        with data_mdb.open("r+b") as f:
+            f.truncate(needed)
+
+
 def _as_store_error(exc: BaseException) -> StoreError:
     if isinstance(exc, StoreError):
         return exc
     if isinstance(exc, DecodeError):
         return DataLoss(str(exc))
+    if isinstance(exc, _LMDB_DAMAGE):
+        return _damaged(exc)
     return InvalidArgument(str(exc))
 
 
