@@ -22,4 +22,6 @@ def compact(state: bytes, message_type: type[_message.Message]) -> bytes:
             f"cannot compact a {len(state)}-byte state: it does not parse as"
             f" {message_type.DESCRIPTOR.full_name} ({exc})"
         ) from None
-    return msg.SerializeToString(deterministic=True)
+    # Partial: a state built from MERGE patches may lack a proto2 message's
+    # required fields; re-serializing must keep it as it is, not validate it.
+    return msg.SerializePartialToString(deterministic=True)

@@ -15,8 +15,10 @@ from .frame import (
     HEADER_SIZE,
     KINDS_BY_NUMBER,
     MAGIC,
+    MAX_EXPANSION,
     FrameHeader,
     FrameKind,
+    as_bytes_view,
     frame_checksum,
     parse,
     state_checksum,
@@ -60,7 +62,7 @@ def _parse_chain(frames: Iterable[FrameBytes]) -> list[tuple[FrameHeader, memory
     out: list[tuple[FrameHeader, memoryview]] = []
     prev: FrameHeader | None = None
     for frame in frames:
-        view = memoryview(frame)
+        view = as_bytes_view(frame)
         header: FrameHeader | None = None
         if prev is not None and len(view) >= HEADER_SIZE:
             f = HEAD.unpack_from(view)
@@ -76,7 +78,10 @@ def _parse_chain(frames: Iterable[FrameBytes]) -> list[tuple[FrameHeader, memory
                 and f[8] == prev.state_size
                 and f[12] == prev.state_xxh3
                 and f[10] == 0
-                and (f[2] == FrameKind.DELTA or (f[2] == FrameKind.PATCH and f[7] >= f[8]))
+                and (
+                    (f[2] == FrameKind.DELTA and f[7] <= MAX_EXPANSION * f[9])
+                    or (f[2] == FrameKind.PATCH and f[8] <= f[7] <= MAX_EXPANSION * f[9] + f[8])
+                )
                 and frame_checksum(view) == CHECKSUM.unpack_from(view, HEAD.size)[0]
             ):
                 header = FrameHeader(
@@ -191,6 +196,13 @@ def _decompress(reader: _zstd.ZstdDecompressor, data: FrameBytes, expected: int,
         out = reader.decompress(data, max_length=expected + 1)
     except _zstd.ZstdError as exc:
         raise DecodeError(f"zstd payload of version {header.version} is corrupt: {exc}") from None
+    except EOFError:
+        # An earlier payload ended the zstd frame (or was a skippable frame):
+        # the writer never ends a stream, so nothing can continue it.
+        raise DecodeError(
+            f"frame of version {header.version} continues a zstd stream that an earlier frame ended"
+            f" ({len(data)}-byte payload)"
+        ) from None
     if len(out) != expected:
         more = "more than " if len(out) > expected else ""
         raise ChecksumError(

@@ -22,6 +22,12 @@ MAX_STATE_SIZE = 0xFFFF_FFFF  # sizes are u32; protobuf messages stop at 2 GiB a
 # zstd APIs (the stdlib's ZstdDict among them) refuse dictionaries and prefixes
 # under 8 bytes; a base that short is referenced by no prefix at all.
 MIN_PREFIX_SIZE = 8
+# The most a zstd payload can decompress to, per payload byte: a block yields
+# at most 128 KiB (zstd's Block_Maximum_Size) and takes at least 4 bytes (a
+# 3-byte block header and the byte of an RLE block). Each frame's payload
+# yields its own content (the writer flushes a block per frame), so a header
+# declaring more content than this times its payload size cannot be right.
+MAX_EXPANSION = 128 * 1024 // 4
 
 # magic, format version, kind, flags, window log, version, base version,
 # state size, base size, payload size, prefix size, state xxh3, base xxh3
@@ -103,13 +109,27 @@ def pack(header: FrameHeader, payload: bytes) -> bytes:
     return b"".join((head, CHECKSUM.pack(hasher.intdigest()), payload))
 
 
+def as_bytes_view(frame: bytes | bytearray | memoryview) -> memoryview:
+    """A flat view of a frame's bytes, whatever the shape of the buffer given.
+
+    Raises TypeError for an object that is not a buffer, or one that is not
+    C-contiguous.
+    """
+    view = memoryview(frame)
+    if view.itemsize != 1 or view.ndim != 1 or not view.c_contiguous:
+        if not view.c_contiguous:
+            raise TypeError("a frame must be a C-contiguous buffer (bytes, bytearray or memoryview)")
+        view = view.cast("B")
+    return view
+
+
 def parse(frame: bytes | bytearray | memoryview) -> tuple[FrameHeader, memoryview]:
     """Check one whole frame and return its header and payload.
 
     Verifies the magic, format version, field consistency, the exact length
     and the frame checksum (header and payload). Does not decompress.
     """
-    view = memoryview(frame)
+    view = as_bytes_view(frame)
     if len(view) < HEADER_SIZE:
         raise TruncatedFrameError(f"frame is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header")
     (
@@ -180,6 +200,8 @@ def _fields_look_valid(h: FrameHeader) -> bool:
     """The common case of _check_fields as one expression (it runs once per frame)."""
     if not (10 <= h.window_log <= 31 and h.version >= 1):
         return False
+    if h.state_size > MAX_EXPANSION * h.payload_size + (h.base_size if h.kind is FrameKind.PATCH else 0):
+        return False
     if h.kind is FrameKind.FULL:
         return not (h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream)
     if h.base_version != h.version - 1:
@@ -202,20 +224,25 @@ def _check_fields(h: FrameHeader) -> None:
     if h.kind is FrameKind.FULL:
         if h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream:
             raise bad("a FULL frame has no base, prefix or stream to continue")
-        return
-    if h.base_version != h.version - 1:
-        raise bad(f"base_version {h.base_version} is not version - 1")
-    if h.continues_stream and h.prefix_size:
-        raise bad(f"prefix_size {h.prefix_size} on a frame that continues a stream")
-    if 0 < h.prefix_size < MIN_PREFIX_SIZE:
-        raise bad(f"prefix_size {h.prefix_size} is neither 0 nor >= {MIN_PREFIX_SIZE}")
-    if h.kind is FrameKind.DELTA and h.prefix_size not in (0, h.base_size):
-        raise bad(f"prefix_size {h.prefix_size} is neither 0 nor base_size {h.base_size}")
-    if h.kind is FrameKind.PATCH:
-        if h.state_size < h.base_size:
-            raise bad(f"state_size {h.state_size} < base_size {h.base_size}")
-        if h.prefix_size > h.base_size:
-            raise bad(f"prefix_size {h.prefix_size} > base_size {h.base_size}")
+    else:
+        if h.base_version != h.version - 1:
+            raise bad(f"base_version {h.base_version} is not version - 1")
+        if h.continues_stream and h.prefix_size:
+            raise bad(f"prefix_size {h.prefix_size} on a frame that continues a stream")
+        if 0 < h.prefix_size < MIN_PREFIX_SIZE:
+            raise bad(f"prefix_size {h.prefix_size} is neither 0 nor >= {MIN_PREFIX_SIZE}")
+        if h.kind is FrameKind.DELTA and h.prefix_size not in (0, h.base_size):
+            raise bad(f"prefix_size {h.prefix_size} is neither 0 nor base_size {h.base_size}")
+        if h.kind is FrameKind.PATCH:
+            if h.state_size < h.base_size:
+                raise bad(f"state_size {h.state_size} < base_size {h.base_size}")
+            if h.prefix_size > h.base_size:
+                raise bad(f"prefix_size {h.prefix_size} > base_size {h.base_size}")
+    if h.content_size > MAX_EXPANSION * h.payload_size:
+        raise bad(
+            f"a {h.payload_size}-byte payload cannot decompress to {h.content_size} bytes"
+            f" (zstd yields at most {MAX_EXPANSION} bytes per payload byte)"
+        )
 
 
 KINDS_BY_NUMBER = {k.value: k for k in FrameKind}

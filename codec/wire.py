@@ -16,6 +16,13 @@ from google.protobuf import message as _message
 from .errors import WireFormatError
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_SGROUP, _WIRE_EGROUP, _WIRE_I32 = range(6)
+# What protobuf's parsers (upb, which the store's compaction uses) accept: tags
+# and lengths are 32-bit varints of at most 5 bytes, values at most 10 bytes,
+# and groups nest at most 100 deep (the default recursion limit). A patch past
+# any of these would make every later version of the session unparseable.
+_MAX_VARINT_BYTES = 10
+_MAX_VARINT32_BYTES = 5
+MAX_GROUP_DEPTH = 100
 
 
 def check_patch(patch: bytes, *, message_type: type[_message.Message] | None = None) -> None:
@@ -36,7 +43,7 @@ def check_patch(patch: bytes, *, message_type: type[_message.Message] | None = N
             ) from None
 
 
-def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
+def _varint(data: bytes, pos: int, what: str, limit: int = _MAX_VARINT_BYTES) -> tuple[int, int]:
     start = pos
     result = shift = 0
     while True:
@@ -44,8 +51,8 @@ def _varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
             raise WireFormatError(
                 f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start
             )
-        if pos - start >= 10:
-            raise WireFormatError(f"{what} varint at offset {start} is longer than 10 bytes", offset=start)
+        if pos - start >= limit:
+            raise WireFormatError(f"{what} varint at offset {start} is longer than {limit} bytes", offset=start)
         byte = data[pos]
         result |= (byte & 0x7F) << shift
         pos += 1
@@ -60,7 +67,7 @@ def _scan(data: bytes) -> None:
     open_groups: list[tuple[int, int]] = []  # (field number, offset of its start tag)
     while pos < len(data):
         tag_at = pos
-        key, pos = _varint(data, pos, "tag")
+        key, pos = _varint(data, pos, "tag", _MAX_VARINT32_BYTES)
         field, wire = key >> 3, key & 7
         if field == 0 or field > 0x1FFFFFFF:
             raise WireFormatError(f"field number {field} at offset {tag_at} is outside 1..536870911", offset=tag_at)
@@ -74,13 +81,19 @@ def _scan(data: bytes) -> None:
                 )
             pos += width
         elif wire == _WIRE_LEN:
-            length, pos = _varint(data, pos, f"field {field} length")
+            length, pos = _varint(data, pos, f"field {field} length", _MAX_VARINT32_BYTES)
             if pos + length > len(data):
                 raise WireFormatError(
                     f"field {field} at offset {tag_at} declares {length} bytes, {len(data) - pos} left", offset=tag_at
                 )
             pos += length
         elif wire == _WIRE_SGROUP:
+            if len(open_groups) >= MAX_GROUP_DEPTH:
+                raise WireFormatError(
+                    f"group of field {field} at offset {tag_at} nests {len(open_groups) + 1} deep;"
+                    f" protobuf parses at most {MAX_GROUP_DEPTH}",
+                    offset=tag_at,
+                )
             open_groups.append((field, tag_at))
         elif wire == _WIRE_EGROUP:
             if not open_groups or open_groups[-1][0] != field:
