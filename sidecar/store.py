@@ -1259,13 +1259,10 @@ class Store:
                     self._encoders.discard(sid)
                 if self._grow_map():
                     continue
-                if len(ops) > 1:  # at the cap: give each write its own chance
-                    for op in ops:
-                        self._run_batch([op], isolate=isolate)
-                    return
-                ops[0].resolve(
-                    None,
-                    StoreFull(
+                self._split_or_refuse(
+                    ops,
+                    isolate=isolate,
+                    error=StoreFull(
                         f"the store is full: the LMDB map reached max_map_size_bytes"
                         f" ({self.config.max_map_size_bytes}); nothing was written"
                     ),
@@ -1280,13 +1277,11 @@ class Store:
                     for op in ops:
                         op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
                     return
-                if len(ops) > 1:  # pages freed inside the file may still hold a smaller commit
-                    for op in ops:
-                        self._run_batch([op], isolate=isolate)
-                    return
-                ops[0].resolve(
-                    None,
-                    StoreFull(
+                # Pages freed inside the file may still hold a smaller commit.
+                self._split_or_refuse(
+                    ops,
+                    isolate=isolate,
+                    error=StoreFull(
                         f"no space to write under {self.config.data_dir} ({full}); nothing was written:"
                         " free disk space or delete sessions, then retry with the same request_id"
                     ),
@@ -1306,6 +1301,14 @@ class Store:
             for loop, settled in by_loop.items():
                 _settle_on(loop, settled)
             return
+
+    def _split_or_refuse(self, ops: list[_Op], *, isolate: bool, error: StoreFull) -> None:
+        """At a size limit: each write of a batch gets its own chance; a lone write is refused with ``error``."""
+        if len(ops) > 1:
+            for op in ops:
+                self._run_batch([op], isolate=isolate)
+        else:
+            ops[0].resolve(None, error)
 
     def _grow_map(self) -> bool:
         if self._map_size >= self.config.max_map_size_bytes:
