@@ -1126,8 +1126,7 @@ class Store:
                     break
         if len(frames) != want or bytes(cur.key()) != keys.frame_key(sid, target):
             raise DataLoss(
-                f"session {session_id!r}: chain {start}..{target} has {len(frames)} frames,"
-                f" expected {target - start + 1}"
+                f"session {session_id!r} version {target}: a frame of its chain {start}..{target} is missing"
             )
         return frames
 
