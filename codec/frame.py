@@ -200,7 +200,7 @@ def _fields_look_valid(h: FrameHeader) -> bool:
     """The common case of _check_fields as one expression (it runs once per frame)."""
     if not (10 <= h.window_log <= 31 and h.version >= 1):
         return False
-    if h.state_size > MAX_EXPANSION * h.payload_size + (h.base_size if h.kind is FrameKind.PATCH else 0):
+    if h.content_size > MAX_EXPANSION * h.payload_size:
         return False
     if h.kind is FrameKind.FULL:
         return not (h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream)

@@ -153,7 +153,6 @@ def _translate(
 
 # -- arguments: refused here, by name, before anything is sent ---------------------------
 
-_UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
 _MAX_PAGE_SIZE = 1000  # the sidecar's cap (service.proto)
 _MIN_MESSAGE_BYTES = 1024
@@ -173,22 +172,20 @@ def _bytes(name: str, value: object) -> bytes:
     raise TypeError(f"{name} must be bytes, not {type(value).__name__}")
 
 
-def _uint(name: str, value: object, limit: int = _UINT64_MAX) -> int:
+def _int(name: str, value: object, *, low: int = 0, high: int = _UINT64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    if value > limit:
-        raise ValueError(f"{name} must be <= {limit}, got {value}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
     return value
 
 
 def _page_size(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"page_size must be an int, not {type(value).__name__}")
-    if not 0 <= value <= _MAX_PAGE_SIZE:
+    if isinstance(value, int) and not 0 <= value <= _MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be in 0..{_MAX_PAGE_SIZE}, got {value} (0 = the sidecar's default, 100)")
-    return value
+    return _int("page_size", value, high=_MAX_PAGE_SIZE)
 
 
 def _labels(name: str, labels: object) -> dict[str, str]:
@@ -203,27 +200,13 @@ def _labels(name: str, labels: object) -> dict[str, str]:
     return out
 
 
-def _batch_size(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"batch_size must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"batch_size must be >= 1, got {value}")
-    return value
-
-
 def _client_options(timeout_seconds: object, retries: object, max_message_bytes: object) -> None:
     if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
         raise TypeError(f"timeout_seconds must be a number, not {type(timeout_seconds).__name__}")
     if not (timeout_seconds > 0 and math.isfinite(timeout_seconds)):
         raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
-    if isinstance(retries, bool) or not isinstance(retries, int):
-        raise TypeError(f"retries must be an int, not {type(retries).__name__}")
-    if retries < 0:
-        raise ValueError(f"retries must be >= 0, got {retries}")
-    if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int):
-        raise TypeError(f"max_message_bytes must be an int, not {type(max_message_bytes).__name__}")
-    if max_message_bytes < _MIN_MESSAGE_BYTES:
-        raise ValueError(f"max_message_bytes must be >= {_MIN_MESSAGE_BYTES}, got {max_message_bytes}")
+    _int("retries", retries)
+    _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES)
 
 
 def _options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -255,12 +238,12 @@ def _put_request(
         labels=_labels("labels", labels),
     )
     if expected_version is not None:
-        msg.expected_version = _uint("expected_version", expected_version)
+        msg.expected_version = _int("expected_version", expected_version)
     return msg
 
 
 def _get_request(session_id: str, version: int) -> service_pb2.GetRequest:
-    return service_pb2.GetRequest(session_id=_str("session_id", session_id), version=_uint("version", version))
+    return service_pb2.GetRequest(session_id=_str("session_id", session_id), version=_int("version", version))
 
 
 def _fork_request(
@@ -268,10 +251,18 @@ def _fork_request(
 ) -> service_pb2.ForkRequest:
     return service_pb2.ForkRequest(
         session_id=_str("session_id", session_id),
-        version=_uint("version", version),
+        version=_int("version", version),
         new_session_id=_str("new_session_id", new_session_id),
         labels=_labels("labels", labels),
     )
+
+
+def _history_request(session_id: str, page_size: int) -> service_pb2.ListVersionsRequest:
+    return service_pb2.ListVersionsRequest(session_id=_str("session_id", session_id), page_size=_page_size(page_size))
+
+
+def _sessions_request(labels: Mapping[str, str] | None, page_size: int) -> service_pb2.ListSessionsRequest:
+    return service_pb2.ListSessionsRequest(page_size=_page_size(page_size), label_filter=_labels("labels", labels))
 
 
 def _delete_request(session_id: str) -> service_pb2.DeleteSessionRequest:
@@ -449,17 +440,13 @@ class CheckpointClient:
 
     def history(self, session_id: str, *, page_size: int = 100) -> Iterator[service_pb2.VersionInfo]:
         """Every version of a session, newest first (pages fetched as needed)."""
-        req = service_pb2.ListVersionsRequest(
-            session_id=_str("session_id", session_id), page_size=_page_size(page_size)
-        )
-        return self._pages(self._stub.ListVersions, req, "versions")
+        return self._pages(self._stub.ListVersions, _history_request(session_id, page_size), "versions")
 
     def sessions(
         self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
     ) -> Iterator[service_pb2.SessionInfo]:
         """Every session (carrying all of ``labels``, if given), pages fetched as needed."""
-        req = service_pb2.ListSessionsRequest(page_size=_page_size(page_size), label_filter=_labels("labels", labels))
-        return self._pages(self._stub.ListSessions, req, "sessions")
+        return self._pages(self._stub.ListSessions, _sessions_request(labels, page_size), "sessions")
 
     def _pages(self, method: Any, req: Any, field: str) -> Iterator[Any]:
         while True:
@@ -492,7 +479,7 @@ class CheckpointClient:
         it raises, the writes already sent are answered, then that exception
         is raised. A write without a request id is sent with a new one.
         """
-        _batch_size(batch_size)
+        _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
 
@@ -610,17 +597,13 @@ class AsyncCheckpointClient:
 
     def history(self, session_id: str, *, page_size: int = 100) -> AsyncIterator[service_pb2.VersionInfo]:
         """Every version of a session, newest first (pages fetched as needed)."""
-        req = service_pb2.ListVersionsRequest(
-            session_id=_str("session_id", session_id), page_size=_page_size(page_size)
-        )
-        return self._pages(self._stub.ListVersions, req, "versions")
+        return self._pages(self._stub.ListVersions, _history_request(session_id, page_size), "versions")
 
     def sessions(
         self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
     ) -> AsyncIterator[service_pb2.SessionInfo]:
         """Every session (carrying all of ``labels``, if given), pages fetched as needed."""
-        req = service_pb2.ListSessionsRequest(page_size=_page_size(page_size), label_filter=_labels("labels", labels))
-        return self._pages(self._stub.ListSessions, req, "sessions")
+        return self._pages(self._stub.ListSessions, _sessions_request(labels, page_size), "sessions")
 
     async def _pages(self, method: Any, req: Any, field: str) -> AsyncIterator[Any]:
         while True:
@@ -648,7 +631,7 @@ class AsyncCheckpointClient:
     ) -> AsyncIterator[service_pb2.PutResult]:
         """As CheckpointClient.put_stream, except that ``puts`` is read whole before anything is sent
         (so an exception reading it is raised before any write)."""
-        _batch_size(batch_size)
+        _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
 
