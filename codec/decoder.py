@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from . import _zstd
-from .errors import ChainLinkError, ChecksumError, DecodeError
+from .errors import ChainLinkError, ChecksumError, DecodeError, StateTooLargeError
 from .frame import (
     CHECKSUM,
     FLAG_CONTINUES_STREAM,
@@ -37,15 +37,26 @@ class DecodedVersion:
         return self.header.version
 
 
-def decode(frames: Iterable[FrameBytes]) -> bytes:
+def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> bytes:
     """Return the state of the last frame of a chain (FULL frame first).
 
     Every frame's checksum and base link is verified, and the result's size
     and xxh3 must match the last header; any failure raises a DecodeError
     subclass naming the version, and no bytes are returned. Each zstd stream
     segment of the chain is decompressed in a single call.
+
+    ``max_state_bytes`` bounds what frames from an untrusted source may make
+    this allocate: a chain with any version's state over it raises
+    StateTooLargeError before anything is decompressed. (Frames are checked,
+    not trusted, but a well-formed, checksummed frame may still declare a
+    state of up to 4 GiB.) Peak memory is about two states plus one stream
+    segment's output, which holds every version of that segment.
     """
     parsed = _parse_chain(frames)
+    if max_state_bytes is not None:
+        limit = _check_limit(max_state_bytes)
+        for header, _ in parsed:
+            _check_state_size(header, limit)
     state = b""
     for segment in _segments(parsed):
         state = _decode_segment(segment, state)
@@ -107,14 +118,22 @@ def _parse_chain(frames: Iterable[FrameBytes]) -> list[tuple[FrameHeader, memory
     return out
 
 
-def iter_versions(frames: Iterable[FrameBytes]) -> Iterator[DecodedVersion]:
-    """Yield every version of a chain in order, each state verified against its header."""
+def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> Iterator[DecodedVersion]:
+    """Yield every version of a chain in order, each state verified against its header.
+
+    ``max_state_bytes`` as for :func:`decode`, checked frame by frame: the
+    versions before the first one over the limit are yielded, then
+    StateTooLargeError is raised without decompressing that frame.
+    """
+    limit = _check_limit(max_state_bytes) if max_state_bytes is not None else None
     prev: FrameHeader | None = None
     state = b""
     reader: _zstd.ZstdDecompressor | None = None
     for frame in frames:
         header, payload = parse(frame)
         _check_link(prev, header)
+        if limit is not None:
+            _check_state_size(header, limit)
         if not header.continues_stream:
             reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
         assert reader is not None  # _check_link refuses a chain starting with a continuation
@@ -123,6 +142,24 @@ def iter_versions(frames: Iterable[FrameBytes]) -> Iterator[DecodedVersion]:
         _verify_state(header, state)
         yield DecodedVersion(header, state)
         prev = header
+
+
+def _check_limit(max_state_bytes: object) -> int:
+    if isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int):
+        raise TypeError(f"max_state_bytes must be an int or None, not {type(max_state_bytes).__name__}")
+    if max_state_bytes < 0:
+        raise ValueError(f"max_state_bytes must be >= 0, got {max_state_bytes}")
+    return max_state_bytes
+
+
+def _check_state_size(header: FrameHeader, limit: int) -> None:
+    if header.state_size > limit:
+        raise StateTooLargeError(
+            f"frame of version {header.version} declares a {header.state_size}-byte state; max_state_bytes is {limit}",
+            version=header.version,
+            state_size=header.state_size,
+            limit=limit,
+        )
 
 
 def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:

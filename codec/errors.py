@@ -7,7 +7,8 @@
         ├── TruncatedFrameError    fewer bytes than the header says
         ├── UnsupportedFormatError magic or format version not understood
         ├── ChecksumError          a header, payload or state checksum mismatch
-        └── ChainLinkError         a frame applied to the wrong base / out of order
+        ├── ChainLinkError         a frame applied to the wrong base / out of order
+        └── StateTooLargeError     a state beyond the caller's max_state_bytes
 
 Messages name the version, offsets and sizes involved. Misuse of the API
 (wrong argument types, out-of-range configuration) raises TypeError or
@@ -51,3 +52,13 @@ class ChecksumError(DecodeError):
 
 class ChainLinkError(DecodeError):
     """A frame does not follow the frame before it (wrong base, order or stream)."""
+
+
+class StateTooLargeError(DecodeError):
+    """A frame declares a state larger than the caller's ``max_state_bytes``; nothing was decompressed for it."""
+
+    def __init__(self, message: str, *, version: int, state_size: int, limit: int) -> None:
+        super().__init__(message)
+        self.version = version
+        self.state_size = state_size
+        self.limit = limit
