@@ -80,7 +80,9 @@ class StoreConfig:
     max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
     durability: Durability = Durability.SYNC
     #: Memory for latest states of recently used sessions (the hot path when
-    #: an agent restarts but the sidecar did not).
+    #: an agent restarts but the sidecar did not). Each entry counts its state
+    #: and ~0.7 KB besides (id, metadata, labels), so tiny states fit fewer
+    #: entries than the bytes of their states alone would suggest.
     cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
     #: Sessions whose encoder (head state and live zstd stream) is kept
     #: between writes, so the next write continues the chain's stream instead
@@ -89,6 +91,9 @@ class StoreConfig:
     #: Memory for those encoders, by ChainEncoder.memory_bytes (an upper
     #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one, ~5 MiB
     #: for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
+    #: A group commit keeps at most this much again (and as many entries) of
+    #: its writes' encoders until it commits; it drops the others then, as if
+    #: evicted, so one batch of large writes cannot hold an encoder per write.
     encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention)
