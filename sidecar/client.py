@@ -34,7 +34,12 @@ from .config import DEFAULT_MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
 
 T = TypeVar("T")
-_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+# CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
+# started when it began shutting down (the call was never run). These clients never
+# cancel a call of their own (an asyncio task's cancellation raises CancelledError
+# instead), so a CANCELLED is the sidecar going away: retried, and reported as
+# UNAVAILABLE, like every other refusal at shutdown.
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
 
 class CheckpointError(Exception):
@@ -135,6 +140,12 @@ def _translate(
         details = _over_limit_text(details) or details
     elif code is grpc.StatusCode.DEADLINE_EXCEEDED and timeout_seconds is not None:
         details = f"the sidecar did not answer within the call's timeout (timeout_seconds={timeout_seconds})"
+    elif code is grpc.StatusCode.CANCELLED:  # see _RETRYABLE
+        code = grpc.StatusCode.UNAVAILABLE
+        details = (
+            f"the call was cancelled ({details}): the sidecar is shutting down (or this client was closed);"
+            " a write's outcome is unknown, resend it with the same request_id"
+        )
     if attempts > 1:
         details = f"{details} (gave up after {attempts} attempts)"
     result: CheckpointError

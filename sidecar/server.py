@@ -55,8 +55,16 @@ T = TypeVar("T")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
-# PutStream batches a stream's reader may queue before their answers are sent.
+# PutStream batches a stream's reader may queue before their answers are sent,
+# and their states' bytes: without a byte bound a stream of large states held
+# nearly all it sent in memory (3,000 x 300 KB: 887 MiB resident), since the
+# network outruns the writer. A batch is read alone when none is in flight.
 _STREAM_BATCHES_AHEAD = 64
+STREAM_BYTES_AHEAD = 64 * 1024 * 1024
+_STREAM_STOPPED = (
+    "the sidecar is shutting down: every batch answered on this stream is committed, later ones were not"
+    " read; resend them (with the same request ids) once it is back"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,10 +255,33 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
     reads, listings, forks, deletes) runs on a small thread pool.
     """
 
-    def __init__(self, store: Store, metrics: Metrics, blocking: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        blocking: ThreadPoolExecutor,
+        *,
+        stream_bytes_ahead: int = STREAM_BYTES_AHEAD,
+    ) -> None:
         self._store = store
         self._metrics = metrics
         self._blocking = blocking
+        self._stream_bytes_ahead = stream_bytes_ahead
+        # Each open PutStream's reader task, for stop_streams().
+        self._stream_readers: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    def stop_streams(self) -> None:
+        """On shutdown: every PutStream stops reading, answers the batches it has read, and ends UNAVAILABLE.
+
+        A stream is not one write but a channel that stays open for as long as
+        its client likes: left alone it would take new writes for the whole
+        grace period (and hold shutdown that long even when idle), then be
+        cancelled with writes queued but unanswered.
+        """
+        self._stopping = True
+        for reader in self._stream_readers:
+            reader.cancel()
 
     async def _off_loop(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._blocking, fn)
@@ -353,16 +384,27 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         while this generator answers batches in order as their commits land.
         Writes to one session keep the order sent (one writer, FIFO queue)."""
         self._metrics.per_rpc("PutStream")[0].inc()
-        # Unbounded so the reader's end marker always fits; the semaphore
-        # bounds how many batches the reader runs ahead of the answers.
+        if self._stopping:  # opened between stop_streams() and the server refusing new calls
+            await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))
+        # Unbounded so the reader's end marker always fits; `room` bounds how
+        # many batches, and bytes of state, the reader runs ahead of the answers.
         pending: asyncio.Queue[tuple[int, list[asyncio.Future[PutResult] | StoreError], list[int]] | None]
         pending = asyncio.Queue()
-        ahead = asyncio.Semaphore(_STREAM_BATCHES_AHEAD)
+        room = asyncio.Condition()
+        ahead = [0, 0]  # batches, state bytes: read and not yet answered
+        bytes_ahead = self._stream_bytes_ahead
+
+        def has_room(nbytes: int) -> bool:
+            return ahead[0] == 0 or (ahead[0] < _STREAM_BATCHES_AHEAD and ahead[1] + nbytes <= bytes_ahead)
 
         async def read() -> None:
             try:
                 async for batch in request_iterator:
-                    await ahead.acquire()
+                    nbytes = sum(len(msg.state) for msg in batch.puts)
+                    async with room:
+                        await room.wait_for(functools.partial(has_room, nbytes))
+                        ahead[0] += 1
+                        ahead[1] += nbytes
                     items: list[asyncio.Future[PutResult] | StoreError] = []
                     sizes = []
                     for msg in batch.puts:
@@ -378,6 +420,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                 pending.put_nowait(None)
 
         reader = asyncio.create_task(read())
+        self._stream_readers.add(reader)
+        reader.add_done_callback(self._stream_readers.discard)
         items: list[asyncio.Future[PutResult] | StoreError] = []
         try:
             while (item := await pending.get()) is not None:
@@ -398,8 +442,14 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                     else:
                         self._count_write(size, outcome)
                         results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
-                ahead.release()
+                async with room:
+                    ahead[0] -= 1
+                    ahead[1] -= sum(sizes)
+                    room.notify_all()
                 yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+            await asyncio.wait((reader,))
+            if reader.cancelled():  # stop_streams(): every batch read is answered above
+                await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))
             try:
                 await reader  # re-raises what stopped the reader, if it was not the stream's end
             except StoreError as exc:  # a message that did not parse; the batches before it are answered
@@ -526,7 +576,8 @@ class SidecarServer:
                     ("grpc.so_reuseport", 0),
                 ],
             )
-            add_checkpoint_service(CheckpointService(self.store, self.metrics, self._blocking), self.server)
+            self._service = CheckpointService(self.store, self.metrics, self._blocking)
+            add_checkpoint_service(self._service, self.server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -570,6 +621,7 @@ class SidecarServer:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.config.addresses), self.config.data_dir)
         await self.health.enter_graceful_shutdown()
+        self._service.stop_streams()
         await self.server.stop(self.config.grace_seconds)
         self._blocking.shutdown(wait=True)
         self.store.close()
@@ -623,6 +675,10 @@ async def _serve(config: ServeConfig) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+            # Not back to the default: a repeated SIGTERM (a process manager
+            # re-sending it, or a second Ctrl-C) arriving between a clean stop
+            # and the exit would kill the process and turn its exit 0 into -15.
+            signal.signal(sig, signal.SIG_IGN)
     return 0
 
 

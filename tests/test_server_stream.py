@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from ckpt.v1 import service_pb2
 from sidecar import Store, StoreConfig
 from sidecar.metrics import Metrics
 from sidecar.server import CheckpointService
+from sidecar.store import _Op
 
 from .test_store import CHAINS, state_of
 
@@ -64,3 +66,48 @@ def test_an_abandoned_stream_commits_its_queued_writes_and_logs_nothing(tmp_path
         assert store.get("t").state == state_of("t", 1)
         assert store.get("s").version == 1
     assert not reported, [c.get("message") for c in reported]
+
+
+def test_a_stream_reads_ahead_of_its_answers_by_a_bounded_number_of_bytes(tmp_path: Path) -> None:
+    # While nothing commits (the writer is held), a stream of 100 KB batches
+    # with a 300 KB read-ahead budget has the reader take 3 batches, then wait
+    # (holding the 4th it received) instead of reading everything sent. A
+    # batch larger than the whole budget is still read when it is alone.
+    config = StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600)
+    batch_bytes = 100_000
+    held, running = threading.Event(), threading.Event()
+
+    def hold_the_writer(batch: object, txn: object) -> None:
+        running.set()
+        assert held.wait(30)
+
+    async def main(store: Store) -> None:
+        pulled: list[int] = []
+
+        async def requests() -> AsyncIterator[service_pb2.PutStreamRequest]:
+            for b in range(10):
+                pulled.append(b)
+                size = 4 * batch_bytes if b == 9 else batch_bytes  # the last alone exceeds the budget
+                state = bytes([b]) * size
+                yield service_pb2.PutStreamRequest(
+                    batch_id=b, puts=[service_pb2.PutRequest(session_id=f"s{b}", state=state)]
+                )
+
+        with ThreadPoolExecutor(2) as pool:
+            service = CheckpointService(store, Metrics(), pool, stream_bytes_ahead=3 * batch_bytes)
+            store._submit(_Op(hold_the_writer))
+            assert running.wait(10)
+            answers = cast(AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), None))
+            first = asyncio.ensure_future(answers.__anext__())
+            for _ in range(50):  # let the reader run as far as it may
+                await asyncio.sleep(0.01)
+            assert pulled == [0, 1, 2, 3], pulled
+            assert not first.done()
+            held.set()
+            got = [await first] + [a async for a in answers]
+        assert [a.batch_id for a in got] == list(range(10))
+        assert all(a.results[0].response.version == 1 for a in got)
+
+    with Store(config) as store:
+        asyncio.run(main(store))
+        assert store.get("s9").state == bytes([9]) * 4 * batch_bytes
