@@ -23,7 +23,15 @@ class Metrics:
         r = self.registry
         self.requests = Counter("ckpt_requests", "RPCs received", ["rpc"], registry=r)
         self.errors = Counter("ckpt_errors", "RPCs that failed, by status code", ["rpc", "code"], registry=r)
-        self.latency = Histogram("ckpt_request_seconds", "RPC latency", ["rpc"], buckets=_LATENCY_BUCKETS, registry=r)
+        # A PutStream lives as long as its client likes: its latency is each
+        # batch's, from read to answered, not the stream's.
+        self.latency = Histogram(
+            "ckpt_request_seconds",
+            "RPC latency (PutStream: per batch, read to answered)",
+            ["rpc"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.bytes_in = Counter("ckpt_received_bytes", "State bytes received in writes", registry=r)
         self.bytes_out = Counter("ckpt_sent_bytes", "State bytes sent in reads", registry=r)
         self.stored = Counter("ckpt_stored_bytes", "Frame bytes written to the store", registry=r)

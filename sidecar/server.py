@@ -383,12 +383,13 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         """Pipelined: a reader task queues each batch's writes as it arrives,
         while this generator answers batches in order as their commits land.
         Writes to one session keep the order sent (one writer, FIFO queue)."""
-        self._metrics.per_rpc("PutStream")[0].inc()
+        requests, latency = self._metrics.per_rpc("PutStream")
+        requests.inc()
         if self._stopping:  # opened between stop_streams() and the server refusing new calls
             await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))
         # Unbounded so the reader's end marker always fits; `room` bounds how
         # many batches, and bytes of state, the reader runs ahead of the answers.
-        pending: asyncio.Queue[tuple[int, list[asyncio.Future[PutResult] | StoreError], list[int]] | None]
+        pending: asyncio.Queue[tuple[int, list[asyncio.Future[PutResult] | StoreError], list[int], float] | None]
         pending = asyncio.Queue()
         room = asyncio.Condition()
         ahead = [0, 0]  # batches, state bytes: read and not yet answered
@@ -400,6 +401,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         async def read() -> None:
             try:
                 async for batch in request_iterator:
+                    read_at = time.perf_counter()
                     nbytes = sum(len(msg.state) for msg in batch.puts)
                     async with room:
                         await room.wait_for(functools.partial(has_room, nbytes))
@@ -413,7 +415,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                             items.append(self._store.asubmit(put_request(msg)))
                         except StoreError as exc:
                             items.append(exc)
-                    pending.put_nowait((batch.batch_id, items, sizes))
+                    pending.put_nowait((batch.batch_id, items, sizes, read_at))
             except grpc.RpcError:
                 pass  # the client went away; the answering side stops too
             finally:
@@ -425,7 +427,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         items: list[asyncio.Future[PutResult] | StoreError] = []
         try:
             while (item := await pending.get()) is not None:
-                batch_id, items, sizes = item
+                batch_id, items, sizes, read_at = item
                 results = []
                 for entry, size in zip(items, sizes, strict=True):
                     outcome: PutResult | StoreError
@@ -446,6 +448,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                     ahead[0] -= 1
                     ahead[1] -= sum(sizes)
                     room.notify_all()
+                latency.observe(time.perf_counter() - read_at)
                 yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
             await asyncio.wait((reader,))
             if reader.cancelled():  # stop_streams(): every batch read is answered above

@@ -203,11 +203,15 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         c.put("metric", state(2))
         c.get("metric")
         c.get("metric")
+        streamed = (service_pb2.PutRequest(session_id=f"streamed-{i}", state=state(1)) for i in range(5))
+        assert len(list(c.put_stream(streamed, batch_size=2))) == 5  # 3 batches
     port = sidecar.metrics_port  # type: ignore[attr-defined]
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     for needle in (
         'ckpt_requests_total{rpc="Put"} 1.0',
         'ckpt_requests_total{rpc="Get"} 2.0',
+        'ckpt_requests_total{rpc="PutStream"} 1.0',
+        'ckpt_request_seconds_count{rpc="PutStream"} 3.0',  # one per batch
         "ckpt_request_seconds_bucket",
         "ckpt_stored_bytes_total",
         "ckpt_state_cache_hits_total 2.0",
