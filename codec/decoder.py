@@ -53,8 +53,8 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
     segment's output, which holds every version of that segment.
     """
     parsed = _parse_chain(frames)
-    if max_state_bytes is not None:
-        limit = _check_limit(max_state_bytes)
+    limit = _check_limit(max_state_bytes)
+    if limit is not None:
         for header, _ in parsed:
             _check_state_size(header, limit)
     state = b""
@@ -125,7 +125,7 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     versions before the first one over the limit are yielded, then
     StateTooLargeError is raised without decompressing that frame.
     """
-    limit = _check_limit(max_state_bytes) if max_state_bytes is not None else None
+    limit = _check_limit(max_state_bytes)
     prev: FrameHeader | None = None
     state = b""
     reader: _zstd.ZstdDecompressor | None = None
@@ -144,7 +144,9 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
         prev = header
 
 
-def _check_limit(max_state_bytes: object) -> int:
+def _check_limit(max_state_bytes: object) -> int | None:
+    if max_state_bytes is None:
+        return None
     if isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int):
         raise TypeError(f"max_state_bytes must be an int or None, not {type(max_state_bytes).__name__}")
     if max_state_bytes < 0:

@@ -402,15 +402,14 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             try:
                 async for batch in request_iterator:
                     read_at = time.perf_counter()
-                    nbytes = sum(len(msg.state) for msg in batch.puts)
+                    sizes = [len(msg.state) for msg in batch.puts]
+                    nbytes = sum(sizes)
                     async with room:
                         await room.wait_for(functools.partial(has_room, nbytes))
                         ahead[0] += 1
                         ahead[1] += nbytes
                     items: list[asyncio.Future[PutResult] | StoreError] = []
-                    sizes = []
                     for msg in batch.puts:
-                        sizes.append(len(msg.state))
                         try:
                             items.append(self._store.asubmit(put_request(msg)))
                         except StoreError as exc:
