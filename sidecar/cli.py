@@ -164,6 +164,14 @@ def _parser() -> argparse.ArgumentParser:
         f"{_size_text(_SERVE_DEFAULTS['max_map_size_bytes'])})",
     )
     s.add_argument(
+        "--max-queued-write-bytes",
+        type=_number(int, "MAX_QUEUED_WRITE_BYTES"),
+        default=_env_default("MAX_QUEUED_WRITE_BYTES", _SERVE_DEFAULTS["max_queued_write_bytes"]),
+        help="most bytes of states waiting for the writer; past it a unary Put fails UNAVAILABLE at once (clients"
+        " retry) and a PutStream waits (env CKPT_MAX_QUEUED_WRITE_BYTES; default "
+        f"{_size_text(_SERVE_DEFAULTS['max_queued_write_bytes'])})",
+    )
+    s.add_argument(
         "--threads",
         type=_number(int, "THREADS"),
         default=_env_default("THREADS", _SERVE_DEFAULTS["threads"]),
@@ -306,6 +314,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         cache_size_bytes=args.cache_size_bytes,
         encoder_cache_bytes=args.encoder_cache_bytes,
         max_map_size_bytes=args.max_map_size_bytes,
+        max_queued_write_bytes=args.max_queued_write_bytes,
         threads=args.threads,
         grace_seconds=args.grace_seconds,
         retention=retention,

@@ -24,6 +24,7 @@ DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
 DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024
 
 
 class Durability(enum.Enum):
@@ -105,6 +106,13 @@ class StoreConfig:
     max_state_bytes: int = 64 * 1024 * 1024
     #: Most writes committed in one LMDB transaction.
     max_batch_writes: int = 512
+    #: Most bytes of states queued for the writer and not yet answered (the
+    #: write backlog's memory). Past it, blocking writes (put, submit,
+    #: put_many) wait for room and asyncio writes (asubmit, so the sidecar's
+    #: unary Puts) fail at once with Overloaded (UNAVAILABLE: retry with the
+    #: same request_id). A write is always taken when nothing is queued, so
+    #: one larger than this still goes, alone.
+    max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
     #: LMDB reader slots: concurrent read transactions across threads.
     max_readers: int = 512
     #: Full name of the protobuf message type that MERGE states hold (e.g.
@@ -137,6 +145,8 @@ class StoreConfig:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
         if self.max_batch_writes < 1:
             raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")
+        if self.max_queued_write_bytes < 1:
+            raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         self.merge_message_class()  # fails now, naming the field, not at the first MERGE
 
     def merge_message_class(self) -> type[Message] | None:

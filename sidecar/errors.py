@@ -45,3 +45,11 @@ class DataLoss(StoreError):
 
 class Unavailable(StoreError):
     """The store is closed or closing."""
+
+
+class Overloaded(Unavailable):
+    """Too many bytes of writes are queued for the writer: retry later (with the same request_id).
+
+    Only callers that must not block get it (asyncio: ``Store.asubmit``, so a
+    sidecar's unary Puts); blocking callers wait for room instead.
+    """

@@ -84,4 +84,8 @@ class _StoreCollector(Collector):
         )
         for cache, size in s.memory_bytes.items():
             memory.add_metric([cache], size)
-        yield from (hits, misses, commits, batch, memory)
+        queued = GaugeMetricFamily(
+            "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
+        )
+        queued.add_metric([], s.queued_write_bytes)
+        yield from (hits, misses, commits, batch, memory, queued)

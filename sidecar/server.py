@@ -40,12 +40,13 @@ from .config import (
     DEFAULT_MAP_SIZE_BYTES,
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_QUEUED_WRITE_BYTES,
     MESSAGE_ENVELOPE_BYTES,
     Durability,
     Retention,
     StoreConfig,
 )
-from .errors import InvalidArgument, StoreError, Unavailable
+from .errors import InvalidArgument, Overloaded, StoreError, Unavailable
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
@@ -90,6 +91,8 @@ class ServeConfig:
     cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
     encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
     max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
+    #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
+    max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
     retention: Retention = field(default_factory=Retention)
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     #: Compact MERGE states as this protobuf message type (see StoreConfig).
@@ -132,6 +135,7 @@ class ServeConfig:
             # The initial map shrinks to a small cap rather than refusing it.
             map_size_bytes=min(DEFAULT_MAP_SIZE_BYTES, self.max_map_size_bytes),
             max_map_size_bytes=self.max_map_size_bytes,
+            max_queued_write_bytes=self.max_queued_write_bytes,
             max_state_bytes=self.max_state_bytes,
             retention=self.retention,
             chain_policy=self.chain_policy,
@@ -409,12 +413,20 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                         ahead[0] += 1
                         ahead[1] += nbytes
                     items: list[asyncio.Future[PutResult] | StoreError] = []
-                    for msg in batch.puts:
-                        try:
-                            items.append(self._store.asubmit(put_request(msg)))
-                        except StoreError as exc:
-                            items.append(exc)
-                    pending.put_nowait((batch.batch_id, items, sizes, read_at))
+                    try:
+                        for msg in batch.puts:
+                            try:
+                                items.append(await self._queue_write(msg))
+                            except StoreError as exc:
+                                items.append(exc)
+                    except asyncio.CancelledError:
+                        # stop_streams() while waiting for room: the batch is
+                        # answered whole, its writes not queued refused.
+                        items += [Unavailable(_STREAM_STOPPED)] * (len(batch.puts) - len(items))
+                        raise
+                    finally:
+                        if len(items) == len(batch.puts):
+                            pending.put_nowait((batch.batch_id, items, sizes, read_at))
             except grpc.RpcError:
                 pass  # the client went away; the answering side stops too
             finally:
@@ -470,6 +482,23 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                 for entry in batch_items:
                     if isinstance(entry, asyncio.Future):
                         entry.add_done_callback(_retrieve_outcome)
+
+    async def _queue_write(self, msg: service_pb2.PutRequest) -> asyncio.Future[PutResult]:
+        """Queue one of a stream's writes, waiting out Overloaded.
+
+        A unary Put that finds the store's write queue full fails at once
+        (UNAVAILABLE, and the client retries), so its request's memory is
+        freed. A stream's write waits instead: its reader stops reading, and
+        gRPC's flow control holds the client back.
+        """
+        request = put_request(msg)
+        delay_seconds = 0.001
+        while True:
+            try:
+                return self._store.asubmit(request)
+            except Overloaded:
+                await asyncio.sleep(delay_seconds)
+                delay_seconds = min(2 * delay_seconds, 0.05)
 
     def parsing_unary(
         self, rpc: str, method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]], parse: Callable[[bytes], Any]

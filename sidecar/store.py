@@ -61,6 +61,7 @@ from .errors import (
     DataLoss,
     InvalidArgument,
     NotFound,
+    Overloaded,
     ResourceExhausted,
     StoreError,
     StoreFull,
@@ -174,6 +175,8 @@ class _Op:
     fails_clean: bool = False
     #: About how many bytes the op stores (its state): what a full disk is checked against.
     size_bytes: int = 0
+    #: Its size_bytes while it counts against max_queued_write_bytes (0 once answered).
+    queued_bytes: int = 0
     future: Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     afuture: asyncio.Future[Any] | None = None
@@ -276,6 +279,10 @@ class Store:
         self._closing = threading.Event()
         # Held while enqueueing, so that no write can land behind the stop marker.
         self._submit_lock = threading.Lock()
+        # Bytes of states queued and not yet answered (max_queued_write_bytes);
+        # blocking submitters wait on `_room`, which the writer signals per batch.
+        self._queued_bytes = 0
+        self._room = threading.Condition(self._submit_lock)
         self._closed = False
         self._close_lock = threading.Lock()
         self.batch_sizes: Counter[int] = Counter()
@@ -328,6 +335,7 @@ class Store:
         with self._submit_lock:
             self._closing.set()
             self._queue.put(None)
+            self._room.notify_all()  # writes waiting for room are refused now
         if not self.readonly:
             self._writer.join()
             self._sweeper.join()
@@ -371,7 +379,9 @@ class Store:
         """:meth:`submit` for asyncio: queue a write; the future (on the running loop) resolves once committed.
 
         Every write the writer commits together for one loop is resolved with
-        one wake-up of that loop. Validation errors raise here. Cancelling the
+        one wake-up of that loop. Validation errors raise here, and so does
+        Overloaded when ``max_queued_write_bytes`` of writes are already
+        queued (the event loop must not wait for room). Cancelling the
         future does not withdraw the write: once queued it commits (retry with
         the same ``request_id`` to learn its outcome).
         """
@@ -379,7 +389,7 @@ class Store:
         op.loop = asyncio.get_running_loop()
         future: asyncio.Future[PutResult] = op.loop.create_future()
         op.afuture = future
-        self._submit(op)
+        self._submit(op, wait=False)
         return future
 
     def submit(self, request: PutRequest) -> Future[PutResult]:
@@ -388,7 +398,8 @@ class Store:
         Validation errors (ids, sizes, labels, a MERGE patch that is not
         well-formed) raise here; errors found in the transaction (version
         conflicts, a full store) come from the future. The future cannot be
-        cancelled: once queued, the write commits.
+        cancelled: once queued, the write commits. Waits for room first when
+        ``max_queued_write_bytes`` of writes are queued.
         """
         op = self._put_op(request)
         op.future = Future()
@@ -682,6 +693,11 @@ class Store:
         return {"state_cache": self._states.size_bytes, "encoder_cache": self._encoders.weight}
 
     @property
+    def queued_write_bytes(self) -> int:
+        """Bytes of states queued for the writer and not yet answered."""
+        return self._queued_bytes
+
+    @property
     def cache_misses(self) -> int:
         return self._states.misses
 
@@ -705,6 +721,7 @@ class Store:
             # Read off the writer's LRU without its thread: two ints, each read atomically.
             "encoders_cached": len(self._encoders),
             "encoder_cache_bytes": self._encoders.weight,
+            "queued_write_bytes": self._queued_bytes,
         }
 
     def frames_of(self, session_id: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
@@ -1166,14 +1183,44 @@ class Store:
 
     # -- the writer thread ---------------------------------------------------
 
-    def _submit(self, op: _Op) -> _Op:
-        with self._submit_lock:
-            if self._closing.is_set():
-                if self.readonly:
-                    raise Unavailable("the store is open read-only; writes are refused")
-                raise Unavailable("the store is closing; no new writes are accepted")
+    def _submit(self, op: _Op, *, wait: bool = True) -> _Op:
+        """Queue ``op`` for the writer; past max_queued_write_bytes, wait for room (or raise Overloaded)."""
+        size = op.size_bytes
+        with self._room:
+            while True:
+                if self._closing.is_set():
+                    if self.readonly:
+                        raise Unavailable("the store is open read-only; writes are refused")
+                    raise Unavailable("the store is closing; no new writes are accepted")
+                queued = self._queued_bytes
+                if not queued or queued + size <= self.config.max_queued_write_bytes:
+                    break
+                if not wait:
+                    raise Overloaded(
+                        f"the store is overloaded: {queued} bytes of writes are queued for its writer and this"
+                        f" {size}-byte write would pass max_queued_write_bytes ({self.config.max_queued_write_bytes});"
+                        " retry shortly with the same request_id"
+                    )
+                self._room.wait()
+            self._queued_bytes = queued + size
+            op.queued_bytes = size
             self._queue.put(op)
         return op
+
+    def _answered(self, ops: list[_Op]) -> None:
+        """``ops`` are about to be answered: their bytes stop counting against max_queued_write_bytes.
+
+        Before their callers learn the outcome, so that a caller writing again
+        at once finds the room its last write left. Idempotent per op.
+        """
+        with self._room:
+            size = 0
+            for op in ops:
+                size += op.queued_bytes
+                op.queued_bytes = 0
+            if size:
+                self._queued_bytes -= size
+                self._room.notify_all()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
@@ -1206,6 +1253,8 @@ class Store:
                     self._run_batch(batch)
                 except BaseException as exc:  # a bug: the writer must outlive it, or every caller hangs
                     self._fail_unresolved(batch, exc)
+                finally:
+                    self._answered(batch)
             # Not kept while the writer waits for the next write: the ops hold
             # their requests' states and their callers' futures.
             del batch
@@ -1307,6 +1356,7 @@ class Store:
                     self._forget(sid)
                 full = _disk_full(exc, self._data_file, sum(op.size_bytes for op in ops))
                 if full is None:
+                    self._answered(ops)
                     for op in ops:
                         op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
                     return
@@ -1324,6 +1374,7 @@ class Store:
             self.batch_sizes[len(ops)] += 1
             for action in batch.after_commit:
                 action()
+            self._answered(ops)
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Op, Any, BaseException | None]]] = {}
             for outcome in outcomes:
                 op = outcome[0]
@@ -1341,6 +1392,7 @@ class Store:
             for op in ops:
                 self._run_batch([op], isolate=isolate)
         else:
+            self._answered(ops)
             ops[0].resolve(None, error)
 
     def _grow_map(self) -> bool:

@@ -485,9 +485,11 @@ def digest(data: bytes) -> str:
 def test_the_background_sweeper_applies_retention(config: StoreConfig) -> None:
     policy = ChainPolicy(frame_cost_bytes=0, max_depth=1)  # chains of 2: 1-2, 3-4, ...
     cfg = replace(config, chain_policy=policy, retention=Retention(keep_last_versions=2), sweep_interval_seconds=0.05)
-    with Store(cfg) as store:
+    # Written before the sweeper runs: one sweeping between two puts would stop at another version.
+    with Store(replace(cfg, sweep_interval_seconds=3600)) as store:
         for v in range(1, 11):
             store.put("bg", state_of("bg", v))
+    with Store(cfg) as store:
         deadline = time.monotonic() + 10
         while store.session("bg").first_version == 1 and time.monotonic() < deadline:
             time.sleep(0.02)
