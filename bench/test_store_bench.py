@@ -60,3 +60,10 @@ def test_merge_cost_does_not_grow_with_the_state(bench_root: Path) -> None:
     print(store_bench.render_merge_cost(r))
     c = store_bench.check("merge_cost_growth", r["growth"])
     assert c["ok"], f"a merge onto a 1 MB head costs {r['growth']:.2f}x one onto a 10 KB head (target {c['target']})"
+
+
+def test_quiet_keyframes_read_back_exact(bench_root: Path, trajectory_dir: str | None) -> None:
+    r = store_bench.quiet_keyframes(bench_root, trajectory_dir)
+    print(store_bench.render_quiet_keyframes(r))
+    for mode, m in r["modes"].items():
+        assert m["mismatches"] == 0 and m["keyframes_written"] > 0, (mode, m)

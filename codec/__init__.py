@@ -10,7 +10,7 @@ the frame layout.
 
 from .compaction import compact
 from .decoder import DecodedVersion, decode, iter_versions
-from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot
+from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
 from .errors import (
     ChainLinkError,
     ChecksumError,
@@ -52,6 +52,7 @@ __all__ = [
     "compact",
     "decode",
     "iter_versions",
+    "keyframe",
     "parse",
     "state_checksum",
 ]

@@ -464,6 +464,25 @@ class ChainEncoder:
         return EncodedFrame(header, pack(header, payload))
 
 
+def keyframe(state: Buffer, *, version: int, policy: ChainPolicy = DEFAULT_POLICY) -> EncodedFrame:
+    """A FULL frame of ``state`` as version ``version``.
+
+    For a store that replaces a stored DELTA/PATCH head with a frame of the
+    same state that decodes alone (its chain then starts there). Frames
+    stored after it must start a new chain stream: resume an encoder from
+    the new frame rather than keep one that encoded the old head.
+    """
+    state = _as_bytes(state, "state")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TypeError(f"version must be an int, not {type(version).__name__}")
+    if version < 1:
+        raise ValueError(f"version must be >= 1, got {version}")
+    _check_size(len(state), version)
+    encoder = ChainEncoder(policy=policy)
+    encoder._version = version - 1
+    return encoder._full(state, xxhash.xxh3_64(state))
+
+
 def _full_ratio(payload_size: int, state_size: int) -> float:
     # An empty state says nothing about how well later states compress; a
     # ratio of 0 would make every later delta look "not smaller" than a FULL.

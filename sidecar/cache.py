@@ -88,6 +88,16 @@ class StateCache:
             if old is not None:
                 self._size -= old[1]
 
+    def restate(self, sid: bytes, info: VersionInfo) -> None:
+        """New metadata for the cached version ``info.version`` (its frame was rewritten), if cached.
+
+        The entry keeps its place: this is no use of the session.
+        """
+        with self._lock:
+            item = self._items.get(sid)
+            if item is not None and item[0].info.version == info.version:
+                self._items[sid] = (CachedState(item[0].state, info), item[1])
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

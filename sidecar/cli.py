@@ -191,6 +191,13 @@ def _parser() -> argparse.ArgumentParser:
         help="retention: keep at least the newest N versions (env CKPT_KEEP_LAST_VERSIONS)",
     )
     s.add_argument(
+        "--keyframe-after-quiet-seconds",
+        type=_number(float, "KEYFRAME_AFTER_QUIET_SECONDS"),
+        default=_env_default("KEYFRAME_AFTER_QUIET_SECONDS", None),
+        help="once a session has written nothing this long, rewrite its head as a FULL frame (same state), so"
+        " the cold read that resumes it decodes one frame (env CKPT_KEYFRAME_AFTER_QUIET_SECONDS; default off)",
+    )
+    s.add_argument(
         "--max-version-age-seconds",
         type=_number(float, "MAX_VERSION_AGE_SECONDS"),
         default=_env_default("MAX_VERSION_AGE_SECONDS", None),
@@ -315,6 +322,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         encoder_cache_bytes=args.encoder_cache_bytes,
         max_map_size_bytes=args.max_map_size_bytes,
         max_queued_write_bytes=args.max_queued_write_bytes,
+        keyframe_after_quiet_seconds=args.keyframe_after_quiet_seconds,
         threads=args.threads,
         grace_seconds=args.grace_seconds,
         retention=retention,

@@ -98,6 +98,13 @@ class StoreConfig:
     encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention)
+    #: Once a session has written nothing for this many seconds, the sweeper
+    #: rewrites its head's frame, if a DELTA or PATCH, as a FULL frame of the
+    #: same state (same version, same bytes), so the cold read that resumes it
+    #: decodes one frame instead of a chain, and its next write starts a new
+    #: chain. Costs a FULL frame less a delta per quiet period on disk, and
+    #: the writer a decode and a compress per session going quiet. None: off.
+    keyframe_after_quiet_seconds: float | None = None
     #: How long a request id deduplicates retries.
     request_id_ttl_seconds: float = 24 * 3600.0
     #: How often the sweeper runs (retention and request-id expiry).
@@ -145,6 +152,10 @@ class StoreConfig:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
         if self.max_batch_writes < 1:
             raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")
+        if self.keyframe_after_quiet_seconds is not None and not self.keyframe_after_quiet_seconds > 0:
+            raise ValueError(
+                f"keyframe_after_quiet_seconds must be > 0 or None, got {self.keyframe_after_quiet_seconds}"
+            )
         if self.max_queued_write_bytes < 1:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         self.merge_message_class()  # fails now, naming the field, not at the first MERGE

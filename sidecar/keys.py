@@ -107,18 +107,19 @@ def label_prefix(key: str, value: str) -> bytes:
 UPDATED_INDEX_GRANULE_NANOS = 1 << 30
 
 
-def _updated_granule(nanos: int) -> int:
+def updated_granule(nanos: int) -> int:
+    """The time the updated-time index keys ``nanos`` under (rounded down to the granule)."""
     return max(nanos, 0) & ~(UPDATED_INDEX_GRANULE_NANOS - 1)
 
 
 def updated_key(nanos: int, sid: bytes) -> bytes:
     """Key of a session in the updated-time index (time rounded down to the granule)."""
-    return time_key(_updated_granule(nanos), sid)
+    return time_key(updated_granule(nanos), sid)
 
 
 def same_updated_granule(a: int, b: int) -> bool:
     """Whether two update times share one index key (no index move needed)."""
-    return _updated_granule(a) == _updated_granule(b)
+    return updated_granule(a) == updated_granule(b)
 
 
 #: Times are keyed as unsigned 64-bit nanoseconds since the Unix epoch (to 2554).

@@ -94,6 +94,8 @@ class ServeConfig:
     #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
     max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
     retention: Retention = field(default_factory=Retention)
+    #: Rewrite a quiet session's head as a FULL frame (StoreConfig.keyframe_after_quiet_seconds).
+    keyframe_after_quiet_seconds: float | None = None
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     #: Compact MERGE states as this protobuf message type (see StoreConfig).
     merge_message_type: str | None = None
@@ -138,6 +140,7 @@ class ServeConfig:
             max_queued_write_bytes=self.max_queued_write_bytes,
             max_state_bytes=self.max_state_bytes,
             retention=self.retention,
+            keyframe_after_quiet_seconds=self.keyframe_after_quiet_seconds,
             chain_policy=self.chain_policy,
             merge_message_type=self.merge_message_type,
         )

@@ -20,6 +20,7 @@ import contextlib
 import enum
 import errno
 import fcntl
+import functools
 import logging
 import os
 import queue
@@ -50,6 +51,7 @@ from codec import (
     WireFormatError,
     check_patch,
     decode,
+    keyframe,
     parse,
 )
 
@@ -79,6 +81,9 @@ _SWEEP_CHUNK = 1000
 # Request ids expired per write op: a backlog (after downtime) must not hold
 # the writer for seconds while puts queue behind it.
 _EXPIRE_CHUNK = 5000
+# States one quiet-keyframe op decodes and recompresses before it yields the
+# writer to the writes queued behind it.
+_KEYFRAME_OP_BYTES = 8 * 1024 * 1024
 
 log = logging.getLogger("ckpt.store")
 
@@ -150,6 +155,8 @@ class SweepResult:
     sessions_pruned: int
     versions_removed: int
     request_ids_expired: int
+    #: Quiet sessions whose head frame became a FULL frame (keyframe_after_quiet_seconds).
+    keyframes_written: int = 0
 
 
 def _held_lock() -> threading.Lock:
@@ -285,6 +292,11 @@ class Store:
         self._room = threading.Condition(self._submit_lock)
         self._closed = False
         self._close_lock = threading.Lock()
+        # One sweep at a time (the sweeper thread's, or a caller's sweep()).
+        self._sweep_lock = threading.Lock()
+        # Sessions indexed as updated before this time (a granule of the
+        # updated-time index) were already considered for a quiet keyframe.
+        self._keyframed_before_nanos = 0
         self.batch_sizes: Counter[int] = Counter()
         self.commits = 0
         self.map_resizes = 0
@@ -662,6 +674,10 @@ class Store:
         chunk of sessions is one write operation, so writes keep flowing.
         """
         now = time.time_ns() if now_nanos is None else now_nanos
+        with self._sweep_lock:
+            return self._sweep(now)
+
+    def _sweep(self, now: int) -> SweepResult:
         pruned = removed = expired = 0
         while True:  # request ids first: they expire even if a session cannot be pruned
             n = self._submit(_Op(self._expire_requests_op(now))).wait()
@@ -679,7 +695,92 @@ class Store:
                 counts = self._submit(_Op(self._prune_op(chunk, now))).wait()
                 pruned += counts[0]
                 removed += counts[1]
-        return SweepResult(pruned, removed, expired)
+        keyframes = 0
+        if self.config.keyframe_after_quiet_seconds is not None:
+            keyframes = self._keyframe_quiet_sessions(now - int(self.config.keyframe_after_quiet_seconds * 1e9))
+        return SweepResult(pruned, removed, expired, keyframes)
+
+    def _keyframe_quiet_sessions(self, quiet_since: int) -> int:
+        """Give every session quiet since ``quiet_since`` a FULL head frame; how many were rewritten.
+
+        Only the updated-time index entries between the last sweep's bound and
+        this one's are read: a session written since moved its entry past the
+        bound, and comes up again once it is quiet again. The first sweep of a
+        process reads the whole index (sessions that went quiet while it was
+        down); sessions already ending in a FULL frame cost a record read each.
+        """
+        bound = keys.updated_granule(quiet_since)  # entries below it were all updated before quiet_since
+        end = keys.time_key(bound, b"")
+        start = keys.time_key(self._keyframed_before_nanos, b"")
+        written = 0
+        while start < end:
+            with self._read() as txn:
+                cur = txn.cursor(db=self._updated)
+                chunk = [bytes(k) for k in _keys_from(cur, start, _SWEEP_CHUNK) if bytes(k) < end]
+            if not chunk:
+                break
+            sids = [key[8:] for key in chunk]
+            while sids:
+                done, n = self._submit(_Op(self._keyframe_op(sids, quiet_since))).wait()
+                written += done
+                sids = sids[n:]
+            start = chunk[-1] + b"\x00"
+        # Never past the present (sweep(now_nanos=) may be ahead of it): a
+        # session written later must index at or after the bound.
+        bound = min(bound, keys.updated_granule(time.time_ns()))
+        self._keyframed_before_nanos = max(self._keyframed_before_nanos, bound)
+        return written
+
+    def _keyframe_op(
+        self, sids: list[bytes], quiet_since: int
+    ) -> Callable[[_Batch, lmdb.Transaction], tuple[int, int]]:
+        """Rewrite quiet sessions' DELTA/PATCH head frames as FULL frames: (rewritten, sessions looked at).
+
+        Stops after _KEYFRAME_OP_BYTES of states, so that writes queued behind
+        it wait for a bounded amount of work; the sweeper submits the rest.
+        """
+
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> tuple[int, int]:
+            written = state_bytes = looked = 0
+            for sid in sids:
+                if state_bytes >= _KEYFRAME_OP_BYTES:
+                    break
+                looked += 1
+                raw = txn.get(sid, db=self._sessions)
+                if raw is None:
+                    continue
+                try:
+                    rec = _record(raw)
+                    head = rec.head_version
+                    if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
+                        continue  # written since, or its head is a chain start already
+                    chain = self._chain_frames(txn, sid, _printable(sid), rec, head)
+                    state = decode(chain)
+                    key = keys.frame_key(sid, head)
+                    stored = txn.get(key, db=self._frames)
+                    if stored is None:
+                        raise DataLoss(f"session {_printable(sid)!r}: frame of version {head} is missing")
+                    value = bytes(stored)
+                    meta_end = _META_LEN.size + _META_LEN.unpack_from(value)[0]
+                except Exception as exc:  # only reads so far: keep the session as it is (verify names damage)
+                    log.warning("keyframe skipped session %r: %s", _printable(sid), exc)
+                    continue
+                frame = keyframe(state, version=head, policy=self.config.chain_policy)
+                txn.put(key, value[:meta_end] + frame.data, db=self._frames)
+                rec.stored_bytes += frame.stored_bytes - (len(value) - meta_end)
+                rec.chain_start_version = head
+                txn.put(sid, rec.SerializeToString(), db=self._sessions)
+                # The cached encoder continues the old chain's zstd stream; the
+                # session's next write must start a new one after this frame.
+                self._encoders.discard(sid)
+                batch.touched_encoders.add(sid)
+                info = _version_info(_printable(sid), head, value[:meta_end] + frame.data)
+                batch.after_commit.append(functools.partial(self._states.restate, sid, info))
+                written += 1
+                state_bytes += len(state)
+            return written, looked
+
+        return apply
 
     # -- introspection -------------------------------------------------------
 
@@ -1437,6 +1538,17 @@ def _backward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
 
 def _forward_keys(cur: lmdb.Cursor) -> Iterator[bytes]:
     return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+
+def _keys_from(cur: lmdb.Cursor, start: bytes, limit: int) -> list[bytes]:
+    """Up to ``limit`` keys from ``start`` on (inclusive)."""
+    out: list[bytes] = []
+    if cur.set_range(start):
+        for key in cur.iternext(keys=True, values=False):
+            out.append(bytes(key))
+            if len(out) == limit:
+                break
+    return out
 
 
 def _keys_after(cur: lmdb.Cursor, after: bytes, limit: int) -> list[bytes]:
