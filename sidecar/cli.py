@@ -28,6 +28,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,12 @@ from google.protobuf.json_format import MessageToDict
 
 from codec import DecodeError, FrameKind, iter_versions
 
+from . import isolated
 from .client import CheckpointClient, CheckpointError
 from .config import Durability, Retention, StoreConfig
 from .errors import DataLoss, NotFound, StoreError
 from .server import ServeConfig, serve
-from .store import Store
+from .store import SessionInfo, Store, VersionInfo
 
 DEFAULT_DATA_DIR = "data"
 # `ckpt serve` defaults are ServeConfig's own, so the two cannot drift apart.
@@ -400,17 +402,19 @@ def _open_readonly(data_dir: Path) -> Store:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with _open_readonly(args.data_dir) as store:
-        info, frames = store.frames_of(args.session)
+    # Read in a child process (sidecar/isolated.py): a damaged page can make LMDB abort().
+    info, frames = isolated.call(
+        args.data_dir, _open_readonly, partial(_frame_list, session=args.session), f"reading session {args.session!r}"
+    )
     print(
         f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
         f"{info.stored_bytes} bytes stored"
     )
     print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
     depth = 0
-    for version, vinfo, frame in frames:
+    for version, vinfo, frame_bytes in frames:
         if isinstance(vinfo, DataLoss):
-            print(f"{version:>8} CORRUPT {'':>4} {len(frame):>9}  (run `ckpt verify` for details)")
+            print(f"{version:>8} CORRUPT {'':>4} {frame_bytes:>9}  (run `ckpt verify` for details)")
             continue
         depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
         print(
@@ -420,21 +424,31 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int]]]:
+    """What inspect prints of a session: its record and each version's info and frame size."""
+    info, frames = store.frames_of(session)
+    return info, [(version, vinfo, len(frame)) for version, vinfo, frame in frames]
+
+
 def _verify(args: argparse.Namespace) -> int:
-    failures = checked = 0
-    with _open_readonly(args.data_dir) as store:
-        for session in args.sessions or store.session_ids():
-            # A session listed here may be deleted by a running sidecar before it is read:
-            # gone is not damaged. A session named on the command line must exist.
-            problems = verify_session(store, session, vanished_ok=not args.sessions)
-            if problems is None:
-                continue
-            checked += 1
-            for problem in problems:
-                print(f"FAIL session {session!r}: {problem}", file=sys.stderr)
-            failures += bool(problems)
-    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed")
-    return 1 if failures else 0
+    def fail(subject: str, problem: str) -> None:
+        print(f"FAIL {subject}: {problem}", file=sys.stderr)
+
+    # Every session is read in a child process (sidecar/isolated.py): a damaged page can make
+    # LMDB abort() or crash; that session is then reported and a new child checks the rest.
+    counts = isolated.verify(
+        args.data_dir,
+        args.sessions,
+        _open_readonly,
+        # A session listed here may be deleted by a running sidecar before it is read:
+        # gone is not damaged. A session named on the command line must exist.
+        lambda store, session, vanished_ok: verify_session(store, session, vanished_ok=vanished_ok),
+        fail,
+    )
+    checked, failures = counts.checked, counts.failed
+    listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
+    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed{listing}")
+    return 1 if failures or counts.listing_failures else 0
 
 
 def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:
@@ -486,12 +500,15 @@ _ON_DISK_STATS = ("sessions", "versions", "map_size_bytes", "used_bytes")
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with _open_readonly(args.data_dir) as store:
-        everything = store.stats()
-    stats = {name: everything[name] for name in _ON_DISK_STATS}
+    stats = isolated.call(args.data_dir, _open_readonly, _on_disk_stats, "reading the store's statistics")
     stats["data_mdb_bytes"] = (args.data_dir / "lmdb" / "data.mdb").stat().st_size
     print(json.dumps(stats, indent=1, default=str))
     return 0
+
+
+def _on_disk_stats(store: Store) -> dict[str, Any]:
+    everything = store.stats()
+    return {name: everything[name] for name in _ON_DISK_STATS}
 
 
 def _print_json(message: Any) -> None:
