@@ -10,16 +10,20 @@ client retries after a lost reply or an unavailable sidecar, so a retry never
 writes twice; a write that still fails carries its ``request_id`` on the error,
 to resend it safely. ``timeout_seconds`` bounds a whole call, retries included;
 UNAVAILABLE is retried (``retries`` times, backing off 0.05 s doubling to 1 s),
-so a call outlasts a sidecar restart of about two seconds. gRPC errors become
-CheckpointError subclasses in one place (``_translate``); a version conflict is
-a ConflictError carrying the head.
+so a call outlasts a sidecar restart of about two seconds. ``put_stream``
+outlasts restarts too: a stream that breaks is reopened (the same policy,
+counted afresh after every answer) and its unanswered writes resent with their
+request ids. gRPC errors become CheckpointError subclasses in one place
+(``_translate``); a version conflict is a ConflictError carrying the head.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import re
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -354,6 +358,308 @@ def _stream_batches(
         yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
 
 
+# -- put_stream across broken streams (both clients) ---------------------------------------
+#
+# A put_stream is one or more PutStream calls in a row. The client keeps every batch
+# sent and not yet answered; when a call breaks with a status the unary writes retry,
+# it opens another and sends those batches again, in order and unchanged (their
+# request ids, and batch ids, are the same), then the rest. The sidecar answers a
+# resent write it had committed with the first result (replayed=True), so every
+# write is made once and answered once, in the caller's order. The server only
+# echoes batch_id, so ids stay unique per put_stream and the client checks each
+# answer against the batch it is due for.
+
+
+class _StreamAttempts:
+    """put_stream's reconnects: the unary calls' policy and budget (_Attempts) for each run of failures.
+
+    A run starts at a stream's failure (that stream was its first attempt) and
+    ends at the next answer, so a long stream outlasts any number of restarts
+    spread over its life, while a sidecar that keeps refusing (or keeps
+    breaking streams before answering) ends it after ``retries`` reconnects,
+    or ``timeout_seconds`` after the failure, as a unary call would.
+    """
+
+    def __init__(self, timeout_seconds: float, retries: int) -> None:
+        self._timeout = timeout_seconds
+        self._retries = retries
+        self._run: _Attempts | None = None
+
+    def progress(self) -> None:
+        self._run = None
+
+    def would_retry(self, error: grpc.RpcError) -> bool:
+        attempt = self._run.made - 1 if self._run is not None else 0
+        return _retry_delay_seconds(error, retry=True, attempt=attempt, retries=self._retries) is not None
+
+    def delay_or_raise(self, error: grpc.RpcError) -> float:
+        """Seconds to wait before the next stream; translates ``error`` if there is none."""
+        if self._run is None:
+            self._run = _Attempts(self._timeout, self._retries, True, None)
+            self._run.made = 1  # the stream that failed
+        delay = self._run.delay_or_raise(error)
+        self._run.made += 1  # the stream about to be opened
+        return delay
+
+
+def _with_progress(
+    error: CheckpointError, answered: int, unanswered: service_pb2.PutStreamRequest | None
+) -> CheckpointError:
+    """``error``, a whole put_stream's, naming how far it got; ``request_id`` is the first unanswered write's."""
+    if unanswered is None:
+        progress = f"put_stream: all {answered} writes sent were answered"
+        error.request_id = None
+    else:
+        error.request_id = unanswered.puts[0].request_id
+        progress = (
+            f"put_stream: the first {answered} writes were answered; the next (request_id {error.request_id!r})"
+            " and every one after it were not: resend them with the same request ids"
+        )
+    error.args = (f"{error.args[0] if error.args else ''}; {progress}", *error.args[1:])
+    return error
+
+
+def _check_answer(response: service_pb2.PutStreamResponse, due: service_pb2.PutStreamRequest | None) -> None:
+    """Refuse an answer that is not the next batch's: pairing them is what makes each result the right write's."""
+    if due is not None and response.batch_id == due.batch_id and len(response.results) == len(due.puts):
+        return
+    expected = "none" if due is None else f"batch {due.batch_id}, with {len(due.puts)}"
+    raise CheckpointError(
+        f"PutStream answered batch {response.batch_id} with {len(response.results)} results where {expected}"
+        " was due: the sidecar broke the stream's contract",
+        grpc.StatusCode.INTERNAL,
+    )
+
+
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+def _split_answer(
+    response: service_pb2.PutStreamResponse, due: service_pb2.PutStreamRequest | None
+) -> tuple[list[service_pb2.PutResult], list[service_pb2.PutResult], service_pb2.PutStreamRequest | None]:
+    """``due``'s answer as (results to give now, results held back, a batch of the held results' writes).
+
+    A sidecar stopped while its stream waited for room in its write queue
+    answers the batch whole, the writes it had not queued UNAVAILABLE (not
+    written), and ends the stream: they are a batch's last results, and
+    nothing after them was read. So a batch's trailing UNAVAILABLE results
+    are held back: if the stream then breaks and is reopened, their writes go
+    first on the next one (order kept, request ids the same); if it goes on
+    (or ends), they are given as they are.
+    """
+    _check_answer(response, due)
+    assert due is not None
+    results = list(response.results)
+    held = 0
+    while held < len(results) and results[-1 - held].error.code == _UNAVAILABLE:
+        held += 1
+    if not held:
+        return results, [], None
+    rest = service_pb2.PutStreamRequest(puts=due.puts[-held:], batch_id=due.batch_id)
+    return results[:-held], results[-held:], rest
+
+
+def _stream_deadline_error(timeout_seconds: float) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"the sidecar did not answer the stream within timeout_seconds={timeout_seconds} (a put_stream waits that"
+        " long for each answer while writes are in flight)",
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
+
+
+def _unanswered_at_end_error() -> CheckpointError:
+    return CheckpointError(
+        "the sidecar ended the stream (OK) before every write was sent and answered", grpc.StatusCode.INTERNAL
+    )
+
+
+class _StreamFeed:
+    """The sync put_stream's writes between the caller's ``puts`` and their answers, across its streams.
+
+    gRPC reads each stream's requests on a thread of its own. Batches are
+    pulled from ``puts`` one puller at a time (a broken stream's thread may
+    still be inside the caller's iterator when the next stream starts) into
+    ``_unanswered``, and leave it when answered: memory holds what is in
+    flight, not the whole input. Each stream sends the unanswered batches
+    from the first, then pulls more; a stream that was replaced stops.
+
+    A watchdog thread cancels a stream whose answer is overdue: one that the
+    caller has waited ``timeout_seconds`` for while a write was in flight,
+    counted from the later of the wait's start and the last answer (or the
+    stream's start, or the first write sent after all were answered). A
+    caller slow to take results, or a ``puts`` slow to give writes, never
+    counts against the sidecar.
+    """
+
+    def __init__(self, batches: Iterator[service_pb2.PutStreamRequest], timeout_seconds: float) -> None:
+        self._batches = batches
+        self._timeout = timeout_seconds
+        self._pulling = threading.Lock()  # held while inside the caller's iterator
+        self._cond = threading.Condition()  # guards everything below
+        self._unanswered: dict[int, service_pb2.PutStreamRequest] = {}
+        self._first = 0  # the first unanswered batch; batches are numbered as pulled
+        self._pulled = 0
+        self._done = False  # puts ended (or raised: failed)
+        self._stream = 0  # the current stream; a stream's requests stop once it is not
+        self._call: Any = None
+        self._waiting_since: float | None = None
+        self._clock = 0.0
+        self._closed = False
+        self._watchdog: threading.Thread | None = None
+        self._held: list[service_pb2.PutResult] = []  # see _split_answer
+        self.failed: Exception | None = None
+        self.answered = 0  # writes answered
+        self.timed_out = False
+
+    # -- gRPC's request threads (and the caller's, waiting for a write to send)
+
+    def _requests(self, stream: int, n: int) -> Iterator[service_pb2.PutStreamRequest]:
+        while (batch := self._batch(n, stream)) is not None:
+            yield batch
+            n += 1
+
+    def _batch(self, n: int, stream: int) -> service_pb2.PutStreamRequest | None:
+        """Batch ``n``, pulled from ``puts`` if need be; None once they are done or ``stream`` is not current."""
+        while True:
+            with self._cond:
+                if stream != self._stream:
+                    return None
+                if n < self._pulled:
+                    return self._unanswered[n]
+                if self._done:
+                    return None
+            with self._pulling:
+                with self._cond:
+                    if n < self._pulled or self._done:
+                        continue  # another stream's thread pulled it meanwhile
+                batch: service_pb2.PutStreamRequest | None = None
+                failed = None
+                try:
+                    batch = next(self._batches)
+                except StopIteration:
+                    pass
+                except Exception as exc:
+                    # gRPC would swallow it (the call ending UNKNOWN, "Exception iterating
+                    # requests!"): end the stream instead; the caller gets it once the
+                    # writes sent are answered.
+                    failed = exc
+                with self._cond:
+                    if batch is None:
+                        self._done = True
+                        self.failed = failed
+                        continue
+                    if not self._unanswered:
+                        self._clock = time.monotonic()
+                        self._cond.notify_all()
+                    self._unanswered[self._pulled] = batch
+                    self._pulled += 1
+
+    # -- the caller's thread
+
+    def open(self, method: Any) -> Any:
+        """Start a stream (on ``method``, the stub's PutStream) that sends every unanswered batch, then the rest."""
+        with self._cond:
+            self._stream += 1
+            requests = self._requests(self._stream, self._first)
+        call = method(requests)
+        with self._cond:
+            self._call = call
+            self._clock = time.monotonic()
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, name="ckpt-put-stream-watchdog", daemon=True)
+                self._watchdog.start()
+        return call
+
+    def answers(self, call: Any) -> Iterator[list[service_pb2.PutResult]]:
+        """``call``'s answers as results to give, each checked against the batch it is due for (_split_answer)."""
+        while True:
+            with self._cond:
+                self._waiting_since = time.monotonic()
+                self._cond.notify_all()
+            try:
+                response: service_pb2.PutStreamResponse | None = next(call)
+            except StopIteration:
+                response = None
+            except grpc.RpcError:
+                with self._cond:
+                    self._held = []  # their writes stay unanswered: resent, or named if the stream gives up
+                raise
+            finally:
+                with self._cond:
+                    self._waiting_since = None
+            with self._cond:
+                out = self._release_held()
+                if response is not None:
+                    now, self._held, rest = _split_answer(response, self._unanswered.get(self._first))
+                    if rest is None:
+                        del self._unanswered[self._first]
+                        self._first += 1
+                    else:
+                        self._unanswered[self._first] = rest
+                    self.answered += len(now)
+                    out += now
+                    self._clock = time.monotonic()
+            if out:
+                yield out
+            if response is None:
+                return
+
+    def _release_held(self) -> list[service_pb2.PutResult]:
+        """The held results, given after all (the stream went on or ended): their batch is answered."""
+        out, self._held = self._held, []
+        if out:
+            del self._unanswered[self._first]
+            self._first += 1
+            self.answered += len(out)
+        return out
+
+    def stop(self) -> None:
+        """The current stream ended: its request thread sends nothing more."""
+        with self._cond:
+            self._stream += 1
+
+    def first_unanswered(self) -> service_pb2.PutStreamRequest | None:
+        with self._cond:
+            return self._unanswered.get(self._first)
+
+    @property
+    def done(self) -> bool:
+        with self._cond:
+            return self._done
+
+    def wait_for_write(self) -> None:
+        """Block until a write is pulled to be sent, or ``puts`` ends."""
+        with self._cond:
+            n, stream = self._first, self._stream
+        self._batch(n, stream)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._stream += 1
+            call = self._call
+            self._cond.notify_all()
+        if call is not None:
+            call.cancel()  # a no-op once it has ended
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._waiting_since is None or not self._unanswered:
+                    self._cond.wait()
+                    continue
+                left = max(self._waiting_since, self._clock) + self._timeout - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self.timed_out = True
+                call = self._call
+                break
+            else:
+                return
+        call.cancel()
+
+
 class CheckpointClient:
     """Synchronous client. Thread-safe; one per process is enough.
 
@@ -361,8 +667,9 @@ class CheckpointClient:
     get and the listings retry UNAVAILABLE up to ``retries`` times (writes
     resend the same request id, so a write lands once); fork and delete are
     not retried (a resent fork whose reply was lost would fail with
-    ALREADY_EXISTS). ``put_stream`` is not retried: resend the writes of a
-    failed stream with request ids of your own.
+    ALREADY_EXISTS). ``put_stream`` reopens a broken stream and resends its
+    unanswered writes (see there); ``timeout_seconds`` bounds each wait for
+    one of its answers, not the stream.
     """
 
     def __init__(
@@ -489,33 +796,68 @@ class CheckpointClient:
         set; the others go on. ``puts`` is read as the stream goes; if reading
         it raises, the writes already sent are answered, then that exception
         is raised. A write without a request id is sent with a new one.
+
+        The stream outlasts sidecar restarts: when it breaks with a status the
+        unary writes retry (UNAVAILABLE, CANCELLED), a new stream is opened
+        after the same backoff and every write sent but not answered is sent
+        again, in order, with the same request id, then the rest of ``puts``
+        (so are the writes a stopping sidecar answered UNAVAILABLE without
+        queuing them, the last of their batch: they were not written).
+        Each write still yields exactly one result, in order; one the sidecar
+        had committed before the break comes back with ``replayed=True``.
+        ``retries`` bounds the reconnects of one run of failures (a stream
+        that gets an answer starts the count afresh) and so does
+        ``timeout_seconds`` from the failure; a stream broken while idle is
+        reopened when ``puts`` gives its next write. Only the writes in
+        flight are kept for this, not ``puts``. Giving up raises the error
+        (UnavailableError after a restart that outlasted the retries) with
+        the number of writes answered in its message and the first
+        unanswered write's ``request_id`` on it: resend from that write on.
+        ``timeout_seconds`` also bounds each wait for an answer while writes
+        are in flight (counted from the wait's start or the last answer,
+        whichever is later): past it the stream is cancelled and
+        DeadlineExceededError raised, likewise naming the progress. Other
+        statuses end the stream at once, as before, naming the progress too.
         """
         _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
 
     def _put_stream(self, puts: Iterable[service_pb2.PutRequest], batch_size: int) -> Iterator[service_pb2.PutResult]:
-        failed: list[BaseException] = []
-
-        def requests() -> Iterator[service_pb2.PutStreamRequest]:
-            # gRPC reads this on its own thread and would swallow an exception
-            # (the call ending UNKNOWN, "Exception iterating requests!"): end
-            # the stream instead, and raise it here once the answers are in.
-            try:
-                yield from _stream_batches(puts, batch_size, self._max_message_bytes)
-            except Exception as exc:
-                failed.append(exc)
-
-        self._check_open()
+        feed = _StreamFeed(_stream_batches(puts, batch_size, self._max_message_bytes), self._timeout)
+        attempts = _StreamAttempts(self._timeout, self._retries)
         try:
-            for response in self._stub.PutStream(requests()):
-                yield from response.results
-        except grpc.RpcError as exc:
-            if failed:
-                raise failed[0] from None
-            _translate(exc)
-        if failed:
-            raise failed[0]
+            while True:
+                self._check_open()
+                error: grpc.RpcError | None = None
+                try:
+                    for results in feed.answers(feed.open(self._stub.PutStream)):
+                        attempts.progress()
+                        yield from results
+                except grpc.RpcError as exc:
+                    error = exc
+                feed.stop()
+                if error is not None and feed.timed_out:  # the watchdog cancelled it (not a stream that just ended)
+                    raise _with_progress(_stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered())
+                if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):
+                    feed.wait_for_write()  # broken while idle: reopen once there is a write to send
+                unanswered = feed.first_unanswered()
+                if unanswered is None and feed.done:
+                    if feed.failed is not None:
+                        raise feed.failed
+                    return
+                if error is None:
+                    raise _with_progress(_unanswered_at_end_error(), feed.answered, unanswered)
+                try:
+                    delay = attempts.delay_or_raise(error)
+                except CheckpointError as exc:
+                    _with_progress(exc, feed.answered, unanswered)
+                    if feed.failed is not None:
+                        raise feed.failed from exc
+                    raise
+                time.sleep(delay)
+        finally:
+            feed.close()
 
 
 class AsyncCheckpointClient:
@@ -640,8 +982,8 @@ class AsyncCheckpointClient:
     def put_stream(
         self, puts: Iterable[service_pb2.PutRequest], *, batch_size: int = 64
     ) -> AsyncIterator[service_pb2.PutResult]:
-        """As CheckpointClient.put_stream, except that ``puts`` is read whole before anything is sent
-        (so an exception reading it is raised before any write)."""
+        """As CheckpointClient.put_stream (reopened after a break the same way), except that ``puts`` is
+        read whole before anything is sent (so an exception reading it is raised before any write)."""
         _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
@@ -650,10 +992,52 @@ class AsyncCheckpointClient:
         self, puts: Iterable[service_pb2.PutRequest], batch_size: int
     ) -> AsyncIterator[service_pb2.PutResult]:
         batches = list(_stream_batches(puts, batch_size, self._max_message_bytes))
-        self._check_open()
-        try:
-            async for response in self._stub.PutStream(iter(batches)):
-                for result in response.results:
-                    yield result
-        except grpc.RpcError as exc:
-            _translate(exc)
+        first = 0  # the first batch not answered; each stream sends batches[first:]
+        answered = 0  # writes
+        held: list[service_pb2.PutResult] = []  # see _split_answer
+        attempts = _StreamAttempts(self._timeout, self._retries)
+        while True:
+            self._check_open()
+            call = self._stub.PutStream(itertools.islice(batches, first, None))
+            error: grpc.RpcError | None = None
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout(self._timeout):  # each answer's bound, not the stream's
+                            response = await call.read()
+                    except TimeoutError:
+                        due = batches[first] if first < len(batches) else None
+                        raise _with_progress(_stream_deadline_error(self._timeout), answered, due) from None
+                    out, held = held, []
+                    if out:  # given after all: their batch is answered
+                        first += 1
+                        answered += len(out)
+                    if response is not grpc.aio.EOF:
+                        now, held, rest = _split_answer(response, batches[first] if first < len(batches) else None)
+                        if rest is None:
+                            first += 1
+                        else:
+                            batches[first] = rest
+                        answered += len(now)
+                        out += now
+                    if out:
+                        attempts.progress()
+                    for result in out:
+                        yield result
+                    if response is grpc.aio.EOF:
+                        break
+            except grpc.RpcError as exc:
+                error = exc
+                held = []  # their writes stay unanswered: resent, or named if the stream gives up
+            finally:
+                call.cancel()  # a no-op once it has ended
+            if first == len(batches):
+                return
+            if error is None:
+                raise _with_progress(_unanswered_at_end_error(), answered, batches[first])
+            try:
+                delay = attempts.delay_or_raise(error)
+            except CheckpointError as exc:
+                _with_progress(exc, answered, batches[first])
+                raise
+            await asyncio.sleep(delay)
