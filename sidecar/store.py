@@ -711,12 +711,12 @@ class Store:
         """
         bound = keys.updated_granule(quiet_since)  # entries below it were all updated before quiet_since
         end = keys.time_key(bound, b"")
-        start = keys.time_key(self._keyframed_before_nanos, b"")
+        # A bare time prefix is no index key (each ends in a session id): the scan starts at that time.
+        after = keys.time_key(self._keyframed_before_nanos, b"")
         written = 0
-        while start < end:
+        while after < end:
             with self._read() as txn:
-                cur = txn.cursor(db=self._updated)
-                chunk = [bytes(k) for k in _keys_from(cur, start, _SWEEP_CHUNK) if bytes(k) < end]
+                chunk = [k for k in _keys_after(txn.cursor(db=self._updated), after, _SWEEP_CHUNK) if k < end]
             if not chunk:
                 break
             sids = [key[8:] for key in chunk]
@@ -724,7 +724,7 @@ class Store:
                 done, n = self._submit(_Op(self._keyframe_op(sids, quiet_since))).wait()
                 written += done
                 sids = sids[n:]
-            start = chunk[-1] + b"\x00"
+            after = chunk[-1]
         # Never past the present (sweep(now_nanos=) may be ahead of it): a
         # session written later must index at or after the bound.
         bound = min(bound, keys.updated_granule(time.time_ns()))
@@ -1538,17 +1538,6 @@ def _backward(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
 
 def _forward_keys(cur: lmdb.Cursor) -> Iterator[bytes]:
     return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
-
-
-def _keys_from(cur: lmdb.Cursor, start: bytes, limit: int) -> list[bytes]:
-    """Up to ``limit`` keys from ``start`` on (inclusive)."""
-    out: list[bytes] = []
-    if cur.set_range(start):
-        for key in cur.iternext(keys=True, values=False):
-            out.append(bytes(key))
-            if len(out) == limit:
-                break
-    return out
 
 
 def _keys_after(cur: lmdb.Cursor, after: bytes, limit: int) -> list[bytes]:
