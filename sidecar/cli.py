@@ -187,6 +187,14 @@ def _parser() -> argparse.ArgumentParser:
         help="time in-flight RPCs get on shutdown (env CKPT_GRACE_SECONDS; default 10)",
     )
     s.add_argument(
+        "--heap-trim-interval-seconds",
+        type=_number(float, "HEAP_TRIM_INTERVAL_SECONDS"),
+        default=_env_default("HEAP_TRIM_INTERVAL_SECONDS", _SERVE_DEFAULTS["heap_trim_interval_seconds"]),
+        help="this often, if anything was served since the last time, give the C heap's free memory back to the"
+        " OS (glibc malloc_trim), which glibc otherwise keeps after a burst; 0 = never (env"
+        f" CKPT_HEAP_TRIM_INTERVAL_SECONDS; default {_SERVE_DEFAULTS['heap_trim_interval_seconds']:g})",
+    )
+    s.add_argument(
         "--keep-last-versions",
         type=_number(int, "KEEP_LAST_VERSIONS"),
         default=_env_default("KEEP_LAST_VERSIONS", None),
@@ -325,6 +333,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         max_map_size_bytes=args.max_map_size_bytes,
         max_queued_write_bytes=args.max_queued_write_bytes,
         keyframe_after_quiet_seconds=args.keyframe_after_quiet_seconds,
+        heap_trim_interval_seconds=args.heap_trim_interval_seconds,
         threads=args.threads,
         grace_seconds=args.grace_seconds,
         retention=retention,

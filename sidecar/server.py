@@ -47,6 +47,7 @@ from .config import (
     StoreConfig,
 )
 from .errors import InvalidArgument, Overloaded, StoreError, Unavailable
+from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
@@ -94,6 +95,10 @@ class ServeConfig:
     #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
     max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
     retention: Retention = field(default_factory=Retention)
+    #: Every this many seconds, if the sidecar served anything since the last
+    #: time, return the C heap's free memory to the OS (glibc malloc_trim; see
+    #: heap.py). 0 = never.
+    heap_trim_interval_seconds: float = 30.0
     #: Rewrite a quiet session's head as a FULL frame (StoreConfig.keyframe_after_quiet_seconds).
     keyframe_after_quiet_seconds: float | None = None
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
@@ -115,6 +120,10 @@ class ServeConfig:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.grace_seconds < 0:
             raise ValueError(f"grace_seconds must be >= 0, got {self.grace_seconds}")
+        if not self.heap_trim_interval_seconds >= 0:
+            raise ValueError(
+                f"heap_trim_interval_seconds must be >= 0 (0 = never), got {self.heap_trim_interval_seconds}"
+            )
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
         self.store_config()  # its checks fail now, before anything is bound
@@ -277,6 +286,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         # Each open PutStream's reader task, for stop_streams().
         self._stream_readers: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: RPCs started (each PutStream once): what the heap trimmer watches for activity.
+        self.rpcs_started = 0
 
     def stop_streams(self) -> None:
         """On shutdown: every PutStream stops reading, answers the batches it has read, and ends UNAVAILABLE.
@@ -298,6 +309,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         m = self._metrics
         requests, latency = m.per_rpc(rpc)
         requests.inc()
+        self.rpcs_started += 1
         start = time.perf_counter()
         try:
             return await fn()
@@ -392,6 +404,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         Writes to one session keep the order sent (one writer, FIFO queue)."""
         requests, latency = self._metrics.per_rpc("PutStream")
         requests.inc()
+        self.rpcs_started += 1
         if self._stopping:  # opened between stop_streams() and the server refusing new calls
             await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))
         # Unbounded so the reader's end marker always fits; `room` bounds how
@@ -611,6 +624,11 @@ class SidecarServer:
                 ],
             )
             self._service = CheckpointService(self.store, self.metrics, self._blocking)
+            self.heap_trimmer = (
+                HeapTrimmer(config.heap_trim_interval_seconds, self._activity)
+                if config.heap_trim_interval_seconds
+                else None
+            )
             add_checkpoint_service(self._service, self.server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
@@ -623,6 +641,10 @@ class SidecarServer:
         except BaseException:
             self.store.close()
             raise
+
+    def _activity(self) -> int:
+        store = self.store
+        return store.commits + store.cache_hits + store.cache_misses + self._service.rpcs_started
 
     def _bind(self, address: str) -> Path | None:
         path = None
@@ -643,6 +665,8 @@ class SidecarServer:
             self.metrics.serve(self.config.metrics_port)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.start()
         log.info(
             "ckpt serving: listen=%s data_dir=%s durability=%s pid=%d",
             ",".join(self.config.addresses),
@@ -658,6 +682,8 @@ class SidecarServer:
         self._service.stop_streams()
         await self.server.stop(self.config.grace_seconds)
         self._blocking.shutdown(wait=True)
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.stop()
         self.store.close()
         for path in self._unix_paths:
             if path is not None:

@@ -169,6 +169,7 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
         (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),
         (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
+        (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
     ],
 )
 def test_serve_configuration_errors_name_the_option(tmp_path: Path, flags: tuple[str, ...], message: bytes) -> None:

@@ -1,0 +1,122 @@
+"""Give the C heap's free memory back to the OS after a burst (glibc's ``malloc_trim``).
+
+A burst of large writes or reads passes hundreds of MiB through malloc:
+request and response buffers in gRPC, states, frames. Once freed, glibc keeps
+most of it: the per-thread arenas the writer and gRPC's threads allocate
+from are only shrunk by ``malloc_trim``, never on free. Measured on a real
+sidecar with 1 MiB caches: 64 clients putting 1 MB states left 106 MiB of
+anonymous memory resident for good, against 22 MiB idle; ``malloc_trim(0)``
+took it to 49 MiB. With the default caches: 583 MiB, then 416 MiB (what is
+left is the caches, which stay within their budgets).
+
+So the sidecar trims on a timer, and only after the store did something since
+the last trim: an idle sidecar makes no calls at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("ckpt")
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim  # ctypes releases the GIL around the call
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim with
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def can_trim() -> bool:
+    """Whether this process's C library has ``malloc_trim`` (glibc does)."""
+    return _MALLOC_TRIM is not None
+
+
+def trim_heap() -> bool:
+    """Return the C heap's free pages to the OS now; whether there was anything to return."""
+    if _MALLOC_TRIM is None:
+        return False
+    return bool(_MALLOC_TRIM(0))
+
+
+def anonymous_resident_bytes() -> int | None:
+    """The process's resident anonymous memory (Linux), or None where /proc does not say.
+
+    Not VmRSS: that also counts the pages of data.mdb that reads and writes
+    touch, which are the kernel's page cache, shared and reclaimable.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class HeapTrimmer:
+    """A daemon thread that calls :func:`trim_heap` every ``interval_seconds`` after activity.
+
+    ``activity`` returns a number that changes whenever the process may have
+    freed memory worth returning (the store's commits and reads); a tick that
+    sees the same number as the last trim does nothing.
+    """
+
+    def __init__(self, interval_seconds: float, activity: Callable[[], int]) -> None:
+        if not interval_seconds > 0:
+            raise ValueError(f"interval_seconds must be > 0, got {interval_seconds}")
+        self.interval_seconds = interval_seconds
+        self._activity = activity
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ckpt-heap-trim", daemon=True)
+        #: Trims done, and bytes of anonymous memory they returned (as RSS shows it).
+        self.trims = 0
+        self.released_bytes = 0
+
+    def start(self) -> None:
+        if can_trim():
+            self._thread.start()
+        else:
+            log.info("heap trimming is off: this C library has no malloc_trim")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        trimmed_at = self._activity()
+        while not self._stop.wait(self.interval_seconds):
+            now = self._activity()
+            if now == trimmed_at:
+                continue
+            trimmed_at = now
+            before = anonymous_resident_bytes()
+            start = time.perf_counter()
+            trim_heap()
+            seconds = time.perf_counter() - start
+            after = anonymous_resident_bytes()
+            self.trims += 1
+            if before is not None and after is not None and before > after:
+                self.released_bytes += before - after
+            log.debug(
+                "heap trimmed in %.1f ms: anonymous resident %s -> %s bytes",
+                seconds * 1e3,
+                before,
+                after,
+            )

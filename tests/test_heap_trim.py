@@ -1,0 +1,111 @@
+"""A sidecar gives the memory a burst freed back to the OS (heap.py, --heap-trim-interval-seconds).
+
+glibc keeps what its per-thread arenas free: without the trimmer a real
+sidecar with 1 MiB caches stayed at 167-189 MiB of anonymous memory after the
+burst below, against 22 MiB idle; with it, 44-63 MiB.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sidecar.client import CheckpointClient
+from sidecar.heap import HeapTrimmer
+
+from .sidecar_proc import start_sidecar
+
+MIB = 1024 * 1024
+WRITERS = 64
+WRITES_EACH = 4
+STATE_BYTES = 1_000_000
+
+
+def _anonymous_resident(pid: int) -> int:
+    with open(f"/proc/{pid}/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/PID/status")
+
+
+def _state(writer: int, version: int) -> bytes:
+    # Half incompressible, so frames are as large as the requests.
+    return os.urandom(STATE_BYTES // 2) + bytes([writer, version]) * (STATE_BYTES // 4)
+
+
+def test_a_sidecar_returns_what_a_burst_freed(tmp_path: Path) -> None:
+    sidecar = start_sidecar(
+        tmp_path / "data",
+        "--heap-trim-interval-seconds",
+        "0.3",
+        "--cache-size-bytes",
+        str(MIB),
+        "--encoder-cache-bytes",
+        str(MIB),
+    )
+    pid = sidecar.process.pid
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            client.put("warm", b"")  # the first call's one-off allocations are not the burst's
+            time.sleep(1.0)
+            idle = _anonymous_resident(pid)
+            last: dict[str, bytes] = {}
+            errors: list[BaseException] = []
+
+            def write(writer: int) -> None:
+                try:
+                    for version in range(1, WRITES_EACH + 1):
+                        state = _state(writer, version)
+                        client.put(f"s{writer}", state)
+                    last[f"s{writer}"] = state
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=write, args=(w,)) for w in range(WRITERS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[0]
+            # 256 MB went through; what stays resident once trimmed is the
+            # 1 MiB caches, gRPC's own buffers and allocator slack.
+            bound = idle + 80 * MIB
+            deadline = time.monotonic() + 15
+            while (now := _anonymous_resident(pid)) > bound and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert now <= bound, f"{now / MIB:.0f} MiB resident, idle was {idle / MIB:.0f} MiB"
+            # Trimming frees only free memory: every session still reads back.
+            for session, state in last.items():
+                got = client.get(session)
+                assert (got.version, got.state) == (WRITES_EACH, state)
+    finally:
+        assert sidecar.stop() == 0
+
+
+def test_the_trimmer_trims_only_after_activity() -> None:
+    activity = [0]
+    trimmer = HeapTrimmer(0.05, lambda: activity[0])
+    trimmer.start()
+    try:
+        time.sleep(0.4)
+        assert trimmer.trims == 0  # nothing happened: an idle sidecar makes no calls
+        activity[0] += 1
+        deadline = time.monotonic() + 5
+        while trimmer.trims == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert trimmer.trims == 1
+        time.sleep(0.3)
+        assert trimmer.trims == 1  # once per burst of activity, not every tick
+    finally:
+        trimmer.stop()
+
+
+@pytest.mark.parametrize("interval", [0.0, -1.0, float("nan")])
+def test_the_trimmer_refuses_an_interval_that_is_not_positive(interval: float) -> None:
+    with pytest.raises(ValueError, match="interval_seconds must be > 0"):
+        HeapTrimmer(interval, lambda: 0)
