@@ -338,22 +338,29 @@ def _stream_batches(
     batch: list[service_pb2.PutRequest] = []
     batch_bytes = 0
     n = 0
-    for i, put in enumerate(puts):
-        if not isinstance(put, service_pb2.PutRequest):
-            raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
-        if not put.request_id:
-            with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
-            with_id.MergeFrom(put)
-            put = with_id
-        size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
-        if batch and batch_bytes + size > room:
+    try:
+        for i, put in enumerate(puts):
+            if not isinstance(put, service_pb2.PutRequest):
+                raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
+            if not put.request_id:
+                with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
+                with_id.MergeFrom(put)
+                put = with_id
+            size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
+            if batch and batch_bytes + size > room:
+                yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
+                batch, batch_bytes, n = [], 0, n + 1
+            batch.append(put)
+            batch_bytes += size
+            if len(batch) == batch_size:
+                yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
+                batch, batch_bytes, n = [], 0, n + 1
+    except Exception:
+        # ``puts`` (or one of its items) failed: the writes it gave before are
+        # the caller's, handed over, so they go too; then the error.
+        if batch:
             yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
-            batch, batch_bytes, n = [], 0, n + 1
-        batch.append(put)
-        batch_bytes += size
-        if len(batch) == batch_size:
-            yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
-            batch, batch_bytes, n = [], 0, n + 1
+        raise
     if batch:
         yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
 
@@ -794,8 +801,9 @@ class CheckpointClient:
         A message holds fewer writes when ``batch_size`` of them would pass
         ``max_message_bytes``. A failed write is a PutResult with ``error``
         set; the others go on. ``puts`` is read as the stream goes; if reading
-        it raises, the writes already sent are answered, then that exception
-        is raised. A write without a request id is sent with a new one.
+        it raises (or it gives something that is not a PutRequest), every
+        write it gave before is sent and answered, then that exception is
+        raised. A write without a request id is sent with a new one.
 
         The stream outlasts sidecar restarts: when it breaks with a status the
         unary writes retry (UNAVAILABLE, CANCELLED), a new stream is opened

@@ -293,6 +293,39 @@ def test_put_stream_raises_the_callers_own_error_in_both_clients(
     asyncio.run(run())
 
 
+def test_put_stream_sends_every_write_given_before_the_callers_error(sidecar: Sidecar) -> None:
+    """``puts`` gives 5 writes, less than a batch, then raises: the sync client used to drop them (the
+    batch was never sent) and raise at once. Now they are written and answered, then the error is raised.
+    The async client reads ``puts`` whole first, so there the error comes before any write."""
+
+    def puts(session: str, then: Exception) -> Iterator[service_pb2.PutRequest]:
+        for _ in range(5):
+            yield service_pb2.PutRequest(session_id=session, state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        raise then
+
+    results: list[service_pb2.PutResult] = []
+    with CheckpointClient(sidecar.unix_target) as c:
+        with pytest.raises(RuntimeError, match="agent's own"):
+            for result in c.put_stream(puts("given", RuntimeError("the agent's own generator failed"))):
+                results.append(result)
+        assert [r.response.version for r in results] == [1, 2, 3, 4, 5]
+        assert c.get("given").state == PATCH * 5
+        # A non-PutRequest among the writes: the ones before it go, then TypeError.
+        mixed = [service_pb2.PutRequest(session_id="mixed", state=PATCH), {"session_id": "mixed"}]
+        with pytest.raises(TypeError, match=r"puts\[1\] is a dict"):
+            list(c.put_stream(mixed))
+        assert c.get("mixed").version == 1
+
+    async def run() -> None:
+        async with AsyncCheckpointClient(sidecar.unix_target) as ac:
+            with pytest.raises(RuntimeError, match="agent's own"):
+                await alist(ac.put_stream(puts("agiven", RuntimeError("the agent's own generator failed"))))
+            with pytest.raises(NotFoundError):
+                await ac.get("agiven")
+
+    asyncio.run(run())
+
+
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
     """One PutRequest given three times is three writes. The client used to write the generated
     request id into the caller's message, so the 2nd and 3rd were silent replays of the 1st."""

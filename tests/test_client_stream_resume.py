@@ -441,14 +441,14 @@ def test_a_failed_write_is_still_its_own_result_and_other_errors_are_not_retried
 def test_the_callers_own_error_still_comes_after_every_sent_write_is_answered_across_a_restart(
     fleet: Callable[..., Fleet],
 ) -> None:
-    """``puts`` raises after the sidecar was restarted under the stream: the writes sent are all answered
-    (the unanswered ones resent on the new stream), then its exception is raised. (320 writes: 20 whole
-    batches. Writes given since the last whole batch are not sent when ``puts`` raises, as before.)"""
+    """``puts`` raises after the sidecar was restarted under the stream: every write it gave is answered
+    (the unanswered ones resent on the new stream), then its exception is raised. (330 writes: 20 whole
+    batches and 10 more, which are sent when ``puts`` raises.)"""
     sidecars = fleet()
     results: list[service_pb2.PutResult] = []
 
     def puts() -> Iterator[service_pb2.PutRequest]:
-        for i in range(320):
+        for i in range(330):
             if i == 200:
                 wait_for(lambda: len(results) >= 50, "answers")
                 sidecars.restart(signal.SIGTERM)
@@ -459,8 +459,8 @@ def test_the_callers_own_error_still_comes_after_every_sent_write_is_answered_ac
         for result in c.put_stream(puts(), batch_size=16):
             results.append(result)
     assert len(sidecars) == 2
-    check_results(results, Expected.of(320))
-    check_store(sidecars[-1].unix_target, Expected.of(320))
+    check_results(results, Expected.of(330))
+    check_store(sidecars[-1].unix_target, Expected.of(330))
     assert sidecars[-1].stop() == 0, sidecars[-1].log()
 
 
