@@ -7,7 +7,7 @@
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
     ckpt inspect SESSION [--data-dir DIR]                frames of a session: kinds, sizes, chains
-    ckpt verify [SESSION ...] [--data-dir DIR]           check every frame and chain; exit 1 on failure
+    ckpt verify [SESSION ...] [--data-dir DIR]           check every frame, chain and index entry; exit 1 on failure
     ckpt stats [--data-dir DIR]                          store statistics as JSON
 
 put/get/history/fork/delete talk to a running sidecar (--target, default the
@@ -40,6 +40,7 @@ from codec import DecodeError, FrameKind, iter_versions
 from . import isolated
 from .client import CheckpointClient, CheckpointError
 from .config import Durability, Retention, StoreConfig
+from .crosscheck import Problem
 from .errors import DataLoss, NotFound, StoreError
 from .server import ServeConfig, serve
 from .store import SessionInfo, Store, VersionInfo
@@ -268,7 +269,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser(
         "verify",
         help="check every frame",
-        description="Check every frame's checksum and chain links (offline). Exit 1 on any failure.",
+        description="Check every frame's checksum and chain links, then cross-check the session records against"
+        " the frames table and the index tables (update time, labels, request ids and their expiry); offline. With"
+        " SESSIONs, only those sessions and the index entries naming them. Exit 1 on any failure.",
     )
     data_dir_arg(v)
     v.add_argument("sessions", nargs="*", help="sessions to check (default: all)")
@@ -443,21 +446,65 @@ def _verify(args: argparse.Namespace) -> int:
     def fail(subject: str, problem: str) -> None:
         print(f"FAIL {subject}: {problem}", file=sys.stderr)
 
-    # Every session is read in a child process (sidecar/isolated.py): a damaged page can make
-    # LMDB abort() or crash; that session is then reported and a new child checks the rest.
-    counts = isolated.verify(
-        args.data_dir,
-        args.sessions,
-        _open_readonly,
-        # A session listed here may be deleted by a running sidecar before it is read:
-        # gone is not damaged. A session named on the command line must exist.
-        lambda store, session, vanished_ok: verify_session(store, session, vanished_ok=vanished_ok),
-        fail,
-    )
-    checked, failures = counts.checked, counts.failed
+    # The tables are cross-checked in another child, beside the per-session checks (sidecar/crosscheck.py).
+    cross = isolated.CrossChecks(args.data_dir, args.sessions, _open_readonly)
+    try:
+        # Every session is read in a child process (sidecar/isolated.py): a damaged page can make
+        # LMDB abort() or crash; that session is then reported and a new child checks the rest.
+        counts = isolated.verify(
+            args.data_dir,
+            args.sessions,
+            _open_readonly,
+            # A session listed here may be deleted by a running sidecar before it is read:
+            # gone is not damaged. A session named on the command line must exist.
+            lambda store, session, vanished_ok: verify_session(store, session, vanished_ok=vanished_ok),
+            fail,
+        )
+        checked, failures = counts.checked, counts.failed
+        others = 0
+        if counts.listing_failures:  # the cross-checks need every record: a sessions table that cannot be listed
+            print("ckpt verify: the tables are not cross-checked (listing the sessions failed)", file=sys.stderr)
+        else:
+            checked, failures, others = _cross_check(cross, counts.failed_sessions, checked, failures, fail)
+    finally:
+        cross.cancel()
     listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
-    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed{listing}")
-    return 1 if failures or counts.listing_failures else 0
+    more = f"; {others} more problem{'s' if others > 1 else ''} cross-checking the tables (see above)" if others else ""
+    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed{listing}{more}")
+    return 1 if failures or counts.listing_failures or others else 0
+
+
+def _cross_check(
+    cross: isolated.CrossChecks, failed: set[str], checked: int, failures: int, fail: Callable[[str, str], None]
+) -> tuple[int, int, int]:
+    """Cross-check the tables (sidecar/crosscheck.py); the counts of sessions checked and failed, and of other problems.
+
+    A session whose entries are wrong fails (one with frames but no record
+    counts as checked too, as when the sessions are listed from the frames
+    table); an entry naming a session that does not exist, or an index table
+    that cannot be read, is one of the other problems. The frames and
+    sessions tables failing here are not: the per-session checks read them.
+    """
+    others = 0
+
+    def problem(p: Problem) -> None:
+        nonlocal checked, failures, others
+        if p.session is None:
+            fail(f"{p.table} table", p.text)
+            others += 1
+            return
+        session = isolated.session_id(p.session)
+        fail(f"session {session!r}", f"{p.table} table: {p.text}")
+        if not p.exists:
+            others += 1
+        elif session not in failed:
+            failed.add(session)
+            failures += 1
+            checked += p.table == "sessions"  # found by its frames: not listed before
+
+    broken = cross.finish(problem, fail)
+    others += sum(table not in ("sessions", "frames") for table in broken)
+    return checked, failures, others
 
 
 def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:

@@ -35,12 +35,13 @@ import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import lmdb
 
+from .crosscheck import TABLES, CrossCheck, Problem
 from .errors import DataLoss, StoreError
 from .store import Store
 
@@ -54,6 +55,8 @@ Check = Callable[[Store, str, bool], "list[str] | None"]
 _OPENING, _READING, _DONE = 0, 1, 2
 # Between sessions, listing the next: the session before finished so (it is not in the counts yet).
 _AFTER_OK, _AFTER_FAILED, _AFTER_VANISHED, _LISTING = 3, 4, 5, 6
+# Cross-checking the tables (sidecar/crosscheck.py); the key names the table being read.
+_CROSS = 7
 _LISTING_CHUNK = 1000
 # Room for a key in the progress record: LMDB keys are at most 511 bytes,
 # but a damaged page can claim a longer one.
@@ -336,6 +339,8 @@ class VerifyCounts:
     #: Listings that failed (each printed as a FAIL line): the sessions they did not reach went unchecked
     #: or were listed another way.
     listing_failures: int = 0
+    #: The sessions counted as failed.
+    failed_sessions: set[str] = field(default_factory=set)
 
 
 def verify(
@@ -367,6 +372,7 @@ def verify(
             for event in child.recv():
                 if event[0] == "fail":
                     fail(event[1], event[2])
+                    counts.failed_sessions.add(event[3])
                 elif event[0] == "listing":
                     listing_error = event[1]
                 elif event[0] == "error":
@@ -387,6 +393,7 @@ def verify(
             fail(f"session {session!r}", f"{death.describe(data_mdb)} while reading session {session!r}")
             counts.checked += 1
             counts.failed += 1
+            counts.failed_sessions.add(session)
             # The next child frees this one's reader slot (and reports nothing if no session is left).
             plan = replace(plan, start=plan.start + finished + 1, after=key, after_death=True)
             continue
@@ -405,8 +412,12 @@ def verify(
         plan = replace(plan, from_frames=True, after=key, after_death=plan.after_death or death is not None)
 
 
-def _session_id(key: bytes) -> str:
+def session_id(key: bytes) -> str:
+    """A session key as verify names it, even if it is not UTF-8 (damage)."""
     return key.decode("utf-8", "surrogateescape")  # as Store.session_ids names a damaged key
+
+
+_session_id = session_id
 
 
 def _verify_child(
@@ -450,7 +461,7 @@ def _verify_child(
             if problems:
                 failed += 1
                 for problem in problems:
-                    _send(events, "fail", f"session {session!r}", problem)
+                    _send(events, "fail", f"session {session!r}", problem, session)
             progress.done_with(_AFTER_FAILED if problems else _AFTER_OK)
         progress.set(_DONE, b"", finished, checked, failed)
 
@@ -505,3 +516,121 @@ def _orphan_problems(store: Store, key: bytes) -> list[str] | None:
     except (StoreError, lmdb.Error) as exc:
         return [str(exc)]
     return ["its frames are stored but its session record is missing"]
+
+
+# -- verify's cross-checks of the tables ------------------------------------------------
+
+
+class CrossChecks:
+    """The cross-checks of sidecar/crosscheck.py (of ``sessions`` only, if any are named), in a child.
+
+    The first child starts at once, so that it runs beside verify's
+    per-session children (on another core); its problems are read, in order,
+    by finish(). A table whose pass kills the child or fails cleanly
+    (MDB_CORRUPTED) is reported and skipped; a new child (a new snapshot)
+    does the passes after it. The sessions table's pass comes first in every
+    child: if that one fails, no cross-check is done.
+    """
+
+    def __init__(self, data_dir: Path, sessions: Sequence[str], opener: Opener) -> None:
+        self._data_dir = data_dir
+        self._opener = opener
+        self._wanted = frozenset(s.encode("utf-8", "surrogateescape") for s in sessions) if sessions else None
+        self._progress = _Progress()
+        self._child: _Child | None = self._start(list(TABLES), after_death=False)
+
+    def _start(self, todo: list[str], *, after_death: bool) -> _Child:
+        def body(events: IO[bytes]) -> None:
+            _cross_check_child(events, self._progress, self._data_dir, self._opener, self._wanted, todo, after_death)
+
+        self._progress.set(_OPENING)
+        return _Child(body)
+
+    def cancel(self) -> None:
+        """Stop the child (verify ended early, or cannot use its findings)."""
+        if self._child is not None:
+            self._child.kill()
+            self._child = None
+
+    def finish(self, problem: Callable[[Problem], None], fail: Callable[[str, str], None]) -> list[str]:
+        """``problem`` each problem found, ``fail`` each table that could not be checked; those tables."""
+        data_mdb = self._data_dir / "lmdb" / "data.mdb"
+        done: set[str] = set()
+        broken: list[str] = []
+        after_death = False
+        while self._child is not None:
+            failed: tuple[str, str] | None = None
+            child = self._child
+            try:
+                for event in child.recv():
+                    if event[0] == "problem":
+                        problem(event[1])
+                    elif event[0] == "done":
+                        done.add(event[1])
+                    elif event[0] == "table":
+                        failed = (event[1], event[2])
+                    elif event[0] == "error":
+                        raise pickle.loads(event[1])
+                death = child.wait()
+            finally:
+                self.cancel()
+            if death is None and child.status != 0:
+                raise _exited(data_mdb, child.status)
+            phase, _, _, _, key = self._progress.read()
+            if death is not None and phase == _OPENING:
+                _clear_dead_readers(self._data_dir, self._opener)
+                raise DataLoss(f"{death.describe(data_mdb)} while opening it")
+            if death is not None and phase == _CROSS:
+                table = key.decode("ascii", "replace")
+                why = f"{death.describe(data_mdb)} while reading the {table} table"
+                after_death = True
+            elif failed is not None:
+                table, why = failed
+            else:
+                break
+            broken.append(table)
+            if table == "sessions":
+                fail("cross-checking the sessions table", f"{why}; the tables are not cross-checked")
+                break
+            fail(f"cross-checking the {table} table", f"{why}; its cross-checks are skipped")
+            done.add(table)
+            todo = [t for t in TABLES if t not in done]
+            if todo:
+                self._child = self._start(todo, after_death=after_death)
+        if after_death:
+            _clear_dead_readers(self._data_dir, self._opener)
+        return broken
+
+
+def _cross_check_child(
+    events: IO[bytes],
+    progress: _Progress,
+    data_dir: Path,
+    opener: Opener,
+    wanted: frozenset[bytes] | None,
+    todo: list[str],
+    after_death: bool,
+) -> None:
+    progress.set(_OPENING)
+    try:
+        store = opener(data_dir)
+    except Exception as exc:
+        _send_error(events, exc)
+        return
+    with store:
+        if after_death:
+            _forget_dead_readers(store)
+        table = "sessions"
+        try:
+            with store._read() as txn:  # one snapshot for every pass
+                progress.set(_CROSS, table.encode())
+                check = CrossCheck(store, txn, wanted)
+                check.read_sessions()
+                for table in todo:
+                    progress.set(_CROSS, table.encode())
+                    for found in check.run(table):
+                        _send(events, "problem", found)
+                    _send(events, "done", table)
+        except (StoreError, lmdb.Error) as exc:  # MDB_CORRUPTED, page not found: this table cannot be read
+            _send(events, "table", table, str(exc))
+        progress.set(_DONE)

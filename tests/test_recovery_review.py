@@ -683,7 +683,7 @@ def test_a_corrupt_request_record_is_data_loss_and_does_not_block_delete(damaged
     Store._put_op's apply) and Store._delete_requests parses every request record of a session, both
     unguarded: protobuf's DecodeError is no StoreError, so a retry with that request id and
     DeleteSession of that session answer INTERNAL (not DATA_LOSS), and the session cannot be deleted.
-    `ckpt verify` does not look at request records, so it passes on this directory."""
+    `ckpt verify` names the record that does not parse (requests table) since it cross-checks the tables."""
     corrupt_request_record(damaged, "c", "c:3")
     sidecar = serve_damaged(damaged)
     try:

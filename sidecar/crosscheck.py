@@ -1,0 +1,351 @@
+"""`ckpt verify`'s cross-checks: the session records against the frames table and the index tables.
+
+What the store keeps true (sidecar/store.py), and so what is checked, in one
+read transaction (one snapshot: nothing a running sidecar does in between can
+look like damage):
+
+- frames: every session with frames has a record (a delete removes both in one
+  transaction). Not the reverse: a record without its frames is a missing
+  version, which the per-session check names.
+- updated: a record's update time is indexed under exactly one key,
+  ``keys.updated_key(updated_unix_nanos, sid)`` (a write inside the same
+  granule keeps the entry; one past it moves the entry); every entry names a
+  session with a record, at the granule of its update time.
+- labels: each label of a record has its entry ``keys.label_key(k, v, sid)``
+  (a write changing a label's value moves it), and every entry is a label of
+  its session's record.
+- requests: a request record belongs to a session with a record (deleting a
+  session deletes its request records) and names a version at or below its
+  head. It may name a version retention has since removed, may have expired
+  and not been swept yet, and a fork has none: none of that is reported.
+- req_expiry: each request record has its entry ``keys.time_key(expires,
+  request key)`` and every entry names a request record expiring then.
+
+A record that does not parse is the per-session check's to report: entries
+naming its session are not checked. Each table is read in one sequential pass
+(after one over the sessions table, which collects the keys the records imply
+in memory: 100-140 bytes per session, label and remembered request id); an entry
+not among them is looked up in the sessions or requests table to say what is
+wrong with it. Named sessions restrict every check to entries of those
+sessions (each index is still read whole: its keys do not start with the
+session), and skip the frames table (a named session without a record is
+already reported as not existing).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import lmdb
+from google.protobuf.message import DecodeError as DecodeProtoError
+
+from ckpt.store.v1 import records_pb2
+
+from . import keys
+from .errors import DataLoss
+from .store import Store
+
+#: The passes after the sessions table's, in the order they run.
+TABLES = ("frames", "updated", "labels", "requests", "req_expiry")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, found in ``table``."""
+
+    table: str
+    #: The session it concerns (its key), None when the entry's key cannot be split.
+    session: bytes | None
+    #: The session exists (has a record; for the frames table, has frames): it fails as a session.
+    #: False: an entry names a session that does not exist.
+    exists: bool
+    text: str
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _keys(cur: lmdb.Cursor) -> Iterator[bytes]:
+    return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+
+def _items(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
+    return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
+
+
+def _when(nanos: int) -> str:
+    """A time in nanoseconds since the Unix epoch, readable and exact."""
+    try:
+        text = datetime.fromtimestamp(nanos // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{nanos} ns"
+    return f"{text} ({nanos} ns)"
+
+
+def _request_text(key: bytes, sid: bytes) -> str:
+    return f"request_id {_text(key[len(sid) + 1 :])!r}"
+
+
+_U64 = struct.Struct(">Q")
+_MISSING: Any = object()  # a session with no record, in the lookup cache
+
+
+class CrossCheck:
+    """The cross-checks over one read transaction of ``store``; ``wanted``: the sessions to check (None: all)."""
+
+    def __init__(self, store: Store, txn: lmdb.Transaction, wanted: frozenset[bytes] | None) -> None:
+        self._store = store
+        self._txn = txn
+        self._wanted = wanted
+        self._updated: set[bytes] = set()
+        self._labels: set[bytes] = set()
+        self._expiry: set[bytes] = set()
+        self._cached_sid: bytes | None = None
+        self._cached_record: records_pb2.SessionRecord | None = None
+
+    # -- the sessions table: what the records imply ------------------------------
+
+    def read_sessions(self) -> None:
+        """The index keys every (parsable) record implies."""
+        txn, db = self._txn, self._store._sessions
+        items: Iterable[tuple[bytes, Any]]
+        if self._wanted is None:
+            items = _items(txn.cursor(db=db))
+        else:
+            items = ((sid, txn.get(sid, db=db)) for sid in sorted(self._wanted))
+        updated, labels = self._updated, self._labels
+        parse = records_pb2.SessionRecord.FromString
+        updated_key, label_key = keys.updated_key, keys.label_key
+        for sid, raw in items:
+            if raw is None:
+                continue
+            try:
+                rec = parse(raw)
+            except DecodeProtoError:
+                continue  # the per-session check names it
+            updated.add(updated_key(rec.updated_unix_nanos, sid))
+            labelled = rec.labels
+            if labelled:
+                for k, v in labelled.items():
+                    labels.add(label_key(k, v, sid))
+
+    def run(self, table: str) -> Iterator[Problem]:
+        passes: dict[str, Callable[[], Iterator[Problem]]] = {
+            "frames": self._frames,
+            "updated": self._updated_index,
+            "labels": self._label_index,
+            "requests": self._requests,
+            "req_expiry": self._expiry_index,
+        }
+        return passes[table]()
+
+    def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
+        """A session's record (_MISSING: none; None: it does not parse), for explaining an entry."""
+        if sid != self._cached_sid:
+            raw = self._txn.get(sid, db=self._store._sessions)
+            try:
+                self._cached_record = _MISSING if raw is None else records_pb2.SessionRecord.FromString(bytes(raw))
+            except DecodeProtoError:
+                self._cached_record = None
+            self._cached_sid = sid
+        return self._cached_record
+
+    def _skipped(self, sid: bytes) -> bool:
+        return self._wanted is not None and sid not in self._wanted
+
+    # -- frames ----------------------------------------------------------------------
+
+    def _frames(self) -> Iterator[Problem]:
+        """Sessions with frames but no record: one seek per session (frame keys are session NUL version)."""
+        if self._wanted is not None:
+            return
+        cur = self._txn.cursor(db=self._store._frames)
+        sessions = self._store._sessions
+        after = b""
+        while cur.set_range(after + b"\x01") if after else cur.first():
+            sid = bytes(cur.key()).partition(keys.SEP)[0]
+            if sid <= after:
+                raise DataLoss(f"the frames table has keys out of order after {_text(after)!r}")
+            if self._txn.get(sid, db=sessions) is None:
+                yield Problem("sessions", sid, True, "no record, but the frames table holds its versions")
+            after = sid
+
+    # -- updated -----------------------------------------------------------------------
+
+    def _updated_index(self) -> Iterator[Problem]:
+        expected = self._updated
+        for key in _keys(self._txn.cursor(db=self._store._updated)):
+            if key in expected:  # the usual case first: one set lookup
+                expected.discard(key)
+                continue
+            if len(key) <= 8:
+                yield Problem("updated", None, False, f"key {key!r} is not a time and a session id")
+                continue
+            sid = key[8:]
+            if self._skipped(sid):
+                continue
+            rec = self._record(sid)
+            when = keys.time_of(key)
+            if rec is _MISSING:
+                yield Problem("updated", sid, False, f"an entry at {_when(when)} names a session with no record")
+            elif rec is not None:
+                yield Problem(
+                    "updated",
+                    sid,
+                    True,
+                    f"a stale entry at {_when(when)}: the record's update time {_when(rec.updated_unix_nanos)} is"
+                    f" indexed at {_when(keys.updated_granule(rec.updated_unix_nanos))}",
+                )
+        for key in sorted(expected, key=lambda k: k[8:]):
+            yield Problem(
+                "updated",
+                key[8:],
+                True,
+                f"no entry for the record's update time (expected at {_when(keys.time_of(key))}): listings by update"
+                " time miss the session",
+            )
+
+    # -- labels ------------------------------------------------------------------------
+
+    def _label_index(self) -> Iterator[Problem]:
+        expected = self._labels
+        for key in _keys(self._txn.cursor(db=self._store._labels)):
+            if key in expected:
+                expected.discard(key)
+                continue
+            parts = key.split(keys.SEP)
+            if len(parts) != 3 or not parts[0] or not parts[2]:
+                yield Problem("labels", None, False, f"key {key!r} is not label NUL value NUL session id")
+                continue
+            label, value, sid = parts
+            if self._skipped(sid):
+                continue
+            rec = self._record(sid)
+            what = f"label {_text(label)!r}={_text(value)!r}"
+            if rec is _MISSING:
+                yield Problem("labels", sid, False, f"an entry for {what} names a session with no record")
+            elif rec is not None:
+                have = rec.labels.get(_text(label))
+                yield Problem(
+                    "labels",
+                    sid,
+                    True,
+                    f"a stray entry for {what}: the record has no label {_text(label)!r}"
+                    if have is None
+                    else f"a stale entry for {what}: the record says {_text(label)!r}={have!r}",
+                )
+        for key in sorted(expected, key=lambda k: k.split(keys.SEP)[2]):
+            label, value, sid = key.split(keys.SEP)
+            yield Problem(
+                "labels",
+                sid,
+                True,
+                f"no entry for its label {_text(label)!r}={_text(value)!r}: listings by that label miss the session",
+            )
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _request_items(self) -> Iterator[tuple[bytes, bytes]]:
+        cur = self._txn.cursor(db=self._store._requests)
+        if self._wanted is None:
+            yield from _items(cur)
+            return
+        for sid in sorted(self._wanted):
+            prefix = sid + keys.SEP
+            if not cur.set_range(prefix):
+                return
+            for key, value in _items(cur):
+                if not key.startswith(prefix):
+                    break
+                yield key, value
+
+    def _requests(self) -> Iterator[Problem]:
+        expiry = self._expiry
+        parse = records_pb2.RequestRecord.FromString
+        pack = _U64.pack
+        prefix = b"\xff"  # the current session's keys start with it (none starts with this)
+        sid, rec, head = b"", None, 0
+        for key, value in self._request_items():
+            if not key.startswith(prefix):  # the next session's records (sorted by session)
+                sid, sep, _ = key.partition(keys.SEP)
+                if not sep or not sid or len(key) == len(sid) + 1:
+                    prefix = b"\xff"
+                    yield Problem("requests", None, False, f"key {key!r} is not session id NUL request id")
+                    continue
+                prefix = sid + keys.SEP
+                rec = self._record(sid)
+                head = -1 if rec is _MISSING or rec is None else rec.head_version
+            try:
+                done = parse(value)
+            except DecodeProtoError as exc:
+                what = _request_text(key, sid)
+                yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
+                continue
+            expires = done.expires_unix_nanos
+            expiry.add(pack(expires if expires > 0 else 0) + key)
+            version = done.version
+            if head >= version >= 1:
+                continue
+            what = _request_text(key, sid)
+            if rec is _MISSING:
+                yield Problem(
+                    "requests", sid, False, f"the record of {what} (version {version}) names a session with no record"
+                )
+            elif rec is not None:
+                yield Problem(
+                    "requests",
+                    sid,
+                    True,
+                    f"the record of {what} says the write made version {version}, but the head is version {head}",
+                )
+
+    def _expiry_index(self) -> Iterator[Problem]:
+        expected = self._expiry
+        requests = self._store._requests
+        for key in _keys(self._txn.cursor(db=self._store._req_expiry)):
+            if key in expected:
+                expected.discard(key)
+                continue
+            request = key[8:]
+            sid, sep, rid = request.partition(keys.SEP)
+            if len(key) <= 8 or not sep or not sid:
+                yield Problem("req_expiry", None, False, f"key {key!r} is not a time, session id NUL request id")
+                continue
+            if self._skipped(sid):
+                continue
+            raw = self._txn.get(request, db=requests)
+            when = keys.time_of(key)
+            exists = self._record(sid) is not _MISSING
+            if raw is None:
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    exists,
+                    f"an entry at {_when(when)} names request_id {_text(rid)!r}, which has no record",
+                )
+                continue
+            try:
+                done = records_pb2.RequestRecord.FromString(bytes(raw))
+            except DecodeProtoError:
+                continue  # the requests pass named it
+            yield Problem(
+                "req_expiry",
+                sid,
+                exists,
+                f"a stale entry at {_when(when)} for request_id {_text(rid)!r}: its record expires at"
+                f" {_when(done.expires_unix_nanos)}",
+            )
+        for key in sorted(expected, key=lambda k: k[8:]):
+            sid, _, rid = key[8:].partition(keys.SEP)
+            yield Problem(
+                "req_expiry",
+                sid,
+                self._record(sid) is not _MISSING,
+                f"no entry for request_id {_text(rid)!r} (its record expires at {_when(keys.time_of(key))}): the"
+                " sweep never removes it",
+            )

@@ -1,0 +1,291 @@
+"""`ckpt verify` cross-checks the session records against the frames table and the index tables.
+
+Before (sidecar/crosscheck.py), verify read each listed session's record and
+frames only: a session whose record was gone but whose frames were left was
+invisible (unless listing the sessions table itself failed), and the
+updated-time index, the label index, the request records and their expiry
+index were never read. Every damage test here exited 0 then.
+
+A directory is written through the public Store API (labels, request ids,
+MERGE writes, forks, deletes, retention, expired request ids, index entries
+moved by later writes), damaged with raw lmdb, and checked with the real CLI.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ckpt.store.v1 import records_pb2
+from ckpt.v1 import checkpoint_pb2 as pb
+from sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
+from sidecar.keys import label_key, time_key, updated_key
+from tests.test_cli import ckpt
+from tests.test_cli_damage import IS_LEAF, Pages
+
+_U64 = struct.Struct(">Q")
+
+
+def state(session: str, step: int) -> bytes:
+    return pb.Checkpoint(step=step, goal=f"{session} goal " + "x" * 200).SerializeToString()
+
+
+def patch(session: str, step: int) -> bytes:
+    return pb.Checkpoint(step=step, messages=[pb.Message(content=f"{session} patch {step}")]).SerializeToString()
+
+
+def build(data: Path) -> None:
+    """Every kind of write that moves index entries, ending undamaged."""
+    retention = Retention(keep_last_versions=3)
+    with Store(StoreConfig(data_dir=data, retention=retention, sweep_interval_seconds=3600)) as store:
+        for step in range(1, 9):
+            for s in ("a", "b", "c", "gone"):
+                mode = WriteMode.MERGE if step % 3 else WriteMode.REPLACE
+                body = patch(s, step) if mode is WriteMode.MERGE else state(s, step)
+                labels = {"team": "red", "owner": s} if step == 1 else {}
+                store.put(s, body, mode=mode, request_id=f"{s}:{step}", labels=labels)
+        store.put("b", patch("b", 9), mode=WriteMode.MERGE, labels={"team": "blue"})  # the label entry moves
+        store.fork("a", 4, "a-fork", labels={"forked": "yes"})
+        store.fork("a", 0, "a-fork2")
+        assert store.delete_session("gone") == 8  # its records, labels, request ids and updated entry go with it
+        store.put("gone", state("gone", 1), request_id="gone:1")  # and it starts over
+        assert store.sweep().sessions_pruned >= 3  # retention: request records of pruned versions stay
+        time.sleep(1.2)  # past the updated-time index's granule: the next writes move their entries
+        store.put("a", patch("a", 9), mode=WriteMode.MERGE, request_id="a:9")
+        store.put("c", state("c", 9), request_id="c:9", labels={"owner": "c2"})
+        store.put_many([PutRequest(f"s{n}", state(f"s{n}", 1), request_id=f"s{n}:1") for n in range(20)])
+    # Request ids that expire at once and are not swept: the records and entries stay until a sweep.
+    config = StoreConfig(data_dir=data, request_id_ttl_seconds=0.001, sweep_interval_seconds=3600)
+    with Store(config) as store:
+        store.put("c", patch("c", 10), mode=WriteMode.MERGE, request_id="c:exp")
+        time.sleep(0.01)
+        store.put("c", patch("c", 11), mode=WriteMode.MERGE, request_id="c:exp")  # replaces the expired record
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("indexes") / "data"
+    build(data)
+    return data
+
+
+@pytest.fixture
+def data(pristine: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "data"
+    shutil.copytree(pristine, copy)
+    return copy
+
+
+@contextmanager
+def tables(data: Path) -> Iterator[tuple[lmdb.Transaction, dict[str, lmdb._Database]]]:
+    """A write transaction on the store's LMDB environment and its named databases."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
+    try:
+        dbs = {
+            n: env.open_db(n.encode()) for n in ("frames", "sessions", "requests", "req_expiry", "labels", "updated")
+        }
+        with env.begin(write=True) as txn:
+            yield txn, dbs
+    finally:
+        env.close()
+
+
+def keys_of(txn: lmdb.Transaction, db: lmdb._Database, match: Callable[[bytes], bool]) -> list[bytes]:
+    return [bytes(k) for k in txn.cursor(db=db).iternext(values=False) if match(bytes(k))]
+
+
+def record(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database], sid: bytes) -> records_pb2.SessionRecord:
+    return records_pb2.SessionRecord.FromString(bytes(txn.get(sid, db=dbs["sessions"]) or b"\xff"))
+
+
+# -- the damages: each deletes or adds entries in one table; (session named, table named, what the line says) --
+
+
+def delete_session_record(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    assert txn.delete(b"b", db=dbs["sessions"])
+    return "b", "sessions", "no record, but the frames table holds its versions"
+
+
+def delete_updated_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    assert txn.delete(updated_key(record(txn, dbs, b"a").updated_unix_nanos, b"a"), db=dbs["updated"])
+    return "a", "updated", "no entry for the record's update time"
+
+
+def add_stale_updated_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    txn.put(updated_key(record(txn, dbs, b"c").updated_unix_nanos - 5 * 2**30, b"c"), b"", db=dbs["updated"])
+    return "c", "updated", "a stale entry at "
+
+
+def add_updated_entry_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    txn.put(updated_key(time.time_ns(), b"ghost"), b"", db=dbs["updated"])
+    return "ghost", "updated", "names a session with no record"
+
+
+def delete_label_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    assert txn.delete(label_key("team", "blue", b"b"), db=dbs["labels"])
+    return "b", "labels", "no entry for its label 'team'='blue'"
+
+
+def add_stale_label_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    txn.put(label_key("team", "green", b"a"), b"", db=dbs["labels"])
+    return "a", "labels", "a stale entry for label 'team'='green': the record says 'team'='red'"
+
+
+def add_label_entry_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    txn.put(label_key("team", "red", b"ghost"), b"", db=dbs["labels"])
+    return "ghost", "labels", "an entry for label 'team'='red' names a session with no record"
+
+
+def delete_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    (key,) = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == b"s7\x00s7:1")
+    assert txn.delete(key, db=dbs["req_expiry"])
+    return "s7", "req_expiry", "no entry for request_id 's7:1'"
+
+
+def add_stray_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    txn.put(time_key(time.time_ns(), b"a\x00never-made"), b"", db=dbs["req_expiry"])
+    return "a", "req_expiry", "names request_id 'never-made', which has no record"
+
+
+def add_stale_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    (key,) = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == b"a\x00a:9")
+    txn.put(_U64.pack(_U64.unpack_from(key)[0] + 1) + key[8:], b"", db=dbs["req_expiry"])
+    return "a", "req_expiry", "a stale entry at "
+
+
+def add_request_record_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    expires = time.time_ns() + 10**12
+    txn.put(
+        b"ghost\x00g:1",
+        records_pb2.RequestRecord(version=1, expires_unix_nanos=expires).SerializeToString(),
+        db=dbs["requests"],
+    )
+    txn.put(time_key(expires, b"ghost\x00g:1"), b"", db=dbs["req_expiry"])
+    return "ghost", "requests", "the record of request_id 'g:1' (version 1) names a session with no record"
+
+
+def add_request_record_past_the_head(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    expires = time.time_ns() + 10**12
+    txn.put(
+        b"s3\x00future",
+        records_pb2.RequestRecord(version=5, expires_unix_nanos=expires).SerializeToString(),
+        db=dbs["requests"],
+    )
+    txn.put(time_key(expires, b"s3\x00future"), b"", db=dbs["req_expiry"])
+    return "s3", "requests", "says the write made version 5, but the head is version 1"
+
+
+DAMAGES = [
+    delete_session_record,
+    delete_updated_entry,
+    add_stale_updated_entry,
+    add_updated_entry_of_no_session,
+    delete_label_entry,
+    add_stale_label_entry,
+    add_label_entry_of_no_session,
+    delete_expiry_entry,
+    add_stray_expiry_entry,
+    add_stale_expiry_entry,
+    add_request_record_of_no_session,
+    add_request_record_past_the_head,
+]
+
+
+def verify(data: Path, *sessions: str) -> tuple[int, str, str]:
+    result = ckpt("verify", *sessions, "--data-dir", str(data))
+    err = result.stderr.decode()
+    assert "Traceback" not in err, err
+    return result.returncode, result.stdout.decode(), err
+
+
+def test_an_undamaged_directory_verifies_clean(pristine: Path) -> None:
+    code, out, err = verify(pristine)
+    assert (code, err) == (0, ""), err
+    assert out == "verified 26 sessions: 26 ok, 0 failed\n"
+    with tables(pristine) as (txn, dbs):  # the directory has what the checks are about
+        assert len(keys_of(txn, dbs["labels"], lambda k: True)) == 7
+        assert txn.stat(dbs["requests"])["entries"] == txn.stat(dbs["req_expiry"])["entries"] > 20
+        assert record(txn, dbs, b"a").first_version > 1  # pruned; its first request records name pruned versions
+        expired = keys_of(txn, dbs["req_expiry"], lambda k: _U64.unpack_from(k)[0] < time.time_ns())
+        assert [k[8:] for k in expired] == [b"c\x00c:exp"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=[d.__name__ for d in DAMAGES])
+def test_verify_names_the_session_and_table_of_each_damage(
+    data: Path, damage: Callable[[lmdb.Transaction, dict[str, lmdb._Database]], tuple[str, str, str]]
+) -> None:
+    with tables(data) as (txn, dbs):
+        session, table, what = damage(txn, dbs)
+    code, out, err = verify(data)
+    assert code == 1, (out, err)
+    lines = [line for line in err.splitlines() if line.startswith(f"FAIL session '{session}': {table} table: ")]
+    assert any(what in line for line in lines), err
+    assert out.startswith("verified "), out
+
+
+def test_the_summary_counts_damaged_sessions_and_entries_of_no_session(data: Path) -> None:
+    with tables(data) as (txn, dbs):
+        delete_session_record(txn, dbs)  # b: its frames, label, updated and request entries are left
+        delete_label_entry_of_a = label_key("team", "red", b"a")
+        assert txn.delete(delete_label_entry_of_a, db=dbs["labels"])
+    code, out, err = verify(data)
+    assert code == 1
+    # b is found by its frames (checked, failed), a fails; b's leftover entries name a session with no record.
+    strays = [line for line in err.splitlines() if "names a session with no record" in line]
+    assert {line.split(": ")[1] for line in strays} == {"updated table", "labels table", "requests table"}, err
+    assert all(line.startswith("FAIL session 'b': ") for line in strays), err
+    assert len(strays) == 1 + 2 + 8, err
+    assert out == "verified 26 sessions: 24 ok, 2 failed; 11 more problems cross-checking the tables (see above)\n"
+
+
+def test_named_sessions_are_cross_checked_alone(data: Path) -> None:
+    with tables(data) as (txn, dbs):
+        delete_updated_entry(txn, dbs)
+        add_label_entry_of_no_session(txn, dbs)
+    assert verify(data, "b", "c") == (0, "verified 2 sessions: 2 ok, 0 failed\n", "")
+    code, out, err = verify(data, "b", "a")
+    assert code == 1 and out == "verified 2 sessions: 1 ok, 1 failed\n", (out, err)
+    assert err.startswith("FAIL session 'a': updated table: no entry for the record's update time"), err
+    assert "ghost" not in err
+    code, out, err = verify(data, "ghost")
+    assert code == 1 and "FAIL session 'ghost': session 'ghost' does not exist" in err
+    assert "FAIL session 'ghost': labels table: an entry for label 'team'='red' names a session with no record" in err
+
+
+def test_a_cross_check_pass_lmdb_aborts_on_is_reported_and_the_other_tables_are_checked(tmp_path: Path) -> None:
+    """A labels leaf whose flags are cleared: the labels pass dies (SIGABRT); the passes after it run in a new child."""
+    data = tmp_path / "data"
+    with Store(StoreConfig(data_dir=data)) as store:
+        store.put_many(
+            [PutRequest(f"s{n:03d}", state("s", n), request_id=f"r{n}", labels={"v": "x" * 120}) for n in range(300)]
+        )
+    with tables(data) as (txn, dbs):
+        delete_expiry = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == b"s007\x00r7")
+        assert txn.delete(delete_expiry[0], db=dbs["req_expiry"])
+    pages = Pages(data)
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True, lock=False)
+    with env.begin() as txn:
+        pages.records["labels"] = txn.get(b"labels")  # the table's MDB_db record in the main database
+    env.close()
+    pgno, _ = pages.leaves("labels")[1]
+    pages.put(pgno, 10, "<H", 0)
+    pages.write()
+
+    code, out, err = verify(data)
+    assert code == 1, err
+    assert re.search(
+        re.escape(f"FAIL cross-checking the labels table: {data}/lmdb/data.mdb: LMDB aborted (SIGABRT: ")
+        + IS_LEAF
+        + re.escape(") while reading the labels table; its cross-checks are skipped\n"),
+        err,
+    ), err
+    assert "FAIL session 's007': req_expiry table: no entry for request_id 'r7'" in err, err
+    assert out == "verified 300 sessions: 299 ok, 1 failed; 1 more problem cross-checking the tables (see above)\n"
