@@ -311,7 +311,7 @@ def test_put_stream_sends_every_write_given_before_the_callers_error(sidecar: Si
         assert [r.response.version for r in results] == [1, 2, 3, 4, 5]
         assert c.get("given").state == PATCH * 5
         # A non-PutRequest among the writes: the ones before it go, then TypeError.
-        mixed = [service_pb2.PutRequest(session_id="mixed", state=PATCH), {"session_id": "mixed"}]
+        mixed: list[Any] = [service_pb2.PutRequest(session_id="mixed", state=PATCH), {"session_id": "mixed"}]
         with pytest.raises(TypeError, match=r"puts\[1\] is a dict"):
             list(c.put_stream(mixed))
         assert c.get("mixed").version == 1
