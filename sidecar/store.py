@@ -1125,7 +1125,7 @@ class Store:
             try:
                 expires = records_pb2.RequestRecord.FromString(_value(cur)).expires_unix_nanos
             except DecodeProtoError:
-                pass  # damaged: its expiry entry stays, and expiring it later finds nothing to delete
+                pass  # damaged: its expiry entry stays (expiring it later removes nothing newer)
             else:
                 txn.delete(keys.time_key(expires, _key(cur)), db=self._req_expiry)
             cur.delete()
@@ -1206,7 +1206,15 @@ class Store:
             if not cur.first():
                 return 0
             while expired < _EXPIRE_CHUNK and keys.time_of(_key(cur)) < now:
-                txn.delete(_key(cur)[8:], db=self._requests)
+                entry = _key(cur)
+                rid_key = entry[8:]
+                raw = txn.get(rid_key, db=self._requests)
+                # Only the record this entry was written for: an entry left behind
+                # (by deleting a session whose record was damaged) must not expire
+                # a later record of the same request id early, or its retry would
+                # write twice. A record that does not parse goes: it answers nothing.
+                if raw is not None and _expiry_of(raw) in (keys.time_of(entry), None):
+                    txn.delete(rid_key, db=self._requests)
                 cur.delete()
                 expired += 1
                 if not _key(cur):
@@ -1579,6 +1587,14 @@ def _lock_data_dir(data_dir: os.PathLike[str]) -> Any:
     fh.write(f"pid {os.getpid()}\n")
     fh.flush()
     return fh
+
+
+def _expiry_of(raw: Any) -> int | None:
+    """A request record's expiry time; None if the record does not parse."""
+    try:
+        return records_pb2.RequestRecord.FromString(bytes(raw)).expires_unix_nanos
+    except DecodeProtoError:
+        return None
 
 
 def _record(raw: Any) -> records_pb2.SessionRecord:

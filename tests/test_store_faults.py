@@ -155,6 +155,33 @@ def test_a_backlog_of_expired_request_ids_goes_in_chunks(config: StoreConfig, mo
         assert store.put("rid", state_of("rid", 1), request_id="r1").version == 31  # expired: a new write
 
 
+def test_an_expiry_entry_left_behind_does_not_expire_a_newer_record_of_the_same_request_id(
+    config: StoreConfig,
+) -> None:
+    """Deleting a session whose request record does not parse leaves that record's expiry entry (its time
+    is in the record). Expiring that entry used to delete whatever record held the key by then: here
+    the record of the same request id written after the session was made again, so a retry of that
+    write, still within its own TTL, wrote a second version instead of replaying."""
+    with Store(config) as store:
+        store.put("s", state_of("s", 1), request_id="step-1")
+    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8)
+    requests, expiry = env.open_db(b"requests"), env.open_db(b"req_expiry")
+    with env.begin(write=True) as txn:
+        ((rid_key, _),) = list(txn.cursor(db=requests))
+        ((old_entry, _),) = list(txn.cursor(db=expiry))
+        txn.put(rid_key, b"\xff\xff not a record", db=requests)
+    env.close()
+    old_expiry = struct.unpack(">Q", old_entry[:8])[0]
+    with Store(config) as store:
+        assert store.delete_session("s") == 1
+        first = store.put("s", state_of("s", 1), request_id="step-1")  # the agent starts over
+        assert store.sweep(now_nanos=old_expiry + 1).request_ids_expired == 1  # the entry left behind
+        retry = store.put("s", state_of("s", 1), request_id="step-1")
+        assert (retry.version, retry.replayed) == (first.version, True)
+        assert store.session("s").version_count == 1
+    assert ckpt("verify", "--data-dir", str(config.data_dir)).returncode == 0
+
+
 def test_a_store_that_fails_to_open_releases_its_directory(config: StoreConfig) -> None:
     config.data_dir.mkdir(parents=True)
     (config.data_dir / "lmdb").write_text("not a directory")  # LMDB cannot open here
