@@ -34,7 +34,6 @@ already reported as not existing).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,7 +90,6 @@ def _request_text(key: bytes, sid: bytes) -> str:
     return f"request_id {_text(key[len(sid) + 1 :])!r}"
 
 
-_U64 = struct.Struct(">Q")
 _MISSING: Any = object()  # a session with no record, in the lookup cache
 
 
@@ -267,7 +265,7 @@ class CrossCheck:
     def _requests(self) -> Iterator[Problem]:
         expiry = self._expiry
         parse = records_pb2.RequestRecord.FromString
-        pack = _U64.pack
+        time_key = keys.time_key
         prefix = b"\xff"  # the current session's keys start with it (none starts with this)
         sid, rec, head = b"", None, 0
         for key, value in self._request_items():
@@ -286,8 +284,7 @@ class CrossCheck:
                 what = _request_text(key, sid)
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
-            expires = done.expires_unix_nanos
-            expiry.add(pack(expires if expires > 0 else 0) + key)
+            expiry.add(time_key(done.expires_unix_nanos, key))
             version = done.version
             if head >= version >= 1:
                 continue

@@ -53,14 +53,14 @@ def trim_heap() -> bool:
     return bool(_MALLOC_TRIM(0))
 
 
-def anonymous_resident_bytes() -> int | None:
-    """The process's resident anonymous memory (Linux), or None where /proc does not say.
+def anonymous_resident_bytes(pid: int | None = None) -> int | None:
+    """Resident anonymous memory of process ``pid`` (default: this one) on Linux; None where /proc does not say.
 
     Not VmRSS: that also counts the pages of data.mdb that reads and writes
     touch, which are the kernel's page cache, shared and reclaimable.
     """
     try:
-        with open("/proc/self/status", "rb") as status:
+        with open(f"/proc/{pid or 'self'}/status", "rb") as status:
             for line in status:
                 if line.startswith(b"RssAnon:"):
                     return int(line.split()[1]) * 1024
@@ -84,9 +84,8 @@ class HeapTrimmer:
         self._activity = activity
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ckpt-heap-trim", daemon=True)
-        #: Trims done, and bytes of anonymous memory they returned (as RSS shows it).
+        #: Trims done.
         self.trims = 0
-        self.released_bytes = 0
 
     def start(self) -> None:
         if can_trim():
@@ -106,17 +105,15 @@ class HeapTrimmer:
             if now == trimmed_at:
                 continue
             trimmed_at = now
-            before = anonymous_resident_bytes()
+            debug = log.isEnabledFor(logging.DEBUG)  # the /proc reads are for that log line only
+            before = anonymous_resident_bytes() if debug else None
             start = time.perf_counter()
             trim_heap()
-            seconds = time.perf_counter() - start
-            after = anonymous_resident_bytes()
             self.trims += 1
-            if before is not None and after is not None and before > after:
-                self.released_bytes += before - after
-            log.debug(
-                "heap trimmed in %.1f ms: anonymous resident %s -> %s bytes",
-                seconds * 1e3,
-                before,
-                after,
-            )
+            if debug:
+                log.debug(
+                    "heap trimmed in %.1f ms: anonymous resident %s -> %s bytes",
+                    (time.perf_counter() - start) * 1e3,
+                    before,
+                    anonymous_resident_bytes(),
+                )

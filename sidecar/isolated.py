@@ -420,18 +420,28 @@ def session_id(key: bytes) -> str:
 _session_id = session_id
 
 
-def _verify_child(
-    events: IO[bytes], progress: _Progress, data_dir: Path, opener: Opener, check: Check, plan: _Plan
-) -> None:
+def _open_in_child(
+    events: IO[bytes], progress: _Progress, data_dir: Path, opener: Opener, *, after_death: bool
+) -> Store | None:
+    """The store a child's pass reads; None once the error opening it went to the parent."""
     progress.set(_OPENING)
     try:
         store = opener(data_dir)
     except Exception as exc:
         _send_error(events, exc)
+        return None
+    if after_death:
+        _forget_dead_readers(store)
+    return store
+
+
+def _verify_child(
+    events: IO[bytes], progress: _Progress, data_dir: Path, opener: Opener, check: Check, plan: _Plan
+) -> None:
+    store = _open_in_child(events, progress, data_dir, opener, after_death=plan.after_death)
+    if store is None:
         return
     with store:
-        if plan.after_death:
-            _forget_dead_readers(store)
         finished = checked = failed = 0
         progress.set(_LISTING, plan.after)
         if plan.named is not None:
@@ -611,15 +621,10 @@ def _cross_check_child(
     todo: list[str],
     after_death: bool,
 ) -> None:
-    progress.set(_OPENING)
-    try:
-        store = opener(data_dir)
-    except Exception as exc:
-        _send_error(events, exc)
+    store = _open_in_child(events, progress, data_dir, opener, after_death=after_death)
+    if store is None:
         return
     with store:
-        if after_death:
-            _forget_dead_readers(store)
         table = "sessions"
         try:
             with store._read() as txn:  # one snapshot for every pass

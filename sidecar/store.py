@@ -1122,11 +1122,8 @@ class Store:
         if not cur.set_range(sid + keys.SEP):
             return
         while _key(cur).startswith(sid + keys.SEP):
-            try:
-                expires = records_pb2.RequestRecord.FromString(_value(cur)).expires_unix_nanos
-            except DecodeProtoError:
-                pass  # damaged: its expiry entry stays (expiring it later removes nothing newer)
-            else:
+            expires = _expiry_of(_value(cur))
+            if expires is not None:  # damaged: its expiry entry stays (expiring it later removes nothing newer)
                 txn.delete(keys.time_key(expires, _key(cur)), db=self._req_expiry)
             cur.delete()
             if not _key(cur):

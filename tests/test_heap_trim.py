@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.client import CheckpointClient
-from sidecar.heap import HeapTrimmer
+from sidecar.heap import HeapTrimmer, anonymous_resident_bytes
 
 from .sidecar_proc import start_sidecar
 
@@ -26,11 +26,9 @@ STATE_BYTES = 1_000_000
 
 
 def _anonymous_resident(pid: int) -> int:
-    with open(f"/proc/{pid}/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/PID/status")
+    resident = anonymous_resident_bytes(pid)
+    assert resident is not None, "no RssAnon in /proc/PID/status"
+    return resident
 
 
 def _state(writer: int, version: int) -> bytes:

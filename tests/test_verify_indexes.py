@@ -161,25 +161,21 @@ def add_stale_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]
     return "a", "req_expiry", "a stale entry at "
 
 
-def add_request_record_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+def put_request_record(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database], key: bytes, version: int) -> None:
+    """A request record, unexpired, with its expiry entry: as the store writes one."""
     expires = time.time_ns() + 10**12
-    txn.put(
-        b"ghost\x00g:1",
-        records_pb2.RequestRecord(version=1, expires_unix_nanos=expires).SerializeToString(),
-        db=dbs["requests"],
-    )
-    txn.put(time_key(expires, b"ghost\x00g:1"), b"", db=dbs["req_expiry"])
+    record = records_pb2.RequestRecord(version=version, expires_unix_nanos=expires)
+    txn.put(key, record.SerializeToString(), db=dbs["requests"])
+    txn.put(time_key(expires, key), b"", db=dbs["req_expiry"])
+
+
+def add_request_record_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    put_request_record(txn, dbs, b"ghost\x00g:1", version=1)
     return "ghost", "requests", "the record of request_id 'g:1' (version 1) names a session with no record"
 
 
 def add_request_record_past_the_head(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
-    expires = time.time_ns() + 10**12
-    txn.put(
-        b"s3\x00future",
-        records_pb2.RequestRecord(version=5, expires_unix_nanos=expires).SerializeToString(),
-        db=dbs["requests"],
-    )
-    txn.put(time_key(expires, b"s3\x00future"), b"", db=dbs["req_expiry"])
+    put_request_record(txn, dbs, b"s3\x00future", version=5)
     return "s3", "requests", "says the write made version 5, but the head is version 1"
 
 
