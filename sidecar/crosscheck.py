@@ -22,14 +22,18 @@ look like damage):
   request key)`` and every entry names a request record expiring then.
 
 A record that does not parse is the per-session check's to report: entries
-naming its session are not checked. Each table is read in one sequential pass
-(after one over the sessions table, which collects the keys the records imply
-in memory: 100-140 bytes per session, label and remembered request id); an entry
-not among them is looked up in the sessions or requests table to say what is
-wrong with it. Named sessions restrict every check to entries of those
-sessions (each index is still read whole: its keys do not start with the
-session), and skip the frames table (a named session without a record is
-already reported as not existing).
+naming its session are not checked. Memory stays flat however large the
+store: no pass collects keys. Each index is checked both ways by lookups in
+one snapshot: a pass over the records (or the request records) looks up the
+entry each one implies, then a pass over the index looks up the record each
+entry names (``get`` on a warm page cache: ~1-2 us). An index's pass reads only
+that index and the table it indexes, so a table whose pages make LMDB abort is
+the one named. The sessions table is read whole first, so that a damaged one
+is reported as itself rather than by the first pass to re-read it. Named
+sessions restrict every check to entries of those sessions (each index is
+still read whole: its keys do not start with the session), and skip the
+frames table (a named session without a record is already reported as not
+existing).
 """
 
 from __future__ import annotations
@@ -100,37 +104,32 @@ class CrossCheck:
         self._store = store
         self._txn = txn
         self._wanted = wanted
-        self._updated: set[bytes] = set()
-        self._labels: set[bytes] = set()
-        self._expiry: set[bytes] = set()
         self._cached_sid: bytes | None = None
         self._cached_record: records_pb2.SessionRecord | None = None
 
-    # -- the sessions table: what the records imply ------------------------------
+    # -- the sessions table ----------------------------------------------------------
 
     def read_sessions(self) -> None:
-        """The index keys every (parsable) record implies."""
+        """Read every record once: a sessions table LMDB cannot read fails here, named as itself."""
+        for _ in self._records():
+            pass
+
+    def _records(self) -> Iterator[tuple[bytes, records_pb2.SessionRecord]]:
+        """Each session's record that parses, in key order (of the named sessions only, if any)."""
         txn, db = self._txn, self._store._sessions
         items: Iterable[tuple[bytes, Any]]
         if self._wanted is None:
             items = _items(txn.cursor(db=db))
         else:
             items = ((sid, txn.get(sid, db=db)) for sid in sorted(self._wanted))
-        updated, labels = self._updated, self._labels
         parse = records_pb2.SessionRecord.FromString
-        updated_key, label_key = keys.updated_key, keys.label_key
         for sid, raw in items:
             if raw is None:
                 continue
             try:
-                rec = parse(raw)
+                yield sid, parse(raw)
             except DecodeProtoError:
                 continue  # the per-session check names it
-            updated.add(updated_key(rec.updated_unix_nanos, sid))
-            labelled = rec.labels
-            if labelled:
-                for k, v in labelled.items():
-                    labels.add(label_key(k, v, sid))
 
     def run(self, table: str) -> Iterator[Problem]:
         passes: dict[str, Callable[[], Iterator[Problem]]] = {
@@ -143,7 +142,7 @@ class CrossCheck:
         return passes[table]()
 
     def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
-        """A session's record (_MISSING: none; None: it does not parse), for explaining an entry."""
+        """A session's record (_MISSING: none; None: it does not parse), for checking an entry."""
         if sid != self._cached_sid:
             raw = self._txn.get(sid, db=self._store._sessions)
             try:
@@ -176,11 +175,9 @@ class CrossCheck:
     # -- updated -----------------------------------------------------------------------
 
     def _updated_index(self) -> Iterator[Problem]:
-        expected = self._updated
-        for key in _keys(self._txn.cursor(db=self._store._updated)):
-            if key in expected:  # the usual case first: one set lookup
-                expected.discard(key)
-                continue
+        txn, updated = self._txn, self._store._updated
+        updated_key = keys.updated_key
+        for key in _keys(txn.cursor(db=updated)):
             if len(key) <= 8:
                 yield Problem("updated", None, False, f"key {key!r} is not a time and a session id")
                 continue
@@ -191,7 +188,7 @@ class CrossCheck:
             when = keys.time_of(key)
             if rec is _MISSING:
                 yield Problem("updated", sid, False, f"an entry at {_when(when)} names a session with no record")
-            elif rec is not None:
+            elif rec is not None and updated_key(rec.updated_unix_nanos, sid) != key:
                 yield Problem(
                     "updated",
                     sid,
@@ -199,23 +196,23 @@ class CrossCheck:
                     f"a stale entry at {_when(when)}: the record's update time {_when(rec.updated_unix_nanos)} is"
                     f" indexed at {_when(keys.updated_granule(rec.updated_unix_nanos))}",
                 )
-        for key in sorted(expected, key=lambda k: k[8:]):
-            yield Problem(
-                "updated",
-                key[8:],
-                True,
-                f"no entry for the record's update time (expected at {_when(keys.time_of(key))}): listings by update"
-                " time miss the session",
-            )
+        for sid, rec in self._records():
+            key = updated_key(rec.updated_unix_nanos, sid)
+            if txn.get(key, db=updated) is None:
+                yield Problem(
+                    "updated",
+                    sid,
+                    True,
+                    f"no entry for the record's update time (expected at {_when(keys.time_of(key))}): listings by"
+                    " update time miss the session",
+                )
 
     # -- labels ------------------------------------------------------------------------
 
     def _label_index(self) -> Iterator[Problem]:
-        expected = self._labels
-        for key in _keys(self._txn.cursor(db=self._store._labels)):
-            if key in expected:
-                expected.discard(key)
-                continue
+        txn, labels = self._txn, self._store._labels
+        label_key = keys.label_key
+        for key in _keys(txn.cursor(db=labels)):
             parts = key.split(keys.SEP)
             if len(parts) != 3 or not parts[0] or not parts[2]:
                 yield Problem("labels", None, False, f"key {key!r} is not label NUL value NUL session id")
@@ -229,6 +226,8 @@ class CrossCheck:
                 yield Problem("labels", sid, False, f"an entry for {what} names a session with no record")
             elif rec is not None:
                 have = rec.labels.get(_text(label))
+                if have is not None and label_key(_text(label), have, sid) == key:
+                    continue
                 yield Problem(
                     "labels",
                     sid,
@@ -237,14 +236,18 @@ class CrossCheck:
                     if have is None
                     else f"a stale entry for {what}: the record says {_text(label)!r}={have!r}",
                 )
-        for key in sorted(expected, key=lambda k: k.split(keys.SEP)[2]):
-            label, value, sid = key.split(keys.SEP)
-            yield Problem(
-                "labels",
-                sid,
-                True,
-                f"no entry for its label {_text(label)!r}={_text(value)!r}: listings by that label miss the session",
-            )
+        for sid, rec in self._records():
+            labelled = rec.labels
+            if not labelled:
+                continue
+            for k, v in sorted(labelled.items()):
+                if txn.get(label_key(k, v, sid), db=labels) is None:
+                    yield Problem(
+                        "labels",
+                        sid,
+                        True,
+                        f"no entry for its label {k!r}={v!r}: listings by that label miss the session",
+                    )
 
     # -- requests ----------------------------------------------------------------------
 
@@ -263,9 +266,7 @@ class CrossCheck:
                 yield key, value
 
     def _requests(self) -> Iterator[Problem]:
-        expiry = self._expiry
         parse = records_pb2.RequestRecord.FromString
-        time_key = keys.time_key
         prefix = b"\xff"  # the current session's keys start with it (none starts with this)
         sid, rec, head = b"", None, 0
         for key, value in self._request_items():
@@ -284,7 +285,6 @@ class CrossCheck:
                 what = _request_text(key, sid)
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
-            expiry.add(time_key(done.expires_unix_nanos, key))
             version = done.version
             if head >= version >= 1:
                 continue
@@ -302,12 +302,10 @@ class CrossCheck:
                 )
 
     def _expiry_index(self) -> Iterator[Problem]:
-        expected = self._expiry
-        requests = self._store._requests
-        for key in _keys(self._txn.cursor(db=self._store._req_expiry)):
-            if key in expected:
-                expected.discard(key)
-                continue
+        txn, requests, expiry = self._txn, self._store._requests, self._store._req_expiry
+        parse = records_pb2.RequestRecord.FromString
+        time_key = keys.time_key
+        for key in _keys(txn.cursor(db=expiry)):
             request = key[8:]
             sid, sep, rid = request.partition(keys.SEP)
             if len(key) <= 8 or not sep or not sid:
@@ -315,34 +313,42 @@ class CrossCheck:
                 continue
             if self._skipped(sid):
                 continue
-            raw = self._txn.get(request, db=requests)
+            raw = txn.get(request, db=requests)
             when = keys.time_of(key)
-            exists = self._record(sid) is not _MISSING
             if raw is None:
                 yield Problem(
                     "req_expiry",
                     sid,
-                    exists,
+                    self._record(sid) is not _MISSING,
                     f"an entry at {_when(when)} names request_id {_text(rid)!r}, which has no record",
                 )
                 continue
             try:
-                done = records_pb2.RequestRecord.FromString(bytes(raw))
+                done = parse(bytes(raw))
             except DecodeProtoError:
-                continue  # the requests pass named it
-            yield Problem(
-                "req_expiry",
-                sid,
-                exists,
-                f"a stale entry at {_when(when)} for request_id {_text(rid)!r}: its record expires at"
-                f" {_when(done.expires_unix_nanos)}",
-            )
-        for key in sorted(expected, key=lambda k: k[8:]):
-            sid, _, rid = key[8:].partition(keys.SEP)
+                continue  # the requests pass names it
+            if time_key(done.expires_unix_nanos, request) == key:
+                continue
             yield Problem(
                 "req_expiry",
                 sid,
                 self._record(sid) is not _MISSING,
-                f"no entry for request_id {_text(rid)!r} (its record expires at {_when(keys.time_of(key))}): the"
-                " sweep never removes it",
+                f"a stale entry at {_when(when)} for request_id {_text(rid)!r}: its record expires at"
+                f" {_when(done.expires_unix_nanos)}",
             )
+        for key, value in self._request_items():
+            try:
+                expires = parse(value).expires_unix_nanos
+            except DecodeProtoError:
+                continue  # the requests pass names it
+            if txn.get(time_key(expires, key), db=expiry) is None:
+                sid, sep, rid = key.partition(keys.SEP)
+                if not sep or not sid:
+                    continue  # the requests pass names it
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    self._record(sid) is not _MISSING,
+                    f"no entry for request_id {_text(rid)!r} (its record expires at {_when(expires)}): the sweep"
+                    " never removes it",
+                )

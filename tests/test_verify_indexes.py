@@ -17,6 +17,7 @@ import re
 import shutil
 import struct
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import checkpoint_pb2 as pb
 from sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
+from sidecar.crosscheck import TABLES, CrossCheck
 from sidecar.keys import label_key, time_key, updated_key
 from tests.test_cli import ckpt
 from tests.test_cli_damage import IS_LEAF, Pages
@@ -285,3 +287,36 @@ def test_a_cross_check_pass_lmdb_aborts_on_is_reported_and_the_other_tables_are_
     ), err
     assert "FAIL session 's007': req_expiry table: no entry for request_id 'r7'" in err, err
     assert out == "verified 300 sessions: 299 ok, 1 failed; 1 more problem cross-checking the tables (see above)\n"
+
+
+def _cross_check_peak_bytes(data: Path) -> tuple[int, int]:
+    """Problems found and the peak of Python allocations while every cross-check pass runs in-process."""
+    with Store(StoreConfig(data_dir=data), readonly=True) as store, store._read() as txn:
+        tracemalloc.start()
+        try:
+            check = CrossCheck(store, txn, None)
+            check.read_sessions()
+            found = sum(1 for table in TABLES for _ in check.run(table))
+            return found, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+
+@pytest.mark.parametrize("sessions", [50, 2_000])
+def test_the_cross_checks_hold_no_entry_per_session_or_request_id(tmp_path: Path, sessions: int) -> None:
+    """A store remembers every write's request id for a day: millions of records. The cross-checks
+    used to collect the keys the records implied (100-140 bytes per session, label and request id:
+    ~1.5 MB here for 2,000 sessions with 6 request ids each, gigabytes on a production store); they
+    now look entries up, so their peak is the same for 50 sessions as for 2,000."""
+    data = tmp_path / "data"
+    with Store(StoreConfig(data_dir=data)) as store:
+        store.put_many(
+            [
+                PutRequest(f"s{n:05d}", state("s", step), request_id=f"s{n:05d}:{step}", labels={"team": str(n % 3)})
+                for step in range(1, 7)
+                for n in range(sessions)
+            ]
+        )
+    found, peak = _cross_check_peak_bytes(data)
+    assert found == 0
+    assert peak < 64 * 1024, f"{peak} bytes allocated at the peak for {sessions} sessions"
