@@ -435,6 +435,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                                 items.append(await self._queue_write(msg))
                             except StoreError as exc:
                                 items.append(exc)
+                            except Exception as exc:  # a bug: this write fails, the stream and its other writes go on
+                                items.append(_internal("PutStream", exc))
                     except asyncio.CancelledError:
                         # stop_streams() while waiting for room: the batch is
                         # answered whole, its writes not queued refused.
@@ -465,6 +467,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                             outcome = await entry
                         except StoreError as exc:
                             outcome = exc
+                        except Exception as exc:  # a bug in the writer: this write failed, the others stand
+                            outcome = _internal("PutStream", exc)
                     if isinstance(outcome, StoreError):
                         self._metrics.errors.labels("PutStream", status_of(outcome).name).inc()
                         results.append(service_pb2.PutResult(error=put_error_pb(outcome)))
@@ -537,6 +541,12 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         if not result.replayed:
             m.stored.inc(result.stored_bytes)
             m.chain_depth.observe(result.chain_depth)
+
+
+def _internal(rpc: str, exc: Exception) -> StoreError:
+    """One write of a stream failed on a bug: logged, and answered INTERNAL (a plain StoreError)."""
+    log.error("a write of a %s failed", rpc, exc_info=exc)
+    return StoreError(f"the write failed inside the sidecar ({type(exc).__name__}); see its log")
 
 
 def _retrieve_outcome(future: asyncio.Future[Any]) -> None:

@@ -1754,7 +1754,16 @@ def _as_store_error(exc: BaseException) -> StoreError:
 def _write_fingerprint(req: PutRequest, mode: WriteMode) -> int:
     """What a write asks, hashed: a retry under the same request id must match it (never 0: 0 is "not kept")."""
     h = xxhash.xxh3_64()
-    h.update(struct.pack("<Bq", mode, -1 if req.expected_version is None else req.expected_version))
+    expected = req.expected_version
+    if expected is None:
+        h.update(struct.pack("<Bq", mode, -1))
+    elif expected < 1 << 63:
+        h.update(struct.pack("<Bq", mode, expected))
+    else:
+        # expected_version is a uint64 on the wire. Values past int64 get a
+        # layout of their own (a flagged mode byte), so that the fingerprints
+        # of records already stored stay what they were.
+        h.update(struct.pack("<BQ", mode | 0x80, expected))
     for key, value in sorted(req.labels.items()):
         h.update(key.encode() + b"\0" + value.encode() + b"\0")
     h.update(req.state)

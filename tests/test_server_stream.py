@@ -111,3 +111,51 @@ def test_a_stream_reads_ahead_of_its_answers_by_a_bounded_number_of_bytes(tmp_pa
     with Store(config) as store:
         asyncio.run(main(store))
         assert store.get("s9").state == bytes([9]) * 4 * batch_bytes
+
+
+def test_a_bug_in_one_stream_write_fails_that_write_alone(tmp_path: Path) -> None:
+    """An unexpected exception queueing a write (before the writer) or applying it (in the writer)
+    used to end the whole stream UNKNOWN, leaving the writes before it committed and unanswered."""
+    config = StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600)
+
+    def put(session: str) -> service_pb2.PutRequest:
+        return service_pb2.PutRequest(session_id=session, state=state_of(session, 1))
+
+    async def main(store: Store) -> list[service_pb2.PutStreamResponse]:
+        put_op = store._put_op
+
+        def buggy_put_op(req: Any) -> _Op:
+            if req.session_id == "bug-queueing":
+                raise RuntimeError("a bug before the writer")
+            op = put_op(req)
+            if req.session_id == "bug-in-writer":
+
+                def apply(batch: Any, txn: Any) -> Any:
+                    raise RuntimeError("a bug in the writer")
+
+                op.apply = apply
+            return op
+
+        store._put_op = buggy_put_op  # type: ignore[method-assign]
+
+        async def requests() -> AsyncIterator[service_pb2.PutStreamRequest]:
+            yield service_pb2.PutStreamRequest(
+                batch_id=1, puts=[put("a"), put("bug-queueing"), put("b"), put("bug-in-writer"), put("c")]
+            )
+            yield service_pb2.PutStreamRequest(batch_id=2, puts=[put("d")])
+
+        with ThreadPoolExecutor(2) as pool:
+            service = CheckpointService(store, Metrics(), pool)
+            return [answer async for answer in service.PutStream(requests(), None)]
+
+    with Store(config) as store:
+        answers = asyncio.run(main(store))
+        assert [a.batch_id for a in answers] == [1, 2]
+        results = answers[0].results
+        assert [r.WhichOneof("outcome") for r in results] == ["response", "error", "response", "error", "response"]
+        for failed in (results[1], results[3]):
+            assert failed.error.code == 13  # INTERNAL
+            assert "failed inside the sidecar (RuntimeError); see its log" in failed.error.message
+        assert answers[1].results[0].response.version == 1
+        for session in ("a", "b", "c", "d"):
+            assert store.get(session).state == state_of(session, 1)

@@ -148,3 +148,69 @@ def test_list_sessions_accepts_the_whole_range(channel: grpc.Channel) -> None:
     # Times before the Unix epoch are earlier than every update.
     none = service_pb2.ListSessionsRequest(updated_before=timestamp(-1))
     assert not stub.ListSessions(none, timeout=10).sessions
+
+
+def _head_trailer(err: Any) -> str | None:
+    return dict(err.trailing_metadata() or ()).get("ckpt-current-version")
+
+
+@pytest.mark.parametrize("expected_version", [2**63 - 1, 2**63, 2**64 - 1])
+@pytest.mark.parametrize("request_id", ["", "rid-past-int64"], ids=["no-request-id", "request-id"])
+def test_an_expected_version_past_the_head_is_a_conflict_up_to_uint64(
+    channel: grpc.Channel, expected_version: int, request_id: str
+) -> None:
+    """expected_version is a uint64: past int64 it was hashed as a signed number for the request-id
+    check, so such a Put (every client call sets a request id) got INTERNAL instead of ABORTED."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    session = f"ev-{expected_version}-{bool(request_id)}"
+    stub.Put(service_pb2.PutRequest(session_id=session, state=b"one"), timeout=10)
+    put = service_pb2.PutRequest(
+        session_id=session, state=b"two", expected_version=expected_version, request_id=request_id
+    )
+    for _ in range(2):  # and its retry: nothing was written, so nothing is replayed
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Put(put, timeout=10)
+        err: Any = info.value
+        assert err.code() is grpc.StatusCode.ABORTED, (err.code(), err.details())
+        assert f"expected_version {expected_version} but the head is version 1" in err.details()
+        assert _head_trailer(err) == "1"
+    assert stub.Get(service_pb2.GetRequest(session_id=session), timeout=10).state == b"one"
+
+
+def test_a_request_id_reused_with_expected_version_uint64_max_is_another_write(channel: grpc.Channel) -> None:
+    """A write without expected_version hashes the mode and -1 as int64: the same bytes as 2**64-1
+    as a uint64. The retry asking for 2**64-1 must not replay the write made without one."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    first = stub.Put(service_pb2.PutRequest(session_id="ev-max", state=b"one", request_id="r1"), timeout=10)
+    assert first.version == 1 and not first.replayed
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Put(
+            service_pb2.PutRequest(session_id="ev-max", state=b"one", request_id="r1", expected_version=2**64 - 1),
+            timeout=10,
+        )
+    assert_invalid(info, "request_id 'r1' was used for a different write")
+
+
+def test_a_stream_write_past_int64_fails_alone(channel: grpc.Channel) -> None:
+    """It used to end the stream UNKNOWN: the write before it committed unanswered, the ones after were dropped."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    batches = [
+        service_pb2.PutStreamRequest(
+            batch_id=1,
+            puts=[
+                service_pb2.PutRequest(session_id="ev-stream", state=b"one", request_id="e1"),
+                service_pb2.PutRequest(session_id="ev-stream", state=b"x", request_id="e2", expected_version=2**63),
+                service_pb2.PutRequest(session_id="ev-stream", state=b"three", request_id="e3"),
+            ],
+        ),
+        service_pb2.PutStreamRequest(
+            batch_id=2, puts=[service_pb2.PutRequest(session_id="ev-stream", state=b"four", request_id="e4")]
+        ),
+    ]
+    answers = list(stub.PutStream(iter(batches), timeout=10))
+    assert [a.batch_id for a in answers] == [1, 2]
+    one, conflict, three = answers[0].results
+    assert one.response.version == 1 and three.response.version == 2
+    assert conflict.error.code == grpc.StatusCode.ABORTED.value[0] and conflict.error.current_version == 1
+    assert f"expected_version {2**63} but the head is version 1" in conflict.error.message
+    assert answers[1].results[0].response.version == 3
