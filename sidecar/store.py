@@ -884,10 +884,10 @@ class Store:
                 f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {self.config.max_state_bytes}"
             )
         keys.check_labels(req.labels)
+        if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
+            raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
         asked = _write_fingerprint(req, mode) if rid_key is not None else 0
-        if req.expected_version is not None and req.expected_version < 0:
-            raise InvalidArgument(f"expected_version must be >= 0, got {req.expected_version}")
         state = bytes(req.state)
         if mode is WriteMode.MERGE:
             # Checked here, on the caller's thread: it needs no state, and the

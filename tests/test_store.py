@@ -127,6 +127,26 @@ def test_expected_version_zero_means_create_only(store: Store) -> None:
         store.put("new", b"\x08\x02", expected_version=0)
 
 
+@pytest.mark.parametrize("request_id", ["", "rid"])
+@pytest.mark.parametrize(
+    ("expected", "error", "message"),
+    [
+        (-1, InvalidArgument, "expected_version must be in 0..2**64-1 (a uint64), got -1"),
+        (2**64, InvalidArgument, f"expected_version must be in 0..2**64-1 (a uint64), got {2**64}"),
+        (2**63, VersionConflict, f"expected_version {2**63} but the head is version 1"),
+        (2**64 - 1, VersionConflict, f"expected_version {2**64 - 1} but the head is version 1"),
+    ],
+)
+def test_expected_version_is_a_uint64(
+    store: Store, request_id: str, expected: int, error: type[Exception], message: str
+) -> None:
+    store.put(f"ev{expected}{request_id}", b"\x08\x01")
+    with pytest.raises(error) as info:
+        store.put(f"ev{expected}{request_id}", b"\x08\x02", expected_version=expected, request_id=request_id)
+    assert message in str(info.value)
+    assert store.get(f"ev{expected}{request_id}").version == 1
+
+
 def test_request_id_retries_are_idempotent(store: Store) -> None:
     first = store.put("r", state_of("r", 1), request_id="req-1")
     again = store.put("r", state_of("r", 1), request_id="req-1")  # a retry after a lost reply: the same write
