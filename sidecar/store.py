@@ -548,7 +548,7 @@ class Store:
         """A page of a session's versions, newest first, and the next page's token ("" at the end)."""
         sid = keys.session_key(session_id)
         size = _page_size(page_size)
-        start = _decode_token(page_token, b"v")
+        start = _decode_token(page_token, b"v", sid)
         with self._read() as txn:
             raw = txn.get(sid, db=self._sessions)
             if raw is None:
@@ -576,7 +576,7 @@ class Store:
                     if version != expected:
                         break
                     if len(out) == size:
-                        return out, _encode_token(b"v", str(version).encode())
+                        return out, _encode_token(b"v", sid, str(version).encode())
                     out.append(_version_info(session_id, version, value))
                     expected -= 1
             if expected >= rec.first_version:
@@ -613,7 +613,9 @@ class Store:
         kind = b"s" + (
             b"l" if labels else b"t" if updated_after_nanos is not None or updated_before_nanos is not None else b""
         )
-        resume = _decode_token(page_token, kind)
+        # A token resumes the listing it came from only: same index, same filters.
+        scope = repr((sorted(labels.items()), updated_after_nanos, updated_before_nanos)).encode()
+        resume = _decode_token(page_token, kind, scope)
         if labels:
             first_key = min(labels)
             prefix = keys.label_prefix(first_key, labels[first_key])
@@ -645,7 +647,7 @@ class Store:
                     return out, ""
                 if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
                     # The next page resumes *at* this key (set_range): it was not returned yet.
-                    return out, _encode_token(kind, key)
+                    return out, _encode_token(kind, scope, key)
                 scanned += 1
                 sid = sid_of(key)
                 raw = txn.get(sid, db=self._sessions)
@@ -1791,18 +1793,30 @@ def _page_size(page_size: int) -> int:
     return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
 
 
-def _encode_token(kind: bytes, raw: bytes) -> str:
-    return base64.urlsafe_b64encode(kind + b":" + raw).decode().rstrip("=")
+def _encode_token(kind: bytes, scope: bytes, raw: bytes) -> str:
+    """A page token: the listing's kind, a hash of its scope (the session, or the filters), the resume key."""
+    return base64.urlsafe_b64encode(kind + b":" + xxhash.xxh3_64_digest(scope) + raw).decode().rstrip("=")
 
 
-def _decode_token(token: str, kind: bytes) -> bytes:
-    """The resume key in a page token; the kind prefix keeps tokens of one listing out of another."""
+def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
+    """The resume key in a page token issued for this listing (kind and scope); InvalidArgument for any other.
+
+    Tokens are not signed: the checks keep a token of one listing (another
+    session's versions, other filters) from quietly resuming another one
+    part-way and making it look complete.
+    """
     if not token:
         return b""
     try:
         raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raw = b""
-    if not raw.startswith(kind + b":"):
+    head = kind + b":"
+    if not raw.startswith(head) or len(raw) < len(head) + 8:
         raise InvalidArgument(f"page_token {token!r} is not a token this server issued for this listing")
-    return raw[len(kind) + 1 :]
+    if raw[len(head) : len(head) + 8] != xxhash.xxh3_64_digest(scope):
+        raise InvalidArgument(
+            f"page_token {token!r} was issued for another listing (another session, or other filters);"
+            " a listing resumes only with the tokens it returned"
+        )
+    return raw[len(head) + 8 :]

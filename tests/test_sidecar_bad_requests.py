@@ -214,3 +214,18 @@ def test_a_stream_write_past_int64_fails_alone(channel: grpc.Channel) -> None:
     assert conflict.error.code == grpc.StatusCode.ABORTED.value[0] and conflict.error.current_version == 1
     assert f"expected_version {2**63} but the head is version 1" in conflict.error.message
     assert answers[1].results[0].response.version == 3
+
+
+def test_a_page_token_of_another_listing_is_invalid_argument(channel: grpc.Channel) -> None:
+    """It used to resume the other listing part-way, ending with an empty next token."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    for session, versions in (("tok-a", 10), ("tok-b", 4)):
+        for v in range(versions):
+            stub.Put(service_pb2.PutRequest(session_id=session, state=bytes([8, v])), timeout=10)
+    token_b = stub.ListVersions(service_pb2.ListVersionsRequest(session_id="tok-b", page_size=1), timeout=10)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListVersions(
+            service_pb2.ListVersionsRequest(session_id="tok-a", page_token=token_b.next_page_token), timeout=10
+        )
+    assert_invalid(info, "was issued for another listing")
+    assert_serves(channel)

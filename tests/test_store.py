@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -187,6 +188,39 @@ def test_history_is_paged_newest_first(store: Store) -> None:
         store.list_versions("h", page_token="not-a-token!")
     with pytest.raises(NotFound, match="'nope' does not exist"):
         store.list_versions("nope")
+
+
+def test_a_page_token_resumes_only_the_listing_it_came_from(store: Store) -> None:
+    """Tokens named only the resume point: another session's token made ListVersions skip the
+    versions above it, and another filter's token made ListSessions start mid-way, each ending
+    with an empty next token, so a cut-short listing looked complete."""
+    for v in range(1, 11):
+        store.put("A", b"\x08" + bytes([v]), labels={"team": "a"})
+    for v in range(1, 5):
+        store.put("B", b"\x08" + bytes([v]), labels={"team": "a", "aaa": "b"})
+    token_b = store.list_versions("B", page_size=1)[1]
+    token_a = store.list_versions("A", page_size=1)[1]
+    assert [i.version for i in store.list_versions("A", page_token=token_a)[0]] == list(range(9, 0, -1))
+    by_team = store.list_sessions(page_size=1, label_filter={"team": "a"})[1]
+    by_time = store.list_sessions(page_size=1, updated_after_nanos=0)[1]
+    assert [s.session_id for s in store.list_sessions(page_token=by_team, label_filter={"team": "a"})[0]] == ["B"]
+    other = "was issued for another listing (another session, or other filters)"
+    for listing in (
+        lambda: store.list_versions("A", page_token=token_b),
+        lambda: store.list_sessions(page_token=by_team, label_filter={"aaa": "b"}),
+        lambda: store.list_sessions(page_token=by_team, label_filter={"team": "a", "aaa": "b"}),
+        lambda: store.list_sessions(page_token=by_time, updated_after_nanos=1),
+        lambda: store.list_sessions(page_token=by_time, updated_after_nanos=0, updated_before_nanos=2**62),
+    ):
+        with pytest.raises(InvalidArgument, match=re.escape(other)):
+            listing()
+    for listing in (  # a token of another kind of listing
+        lambda: store.list_sessions(page_token=token_a),
+        lambda: store.list_versions("A", page_token=by_team),
+        lambda: store.list_sessions(page_token=by_time),
+    ):
+        with pytest.raises(InvalidArgument, match="is not a token this server issued for this listing"):
+            listing()
 
 
 def test_fork_from_an_old_version_and_delete(store: Store) -> None:
