@@ -278,8 +278,11 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         blocking: ThreadPoolExecutor,
         *,
         stream_bytes_ahead: int = STREAM_BYTES_AHEAD,
+        max_page_bytes: int = 0,
     ) -> None:
         self._store = store
+        #: Listing replies stop short of this many bytes (0: no limit): what fits a reply.
+        self._max_page_bytes = max_page_bytes
         self._metrics = metrics
         self._blocking = blocking
         self._stream_bytes_ahead = stream_bytes_ahead
@@ -356,7 +359,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
     ) -> service_pb2.ListVersionsResponse:
         def run() -> service_pb2.ListVersionsResponse:
             page, token = self._store.list_versions(
-                request.session_id, page_size=request.page_size, page_token=request.page_token
+                request.session_id,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                max_page_bytes=self._max_page_bytes,
             )
             return service_pb2.ListVersionsResponse(versions=[version_info_pb(v) for v in page], next_page_token=token)
 
@@ -372,6 +378,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                 label_filter=dict(request.label_filter),
                 updated_after_nanos=time_filter_nanos(request, "updated_after"),
                 updated_before_nanos=time_filter_nanos(request, "updated_before"),
+                max_page_bytes=self._max_page_bytes,
             )
             return service_pb2.ListSessionsResponse(sessions=[session_info_pb(s) for s in page], next_page_token=token)
 
@@ -633,7 +640,10 @@ class SidecarServer:
                     ("grpc.so_reuseport", 0),
                 ],
             )
-            self._service = CheckpointService(self.store, self.metrics, self._blocking)
+            # A listing reply keeps the same envelope clear as a Get's state does.
+            self._service = CheckpointService(
+                self.store, self.metrics, self._blocking, max_page_bytes=config.max_state_bytes
+            )
             self.heap_trimmer = (
                 HeapTrimmer(config.heap_trim_interval_seconds, self._activity)
                 if config.heap_trim_interval_seconds

@@ -543,9 +543,14 @@ class Store:
             return _session_info(session_id, _record(raw))
 
     def list_versions(
-        self, session_id: str, *, page_size: int = 0, page_token: str = ""
+        self, session_id: str, *, page_size: int = 0, page_token: str = "", max_page_bytes: int = 0
     ) -> tuple[list[VersionInfo], str]:
-        """A page of a session's versions, newest first, and the next page's token ("" at the end)."""
+        """A page of a session's versions, newest first, and the next page's token ("" at the end).
+
+        ``max_page_bytes`` (0: no limit) ends a page early rather than pass
+        that many bytes encoded (an upper bound: :func:`version_info_bytes`),
+        so that a page fits a size-limited reply; a page holds one version at least.
+        """
         sid = keys.session_key(session_id)
         size = _page_size(page_size)
         start = _decode_token(page_token, b"v", sid)
@@ -568,6 +573,7 @@ class Store:
             # Versions first_version..head are consecutive keys: one that is not
             # there is damage, named as Get names it, not quietly left out.
             expected = top
+            page_bytes = 0
             if cur.set_key(keys.frame_key(sid, top)):
                 for key, value in _backward(cur):
                     if not key.startswith(sid + keys.SEP) or expected < rec.first_version:
@@ -577,7 +583,12 @@ class Store:
                         break
                     if len(out) == size:
                         return out, _encode_token(b"v", sid, str(version).encode())
-                    out.append(_version_info(session_id, version, value))
+                    info = _version_info(session_id, version, value)
+                    if max_page_bytes:
+                        page_bytes += version_info_bytes(info)
+                        if out and page_bytes > max_page_bytes:
+                            return out, _encode_token(b"v", sid, str(version).encode())
+                    out.append(info)
                     expected -= 1
             if expected >= rec.first_version:
                 raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
@@ -591,13 +602,15 @@ class Store:
         label_filter: dict[str, str] | None = None,
         updated_after_nanos: int | None = None,
         updated_before_nanos: int | None = None,
+        max_page_bytes: int = 0,
     ) -> tuple[list[SessionInfo], str]:
         """A page of sessions matching every filter, and the next page's token.
 
         Uses the label index (first label of the filter) or the updated-time
         index, so filtered listings do not scan every session. A page may hold
         fewer than ``page_size`` sessions when many candidates did not match;
-        keep following ``next_page_token`` until it is empty.
+        keep following ``next_page_token`` until it is empty. ``max_page_bytes``
+        as for :meth:`list_versions` (:func:`session_info_bytes`).
         """
         size = _page_size(page_size)
         labels = dict(label_filter or {})
@@ -641,7 +654,7 @@ class Store:
             cur = txn.cursor(db=db)
             if not cur.set_range(max(lo, resume)):
                 return out, ""
-            scanned = 0
+            scanned = page_bytes = 0
             for key in _forward_keys(cur):
                 if key >= hi:
                     return out, ""
@@ -664,7 +677,12 @@ class Store:
                     continue
                 if any(rec.labels.get(k) != v for k, v in labels.items()):
                     continue
-                out.append(_session_info(session_id, rec))
+                info = _session_info(session_id, rec)
+                if max_page_bytes:
+                    page_bytes += session_info_bytes(info)
+                    if out and page_bytes > max_page_bytes:
+                        return out, _encode_token(kind, scope, key)
+                out.append(info)
         return out, ""
 
     # -- retention -----------------------------------------------------------
@@ -1791,6 +1809,32 @@ def _page_size(page_size: int) -> int:
     if page_size < 0:
         raise InvalidArgument(f"page_size must be >= 0, got {page_size}")
     return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
+
+
+# What one listed entry can take in a reply, past its ids and labels: every
+# integer field at its longest varint (10 bytes) with its tag, timestamps as
+# sub-messages, the entry's own tag and length (ListVersionsResponse.versions,
+# ListSessionsResponse.sessions).
+_VERSION_INFO_FIXED_BYTES = 96
+_SESSION_INFO_FIXED_BYTES = 144
+# Per label (a map entry): its tag and length (2 bytes: an entry is < 16 KiB), the key's tag and
+# length (1: <= 63 bytes), the value's (1 + 2: <= 128 bytes).
+_LABEL_ENTRY_BYTES = 8
+
+
+def _labels_bytes(labels: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) + _LABEL_ENTRY_BYTES for k, v in labels.items())
+
+
+def version_info_bytes(info: VersionInfo) -> int:
+    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.VersionInfo)."""
+    return _VERSION_INFO_FIXED_BYTES + _labels_bytes(info.labels)
+
+
+def session_info_bytes(info: SessionInfo) -> int:
+    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.SessionInfo)."""
+    ids = len(info.session_id.encode("utf-8", "surrogateescape")) + len(info.forked_from_session_id.encode())
+    return _SESSION_INFO_FIXED_BYTES + ids + _labels_bytes(info.labels)
 
 
 def _encode_token(kind: bytes, scope: bytes, raw: bytes) -> str:
