@@ -103,7 +103,11 @@ class CrossCheck:
     def __init__(self, store: Store, txn: lmdb.Transaction, wanted: frozenset[bytes] | None) -> None:
         self._store = store
         self._txn = txn
-        self._wanted = wanted
+        # An id no session can have (empty, too long) is the per-session check's to report;
+        # looking it up would fail on LMDB's key size instead.
+        self._wanted = (
+            None if wanted is None else frozenset(w for w in wanted if 0 < len(w) <= keys.MAX_SESSION_ID_BYTES)
+        )
         self._cached_sid: bytes | None = None
         self._cached_record: records_pb2.SessionRecord | None = None
 

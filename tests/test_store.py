@@ -393,8 +393,8 @@ def test_a_full_map_fails_cleanly_and_keeps_serving(config: StoreConfig) -> None
         ("", "session_id is empty"),
         ("x" * 257, "session_id is 257 bytes; the limit is 256"),
         ("é" * 129, "session_id is 258 bytes; the limit is 256"),
-        ("a\x00b", "contains a control character"),
-        ("tab\there", "contains a control character"),
+        ("a\x00b", "contains an ASCII control character"),
+        ("tab\there", "contains an ASCII control character"),
         ("\ud800", "not valid UTF-8"),
     ],
 )

@@ -320,3 +320,14 @@ def test_the_cross_checks_hold_no_entry_per_session_or_request_id(tmp_path: Path
     found, peak = _cross_check_peak_bytes(data)
     assert found == 0
     assert peak < 64 * 1024, f"{peak} bytes allocated at the peak for {sessions} sessions"
+
+
+def test_a_named_id_no_session_can_have_fails_alone(pristine: Path) -> None:
+    """An empty or overlong id was also looked up by the cross-checks, whose LMDB get failed on the
+    key size: a second line said the tables were not cross-checked."""
+    code, out, err = verify(pristine, "", "b", "x" * 300)
+    assert code == 1 and out == "verified 3 sessions: 1 ok, 2 failed\n", (out, err)
+    assert err.splitlines() == [
+        "FAIL session '': session_id is empty; it must be 1-256 bytes of UTF-8",
+        f"FAIL session '{'x' * 300}': session_id is 300 bytes; the limit is 256",
+    ]
