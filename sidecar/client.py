@@ -20,6 +20,7 @@ request ids. gRPC errors become CheckpointError subclasses in one place
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import math
 import re
@@ -31,6 +32,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
@@ -276,8 +278,28 @@ def _history_request(session_id: str, page_size: int) -> service_pb2.ListVersion
     return service_pb2.ListVersionsRequest(session_id=_str("session_id", session_id), page_size=_page_size(page_size))
 
 
-def _sessions_request(labels: Mapping[str, str] | None, page_size: int) -> service_pb2.ListSessionsRequest:
-    return service_pb2.ListSessionsRequest(page_size=_page_size(page_size), label_filter=_labels("labels", labels))
+def _when(name: str, value: object) -> Timestamp | None:
+    """An aware datetime as a Timestamp (a naive one has no single instant: refused)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime):
+        raise TypeError(f"{name} must be a datetime.datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value!r}")
+    ts = Timestamp()
+    ts.FromDatetime(value.astimezone(datetime.UTC))
+    return ts
+
+
+def _sessions_request(
+    labels: Mapping[str, str] | None, page_size: int, updated_after: object = None, updated_before: object = None
+) -> service_pb2.ListSessionsRequest:
+    return service_pb2.ListSessionsRequest(
+        page_size=_page_size(page_size),
+        label_filter=_labels("labels", labels),
+        updated_after=_when("updated_after", updated_after),
+        updated_before=_when("updated_before", updated_before),
+    )
 
 
 def _delete_request(session_id: str) -> service_pb2.DeleteSessionRequest:
@@ -768,10 +790,18 @@ class CheckpointClient:
         return self._pages(self._stub.ListVersions, _history_request(session_id, page_size), "versions")
 
     def sessions(
-        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime.datetime | None = None,
+        updated_before: datetime.datetime | None = None,
+        page_size: int = 100,
     ) -> Iterator[service_pb2.SessionInfo]:
-        """Every session (carrying all of ``labels``, if given), pages fetched as needed."""
-        return self._pages(self._stub.ListSessions, _sessions_request(labels, page_size), "sessions")
+        """Every session carrying all of ``labels`` and last written at or after
+        ``updated_after`` and before ``updated_before`` (aware datetimes), if given;
+        pages fetched as needed."""
+        request = _sessions_request(labels, page_size, updated_after, updated_before)
+        return self._pages(self._stub.ListSessions, request, "sessions")
 
     def _pages(self, method: Any, req: Any, field: str) -> Iterator[Any]:
         while True:
@@ -961,10 +991,18 @@ class AsyncCheckpointClient:
         return self._pages(self._stub.ListVersions, _history_request(session_id, page_size), "versions")
 
     def sessions(
-        self, *, labels: Mapping[str, str] | None = None, page_size: int = 100
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime.datetime | None = None,
+        updated_before: datetime.datetime | None = None,
+        page_size: int = 100,
     ) -> AsyncIterator[service_pb2.SessionInfo]:
-        """Every session (carrying all of ``labels``, if given), pages fetched as needed."""
-        return self._pages(self._stub.ListSessions, _sessions_request(labels, page_size), "sessions")
+        """Every session carrying all of ``labels`` and last written at or after
+        ``updated_after`` and before ``updated_before`` (aware datetimes), if given;
+        pages fetched as needed."""
+        request = _sessions_request(labels, page_size, updated_after, updated_before)
+        return self._pages(self._stub.ListSessions, request, "sessions")
 
     async def _pages(self, method: Any, req: Any, field: str) -> AsyncIterator[Any]:
         while True:

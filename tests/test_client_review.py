@@ -10,6 +10,7 @@ only counts). A frozen sidecar (SIGSTOP) stands for one that does not answer.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -363,10 +364,13 @@ BAD_CALLS: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
     ("new id", lambda c: c.fork("args", b"f"), TypeError, "new_session_id must be a str, not bytes"),
     ("delete", lambda c: c.delete(None), TypeError, "session_id must be a str"),
 ]
+NAIVE = datetime.datetime(2026, 1, 1)
 BAD_ITERATIONS: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
     ("page -1", lambda c: c.history("args", page_size=-1), ValueError, r"page_size must be in 0\.\.1000, got -1"),
     ("page big", lambda c: c.sessions(page_size=10**10), ValueError, r"page_size must be in 0\.\.1000"),
     ("filter", lambda c: c.sessions(labels={"k": None}), TypeError, r"labels\['k'\] must be a str"),
+    ("after str", lambda c: c.sessions(updated_after="2026"), TypeError, "updated_after must be a datetime"),
+    ("before naive", lambda c: c.sessions(updated_before=NAIVE), ValueError, "updated_before must be timezone-aware"),
 ]
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +86,25 @@ def test_every_rpc_over_unix_and_tcp(sidecar: Sidecar) -> None:
         assert uc.delete("s") == 40
         with pytest.raises(NotFoundError, match="'s' does not exist"):
             tc.get("s")
+
+
+def test_sessions_filtered_by_update_time(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("t-old", state(1))
+        time.sleep(0.01)
+        mid = datetime.datetime.now(datetime.UTC)
+        time.sleep(0.01)
+        c.put("t-new", state(1))
+        in_berlin = mid.astimezone(datetime.timezone(datetime.timedelta(hours=1)))  # the same instant
+        names = {"t-old", "t-new"}
+        assert [s.session_id for s in c.sessions(updated_after=in_berlin) if s.session_id in names] == ["t-new"]
+        assert [s.session_id for s in c.sessions(updated_before=mid) if s.session_id in names] == ["t-old"]
+
+        async def run() -> list[str]:
+            async with AsyncCheckpointClient(sidecar.unix_target) as ac:
+                return [s.session_id async for s in ac.sessions(updated_after=mid, updated_before=mid)]
+
+        assert asyncio.run(run()) == []
 
 
 def test_conflicts_and_idempotent_retries(sidecar: Sidecar) -> None:
