@@ -4,13 +4,14 @@
     ckpt put SESSION [FILE] [--merge]                    write a version (FILE or stdin)
     ckpt get SESSION [--version N] [--out FILE]          read a version (to stdout or FILE)
     ckpt history SESSION                                 list versions, newest first
+    ckpt sessions [--label K=V] [--updated-after T]      list sessions (filters: labels, update time)
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
     ckpt inspect SESSION [--data-dir DIR]                frames of a session: kinds, sizes, chains
     ckpt verify [SESSION ...] [--data-dir DIR]           check every frame, chain and index entry; exit 1 on failure
     ckpt stats [--data-dir DIR]                          store statistics as JSON
 
-put/get/history/fork/delete talk to a running sidecar (--target, default the
+put/get/history/sessions/fork/delete talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats read a data directory
 directly (read-only, safe beside a running sidecar). Every `serve` option,
 --data-dir and --target have an environment variable (shown in --help).
@@ -21,6 +22,7 @@ command line or configuration.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -248,6 +250,17 @@ def _parser() -> argparse.ArgumentParser:
     target_arg(h)
     h.add_argument("session")
 
+    ls = sub.add_parser(
+        "sessions",
+        help="list sessions",
+        description="List sessions (one JSON object a line), in session id order; with filters, the sessions"
+        " carrying every --label and last written in [--updated-after, --updated-before).",
+    )
+    target_arg(ls)
+    ls.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    ls.add_argument("--updated-after", default=None, metavar="TIME", help="ISO 8601 with a UTC offset or Z")
+    ls.add_argument("--updated-before", default=None, metavar="TIME", help="ISO 8601 with a UTC offset or Z")
+
     f = sub.add_parser("fork", help="fork a session", description="Create NEW_SESSION from a version of SESSION.")
     target_arg(f)
     f.add_argument("session")
@@ -354,8 +367,8 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--label {pair!r} is not KEY=VALUE")
+        if not sep or not key:
+            raise ValueError(f"--label {pair!r} is not KEY=VALUE (a non-empty KEY)")
         out[key] = value
     return out
 
@@ -390,6 +403,28 @@ def _get(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     with _client(args) as c:
         for info in c.history(args.session):
+            _print_json(info)
+    return 0
+
+
+def _time_arg(option: str, text: str | None) -> datetime.datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{option} {text!r} is not an ISO 8601 time (e.g. 2026-11-21T09:30:00Z)") from None
+    if when.tzinfo is None:
+        raise ValueError(f"{option} {text!r} has no UTC offset; add Z or e.g. +01:00")
+    return when
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    labels = _labels(args.label)
+    after = _time_arg("--updated-after", args.updated_after)
+    before = _time_arg("--updated-before", args.updated_before)
+    with _client(args) as c:
+        for info in c.sessions(labels=labels, updated_after=after, updated_before=before):
             _print_json(info)
     return 0
 
@@ -576,6 +611,7 @@ COMMANDS = {
     "put": _put,
     "get": _get,
     "history": _history,
+    "sessions": _sessions,
     "fork": _fork,
     "delete": _delete,
     "inspect": _inspect,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +55,34 @@ def test_put_get_history_fork_delete(sidecar: Sidecar, tmp_path: Path) -> None:
     assert ckpt("delete", "cli2", *t).stdout.strip() == b'{"deleted_versions": 1}'
 
 
+def test_sessions_lists_by_label_and_update_time(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    assert ckpt("put", "ls-a", "--label", "team=red", *t, stdin=b"\x08\x01").returncode == 0
+    time.sleep(0.01)
+    mid = datetime.datetime.now(datetime.UTC)
+    time.sleep(0.01)
+    assert ckpt("put", "ls-b", *t, stdin=b"\x08\x01").returncode == 0
+
+    def listed(*args: str) -> list[str]:
+        done = ckpt("sessions", *args, *t)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line)["session_id"] for line in done.stdout.decode().splitlines()]
+
+    assert {"ls-a", "ls-b"} <= set(listed())
+    assert listed("--label", "team=red") == ["ls-a"]
+    assert "ls-b" in listed("--updated-after", mid.isoformat()) and "ls-a" not in listed(
+        "--updated-after", mid.isoformat()
+    )
+    assert "ls-a" in listed("--updated-before", mid.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    for bad, message in (
+        (("--updated-after", "yesterday"), b"--updated-after 'yesterday' is not an ISO 8601 time"),
+        (("--updated-before", "2026-11-21T09:30:00"), b"has no UTC offset; add Z or e.g. +01:00"),
+        (("--label", "=x"), b"is not KEY=VALUE"),
+    ):
+        done = ckpt("sessions", *bad, *t)
+        assert done.returncode == 2 and message in done.stderr and done.stdout == b"", done.stderr
+
+
 def test_errors_go_to_stderr_with_a_non_zero_exit(sidecar: Sidecar) -> None:
     t = ("--target", sidecar.unix_target)
     ckpt("put", "e", *t, stdin=b"\x08\x01")
@@ -61,15 +91,16 @@ def test_errors_go_to_stderr_with_a_non_zero_exit(sidecar: Sidecar) -> None:
     assert b"ckpt put: session 'e': expected_version 0 but the head is version 1" in conflict.stderr
     missing = ckpt("get", "nope", *t)
     assert missing.returncode == 1 and b"'nope' does not exist" in missing.stderr
-    bad_label = ckpt("put", "e", "--label", "novalue", *t, stdin=b"")
-    assert bad_label.returncode == 2 and b"is not KEY=VALUE" in bad_label.stderr
+    for label in ("novalue", "=v"):
+        bad_label = ckpt("put", "e", "--label", label, *t, stdin=b"")
+        assert bad_label.returncode == 2 and b"is not KEY=VALUE (a non-empty KEY)" in bad_label.stderr
     usage = ckpt("frobnicate")
     assert usage.returncode == 2 and b"invalid choice" in usage.stderr
 
 
 def test_help_describes_every_command() -> None:
     top = ckpt("--help").stdout.decode()
-    for command in ("serve", "put", "get", "history", "fork", "delete", "inspect", "verify", "stats"):
+    for command in ("serve", "put", "get", "history", "sessions", "fork", "delete", "inspect", "verify", "stats"):
         assert command in top
         assert ckpt(command, "--help").returncode == 0
     assert "CKPT_LISTEN" in ckpt("serve", "--help").stdout.decode()
