@@ -1070,7 +1070,9 @@ class AsyncCheckpointClient:
                         attempts.progress()
                     for result in out:
                         yield result
-                    if response is grpc.aio.EOF:
+                    if response is grpc.aio.EOF or (first == len(batches) and not held):
+                        # Every write answered: the stream's end is not waited for (nor bounded by
+                        # timeout_seconds, which is for answers); leaving cancels it.
                         break
             except grpc.RpcError as exc:
                 error = exc

@@ -549,6 +549,41 @@ def test_a_frozen_sidecar_ends_the_stream_after_timeout_seconds_without_an_answe
     assert sidecar.stop() == 0, sidecar.log()
 
 
+def test_a_stream_whose_writes_are_all_answered_ends_without_waiting_for_the_sidecar(
+    fleet: Callable[..., Fleet],
+) -> None:
+    """The sidecar freezes right after the last answer, before the stream's end: nothing is in flight,
+    so the clients return every result and finish. The async client used to wait for the end with
+    timeout_seconds and raise DeadlineExceededError after every write had been answered (helper-18)."""
+    sidecar = fleet()[-1]
+
+    def freeze_for(seconds: float) -> None:
+        sidecar.process.send_signal(signal.SIGSTOP)
+        thaw = threading.Timer(seconds, sidecar.process.send_signal, (signal.SIGCONT,))
+        thaw.daemon = True
+        thaw.start()
+
+    async def run() -> tuple[list[service_pb2.PutResult], float]:
+        got: list[service_pb2.PutResult] = []
+        async with AsyncCheckpointClient(sidecar.unix_target, timeout_seconds=0.5) as ac:
+            async for result in ac.put_stream([write(i) for i in range(200_000, 200_004)], batch_size=4):
+                got.append(result)
+                if len(got) == 4:
+                    freeze_for(2.0)
+                    frozen = time.monotonic()
+            finished = time.monotonic() - frozen
+            await asyncio.sleep(2.5)  # thawed before the channel closes (see the test above)
+        return got, finished
+
+    try:
+        results, finished = asyncio.run(run())
+    finally:
+        sidecar.process.send_signal(signal.SIGCONT)
+    check_results(results, Expected.of(4))
+    assert finished < 1.5  # it did not wait for the frozen sidecar's end of stream
+    assert sidecar.stop() == 0, sidecar.log()
+
+
 def test_writes_a_stopping_sidecar_did_not_queue_are_resent_in_order(fleet: Callable[..., Fleet]) -> None:
     """SIGTERM while a stream waits for room in a full write backlog (the writer stalled: this process
     holds LMDB's write lock): the sidecar answers that batch whole, the writes it had not queued
