@@ -1774,10 +1774,8 @@ def _as_store_error(exc: BaseException) -> StoreError:
 def _write_fingerprint(req: PutRequest, mode: WriteMode) -> int:
     """What a write asks, hashed: a retry under the same request id must match it (never 0: 0 is "not kept")."""
     h = xxhash.xxh3_64()
-    expected = req.expected_version
-    if expected is None:
-        h.update(struct.pack("<Bq", mode, -1))
-    elif expected < 1 << 63:
+    expected = -1 if req.expected_version is None else req.expected_version
+    if expected < 1 << 63:
         h.update(struct.pack("<Bq", mode, expected))
     else:
         # expected_version is a uint64 on the wire. Values past int64 get a
