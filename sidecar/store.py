@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import lmdb
 import xxhash
@@ -309,8 +309,14 @@ class Store:
             self._sweeper.start()
 
     def _open_lmdb(self, lmdb_dir: Path) -> None:
-        config, readonly = self.config, self.readonly
         self._data_file = lmdb_dir / "data.mdb"
+        if self.readonly:
+            _retry_map_resized(lambda: self._open_lmdb_once(lmdb_dir))
+        else:
+            self._open_lmdb_once(lmdb_dir)
+
+    def _open_lmdb_once(self, lmdb_dir: Path) -> None:
+        config, readonly = self.config, self.readonly
         self._env = lmdb.open(
             str(lmdb_dir),
             map_size=config.map_size_bytes,
@@ -1719,6 +1725,32 @@ def _printable(sid: bytes) -> str:
     return sid.decode("utf-8", "backslashreplace")
 
 
+# Opens retried when MDB_MAP_RESIZED (see _retry_map_resized); each retry maps
+# the size the file has by then, so more than a couple are never expected.
+_MAP_RESIZED_OPEN_ATTEMPTS = 50
+
+_T = TypeVar("_T")
+
+
+def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
+    """``open_env()``, again while it fails with MDB_MAP_RESIZED.
+
+    A read-only open beside a running sidecar maps the file at the size its
+    meta page gives; py-lmdb then begins a transaction (in lmdb.open and in
+    open_db). Should the sidecar grow the map and write past the old end in
+    between, LMDB refuses that transaction (MDB_MAP_RESIZED) although nothing
+    is wrong: opening again maps the new size. ``open_env`` must close what
+    it opened before raising.
+    """
+    for attempt in range(1, _MAP_RESIZED_OPEN_ATTEMPTS + 1):
+        try:
+            return open_env()
+        except lmdb.MapResizedError:
+            if attempt == _MAP_RESIZED_OPEN_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 # How many pages data.mdb may fall short of its last page without being called
 # truncated: LMDB counts pages a transaction allocated and freed again but never
 # writes them, so the file can end a page or so before its last page number
@@ -1741,7 +1773,7 @@ def _check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     if not data_mdb.is_file():
         return  # a new store, or (read-only) reported as missing by the caller
     try:
-        env = lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0)
+        env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
     except lmdb.Error as exc:
         raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
     try:
