@@ -25,7 +25,14 @@ class VersionConflict(StoreError):
     """Compare-and-set failed: the head is not the expected version."""
 
     def __init__(self, session_id: str, expected: int, current: int) -> None:
-        super().__init__(f"session {session_id!r}: expected_version {expected} but the head is version {current}")
+        if current:
+            message = f"session {session_id!r}: expected_version {expected} but the head is version {current}"
+        else:  # version 0: nothing was ever written, or the session was deleted
+            message = (
+                f"session {session_id!r}: expected_version {expected} but the session has no versions"
+                " (the head is version 0)"
+            )
+        super().__init__(message)
         self.session_id = session_id
         self.expected_version = expected
         self.current_version = current

@@ -128,6 +128,20 @@ def test_expected_version_zero_means_create_only(store: Store) -> None:
         store.put("new", b"\x08\x02", expected_version=0)
 
 
+def test_a_conflict_on_a_session_without_versions_says_so(store: Store) -> None:
+    with pytest.raises(VersionConflict) as info:
+        store.put("absent", b"\x08\x01", expected_version=3)
+    assert (
+        str(info.value)
+        == "session 'absent': expected_version 3 but the session has no versions (the head is version 0)"
+    )
+    assert info.value.current_version == 0
+    store.put("gone", b"\x08\x01")
+    store.delete_session("gone")
+    with pytest.raises(VersionConflict, match="'gone': expected_version 1 but the session has no versions"):
+        store.put("gone", b"\x08\x02", expected_version=1)
+
+
 @pytest.mark.parametrize("request_id", ["", "rid"])
 @pytest.mark.parametrize(
     ("expected", "error", "message"),
