@@ -42,6 +42,10 @@ class ResourceExhausted(StoreError):
     """A size limit was hit (state too large, store full)."""
 
 
+class StateTooLarge(ResourceExhausted):
+    """A state, or a MERGE's result, is larger than max_state_bytes."""
+
+
 class StoreFull(ResourceExhausted):
     """Nothing was written: the LMDB map reached max_map_size_bytes, or the disk is full."""
 

@@ -46,7 +46,7 @@ from .config import (
     Retention,
     StoreConfig,
 )
-from .errors import InvalidArgument, Overloaded, StoreError, Unavailable
+from .errors import InvalidArgument, Overloaded, StateTooLarge, StoreError, Unavailable
 from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
@@ -251,10 +251,10 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
     )
 
 
-def put_error_pb(error: StoreError) -> service_pb2.PutError:
+def put_error_pb(error: StoreError, message: str | None = None) -> service_pb2.PutError:
     return service_pb2.PutError(
         code=status_of(error).value[0],
-        message=str(error),
+        message=str(error) if message is None else message,
         current_version=getattr(error, "current_version", 0),
     )
 
@@ -279,8 +279,11 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         *,
         stream_bytes_ahead: int = STREAM_BYTES_AHEAD,
         max_page_bytes: int = 0,
+        state_limit_origin: str = "",
     ) -> None:
         self._store = store
+        #: Said after a size error: where the store's max_state_bytes comes from (a client cannot see it).
+        self._state_limit_origin = state_limit_origin
         #: Listing replies stop short of this many bytes (0: no limit): what fits a reply.
         self._max_page_bytes = max_page_bytes
         self._metrics = metrics
@@ -332,8 +335,13 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         self._metrics.errors.labels(rpc, code.name).inc()
         current = getattr(exc, "current_version", None)
         trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
-        await context.abort(code, str(exc), trailing_metadata=trailers)
+        await context.abort(code, self._message(exc), trailing_metadata=trailers)
         raise AssertionError("unreachable: context.abort raises")
+
+    def _message(self, exc: StoreError) -> str:
+        if isinstance(exc, StateTooLarge) and self._state_limit_origin:
+            return f"{exc} ({self._state_limit_origin})"
+        return str(exc)
 
     async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
         async def run() -> service_pb2.PutResponse:
@@ -478,7 +486,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                             outcome = _internal("PutStream", exc)
                     if isinstance(outcome, StoreError):
                         self._metrics.errors.labels("PutStream", status_of(outcome).name).inc()
-                        results.append(service_pb2.PutResult(error=put_error_pb(outcome)))
+                        results.append(service_pb2.PutResult(error=put_error_pb(outcome, self._message(outcome))))
                     else:
                         self._count_write(size, outcome)
                         results.append(service_pb2.PutResult(response=put_response_pb(outcome)))
@@ -642,7 +650,14 @@ class SidecarServer:
             )
             # A listing reply keeps the same envelope clear as a Get's state does.
             self._service = CheckpointService(
-                self.store, self.metrics, self._blocking, max_page_bytes=config.max_state_bytes
+                self.store,
+                self.metrics,
+                self._blocking,
+                max_page_bytes=config.max_state_bytes,
+                state_limit_origin=(
+                    f"max_state_bytes is the sidecar's --max-message-bytes, {config.max_message_bytes},"
+                    f" less {MESSAGE_ENVELOPE_BYTES} bytes kept for the rest of a message"
+                ),
             )
             self.heap_trimmer = (
                 HeapTrimmer(config.heap_trim_interval_seconds, self._activity)

@@ -64,7 +64,7 @@ from .errors import (
     InvalidArgument,
     NotFound,
     Overloaded,
-    ResourceExhausted,
+    StateTooLarge,
     StoreError,
     StoreFull,
     Unavailable,
@@ -906,7 +906,7 @@ class Store:
         if not isinstance(req.state, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"state must be bytes, not {type(req.state).__name__}")
         if len(req.state) > self.config.max_state_bytes:
-            raise ResourceExhausted(
+            raise StateTooLarge(
                 f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {self.config.max_state_bytes}"
             )
         keys.check_labels(req.labels)
@@ -955,7 +955,7 @@ class Store:
                 _check_session_labels(req.session_id, rec, req.labels)
             encoder = self._encoder_for(txn, sid, req.session_id, rec)
             if mode is WriteMode.MERGE and encoder.state_size + len(state) > self.config.max_state_bytes:
-                raise ResourceExhausted(
+                raise StateTooLarge(
                     f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
                     f" max_state_bytes ({self.config.max_state_bytes})"
                 )
