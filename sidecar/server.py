@@ -340,7 +340,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
     def _message(self, exc: StoreError) -> str:
         if isinstance(exc, StateTooLarge) and self._state_limit_origin:
-            return f"{exc} ({self._state_limit_origin})"
+            return f"{exc}; {self._state_limit_origin}"
         return str(exc)
 
     async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
@@ -655,7 +655,7 @@ class SidecarServer:
                 self._blocking,
                 max_page_bytes=config.max_state_bytes,
                 state_limit_origin=(
-                    f"max_state_bytes is the sidecar's --max-message-bytes, {config.max_message_bytes},"
+                    f"max_state_bytes is the sidecar's --max-message-bytes ({config.max_message_bytes})"
                     f" less {MESSAGE_ENVELOPE_BYTES} bytes kept for the rest of a message"
                 ),
             )

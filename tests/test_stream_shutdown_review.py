@@ -264,7 +264,9 @@ def test_each_write_of_a_batch_gets_its_own_answer_and_the_session_keeps_order(s
         assert outcome[3][0] == invalid and "not a valid MERGE patch" in messages[3] and "offset 0" in messages[3]
         assert outcome[4] == (
             grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
-            f"state is {(1 << 20) - 1000} bytes; the limit (max_state_bytes) is {(1 << 20) - (64 << 10)}",
+            f"state is {(1 << 20) - 1000} bytes; the limit (max_state_bytes) is {(1 << 20) - (64 << 10)};"
+            f" max_state_bytes is the sidecar's --max-message-bytes ({1 << 20}) less 65536 bytes kept for the rest"
+            " of a message",
         )
         assert outcome[5] == (invalid, "mode 7 is not a WriteMode (REPLACE = 1, MERGE = 2)")
         assert outcome[6][0] == invalid and "is 64 bytes; it must be 1-63" in messages[6]
