@@ -798,7 +798,11 @@ class Store:
                 txn.put(sid, rec.SerializeToString(), db=self._sessions)
                 # The cached encoder continues the old chain's zstd stream; the
                 # session's next write must start a new one after this frame.
+                # Dropped now for later writes in this batch, and again after
+                # the commit: an earlier write of this batch puts its encoder
+                # (the old stream's) back in the cache then.
                 self._encoders.discard(sid)
+                batch.after_commit.append(functools.partial(self._encoders.discard, sid))
                 batch.touched_encoders.add(sid)
                 info = _version_info(_printable(sid), head, value[:meta_end] + frame.data)
                 batch.after_commit.append(functools.partial(self._states.restate, sid, info))

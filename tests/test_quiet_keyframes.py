@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from bench import synthetic
 from ckpt.v1 import service_pb2
 from codec import ChainEncoder, FrameKind, decode, keyframe, parse
 from codec.errors import EncodeError
-from sidecar import Retention, Store, StoreConfig, WriteMode
+from sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
+from sidecar import store as store_module
 from sidecar.client import CheckpointClient
 from tests.sidecar_proc import ROOT, start_sidecar_sweeping
 
@@ -152,6 +154,47 @@ def test_many_quiet_sessions_are_keyframed_in_one_sweep_and_only_once(config: St
         for sid, states in expected.items():
             assert kinds(store, sid)[-1] is FrameKind.FULL
             assert every_version(store, sid) == states
+
+
+def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
+    """A write and the keyframe of the version it made share one group commit (found by helper-20).
+
+    The write's encoder, continuing the old chain's zstd stream, went back into
+    the encoder cache after the commit, so the writes after the new FULL frame
+    continued a stream it does not start: cold reads of them decoded garbage or
+    failed (DataLoss) for some states. For the write to count as quiet, the
+    sweep runs ahead of the clock, as a wall clock that steps back makes it.
+    """
+    states = replace_states(7, steps=12)
+    with Store(config) as store:
+        for state in states[:4]:  # versions 1-4: FULL, DELTA, DELTA, FULL (the default chain policy)
+            store.put("s", state)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold_the_writer(batch: object, txn: object) -> None:
+            holding.set()
+            release.wait(10)
+
+        store._submit(store_module._Op(hold_the_writer))
+        assert holding.wait(10)
+        v5 = store.submit(PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
+        keyframing = threading.Thread(target=store._keyframe_quiet_sessions, args=(time.time_ns() + LATER,))
+        keyframing.start()
+        deadline = time.monotonic() + 10
+        while store._queue.qsize() < 2 and time.monotonic() < deadline:  # the write, then the keyframe op
+            time.sleep(0.001)
+        release.set()
+        assert v5.result(timeout=10).version == 5
+        keyframing.join(10)
+        assert store.stats()["batch_sizes"].get(2) == 1  # the two shared a commit
+        for state in states[5:]:
+            store.put("s", state)
+        assert kinds(store, "s")[3:6] == [FrameKind.FULL, FrameKind.FULL, FrameKind.DELTA]
+        _, frames = store.frames_of("s")
+        assert not parse(frames[5][2])[0].continues_stream  # version 6 starts a stream after the FULL frame
+        assert every_version(store, "s") == states
+    with Store(config) as reopened:
+        assert every_version(reopened, "s") == states
 
 
 def test_retention_can_drop_the_chain_a_keyframe_ended(tmp_path: Path) -> None:
