@@ -25,6 +25,16 @@ DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
 DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024
+#: Longest duration a *_seconds setting takes: 100 years. Durations become
+#: nanosecond times (now + duration); inf, NaN and anything far longer
+#: cannot be one, and made every write or sweep that used them fail.
+MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
+
+
+def check_duration(name: str, seconds: float | None) -> None:
+    """ValueError naming ``name`` unless ``seconds`` is None or at most MAX_DURATION_SECONDS (NaN is not)."""
+    if seconds is not None and not seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"{name} must be at most {MAX_DURATION_SECONDS} seconds (100 years), got {seconds}")
 
 
 class Durability(enum.Enum):
@@ -62,6 +72,7 @@ class Retention:
             raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
         if self.max_version_age_seconds is not None and self.max_version_age_seconds <= 0:
             raise ValueError(f"max_version_age_seconds must be > 0 or None, got {self.max_version_age_seconds}")
+        check_duration("max_version_age_seconds", self.max_version_age_seconds)
 
     @property
     def enabled(self) -> bool:
@@ -148,6 +159,7 @@ class StoreConfig:
         for name in ("request_id_ttl_seconds", "sweep_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            check_duration(name, getattr(self, name))
         if not 1 <= self.max_state_bytes <= 0xFFFF_FFFF:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
         if self.max_batch_writes < 1:
@@ -156,6 +168,7 @@ class StoreConfig:
             raise ValueError(
                 f"keyframe_after_quiet_seconds must be > 0 or None, got {self.keyframe_after_quiet_seconds}"
             )
+        check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
         if self.max_queued_write_bytes < 1:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         self.merge_message_class()  # fails now, naming the field, not at the first MERGE

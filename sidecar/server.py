@@ -45,6 +45,7 @@ from .config import (
     Durability,
     Retention,
     StoreConfig,
+    check_duration,
 )
 from .errors import InvalidArgument, Overloaded, StateTooLarge, StoreError, Unavailable
 from .heap import HeapTrimmer
@@ -124,6 +125,8 @@ class ServeConfig:
             raise ValueError(
                 f"heap_trim_interval_seconds must be >= 0 (0 = never), got {self.heap_trim_interval_seconds}"
             )
+        check_duration("grace_seconds", self.grace_seconds)
+        check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
         self.store_config()  # its checks fail now, before anything is bound

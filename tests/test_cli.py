@@ -201,6 +201,22 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),
         (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
         (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
+        # Durations must fit a nanosecond time: inf and NaN made retention skip every session, or every
+        # sweep fail, while the sidecar served on (found by helper-20).
+        *(
+            ((flag, value), f"{flag} must be at most 3153600000 seconds (100 years), got {shown}".encode())
+            for flag in (
+                "--max-version-age-seconds",
+                "--keyframe-after-quiet-seconds",
+                "--grace-seconds",
+                "--heap-trim-interval-seconds",
+            )
+            for value, shown in (("inf", "inf"), ("4e9", "4000000000.0"))
+        ),
+        (("--max-version-age-seconds", "nan"), b"--max-version-age-seconds must be at most 3153600000 seconds"),
+        (("--keyframe-after-quiet-seconds", "nan"), b"--keyframe-after-quiet-seconds must be > 0 or None, got nan"),
+        (("--grace-seconds", "nan"), b"--grace-seconds must be at most 3153600000 seconds (100 years), got nan"),
+        (("--heap-trim-interval-seconds", "nan"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got nan"),
     ],
 )
 def test_serve_configuration_errors_name_the_option(tmp_path: Path, flags: tuple[str, ...], message: bytes) -> None:

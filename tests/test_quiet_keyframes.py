@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,28 @@ def test_keyframe_rejects_misuse(kwargs: dict[str, object], error: type[Exceptio
 def test_config_rejects_a_quiet_period_that_is_not_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"keyframe_after_quiet_seconds must be > 0 or None, got 0"):
         StoreConfig(data_dir=tmp_path, keyframe_after_quiet_seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("keyframe_after_quiet_seconds", lambda d, s: StoreConfig(data_dir=d, keyframe_after_quiet_seconds=s)),
+        ("request_id_ttl_seconds", lambda d, s: StoreConfig(data_dir=d, request_id_ttl_seconds=s)),
+        ("sweep_interval_seconds", lambda d, s: StoreConfig(data_dir=d, sweep_interval_seconds=s)),
+        ("max_version_age_seconds", lambda d, s: Retention(keep_last_versions=2, max_version_age_seconds=s)),
+    ],
+)
+def test_config_refuses_durations_past_100_years_and_nan(
+    tmp_path: Path, name: str, make: Callable[[Path, float], object]
+) -> None:
+    """inf or NaN made every sweep fail or skip each session, and an infinite request id TTL every put."""
+    for seconds in (float("inf"), 3153600000.5):
+        with pytest.raises(ValueError) as info:
+            make(tmp_path, seconds)
+        assert str(info.value) == f"{name} must be at most 3153600000 seconds (100 years), got {seconds}"
+    with pytest.raises(ValueError, match=rf"^{name} must be .*, got nan$"):
+        make(tmp_path, float("nan"))
+    make(tmp_path, 3153600000)  # 100 years is allowed
 
 
 @pytest.mark.parametrize("mode", [WriteMode.REPLACE, WriteMode.MERGE])
