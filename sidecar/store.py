@@ -736,6 +736,11 @@ class Store:
         down); sessions already ending in a FULL frame cost a record read each.
         """
         bound = keys.updated_granule(quiet_since)  # entries below it were all updated before quiet_since
+        if bound < self._keyframed_before_nanos:
+            # The wall clock stepped back: sessions written since index below
+            # the last bound and would be skipped. Read the whole index again,
+            # as the first sweep of a process does.
+            self._keyframed_before_nanos = 0
         end = keys.time_key(bound, b"")
         # A bare time prefix is no index key (each ends in a session id): the scan starts at that time.
         after = keys.time_key(self._keyframed_before_nanos, b"")

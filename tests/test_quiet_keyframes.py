@@ -220,6 +220,35 @@ def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_strea
         assert every_version(reopened, "s") == states
 
 
+def test_sessions_written_after_the_clock_steps_back_are_still_keyframed(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep scans from the last sweep's bound; after a step back, writes index below it (helper-20)."""
+    stepped_back_nanos = 0
+
+    class SteppedClock:
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        @staticmethod
+        def time_ns() -> int:
+            return time.time_ns() - stepped_back_nanos
+
+    monkeypatch.setattr(store_module, "time", SteppedClock())
+    states = replace_states(3, steps=5)
+    with Store(config) as store:
+        for state in states:
+            store.put("before", state)
+        assert store.sweep(now_nanos=time.time_ns() + LATER).keyframes_written == 1
+        stepped_back_nanos = 3600 * 10**9  # NTP steps the clock back an hour
+        for state in states:
+            store.put("after", state)
+        assert kinds(store, "after")[-1] is FrameKind.DELTA
+        assert store.sweep(now_nanos=time.time_ns() - stepped_back_nanos + LATER).keyframes_written == 1
+        assert kinds(store, "after")[-1] is FrameKind.FULL
+        assert every_version(store, "after") == states
+
+
 def test_retention_can_drop_the_chain_a_keyframe_ended(tmp_path: Path) -> None:
     config = StoreConfig(
         data_dir=tmp_path / "data",
