@@ -254,10 +254,10 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
     )
 
 
-def put_error_pb(error: StoreError, message: str | None = None) -> service_pb2.PutError:
+def put_error_pb(error: StoreError, message: str) -> service_pb2.PutError:
     return service_pb2.PutError(
         code=status_of(error).value[0],
-        message=str(error) if message is None else message,
+        message=message,
         current_version=getattr(error, "current_version", 0),
     )
 
