@@ -211,6 +211,21 @@ def _parser() -> argparse.ArgumentParser:
         " the cold read that resumes it decodes one frame (env CKPT_KEYFRAME_AFTER_QUIET_SECONDS; default off)",
     )
     s.add_argument(
+        "--request-id-ttl-seconds",
+        type=_number(float, "REQUEST_ID_TTL_SECONDS"),
+        default=_env_default("REQUEST_ID_TTL_SECONDS", _SERVE_DEFAULTS["request_id_ttl_seconds"]),
+        help="how long a write's request id answers its retries with the first result; a retry later than this"
+        " writes again, so make it longer than any client keeps retrying (env CKPT_REQUEST_ID_TTL_SECONDS;"
+        f" default {_SERVE_DEFAULTS['request_id_ttl_seconds']:g}, a day)",
+    )
+    s.add_argument(
+        "--sweep-interval-seconds",
+        type=_number(float, "SWEEP_INTERVAL_SECONDS"),
+        default=_env_default("SWEEP_INTERVAL_SECONDS", _SERVE_DEFAULTS["sweep_interval_seconds"]),
+        help="how often the background sweeper applies retention, frees expired request ids and writes quiet"
+        f" keyframes (env CKPT_SWEEP_INTERVAL_SECONDS; default {_SERVE_DEFAULTS['sweep_interval_seconds']:g})",
+    )
+    s.add_argument(
         "--max-version-age-seconds",
         type=_number(float, "MAX_VERSION_AGE_SECONDS"),
         default=_env_default("MAX_VERSION_AGE_SECONDS", None),
@@ -349,6 +364,8 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         max_map_size_bytes=args.max_map_size_bytes,
         max_queued_write_bytes=args.max_queued_write_bytes,
         keyframe_after_quiet_seconds=args.keyframe_after_quiet_seconds,
+        request_id_ttl_seconds=args.request_id_ttl_seconds,
+        sweep_interval_seconds=args.sweep_interval_seconds,
         heap_trim_interval_seconds=args.heap_trim_interval_seconds,
         threads=args.threads,
         grace_seconds=args.grace_seconds,

@@ -25,6 +25,8 @@ DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
 DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024
+DEFAULT_REQUEST_ID_TTL_SECONDS = 24 * 3600.0
+DEFAULT_SWEEP_INTERVAL_SECONDS = 60.0
 #: Longest duration a *_seconds setting takes: 100 years. Durations become
 #: nanosecond times (now + duration); inf, NaN and anything far longer
 #: cannot be one, and made every write or sweep that used them fail.
@@ -116,10 +118,12 @@ class StoreConfig:
     #: chain. Costs a FULL frame less a delta per quiet period on disk, and
     #: the writer a decode and a compress per session going quiet. None: off.
     keyframe_after_quiet_seconds: float | None = None
-    #: How long a request id deduplicates retries.
-    request_id_ttl_seconds: float = 24 * 3600.0
-    #: How often the sweeper runs (retention and request-id expiry).
-    sweep_interval_seconds: float = 60.0
+    #: How long a request id deduplicates retries: a retry later than this
+    #: after the first write is a new write. Exact (checked on every put);
+    #: the sweeper only frees the records' space.
+    request_id_ttl_seconds: float = DEFAULT_REQUEST_ID_TTL_SECONDS
+    #: How often the sweeper runs: retention, request-id expiry, quiet keyframes.
+    sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
     #: Largest state (REPLACE) or resulting state (MERGE) accepted.
     max_state_bytes: int = 64 * 1024 * 1024
     #: Most writes committed in one LMDB transaction.

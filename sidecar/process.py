@@ -59,7 +59,11 @@ def start_sidecar_process(
     inherit_ckpt_env: bool = True,
     timeout_seconds: float = 30.0,
 ) -> SidecarProcess:
-    """Start ``ckpt serve`` on ``listen`` and return once the first address answers SERVING.
+    """Start ``ckpt serve`` on ``listen`` and return once it serves: it logged that it serves, and
+    the first address answers SERVING.
+
+    Both, because a SERVING answer alone may come from another server already
+    on that address, while this one is about to refuse to start.
 
     ``inherit_ckpt_env=False`` drops every CKPT_* variable of this process's
     environment, so the sidecar runs on its defaults plus ``extra_args``.
@@ -78,19 +82,29 @@ def start_sidecar_process(
     if not inherit_ckpt_env:
         child_env = {k: v for k, v in child_env.items() if not k.startswith("CKPT_")}
     with log_path.open("ab") as log:
+        log_start = log.tell()  # the log may hold earlier runs' lines
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env)
     sidecar = SidecarProcess(process, data_dir, tuple(listen), log_path)
-    first = listen[0]
-    socket_path = first[len("unix:") :] if first.startswith("unix:") else None
+    own_pid = f" pid={process.pid}\n".encode()
     deadline = time.monotonic() + timeout_seconds
     while process.poll() is None and time.monotonic() < deadline:
-        # Probe a unix socket only once it exists: a gRPC channel that failed
-        # to connect backs off for a second before it tries again.
-        if socket_path is None or os.path.exists(socket_path):
+        if _logged_serving(log_path, log_start, own_pid):
             with contextlib.suppress(TimeoutError):
-                wait_until_serving(first, timeout_seconds=1.0)
-                return sidecar
+                wait_until_serving(listen[0], timeout_seconds=1.0)
+                if process.poll() is None:
+                    return sidecar
         time.sleep(0.01)
     # Exited (a bad flag, a locked data directory) or never served: fail now, with its log.
     sidecar.stop(signal.SIGKILL)
     raise RuntimeError(f"ckpt serve did not start (exit code {process.returncode}):\n{sidecar.log(tail_chars=4000)}")
+
+
+def _logged_serving(log_path: Path, start: int, own_pid: bytes) -> bool:
+    """Whether the log, past ``start``, has the line the server ``own_pid`` writes once it serves."""
+    try:
+        with log_path.open("rb") as log:
+            log.seek(start)
+            text = log.read()
+    except FileNotFoundError:
+        return False
+    return any(b" ckpt serving: " in line and line.endswith(own_pid) for line in text.splitlines(keepends=True))

@@ -41,6 +41,8 @@ from .config import (
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_QUEUED_WRITE_BYTES,
+    DEFAULT_REQUEST_ID_TTL_SECONDS,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
     MESSAGE_ENVELOPE_BYTES,
     Durability,
     Retention,
@@ -102,6 +104,10 @@ class ServeConfig:
     heap_trim_interval_seconds: float = 30.0
     #: Rewrite a quiet session's head as a FULL frame (StoreConfig.keyframe_after_quiet_seconds).
     keyframe_after_quiet_seconds: float | None = None
+    #: How long a request id deduplicates retries (StoreConfig.request_id_ttl_seconds).
+    request_id_ttl_seconds: float = DEFAULT_REQUEST_ID_TTL_SECONDS
+    #: How often the sweeper runs (StoreConfig.sweep_interval_seconds).
+    sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     #: Compact MERGE states as this protobuf message type (see StoreConfig).
     merge_message_type: str | None = None
@@ -153,6 +159,8 @@ class ServeConfig:
             max_state_bytes=self.max_state_bytes,
             retention=self.retention,
             keyframe_after_quiet_seconds=self.keyframe_after_quiet_seconds,
+            request_id_ttl_seconds=self.request_id_ttl_seconds,
+            sweep_interval_seconds=self.sweep_interval_seconds,
             chain_policy=self.chain_policy,
             merge_message_type=self.merge_message_type,
         )

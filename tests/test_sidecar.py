@@ -119,6 +119,33 @@ def test_conflicts_and_idempotent_retries(sidecar: Sidecar) -> None:
         assert len(list(c.history("c"))) == 2
 
 
+def test_request_ids_answer_retries_for_request_id_ttl_seconds_then_a_retry_writes_again(tmp_path: Path) -> None:
+    # A TTL is exact (checked on every put), not rounded up to a sweep: the
+    # sweeper, every 0.2 s here, only frees the expired records.
+    s = start_sidecar(tmp_path / "data", "--request-id-ttl-seconds", "1.5", "--sweep-interval-seconds", "0.2")
+    try:
+        with CheckpointClient(s.unix_target) as c:
+            first = c.put("t", state(1), request_id="once")
+            time.sleep(0.6)  # three sweeps: the record is not swept before its TTL
+            again = c.put("t", state(1), request_id="once")
+            assert (first.version, first.replayed, again.version, again.replayed) == (1, False, 1, True)
+            time.sleep(1.2)  # 1.8 s after the first write
+            late = c.put("t", state(1), request_id="once")
+            assert (late.version, late.replayed) == (2, False)
+            assert [h.version for h in c.history("t")] == [2, 1]
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_the_launcher_does_not_take_another_server_on_its_socket_for_its_own(sidecar: Sidecar, tmp_path: Path) -> None:
+    # The new process refuses the socket the running one answers SERVING on;
+    # the launcher waited for a SERVING answer only, and returned the refused one.
+    with pytest.raises(RuntimeError, match=f"another server is listening on {sidecar.unix_target}"):
+        start_sidecar(tmp_path / "other", socket_path=Path(sidecar.unix_target.removeprefix("unix:")))
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("still", b"\x08\x01")
+
+
 def test_bad_input_gets_precise_statuses(sidecar: Sidecar) -> None:
     with CheckpointClient(sidecar.unix_target, max_message_bytes=16 << 20) as c:
         with pytest.raises(InvalidArgumentError, match="session_id is empty"):
