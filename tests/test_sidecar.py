@@ -122,14 +122,14 @@ def test_conflicts_and_idempotent_retries(sidecar: Sidecar) -> None:
 def test_request_ids_answer_retries_for_request_id_ttl_seconds_then_a_retry_writes_again(tmp_path: Path) -> None:
     # A TTL is exact (checked on every put), not rounded up to a sweep: the
     # sweeper, every 0.2 s here, only frees the expired records.
-    s = start_sidecar(tmp_path / "data", "--request-id-ttl-seconds", "1.5", "--sweep-interval-seconds", "0.2")
+    s = start_sidecar(tmp_path / "data", "--request-id-ttl-seconds", "3", "--sweep-interval-seconds", "0.2")
     try:
         with CheckpointClient(s.unix_target) as c:
             first = c.put("t", state(1), request_id="once")
             time.sleep(0.6)  # three sweeps: the record is not swept before its TTL
             again = c.put("t", state(1), request_id="once")
             assert (first.version, first.replayed, again.version, again.replayed) == (1, False, 1, True)
-            time.sleep(1.2)  # 1.8 s after the first write
+            time.sleep(2.6)  # 3.2 s after the first write
             late = c.put("t", state(1), request_id="once")
             assert (late.version, late.replayed) == (2, False)
             assert [h.version for h in c.history("t")] == [2, 1]
