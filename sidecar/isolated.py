@@ -389,7 +389,7 @@ def verify(
             _clear_dead_readers(data_dir, opener)
             raise DataLoss(f"{death.describe(data_mdb)} while opening it")
         if death is not None and phase == _READING:
-            session = plan.named[plan.start + finished] if plan.named is not None else _session_id(key)
+            session = plan.named[plan.start + finished] if plan.named is not None else session_id(key)
             fail(f"session {session!r}", f"{death.describe(data_mdb)} while reading session {session!r}")
             counts.checked += 1
             counts.failed += 1
@@ -401,7 +401,7 @@ def verify(
             return counts
         # Listing the sessions after `key` failed.
         why = death.describe(data_mdb) if death is not None else listing_error
-        where = f"after {_session_id(key)!r}" if key else "from the start"
+        where = f"after {session_id(key)!r}" if key else "from the start"
         counts.listing_failures += 1
         if plan.from_frames:  # a second listing would fail at the same page: nothing else lists the rest
             fail(f"listing sessions in the frames table {where}", f"{why}; the sessions after that are not checked")
@@ -415,9 +415,6 @@ def verify(
 def session_id(key: bytes) -> str:
     """A session key as verify names it, even if it is not UTF-8 (damage)."""
     return key.decode("utf-8", "surrogateescape")  # as Store.session_ids names a damaged key
-
-
-_session_id = session_id
 
 
 def _open_in_child(
@@ -458,7 +455,7 @@ def _verify_child(
                 return
             if key is None:
                 break
-            session = plan.named[plan.start + finished] if plan.named is not None else _session_id(key)
+            session = plan.named[plan.start + finished] if plan.named is not None else session_id(key)
             progress.set(_READING, key, finished, checked, failed)
             problems = check(store, session, plan.named is None)
             if problems is None and plan.from_frames:
@@ -506,7 +503,7 @@ def _frame_sessions(store: Store, after: bytes) -> Iterator[bytes]:
                 return
             key = bytes(cur.key()).partition(b"\x00")[0]
         if key <= after:
-            raise DataLoss(f"the frames table has keys out of order after {_session_id(after)!r}")
+            raise DataLoss(f"the frames table has keys out of order after {session_id(after)!r}")
         yield key
         after = key
 

@@ -37,6 +37,10 @@ SEP = b"\x00"
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
+# What ids and labels are refused for (the README states the same rule).
+_HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
+
+
 def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None  # ~7x faster than a per-character loop; runs on every write
 
@@ -51,7 +55,7 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     if len(raw) > MAX_SESSION_ID_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
     if _has_control(session_id):
-        raise InvalidArgument(f"{field} {session_id!r} contains an ASCII control character (U+0000-U+001F or U+007F)")
+        raise InvalidArgument(f"{field} {session_id!r} {_HAS_CONTROL}")
     try:
         session_id.encode("utf-8")
     except UnicodeEncodeError:
@@ -64,9 +68,7 @@ def request_key(sid: bytes, request_id: str) -> bytes:
     if len(raw) > MAX_REQUEST_ID_BYTES:
         raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
     if _has_control(request_id):
-        raise InvalidArgument(
-            f"request_id {request_id!r} contains an ASCII control character (U+0000-U+001F or U+007F)"
-        )
+        raise InvalidArgument(f"request_id {request_id!r} {_HAS_CONTROL}")
     return sid + SEP + raw
 
 
@@ -83,9 +85,7 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
         if len(vb) > MAX_LABEL_VALUE_BYTES:
             raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
         if _has_control(key) or _has_control(value):
-            raise InvalidArgument(
-                f"{field} entry {key!r} contains an ASCII control character (U+0000-U+001F or U+007F)"
-            )
+            raise InvalidArgument(f"{field} entry {key!r} {_HAS_CONTROL}")
 
 
 def frame_key(sid: bytes, version: int) -> bytes:

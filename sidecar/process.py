@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .server import wait_until_serving
+from .server import SERVING_LOG, wait_until_serving
 
 
 @dataclass
@@ -107,4 +107,5 @@ def _logged_serving(log_path: Path, start: int, own_pid: bytes) -> bool:
             text = log.read()
     except FileNotFoundError:
         return False
-    return any(b" ckpt serving: " in line and line.endswith(own_pid) for line in text.splitlines(keepends=True))
+    serving = f" {SERVING_LOG} ".encode()
+    return any(serving in line and line.endswith(own_pid) for line in text.splitlines(keepends=True))

@@ -60,6 +60,8 @@ T = TypeVar("T")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
+# Starts the line logged once the server serves, which ends " pid=N" (sidecar.process waits for it).
+SERVING_LOG = "ckpt serving:"
 # PutStream batches a stream's reader may queue before their answers are sent,
 # and their states' bytes: without a byte bound a stream of large states held
 # nearly all it sent in memory (3,000 x 300 KB: 887 MiB resident), since the
@@ -714,7 +716,7 @@ class SidecarServer:
         if self.heap_trimmer is not None:
             self.heap_trimmer.start()
         log.info(
-            "ckpt serving: listen=%s data_dir=%s durability=%s pid=%d",
+            SERVING_LOG + " listen=%s data_dir=%s durability=%s pid=%d",
             ",".join(self.config.addresses),
             self.config.data_dir.resolve(),
             self.config.durability.value,

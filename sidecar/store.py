@@ -780,24 +780,26 @@ class Store:
                 raw = txn.get(sid, db=self._sessions)
                 if raw is None:
                     continue
+                session_id = _printable(sid)
                 try:
                     rec = _record(raw)
                     head = rec.head_version
                     if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
                         continue  # written since, or its head is a chain start already
-                    chain = self._chain_frames(txn, sid, _printable(sid), rec, head)
+                    chain = self._chain_frames(txn, sid, session_id, rec, head)
                     state = decode(chain)
                     key = keys.frame_key(sid, head)
                     stored = txn.get(key, db=self._frames)
                     if stored is None:
-                        raise DataLoss(f"session {_printable(sid)!r}: frame of version {head} is missing")
+                        raise DataLoss(f"session {session_id!r}: frame of version {head} is missing")
                     value = bytes(stored)
                     meta_end = _META_LEN.size + _META_LEN.unpack_from(value)[0]
                 except Exception as exc:  # only reads so far: keep the session as it is (verify names damage)
-                    log.warning("keyframe skipped session %r: %s", _printable(sid), exc)
+                    log.warning("keyframe skipped session %r: %s", session_id, exc)
                     continue
                 frame = keyframe(state, version=head, policy=self.config.chain_policy)
-                txn.put(key, value[:meta_end] + frame.data, db=self._frames)
+                new_value = value[:meta_end] + frame.data
+                txn.put(key, new_value, db=self._frames)
                 rec.stored_bytes += frame.stored_bytes - (len(value) - meta_end)
                 rec.chain_start_version = head
                 txn.put(sid, rec.SerializeToString(), db=self._sessions)
@@ -809,7 +811,7 @@ class Store:
                 self._encoders.discard(sid)
                 batch.after_commit.append(functools.partial(self._encoders.discard, sid))
                 batch.touched_encoders.add(sid)
-                info = _version_info(_printable(sid), head, value[:meta_end] + frame.data)
+                info = _version_info(session_id, head, new_value)
                 batch.after_commit.append(functools.partial(self._states.restate, sid, info))
                 written += 1
                 state_bytes += len(state)
