@@ -87,6 +87,19 @@ def _number(kind: Callable[[str], Any], env_name: str) -> Callable[[str], Any]:
     return parse
 
 
+def _choice(values: list[str], env_name: str) -> Callable[[str], str]:
+    # argparse checks `choices` against what is typed, not against a default
+    # taken from the environment: this names the variable and the choices.
+    def parse(text: str) -> str:
+        if text not in values:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not one of {', '.join(values)} (from the option or CKPT_{env_name})"
+            )
+        return text
+
+    return parse
+
+
 def _in_option_terms(message: str, args: argparse.Namespace) -> str:
     """A configuration error with its field names spelled as the options that set them."""
     for name in vars(args):
@@ -142,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--durability",
         choices=[d.value for d in Durability],
-        default=_env("DURABILITY", _SERVE_DEFAULTS["durability"].value),
+        type=_choice([d.value for d in Durability], "DURABILITY"),
+        default=_env_default("DURABILITY", _SERVE_DEFAULTS["durability"].value),
         help="sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits "
         "(env CKPT_DURABILITY; default sync)",
     )

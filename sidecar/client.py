@@ -36,7 +36,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
-from .config import DEFAULT_MAX_MESSAGE_BYTES
+from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
 
 T = TypeVar("T")
@@ -223,7 +223,7 @@ def _client_options(timeout_seconds: object, retries: object, max_message_bytes:
     if not (timeout_seconds > 0 and math.isfinite(timeout_seconds)):
         raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
     _int("retries", retries)
-    _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES)
+    _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES, high=MAX_MESSAGE_BYTES)
 
 
 def _options(max_message_bytes: int) -> list[tuple[str, int]]:

@@ -14,6 +14,8 @@ from codec import ChainPolicy
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The most max_message_bytes may be: gRPC takes its message size options as C ints.
+MAX_MESSAGE_BYTES = 2**31 - 1
 #: What a gRPC message may carry besides its state: a PutRequest's session id
 #: (256 B), request id (128 B) and labels (64 x ~330 B), or a GetResponse's
 #: VersionInfo and labels. ~22 KiB at most; the sidecar keeps this much of

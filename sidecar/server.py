@@ -15,8 +15,9 @@ import logging
 import os
 import signal
 import socket
+import stat
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from .config import (
     DEFAULT_MAX_QUEUED_WRITE_BYTES,
     DEFAULT_REQUEST_ID_TTL_SECONDS,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
+    MAX_MESSAGE_BYTES,
     MESSAGE_ENVELOPE_BYTES,
     Durability,
     Retention,
@@ -123,6 +125,11 @@ class ServeConfig:
                 f"max_message_bytes must be >= {2 * MESSAGE_ENVELOPE_BYTES} (twice the {MESSAGE_ENVELOPE_BYTES}-byte"
                 f" envelope kept for ids and labels), got {self.max_message_bytes}"
             )
+        if self.max_message_bytes > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be <= {MAX_MESSAGE_BYTES} (2 GiB - 1, gRPC's limit),"
+                f" got {self.max_message_bytes}"
+            )
         if self.max_map_size_bytes < 1024 * 1024:
             raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
         if self.threads < 1:
@@ -142,7 +149,7 @@ class ServeConfig:
     @property
     def max_state_bytes(self) -> int:
         """Largest state a Put may store or a MERGE may grow to."""
-        return min(self.max_message_bytes - MESSAGE_ENVELOPE_BYTES, 0xFFFF_FFFF)
+        return self.max_message_bytes - MESSAGE_ENVELOPE_BYTES
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -305,6 +312,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         # Each open PutStream's reader task, for stop_streams().
         self._stream_readers: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: The service's RPCs under way, and set whenever there are none: what shutdown waits for.
+        self._in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
         #: RPCs started (each PutStream once): what the heap trimmer watches for activity.
         self.rpcs_started = 0
 
@@ -331,7 +342,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         self.rpcs_started += 1
         start = time.perf_counter()
         try:
-            return await fn()
+            with self._serving():
+                return await fn()
         except StoreError as exc:
             await self._abort(rpc, context, exc)
         except Exception:
@@ -424,9 +436,28 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
         return await self._call("DeleteSession", context, lambda: self._off_loop(run))
 
+    @contextlib.contextmanager
+    def _serving(self) -> Iterator[None]:
+        self._in_flight += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self.idle.set()
+
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[service_pb2.PutStreamResponse]:
+        with self._serving():
+            async with contextlib.aclosing(self._put_stream(request_iterator, context)) as responses:
+                async for response in responses:
+                    yield response
+
+    async def _put_stream(
+        self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncGenerator[service_pb2.PutStreamResponse, None]:
         """Pipelined: a reader task queues each batch's writes as it arrives,
         while this generator answers batches in order as their commits land.
         Writes to one session keep the order sent (one writer, FIFO queue)."""
@@ -685,7 +716,8 @@ class SidecarServer:
             )
             if config.bench_echo:
                 self.server.add_generic_rpc_handlers((_echo_handler(),))
-            self._unix_paths = [self._bind(addr) for addr in config.addresses]
+            #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
+            self._unix_sockets = [sock for addr in config.addresses if (sock := self._bind(addr)) is not None]
         except BaseException:
             self.store.close()
             raise
@@ -694,7 +726,8 @@ class SidecarServer:
         # Every RPC (reads too), and the sweeper's writes, which make no RPC.
         return self.store.commits + self._service.rpcs_started
 
-    def _bind(self, address: str) -> Path | None:
+    def _bind(self, address: str) -> tuple[Path, tuple[int, int]] | None:
+        """Listen on ``address``; for a unix socket, its path and identity (device, inode)."""
         path = None
         if address.startswith("unix:"):
             path = Path(address[len("unix:") :])
@@ -705,7 +738,10 @@ class SidecarServer:
             raise Unavailable(f"cannot listen on {address}: {exc}") from None
         if not port:
             raise Unavailable(f"cannot listen on {address}: the address is in use or invalid")
-        return path
+        if path is None:
+            return None
+        st = path.lstat()  # gRPC binds (creates the file) when the port is added
+        return path, (st.st_dev, st.st_ino)
 
     async def start(self) -> None:
         await self.server.start()
@@ -728,14 +764,26 @@ class SidecarServer:
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.config.addresses), self.config.data_dir)
         await self.health.enter_graceful_shutdown()
         self._service.stop_streams()
-        await self.server.stop(self.config.grace_seconds)
+        stopping = asyncio.ensure_future(self.server.stop(self.config.grace_seconds))
+        idle = asyncio.ensure_future(self._service.idle.wait())
+        await asyncio.wait((stopping, idle), return_when=asyncio.FIRST_COMPLETED)
+        if not stopping.done():
+            # The service's own calls are done; what is left is health Watch or
+            # reflection streams, which stay open for as long as their clients
+            # like and would hold the exit (and a restart) for the whole grace.
+            await self.server.stop(None)
+        await stopping
+        idle.cancel()
         self._blocking.shutdown(wait=True)
         if self.heap_trimmer is not None:
             self.heap_trimmer.stop()
         self.store.close()
-        for path in self._unix_paths:
-            if path is not None:
-                with contextlib.suppress(FileNotFoundError):
+        for path, identity in self._unix_sockets:
+            # Only our own socket: once this server stopped listening (at the
+            # start of the grace period), another one may have claimed the path.
+            with contextlib.suppress(FileNotFoundError):
+                st = path.lstat()
+                if (st.st_dev, st.st_ino) == identity:
                     path.unlink()
         log.info("ckpt stopped: data_dir=%s", self.config.data_dir)
 
@@ -745,9 +793,15 @@ def _claim_unix_socket(path: Path) -> None:
 
     gRPC would otherwise unlink and rebind it silently, stealing the address.
     """
-    if not path.exists():
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         return
+    if not stat.S_ISSOCK(mode):
+        # connect() to a regular file is refused as a dead socket's is: a
+        # mistyped path must not cost the user that file.
+        raise Unavailable(f"cannot listen on unix:{path}: it exists and is not a socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))

@@ -473,6 +473,7 @@ class Store:
                 created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
             )
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
+            self._encoders.put(new_sid, encoder)  # a write later in this batch continues this chain
             batch.touched_encoders.add(new_sid)
             snapshot = encoder.snapshot()
             kept = self._hold_encoder(batch, new_sid, encoder)  # the closure must not keep `encoder` itself
@@ -502,6 +503,11 @@ class Store:
             else:  # which index entries are its own is unknown: look through both indexes
                 self._delete_index_entries(txn, sid)
             txn.delete(sid, db=self._sessions)
+            # Dropped now, not only after the commit: a fork onto this id later
+            # in the batch starts at version 1 again, and a write after it
+            # would take a cached encoder of the deleted session at version 1
+            # for the fork's.
+            self._encoders.discard(sid)
             batch.touched_encoders.add(sid)
             batch.after_commit.append(lambda: self._forget(sid))
             return removed
@@ -1722,7 +1728,11 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
 
 
 # LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
-_LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError)
+# MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
+# LMDB marks the transaction failed without saying why, and the first cursor
+# operation raises BadTxnError. The store never reuses a failed transaction,
+# so here it means damage, not misuse.
+_LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What fails one op of a batch alone (an answer for its caller), not the batch.
 _FAILS_ALONE: tuple[type[Exception], ...] = (StoreError, CodecError, *_LMDB_DAMAGE)
 

@@ -186,6 +186,9 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
     bad = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_THREADS": "abc"})
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr
     assert b"--threads: 'abc' is not an integer (from the option or CKPT_THREADS)" in bad.stderr
+    durability = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_DURABILITY": "fast"})
+    assert durability.returncode == 2 and b"Traceback" not in durability.stderr
+    assert b"'fast' is not one of sync, no-meta-sync (from the option or CKPT_DURABILITY)" in durability.stderr
     # Only the command that reads the variable fails; help always works.
     assert ckpt("serve", "--help", env={"CKPT_METRICS_PORT": "x"}).returncode == 0
     client = ckpt("get", "s", "--target", f"unix:{tmp_path / 'none.sock'}", env={"CKPT_THREADS": "abc"})
@@ -196,6 +199,8 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
     ("flags", "message"),
     [
         (("--max-message-bytes", "1000"), b"--max-message-bytes must be >= 131072"),
+        # gRPC takes message sizes as C ints: this was an OverflowError traceback.
+        (("--max-message-bytes", "3000000000"), b"--max-message-bytes must be <= 2147483647 (2 GiB - 1, gRPC's limit)"),
         (("--threads", "0"), b"--threads must be >= 1, got 0"),
         (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
         (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),

@@ -26,6 +26,7 @@ import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from sidecar import PutRequest, Store, StoreConfig
+from sidecar.client import CheckpointClient, DataLossError
 from tests.sidecar_proc import start_sidecar
 from tests.test_cli import ckpt
 
@@ -283,3 +284,30 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_table_root_lmdb_cannot_read_is_data_loss_for_clients_and_named_damage_by_the_tools(damaged: Path) -> None:
+    """A frames root page whose node count is past its end: opening a cursor marks the transaction failed
+    without saying why, and the first read raises MDB_BAD_TXN. Clients got INTERNAL, the tools a bare
+    MDB_BAD_TXN; both now say the file is damaged (DATA_LOSS for clients)."""
+    pages = Pages(damaged)
+    pages.put(pages.root("frames"), 12, "<H", 4000)  # lower: past the page's upper bound
+    pages.write()
+    damage = "the LMDB data file is damaged (mdb_cursor_get: MDB_BAD_TXN"
+    sidecar = start_sidecar(damaged)
+    try:
+        with CheckpointClient(sidecar.unix_target, retries=0) as client:
+            for call in (
+                lambda: client.get(SESSIONS[1]),  # a cache miss: read from LMDB
+                lambda: list(client.history(SESSIONS[1])),
+                lambda: client.put(SESSIONS[1], b"\x08\x05"),
+            ):
+                with pytest.raises(DataLossError, match=re.escape(damage)):
+                    call()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log(tail_chars=3000)
+    assert "Traceback" not in sidecar.log()
+    verify = ckpt("verify", SESSIONS[1], "--data-dir", str(damaged))
+    assert fails(survived(verify))[SESSIONS[1]].startswith(damage)
+    inspect = ckpt("inspect", SESSIONS[1], "--data-dir", str(damaged))
+    assert damage in survived(inspect)

@@ -403,6 +403,7 @@ def test_bad_arguments_are_refused_by_name_and_write_nothing(
         ({"timeout_seconds": "5"}, TypeError, "timeout_seconds must be a number"),
         ({"retries": -1}, ValueError, "retries must be >= 0, got -1"),
         ({"max_message_bytes": 100}, ValueError, "max_message_bytes must be >= 1024, got 100"),
+        ({"max_message_bytes": 2**31}, ValueError, "max_message_bytes must be <= 2147483647, got 2147483648"),
     ],
 )
 def test_bad_client_options_are_refused(tmp_path: Path, kwargs: dict[str, Any], error: type, match: str) -> None:

@@ -1,0 +1,90 @@
+"""Starting and stopping a real `ckpt serve`: what it does to its socket path and how long it takes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from sidecar.client import CheckpointClient
+from tests.sidecar_proc import free_port, start_sidecar
+from tests.test_write_backlog import lmdb_write_lock_held
+
+
+def test_a_listen_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path: Path) -> None:
+    # connect() to a regular file is refused as a dead socket's is; the file was deleted and replaced.
+    path = tmp_path / "notes.txt"
+    path.write_text("keep me")
+    data_dir = tmp_path / "data"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(data_dir), "--listen", f"unix:{path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot listen on unix:{path}: it exists and is not a socket" in proc.stderr
+    assert path.read_text() == "keep me"
+
+
+def test_health_watch_and_reflection_streams_do_not_hold_shutdown(tmp_path: Path) -> None:
+    # Both stay open for as long as their clients like; the grace period is for the service's calls.
+    sidecar = start_sidecar(tmp_path / "data", "--grace-seconds", "600")
+    channel = grpc.insecure_channel(sidecar.unix_target)
+    watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    asks = threading.Event()
+
+    def reflection_requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        asks.wait(600)  # the stream stays open
+
+    reflecting = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(reflection_requests())
+    assert next(reflecting).list_services_response.service
+    try:
+        # 600 s of grace would make this wait time out: the exit must not wait for either stream.
+        assert sidecar.stop(signal.SIGTERM, timeout_seconds=60) == 0, sidecar.log()
+        assert "ckpt stopped" in sidecar.log()
+    finally:
+        asks.set()
+        channel.close()
+        if sidecar.process.poll() is None:
+            sidecar.process.kill()
+
+
+def test_a_stopping_server_keeps_its_hands_off_the_socket_of_the_server_that_took_its_path(tmp_path: Path) -> None:
+    # A stops listening when its grace period starts, while a write keeps it running; B, on another
+    # data directory, claims the free path meanwhile. A's exit used to delete B's socket.
+    socket_path = tmp_path / "shared.sock"
+    a = start_sidecar(tmp_path / "a", "--grace-seconds", "600", socket_path=socket_path)
+    b = None
+    try:
+        with CheckpointClient(a.unix_target, retries=0) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            with lmdb_write_lock_held(a):
+                write = pool.submit(client.put, "s", b"\x08\x01")
+                time.sleep(0.2)  # the write is in A's writer, waiting for the lock
+                a.process.send_signal(signal.SIGTERM)
+                deadline = time.monotonic() + 30
+                while "ckpt stopping" not in a.log():
+                    assert time.monotonic() < deadline, a.log()
+                    time.sleep(0.02)
+                b = start_sidecar(tmp_path / "b", socket_path=socket_path, port=free_port())
+                assert not write.done()
+            assert write.result(30).version == 1  # A finished its write
+        assert a.stop() == 0, a.log()
+        assert socket_path.is_socket()
+        with CheckpointClient(b.unix_target, retries=0) as client:
+            assert client.put("on-b", b"\x08\x01").version == 1
+    finally:
+        for sidecar in (a, b):
+            if sidecar is not None and sidecar.process.poll() is None:
+                sidecar.stop()
