@@ -41,7 +41,7 @@ from codec import DecodeError, FrameKind, iter_versions
 
 from . import isolated
 from .client import CheckpointClient, CheckpointError
-from .config import Durability, Retention, StoreConfig
+from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
 from .crosscheck import Problem
 from .errors import DataLoss, NotFound, StoreError
 from .server import ServeConfig, serve
@@ -128,6 +128,13 @@ def _parser() -> argparse.ArgumentParser:
             "--target",
             default=_env("TARGET"),
             help="sidecar address, unix:/path or host:port (env CKPT_TARGET; default the socket in --data-dir)",
+        )
+        p.add_argument(
+            "--max-message-bytes",
+            type=_number(int, "MAX_MESSAGE_BYTES"),
+            default=_env_default("MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES),
+            help="largest message this command sends or takes; match the sidecar's for states over the default"
+            f" (env CKPT_MAX_MESSAGE_BYTES, as serve reads it; default {_size_text(DEFAULT_MAX_MESSAGE_BYTES)})",
         )
 
     s = sub.add_parser("serve", help="run the sidecar", description="Run the gRPC sidecar until SIGTERM/SIGINT.")
@@ -282,8 +289,9 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser(
         "sessions",
         help="list sessions",
-        description="List sessions (one JSON object a line), in session id order; with filters, the sessions"
-        " carrying every --label and last written in [--updated-after, --updated-before).",
+        description="List sessions (one JSON object a line); with filters, the sessions carrying every --label"
+        " and last written in [--updated-after, --updated-before). In session id order, except with time"
+        " filters and no --label: in order of last write (to about a second, then by id).",
     )
     target_arg(ls)
     ls.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
@@ -329,8 +337,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
-        from bench.harness.main import main as bench_main
-
+        try:
+            from bench.harness.main import main as bench_main
+        except ModuleNotFoundError as exc:  # an installed image ships the sidecar, not bench/
+            print(
+                f"ckpt bench: the benchmark harness is not installed here ({exc}); run it from a source checkout",
+                file=sys.stderr,
+            )
+            return 1
         return bench_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
@@ -391,7 +405,10 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
 
 def _client(args: argparse.Namespace) -> CheckpointClient:
     target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
-    return CheckpointClient(target)
+    try:
+        return CheckpointClient(target, max_message_bytes=args.max_message_bytes)
+    except ValueError as exc:
+        raise ValueError(_in_option_terms(str(exc), args)) from None
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:

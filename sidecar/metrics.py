@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -42,6 +43,7 @@ class Metrics:
         # labels() takes a lock and a dict lookup per call: resolve each RPC's
         # children once (RPC names are a fixed set).
         self._per_rpc: dict[str, tuple[Any, Any]] = {}
+        self._http: WSGIServer | None = None
 
     def per_rpc(self, rpc: str) -> tuple[Any, Any]:
         """The request counter and latency histogram of one RPC."""
@@ -53,8 +55,17 @@ class Metrics:
     def watch(self, store: Store) -> None:
         self.registry.register(_StoreCollector(store))
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve /metrics on ``addr``:``port`` (0: a free port) from a daemon thread; the port bound."""
+        self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        """Stop serving /metrics (the port is free again)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
 
 class _StoreCollector(Collector):

@@ -679,9 +679,19 @@ class SidecarServer:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.store = Store(config.store_config())
+        self.metrics = Metrics()
         try:
-            self.metrics = Metrics()
             self.metrics.watch(self.store)
+            #: Where /metrics is served (None: off); bound first, so a port in use fails before anything serves.
+            self.metrics_address: str | None = None
+            if config.metrics_port is not None:
+                try:
+                    port = self.metrics.serve(config.metrics_port)
+                except OSError as exc:
+                    raise Unavailable(
+                        f"cannot serve metrics on 127.0.0.1:{config.metrics_port} (--metrics-port): {exc.strerror}"
+                    ) from None
+                self.metrics_address = f"127.0.0.1:{port}"
             self.health = health.aio.HealthServicer()
             self._blocking = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-blocking")
             self.server = grpc.aio.server(
@@ -719,6 +729,7 @@ class SidecarServer:
             #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
             self._unix_sockets = [sock for addr in config.addresses if (sock := self._bind(addr)) is not None]
         except BaseException:
+            self.metrics.close()
             self.store.close()
             raise
 
@@ -745,17 +756,16 @@ class SidecarServer:
 
     async def start(self) -> None:
         await self.server.start()
-        if self.config.metrics_port is not None:
-            self.metrics.serve(self.config.metrics_port)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         if self.heap_trimmer is not None:
             self.heap_trimmer.start()
         log.info(
-            SERVING_LOG + " listen=%s data_dir=%s durability=%s pid=%d",
+            SERVING_LOG + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
             ",".join(self.config.addresses),
             self.config.data_dir.resolve(),
             self.config.durability.value,
+            self.metrics_address or "off",
             os.getpid(),
         )
 
@@ -778,6 +788,7 @@ class SidecarServer:
         if self.heap_trimmer is not None:
             self.heap_trimmer.stop()
         self.store.close()
+        self.metrics.close()
         for path, identity in self._unix_sockets:
             # Only our own socket: once this server stopped listening (at the
             # start of the grace period), another one may have claimed the path.

@@ -182,6 +182,26 @@ def test_serve_bounds_encoder_memory_by_its_flag(tmp_path: Path) -> None:
         assert sidecar.stop() == 0
 
 
+def test_client_commands_take_the_message_limit_from_the_option_or_the_environment(
+    sidecar: Sidecar, tmp_path: Path
+) -> None:
+    # The commands had the clients' default limit built in: a sidecar serving larger states
+    # (--max-message-bytes) stored states that `ckpt get` could not read back.
+    t = ("--target", sidecar.unix_target)
+    big = os.urandom(300_000)
+    assert ckpt("put", "big", *t, stdin=big).returncode == 0
+    assert ckpt("get", "big", *t).stdout == big
+    for limit in (("--max-message-bytes", "131072"), ()):
+        small = ckpt("get", "big", *t, *limit, env={"CKPT_MAX_MESSAGE_BYTES": "131072"} if not limit else None)
+        assert (
+            small.returncode == 1 and b"over this client's message limit (max_message_bytes = 131072)" in small.stderr
+        )
+    refused = ckpt("put", "big", *t, "--max-message-bytes", "131072", stdin=big)
+    assert refused.returncode == 1 and b"max_message_bytes = 131072" in refused.stderr
+    bad = ckpt("get", "big", *t, "--max-message-bytes", "100")
+    assert bad.returncode == 2 and bad.stderr == b"ckpt get: --max-message-bytes must be >= 1024, got 100\n"
+
+
 def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> None:
     bad = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_THREADS": "abc"})
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr
@@ -252,3 +272,11 @@ def test_history_into_a_closed_pipe_stops_quietly(sidecar: Sidecar) -> None:
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 141
     assert err == b"", err
+
+
+def test_bench_without_the_harness_says_so(tmp_path: Path) -> None:
+    # The container image installs the sidecar without bench/'s harness; `ckpt bench` ended in a traceback there.
+    script = "import sys; sys.modules['bench.harness'] = None; from sidecar.cli import main; sys.exit(main(['bench']))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 1 and b"Traceback" not in out.stderr
+    assert out.stderr.startswith(b"ckpt bench: the benchmark harness is not installed here")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +91,32 @@ def test_a_stopping_server_keeps_its_hands_off_the_socket_of_the_server_that_too
         for sidecar in (a, b):
             if sidecar is not None and sidecar.process.poll() is None:
                 sidecar.stop()
+
+
+def test_a_metrics_port_in_use_is_named_before_anything_serves_and_port_0_is_logged(tmp_path: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    socket_path = tmp_path / "ckpt.sock"
+    with taken:
+        args = ["serve", "--data-dir", str(tmp_path / "data"), "--listen", f"unix:{socket_path}"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", *args, "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert f"ckpt cannot start: cannot serve metrics on 127.0.0.1:{port} (--metrics-port): Address already in use" in (
+        proc.stderr
+    )
+    assert "ckpt serving" not in proc.stderr and not socket_path.exists()  # failed before gRPC bound anything
+    sidecar = start_sidecar(tmp_path / "data", "--metrics-port", "0")  # any free port: the log says which
+    try:
+        found = re.search(r"ckpt serving: .* metrics=127\.0\.0\.1:(\d+) pid=", sidecar.log())
+        assert found, sidecar.log()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=10).read()
+        assert b"ckpt_commits" in text
+    finally:
+        assert sidecar.stop() == 0
