@@ -354,7 +354,9 @@ def _stream_batches(
     Every write without a request id is sent with a new one; the caller's
     messages are not changed (one message given twice is two writes). A write
     too big to share a message goes alone (and the server refuses it if it is
-    over its limit).
+    over its limit); one too big for a message of ``max_message_bytes`` raises
+    ResourceExhaustedError (naming it, its request id on the error) in its
+    place, as an error of ``puts`` would.
     """
     room = max_message_bytes - _STREAM_MESSAGE_SLACK_BYTES
     batch: list[service_pb2.PutRequest] = []
@@ -369,6 +371,18 @@ def _stream_batches(
                 with_id.MergeFrom(put)
                 put = with_id
             size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
+            if size > room:
+                alone = service_pb2.PutStreamRequest(puts=[put], batch_id=n + 1).ByteSize()
+                if alone > max_message_bytes:
+                    # gRPC would fail the whole stream while sending it, answers
+                    # of earlier writes unread, and name no write.
+                    error = ResourceExhaustedError(
+                        f"puts[{i}] (request_id {put.request_id!r}) needs a {alone}-byte PutStream message, over"
+                        f" this client's message limit (max_message_bytes = {max_message_bytes})",
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    )
+                    error.request_id = put.request_id
+                    raise error
             if batch and batch_bytes + size > room:
                 yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
                 batch, batch_bytes, n = [], 0, n + 1
@@ -899,7 +913,13 @@ class CheckpointClient:
 
 
 class AsyncCheckpointClient:
-    """asyncio client with the same methods, arguments, errors and retries as CheckpointClient (awaitable)."""
+    """asyncio client with the same methods, arguments, errors and retries as CheckpointClient (awaitable).
+
+    A write the caller cancels (``asyncio.timeout``, ``wait_for``, a TaskGroup)
+    raises CancelledError, not an error carrying its request id, and the sidecar
+    commits it anyway once queued: pass your own ``request_id`` to writes that
+    may be cancelled, so that resending one cannot write twice.
+    """
 
     def __init__(
         self,

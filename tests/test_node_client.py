@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,48 @@ def test_node_client_put_merge_get_history_conflict(tmp_path: Path) -> None:
         ]
         assert out["conflict"]["current_version"] == 2
         assert "expected_version 1 but the head is version 2" in out["conflict"]["message"]
+
+
+# One write from Node, printed as JSON: its result, or its error's code and requestId.
+_PUT_ONCE = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, session, timeoutMs, requestId] = process.argv.slice(2);
+const client = new CheckpointClient(target, { timeoutMs: Number(timeoutMs) });
+client.put(session, Buffer.from([0x08, 0x01]), { requestId }).then(
+  (r) => console.log(JSON.stringify({ version: r.version, replayed: r.replayed })),
+  (e) => console.log(JSON.stringify({ code: e.code, requestId: e.requestId || null })),
+).finally(() => client.close());
+"""
+
+
+def _node_put(target: str, session: str, *, timeout_ms: int, request_id: str = "") -> subprocess.Popen[str]:
+    node = shutil.which("node")
+    assert node, "node is not installed"
+    args = [node, "-e", _PUT_ONCE, str(NODE_CLIENT / "ckpt_client.js"), target, session, str(timeout_ms), request_id]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _answer(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return dict(json.loads(out))
+
+
+def test_node_client_outlasts_a_restart_and_bounds_a_call_by_its_timeout(tmp_path: Path) -> None:
+    # The client had neither: a put to a stopped sidecar failed at once (with no request id to resend
+    # it by), and one to a hung sidecar waited forever.
+    socket_path = tmp_path / "late.sock"
+    early = _node_put(f"unix:{socket_path}", "restart", timeout_ms=20_000)  # nothing listens yet
+    sidecar = start_sidecar(tmp_path / "data", socket_path=socket_path)
+    try:
+        assert _answer(early) == {"version": 1, "replayed": False}
+        sidecar.process.send_signal(signal.SIGSTOP)  # hung: accepts nothing, answers nothing
+        try:
+            hung = _answer(_node_put(sidecar.unix_target, "hung", timeout_ms=1000, request_id="n-1"))
+        finally:
+            sidecar.process.send_signal(signal.SIGCONT)
+        assert hung == {"code": 4, "requestId": "n-1"}  # DEADLINE_EXCEEDED, with the id to resend by
+        resent = _answer(_node_put(sidecar.unix_target, "hung", timeout_ms=20_000, request_id="n-1"))
+        assert resent["version"] == 1  # written once, whether the first attempt reached the writer or not
+    finally:
+        assert sidecar.stop() == 0

@@ -30,23 +30,57 @@ class ConflictError extends Error {
   }
 }
 
+// What the sidecar answers while it restarts or shuts down (CANCELLED: a call
+// it received but had not started): the same request is sent again.
+const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
+
 class CheckpointClient {
-  // target: "unix:/path/ckpt.sock" or "host:port"
-  constructor(target) {
+  // target: "unix:/path/ckpt.sock" or "host:port". timeoutMs bounds a whole
+  // call, retries included; UNAVAILABLE is retried `retries` times, backing
+  // off from 50 ms doubling to 1 s, as the Python clients do.
+  constructor(target, { timeoutMs = 30000, retries = 6 } = {}) {
     const Service = loadService();
     this.stub = new Service(target, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      // The sidecar is local: reconnect within the retries' backoff, not after
+      // gRPC's default of 1 s growing to 2 min.
+      'grpc.initial_reconnect_backoff_ms': 50,
+      'grpc.min_reconnect_backoff_ms': 50,
+      'grpc.max_reconnect_backoff_ms': 1000,
     });
+    this.timeoutMs = timeoutMs;
+    this.retries = retries;
   }
 
-  call(method, request) {
+  // One request, resent unchanged (a Put keeps its request_id, so a retry
+  // after a lost reply never writes twice). A Put's error carries its
+  // requestId: resend the same write with it to learn its outcome.
+  async call(method, request) {
+    const deadline = Date.now() + this.timeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.once(method, request, deadline);
+      } catch (err) {
+        const delayMs = Math.min(50 * 2 ** attempt, 1000);
+        if (!RETRYABLE.has(err.code) || attempt >= this.retries || Date.now() + delayMs >= deadline) {
+          if (request.request_id) err.requestId = request.request_id;
+          throw err;
+        }
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+    }
+  }
+
+  once(method, request, deadline) {
     return new Promise((resolve, reject) => {
-      this.stub[method](request, (err, reply) => {
+      this.stub[method](request, { deadline }, (err, reply) => {
         if (!err) return resolve(reply);
         if (err.code === grpc.status.ABORTED) {
           const head = err.metadata && err.metadata.get('ckpt-current-version')[0];
-          return reject(new ConflictError(err.details, Number(head || 0)));
+          const conflict = new ConflictError(err.details, Number(head || 0));
+          conflict.code = err.code;
+          return reject(conflict);
         }
         reject(err);
       });
