@@ -678,7 +678,13 @@ class SidecarServer:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.store = Store(config.store_config())
+        loop = asyncio.get_running_loop()
+        #: Set when the store stopped taking writes (a failed commit): the sidecar then stops, exit 1.
+        self.writes_stopped = asyncio.Event()
+        self.store = Store(
+            config.store_config(),
+            on_writes_stopped=lambda reason: loop.call_soon_threadsafe(self.writes_stopped.set),
+        )
         self.metrics = Metrics()
         try:
             self.metrics.watch(self.store)
@@ -825,7 +831,7 @@ def _claim_unix_socket(path: Path) -> None:
 
 
 def serve(config: ServeConfig) -> int:
-    """Run until SIGTERM or SIGINT; return the exit code."""
+    """Run until SIGTERM or SIGINT (exit code 0), or until the store stops taking writes (1)."""
     return asyncio.run(_serve(config))
 
 
@@ -842,7 +848,12 @@ async def _serve(config: ServeConfig) -> int:
             return 1
         try:
             await sidecar.start()
-            await stop.wait()
+            # A store that stopped taking writes is reopened by restarting: exit
+            # (1, so that a supervisor restarts it) rather than serve reads only.
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(sidecar.writes_stopped.wait())]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
         finally:
             await sidecar.stop()
     finally:
@@ -852,7 +863,7 @@ async def _serve(config: ServeConfig) -> int:
             # re-sending it, or a second Ctrl-C) arriving between a clean stop
             # and the exit would kill the process and turn its exit 0 into -15.
             signal.signal(sig, signal.SIG_IGN)
-    return 0
+    return 1 if sidecar.writes_stopped.is_set() else 0
 
 
 def wait_until_serving(target: str, timeout_seconds: float = 10.0) -> None:

@@ -257,9 +257,20 @@ class Store:
     a live server (LMDB serves readers in other processes consistently).
     """
 
-    def __init__(self, config: StoreConfig, *, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        readonly: bool = False,
+        on_writes_stopped: Callable[[str], object] | None = None,
+    ) -> None:
         self.config = config
         self.readonly = readonly
+        #: Why the store stopped taking writes (a commit failed with an I/O error), or None.
+        self.writes_stopped: str | None = None
+        # Called once, on the writer thread, when writes stop: a server exits
+        # so that its supervisor reopens the store.
+        self._on_writes_stopped = on_writes_stopped
         lmdb_dir = config.data_dir / "lmdb"
         if readonly:
             if not (lmdb_dir / "data.mdb").is_file():
@@ -291,6 +302,7 @@ class Store:
         self._queued_bytes = 0
         self._room = threading.Condition(self._submit_lock)
         self._closed = False
+        self._env_closed = False  # set under the exclusive lock, as LMDB closes
         self._close_lock = threading.Lock()
         # One sweep at a time (the sweeper thread's, or a caller's sweep()).
         self._sweep_lock = threading.Lock()
@@ -359,6 +371,7 @@ class Store:
             self._sweeper.join()
         with self._rw.exclusive():
             self._env.close()
+            self._env_closed = True
         if self._lock_file is not None:
             self._lock_file.close()
 
@@ -846,9 +859,9 @@ class Store:
         return self._states.misses
 
     def stats(self) -> dict[str, Any]:
-        info = self._env.info()
-        stat = self._env.stat()
-        with self._read() as txn:
+        with self._read() as txn:  # under the lock a map resize takes: info() and stat() read the map
+            info = self._env.info()
+            stat = self._env.stat()
             sessions = txn.stat(self._sessions)["entries"]
             frames = txn.stat(self._frames)["entries"]
         return {
@@ -1337,6 +1350,8 @@ class Store:
         size = op.size_bytes
         with self._room:
             while True:
+                if self.writes_stopped is not None:
+                    raise Unavailable(self.writes_stopped)
                 if self._closing.is_set():
                     if self.readonly:
                         raise Unavailable("the store is open read-only; writes are refused")
@@ -1377,6 +1392,8 @@ class Store:
             raise Unavailable("the store is closed")
         while True:
             with self._rw.shared():
+                if self._env_closed:  # closed while this reader waited for the lock
+                    raise Unavailable("the store is closed")
                 try:
                     txn = self._env.begin()
                 except lmdb.MapResizedError:
@@ -1446,6 +1463,8 @@ class Store:
     def _run_batch(self, ops: list[_Op], *, isolate: bool = False) -> None:
         """Apply ops in one write transaction, commit, then resolve their futures.
 
+        Once a commit has failed (writes_stopped), ops are refused unapplied.
+
         Ops that fail clean (puts, forks, deletes: errors only before their first
         write) share the transaction directly; any other op gets a nested
         transaction, so a failure undoes only its own writes. A nested
@@ -1453,6 +1472,9 @@ class Store:
         fast path. Should a clean op raise something unexpected, the batch is
         redone with every op nested (``isolate``).
         """
+        if self.writes_stopped is not None:
+            self._refuse(ops)
+            return
         while True:
             batch = _Batch()
             outcomes: list[tuple[_Op, Any, BaseException | None]] = []
@@ -1505,9 +1527,8 @@ class Store:
                     self._forget(sid)
                 full = _disk_full(exc, self._data_file, sum(op.size_bytes for op in ops))
                 if full is None:
-                    self._answered(ops)
-                    for op in ops:
-                        op.resolve(None, Unavailable(f"commit failed: {exc!r}"))
+                    self._stop_writes(exc)
+                    self._refuse(ops)
                     return
                 # Pages freed inside the file may still hold a smaller commit.
                 self._split_or_refuse(
@@ -1534,6 +1555,37 @@ class Store:
             for loop, settled in by_loop.items():
                 _settle_on(loop, settled)
             return
+
+    def _stop_writes(self, exc: BaseException) -> None:
+        """After a commit failed with an I/O error: take no more writes until reopened.
+
+        The writes queued behind the failed batch would otherwise commit
+        without it, out of the order they were sent (a stream's next batch
+        after a refused one); and after a failed fsync what the page cache
+        holds is no longer known to be what the disk will keep. As databases
+        do on a failed fsync, stop writing: reopening starts from the last
+        committed transaction, which LMDB never lost.
+        """
+        with self._room:
+            self.writes_stopped = (
+                f"the store stopped taking writes: a commit failed ({exc!r}); nothing after it was written."
+                " Reopen the store (restart the sidecar), then retry with the same request_id"
+            )
+            self._room.notify_all()  # writes waiting for room are refused now
+        log.error("%s", self.writes_stopped)
+        if self._on_writes_stopped is not None:
+            try:
+                self._on_writes_stopped(self.writes_stopped)
+            except Exception:
+                log.exception("on_writes_stopped failed")
+
+    def _refuse(self, ops: list[_Op]) -> None:
+        """Answer ``ops`` Unavailable(writes_stopped): none of them was written."""
+        assert self.writes_stopped is not None
+        self._answered(ops)
+        for op in ops:
+            if not op.resolved:
+                op.resolve(None, Unavailable(self.writes_stopped))
 
     def _split_or_refuse(self, ops: list[_Op], *, isolate: bool, error: StoreFull) -> None:
         """At a size limit: each write of a batch gets its own chance; a lone write is refused with ``error``."""

@@ -182,6 +182,29 @@ def test_an_expiry_entry_left_behind_does_not_expire_a_newer_record_of_the_same_
     assert ckpt("verify", "--data-dir", str(config.data_dir)).returncode == 0
 
 
+def test_a_read_that_waited_for_the_lock_while_the_store_closed_is_unavailable(store: Store) -> None:
+    # A reader past close()'s first check, waiting for the lock while close() closed LMDB, then
+    # began a transaction on the closed environment: a bare lmdb.Error, not Unavailable.
+    store.put("s", state_of("s", 1))
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(store.get("s", use_cache=False).state)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read)
+    with store._rw.exclusive():  # as close() holds it to close LMDB
+        reader.start()
+        time.sleep(0.2)  # the reader waits for the lock
+        store._env.close()
+        store._env_closed = True
+    reader.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], Unavailable), outcome
+    assert str(outcome[0]) == "the store is closed"
+
+
 def test_a_store_that_fails_to_open_releases_its_directory(config: StoreConfig) -> None:
     config.data_dir.mkdir(parents=True)
     (config.data_dir / "lmdb").write_text("not a directory")  # LMDB cannot open here
