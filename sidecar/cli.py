@@ -40,7 +40,7 @@ from google.protobuf.json_format import MessageToDict
 from codec import DecodeError, FrameKind, iter_versions
 
 from . import isolated
-from .client import CheckpointClient, CheckpointError
+from .client import CheckpointClient, CheckpointError, UnavailableError
 from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
 from .crosscheck import Problem
 from .errors import DataLoss, NotFound, StoreError
@@ -355,7 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # killed by SIGPIPE, as the shell would report it
     except (CheckpointError, StoreError, OSError) as exc:
-        print(f"ckpt {args.command}: {exc}", file=sys.stderr)
+        hint = ""
+        if isinstance(exc, UnavailableError) and "failed to connect" in str(exc):
+            hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
+        print(f"ckpt {args.command}: {exc}{hint}", file=sys.stderr)
         return 1
     except lmdb.Error as exc:  # a damaged LMDB file (inspect/verify/stats): say so, no traceback
         print(f"ckpt {args.command}: the LMDB database in {args.data_dir} is damaged: {exc}", file=sys.stderr)
@@ -507,11 +510,12 @@ def _inspect(args: argparse.Namespace) -> int:
     )
     print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
     depth = 0
-    for version, vinfo, frame_bytes in frames:
+    for version, vinfo, frame_bytes, starts_chain in frames:
+        # A corrupt frame still holds its place in its chain (by its raw kind byte, as verify reads it).
+        depth = 0 if starts_chain else depth + 1
         if isinstance(vinfo, DataLoss):
-            print(f"{version:>8} CORRUPT {'':>4} {frame_bytes:>9}  (run `ckpt verify` for details)")
+            print(f"{version:>8} CORRUPT {depth:>4} {frame_bytes:>9}  (run `ckpt verify` for details)")
             continue
-        depth = 0 if vinfo.frame_kind is FrameKind.FULL else depth + 1
         print(
             f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
             f"{vinfo.state_size:>10}  {vinfo.created_unix_nanos}"
@@ -519,10 +523,15 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int]]]:
-    """What inspect prints of a session: its record and each version's info and frame size."""
+def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:
+    """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL."""
     info, frames = store.frames_of(session)
-    return info, [(version, vinfo, len(frame)) for version, vinfo, frame in frames]
+    return info, [(version, vinfo, len(frame), _starts_chain(frame)) for version, vinfo, frame in frames]
+
+
+def _starts_chain(frame: bytes) -> bool:
+    """Whether a stored frame is FULL, by its kind byte alone (read raw: its header may fail its checks)."""
+    return len(frame) > 5 and frame[5] == FrameKind.FULL
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -602,6 +611,7 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
     except (StoreError, lmdb.Error) as exc:  # a damaged record or B-tree page: report it, check the others
         return [str(exc)]
     problems = [str(vinfo) for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)]
+    corrupt = {version for version, vinfo, _ in frames if isinstance(vinfo, DataLoss)}
     chain: list[bytes] = []
     chain_versions: list[int] = []
     expected = info.first_version
@@ -610,7 +620,7 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
             problems.append(f"version {expected} is missing (next stored is {version})")
             expected = version
         # The kind byte is read raw: a frame whose header is corrupt still splits chains.
-        if version is None or (frame is not None and len(frame) > 5 and frame[5] == FrameKind.FULL):
+        if version is None or (frame is not None and _starts_chain(frame)):
             if chain:
                 decoded = 0
                 try:
@@ -619,8 +629,9 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
                 except DecodeError as exc:
                     # The frame after the last one decoded failed; name it if the codec could not.
                     failed = chain_versions[decoded]
-                    text = str(exc)
-                    problems.append(text if f"version {failed}" in text else f"version {failed}: {text}")
+                    if failed not in corrupt:  # reported once, above
+                        text = str(exc)
+                        problems.append(text if f"version {failed}" in text else f"version {failed}: {text}")
             chain, chain_versions = [], []
         if version is None:
             break

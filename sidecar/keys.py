@@ -84,8 +84,10 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
             raise InvalidArgument(f"{field} key {key!r} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
             raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
-        if _has_control(key) or _has_control(value):
-            raise InvalidArgument(f"{field} entry {key!r} {_HAS_CONTROL}")
+        if _has_control(key):
+            raise InvalidArgument(f"{field} key {key!r} {_HAS_CONTROL}")
+        if _has_control(value):
+            raise InvalidArgument(f"{field}[{key!r}] value {value!r} {_HAS_CONTROL}")
 
 
 def frame_key(sid: bytes, version: int) -> bytes:

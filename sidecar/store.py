@@ -277,6 +277,8 @@ class Store:
                 raise NotFound(f"no ckpt store in {config.data_dir} (missing {lmdb_dir / 'data.mdb'})")
             self._lock_file = None
         else:
+            if config.data_dir.exists() and not config.data_dir.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock_file = _lock_data_dir(config.data_dir)
         try:
@@ -1517,7 +1519,8 @@ class Store:
                     isolate=isolate,
                     error=StoreFull(
                         f"the store is full: the LMDB map reached max_map_size_bytes"
-                        f" ({self.config.max_map_size_bytes}); nothing was written"
+                        f" ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes); nothing was written:"
+                        " raise it, or delete sessions to free room inside the map"
                     ),
                 )
                 return
@@ -1711,10 +1714,17 @@ def _version_info(session_id: str, version: int, value: Any) -> VersionInfo:
     """What a stored version's metadata and frame header say; DataLoss naming it if they do not parse."""
     try:
         meta = _meta_of(value)
-        header, _ = parse(_frame_of(value))
         mode = WriteMode(meta.mode)
-    except (struct.error, DecodeProtoError, DecodeError, ValueError) as exc:
+    except (struct.error, DecodeProtoError, ValueError) as exc:
         raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    try:
+        header, _ = parse(_frame_of(value))
+    except DecodeError as exc:  # the frame, not the metadata: its checksum or header
+        text = str(exc)
+        where = (
+            f"session {session_id!r}" if f"version {version}" in text else f"session {session_id!r} version {version}"
+        )
+        raise DataLoss(f"{where}: {text}") from None
     return VersionInfo(
         version=version,
         parent_version=version - 1 if mode != WriteMode.FORK else 0,

@@ -213,6 +213,9 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
     assert ckpt("serve", "--help", env={"CKPT_METRICS_PORT": "x"}).returncode == 0
     client = ckpt("get", "s", "--target", f"unix:{tmp_path / 'none.sock'}", env={"CKPT_THREADS": "abc"})
     assert client.returncode == 1 and b"Traceback" not in client.stderr and b"threads" not in client.stderr
+    assert client.stderr.endswith(
+        b"; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)\n"
+    )
 
 
 @pytest.mark.parametrize(

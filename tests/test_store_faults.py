@@ -205,6 +205,12 @@ def test_a_read_that_waited_for_the_lock_while_the_store_closed_is_unavailable(s
     assert str(outcome[0]) == "the store is closed"
 
 
+def test_a_data_dir_that_is_a_file_is_named_as_such(config: StoreConfig) -> None:
+    config.data_dir.write_text("")
+    with pytest.raises(NotADirectoryError, match=r"the data directory is not a directory: '.*data'"):
+        Store(config)
+
+
 def test_a_store_that_fails_to_open_releases_its_directory(config: StoreConfig) -> None:
     config.data_dir.mkdir(parents=True)
     (config.data_dir / "lmdb").write_text("not a directory")  # LMDB cannot open here
@@ -231,6 +237,11 @@ def test_the_longest_labels_on_the_longest_session_id_are_stored_and_indexed(sto
         ({"k" * 64: "v"}, "is 64 bytes; it must be 1-63"),
         ({"k\ud800": "v"}, "is not valid UTF-8"),
         ({"k": "v\udfff"}, "is not valid UTF-8"),
+        ({"k\n": "v"}, "labels key 'k\\\\n' contains an ASCII control character"),
+        (
+            {"k": "v\x7f"},
+            "labels\\['k'\\] value 'v\\\\x7f' contains an ASCII control character",
+        ),  # the value, not the key
     ],
 )
 def test_labels_out_of_bounds_are_invalid_arguments(store: Store, labels: dict[str, str], message: str) -> None:
@@ -377,3 +388,30 @@ def test_a_request_id_reused_for_another_write_is_refused(store: Store, other: P
     with pytest.raises(InvalidArgument, match=r"request_id 'r1' was used for a different write .* made version 1"):
         store.write(other)
     assert store.session("idem").head_version == first.version == 1  # nothing written
+
+
+def test_a_frame_failing_its_checksum_is_reported_once_and_keeps_its_place_in_the_chain(
+    config: StoreConfig,
+) -> None:
+    # verify reported it twice (first as corrupt "metadata"), and inspect's chain column
+    # restarted its count after the CORRUPT row.
+    with Store(config) as store:
+        for v in range(1, 4):  # a FULL frame, then two DELTAs (CHAINS: up to 3 after the FULL)
+            store.put("m", state_of("m", v))
+        assert [i.frame_kind for i in store.list_versions("m")[0]] == [FrameKind.DELTA, FrameKind.DELTA, FrameKind.FULL]
+    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8)
+    with env.begin(write=True, db=env.open_db(b"frames")) as txn:
+        key = b"m\x00" + (2).to_bytes(8, "big")
+        value = bytearray(txn.get(key) or b"")
+        value[-3] ^= 0x40  # in the payload: the frame's checksum fails, its header parses
+        txn.put(key, bytes(value))
+    env.close()
+    verify = ckpt("verify", "m", "--data-dir", str(config.data_dir))
+    failures = [line for line in verify.stderr.decode().splitlines() if line.startswith("FAIL")]
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("FAIL session 'm': session 'm': frame checksum mismatch for version 2")
+    assert "metadata" not in failures[0]
+    inspect = ckpt("inspect", "m", "--data-dir", str(config.data_dir)).stdout.decode().splitlines()
+    chain_column = {line.split()[0]: line.split()[2] for line in inspect[2:]}
+    assert chain_column == {"1": "0", "2": "1", "3": "2"}, inspect
+    assert inspect[3].split()[1] == "CORRUPT"
