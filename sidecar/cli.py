@@ -610,7 +610,10 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
         return None if vanished_ok else [str(exc)]
     except (StoreError, lmdb.Error) as exc:  # a damaged record or B-tree page: report it, check the others
         return [str(exc)]
-    problems = [str(vinfo) for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)]
+    # Said under the session's name already: its own "session 'x': " prefix goes.
+    problems = [
+        str(vinfo).removeprefix(f"session {session!r}: ") for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)
+    ]
     corrupt = {version for version, vinfo, _ in frames if isinstance(vinfo, DataLoss)}
     chain: list[bytes] = []
     chain_versions: list[int] = []

@@ -409,7 +409,7 @@ def test_a_frame_failing_its_checksum_is_reported_once_and_keeps_its_place_in_th
     verify = ckpt("verify", "m", "--data-dir", str(config.data_dir))
     failures = [line for line in verify.stderr.decode().splitlines() if line.startswith("FAIL")]
     assert len(failures) == 1, failures
-    assert failures[0].startswith("FAIL session 'm': session 'm': frame checksum mismatch for version 2")
+    assert failures[0].startswith("FAIL session 'm': frame checksum mismatch for version 2")
     assert "metadata" not in failures[0]
     inspect = ckpt("inspect", "m", "--data-dir", str(config.data_dir)).stdout.decode().splitlines()
     chain_column = {line.split()[0]: line.split()[2] for line in inspect[2:]}
