@@ -863,7 +863,7 @@ async def _serve(config: ServeConfig) -> int:
             # re-sending it, or a second Ctrl-C) arriving between a clean stop
             # and the exit would kill the process and turn its exit 0 into -15.
             signal.signal(sig, signal.SIG_IGN)
-    return 1 if sidecar.writes_stopped.is_set() else 0
+    return 1 if sidecar.store.writes_stopped is not None else 0  # also if the last commit, at close, failed
 
 
 def wait_until_serving(target: str, timeout_seconds: float = 10.0) -> None:
