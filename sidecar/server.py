@@ -17,7 +17,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,10 +340,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         requests, latency = m.per_rpc(rpc)
         requests.inc()
         self.rpcs_started += 1
+        self._rpc_began()
         start = time.perf_counter()
         try:
-            with self._serving():
-                return await fn()
+            return await fn()
         except StoreError as exc:
             await self._abort(rpc, context, exc)
         except Exception:
@@ -352,6 +352,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
         finally:
             latency.observe(time.perf_counter() - start)
+            self._rpc_ended()
         raise AssertionError("unreachable: context.abort raises")
 
     async def _abort(self, rpc: str, context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:
@@ -436,24 +437,26 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
         return await self._call("DeleteSession", context, lambda: self._off_loop(run))
 
-    @contextlib.contextmanager
-    def _serving(self) -> Iterator[None]:
+    # Plain calls, not a context manager: _call runs them on every unary RPC.
+    def _rpc_began(self) -> None:
         self._in_flight += 1
         self.idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self.idle.set()
+
+    def _rpc_ended(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self.idle.set()
 
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[service_pb2.PutStreamResponse]:
-        with self._serving():
+        self._rpc_began()
+        try:
             async with contextlib.aclosing(self._put_stream(request_iterator, context)) as responses:
                 async for response in responses:
                     yield response
+        finally:
+            self._rpc_ended()
 
     async def _put_stream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
