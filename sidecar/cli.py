@@ -122,6 +122,24 @@ def _parser() -> argparse.ArgumentParser:
             help="data directory (env CKPT_DATA_DIR; default ./data)",
         )
 
+    def env_option(
+        p: argparse.ArgumentParser,
+        flag: str,
+        kind: Callable[[str], Any] | list[str],
+        default: Any,
+        help_text: str,
+        *,
+        shown: str | None,
+    ) -> None:
+        """``flag``, also set by CKPT_<its name>, which is checked as the option is; ``kind`` is int,
+        float, or the choices. The help ends naming the variable and ``shown``, the default."""
+        env = flag.removeprefix("--").replace("-", "_").upper()
+        checked: dict[str, Any] = (
+            {"choices": kind, "type": _choice(kind, env)} if isinstance(kind, list) else {"type": _number(kind, env)}
+        )
+        where = f"env CKPT_{env}" + (f"; default {shown}" if shown is not None else "")
+        p.add_argument(flag, default=_env_default(env, default), help=f"{help_text} ({where})", **checked)
+
     def target_arg(p: argparse.ArgumentParser) -> None:
         data_dir_arg(p)
         p.add_argument(
@@ -129,12 +147,14 @@ def _parser() -> argparse.ArgumentParser:
             default=_env("TARGET"),
             help="sidecar address, unix:/path or host:port (env CKPT_TARGET; default the socket in --data-dir)",
         )
-        p.add_argument(
+        env_option(
+            p,
             "--max-message-bytes",
-            type=_number(int, "MAX_MESSAGE_BYTES"),
-            default=_env_default("MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES),
-            help="largest message this command sends or takes; match the sidecar's for states over the default"
-            f" (env CKPT_MAX_MESSAGE_BYTES, as serve reads it; default {_size_text(DEFAULT_MAX_MESSAGE_BYTES)})",
+            int,
+            DEFAULT_MAX_MESSAGE_BYTES,
+            "largest message this command sends or takes; raise it with the sidecar's --max-message-bytes (the"
+            " same variable) for larger states",
+            shown=_size_text(DEFAULT_MAX_MESSAGE_BYTES),
         )
 
     s = sub.add_parser("serve", help="run the sidecar", description="Run the gRPC sidecar until SIGTERM/SIGINT.")
@@ -146,112 +166,112 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="unix:/path or host:port; repeatable (env CKPT_LISTEN, comma-separated; default unix:DATA_DIR/ckpt.sock)",
     )
-    s.add_argument(
-        "--metrics-port",
-        type=_number(int, "METRICS_PORT"),
-        default=_env_default("METRICS_PORT", None),
-        help="serve Prometheus metrics on 127.0.0.1:PORT (env CKPT_METRICS_PORT; default off)",
-    )
-    s.add_argument(
+    defaults = _SERVE_DEFAULTS
+    env_option(s, "--metrics-port", int, None, "serve Prometheus metrics on 127.0.0.1:PORT", shown="off")
+    env_option(
+        s,
         "--max-message-bytes",
-        type=_number(int, "MAX_MESSAGE_BYTES"),
-        default=_env_default("MAX_MESSAGE_BYTES", _SERVE_DEFAULTS["max_message_bytes"]),
-        help="largest message in either direction (env CKPT_MAX_MESSAGE_BYTES; default "
-        f"{_size_text(_SERVE_DEFAULTS['max_message_bytes'])})",
+        int,
+        defaults["max_message_bytes"],
+        "largest message in either direction",
+        shown=_size_text(defaults["max_message_bytes"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--durability",
-        choices=[d.value for d in Durability],
-        type=_choice([d.value for d in Durability], "DURABILITY"),
-        default=_env_default("DURABILITY", _SERVE_DEFAULTS["durability"].value),
-        help="sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits "
-        "(env CKPT_DURABILITY; default sync)",
+        [mode.value for mode in Durability],
+        defaults["durability"].value,
+        "sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits",
+        shown=defaults["durability"].value,
     )
-    s.add_argument(
+    env_option(
+        s,
         "--cache-size-bytes",
-        type=_number(int, "CACHE_SIZE_BYTES"),
-        default=_env_default("CACHE_SIZE_BYTES", _SERVE_DEFAULTS["cache_size_bytes"]),
-        help="memory for latest states (env CKPT_CACHE_SIZE_BYTES; default "
-        f"{_size_text(_SERVE_DEFAULTS['cache_size_bytes'])})",
+        int,
+        defaults["cache_size_bytes"],
+        "memory for latest states",
+        shown=_size_text(defaults["cache_size_bytes"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--encoder-cache-bytes",
-        type=_number(int, "ENCODER_CACHE_BYTES"),
-        default=_env_default("ENCODER_CACHE_BYTES", _SERVE_DEFAULTS["encoder_cache_bytes"]),
-        help="memory for recently written sessions' encoders (head state and zstd stream), so their next write"
-        " needs no LMDB read (env CKPT_ENCODER_CACHE_BYTES; default "
-        f"{_size_text(_SERVE_DEFAULTS['encoder_cache_bytes'])})",
+        int,
+        defaults["encoder_cache_bytes"],
+        "memory for recently written sessions' encoders (head state and zstd stream), so their next write"
+        " needs no LMDB read",
+        shown=_size_text(defaults["encoder_cache_bytes"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--max-map-size-bytes",
-        type=_number(int, "MAX_MAP_SIZE_BYTES"),
-        default=_env_default("MAX_MAP_SIZE_BYTES", _SERVE_DEFAULTS["max_map_size_bytes"]),
-        help="cap on the LMDB map (env CKPT_MAX_MAP_SIZE_BYTES; default "
-        f"{_size_text(_SERVE_DEFAULTS['max_map_size_bytes'])})",
+        int,
+        defaults["max_map_size_bytes"],
+        "cap on the LMDB map",
+        shown=_size_text(defaults["max_map_size_bytes"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--max-queued-write-bytes",
-        type=_number(int, "MAX_QUEUED_WRITE_BYTES"),
-        default=_env_default("MAX_QUEUED_WRITE_BYTES", _SERVE_DEFAULTS["max_queued_write_bytes"]),
-        help="most bytes of states waiting for the writer; past it a unary Put fails UNAVAILABLE at once (clients"
-        " retry) and a PutStream waits (env CKPT_MAX_QUEUED_WRITE_BYTES; default "
-        f"{_size_text(_SERVE_DEFAULTS['max_queued_write_bytes'])})",
+        int,
+        defaults["max_queued_write_bytes"],
+        "most bytes of states waiting for the writer; past it a unary Put fails UNAVAILABLE at once (clients"
+        " retry) and a PutStream waits",
+        shown=_size_text(defaults["max_queued_write_bytes"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--threads",
-        type=_number(int, "THREADS"),
-        default=_env_default("THREADS", _SERVE_DEFAULTS["threads"]),
-        help="threads for store calls that may block: cache-miss reads, listings, forks, deletes; RPCs run on"
-        f" one event loop (env CKPT_THREADS; default {_SERVE_DEFAULTS['threads']})",
+        int,
+        defaults["threads"],
+        "threads for store calls that may block: cache-miss reads, listings, forks, deletes; RPCs run on"
+        " one event loop",
+        shown=str(defaults["threads"]),
     )
-    s.add_argument(
+    env_option(
+        s,
         "--grace-seconds",
-        type=_number(float, "GRACE_SECONDS"),
-        default=_env_default("GRACE_SECONDS", _SERVE_DEFAULTS["grace_seconds"]),
-        help="time in-flight RPCs get on shutdown (env CKPT_GRACE_SECONDS; default 10)",
+        float,
+        defaults["grace_seconds"],
+        "time in-flight RPCs get on shutdown",
+        shown=f"{defaults['grace_seconds']:g}",
     )
-    s.add_argument(
+    env_option(
+        s,
         "--heap-trim-interval-seconds",
-        type=_number(float, "HEAP_TRIM_INTERVAL_SECONDS"),
-        default=_env_default("HEAP_TRIM_INTERVAL_SECONDS", _SERVE_DEFAULTS["heap_trim_interval_seconds"]),
-        help="this often, if anything was served since the last time, give the C heap's free memory back to the"
-        " OS (glibc malloc_trim), which glibc otherwise keeps after a burst; 0 = never (env"
-        f" CKPT_HEAP_TRIM_INTERVAL_SECONDS; default {_SERVE_DEFAULTS['heap_trim_interval_seconds']:g})",
+        float,
+        defaults["heap_trim_interval_seconds"],
+        "this often, if anything was served since the last time, give the C heap's free memory back to the"
+        " OS (glibc malloc_trim), which glibc otherwise keeps after a burst; 0 = never",
+        shown=f"{defaults['heap_trim_interval_seconds']:g}",
     )
-    s.add_argument(
-        "--keep-last-versions",
-        type=_number(int, "KEEP_LAST_VERSIONS"),
-        default=_env_default("KEEP_LAST_VERSIONS", None),
-        help="retention: keep at least the newest N versions (env CKPT_KEEP_LAST_VERSIONS)",
-    )
-    s.add_argument(
+    env_option(s, "--keep-last-versions", int, None, "retention: keep at least the newest N versions", shown=None)
+    env_option(
+        s,
         "--keyframe-after-quiet-seconds",
-        type=_number(float, "KEYFRAME_AFTER_QUIET_SECONDS"),
-        default=_env_default("KEYFRAME_AFTER_QUIET_SECONDS", None),
-        help="once a session has written nothing this long, rewrite its head as a FULL frame (same state), so"
-        " the cold read that resumes it decodes one frame (env CKPT_KEYFRAME_AFTER_QUIET_SECONDS; default off)",
+        float,
+        None,
+        "once a session has written nothing this long, rewrite its head as a FULL frame (same state), so"
+        " the cold read that resumes it decodes one frame",
+        shown="off",
     )
-    s.add_argument(
+    env_option(
+        s,
         "--request-id-ttl-seconds",
-        type=_number(float, "REQUEST_ID_TTL_SECONDS"),
-        default=_env_default("REQUEST_ID_TTL_SECONDS", _SERVE_DEFAULTS["request_id_ttl_seconds"]),
-        help="how long a write's request id answers its retries with the first result; a retry later than this"
-        " writes again, so make it longer than any client keeps retrying (env CKPT_REQUEST_ID_TTL_SECONDS;"
-        f" default {_SERVE_DEFAULTS['request_id_ttl_seconds']:g}, a day)",
+        float,
+        defaults["request_id_ttl_seconds"],
+        "how long a write's request id answers its retries with the first result; a retry later than this"
+        " writes again, so make it longer than any client keeps retrying",
+        shown=f"{defaults['request_id_ttl_seconds']:g}, a day",
     )
-    s.add_argument(
+    env_option(
+        s,
         "--sweep-interval-seconds",
-        type=_number(float, "SWEEP_INTERVAL_SECONDS"),
-        default=_env_default("SWEEP_INTERVAL_SECONDS", _SERVE_DEFAULTS["sweep_interval_seconds"]),
-        help="how often the background sweeper applies retention, frees expired request ids and writes quiet"
-        f" keyframes (env CKPT_SWEEP_INTERVAL_SECONDS; default {_SERVE_DEFAULTS['sweep_interval_seconds']:g})",
+        float,
+        defaults["sweep_interval_seconds"],
+        "how often the background sweeper applies retention, frees expired request ids and writes quiet keyframes",
+        shown=f"{defaults['sweep_interval_seconds']:g}",
     )
-    s.add_argument(
-        "--max-version-age-seconds",
-        type=_number(float, "MAX_VERSION_AGE_SECONDS"),
-        default=_env_default("MAX_VERSION_AGE_SECONDS", None),
-        help="retention: drop versions older than this (env CKPT_MAX_VERSION_AGE_SECONDS)",
-    )
+    env_option(s, "--max-version-age-seconds", float, None, "retention: drop versions older than this", shown=None)
     s.add_argument(
         "--merge-message-type",
         metavar="TYPE",
