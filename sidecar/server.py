@@ -339,7 +339,6 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         m = self._metrics
         requests, latency = m.per_rpc(rpc)
         requests.inc()
-        self.rpcs_started += 1
         self._rpc_began()
         start = time.perf_counter()
         try:
@@ -439,6 +438,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
     # Plain calls, not a context manager: _call runs them on every unary RPC.
     def _rpc_began(self) -> None:
+        self.rpcs_started += 1
         self._in_flight += 1
         self.idle.clear()
 
@@ -466,7 +466,6 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         Writes to one session keep the order sent (one writer, FIFO queue)."""
         requests, latency = self._metrics.per_rpc("PutStream")
         requests.inc()
-        self.rpcs_started += 1
         if self._stopping:  # opened between stop_streams() and the server refusing new calls
             await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))
         # Unbounded so the reader's end marker always fits; `room` bounds how

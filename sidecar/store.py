@@ -1587,8 +1587,7 @@ class Store:
         assert self.writes_stopped is not None
         self._answered(ops)
         for op in ops:
-            if not op.resolved:
-                op.resolve(None, Unavailable(self.writes_stopped))
+            op.resolve(None, Unavailable(self.writes_stopped))
 
     def _split_or_refuse(self, ops: list[_Op], *, isolate: bool, error: StoreFull) -> None:
         """At a size limit: each write of a batch gets its own chance; a lone write is refused with ``error``."""
