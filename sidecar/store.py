@@ -883,6 +883,33 @@ class Store:
             "queued_write_bytes": self._queued_bytes,
         }
 
+    def copy_to(self, lmdb_dir: Path) -> tuple[int, int]:
+        """Write a compacted copy of the LMDB environment into ``lmdb_dir`` (an existing directory without a
+        data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
+
+        For backups (sidecar/backup.py, which also makes the copy durable).
+        The snapshot holds every write committed before it began and nothing
+        of a later one. While the copy runs, the writer cannot reuse pages
+        freed after the snapshot, so a store written meanwhile grows by what
+        it writes; in this process a map resize waits for the copy to end.
+        """
+        with self._read() as txn:
+            sessions = txn.stat(self._sessions)["entries"]
+            versions = txn.stat(self._frames)["entries"]
+            try:
+                # compact: free pages are left out, so the copy is the size of the live data.
+                self._env.copy(str(lmdb_dir), compact=True, txn=txn)
+            except _LMDB_DAMAGE:
+                raise  # the source is damaged: DataLoss, from _read
+            except lmdb.Error as exc:
+                # LMDB reports a write that failed (no space, a file size limit) and some page damage
+                # alike, e.g. as EINVAL or MDB_INCOMPATIBLE.
+                raise OSError(
+                    f"copying the store failed: {exc} (the copy could not be written, or the"
+                    " store is damaged: `ckpt verify` tells which)"
+                ) from None
+        return sessions, versions
+
     def frames_of(self, session_id: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
         """A session's record and every stored frame, oldest first, read in one transaction (for tools).
 

@@ -311,3 +311,24 @@ def test_a_table_root_lmdb_cannot_read_is_data_loss_for_clients_and_named_damage
     assert fails(survived(verify))[SESSIONS[1]].startswith(damage)
     inspect = ckpt("inspect", SESSIONS[1], "--data-dir", str(damaged))
     assert damage in survived(inspect)
+
+
+def test_backup_of_a_damaged_file_fails_and_leaves_nothing(damaged: Path, tmp_path: Path) -> None:
+    """A frames leaf whose flags are cleared: LMDB's copy crashes on it. ckpt backup reports that damage
+    (exit 1, no traceback), creates no backup and leaves no partial copy, and the source is untouched."""
+    pages = Pages(damaged)
+    leaves = pages.leaves("frames")
+    pages.put(leaves[len(leaves) // 2][0], 10, "<H", 0)
+    pages.write()
+    before = pages.path.read_bytes()
+    dest = tmp_path / "backup"
+    err = survived(ckpt("backup", "--data-dir", str(damaged), str(dest)))
+    assert re.fullmatch(
+        re.escape(f"ckpt backup: {damaged}/lmdb/data.mdb: LMDB ")
+        + r"(aborted|crashed) \(SIG[A-Z]+[:)].*"
+        + re.escape(f" while copying it into {dest}\n"),
+        err,
+        re.DOTALL,
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert pages.path.read_bytes() == before
