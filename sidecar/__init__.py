@@ -4,6 +4,7 @@ from .config import Durability, Retention, StoreConfig
 from .errors import (
     AlreadyExists,
     DataLoss,
+    IncompatibleStore,
     InvalidArgument,
     NotFound,
     Overloaded,
@@ -21,6 +22,7 @@ __all__ = [
     "DataLoss",
     "Durability",
     "GetResult",
+    "IncompatibleStore",
     "InvalidArgument",
     "NotFound",
     "Overloaded",

@@ -54,6 +54,10 @@ class DataLoss(StoreError):
     """A stored frame failed its checksum or chain check."""
 
 
+class IncompatibleStore(StoreError):
+    """The data directory was written by a newer ckpt, in a layout this one does not read."""
+
+
 class Unavailable(StoreError):
     """The store is closed or closing."""
 

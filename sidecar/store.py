@@ -61,6 +61,7 @@ from .config import Durability, StoreConfig
 from .errors import (
     AlreadyExists,
     DataLoss,
+    IncompatibleStore,
     InvalidArgument,
     NotFound,
     Overloaded,
@@ -352,9 +353,37 @@ class Store:
             self._req_expiry = self._env.open_db(b"req_expiry", create=create)
             self._labels = self._env.open_db(b"labels", create=create)
             self._updated = self._env.open_db(b"updated", create=create)
+            self._check_layout(writable=create)
         except BaseException:
             self._env.close()
             raise
+
+    def _check_layout(self, *, writable: bool) -> None:
+        """Refuse a data directory a newer ckpt wrote; stamp one that has no layout version yet.
+
+        The tables' keys and records are this code's own layout: a ckpt rolled
+        back to an older release must not read (or write on) a layout it does
+        not know. Stores written before the stamp existed are layout 1.
+        """
+        try:
+            meta = self._env.open_db(b"meta", create=writable)
+        except lmdb.NotFoundError:  # read-only, and never stamped: layout 1
+            return
+        with self._env.begin(write=writable, db=meta) as txn:
+            raw = txn.get(_LAYOUT_KEY)
+            if raw is None and writable:
+                txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
+        if raw is None:
+            return
+        try:
+            found = int(bytes(raw))
+        except ValueError:
+            raise DataLoss(f"{self._data_file}: the store's layout version {bytes(raw)!r} is not a number") from None
+        if found > LAYOUT_VERSION:
+            raise IncompatibleStore(
+                f"{self._data_file} was written by a newer ckpt (store layout {found}; this ckpt reads layout"
+                f" {LAYOUT_VERSION}): run that ckpt or a later one, or restore a backup this version wrote"
+            )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -1820,6 +1849,10 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
 # LMDB marks the transaction failed without saying why, and the first cursor
 # operation raises BadTxnError. The store never reuses a failed transaction,
 # so here it means damage, not misuse.
+#: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
+LAYOUT_VERSION = 1
+_LAYOUT_KEY = b"layout_version"
+
 _LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What fails one op of a batch alone (an answer for its caller), not the batch.
 _FAILS_ALONE: tuple[type[Exception], ...] = (StoreError, CodecError, *_LMDB_DAMAGE)

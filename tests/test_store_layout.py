@@ -1,0 +1,100 @@
+"""The store's layout version: stamped in a new store, assumed for an unstamped one, a newer one refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from sidecar import DataLoss, IncompatibleStore, Store, StoreConfig
+from sidecar.store import LAYOUT_VERSION
+from tests.sidecar_proc import ROOT
+from tests.test_cli import ckpt
+
+
+def stamp(data: Path) -> bytes | None:
+    """The layout version stored in ``data`` (None without a meta table or key)."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
+    try:
+        try:
+            meta = env.open_db(b"meta", create=False)
+        except lmdb.NotFoundError:
+            return None
+        with env.begin(db=meta) as txn:
+            raw = txn.get(b"layout_version")
+            return None if raw is None else bytes(raw)
+    finally:
+        env.close()
+
+
+def set_stamp(data: Path, value: bytes | None) -> None:
+    """Write ``value`` as the layout version; None drops the meta table, as in a store written before it."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
+    try:
+        meta = env.open_db(b"meta")
+        with env.begin(write=True) as txn:
+            if value is None:
+                txn.drop(meta, delete=True)
+            else:
+                txn.put(b"layout_version", value, db=meta)
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put("s", b"\x08\x01")
+    return tmp_path / "data"
+
+
+def test_a_new_store_is_stamped_with_this_layout(data: Path) -> None:
+    assert LAYOUT_VERSION == 1
+    assert stamp(data) == b"1"
+
+
+def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
+    set_stamp(data, None)
+    assert stamp(data) is None
+    stats = ckpt("stats", "--data-dir", str(data))  # read-only: reads it, stamps nothing
+    assert stats.returncode == 0, stats.stderr
+    assert stamp(data) is None
+    with Store(StoreConfig(data_dir=data)) as store:  # the first writable open stamps it
+        assert store.get("s").state == b"\x08\x01"
+    assert stamp(data) == b"1"
+
+
+def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> None:
+    set_stamp(data, b"2")
+    before = (data / "lmdb" / "data.mdb").read_bytes()
+    message = (
+        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 2; this ckpt reads layout 1):"
+        " run that ckpt or a later one, or restore a backup this version wrote"
+    )
+    for readonly in (False, True):
+        with pytest.raises(IncompatibleStore) as raised:
+            Store(StoreConfig(data_dir=data), readonly=readonly)
+        assert str(raised.value) == message
+    for command in (["verify"], ["stats"], ["inspect", "s"], ["backup", str(data.parent / "backup")]):
+        result = ckpt(*command, "--data-dir", str(data))
+        assert result.returncode == 1 and result.stderr.decode() == f"ckpt {command[0]}: {message}\n"
+    serve = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(data)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert serve.returncode == 1 and message in serve.stderr.decode()
+    assert (data / "lmdb" / "data.mdb").read_bytes() == before
+    assert stamp(data) == b"2"
+    with pytest.raises(IncompatibleStore):  # and the data directory's lock was released
+        Store(StoreConfig(data_dir=data))
+
+
+def test_a_stamp_that_is_not_a_number_is_damage(data: Path) -> None:
+    set_stamp(data, b"one")
+    with pytest.raises(DataLoss, match=r"the store's layout version b'one' is not a number"):
+        Store(StoreConfig(data_dir=data))
