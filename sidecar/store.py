@@ -310,8 +310,9 @@ class Store:
         # One sweep at a time (the sweeper thread's, or a caller's sweep()).
         self._sweep_lock = threading.Lock()
         # Sessions indexed as updated before this time (a granule of the
-        # updated-time index) were already considered for a quiet keyframe.
-        self._keyframed_before_nanos = 0
+        # updated-time index) were already considered for a quiet keyframe;
+        # kept in the meta table, so a restart does not read the whole index.
+        self._keyframed_before_nanos = self._meta_int(_KEYFRAMED_BEFORE_KEY)
         self.batch_sizes: Counter[int] = Counter()
         self.commits = 0
         self.map_resizes = 0
@@ -365,8 +366,9 @@ class Store:
         back to an older release must not read (or write on) a layout it does
         not know. Stores written before the stamp existed are layout 1.
         """
+        self._meta: Any = None
         try:
-            meta = self._env.open_db(b"meta", create=writable)
+            self._meta = meta = self._env.open_db(b"meta", create=writable)
         except lmdb.NotFoundError:  # read-only, and never stamped: layout 1
             return
         with self._env.begin(write=writable, db=meta) as txn:
@@ -384,6 +386,27 @@ class Store:
                 f"{self._data_file} was written by a newer ckpt (store layout {found}; this ckpt reads layout"
                 f" {LAYOUT_VERSION}): run that ckpt or a later one, or restore a backup this version wrote"
             )
+
+    def _meta_int(self, key: bytes) -> int:
+        """A number the meta table holds under ``key``; 0 if it holds none (or an unreadable one)."""
+        if self._meta is None:
+            return 0
+        with self._read() as txn:
+            found = txn.get(key, db=self._meta)
+        if found is None:
+            return 0
+        raw = bytes(found)
+        try:
+            return int(raw)
+        except ValueError:
+            log.warning("the meta table's %r is not a number (%r): taken as 0", key, raw)
+            return 0
+
+    def _set_meta_int_op(self, key: bytes, value: int) -> _Op:
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> None:
+            txn.put(key, b"%d" % value, db=self._meta)
+
+        return _Op(apply)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -781,15 +804,17 @@ class Store:
 
         Only the updated-time index entries between the last sweep's bound and
         this one's are read: a session written since moved its entry past the
-        bound, and comes up again once it is quiet again. The first sweep of a
-        process reads the whole index (sessions that went quiet while it was
-        down); sessions already ending in a FULL frame cost a record read each.
+        bound, and comes up again once it is quiet again. The bound is kept in
+        the meta table, so a restarted store goes on from it (sessions that
+        went quiet while it was down are past it); the first sweep of a store
+        that never swept reads the whole index. Sessions already ending in a
+        FULL frame cost a record read each.
         """
         bound = keys.updated_granule(quiet_since)  # entries below it were all updated before quiet_since
         if bound < self._keyframed_before_nanos:
             # The wall clock stepped back: sessions written since index below
             # the last bound and would be skipped. Read the whole index again,
-            # as the first sweep of a process does.
+            # as the first sweep of a new store does.
             self._keyframed_before_nanos = 0
         end = keys.time_key(bound, b"")
         # A bare time prefix is no index key (each ends in a session id): the scan starts at that time.
@@ -809,7 +834,9 @@ class Store:
         # Never past the present (sweep(now_nanos=) may be ahead of it): a
         # session written later must index at or after the bound.
         bound = min(bound, keys.updated_granule(time.time_ns()))
-        self._keyframed_before_nanos = max(self._keyframed_before_nanos, bound)
+        if bound > self._keyframed_before_nanos:
+            self._submit(self._set_meta_int_op(_KEYFRAMED_BEFORE_KEY, bound)).wait()
+            self._keyframed_before_nanos = bound
         return written
 
     def _keyframe_op(
@@ -1852,6 +1879,8 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
 #: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
 LAYOUT_VERSION = 1
 _LAYOUT_KEY = b"layout_version"
+#: The quiet-keyframe sweep's bound (Store._keyframed_before_nanos).
+_KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
 
 _LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What fails one op of a batch alone (an answer for its caller), not the batch.

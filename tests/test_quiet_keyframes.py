@@ -179,6 +179,39 @@ def test_many_quiet_sessions_are_keyframed_in_one_sweep_and_only_once(config: St
             assert every_version(store, sid) == states
 
 
+def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's bound is kept in the store: after a restart, the index entries below it are not read
+    again (the first sweep of a process read the whole index), and a session written since is keyframed."""
+    start = time.time_ns()
+    clock = [start]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    with Store(config) as store:
+        for i in range(40):
+            for s in replace_states(200 + i, steps=6):
+                store.put(f"s{i:02d}", s)
+        needing = sum(kinds(store, f"s{i:02d}")[-1] is not FrameKind.FULL for i in range(40))
+        clock[0] = start + 5 * 10**9  # the writes' index granule is behind the present
+        assert store.sweep(now_nanos=start + LATER).keyframes_written == needing > 20
+    looked: list[bytes] = []
+    with Store(config) as store:
+        keyframe_op = store._keyframe_op
+
+        def counting(sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
+            looked.extend(sids)
+            return keyframe_op(sids, quiet_since)
+
+        monkeypatch.setattr(store, "_keyframe_op", counting)
+        clock[0] = start + 10 * 10**9
+        for s in replace_states(300, steps=6):
+            store.put("late", s)
+        clock[0] = start + 20 * 10**9
+        assert store.sweep(now_nanos=clock[0] + LATER).keyframes_written == 1
+        assert kinds(store, "late")[-1] is FrameKind.FULL
+    assert looked == [b"late"]
+
+
 def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
     """A write and the keyframe of the version it made share one group commit (found by helper-20).
 
