@@ -12,13 +12,19 @@ reads one snapshot instead, and leaves out free pages.
 
 The copy is written under a hidden name beside the destination, flushed to
 disk (the file and both directories), and only then renamed to it: the
-destination either does not exist or holds a whole backup.
+destination either does not exist or holds a whole backup. A copy that
+fails is removed; one whose process was killed outright (SIGKILL, power
+loss) is removed by the next backup to the same destination, which tells it
+from a copy still being written by the lock that copy's writer holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable
@@ -53,10 +59,14 @@ def write_backup(dest: Path, copy: Copier) -> BackupResult:
     parent = dest.parent
     if not parent.is_dir():
         raise FileNotFoundError(errno.ENOENT, "the backup destination's parent directory does not exist", str(parent))
+    stem = _stem(dest.name)
+    _remove_abandoned_copies(parent, stem)
     # Not mkdtemp: a plain mkdir gives the mode a data directory the sidecar creates gets (the umask's).
-    partial = parent / f".{dest.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    partial = parent / f".{stem}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     partial.mkdir()
+    held = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # "being written": see _remove_abandoned_copies
         lmdb_dir = partial / "lmdb"
         lmdb_dir.mkdir()
         sessions, versions = copy(lmdb_dir)
@@ -71,7 +81,42 @@ def write_backup(dest: Path, copy: Copier) -> BackupResult:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
     return BackupResult(dest, sessions, versions, (dest / "lmdb" / "data.mdb").stat().st_size)
+
+
+# Room for the rest of a partial copy's name (".", ".partial-", a pid, "-", 8 hex digits) within
+# the 255 bytes a file name may have: a long destination name is shortened in it.
+_STEM_BYTES = 255 - 40
+_PARTIAL = re.compile(r"\.(?P<stem>.*)\.partial-\d+-[0-9a-f]{8}", re.DOTALL)
+
+
+def _stem(name: str) -> str:
+    return name.encode("utf-8", "surrogateescape")[:_STEM_BYTES].decode("utf-8", "ignore")
+
+
+def _remove_abandoned_copies(parent: Path, stem: str) -> None:
+    """Remove partial copies for this destination that no process is writing (their writer was killed).
+
+    A writer holds an flock on its partial directory until it is done (the
+    lock goes with the process, in any PID namespace sharing the file
+    system), so one that can be locked here is abandoned.
+    """
+    for entry in parent.iterdir():
+        found = _PARTIAL.fullmatch(entry.name)
+        if found is None or found["stem"] != stem or entry.is_symlink() or not entry.is_dir():
+            continue
+        with contextlib.suppress(OSError):
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another backup is writing it
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+            finally:
+                os.close(fd)
 
 
 def _fsync(path: Path) -> None:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -700,6 +701,10 @@ def _on_disk_stats(store: Store) -> dict[str, Any]:
 
 def _backup(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    # A backup stopped by SIGTERM/SIGHUP (timeout, systemd, a closed terminal) removes its partial copy,
+    # as ^C does: the exception unwinds through write_backup's cleanup.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
 
     def copy(lmdb_dir: Path) -> tuple[int, int]:
         # In a child process (sidecar/isolated.py): a damaged page can make LMDB abort().
@@ -717,6 +722,10 @@ def _backup(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _print_json(message: Any) -> None:

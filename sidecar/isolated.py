@@ -127,6 +127,9 @@ def _signal_name(signum: int) -> str:
 _ASSERTION = re.compile(r"^(?:.*/)?(mdb\.c:\d+: Assertion .*)$", re.MULTILINE)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 class _Child:
     """One forked child: its pid, its event pipe (read end) and its stderr (a temporary file)."""
 
@@ -137,12 +140,16 @@ class _Child:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()  # nothing buffered twice
         parent = os.getpid()
+        # Held back over the fork: a handler that raises (^C, ckpt backup's SIGTERM) must not run in
+        # os.fork's at-fork callbacks, where its exception would be printed and dropped.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:  # the child: never returns
             status = 70  # EX_SOFTWARE: body raised past its own handler
             try:
                 os.close(read_fd)
                 _child_setup(self.stderr.fileno(), parent)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 with os.fdopen(write_fd, "wb") as events:
                     body(events)
                 status = 0
@@ -156,6 +163,7 @@ class _Child:
                     sys.stderr.flush()
             finally:
                 os._exit(status)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_fd)
         self.pid = pid
         self.events = os.fdopen(read_fd, "rb")
@@ -204,6 +212,8 @@ def _child_setup(stderr_fd: int, parent: int) -> None:
     """In a new child: stderr to the parent's file, no core dumps, ^C left to the parent, gone with the parent."""
     os.dup2(stderr_fd, 2)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # not the parent's handlers (ckpt backup's cleanup)
+        signal.signal(signum, signal.SIG_DFL)
     # An abort() here is expected and reported: no core file (in the working
     # directory, or a crash handler taking seconds per child).
     with contextlib.suppress(ValueError, OSError):

@@ -313,6 +313,8 @@ class Store:
         # updated-time index) were already considered for a quiet keyframe;
         # kept in the meta table, so a restart does not read the whole index.
         self._keyframed_before_nanos = self._meta_int(_KEYFRAMED_BEFORE_KEY)
+        # Set by the writer when a write indexes below that bound (the clock stepped back).
+        self._keyframe_rescan = False
         self.batch_sizes: Counter[int] = Counter()
         self.commits = 0
         self.map_resizes = 0
@@ -348,13 +350,14 @@ class Store:
             # Open at the size the file already has (it may have grown before).
             self._map_size = max(config.map_size_bytes, self._env.info()["map_size"])
             create = not readonly
+            # First: the other tables of a newer layout are not for this code to open, let alone create.
+            self._check_layout(writable=create)
             self._frames = self._env.open_db(b"frames", create=create)
             self._sessions = self._env.open_db(b"sessions", create=create)
             self._requests = self._env.open_db(b"requests", create=create)
             self._req_expiry = self._env.open_db(b"req_expiry", create=create)
             self._labels = self._env.open_db(b"labels", create=create)
             self._updated = self._env.open_db(b"updated", create=create)
-            self._check_layout(writable=create)
         except BaseException:
             self._env.close()
             raise
@@ -367,14 +370,27 @@ class Store:
         not know. Stores written before the stamp existed are layout 1.
         """
         self._meta: Any = None
-        try:
-            self._meta = meta = self._env.open_db(b"meta", create=writable)
-        except lmdb.NotFoundError:  # read-only, and never stamped: layout 1
-            return
-        with self._env.begin(write=writable, db=meta) as txn:
-            raw = txn.get(_LAYOUT_KEY)
-            if raw is None and writable:
-                txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
+        while True:
+            try:
+                self._meta = meta = self._env.open_db(b"meta", create=writable)
+                with self._env.begin(write=writable, db=meta) as txn:
+                    raw = txn.get(_LAYOUT_KEY)
+                    if raw is None and writable:
+                        txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
+                break
+            except lmdb.NotFoundError:  # read-only, and never stamped: layout 1
+                return
+            except lmdb.MapFullError:
+                # A compacted copy (ckpt backup) has no free pages: its map is
+                # full until grown, which the writer does only later.
+                if self._map_size >= self.config.max_map_size_bytes:
+                    raise StoreFull(
+                        f"the store is full: {self._data_file} fills max_map_size_bytes"
+                        f" ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes), and opening it"
+                        " needs a page more: raise it"
+                    ) from None
+                self._map_size = min(self._map_size * 2, self.config.max_map_size_bytes)
+                self._env.set_mapsize(self._map_size)
         if raw is None:
             return
         try:
@@ -402,9 +418,12 @@ class Store:
             log.warning("the meta table's %r is not a number (%r): taken as 0", key, raw)
             return 0
 
-    def _set_meta_int_op(self, key: bytes, value: int) -> _Op:
+    def _keep_keyframe_bound_op(self, bound: int) -> _Op:
         def apply(batch: _Batch, txn: lmdb.Transaction) -> None:
-            txn.put(key, b"%d" % value, db=self._meta)
+            # Not if a write since indexed below the bound (see _append): the next sweep, or a restarted
+            # store, must read the whole index.
+            if not self._keyframe_rescan:
+                txn.put(_KEYFRAMED_BEFORE_KEY, b"%d" % bound, db=self._meta)
 
         return _Op(apply)
 
@@ -811,20 +830,23 @@ class Store:
         FULL frame cost a record read each.
         """
         bound = keys.updated_granule(quiet_since)  # entries below it were all updated before quiet_since
-        if bound < self._keyframed_before_nanos:
-            # The wall clock stepped back: sessions written since index below
-            # the last bound and would be skipped. Read the whole index again,
-            # as the first sweep of a new store does.
-            self._keyframed_before_nanos = 0
+        # The wall clock stepped back: sessions written since index below the
+        # last bound and would be skipped. Read the whole index again, as the
+        # first sweep of a new store does. A step no sweep sees (shorter than
+        # the sweep interval) is caught by the writes it makes (_append).
+        rescan = self._keyframe_rescan or bound < self._keyframed_before_nanos
+        self._keyframe_rescan = False
         end = keys.time_key(bound, b"")
         # A bare time prefix is no index key (each ends in a session id): the scan starts at that time.
-        after = keys.time_key(self._keyframed_before_nanos, b"")
+        after = keys.time_key(0 if rescan else self._keyframed_before_nanos, b"")
         written = 0
+        looked = False
         while after < end:
             with self._read() as txn:
                 chunk = [k for k in _keys_after(txn.cursor(db=self._updated), after, _SWEEP_CHUNK) if k < end]
             if not chunk:
                 break
+            looked = True
             sids = [key[8:] for key in chunk]
             while sids:
                 done, n = self._submit(_Op(self._keyframe_op(sids, quiet_since))).wait()
@@ -834,9 +856,15 @@ class Store:
         # Never past the present (sweep(now_nanos=) may be ahead of it): a
         # session written later must index at or after the bound.
         bound = min(bound, keys.updated_granule(time.time_ns()))
-        if bound > self._keyframed_before_nanos:
-            self._submit(self._set_meta_int_op(_KEYFRAMED_BEFORE_KEY, bound)).wait()
-            self._keyframed_before_nanos = bound
+        if not rescan and bound <= self._keyframed_before_nanos:
+            return written
+        # Kept for a restart only when entries were read: an idle store does
+        # not commit every sweep, and a restart rereads no more than the
+        # entries since the last sweep that found any (none, unless the clock
+        # stepped back: then they should be read).
+        if looked or rescan:
+            self._submit(self._keep_keyframe_bound_op(bound)).wait()
+        self._keyframed_before_nanos = bound
         return written
 
     def _keyframe_op(
@@ -1139,6 +1167,12 @@ class Store:
                 txn.put(keys.label_key(key, value_, sid), b"", db=self._labels)
                 rec.labels[key] = value_
         rec.updated_unix_nanos = now
+        if now < self._keyframed_before_nanos:
+            # The clock stepped back behind the quiet-keyframe sweep's bound: this
+            # session indexes below it, where no sweep would look. The next
+            # sweep reads the whole index; a restart before it must too.
+            self._keyframe_rescan = True
+            txn.delete(_KEYFRAMED_BEFORE_KEY, db=self._meta)
         if old_updated is None or not keys.same_updated_granule(old_updated, now):
             if old_updated is not None:
                 txn.delete(keys.updated_key(old_updated, sid), db=self._updated)
@@ -1871,17 +1905,17 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
     return None
 
 
-# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
-# MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
-# LMDB marks the transaction failed without saying why, and the first cursor
-# operation raises BadTxnError. The store never reuses a failed transaction,
-# so here it means damage, not misuse.
 #: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
 LAYOUT_VERSION = 1
 _LAYOUT_KEY = b"layout_version"
 #: The quiet-keyframe sweep's bound (Store._keyframed_before_nanos).
 _KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
 
+# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
+# MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
+# LMDB marks the transaction failed without saying why, and the first cursor
+# operation raises BadTxnError. The store never reuses a failed transaction,
+# so here it means damage, not misuse.
 _LMDB_DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What fails one op of a batch alone (an answer for its caller), not the batch.
 _FAILS_ALONE: tuple[type[Exception], ...] = (StoreError, CodecError, *_LMDB_DAMAGE)

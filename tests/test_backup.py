@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from sidecar import PutRequest, Store, StoreConfig
-from sidecar.backup import backup
+from sidecar.backup import backup, write_backup
 from sidecar.client import CheckpointClient
 from tests.sidecar_proc import ROOT, start_sidecar
 from tests.test_cli import ckpt
@@ -169,3 +171,109 @@ def test_a_copy_that_cannot_be_written_leaves_nothing(tmp_path: Path) -> None:
     assert result.returncode == 1 and err.startswith("ckpt backup: copying the store failed: "), err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_copy_stopped_by_an_exception_is_removed(tmp_path: Path) -> None:
+    """SIGTERM/SIGHUP reach write_backup as SystemExit (ckpt backup's handlers): the partial copy goes."""
+
+    def copy(lmdb_dir: Path) -> tuple[int, int]:
+        (lmdb_dir / "data.mdb").write_bytes(b"half")
+        raise SystemExit(143)
+
+    with pytest.raises(SystemExit):
+        write_backup(tmp_path / "backup", copy)
+    assert list(tmp_path.iterdir()) == []
+
+
+_KILLED_MID_COPY = """
+import os, signal, sys
+from pathlib import Path
+from sidecar.backup import write_backup
+
+def copy(lmdb_dir):
+    (lmdb_dir / "data.mdb").write_bytes(b"half")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+write_backup(Path(sys.argv[1]), copy)
+"""
+
+_WRITING = """
+import sys, time
+from pathlib import Path
+from sidecar.backup import write_backup
+
+def copy(lmdb_dir):
+    print("copying", flush=True)
+    sys.stdin.readline()  # until the test says so
+    raise SystemExit(0)
+
+write_backup(Path(sys.argv[1]), copy)
+"""
+
+
+def test_a_copy_abandoned_by_a_killed_backup_is_removed_by_the_next_one_not_one_being_written(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put("s", b"\x08\x01")
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, str(out / "nightly")], cwd=ROOT, timeout=60)
+    assert killed.returncode == -9
+    (abandoned,) = no_partials(out)
+    writing = subprocess.Popen(
+        [sys.executable, "-c", _WRITING, str(out / "nightly")],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writing.stdout is not None and writing.stdout.readline() == "copying\n"
+        # The backup being written started after the killed one: it removed the abandoned copy already.
+        assert abandoned not in no_partials(out) and len(no_partials(out)) == 1
+        (other,) = no_partials(out)
+        (out / "nightly-2").mkdir()  # another destination's name: never touched
+        result = ckpt("backup", "--data-dir", str(tmp_path / "data"), str(out / "nightly"))
+        assert result.returncode == 0, result.stderr
+        assert no_partials(out) == [other]  # still being written: left alone
+    finally:
+        assert writing.stdin is not None
+        writing.stdin.write("\n")
+        writing.stdin.close()
+        writing.wait(60)
+        assert writing.stdout is not None
+        writing.stdout.close()
+    assert sorted(p.name for p in out.iterdir()) == ["nightly", "nightly-2"]
+
+
+def test_a_backup_stopped_by_sigterm_leaves_no_partial_copy(tmp_path: Path) -> None:
+    """Whenever SIGTERM lands (mid-copy, as a rule, with ~60 MB to copy), there is a whole backup or nothing."""
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put_many([PutRequest(f"s{n}", os.urandom(1_000_000)) for n in range(60)])
+    out = tmp_path / "out"
+    out.mkdir()
+    backup_process = subprocess.Popen(
+        [sys.executable, "-m", "sidecar.cli", "backup", "--data-dir", str(tmp_path / "data"), str(out / "b")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not no_partials(out) and backup_process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    backup_process.send_signal(signal.SIGTERM)
+    _, err = backup_process.communicate(timeout=60)
+    assert b"Traceback" not in err, err
+    if backup_process.returncode == 0:  # it finished first
+        assert [p.name for p in out.iterdir()] == ["b"]
+    else:
+        assert backup_process.returncode == 128 + signal.SIGTERM, err
+        assert list(out.iterdir()) == []
+
+
+def test_a_destination_name_as_long_as_a_file_name_may_be(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put("s", b"\x08\x01")
+    name = "b" * 255
+    result = ckpt("backup", "--data-dir", str(tmp_path / "data"), str(tmp_path / name))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / name / "lmdb" / "data.mdb").is_file() and no_partials(tmp_path) == []

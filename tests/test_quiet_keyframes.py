@@ -212,6 +212,49 @@ def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
     assert looked == [b"late"]
 
 
+def test_a_clock_step_no_sweep_sees_is_caught_by_the_writes_it_makes_across_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock steps back 45 s (more than the 30 s quiet period, less than a sweep interval), a session
+    is written below the kept bound, and the store restarts before any sweep: it is still keyframed
+    (helper-24: the kept bound made it wait for its next write)."""
+    config = StoreConfig(data_dir=tmp_path / "data", keyframe_after_quiet_seconds=30, sweep_interval_seconds=3600)
+    start = time.time_ns()
+    clock = [start]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    with Store(config) as store:
+        for s in replace_states(1, steps=6):
+            store.put("a", s)
+        clock[0] = start + 100 * 10**9
+        assert store.sweep().keyframes_written == 1  # the bound: ~70 s after start
+        clock[0] = start + 55 * 10**9  # stepped back
+        for s in replace_states(2, steps=6):
+            store.put("x", s)
+        assert kinds(store, "x")[-1] is not FrameKind.FULL
+    clock[0] = start + 200 * 10**9
+    with Store(config) as store:
+        assert store.sweep().keyframes_written == 1
+        assert kinds(store, "x")[-1] is FrameKind.FULL
+
+
+def test_idle_sweeps_commit_nothing(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keeping the sweep's bound commits only when a sweep read index entries (helper-24: an idle store
+    with quiet keyframes on made a durable commit every sweep)."""
+    start = time.time_ns()
+    clock = [start]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    with Store(config) as store:
+        for s in replace_states(3, steps=6):
+            store.put("a", s)
+        clock[0] += LATER
+        assert store.sweep().keyframes_written == 1
+        txn_id = store._env.info()["last_txnid"]
+        for _ in range(3):
+            clock[0] += 60 * 10**9
+            assert store.sweep().keyframes_written == 0
+        assert store._env.info()["last_txnid"] == txn_id
+
+
 def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
     """A write and the keyframe of the version it made share one group commit (found by helper-20).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from sidecar import DataLoss, IncompatibleStore, Store, StoreConfig
+from sidecar import DataLoss, IncompatibleStore, PutRequest, Store, StoreConfig
+from sidecar.backup import backup
 from sidecar.store import LAYOUT_VERSION
 from tests.sidecar_proc import ROOT
 from tests.test_cli import ckpt
@@ -98,3 +100,36 @@ def test_a_stamp_that_is_not_a_number_is_damage(data: Path) -> None:
     set_stamp(data, b"one")
     with pytest.raises(DataLoss, match=r"the store's layout version b'one' is not a number"):
         Store(StoreConfig(data_dir=data))
+
+
+def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stamped(tmp_path: Path) -> None:
+    """A compacted copy has no free pages, so its map is full: stamping it at open must grow the map
+    (helper-24: a backup of a store the previous release wrote, over 256 MiB, failed with MDB_MAP_FULL)."""
+    config = StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20)
+    with Store(config) as store:
+        store.put_many([PutRequest(f"s{n}", os.urandom(100_000)) for n in range(30)])  # ~3 MB: the map grew
+    set_stamp(tmp_path / "data", None)
+    with Store(config, readonly=True) as old:
+        backup(old, tmp_path / "backup")
+    assert stamp(tmp_path / "backup") is None
+    with Store(StoreConfig(data_dir=tmp_path / "backup", map_size_bytes=1 << 20)) as restored:
+        assert len(restored.get("s7").state) == 100_000
+        assert restored.put("s7", b"\x08\x01").version == 2
+    assert stamp(tmp_path / "backup") == b"1"
+
+
+def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) -> None:
+    """A newer layout may drop a table: the tools name the layout (not MDB_NOTFOUND), and a writable open
+    recreates nothing (helper-24)."""
+    set_stamp(data, b"2")
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(b"labels", txn=txn), delete=True)
+    env.close()
+    before = (data / "lmdb" / "data.mdb").read_bytes()
+    for readonly in (False, True):
+        with pytest.raises(IncompatibleStore, match="store layout 2"):
+            Store(StoreConfig(data_dir=data), readonly=readonly)
+    stats = ckpt("stats", "--data-dir", str(data))
+    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 2" in stats.stderr
+    assert (data / "lmdb" / "data.mdb").read_bytes() == before
