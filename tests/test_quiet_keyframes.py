@@ -50,6 +50,14 @@ def config(tmp_path: Path) -> StoreConfig:
     )
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The wall clock the store reads (time.time_ns), as ``[nanoseconds]`` for the test to set."""
+    now = [time.time_ns()]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    return now
+
+
 # -- the codec's part ----------------------------------------------------------
 
 
@@ -180,13 +188,11 @@ def test_many_quiet_sessions_are_keyframed_in_one_sweep_and_only_once(config: St
 
 
 def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
-    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+    config: StoreConfig, clock: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sweep's bound is kept in the store: after a restart, the index entries below it are not read
     again (the first sweep of a process read the whole index), and a session written since is keyframed."""
-    start = time.time_ns()
-    clock = [start]
-    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    start = clock[0]
     with Store(config) as store:
         for i in range(40):
             for s in replace_states(200 + i, steps=6):
@@ -213,15 +219,13 @@ def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
 
 
 def test_a_clock_step_no_sweep_sees_is_caught_by_the_writes_it_makes_across_a_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: list[int]
 ) -> None:
     """The clock steps back 45 s (more than the 30 s quiet period, less than a sweep interval), a session
     is written below the kept bound, and the store restarts before any sweep: it is still keyframed
     (helper-24: the kept bound made it wait for its next write)."""
     config = StoreConfig(data_dir=tmp_path / "data", keyframe_after_quiet_seconds=30, sweep_interval_seconds=3600)
-    start = time.time_ns()
-    clock = [start]
-    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
+    start = clock[0]
     with Store(config) as store:
         for s in replace_states(1, steps=6):
             store.put("a", s)
@@ -237,12 +241,9 @@ def test_a_clock_step_no_sweep_sees_is_caught_by_the_writes_it_makes_across_a_re
         assert kinds(store, "x")[-1] is FrameKind.FULL
 
 
-def test_idle_sweeps_commit_nothing(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_idle_sweeps_commit_nothing(config: StoreConfig, clock: list[int]) -> None:
     """Keeping the sweep's bound commits only when a sweep read index entries (helper-24: an idle store
     with quiet keyframes on made a durable commit every sweep)."""
-    start = time.time_ns()
-    clock = [start]
-    monkeypatch.setattr(time, "time_ns", lambda: clock[0])
     with Store(config) as store:
         for s in replace_states(3, steps=6):
             store.put("a", s)
