@@ -282,6 +282,9 @@ class Store:
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
             config.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock_file = _lock_data_dir(config.data_dir)
+        # Before LMDB opens: stamping a full map grows it (_check_layout, _grow_map).
+        self._rw = RWLock()
+        self.map_resizes = 0
         try:
             _check_not_truncated(lmdb_dir / "data.mdb", extend=not readonly)
             self._open_lmdb(lmdb_dir)
@@ -290,7 +293,6 @@ class Store:
             if self._lock_file is not None:
                 self._lock_file.close()
             raise
-        self._rw = RWLock()
         self._states = StateCache(config.cache_size_bytes)
         self._encoders: LRU[ChainEncoder] = LRU(
             config.encoder_cache_entries, max_weight=config.encoder_cache_bytes, weigh=_encoder_memory
@@ -317,7 +319,6 @@ class Store:
         self._keyframe_rescan = False
         self.batch_sizes: Counter[int] = Counter()
         self.commits = 0
-        self.map_resizes = 0
         self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
         self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
         if readonly:
@@ -383,14 +384,12 @@ class Store:
             except lmdb.MapFullError:
                 # A compacted copy (ckpt backup) has no free pages: its map is
                 # full until grown, which the writer does only later.
-                if self._map_size >= self.config.max_map_size_bytes:
+                if not self._grow_map():
                     raise StoreFull(
                         f"the store is full: {self._data_file} fills max_map_size_bytes"
                         f" ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes), and opening it"
                         " needs a page more: raise it"
                     ) from None
-                self._map_size = min(self._map_size * 2, self.config.max_map_size_bytes)
-                self._env.set_mapsize(self._map_size)
         if raw is None:
             return
         try:
@@ -948,11 +947,10 @@ class Store:
         with self._read() as txn:  # under the lock a map resize takes: info() and stat() read the map
             info = self._env.info()
             stat = self._env.stat()
-            sessions = txn.stat(self._sessions)["entries"]
-            frames = txn.stat(self._frames)["entries"]
+            sessions, versions = self._entry_counts(txn)
         return {
             "sessions": sessions,
-            "versions": frames,
+            "versions": versions,
             "map_size_bytes": info["map_size"],
             "used_bytes": (info["last_pgno"] + 1) * stat["psize"],
             "commits": self.commits,
@@ -967,6 +965,10 @@ class Store:
             "queued_write_bytes": self._queued_bytes,
         }
 
+    def _entry_counts(self, txn: lmdb.Transaction) -> tuple[int, int]:
+        """Sessions and stored versions in ``txn``'s snapshot."""
+        return txn.stat(self._sessions)["entries"], txn.stat(self._frames)["entries"]
+
     def copy_to(self, lmdb_dir: Path) -> tuple[int, int]:
         """Write a compacted copy of the LMDB environment into ``lmdb_dir`` (an existing directory without a
         data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
@@ -978,8 +980,7 @@ class Store:
         it writes; in this process a map resize waits for the copy to end.
         """
         with self._read() as txn:
-            sessions = txn.stat(self._sessions)["entries"]
-            versions = txn.stat(self._frames)["entries"]
+            sessions, versions = self._entry_counts(txn)
             try:
                 # compact: free pages are left out, so the copy is the size of the live data.
                 self._env.copy(str(lmdb_dir), compact=True, txn=txn)
