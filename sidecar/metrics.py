@@ -90,6 +90,12 @@ class _StoreCollector(Collector):
         total = sum(size * n for size, n in sizes.items())
         batch = HistogramMetricFamily("ckpt_group_commit_writes", "Writes per group commit")
         batch.add_metric([], buckets, sum_value=total)
+        delays = CounterMetricFamily(
+            "ckpt_commit_delays", "Commits the writer delayed to wait for the writers it expected"
+        )
+        delays.add_metric([], s.commit_delays)
+        delayed = CounterMetricFamily("ckpt_commit_delay_seconds", "Seconds the writer waited in those delays")
+        delayed.add_metric([], s.commit_delay_seconds)
         memory = GaugeMetricFamily(
             "ckpt_cache_bytes", "Memory of the latest-state cache and of cached encoders (estimated)", labels=["cache"]
         )
@@ -99,4 +105,4 @@ class _StoreCollector(Collector):
             "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
         )
         queued.add_metric([], s.queued_write_bytes)
-        yield from (hits, misses, commits, batch, memory, queued)
+        yield from (hits, misses, commits, batch, delays, delayed, memory, queued)

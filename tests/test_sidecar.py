@@ -298,6 +298,8 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         "ckpt_stored_bytes_total",
         "ckpt_state_cache_hits_total 2.0",
         "ckpt_group_commit_writes_bucket",
+        "ckpt_commit_delays_total",
+        "ckpt_commit_delay_seconds_total",
         "ckpt_chain_depth_bucket",
         'ckpt_cache_bytes{cache="encoder_cache"}',
         'ckpt_cache_bytes{cache="state_cache"}',

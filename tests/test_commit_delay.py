@@ -1,0 +1,106 @@
+"""The writer's commit delay: writers a commit answered share the next commit, a lone writer never waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sidecar import Store, StoreConfig
+from sidecar.store import _Op
+
+WRITERS = 8
+
+
+def _sleeping_op(seconds: float) -> _Op:
+    """An op that makes its batch's commit take ``seconds`` (which bounds the next commit's delay)."""
+
+    def apply(batch: object, txn: object) -> None:
+        time.sleep(seconds)
+
+    return _Op(apply, fails_clean=True)
+
+
+def _queued(store: Store, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while store._queue.qsize() < n:
+        assert time.monotonic() < deadline, f"{store._queue.qsize()} of {n} ops queued"
+        time.sleep(0.001)
+
+
+def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None:
+    # Round 1: 8 writers queue behind a held writer and commit together, with
+    # an op that makes that commit take 0.4 s (so the next may wait 0.2 s).
+    # Round 2: each writer writes again as soon as it is answered; the first
+    # to queue must not be committed alone: the writer waits for the others.
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(batch: object, txn: object) -> None:
+            running.set()
+            gate.wait(10)
+
+        store._submit(_Op(hold, fails_clean=True), wait=False)
+        assert running.wait(10)
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            try:
+                assert store.put(f"w{i}", b"\x08\x01").version == 1
+                assert store.put(f"w{i}", b"\x08\x02").version == 2
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
+        for t in threads:
+            t.start()
+        _queued(store, WRITERS)
+        store._submit(_sleeping_op(0.4), wait=False)
+        gate.set()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        # [hold], [8 first writes + the slow op], then the 8 second writes in one commit.
+        assert dict(store.batch_sizes) == {1: 1, WRITERS + 1: 1, WRITERS: 1}
+        assert store.commit_delays >= 1
+        assert all(store.get(f"w{i}").state == b"\x08\x02" for i in range(WRITERS))
+
+
+def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
+        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.1 s
+        for v in range(1, 31):
+            assert store.put("alone", bytes([8, v])).version == v
+        assert store.commit_delays == 0
+        assert store.batch_sizes[1] == 31
+        assert store.stats()["commit_delays"] == 0
+
+
+def test_no_delay_when_turned_off(tmp_path: Path) -> None:
+    # Writers answered together, then one write alone: with the delay off it commits at once.
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=0)) as store:
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(batch: object, txn: object) -> None:
+            running.set()
+            gate.wait(10)
+
+        store._submit(_Op(hold, fails_clean=True), wait=False)
+        assert running.wait(10)
+        threads = [threading.Thread(target=store.put, args=(f"s{i}", b"")) for i in range(4)]
+        for t in threads:
+            t.start()
+        _queued(store, 4)
+        gate.set()
+        for t in threads:
+            t.join(30)
+        store.put("s0", b"\x08\x01")  # expected 4 writers; none else comes
+        assert store.commit_delays == 0
+
+
+@pytest.mark.parametrize("seconds", [-0.001, 1.5])
+def test_the_delay_is_bounded(tmp_path: Path, seconds: float) -> None:
+    with pytest.raises(ValueError, match=rf"max_commit_delay_seconds must be in 0\.\.1, got {seconds}"):
+        StoreConfig(data_dir=tmp_path, max_commit_delay_seconds=seconds)
