@@ -131,7 +131,8 @@ class StoreConfig:
     #: Most writes committed in one LMDB transaction.
     max_batch_writes: int = 512
     #: Longest the writer waits before a commit for the writers it expects:
-    #: as many as the last commit answered plus those queued while it ran.
+    #: as many as the last commit let go on (a put_many counts once) plus the
+    #: writes queued while it ran.
     #: Writers a commit answers usually write again at once, and a commit's
     #: flush costs about the same for 60 writes as for 30; without the wait,
     #: 64 writer threads settle into two half-size batches taking turns, two

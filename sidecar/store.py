@@ -192,6 +192,9 @@ class _Op:
     _result: Any = None
     _error: BaseException | None = None
     resolved: bool = False
+    #: Its outcome lets its caller go on (and perhaps write again): false for
+    #: all but the last write of a put_many, whose caller waits for them all.
+    releases_caller: bool = True
 
     def resolve(self, result: Any, error: BaseException | None) -> None:
         self.resolved = True
@@ -531,9 +534,12 @@ class Store:
         All are queued at once, so they share group commits.
         """
         ops: list[_Op | StoreError] = []
-        for req in requests:
+        last = len(requests) - 1
+        for i, req in enumerate(requests):
             try:
-                ops.append(self._submit(self._put_op(req)))
+                put_op = self._put_op(req)
+                put_op.releases_caller = i == last
+                ops.append(self._submit(put_op))
             except StoreError as exc:
                 ops.append(exc)
         out: list[PutResult | StoreError] = []
@@ -1708,8 +1714,9 @@ class Store:
             self.commits += 1
             self.batch_sizes[len(ops)] += 1
             self._last_commit_seconds = time.monotonic() - began
-            # Writers seen around this commit: those it answers, and those who queued meanwhile.
-            self._expected_writers = len(ops) + self._queue.qsize()
+            # Writers seen around this commit: those it lets go on, and those who queued meanwhile.
+            released = sum(1 for op in ops if op.releases_caller)
+            self._expected_writers = released + self._queue.qsize()
             for action in batch.after_commit:
                 action()
             self._answered(ops)

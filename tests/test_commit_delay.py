@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import Store, StoreConfig
+from sidecar import PutRequest, PutResult, Store, StoreConfig
 from sidecar.store import _Op
 
 WRITERS = 8
@@ -76,6 +76,18 @@ def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
         assert store.commit_delays == 0
         assert store.batch_sizes[1] == 31
         assert store.stats()["commit_delays"] == 0
+
+
+def test_put_many_is_one_writer(tmp_path: Path) -> None:
+    # 1,050 writes from one put_many commit in batches of 100; the last (50)
+    # is not held back for writers that never come (its caller waits for it).
+    config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_batch_writes=100)
+    with Store(config) as store:
+        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.1 s
+        for round_ in range(3):
+            results = store.put_many([PutRequest(f"s{i}", bytes([8, round_ + 1])) for i in range(1050)])
+            assert [r.version for r in results if isinstance(r, PutResult)] == [round_ + 1] * 1050
+        assert store.commit_delays == 0
 
 
 def test_no_delay_when_turned_off(tmp_path: Path) -> None:
