@@ -46,6 +46,19 @@ T = TypeVar("T")
 # instead), so a CANCELLED is the sidecar going away: retried, and reported as
 # UNAVAILABLE, like every other refusal at shutdown.
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+# grpc-aio's words when a message could not be sent because the call had
+# already ended (the connection broke, e.g. the sidecar was killed): it
+# reports INTERNAL with these details instead of the call's real status
+# (grpc/grpc#36066). The sidecar's own INTERNAL errors never read so.
+_SEND_FAILED_DETAILS = "Internal error from Core"
+
+
+def _code_of(error: grpc.RpcError) -> grpc.StatusCode:
+    """The error's status code, with grpc-aio's masked send failure read as the UNAVAILABLE it stands for."""
+    code: grpc.StatusCode = error.code()
+    if code is grpc.StatusCode.INTERNAL and error.details() == _SEND_FAILED_DETAILS:
+        return grpc.StatusCode.UNAVAILABLE
+    return code
 
 
 class CheckpointError(Exception):
@@ -140,9 +153,14 @@ def _translate(
     ``attempts`` (when more than one) and ``timeout_seconds`` go into the
     message; ``request_id`` (a write's) goes on the error.
     """
-    code: grpc.StatusCode = error.code()
+    code = _code_of(error)
     details: str = error.details() or code.name
-    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if details == _SEND_FAILED_DETAILS:
+        details = (
+            "the connection to the sidecar broke while sending (gRPC said INTERNAL: Internal error from Core);"
+            " a write's outcome is unknown, resend it with the same request_id"
+        )
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         details = _over_limit_text(details) or details
     elif code is grpc.StatusCode.DEADLINE_EXCEEDED and timeout_seconds is not None:
         details = f"the sidecar did not answer within the call's timeout (timeout_seconds={timeout_seconds})"
@@ -313,7 +331,7 @@ def _retry_delay_seconds(error: grpc.RpcError, *, retry: bool, attempt: int, ret
     DEADLINE_EXCEEDED, which only the call's own deadline raises, is in
     practice never resent.
     """
-    if retry and error.code() in _RETRYABLE and attempt < retries:
+    if retry and _code_of(error) in _RETRYABLE and attempt < retries:
         return min(0.05 * 2.0**attempt, 1.0)
     return None
 

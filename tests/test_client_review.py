@@ -73,41 +73,50 @@ class _AsyncCounter(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
 
 
 class _LostReply(grpc.RpcError):  # type: ignore[misc]
+    def __init__(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, details: str = "reply lost") -> None:
+        self._code, self._details = code, details
+
     def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
+        return self._code
 
     def details(self) -> str:
-        return "reply lost (test interceptor)"
+        return self._details
 
     def trailing_metadata(self) -> tuple[()]:
         return ()
 
 
-class _LoseFirstReply(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Lets the first call reach the sidecar and commit, then drops its reply (UNAVAILABLE)."""
+# What grpc-aio raises when a send fails because the call already ended (grpc/grpc#36066).
+MASKED_SEND_FAILURE = _LostReply(grpc.StatusCode.INTERNAL, "Internal error from Core")
 
-    def __init__(self) -> None:
+
+class _LoseFirstReply(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Lets the first call reach the sidecar and commit, then drops its reply (UNAVAILABLE, or ``error``)."""
+
+    def __init__(self, error: _LostReply | None = None) -> None:
         self.sent: list[Any] = []
+        self.error = error or _LostReply()
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         self.sent.append(request)
         outcome = continuation(details, request)
         if len(self.sent) == 1:
             outcome.result()  # the write committed
-            raise _LostReply()
+            raise self.error
         return outcome
 
 
 class _AsyncLoseFirstReply(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self) -> None:
+    def __init__(self, error: _LostReply | None = None) -> None:
         self.sent: list[Any] = []
+        self.error = error or _LostReply()
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         self.sent.append(request)
         call = await continuation(details, request)
         if len(self.sent) == 1:
             await call  # the write committed
-            raise _LostReply()
+            raise self.error
         return call
 
 
@@ -131,24 +140,36 @@ async def alist(it: AsyncIterator[Any]) -> list[Any]:
 # -- retries -------------------------------------------------------------------------------------
 
 
-def test_a_retry_after_a_lost_reply_replays_instead_of_writing_twice(sidecar: Sidecar) -> None:
-    """Regression guard (passed before the review): the lost reply is provoked by an interceptor."""
-    lose = _LoseFirstReply()
+@pytest.mark.parametrize("error", [_LostReply(), MASKED_SEND_FAILURE], ids=["unavailable", "masked-send-failure"])
+def test_a_retry_after_a_lost_reply_replays_instead_of_writing_twice(sidecar: Sidecar, error: _LostReply) -> None:
+    """The lost reply is provoked by an interceptor. grpc-aio reports a send that failed as the
+    connection broke as INTERNAL 'Internal error from Core' (grpc/grpc#36066), hiding the
+    UNAVAILABLE: the clients read it as that, and retry (a PutStream to a killed sidecar failed so)."""
+    name = f"lost-{error.code().name}"
+    lose = _LoseFirstReply(error)
     with intercepted(CheckpointClient(sidecar.unix_target), lose) as c:
-        r = c.merge("lost", PATCH)
+        r = c.merge(name, PATCH)
     assert (r.version, r.replayed) == (1, True)
     assert len(lose.sent) == 2 and lose.sent[0].request_id and lose.sent[0] == lose.sent[1]
-    assert versions(sidecar.unix_target, "lost") == [1]
+    assert versions(sidecar.unix_target, name) == [1]
 
     async def run() -> None:
-        alose = _AsyncLoseFirstReply()
+        alose = _AsyncLoseFirstReply(error)
         async with await aintercepted(sidecar.unix_target, alose) as ac:
-            ar = await ac.merge("alost", PATCH)
+            ar = await ac.merge(f"a{name}", PATCH)
         assert (ar.version, ar.replayed) == (1, True)
         assert len(alose.sent) == 2 and alose.sent[0] == alose.sent[1]
 
     asyncio.run(run())
-    assert versions(sidecar.unix_target, "alost") == [1]
+    assert versions(sidecar.unix_target, f"a{name}") == [1]
+
+
+def test_another_internal_error_is_not_retried(sidecar: Sidecar) -> None:
+    lose = _LoseFirstReply(_LostReply(grpc.StatusCode.INTERNAL, "Put failed inside the sidecar; see its log"))
+    with intercepted(CheckpointClient(sidecar.unix_target), lose) as c, pytest.raises(CheckpointError) as info:
+        c.merge("internal", PATCH)
+    assert info.value.code is grpc.StatusCode.INTERNAL and len(lose.sent) == 1
+    assert str(info.value) == "Put failed inside the sidecar; see its log"
 
 
 def test_the_timeout_bounds_the_whole_call_not_each_attempt(sidecar: Sidecar) -> None:
