@@ -22,7 +22,8 @@ EXPOSE 50051
 # the socket the server listens on, which is not the data directory's.
 ENV CKPT_DATA_DIR=/data \
     CKPT_LISTEN=unix:/run/ckpt/ckpt.sock,0.0.0.0:50051 \
-    CKPT_TARGET=unix:/run/ckpt/ckpt.sock
+    CKPT_TARGET=unix:/run/ckpt/ckpt.sock \
+    CKPT_METRICS_ADDRESS=0.0.0.0
 STOPSIGNAL SIGTERM
 # The standard grpc.health.v1 check, through the sidecar's own Python client stack.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

@@ -171,7 +171,15 @@ def _parser() -> argparse.ArgumentParser:
         help="unix:/path or host:port; repeatable (env CKPT_LISTEN, comma-separated; default unix:DATA_DIR/ckpt.sock)",
     )
     defaults = _SERVE_DEFAULTS
-    env_option(s, "--metrics-port", int, None, "serve Prometheus metrics on 127.0.0.1:PORT", shown="off")
+    env_option(s, "--metrics-port", int, None, "serve Prometheus metrics on METRICS_ADDRESS:PORT", shown="off")
+    env_option(
+        s,
+        "--metrics-address",
+        str,
+        "127.0.0.1",
+        "where metrics listen: 0.0.0.0 or :: to be scraped from outside a container",
+        shown="127.0.0.1",
+    )
     env_option(
         s,
         "--max-message-bytes",
@@ -423,6 +431,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         data_dir=args.data_dir,
         listen=tuple(a.strip() for a in listen),
         metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address,
         max_message_bytes=args.max_message_bytes,
         durability=Durability(args.durability),
         cache_size_bytes=args.cache_size_bytes,

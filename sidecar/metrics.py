@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -16,6 +19,14 @@ if TYPE_CHECKING:
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 _DEPTH_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# How often the /metrics server's loop looks for a stop: what close() waits
+# at most (the library's default, 0.5 s, lengthened every sidecar stop).
+_STOP_POLL_SECONDS = 0.02
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # every scrape, on stderr
+        pass
 
 
 class Metrics:
@@ -56,8 +67,20 @@ class Metrics:
         self.registry.register(_StoreCollector(store))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Serve /metrics on ``addr``:``port`` (0: a free port) from a daemon thread; the port bound."""
-        self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
+        """Serve /metrics on ``addr``:``port`` (0: a free port; an IPv4 or IPv6 address or a
+        name) from a daemon thread; the port bound. OSError if it cannot be bound."""
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+        class Server(ThreadingWSGIServer):
+            address_family = family
+
+        self._http = make_server(addr, port, make_wsgi_app(self.registry), Server, handler_class=_QuietHandler)
+        threading.Thread(
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": _STOP_POLL_SECONDS},
+            name="ckpt-metrics",
+            daemon=True,
+        ).start()
         return int(self._http.server_port)
 
     def close(self) -> None:

@@ -93,8 +93,11 @@ class ServeConfig:
     threads: int = 16
     #: Seconds in-flight RPCs get to finish on SIGTERM/SIGINT.
     grace_seconds: float = 10.0
-    #: Serve Prometheus metrics on 127.0.0.1:PORT (None = off).
+    #: Serve Prometheus metrics on METRICS_ADDRESS:PORT (None = off).
     metrics_port: int | None = None
+    #: Where /metrics listens: 127.0.0.1 (this host only), or 0.0.0.0 / ::
+    #: for a Prometheus outside the sidecar's container.
+    metrics_address: str = "127.0.0.1"
     durability: Durability = Durability.SYNC
     cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
     encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
@@ -144,6 +147,8 @@ class ServeConfig:
         check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+        if not self.metrics_address or self.metrics_address != self.metrics_address.strip():
+            raise ValueError(f"metrics_address must be an IP address or host name, got {self.metrics_address!r}")
         self.store_config()  # its checks fail now, before anything is bound
 
     @property
@@ -693,13 +698,16 @@ class SidecarServer:
             #: Where /metrics is served (None: off); bound first, so a port in use fails before anything serves.
             self.metrics_address: str | None = None
             if config.metrics_port is not None:
+                host = config.metrics_address
+                host = f"[{host}]" if ":" in host else host  # an IPv6 address
                 try:
-                    port = self.metrics.serve(config.metrics_port)
+                    port = self.metrics.serve(config.metrics_port, config.metrics_address)
                 except OSError as exc:
                     raise Unavailable(
-                        f"cannot serve metrics on 127.0.0.1:{config.metrics_port} (--metrics-port): {exc.strerror}"
+                        f"cannot serve metrics on {host}:{config.metrics_port} (--metrics-address,"
+                        f" --metrics-port): {exc.strerror or exc}"
                     ) from None
-                self.metrics_address = f"127.0.0.1:{port}"
+                self.metrics_address = f"{host}:{port}"
             self.health = health.aio.HealthServicer()
             self._blocking = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-blocking")
             self.server = grpc.aio.server(

@@ -228,6 +228,7 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
         (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),
         (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
+        (("--metrics-address", ""), b"--metrics-address must be an IP address or host name, got ''"),
         (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
         # Durations must fit a nanosecond time: inf and NaN made retention skip every session, or every
         # sweep fail, while the sidecar served on (found by helper-20).

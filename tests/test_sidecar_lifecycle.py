@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -108,9 +110,10 @@ def test_a_metrics_port_in_use_is_named_before_anything_serves_and_port_0_is_log
             timeout=60,
         )
     assert proc.returncode == 1, proc.stderr
-    assert f"ckpt cannot start: cannot serve metrics on 127.0.0.1:{port} (--metrics-port): Address already in use" in (
-        proc.stderr
-    )
+    assert (
+        f"ckpt cannot start: cannot serve metrics on 127.0.0.1:{port} (--metrics-address, --metrics-port):"
+        " Address already in use"
+    ) in proc.stderr
     assert "ckpt serving" not in proc.stderr and not socket_path.exists()  # failed before gRPC bound anything
     sidecar = start_sidecar(tmp_path / "data", "--metrics-port", "0")  # any free port: the log says which
     try:
@@ -120,3 +123,48 @@ def test_a_metrics_port_in_use_is_named_before_anything_serves_and_port_0_is_log
         assert b"ckpt_commits" in text
     finally:
         assert sidecar.stop() == 0
+
+
+def _scrape(host: str, port: int) -> bytes:
+    return urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read()  # type: ignore[no-any-return]
+
+
+def test_metrics_listen_on_the_address_asked_for(tmp_path: Path) -> None:
+    # 127.0.0.2 is this host too, but reaches only a socket bound to every
+    # address: what a Prometheus outside a container needs (0.0.0.0).
+    sidecar = start_sidecar(tmp_path / "one", "--metrics-port", "0")
+    try:
+        port = int(re.search(r"metrics=127\.0\.0\.1:(\d+) pid=", sidecar.log()).group(1))  # type: ignore[union-attr]
+        assert b"ckpt_commits" in _scrape("127.0.0.1", port)
+        with pytest.raises(urllib.error.URLError):
+            _scrape("127.0.0.2", port)
+    finally:
+        assert sidecar.stop() == 0
+    sidecar = start_sidecar(tmp_path / "two", "--metrics-port", "0", "--metrics-address", "0.0.0.0")
+    try:
+        port = int(re.search(r"metrics=0\.0\.0\.0:(\d+) pid=", sidecar.log()).group(1))  # type: ignore[union-attr]
+        assert b"ckpt_commits" in _scrape("127.0.0.2", port)
+    finally:
+        assert sidecar.stop() == 0
+
+
+def test_a_metrics_address_that_does_not_resolve_is_named(tmp_path: Path) -> None:
+    args = ["serve", "--data-dir", str(tmp_path / "data"), "--listen", f"unix:{tmp_path / 'ckpt.sock'}"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            *args,
+            "--metrics-port",
+            "0",
+            "--metrics-address",
+            "no-such-host.invalid",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot serve metrics on no-such-host.invalid:0 (--metrics-address, --metrics-port):" in proc.stderr
+    assert "ckpt serving" not in proc.stderr
