@@ -20,8 +20,8 @@ repetitions, and compared configurations run side by side, alternating.
    the disk under the data directory is printed too: the ratio depends on it.
    So is the ceiling (reported): the default config again with its data on
    tmpfs (``/dev/shm``, where a flush costs nothing), against the same
-   commit-per-put rate: what group commit could reach on this machine if its
-   own flushes were free, i.e. the ratio its CPU per write allows.
+   commit-per-put rate: about what group commit could reach on this machine
+   if its own flushes were free, i.e. the ratio its CPU per write allows.
 2. cold-hydration: the trajectory whose final state is closest to 300 KB,
    written as REPLACE and as MERGE sessions, store closed and reopened with
    ``cache_size_bytes=0``; ``Store.get`` of the version ending the default
@@ -310,21 +310,22 @@ def group_commit(root: Path, *, threads: int = 64, versions: int = 60, rounds: i
     sizes: dict[str, Counter[int]] = {name: Counter() for name in configs}
     commits: dict[str, int] = dict.fromkeys(configs, 0)
     flush = flush_latency_us(root)
-    for r in range(rounds):
-        order = list(configs) if r % 2 == 0 else list(reversed(configs))
-        for name in order:
-            directory = fresh_dir(
-                memory_root if name == "group_memory" and memory_root else root, f"group-commit-{name}"
-            )
-            gc.collect()
-            run = _concurrent_awrites if name.endswith("_asyncio") else _concurrent_writes
-            elapsed, batch_sizes, n_commits = run(configs[name](directory), states)
-            shutil.rmtree(directory)
-            seconds[name].append(elapsed)
-            sizes[name].update(batch_sizes)
-            commits[name] += n_commits
-    if memory_root is not None:
-        shutil.rmtree(memory_root, ignore_errors=True)
+    try:
+        for r in range(rounds):
+            order = list(configs) if r % 2 == 0 else list(reversed(configs))
+            for name in order:
+                where = memory_root if name == "group_memory" and memory_root is not None else root
+                directory = fresh_dir(where, f"group-commit-{name}")
+                gc.collect()
+                run = _concurrent_awrites if name.endswith("_asyncio") else _concurrent_writes
+                elapsed, batch_sizes, n_commits = run(configs[name](directory), states)
+                shutil.rmtree(directory)
+                seconds[name].append(elapsed)
+                sizes[name].update(batch_sizes)
+                commits[name] += n_commits
+    finally:  # a store left in RAM outlives the run otherwise
+        if memory_root is not None:
+            shutil.rmtree(memory_root, ignore_errors=True)
     rates = {name: [writes / s for s in secs] for name, secs in seconds.items()}
     median_rate = {name: statistics.median(r) for name, r in rates.items()}
     state_sizes = [len(s) for ses in states for s in ses]
@@ -384,7 +385,7 @@ def render_group_commit(r: dict[str, Any]) -> str:
     if r.get("speedup_ceiling") is not None:
         lines.append(
             f"ceiling, {r['threads']} threads (reported): {r['speedup_ceiling']:.2f}x, group commit on tmpfs against"
-            " commit-per-put on this disk: the most the checked ratio can reach here at this CPU cost per write"
+            " commit-per-put on this disk: about the most the checked ratio can reach here at this CPU cost per write"
         )
     b = r["batches"]["group"]
     lines += [

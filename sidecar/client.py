@@ -47,14 +47,20 @@ T = TypeVar("T")
 # UNAVAILABLE, like every other refusal at shutdown.
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 # grpc-aio's words when a message could not be sent because the call had
-# already ended (the connection broke, e.g. the sidecar was killed): it
-# reports INTERNAL with these details instead of the call's real status
-# (grpc/grpc#36066). The sidecar's own INTERNAL errors never read so.
+# already ended: it reports INTERNAL with these details instead of the
+# call's real status (grpc/grpc#36066). That status is most often the
+# connection breaking (the sidecar killed), but can be the sidecar ending
+# the stream (a message over its --max-message-bytes, say). The sidecar's
+# own INTERNAL errors never read so.
 _SEND_FAILED_DETAILS = "Internal error from Core"
 
 
 def _code_of(error: grpc.RpcError) -> grpc.StatusCode:
-    """The error's status code, with grpc-aio's masked send failure read as the UNAVAILABLE it stands for."""
+    """The error's status code for the retry policy: grpc-aio's masked send failure counts as UNAVAILABLE.
+
+    Retried like a broken connection (resends carry the same request ids);
+    should it come back every time, :func:`_translate` says what it may hide.
+    """
     code: grpc.StatusCode = error.code()
     if code is grpc.StatusCode.INTERNAL and error.details() == _SEND_FAILED_DETAILS:
         return grpc.StatusCode.UNAVAILABLE
@@ -153,12 +159,13 @@ def _translate(
     ``attempts`` (when more than one) and ``timeout_seconds`` go into the
     message; ``request_id`` (a write's) goes on the error.
     """
-    code = _code_of(error)
+    code: grpc.StatusCode = error.code()
     details: str = error.details() or code.name
-    if details == _SEND_FAILED_DETAILS:
+    if code is grpc.StatusCode.INTERNAL and details == _SEND_FAILED_DETAILS:
         details = (
-            "the connection to the sidecar broke while sending (gRPC said INTERNAL: Internal error from Core);"
-            " a write's outcome is unknown, resend it with the same request_id"
+            "the call ended while this client was still sending, and gRPC hides why (it says INTERNAL 'Internal"
+            " error from Core', grpc/grpc#36066): the connection broke, or the sidecar refused a message (one"
+            " over its --max-message-bytes, say); a write's outcome is unknown, resend it with the same request_id"
         )
     elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         details = _over_limit_text(details) or details

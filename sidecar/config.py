@@ -131,15 +131,18 @@ class StoreConfig:
     #: Most writes committed in one LMDB transaction.
     max_batch_writes: int = 512
     #: Longest the writer waits before a commit for the writers it expects:
-    #: as many as the last commit let go on (a put_many counts once) plus the
-    #: writes queued while it ran.
-    #: Writers a commit answers usually write again at once, and a commit's
-    #: flush costs about the same for 60 writes as for 30; without the wait,
-    #: 64 writer threads settle into two half-size batches taking turns, two
-    #: flushes where one would do. The wait ends as soon as they are queued,
-    #: and is also at most half the last commit's duration, so a write waits
-    #: at most that much longer; a lone writer (one write per commit) never
-    #: waits. 0: commit whatever is queued at once.
+    #: as many as the last commit let go on (a put_many counts once; a
+    #: PutStream batch or a thread pipelining submit() counts as its writes)
+    #: plus the writes queued while it ran. Writers a commit answers usually
+    #: write again at once, and a commit's flush costs about the same for 60
+    #: writes as for 30; without the wait, 64 writer threads settle into two
+    #: half-size batches taking turns, two flushes where one would do. The
+    #: wait ends as soon as they are queued, and is at most half the last
+    #: commit's duration (plus the OS's timer slack, ~0.1-0.3 ms on a busy
+    #: VM); there is none while writers wait for room under
+    #: max_queued_write_bytes (they could not queue). A lone writer waits
+    #: only once, on its first write after a burst of others ends. 0: commit
+    #: whatever is queued at once.
     max_commit_delay_seconds: float = 0.002
     #: Most bytes of states queued for the writer and not yet answered (the
     #: write backlog's memory). Past it, blocking writes (put, submit,

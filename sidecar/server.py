@@ -147,6 +147,8 @@ class ServeConfig:
         check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+        if self.metrics_address.startswith("[") and self.metrics_address.endswith("]"):  # as in --listen [::1]:N
+            object.__setattr__(self, "metrics_address", self.metrics_address[1:-1])
         if not self.metrics_address or self.metrics_address != self.metrics_address.strip():
             raise ValueError(f"metrics_address must be an IP address or host name, got {self.metrics_address!r}")
         self.store_config()  # its checks fail now, before anything is bound

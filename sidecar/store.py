@@ -332,6 +332,9 @@ class Store:
         self._expected_writers = 1
         # Set by _submit once _gather_target writes are queued (0: the writer is not waiting).
         self._gather_target = 0
+        # Submitters waiting for room under max_queued_write_bytes: while any
+        # do, the writers a commit would wait for cannot queue.
+        self._room_waiters = 0
         self._gathered = threading.Event()
         self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
         self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
@@ -1505,7 +1508,11 @@ class Store:
                         f" {size}-byte write would pass max_queued_write_bytes ({self.config.max_queued_write_bytes});"
                         " retry shortly with the same request_id"
                     )
-                self._room.wait()
+                self._room_waiters += 1
+                try:
+                    self._room.wait()
+                finally:
+                    self._room_waiters -= 1
             self._queued_bytes = queued + size
             op.queued_bytes = size
             self._queue.put(op)
@@ -1604,20 +1611,20 @@ class Store:
             batch.append(op)
         expected = min(self._expected_writers, limit)
         delay = min(self._max_commit_delay_seconds, self._last_commit_seconds / 2)
-        if len(batch) < expected and not stop and delay > 0:
+        if len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
             # Writers the last commit answered are likely preparing their next
             # write: a commit's flush costs about the same for 30 writes as
             # for 60, so waiting briefly for them saves flushes. (Without it,
             # 64 threads settle into two half-size batches taking turns.) One
             # wake-up when they are all queued (_submit), not one per write.
-            began = time.monotonic()
             self._gathered.clear()
             self._gather_target = expected - len(batch)
             if self._queue.qsize() < self._gather_target:
+                began = time.monotonic()
                 self._gathered.wait(delay)
+                self.commit_delays += 1
+                self.commit_delay_seconds += time.monotonic() - began
             self._gather_target = 0
-            self.commit_delays += 1
-            self.commit_delay_seconds += time.monotonic() - began
             while len(batch) < limit:
                 try:
                     op = self._queue.get_nowait()

@@ -17,6 +17,7 @@ import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from sidecar.client import CheckpointClient, InvalidArgumentError
+from sidecar.server import ServeConfig
 from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
 
 
@@ -284,3 +285,8 @@ def test_bench_without_the_harness_says_so(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and b"Traceback" not in out.stderr
     assert out.stderr.startswith(b"ckpt bench: the benchmark harness is not installed here")
+
+
+def test_a_bracketed_ipv6_metrics_address_is_taken_as_in_listen(tmp_path: Path) -> None:
+    assert ServeConfig(data_dir=tmp_path, metrics_address="[::1]").metrics_address == "::1"
+    assert ServeConfig(data_dir=tmp_path, metrics_address="::").metrics_address == "::"

@@ -164,6 +164,18 @@ def test_a_retry_after_a_lost_reply_replays_instead_of_writing_twice(sidecar: Si
     assert versions(sidecar.unix_target, f"a{name}") == [1]
 
 
+def test_a_masked_send_failure_that_persists_is_raised_saying_what_it_may_hide(sidecar: Sidecar) -> None:
+    lose = _LoseFirstReply(MASKED_SEND_FAILURE)
+    with (
+        intercepted(CheckpointClient(sidecar.unix_target, retries=0), lose) as c,
+        pytest.raises(CheckpointError) as info,
+    ):
+        c.merge("masked", PATCH)
+    assert info.value.code is grpc.StatusCode.INTERNAL and info.value.request_id == lose.sent[0].request_id
+    assert "gRPC hides why" in str(info.value) and "resend it with the same request_id" in str(info.value)
+    assert versions(sidecar.unix_target, "masked") == [1]  # it had committed: resending replays
+
+
 def test_another_internal_error_is_not_retried(sidecar: Sidecar) -> None:
     lose = _LoseFirstReply(_LostReply(grpc.StatusCode.INTERNAL, "Put failed inside the sidecar; see its log"))
     with intercepted(CheckpointClient(sidecar.unix_target), lose) as c, pytest.raises(CheckpointError) as info:

@@ -90,6 +90,36 @@ def test_put_many_is_one_writer(tmp_path: Path) -> None:
         assert store.commit_delays == 0
 
 
+def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
+    # The backlog (max_queued_write_bytes) holds one 80-byte write: a second
+    # writer waits for room, so it cannot queue however long the writer
+    # would wait for it. The commit after the held one must not wait.
+    config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_queued_write_bytes=100)
+    with Store(config) as store:
+        running, gate = threading.Event(), threading.Event()
+
+        def hold(batch: object, txn: object) -> None:
+            running.set()
+            gate.wait(10)
+            time.sleep(0.4)  # a slow commit: the next may wait 0.2 s, were it to wait
+
+        store._submit(_Op(hold, fails_clean=True), wait=False)
+        assert running.wait(10)
+        writers = [threading.Thread(target=store.put, args=(name, b"\x0a\x4e" + b"x" * 78)) for name in "ab"]
+        writers[0].start()
+        _queued(store, 1)
+        writers[1].start()
+        deadline = time.monotonic() + 10
+        while store._room_waiters < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        gate.set()
+        for t in writers:
+            t.join(30)
+        assert store.session("a").head_version == 1 and store.session("b").head_version == 1
+        assert store.commit_delays == 0
+
+
 def test_no_delay_when_turned_off(tmp_path: Path) -> None:
     # Writers answered together, then one write alone: with the delay off it commits at once.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=0)) as store:
