@@ -1594,22 +1594,12 @@ class Store:
 
     def _take_batch(self) -> tuple[list[_Op], bool]:
         """The queued writes (waiting for one), up to max_batch_writes; and whether close() was called."""
-        stop = False
         first = self._queue.get()
         if first is None:
             return [], True
         batch = [first]
-        limit = self.config.max_batch_writes
-        while len(batch) < limit:
-            try:
-                op = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if op is None:
-                stop = True
-                continue
-            batch.append(op)
-        expected = min(self._expected_writers, limit)
+        stop = self._drain(batch)
+        expected = min(self._expected_writers, self.config.max_batch_writes)
         delay = min(self._max_commit_delay_seconds, self._last_commit_seconds / 2)
         if len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
             # Writers the last commit answered are likely preparing their next
@@ -1625,16 +1615,22 @@ class Store:
                 self.commit_delays += 1
                 self.commit_delay_seconds += time.monotonic() - began
             self._gather_target = 0
-            while len(batch) < limit:
-                try:
-                    op = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if op is None:
-                    stop = True
-                    continue
-                batch.append(op)
+            stop = self._drain(batch)
         return batch, stop
+
+    def _drain(self, batch: list[_Op]) -> bool:
+        """Move what is queued into ``batch``, up to max_batch_writes; whether the stop marker was among it."""
+        stop = False
+        while len(batch) < self.config.max_batch_writes:
+            try:
+                op = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if op is None:
+                stop = True
+                continue
+            batch.append(op)
+        return stop
 
     def _run_batch(self, ops: list[_Op], *, isolate: bool = False) -> None:
         """Apply ops in one write transaction, commit, then resolve their futures.

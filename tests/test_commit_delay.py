@@ -23,6 +23,20 @@ def _sleeping_op(seconds: float) -> _Op:
     return _Op(apply, fails_clean=True)
 
 
+def _hold_writer(store: Store, *, then_seconds: float = 0.0) -> threading.Event:
+    """Block the writer in an op of its own until the returned gate is set (then sleep ``then_seconds``)."""
+    running, gate = threading.Event(), threading.Event()
+
+    def hold(batch: object, txn: object) -> None:
+        running.set()
+        gate.wait(10)
+        time.sleep(then_seconds)
+
+    store._submit(_Op(hold, fails_clean=True), wait=False)
+    assert running.wait(10)
+    return gate
+
+
 def _queued(store: Store, n: int) -> None:
     deadline = time.monotonic() + 10
     while store._queue.qsize() < n:
@@ -36,14 +50,7 @@ def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None
     # Round 2: each writer writes again as soon as it is answered; the first
     # to queue must not be committed alone: the writer waits for the others.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
-        running, gate = threading.Event(), threading.Event()
-
-        def hold(batch: object, txn: object) -> None:
-            running.set()
-            gate.wait(10)
-
-        store._submit(_Op(hold, fails_clean=True), wait=False)
-        assert running.wait(10)
+        gate = _hold_writer(store)
         errors: list[BaseException] = []
 
         def writer(i: int) -> None:
@@ -96,15 +103,7 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
     # would wait for it. The commit after the held one must not wait.
     config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_queued_write_bytes=100)
     with Store(config) as store:
-        running, gate = threading.Event(), threading.Event()
-
-        def hold(batch: object, txn: object) -> None:
-            running.set()
-            gate.wait(10)
-            time.sleep(0.4)  # a slow commit: the next may wait 0.2 s, were it to wait
-
-        store._submit(_Op(hold, fails_clean=True), wait=False)
-        assert running.wait(10)
+        gate = _hold_writer(store, then_seconds=0.4)  # a slow commit: the next may wait 0.2 s, were it to wait
         writers = [threading.Thread(target=store.put, args=(name, b"\x0a\x4e" + b"x" * 78)) for name in "ab"]
         writers[0].start()
         _queued(store, 1)
@@ -123,14 +122,7 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
 def test_no_delay_when_turned_off(tmp_path: Path) -> None:
     # Writers answered together, then one write alone: with the delay off it commits at once.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=0)) as store:
-        running, gate = threading.Event(), threading.Event()
-
-        def hold(batch: object, txn: object) -> None:
-            running.set()
-            gate.wait(10)
-
-        store._submit(_Op(hold, fails_clean=True), wait=False)
-        assert running.wait(10)
+        gate = _hold_writer(store)
         threads = [threading.Thread(target=store.put, args=(f"s{i}", b"")) for i in range(4)]
         for t in threads:
             t.start()
