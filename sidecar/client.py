@@ -55,15 +55,17 @@ _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, gr
 _SEND_FAILED_DETAILS = "Internal error from Core"
 
 
+def _masked_send_failure(error: grpc.RpcError) -> bool:
+    return bool(error.code() is grpc.StatusCode.INTERNAL and error.details() == _SEND_FAILED_DETAILS)
+
+
 def _code_of(error: grpc.RpcError) -> grpc.StatusCode:
     """The error's status code for the retry policy: grpc-aio's masked send failure counts as UNAVAILABLE.
 
     Retried like a broken connection (resends carry the same request ids);
     should it come back every time, :func:`_translate` says what it may hide.
     """
-    code: grpc.StatusCode = error.code()
-    if code is grpc.StatusCode.INTERNAL and error.details() == _SEND_FAILED_DETAILS:
-        return grpc.StatusCode.UNAVAILABLE
+    code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE if _masked_send_failure(error) else error.code()
     return code
 
 
@@ -161,7 +163,7 @@ def _translate(
     """
     code: grpc.StatusCode = error.code()
     details: str = error.details() or code.name
-    if code is grpc.StatusCode.INTERNAL and details == _SEND_FAILED_DETAILS:
+    if _masked_send_failure(error):
         details = (
             "the call ended while this client was still sending, and gRPC hides why (it says INTERNAL 'Internal"
             " error from Core', grpc/grpc#36066): the connection broke, or the sidecar refused a message (one"

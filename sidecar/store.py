@@ -327,7 +327,6 @@ class Store:
         self.commit_delay_seconds = 0.0
         # What the writer's commit delay goes by (_take_batch): the last commit's
         # duration, and the writers seen around it.
-        self._max_commit_delay_seconds = config.max_commit_delay_seconds
         self._last_commit_seconds = 0.0
         self._expected_writers = 1
         # Set by _submit once _gather_target writes are queued (0: the writer is not waiting).
@@ -1600,7 +1599,7 @@ class Store:
         batch = [first]
         stop = self._drain(batch)
         expected = min(self._expected_writers, self.config.max_batch_writes)
-        delay = min(self._max_commit_delay_seconds, self._last_commit_seconds / 2)
+        delay = min(self.config.max_commit_delay_seconds, self._last_commit_seconds / 2)
         if len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
             # Writers the last commit answered are likely preparing their next
             # write: a commit's flush costs about the same for 30 writes as
