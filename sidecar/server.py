@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
+import ipaddress
 import logging
 import os
 import signal
@@ -761,6 +763,8 @@ class SidecarServer:
         if address.startswith("unix:"):
             path = Path(address[len("unix:") :])
             _claim_unix_socket(path)
+        else:
+            _claim_tcp_name(address)
         try:
             port = self.server.add_insecure_port(address)
         except RuntimeError as exc:
@@ -840,6 +844,49 @@ def _claim_unix_socket(path: Path) -> None:
     finally:
         probe.close()
     raise Unavailable(f"another server is listening on unix:{path}")
+
+
+def _claim_tcp_name(address: str) -> None:
+    """Refuse ``host:port`` when another socket holds any address the host name stands for.
+
+    gRPC listens on a name that resolves to several addresses (``localhost``:
+    ::1 and 127.0.0.1) if it can bind any one of them, and only logs the rest:
+    with 127.0.0.1:P held by another server, ``--listen localhost:P`` would
+    serve on ::1 alone, and a client dialing 127.0.0.1:P would reach the other
+    server. An address literal needs no check (gRPC fails to bind it), nor
+    does port 0 (a free port). An address this machine lacks (::1 without
+    IPv6) is skipped, as gRPC skips it.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        return  # not host:port: gRPC judges it
+    host = host.removeprefix("[").removesuffix("]")
+    port = int(port_text)
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return
+    if host == "localhost":  # gRPC's resolver gives both loopbacks, whatever /etc/hosts says (RFC 6761)
+        candidates = [(socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            return  # gRPC says what it cannot resolve
+        candidates = list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
+    for family, ip in candidates:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT is no owner
+            probe.bind((ip, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                shown = f"[{ip}]" if family == socket.AF_INET6 else ip
+                raise Unavailable(
+                    f"cannot listen on {address}: {shown}:{port} is in use (another process listens there),"
+                    f" and {host} stands for it; gRPC would listen on {host}'s other addresses only"
+                ) from None
+        finally:
+            probe.close()
 
 
 def serve(config: ServeConfig) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -317,6 +318,28 @@ def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:
     assert f"cannot listen on {sidecar.tcp_target}" in same_port
     with CheckpointClient(sidecar.unix_target) as c:  # the first one is unaffected
         c.put("still", b"\x08\x01")
+
+
+def test_a_host_name_with_one_of_its_addresses_taken_is_refused(tmp_path: Path) -> None:
+    # gRPC binds `localhost:P` if either loopback is free; this one would have served on ::1 only.
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    with taken:
+        refused = start_or_fail(tmp_path / "data", f"unix:{tmp_path / 'a.sock'}", f"localhost:{port}")
+    assert (
+        f"cannot listen on localhost:{port}: 127.0.0.1:{port} is in use (another process listens there),"
+        " and localhost stands for it"
+    ) in refused
+    assert "ckpt serving" not in refused
+    sidecar = start_sidecar(tmp_path / "data", "--listen", f"localhost:{port}")  # free now: it serves
+    try:
+        with CheckpointClient(f"127.0.0.1:{port}") as c:
+            assert c.put("by-name", b"\x08\x01").version == 1
+    finally:
+        assert sidecar.stop() == 0
 
 
 def start_or_fail(data_dir: Path, unix: str, tcp: str) -> str:
