@@ -47,7 +47,7 @@ class CheckpointClient {
       // gRPC's default of 1 s growing to 2 min.
       'grpc.initial_reconnect_backoff_ms': 50,
       'grpc.min_reconnect_backoff_ms': 50,
-      'grpc.max_reconnect_backoff_ms': 1000,
+      'grpc.max_reconnect_backoff_ms': 250,
     });
     this.timeoutMs = timeoutMs;
     this.retries = retries;
