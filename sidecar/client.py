@@ -23,11 +23,12 @@ import asyncio
 import datetime
 import itertools
 import math
+import queue
 import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -281,7 +282,8 @@ def _put_request(
         session_id=_str("session_id", session_id),
         state=_bytes("state" if mode == service_pb2.WRITE_MODE_REPLACE else "patch", state),
         mode=mode,  # type: ignore[arg-type]
-        request_id=_str("request_id", request_id) if request_id is not None else uuid.uuid4().hex,
+        # An empty id is none to the sidecar (no retry protection): one is generated, as put_stream does.
+        request_id=(_str("request_id", request_id) if request_id is not None else "") or uuid.uuid4().hex,
         labels=_labels("labels", labels),
     )
     if expected_version is not None:
@@ -376,11 +378,98 @@ _STREAM_MESSAGE_SLACK_BYTES = 64
 _STREAM_PUT_FRAMING_BYTES = 8
 
 
+class _ReadAhead:
+    """The sync put_stream's ``puts``, read on a thread of its own a few writes ahead.
+
+    So that a message goes as soon as no further write is ready to join it
+    (``ready``), rather than when ``batch_size`` writes have come: an agent
+    that gives one write per step would otherwise wait for 63 more before its
+    first was even sent. A ``puts`` that gives writes quickly still fills
+    whole messages. An exception of ``puts`` is raised in its place, after
+    the writes it gave.
+    """
+
+    def __init__(self, puts: Iterable[service_pb2.PutRequest], *, depth: int, max_bytes: int) -> None:
+        # A SimpleQueue, whose put and get are C calls: a queue.Queue cost ~3x
+        # as much per write. The reader stays at most ``depth`` writes and
+        # ``max_bytes`` ahead (one write however big).
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._depth = depth
+        self._max_bytes = max_bytes
+        self._given = self._given_bytes = 0  # written by the reader only
+        self._taken = self._taken_bytes = 0  # written by the consumer only
+        self._room = threading.Event()
+        self._closed = False
+        self._ended = False
+        self._thread = threading.Thread(target=self._read, args=(puts,), name="ckpt-put-stream-reader", daemon=True)
+        self._thread.start()
+
+    def _read(self, puts: Iterable[service_pb2.PutRequest]) -> None:
+        end = _PutsEnded(None)
+        try:
+            for put in puts:
+                size = put.ByteSize() if isinstance(put, service_pb2.PutRequest) else 0
+                while self._full():
+                    self._room.clear()  # before the check: a take after it sets the event again
+                    if self._full():
+                        self._room.wait(0.1)  # woken now and then to see close()
+                    if self._closed:
+                        return
+                self._queue.put((put, size))
+                self._given += 1
+                self._given_bytes += size
+        except Exception as exc:
+            end = _PutsEnded(exc)
+        self._queue.put(end)
+
+    def _full(self) -> bool:
+        ahead = self._given - self._taken
+        return ahead >= self._depth or (ahead > 0 and self._given_bytes - self._taken_bytes >= self._max_bytes)
+
+    def ready(self) -> bool:
+        """Whether the next write (or the end of ``puts``) is here already."""
+        return not self._queue.empty()
+
+    def __iter__(self) -> _ReadAhead:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        item = self._queue.get()
+        if isinstance(item, _PutsEnded):
+            self._ended = True
+            if item.error is not None:
+                raise item.error
+            raise StopIteration
+        put, size = item
+        self._taken_bytes += size
+        self._taken += 1  # before looking at the event: see _read
+        if not self._room.is_set():
+            self._room.set()
+        return put
+
+    def close(self) -> None:
+        """Stop reading (a read under way inside ``puts`` ends on its own)."""
+        self._closed = True
+        self._room.set()
+
+
+class _PutsEnded:
+    """The end of ``puts``, with the exception that ended it, if one did."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+
 def _stream_batches(
     puts: Iterable[service_pb2.PutRequest], batch_size: int, max_message_bytes: int
 ) -> Iterator[service_pb2.PutStreamRequest]:
     """PutStream messages of up to ``batch_size`` writes each, each message under ``max_message_bytes``.
 
+    From a :class:`_ReadAhead`, a message also goes as soon as no further write is ready.
     Every write without a request id is sent with a new one; the caller's
     messages are not changed (one message given twice is two writes). A write
     too big to share a message goes alone (and the server refuses it if it is
@@ -418,7 +507,7 @@ def _stream_batches(
                 batch, batch_bytes, n = [], 0, n + 1
             batch.append(put)
             batch_bytes += size
-            if len(batch) == batch_size:
+            if len(batch) == batch_size or (isinstance(puts, _ReadAhead) and not puts.ready()):
                 yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
                 batch, batch_bytes, n = [], 0, n + 1
     except Exception:
@@ -873,7 +962,9 @@ class CheckpointClient:
         """Send many writes on one stream, ``batch_size`` per message; yield one result per write, in order.
 
         A message holds fewer writes when ``batch_size`` of them would pass
-        ``max_message_bytes``. A failed write is a PutResult with ``error``
+        ``max_message_bytes``, or when no further write of ``puts`` is ready
+        yet: a write is sent at once, not held for others to join it (an
+        iterator is read on a thread of its own; a list is batched whole). A failed write is a PutResult with ``error``
         set; the others go on. ``puts`` is read as the stream goes; if reading
         it raises (or it gives something that is not a PutRequest), every
         write it gave before is sent and answered, then that exception is
@@ -906,6 +997,11 @@ class CheckpointClient:
         return self._put_stream(puts, batch_size)
 
     def _put_stream(self, puts: Iterable[service_pb2.PutRequest], batch_size: int) -> Iterator[service_pb2.PutResult]:
+        # Every write of a list is ready at once; an iterator's may come one by one (an
+        # agent's steps), so it is read ahead, two messages' worth, to see when none is.
+        reader = None
+        if not isinstance(puts, Sequence):
+            puts = reader = _ReadAhead(puts, depth=2 * batch_size, max_bytes=self._max_message_bytes)
         feed = _StreamFeed(_stream_batches(puts, batch_size, self._max_message_bytes), self._timeout)
         attempts = _StreamAttempts(self._timeout, self._retries)
         try:
@@ -940,6 +1036,8 @@ class CheckpointClient:
                 time.sleep(delay)
         finally:
             feed.close()
+            if reader is not None:
+                reader.close()
 
 
 class AsyncCheckpointClient:

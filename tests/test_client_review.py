@@ -165,6 +165,27 @@ def test_a_retry_after_a_lost_reply_replays_instead_of_writing_twice(sidecar: Si
     assert versions(sidecar.unix_target, f"a{name}") == [1]
 
 
+def test_an_empty_request_id_gets_one_generated_so_a_retry_still_replays(sidecar: Sidecar) -> None:
+    """request_id='' is no id to the sidecar: the client used to send it so, and a retry after a lost
+    reply wrote a second version. Now '' means "generate one", as it does for put_stream and Node."""
+    lose = _LoseFirstReply()
+    with intercepted(CheckpointClient(sidecar.unix_target), lose) as c:
+        r = c.merge("empty-rid", PATCH, request_id="")
+    assert (r.version, r.replayed) == (1, True)
+    assert lose.sent[0].request_id and lose.sent[0] == lose.sent[1]
+    assert versions(sidecar.unix_target, "empty-rid") == [1]
+
+    async def run() -> None:
+        alose = _AsyncLoseFirstReply()
+        async with await aintercepted(sidecar.unix_target, alose) as ac:
+            ar = await ac.put("aempty-rid", PATCH, request_id="")
+        assert (ar.version, ar.replayed) == (1, True)
+        assert alose.sent[0].request_id and alose.sent[0] == alose.sent[1]
+
+    asyncio.run(run())
+    assert versions(sidecar.unix_target, "aempty-rid") == [1]
+
+
 def test_a_masked_send_failure_that_persists_is_raised_saying_what_it_may_hide(sidecar: Sidecar) -> None:
     lose = _LoseFirstReply(MASKED_SEND_FAILURE)
     with (
@@ -407,6 +428,29 @@ def test_put_stream_sends_every_write_given_before_the_callers_error(sidecar: Si
                 await ac.get("agiven")
 
     asyncio.run(run())
+
+
+def test_put_stream_sends_a_write_at_once_when_the_next_is_not_ready(sidecar: Sidecar) -> None:
+    """An agent gives one write per step and waits for its result before the next step. The sync
+    client used to hold each write until 64 had come (a whole message) or ``puts`` ended: here, never."""
+    answered = threading.Event()
+    waited_in_vain: list[int] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for step in range(3):
+            yield service_pb2.PutRequest(session_id="steps", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+            if not answered.wait(20):  # the next step needs this one's result
+                waited_in_vain.append(step)
+            answered.clear()
+
+    with CheckpointClient(sidecar.unix_target) as c:
+        versions_seen = []
+        for result in c.put_stream(steps()):
+            versions_seen.append(result.response.version)
+            assert c.get("steps").version == result.response.version  # committed, not just sent
+            answered.set()
+        assert versions_seen == [1, 2, 3]
+    assert waited_in_vain == []
 
 
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
