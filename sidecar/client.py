@@ -418,7 +418,7 @@ class _ReadAhead:
                 self._queue.put((put, size))
                 self._given += 1
                 self._given_bytes += size
-        except Exception as exc:
+        except BaseException as exc:  # whatever it is, the consumer must not wait for ever
             end = _PutsEnded(exc)
         self._queue.put(end)
 
@@ -460,7 +460,7 @@ class _PutsEnded:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: Exception | None) -> None:
+    def __init__(self, error: BaseException | None) -> None:
         self.error = error
 
 
