@@ -510,8 +510,11 @@ def _stream_batches(
             if len(batch) == batch_size or (isinstance(puts, _ReadAhead) and not puts.ready()):
                 yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
                 batch, batch_bytes, n = [], 0, n + 1
-    except Exception:
-        # ``puts`` (or one of its items) failed: the writes it gave before are
+    except GeneratorExit:  # this generator closed: nothing more to send
+        raise
+    except BaseException:
+        # ``puts`` (or one of its items) failed (SystemExit and the like too,
+        # or the stream would wait for ever): the writes it gave before are
         # the caller's, handed over, so they go too; then the error.
         if batch:
             yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
@@ -669,7 +672,7 @@ class _StreamFeed:
         self._closed = False
         self._watchdog: threading.Thread | None = None
         self._held: list[service_pb2.PutResult] = []  # see _split_answer
-        self.failed: Exception | None = None
+        self.failed: BaseException | None = None
         self.answered = 0  # writes answered
         self.timed_out = False
 
@@ -700,10 +703,11 @@ class _StreamFeed:
                     batch = next(self._batches)
                 except StopIteration:
                     pass
-                except Exception as exc:
+                except BaseException as exc:
                     # gRPC would swallow it (the call ending UNKNOWN, "Exception iterating
-                    # requests!"): end the stream instead; the caller gets it once the
-                    # writes sent are answered.
+                    # requests!"; a BaseException ends its request thread, and the stream
+                    # waits for ever): end the stream instead; the caller gets it once
+                    # the writes sent are answered.
                     failed = exc
                 with self._cond:
                     if batch is None:

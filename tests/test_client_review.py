@@ -453,6 +453,32 @@ def test_put_stream_sends_a_write_at_once_when_the_next_is_not_ready(sidecar: Si
     assert waited_in_vain == []
 
 
+def test_put_stream_sends_the_writes_before_a_base_exception_of_puts_then_raises_it(sidecar: Sidecar) -> None:
+    """SystemExit (or a CancelledError) from ``puts`` killed gRPC's request thread: nothing was sent,
+    and the sync put_stream waited for ever, timeout_seconds or not."""
+    outcome: list[Any] = []
+
+    def puts() -> Iterator[service_pb2.PutRequest]:
+        for _ in range(2):
+            yield service_pb2.PutRequest(session_id="exiting", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        raise SystemExit(3)
+
+    def run(c: CheckpointClient) -> None:
+        try:
+            for result in c.put_stream(puts()):
+                outcome.append(result.response.version)
+        except SystemExit as exc:
+            outcome.append(f"SystemExit({exc.code})")
+
+    with CheckpointClient(sidecar.unix_target, timeout_seconds=5) as c:
+        caller = threading.Thread(target=run, args=(c,), daemon=True)
+        caller.start()
+        caller.join(60)
+        assert not caller.is_alive(), "put_stream still waiting"
+        assert outcome == [1, 2, "SystemExit(3)"]
+        assert c.get("exiting").version == 2
+
+
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
     """One PutRequest given three times is three writes. The client used to write the generated
     request id into the caller's message, so the 2nd and 3rd were silent replays of the 1st."""
