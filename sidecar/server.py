@@ -747,6 +747,8 @@ class SidecarServer:
             if config.bench_echo:
                 self.server.add_generic_rpc_handlers((_echo_handler(),))
             #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
+            #: The addresses served, a TCP port 0 replaced by the port bound (what the log names).
+            self.listening: list[str] = []
             self._unix_sockets = [sock for addr in config.addresses if (sock := self._bind(addr)) is not None]
         except BaseException:
             self.metrics.close()
@@ -771,6 +773,8 @@ class SidecarServer:
             raise Unavailable(f"cannot listen on {address}: {exc}") from None
         if not port:
             raise Unavailable(f"cannot listen on {address}: the address is in use or invalid")
+        host, sep, asked = address.rpartition(":")
+        self.listening.append(f"{host}:{port}" if path is None and sep and asked == "0" else address)
         if path is None:
             return None
         st = path.lstat()  # gRPC binds (creates the file) when the port is added
@@ -784,7 +788,7 @@ class SidecarServer:
             self.heap_trimmer.start()
         log.info(
             SERVING_LOG + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
-            ",".join(self.config.addresses),
+            ",".join(self.listening),
             self.config.data_dir.resolve(),
             self.config.durability.value,
             self.metrics_address or "off",
@@ -793,7 +797,7 @@ class SidecarServer:
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
-        log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.config.addresses), self.config.data_dir)
+        log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir)
         await self.health.enter_graceful_shutdown()
         self._service.stop_streams()
         stopping = asyncio.ensure_future(self.server.stop(self.config.grace_seconds))
@@ -821,11 +825,21 @@ class SidecarServer:
         log.info("ckpt stopped: data_dir=%s", self.config.data_dir)
 
 
+# sockaddr_un.sun_path is 108 bytes on Linux, the last kept for a NUL.
+_MAX_UNIX_PATH_BYTES = 107
+
+
 def _claim_unix_socket(path: Path) -> None:
     """Refuse a socket path another live server answers on; remove a stale one.
 
     gRPC would otherwise unlink and rebind it silently, stealing the address.
     """
+    size = len(os.fsencode(path))
+    if size > _MAX_UNIX_PATH_BYTES:
+        raise Unavailable(
+            f"cannot listen on unix:{path}: the path is {size} bytes, over the {_MAX_UNIX_PATH_BYTES} a unix"
+            " socket's address holds (sun_path); give --listen a shorter unix: path (or a shorter --data-dir)"
+        )
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:

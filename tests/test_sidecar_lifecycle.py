@@ -41,6 +41,35 @@ def test_a_listen_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path: 
     assert path.read_text() == "keep me"
 
 
+def test_a_unix_path_too_long_for_a_socket_address_is_named_with_the_limit(tmp_path: Path) -> None:
+    # gRPC's own error said only "Failed to bind"; its log line named the limit.
+    path = tmp_path / ("s" * max(1, 108 - len(str(tmp_path)) - 1))
+    assert len(str(path)) == 108
+    args = ["serve", "--data-dir", str(tmp_path / "data"), "--listen", f"unix:{path}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot listen on unix:{path}: the path is 108 bytes, over the 107 a unix socket's address holds" in (
+        proc.stderr
+    )
+
+
+def test_the_log_names_the_port_bound_for_port_0(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data", "--listen", "127.0.0.1:0")
+    try:
+        found = re.search(r"ckpt serving: listen=unix:\S+,127\.0\.0\.1:\d+,127\.0\.0\.1:(\d+) ", sidecar.log())
+        assert found and found.group(1) != "0", sidecar.log()
+        with CheckpointClient(f"127.0.0.1:{found.group(1)}") as c:  # the port the log names serves
+            assert c.put("port-0", b"\x08\x01").version == 1
+    finally:
+        assert sidecar.stop() == 0
+    assert re.search(rf"ckpt stopping: listen=\S+,127\.0\.0\.1:{found.group(1)} data_dir=", sidecar.log())
+
+
 def test_health_watch_and_reflection_streams_do_not_hold_shutdown(tmp_path: Path) -> None:
     # Both stay open for as long as their clients like; the grace period is for the service's calls.
     sidecar = start_sidecar(tmp_path / "data", "--grace-seconds", "600")
