@@ -826,6 +826,24 @@ class _StreamFeed:
         call.cancel()
 
 
+def _closed_during(client: object, unknown: str | None) -> ValueError:
+    """What a call gets when its client is closed under it (misuse: ValueError, as for a call after close())."""
+    return ValueError(f"this {type(client).__name__} was closed during the call" + (f"; {unknown}" if unknown else ""))
+
+
+def _unknown_write(request_id: str | None) -> str | None:
+    return request_id and f"the write's outcome is unknown: resend it with request_id {request_id!r}"
+
+
+def _unknown_stream(answered: int, unanswered: service_pb2.PutStreamRequest | None) -> str:
+    if unanswered is None:
+        return f"put_stream: all {answered} writes sent were answered"
+    return (
+        f"put_stream: the first {answered} writes were answered; the outcome of the next (request_id"
+        f" {unanswered.puts[0].request_id!r}) and those after it is unknown: resend from it with the same request ids"
+    )
+
+
 class CheckpointClient:
     """Synchronous client. Thread-safe; one per process is enough.
 
@@ -877,9 +895,12 @@ class CheckpointClient:
             try:
                 return method(request, timeout=attempts.remaining())
             except grpc.RpcError as exc:
+                if self._closed:  # close() cancelled it
+                    raise _closed_during(self, _unknown_write(request_id)) from None
                 delay = attempts.delay_or_raise(exc)
             time.sleep(delay)
-            self._check_open()
+            if self._closed:
+                raise _closed_during(self, _unknown_write(request_id))
 
     def put(
         self,
@@ -1030,6 +1051,8 @@ class CheckpointClient:
                     return
                 if error is None:
                     raise _with_progress(_unanswered_at_end_error(), feed.answered, unanswered)
+                if self._closed:  # close() ended the stream
+                    raise _closed_during(self, _unknown_stream(feed.answered, unanswered))
                 try:
                     delay = attempts.delay_or_raise(error)
                 except CheckpointError as exc:
@@ -1038,6 +1061,8 @@ class CheckpointClient:
                         raise feed.failed from exc
                     raise
                 time.sleep(delay)
+                if self._closed:
+                    raise _closed_during(self, _unknown_stream(feed.answered, unanswered))
         finally:
             feed.close()
             if reader is not None:
@@ -1092,9 +1117,22 @@ class AsyncCheckpointClient:
             try:
                 return await method(request, timeout=attempts.remaining())
             except grpc.RpcError as exc:
+                if self._closed:  # close() cancelled it
+                    raise _closed_during(self, _unknown_write(request_id)) from None
                 delay = attempts.delay_or_raise(exc)
+            except asyncio.CancelledError:
+                self._raise_if_closed_under(_unknown_write(request_id))
+                raise
             await asyncio.sleep(delay)
-            self._check_open()
+            if self._closed:
+                raise _closed_during(self, _unknown_write(request_id))
+
+    def _raise_if_closed_under(self, unknown: str | None) -> None:
+        """After a CancelledError: ValueError if close() cancelled the call (grpc-aio may cancel a
+        closing channel's calls so), as the sync client's calls get; nothing if the caller's task was."""
+        task = asyncio.current_task()
+        if self._closed and (task is None or not task.cancelling()):
+            raise _closed_during(self, unknown) from None
 
     async def put(
         self,
@@ -1206,6 +1244,9 @@ class AsyncCheckpointClient:
                     except TimeoutError:
                         due = batches[first] if first < len(batches) else None
                         raise _with_progress(_stream_deadline_error(self._timeout), answered, due) from None
+                    except asyncio.CancelledError:
+                        self._raise_if_closed_under(_unknown_stream(answered, batches[first]))
+                        raise
                     out, held = held, []
                     if out:  # given after all: their batch is answered
                         first += 1
@@ -1235,9 +1276,13 @@ class AsyncCheckpointClient:
                 return
             if error is None:
                 raise _with_progress(_unanswered_at_end_error(), answered, batches[first])
+            if self._closed:  # close() ended the stream
+                raise _closed_during(self, _unknown_stream(answered, batches[first]))
             try:
                 delay = attempts.delay_or_raise(error)
             except CheckpointError as exc:
                 _with_progress(exc, answered, batches[first])
                 raise
             await asyncio.sleep(delay)
+            if self._closed:
+                raise _closed_during(self, _unknown_stream(answered, batches[first]))

@@ -349,6 +349,68 @@ def test_writes_go_on_across_a_sidecar_restart_that_takes_about_two_seconds(tmp_
     assert outcome == ["ok"], f"down {down_seconds:.2f} s: {outcome[0]!r}"
 
 
+def test_closing_the_async_client_under_a_call_raises_value_error_in_it_not_cancelled_error(
+    sidecar: Sidecar,
+) -> None:
+    """grpc-aio cancels a closing channel's calls: the caller's task got a CancelledError nobody asked
+    for (a TaskGroup took it for its own cancellation, the write silently unmade). The sync client
+    raises ValueError there; so does this one now, naming what may be unknown. A caller's own
+    cancellation is still a CancelledError."""
+
+    async def run() -> list[str]:
+        outcomes = []
+        for kind in ("put", "put_stream", "cancelled"):
+            ac = AsyncCheckpointClient(sidecar.unix_target)
+            puts = [service_pb2.PutRequest(session_id="closing", state=PATCH)]
+            call: Any = (
+                alist(ac.put_stream(puts)) if kind == "put_stream" else ac.put("closing", PATCH, request_id="r1")
+            )
+            task = asyncio.ensure_future(call)
+            await asyncio.sleep(0.3)  # sent; the sidecar is stopped, so no answer comes
+            if kind == "cancelled":
+                task.cancel()
+            await ac.close()
+            try:
+                await task
+                outcomes.append("answered")
+            except ValueError as exc:
+                outcomes.append(str(exc))
+            except asyncio.CancelledError:
+                outcomes.append("CancelledError")
+        return outcomes
+
+    def sync_put() -> str:
+        c = CheckpointClient(sidecar.unix_target)
+        outcome: list[str] = []
+
+        def put() -> None:
+            try:
+                c.put("closing", PATCH, request_id="r1")
+            except ValueError as exc:
+                outcome.append(str(exc))
+
+        caller = threading.Thread(target=put)
+        caller.start()
+        time.sleep(0.3)
+        c.close()
+        caller.join(30)
+        return outcome[0]
+
+    sidecar.process.send_signal(signal.SIGSTOP)
+    try:
+        put, stream, cancelled = asyncio.run(run())
+        sync = sync_put()
+    finally:
+        sidecar.process.send_signal(signal.SIGCONT)
+    unknown = "the write's outcome is unknown: resend it with request_id 'r1'"
+    assert put == f"this AsyncCheckpointClient was closed during the call; {unknown}"
+    assert sync == f"this CheckpointClient was closed during the call; {unknown}"
+    assert stream.startswith(
+        "this AsyncCheckpointClient was closed during the call; put_stream: the first 0 writes were answered"
+    )
+    assert cancelled == "CancelledError"
+
+
 def test_a_sidecar_that_stays_down_is_reported_as_unavailable(tmp_path: Path) -> None:
     """No sidecar at all: UnavailableError naming the address, after the retries, from both clients."""
     target = f"unix:{tmp_path / 'nobody.sock'}"
