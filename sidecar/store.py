@@ -670,12 +670,15 @@ class Store:
         """
         sid = keys.session_key(session_id)
         size = _page_size(page_size)
-        start = _decode_token(page_token, b"v", sid)
         with self._read() as txn:
             raw = txn.get(sid, db=self._sessions)
             if raw is None:
                 raise NotFound(f"session {session_id!r} does not exist")
             rec = _record(raw)
+            # The session as created then: a token of one deleted since must not
+            # resume the versions of a new session under the same id.
+            scope = sid + keys.SEP + str(rec.created_unix_nanos).encode()
+            start = _decode_token(page_token, b"v", scope)
             top = rec.head_version
             if start:
                 if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
@@ -699,12 +702,12 @@ class Store:
                     if version != expected:
                         break
                     if len(out) == size:
-                        return out, _encode_token(b"v", sid, str(version).encode())
+                        return out, _encode_token(b"v", scope, str(version).encode())
                     info = _version_info(session_id, version, value)
                     if max_page_bytes:
                         page_bytes += version_info_bytes(info)
                         if out and page_bytes > max_page_bytes:
-                            return out, _encode_token(b"v", sid, str(version).encode())
+                            return out, _encode_token(b"v", scope, str(version).encode())
                     out.append(info)
                     expected -= 1
             if expected >= rec.first_version:
@@ -2152,7 +2155,7 @@ def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
         raise InvalidArgument(f"page_token {token!r} is not a token this server issued for this listing")
     if raw[len(head) : len(head) + 8] != xxhash.xxh3_64_digest(scope):
         raise InvalidArgument(
-            f"page_token {token!r} was issued for another listing (another session, or other filters);"
-            " a listing resumes only with the tokens it returned"
+            f"page_token {token!r} was issued for another listing (another session, one deleted since under"
+            " the same id, or other filters); a listing resumes only with the tokens it returned"
         )
     return raw[len(head) + 8 :]

@@ -218,9 +218,14 @@ def test_a_page_token_resumes_only_the_listing_it_came_from(store: Store) -> Non
     by_team = store.list_sessions(page_size=1, label_filter={"team": "a"})[1]
     by_time = store.list_sessions(page_size=1, updated_after_nanos=0)[1]
     assert [s.session_id for s in store.list_sessions(page_token=by_team, label_filter={"team": "a"})[0]] == ["B"]
-    other = "was issued for another listing (another session, or other filters)"
+    # A deleted and made again: its old token must not resume the new session's versions.
+    store.delete_session("B")
+    for v in range(1, 6):
+        store.put("B", b"\x08" + bytes([v]))
+    other = "was issued for another listing (another session, one deleted since under the same id, or other filters)"
     for listing in (
         lambda: store.list_versions("A", page_token=token_b),
+        lambda: store.list_versions("B", page_token=token_b),
         lambda: store.list_sessions(page_token=by_team, label_filter={"aaa": "b"}),
         lambda: store.list_sessions(page_token=by_team, label_filter={"team": "a", "aaa": "b"}),
         lambda: store.list_sessions(page_token=by_time, updated_after_nanos=1),
