@@ -53,7 +53,7 @@ from .config import (
     StoreConfig,
     check_duration,
 )
-from .errors import InvalidArgument, Overloaded, StateTooLarge, StoreError, Unavailable
+from .errors import InvalidArgument, StateTooLarge, StoreError, Unavailable
 from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
@@ -379,7 +379,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
     async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
         async def run() -> service_pb2.PutResponse:
-            result = await self._store.awrite(put_request(request))
+            result = await self._store.awrite(put_request(request))  # a large patch is checked off the loop
             self._count_write(len(request.state), result)
             return put_response_pb(result)
 
@@ -581,14 +581,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         freed. A stream's write waits instead: its reader stops reading, and
         gRPC's flow control holds the client back.
         """
-        request = put_request(msg)
-        delay_seconds = 0.001
-        while True:
-            try:
-                return self._store.asubmit(request)
-            except Overloaded:
-                await asyncio.sleep(delay_seconds)
-                delay_seconds = min(2 * delay_seconds, 0.05)
+        return await self._store.aenqueue(put_request(msg), wait_for_room=True)
 
     def parsing_unary(
         self, rpc: str, method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]], parse: Callable[[bytes], Any]
