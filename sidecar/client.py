@@ -386,7 +386,10 @@ class _ReadAhead:
     that gives one write per step would otherwise wait for 63 more before its
     first was even sent. A ``puts`` that gives writes quickly still fills
     whole messages. An exception of ``puts`` is raised in its place, after
-    the writes it gave.
+    the writes it gave. Each write is copied as it is read (a generator may
+    change one message and give it again), and once put_stream has ended
+    the reader stops at its next write, which is not sent, like those it had
+    read ahead.
     """
 
     def __init__(self, puts: Iterable[service_pb2.PutRequest], *, depth: int, max_bytes: int) -> None:
@@ -407,8 +410,16 @@ class _ReadAhead:
     def _read(self, puts: Iterable[service_pb2.PutRequest]) -> None:
         end = _PutsEnded(None)
         try:
-            for put in puts:
-                size = put.ByteSize() if isinstance(put, service_pb2.PutRequest) else 0
+            for given in puts:
+                if self._closed:  # put_stream ended while ``puts`` gave this: it is not sent
+                    return
+                put, size = given, 0
+                if isinstance(given, service_pb2.PutRequest):
+                    # A copy, taken before ``puts`` goes on: a generator may change
+                    # and give the same message again (one object, many writes).
+                    put = service_pb2.PutRequest()
+                    put.CopyFrom(given)
+                    size = put.ByteSize()
                 while self._full():
                     self._room.clear()  # before the check: a take after it sets the event again
                     if self._full():
@@ -486,9 +497,12 @@ def _stream_batches(
             if not isinstance(put, service_pb2.PutRequest):
                 raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
             if not put.request_id:
-                with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
-                with_id.MergeFrom(put)
-                put = with_id
+                if isinstance(puts, _ReadAhead):  # a copy of its own already
+                    put.request_id = uuid.uuid4().hex
+                else:
+                    with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
+                    with_id.MergeFrom(put)
+                    put = with_id
             size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
             if size > room:
                 alone = service_pb2.PutStreamRequest(puts=[put], batch_id=n + 1).ByteSize()
@@ -1042,6 +1056,8 @@ class CheckpointClient:
                 feed.stop()
                 if error is not None and feed.timed_out:  # the watchdog cancelled it (not a stream that just ended)
                     raise _with_progress(_stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered())
+                if self._closed and error is not None:  # close() ended the stream (idle or not)
+                    raise _closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered()))
                 if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):
                     feed.wait_for_write()  # broken while idle: reopen once there is a write to send
                 unanswered = feed.first_unanswered()
@@ -1245,7 +1261,9 @@ class AsyncCheckpointClient:
                         due = batches[first] if first < len(batches) else None
                         raise _with_progress(_stream_deadline_error(self._timeout), answered, due) from None
                     except asyncio.CancelledError:
-                        self._raise_if_closed_under(_unknown_stream(answered, batches[first]))
+                        self._raise_if_closed_under(
+                            _unknown_stream(answered, batches[first] if first < len(batches) else None)
+                        )
                         raise
                     out, held = held, []
                     if out:  # given after all: their batch is answered

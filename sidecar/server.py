@@ -757,6 +757,7 @@ class SidecarServer:
         path = None
         if address.startswith("unix:"):
             path = Path(address[len("unix:") :])
+            _check_unix_path_size(address[len("unix:") :])  # as given: what gRPC binds, not normalised
             _claim_unix_socket(path)
         else:
             _claim_tcp_name(address)
@@ -822,17 +823,20 @@ class SidecarServer:
 _MAX_UNIX_PATH_BYTES = 107
 
 
-def _claim_unix_socket(path: Path) -> None:
-    """Refuse a socket path another live server answers on; remove a stale one.
-
-    gRPC would otherwise unlink and rebind it silently, stealing the address.
-    """
+def _check_unix_path_size(path: str) -> None:
     size = len(os.fsencode(path))
     if size > _MAX_UNIX_PATH_BYTES:
         raise Unavailable(
             f"cannot listen on unix:{path}: the path is {size} bytes, over the {_MAX_UNIX_PATH_BYTES} a unix"
             " socket's address holds (sun_path); give --listen a shorter unix: path (or a shorter --data-dir)"
         )
+
+
+def _claim_unix_socket(path: Path) -> None:
+    """Refuse a socket path another live server answers on; remove a stale one.
+
+    gRPC would otherwise unlink and rebind it silently, stealing the address.
+    """
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:

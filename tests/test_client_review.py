@@ -541,6 +541,74 @@ def test_put_stream_sends_the_writes_before_a_base_exception_of_puts_then_raises
         assert c.get("exiting").version == 2
 
 
+def test_put_stream_writes_what_a_reused_message_held_when_puts_gave_it(sidecar: Sidecar) -> None:
+    """A generator that changes one PutRequest and gives it again for every step: the read-ahead
+    thread went back into the generator before the message was copied, and 199 of 200 versions held
+    another step's state."""
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        req = service_pb2.PutRequest(session_id="reused")
+        for step in range(1, 201):
+            req.state = b"\x08" + bytes([step])
+            yield req
+
+    with CheckpointClient(sidecar.unix_target) as c:
+        assert [r.response.version for r in c.put_stream(steps(), batch_size=16)] == list(range(1, 201))
+        assert [c.get("reused", v).state for v in range(1, 201)] == [b"\x08" + bytes([v]) for v in range(1, 201)]
+
+
+def test_put_stream_stops_reading_puts_once_it_ends(sidecar: Sidecar) -> None:
+    """The caller stops after the first result: the read-ahead thread went on running the caller's
+    generator until 2 x batch_size writes waited, and dropped them (129 agent steps ran for nothing)."""
+    given: list[int] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for step in range(1000):
+            given.append(step)
+            yield service_pb2.PutRequest(session_id="stopped", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+            time.sleep(0.01)
+
+    with CheckpointClient(sidecar.unix_target) as c:
+        for _ in c.put_stream(steps()):
+            break
+        at_stop = len(given)
+        time.sleep(1.0)
+        assert len(given) <= at_stop + 1  # the one it was inside, at most
+    assert at_stop <= 3
+
+
+def test_closing_the_client_under_an_idle_put_stream_ends_it_at_once(sidecar: Sidecar) -> None:
+    """Every write sent was answered and ``puts`` had nothing ready: close() ended the stream, which
+    then waited for ``puts``'s next write (for ever, for an agent waiting on its last result)."""
+    release = threading.Event()
+    outcome: list[Any] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        yield service_pb2.PutRequest(session_id="idle-close", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        release.wait(60)
+        yield service_pb2.PutRequest(session_id="idle-close", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+
+    c = CheckpointClient(sidecar.unix_target)
+
+    def consume() -> None:
+        try:
+            for result in c.put_stream(steps()):
+                outcome.append(result.response.version)
+                threading.Timer(0.3, c.close).start()
+        except ValueError as exc:
+            outcome.append(str(exc))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    consumer.join(30)
+    release.set()
+    consumer.join(30)
+    assert outcome[0] == 1
+    assert outcome[1:] == [
+        "this CheckpointClient was closed during the call; put_stream: all 1 writes sent were answered"
+    ]
+
+
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
     """One PutRequest given three times is three writes. The client used to write the generated
     request id into the caller's message, so the 2nd and 3rd were silent replays of the 1st."""
