@@ -413,19 +413,20 @@ class _ReadAhead:
             for given in puts:
                 if self._closed:  # put_stream ended while ``puts`` gave this: it is not sent
                     return
-                put, size = given, 0
-                if isinstance(given, service_pb2.PutRequest):
+                is_put = isinstance(given, service_pb2.PutRequest)
+                size = given.ByteSize() if is_put else 0
+                while self._full(size):
+                    self._room.clear()  # before the check: a take after it sets the event again
+                    if self._full(size):
+                        self._room.wait(0.1)  # woken now and then to see close()
+                    if self._closed:
+                        return
+                put = given
+                if is_put:
                     # A copy, taken before ``puts`` goes on: a generator may change
                     # and give the same message again (one object, many writes).
                     put = service_pb2.PutRequest()
                     put.CopyFrom(given)
-                    size = put.ByteSize()
-                while self._full():
-                    self._room.clear()  # before the check: a take after it sets the event again
-                    if self._full():
-                        self._room.wait(0.1)  # woken now and then to see close()
-                    if self._closed:
-                        return
                 self._queue.put((put, size))
                 self._given += 1
                 self._given_bytes += size
@@ -433,9 +434,10 @@ class _ReadAhead:
             end = _PutsEnded(exc)
         self._queue.put(end)
 
-    def _full(self) -> bool:
+    def _full(self, size: int) -> bool:
+        """Whether a write of ``size`` bytes would pass the bounds (one write always fits)."""
         ahead = self._given - self._taken
-        return ahead >= self._depth or (ahead > 0 and self._given_bytes - self._taken_bytes >= self._max_bytes)
+        return ahead > 0 and (ahead >= self._depth or self._given_bytes - self._taken_bytes + size > self._max_bytes)
 
     def ready(self) -> bool:
         """Whether the next write (or the end of ``puts``) is here already."""
@@ -461,9 +463,11 @@ class _ReadAhead:
         return put
 
     def close(self) -> None:
-        """Stop reading (a read under way inside ``puts`` ends on its own)."""
+        """Stop reading (a read under way inside ``puts`` ends on its own), and end the writes:
+        a gRPC request thread waiting for the next one is let go."""
         self._closed = True
         self._room.set()
+        self._queue.put(_PutsEnded(None))
 
 
 class _PutsEnded:
@@ -886,11 +890,19 @@ class CheckpointClient:
         self._max_message_bytes = max_message_bytes
         self._retries = retries
         self._closed = False
+        # The read-ahead of each put_stream under way: close() ends them, so that
+        # one waiting for ``puts`` to give its next write is let go.
+        self._readers: set[_ReadAhead] = set()
+        self._readers_lock = threading.Lock()
 
     def close(self) -> None:
         """Close the channel (idempotent); calls after it raise ValueError."""
         self._closed = True
         self._channel.close()
+        with self._readers_lock:
+            readers = list(self._readers)
+        for reader in readers:
+            reader.close()
 
     def __enter__(self) -> CheckpointClient:
         return self
@@ -1007,7 +1019,9 @@ class CheckpointClient:
         set; the others go on. ``puts`` is read as the stream goes; if reading
         it raises (or it gives something that is not a PutRequest), every
         write it gave before is sent and answered, then that exception is
-        raised. A write without a request id is sent with a new one.
+        raised (unless the stream gives up on those writes first: then its
+        error is, with that exception as its cause). A write without a
+        request id is sent with a new one.
 
         The stream outlasts sidecar restarts: when it breaks with a status the
         unary writes retry (UNAVAILABLE, CANCELLED), a new stream is opened
@@ -1041,6 +1055,10 @@ class CheckpointClient:
         reader = None
         if not isinstance(puts, Sequence):
             puts = reader = _ReadAhead(puts, depth=2 * batch_size, max_bytes=self._max_message_bytes)
+            with self._readers_lock:
+                self._readers.add(reader)
+            if self._closed:  # close() came between the check in put_stream and here
+                reader.close()
         feed = _StreamFeed(_stream_batches(puts, batch_size, self._max_message_bytes), self._timeout)
         attempts = _StreamAttempts(self._timeout, self._retries)
         try:
@@ -1060,6 +1078,8 @@ class CheckpointClient:
                     raise _closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered()))
                 if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):
                     feed.wait_for_write()  # broken while idle: reopen once there is a write to send
+                    if self._closed:  # close() ended the wait; a write read meanwhile was not sent
+                        raise _closed_during(self, _unknown_stream(feed.answered, None))
                 unanswered = feed.first_unanswered()
                 if unanswered is None and feed.done:
                     if feed.failed is not None:
@@ -1073,8 +1093,8 @@ class CheckpointClient:
                     delay = attempts.delay_or_raise(error)
                 except CheckpointError as exc:
                     _with_progress(exc, feed.answered, unanswered)
-                    if feed.failed is not None:
-                        raise feed.failed from exc
+                    if feed.failed is not None:  # writes are left unanswered: that error comes first
+                        raise exc from feed.failed
                     raise
                 time.sleep(delay)
                 if self._closed:
@@ -1083,6 +1103,8 @@ class CheckpointClient:
             feed.close()
             if reader is not None:
                 reader.close()
+                with self._readers_lock:
+                    self._readers.discard(reader)
 
 
 class AsyncCheckpointClient:

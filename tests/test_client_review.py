@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from sidecar.client import (
     CheckpointError,
     NotFoundError,
     UnavailableError,
+    _ReadAhead,
 )
 from tests.sidecar_proc import Sidecar, start_sidecar
 
@@ -607,6 +610,122 @@ def test_closing_the_client_under_an_idle_put_stream_ends_it_at_once(sidecar: Si
     assert outcome[1:] == [
         "this CheckpointClient was closed during the call; put_stream: all 1 writes sent were answered"
     ]
+
+
+@pytest.mark.parametrize(("state_bytes", "most_given"), [(3 << 20, 2), (1000, 17)])
+def test_the_read_ahead_keeps_to_its_bounds(state_bytes: int, most_given: int) -> None:
+    """Nothing takes the writes: the read-ahead holds at most one message's bytes (one write however
+    big) and 2 x batch_size writes, plus the one ``puts`` gave last, waiting. It used to copy that one
+    first and let the bytes pass the bound by a write: ~3 messages' worth at 64 MiB states."""
+    given = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for step in range(100):
+            given.append(step)
+            yield service_pb2.PutRequest(session_id="bounds", state=bytes(state_bytes))
+
+    reader = _ReadAhead(steps(), depth=16, max_bytes=4 << 20)
+    try:
+        time.sleep(0.5)
+        assert len(given) == most_given
+    finally:
+        reader.close()
+
+
+def test_no_thread_is_left_waiting_for_puts_after_put_stream_ends(sidecar: Sidecar) -> None:
+    """The caller stops after the first result while ``puts`` is between steps: gRPC's request thread,
+    waiting for the next write, was left blocked for good (holding the stream's writes), once each time."""
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for _ in range(3):
+            yield service_pb2.PutRequest(session_id="leak", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+            time.sleep(0.3)  # an agent's step
+
+    with CheckpointClient(sidecar.unix_target) as c:
+        for _ in range(3):
+            for _ in c.put_stream(steps()):
+                break
+        time.sleep(1.5)  # every generator has given its next write, and ended, long ago
+        waiting = [
+            thread_id
+            for thread_id, frame in sys._current_frames().items()
+            if any(f.f_code is _ReadAhead.__next__.__code__ for f, _ in traceback.walk_stack(frame))
+        ]
+        assert waiting == []
+
+
+def test_closing_the_client_ends_a_put_stream_whose_idle_stream_the_sidecar_broke(tmp_path: Path) -> None:
+    """The sidecar restarts while the stream is idle: put_stream waits inside ``puts`` for its next
+    write to reopen one, and close() could not reach it (it raised only once ``puts`` gave again)."""
+    sidecar = start_sidecar(tmp_path / "data")
+    release = threading.Event()
+    outcome: list[Any] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        yield service_pb2.PutRequest(session_id="broken-idle", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        release.wait(60)
+        yield service_pb2.PutRequest(session_id="broken-idle", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+
+    c = CheckpointClient(sidecar.unix_target)
+    first = threading.Event()
+
+    def consume() -> None:
+        try:
+            for result in c.put_stream(steps()):
+                outcome.append(result.response.version)
+                first.set()
+        except ValueError as exc:
+            outcome.append(str(exc))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    try:
+        assert first.wait(30)
+        assert sidecar.stop(signal.SIGTERM) == 0  # the idle stream breaks
+        time.sleep(0.5)
+        c.close()
+        consumer.join(20)
+        assert not consumer.is_alive(), "put_stream still waits for puts"
+    finally:
+        release.set()
+        consumer.join(30)
+    assert outcome == [
+        1,
+        "this CheckpointClient was closed during the call; put_stream: all 1 writes sent were answered",
+    ]
+
+
+def test_when_puts_raises_and_the_stream_gives_up_the_unanswered_writes_error_comes_first(tmp_path: Path) -> None:
+    """Writes in flight, the sidecar gone, then ``puts`` raises: put_stream raised the caller's error,
+    the UnavailableError naming the first unanswered write only on its __cause__."""
+    sidecar = start_sidecar(tmp_path / "data")
+
+    class Boom(Exception):
+        pass
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        yield service_pb2.PutRequest(session_id="down", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        time.sleep(0.3)
+        sidecar.process.send_signal(signal.SIGSTOP)  # what is sent now stays unanswered
+        yield service_pb2.PutRequest(session_id="down", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+        time.sleep(0.3)
+        sidecar.process.kill()  # and is never answered
+        raise Boom("the agent's own generator failed")
+
+    answered = []
+    try:
+        with (
+            CheckpointClient(sidecar.unix_target, retries=2, timeout_seconds=5) as c,
+            pytest.raises(UnavailableError) as info,
+        ):
+            for result in c.put_stream(steps()):
+                answered.append(result.response.version)
+    finally:
+        sidecar.process.kill()
+        sidecar.process.wait()
+    assert answered == [1]
+    assert "the first 1 writes were answered" in str(info.value) and info.value.request_id
+    assert isinstance(info.value.__cause__, Boom)
 
 
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
