@@ -844,6 +844,17 @@ class _StreamFeed:
         call.cancel()
 
 
+def _give_up(error: Exception, failed: BaseException | None) -> NoReturn:
+    """End a put_stream that leaves writes unanswered with ``error``, and ``failed`` (what ``puts``
+    raised, if it did) as its cause; but a SystemExit or KeyboardInterrupt from ``puts`` goes on as
+    itself (``error`` its cause), so that ``except Exception`` does not stop it."""
+    if failed is None:
+        raise error
+    if not isinstance(failed, Exception):
+        raise failed from error
+    raise error from failed
+
+
 def _closed_during(client: object, unknown: str | None) -> ValueError:
     """What a call gets when its client is closed under it (misuse: ValueError, as for a call after close())."""
     return ValueError(f"this {type(client).__name__} was closed during the call" + (f"; {unknown}" if unknown else ""))
@@ -1073,32 +1084,32 @@ class CheckpointClient:
                     error = exc
                 feed.stop()
                 if error is not None and feed.timed_out:  # the watchdog cancelled it (not a stream that just ended)
-                    raise _with_progress(_stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered())
+                    error_ = _with_progress(
+                        _stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered()
+                    )
+                    _give_up(error_, feed.failed)
                 if self._closed and error is not None:  # close() ended the stream (idle or not)
-                    raise _closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered()))
+                    _give_up(_closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered())), feed.failed)
                 if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):
                     feed.wait_for_write()  # broken while idle: reopen once there is a write to send
                     if self._closed:  # close() ended the wait; a write read meanwhile was not sent
-                        raise _closed_during(self, _unknown_stream(feed.answered, None))
+                        _give_up(_closed_during(self, _unknown_stream(feed.answered, None)), feed.failed)
                 unanswered = feed.first_unanswered()
                 if unanswered is None and feed.done:
                     if feed.failed is not None:
                         raise feed.failed
                     return
                 if error is None:
-                    raise _with_progress(_unanswered_at_end_error(), feed.answered, unanswered)
+                    _give_up(_with_progress(_unanswered_at_end_error(), feed.answered, unanswered), feed.failed)
                 if self._closed:  # close() ended the stream
-                    raise _closed_during(self, _unknown_stream(feed.answered, unanswered))
+                    _give_up(_closed_during(self, _unknown_stream(feed.answered, unanswered)), feed.failed)
                 try:
                     delay = attempts.delay_or_raise(error)
                 except CheckpointError as exc:
-                    _with_progress(exc, feed.answered, unanswered)
-                    if feed.failed is not None:  # writes are left unanswered: that error comes first
-                        raise exc from feed.failed
-                    raise
+                    _give_up(_with_progress(exc, feed.answered, unanswered), feed.failed)
                 time.sleep(delay)
                 if self._closed:
-                    raise _closed_during(self, _unknown_stream(feed.answered, unanswered))
+                    _give_up(_closed_during(self, _unknown_stream(feed.answered, unanswered)), feed.failed)
         finally:
             feed.close()
             if reader is not None:

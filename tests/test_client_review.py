@@ -29,6 +29,7 @@ from sidecar.client import (
     AsyncCheckpointClient,
     CheckpointClient,
     CheckpointError,
+    DeadlineExceededError,
     NotFoundError,
     UnavailableError,
     _ReadAhead,
@@ -695,13 +696,26 @@ def test_closing_the_client_ends_a_put_stream_whose_idle_stream_the_sidecar_brok
     ]
 
 
-def test_when_puts_raises_and_the_stream_gives_up_the_unanswered_writes_error_comes_first(tmp_path: Path) -> None:
-    """Writes in flight, the sidecar gone, then ``puts`` raises: put_stream raised the caller's error,
-    the UnavailableError naming the first unanswered write only on its __cause__."""
-    sidecar = start_sidecar(tmp_path / "data")
+class _Boom(Exception):
+    pass
 
-    class Boom(Exception):
-        pass
+
+@pytest.mark.parametrize(
+    ("sidecar_fate", "raised", "expected", "cause"),
+    [
+        ("killed", _Boom("the agent's own generator failed"), UnavailableError, _Boom),
+        ("hung", _Boom("the agent's own generator failed"), DeadlineExceededError, _Boom),
+        ("killed", SystemExit(3), SystemExit, UnavailableError),
+    ],
+    ids=["gave-up", "timed-out", "system-exit-goes-on"],
+)
+def test_when_puts_raises_and_the_stream_gives_up_the_unanswered_writes_error_comes_first(
+    tmp_path: Path, sidecar_fate: str, raised: BaseException, expected: type[BaseException], cause: type
+) -> None:
+    """Writes in flight, the sidecar gone (or hung), then ``puts`` raises: put_stream raised the caller's
+    error, the error naming the first unanswered write only on its __cause__ (or, timed out, lost it).
+    A SystemExit from ``puts`` still goes on as itself, so that ``except Exception`` does not stop it."""
+    sidecar = start_sidecar(tmp_path / "data")
 
     def steps() -> Iterator[service_pb2.PutRequest]:
         yield service_pb2.PutRequest(session_id="down", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
@@ -709,14 +723,15 @@ def test_when_puts_raises_and_the_stream_gives_up_the_unanswered_writes_error_co
         sidecar.process.send_signal(signal.SIGSTOP)  # what is sent now stays unanswered
         yield service_pb2.PutRequest(session_id="down", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
         time.sleep(0.3)
-        sidecar.process.kill()  # and is never answered
-        raise Boom("the agent's own generator failed")
+        if sidecar_fate == "killed":
+            sidecar.process.kill()  # and is never answered
+        raise raised
 
     answered = []
     try:
         with (
-            CheckpointClient(sidecar.unix_target, retries=2, timeout_seconds=5) as c,
-            pytest.raises(UnavailableError) as info,
+            CheckpointClient(sidecar.unix_target, retries=2, timeout_seconds=3) as c,
+            pytest.raises(expected) as info,
         ):
             for result in c.put_stream(steps()):
                 answered.append(result.response.version)
@@ -724,8 +739,10 @@ def test_when_puts_raises_and_the_stream_gives_up_the_unanswered_writes_error_co
         sidecar.process.kill()
         sidecar.process.wait()
     assert answered == [1]
-    assert "the first 1 writes were answered" in str(info.value) and info.value.request_id
-    assert isinstance(info.value.__cause__, Boom)
+    assert isinstance(info.value.__cause__, cause)
+    gave_up = info.value if isinstance(info.value, CheckpointError) else info.value.__cause__
+    assert isinstance(gave_up, CheckpointError)
+    assert "the first 1 writes were answered" in str(gave_up) and gave_up.request_id
 
 
 def test_put_stream_writes_a_repeated_request_object_each_time(sidecar: Sidecar) -> None:
