@@ -493,6 +493,7 @@ def _stream_batches(
     place, as an error of ``puts`` would.
     """
     room = max_message_bytes - _STREAM_MESSAGE_SLACK_BYTES
+    read_ahead = puts if isinstance(puts, _ReadAhead) else None
     batch: list[service_pb2.PutRequest] = []
     batch_bytes = 0
     n = 0
@@ -501,7 +502,7 @@ def _stream_batches(
             if not isinstance(put, service_pb2.PutRequest):
                 raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
             if not put.request_id:
-                if isinstance(puts, _ReadAhead):  # a copy of its own already
+                if read_ahead is not None:  # a copy of its own already
                     put.request_id = uuid.uuid4().hex
                 else:
                     with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
@@ -525,7 +526,7 @@ def _stream_batches(
                 batch, batch_bytes, n = [], 0, n + 1
             batch.append(put)
             batch_bytes += size
-            if len(batch) == batch_size or (isinstance(puts, _ReadAhead) and not puts.ready()):
+            if len(batch) == batch_size or (read_ahead is not None and not read_ahead.ready()):
                 yield service_pb2.PutStreamRequest(puts=batch, batch_id=n)
                 batch, batch_bytes, n = [], 0, n + 1
     except GeneratorExit:  # this generator closed: nothing more to send
@@ -1026,9 +1027,10 @@ class CheckpointClient:
         A message holds fewer writes when ``batch_size`` of them would pass
         ``max_message_bytes``, or when no further write of ``puts`` is ready
         yet: a write is sent at once, not held for others to join it (an
-        iterator is read on a thread of its own; a list is batched whole). A failed write is a PutResult with ``error``
-        set; the others go on. ``puts`` is read as the stream goes; if reading
-        it raises (or it gives something that is not a PutRequest), every
+        iterator is read on a thread of its own; a list is batched whole). A
+        failed write is a PutResult with ``error`` set; the others go on.
+        ``puts`` is read as the stream goes; if reading it raises (or it
+        gives something that is not a PutRequest), every
         write it gave before is sent and answered, then that exception is
         raised (unless the stream gives up on those writes first: then its
         error is, with that exception as its cause). A write without a
@@ -1084,10 +1086,10 @@ class CheckpointClient:
                     error = exc
                 feed.stop()
                 if error is not None and feed.timed_out:  # the watchdog cancelled it (not a stream that just ended)
-                    error_ = _with_progress(
+                    overdue = _with_progress(
                         _stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered()
                     )
-                    _give_up(error_, feed.failed)
+                    _give_up(overdue, feed.failed)
                 if self._closed and error is not None:  # close() ended the stream (idle or not)
                     _give_up(_closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered())), feed.failed)
                 if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):

@@ -581,22 +581,24 @@ def test_put_stream_stops_reading_puts_once_it_ends(sidecar: Sidecar) -> None:
     assert at_stop <= 3
 
 
+def _two_steps_with_a_pause(session: str, release: threading.Event) -> Iterator[service_pb2.PutRequest]:
+    """An agent's two MERGE steps, the second given only once ``release`` is set (or after a minute)."""
+    yield service_pb2.PutRequest(session_id=session, state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+    release.wait(60)
+    yield service_pb2.PutRequest(session_id=session, state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+
+
 def test_closing_the_client_under_an_idle_put_stream_ends_it_at_once(sidecar: Sidecar) -> None:
     """Every write sent was answered and ``puts`` had nothing ready: close() ended the stream, which
     then waited for ``puts``'s next write (for ever, for an agent waiting on its last result)."""
     release = threading.Event()
     outcome: list[Any] = []
 
-    def steps() -> Iterator[service_pb2.PutRequest]:
-        yield service_pb2.PutRequest(session_id="idle-close", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
-        release.wait(60)
-        yield service_pb2.PutRequest(session_id="idle-close", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
-
     c = CheckpointClient(sidecar.unix_target)
 
     def consume() -> None:
         try:
-            for result in c.put_stream(steps()):
+            for result in c.put_stream(_two_steps_with_a_pause("idle-close", release)):
                 outcome.append(result.response.version)
                 threading.Timer(0.3, c.close).start()
         except ValueError as exc:
@@ -662,17 +664,12 @@ def test_closing_the_client_ends_a_put_stream_whose_idle_stream_the_sidecar_brok
     release = threading.Event()
     outcome: list[Any] = []
 
-    def steps() -> Iterator[service_pb2.PutRequest]:
-        yield service_pb2.PutRequest(session_id="broken-idle", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
-        release.wait(60)
-        yield service_pb2.PutRequest(session_id="broken-idle", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
-
     c = CheckpointClient(sidecar.unix_target)
     first = threading.Event()
 
     def consume() -> None:
         try:
-            for result in c.put_stream(steps()):
+            for result in c.put_stream(_two_steps_with_a_pause("broken-idle", release)):
                 outcome.append(result.response.version)
                 first.set()
         except ValueError as exc:
