@@ -202,10 +202,12 @@ class _Op:
     #: Its outcome lets its caller go on (and perhaps write again): false for
     #: all but the last write of a put_many, whose caller waits for them all.
     releases_caller: bool = True
-    #: Its caller waits for it alone, in :meth:`wait`, so it may be woken in
-    #: turn: false for put_many's writes (one caller waits for many, and one
-    #: interrupted wait would leave the rest unwaited).
-    wakes_in_turn: bool = True
+    #: Its caller waits for it alone, at once, in :meth:`wait` (Store.write),
+    #: so it may be woken in turn: an op in the line that nobody waits for
+    #: would leave every op after it waiting. Not put_many's writes: one
+    #: caller waits for many, and an interrupted wait would leave the rest
+    #: unwaited.
+    wakes_in_turn: bool = False
     #: The op whose caller this op's caller wakes, in a one-item list: taking
     #: it (list.pop, atomic under the GIL) decides who wakes it, should this
     #: op's caller abandon its wait.
@@ -554,7 +556,9 @@ class Store:
 
     def write(self, request: PutRequest) -> PutResult:
         """:meth:`put` taking a PutRequest: returns once it is committed."""
-        result: PutResult = self._submit(self._put_op(request)).wait()
+        op = self._put_op(request)
+        op.wakes_in_turn = True
+        result: PutResult = self._submit(op).wait()
         return result
 
     async def awrite(self, request: PutRequest) -> PutResult:
@@ -637,7 +641,6 @@ class Store:
             try:
                 put_op = self._put_op(req)
                 put_op.releases_caller = i == last
-                put_op.wakes_in_turn = False
                 ops.append(self._submit(put_op))
             except StoreError as exc:
                 ops.append(exc)

@@ -18,7 +18,7 @@ class _Interrupted(Exception):
 
 
 def _op() -> _Op:
-    return _Op(lambda batch, txn: None, fails_clean=True)
+    return _Op(lambda batch, txn: None, fails_clean=True, wakes_in_turn=True)
 
 
 def _waiters(ops: list[_Op], skip: set[int]) -> tuple[list[threading.Thread], dict[int, object]]:
