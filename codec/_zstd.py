@@ -50,8 +50,13 @@ def window_log_for(nbytes: int) -> int:
 
 
 def table_log_for(nbytes: int) -> int:
-    """Hash and chain table size (log2 entries) to index ``nbytes`` of stream content."""
-    return min(TABLE_LOG_MAX, max(TABLE_LOG_MIN, window_log_for(nbytes)))
+    """Hash and chain table size (log2 entries) to index ``nbytes`` of stream content.
+
+    The largest power of two not above ``nbytes`` (clamped): at most one entry
+    per byte. Rounding up instead (a 6.4 KB state got 8,192 entries) doubled
+    the tables every frame misses the cache on, for 0.1-0.2% fewer stored bytes.
+    """
+    return min(TABLE_LOG_MAX, max(TABLE_LOG_MIN, max(nbytes, 1).bit_length() - 1))
 
 
 def stream_memory_bytes(*, window_log: int, table_log: int, prefix_size: int) -> int:
