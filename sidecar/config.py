@@ -137,13 +137,14 @@ class StoreConfig:
     #: write again at once, and a commit's flush costs about the same for 60
     #: writes as for 30; without the wait, 64 writer threads settle into two
     #: half-size batches taking turns, two flushes where one would do. The
-    #: wait ends as soon as they are queued, and is at most half the last
+    #: wait ends as soon as they are queued, and is at most the last
     #: commit's duration (plus the OS's timer slack, ~0.1-0.3 ms on a busy
-    #: VM); there is none while writers wait for room under
+    #: VM), so a write waits at most about as long again as its commit takes;
+    #: there is none while writers wait for room under
     #: max_queued_write_bytes (they could not queue). A lone writer waits
     #: only once, on its first write after a burst of others ends. 0: commit
     #: whatever is queued at once.
-    max_commit_delay_seconds: float = 0.002
+    max_commit_delay_seconds: float = 0.010
     #: Most bytes of states queued for the writer and not yet answered (the
     #: write backlog's memory). Past it, blocking writes (put, submit,
     #: put_many) wait for room and asyncio writes (asubmit, so the sidecar's

@@ -1702,13 +1702,17 @@ class Store:
         batch = [first]
         stop = self._drain(batch)
         expected = min(self._expected_writers, self.config.max_batch_writes)
-        delay = min(self.config.max_commit_delay_seconds, self._last_commit_seconds / 2)
+        delay = min(self.config.max_commit_delay_seconds, self._last_commit_seconds)
         if len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
             # Writers the last commit answered are likely preparing their next
             # write: a commit's flush costs about the same for 30 writes as
             # for 60, so waiting briefly for them saves flushes. (Without it,
-            # 64 threads settle into two half-size batches taking turns.) One
-            # wake-up when they are all queued (_submit), not one per write.
+            # 64 threads settle into two half-size batches taking turns.) Up
+            # to a whole commit's duration: half of one cut off 64 threads'
+            # gathering at ~56, and the sidecar's writes, which arrive as fast
+            # as its event loop takes them, committed ~8 at a time, spending
+            # the loop's CPU on commits. One wake-up when they are all queued
+            # (_submit), not one per write.
             self._gathered.clear()
             self._gather_target = expected - len(batch)
             if self._queue.qsize() < self._gather_target:

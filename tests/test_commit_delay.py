@@ -46,7 +46,7 @@ def _queued(store: Store, n: int) -> None:
 
 def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None:
     # Round 1: 8 writers queue behind a held writer and commit together, with
-    # an op that makes that commit take 0.4 s (so the next may wait 0.2 s).
+    # an op that makes that commit take 0.4 s (so the next may wait 0.4 s).
     # Round 2: each writer writes again as soon as it is answered; the first
     # to queue must not be committed alone: the writer waits for the others.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
@@ -77,7 +77,7 @@ def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None
 
 def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
-        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.1 s
+        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
         for v in range(1, 31):
             assert store.put("alone", bytes([8, v])).version == v
         assert store.commit_delays == 0
@@ -85,12 +85,32 @@ def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
         assert store.stats()["commit_delays"] == 0
 
 
+def test_the_wait_lasts_up_to_the_last_commits_duration(tmp_path: Path) -> None:
+    # 8 writers answered by a commit that took 0.4 s; then one writes alone.
+    # The writer waits for the other 7 for as long as that commit took (half
+    # of it cut off gathering 64 threads before the last had queued).
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
+        gate = _hold_writer(store)
+        threads = [threading.Thread(target=store.put, args=(f"w{i}", b"\x08\x01")) for i in range(WRITERS)]
+        for t in threads:
+            t.start()
+        _queued(store, WRITERS)
+        store._submit(_sleeping_op(0.4), wait=False)
+        gate.set()
+        for t in threads:
+            t.join(30)
+        delays, waited = store.commit_delays, store.commit_delay_seconds
+        store.put("w0", b"\x08\x02")  # 8 writers expected; none else comes
+        assert store.commit_delays == delays + 1
+        assert store.commit_delay_seconds - waited >= 0.35
+
+
 def test_put_many_is_one_writer(tmp_path: Path) -> None:
     # 1,050 writes from one put_many commit in batches of 100; the last (50)
     # is not held back for writers that never come (its caller waits for it).
     config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_batch_writes=100)
     with Store(config) as store:
-        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.1 s
+        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
         for round_ in range(3):
             results = store.put_many([PutRequest(f"s{i}", bytes([8, round_ + 1])) for i in range(1050)])
             assert [r.version for r in results if isinstance(r, PutResult)] == [round_ + 1] * 1050
@@ -103,7 +123,7 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
     # would wait for it. The commit after the held one must not wait.
     config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_queued_write_bytes=100)
     with Store(config) as store:
-        gate = _hold_writer(store, then_seconds=0.4)  # a slow commit: the next may wait 0.2 s, were it to wait
+        gate = _hold_writer(store, then_seconds=0.4)  # a slow commit: the next may wait 0.4 s, were it to wait
         writers = [threading.Thread(target=store.put, args=(name, b"\x0a\x4e" + b"x" * 78)) for name in "ab"]
         writers[0].start()
         _queued(store, 1)
