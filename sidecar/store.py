@@ -202,11 +202,12 @@ class _Op:
     #: Its outcome lets its caller go on (and perhaps write again): false for
     #: all but the last write of a put_many, whose caller waits for them all.
     releases_caller: bool = True
-    #: Its caller waits for it alone, at once, in :meth:`wait` (Store.write),
-    #: so it may be woken in turn: an op in the line that nobody waits for
-    #: would leave every op after it waiting. Not put_many's writes: one
-    #: caller waits for many, and an interrupted wait would leave the rest
-    #: unwaited.
+    #: Its caller waits for it alone, at once, in :meth:`wait` (Store.write
+    #: off the main thread), so it may be woken in turn: an op in the line
+    #: that nobody waits for would leave every op after it waiting. Not
+    #: put_many's writes: one caller waits for many, and an interrupted wait
+    #: would leave the rest unwaited. (An exception forced into a waiting
+    #: thread with PyThreadState_SetAsyncExc could still break the line.)
     wakes_in_turn: bool = False
     #: The op whose caller this op's caller wakes, in a one-item list: taking
     #: it (list.pop, atomic under the GIL) decides who wakes it, should this
@@ -557,7 +558,11 @@ class Store:
     def write(self, request: PutRequest) -> PutResult:
         """:meth:`put` taking a PutRequest: returns once it is committed."""
         op = self._put_op(request)
-        op.wakes_in_turn = True
+        # Not the main thread's: a signal handler raising there (Ctrl-C, an
+        # alarm) can leave it between queueing and waiting, or between its
+        # wake and the next's, where no handler of ours runs; the callers in
+        # line after it would never be woken. Other threads get no signals.
+        op.wakes_in_turn = threading.current_thread() is not threading.main_thread()
         result: PutResult = self._submit(op).wait()
         return result
 

@@ -103,7 +103,8 @@ def test_an_error_reaches_its_own_waiter_only() -> None:
 def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: Path) -> None:
     # The main thread's write is queued first, 16 threads' writes behind it,
     # all in one commit; a signal handler raises in the main thread while it
-    # waits. The others must each be answered, and the interrupted write still
+    # waits. The others must each be answered (they wake in turn; the main
+    # thread's write is answered on its own), and the interrupted write still
     # commits (a queued write cannot be withdrawn).
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
         gate = _hold_writer(store)
@@ -141,3 +142,70 @@ def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: 
         assert done == {i: 1 for i in range(16)}
         assert store.get("main").state == b"\x08\x02"
         assert store.batch_sizes[17] == 1
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+def test_a_signal_between_queueing_and_waiting_in_the_main_thread_leaves_no_writer_waiting(tmp_path: Path) -> None:
+    # A signal handler raising in the main thread just after its write is
+    # queued, before it waits: were that write woken in turn, nobody would
+    # wake the writers queued behind it (found by review: helper-7).
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        gate = _hold_writer(store)
+        main = threading.get_ident()
+        queue = store._queue
+
+        class SignalledAfterPut:
+            armed = True
+
+            def put(self, item: _Op | None) -> None:
+                queue.put(item)
+                if self.armed and threading.get_ident() == main and item is not None:
+                    self.armed = False
+                    signal.pthread_kill(main, signal.SIGUSR1)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(queue, name)
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise _Interrupted
+
+        old = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            store._queue = SignalledAfterPut()  # type: ignore[assignment]
+            with pytest.raises(_Interrupted):
+                store.put("main", b"\x08\x01")
+        finally:
+            store._queue = queue
+            signal.signal(signal.SIGUSR1, old)
+        done: dict[int, int] = {}
+
+        def writer(i: int) -> None:
+            done[i] = store.put(f"w{i}", b"\x08\x01").version
+
+        threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(8)]
+        for t in threads:
+            t.start()
+        _queued(store, 9)
+        gate.set()
+        for t in threads:
+            t.join(10)
+            assert not t.is_alive(), "a writer queued behind the interrupted one was never answered"
+        assert done == {i: 1 for i in range(8)}
+        assert store.get("main").version == 1
+
+
+def test_writes_from_worker_threads_wake_in_turn_and_the_main_threads_do_not(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        seen: list[bool] = []
+        submit = store._submit
+
+        def recording(op: _Op, *, wait: bool = True) -> _Op:
+            seen.append(op.wakes_in_turn)
+            return submit(op, wait=wait)
+
+        store._submit = recording  # type: ignore[method-assign]
+        store.put("main", b"")
+        worker = threading.Thread(target=store.put, args=("worker", b""))
+        worker.start()
+        worker.join(10)
+        assert seen == [False, True]
