@@ -232,6 +232,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_option(
         s,
+        "--max-commit-delay-seconds",
+        float,
+        defaults["max_commit_delay_seconds"],
+        "longest a commit waits for the writers the last one answered (at most that commit's duration), so"
+        " more writes share one flush; 0 = commit what is queued at once, for the lowest latency",
+        shown=f"{defaults['max_commit_delay_seconds']:g}",
+    )
+    env_option(
+        s,
         "--threads",
         int,
         defaults["threads"],
@@ -438,6 +447,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         encoder_cache_bytes=args.encoder_cache_bytes,
         max_map_size_bytes=args.max_map_size_bytes,
         max_queued_write_bytes=args.max_queued_write_bytes,
+        max_commit_delay_seconds=args.max_commit_delay_seconds,
         keyframe_after_quiet_seconds=args.keyframe_after_quiet_seconds,
         request_id_ttl_seconds=args.request_id_ttl_seconds,
         sweep_interval_seconds=args.sweep_interval_seconds,

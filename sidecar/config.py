@@ -29,6 +29,7 @@ DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024
 DEFAULT_REQUEST_ID_TTL_SECONDS = 24 * 3600.0
 DEFAULT_SWEEP_INTERVAL_SECONDS = 60.0
+DEFAULT_MAX_COMMIT_DELAY_SECONDS = 0.010
 #: Longest duration a *_seconds setting takes: 100 years. Durations become
 #: nanosecond times (now + duration); inf, NaN and anything far longer
 #: cannot be one, and made every write or sweep that used them fail.
@@ -144,7 +145,7 @@ class StoreConfig:
     #: max_queued_write_bytes (they could not queue). A lone writer waits
     #: only once, on its first write after a burst of others ends. 0: commit
     #: whatever is queued at once.
-    max_commit_delay_seconds: float = 0.010
+    max_commit_delay_seconds: float = DEFAULT_MAX_COMMIT_DELAY_SECONDS
     #: Most bytes of states queued for the writer and not yet answered (the
     #: write backlog's memory). Past it, blocking writes (put, submit,
     #: put_many) wait for room and asyncio writes (asubmit, so the sidecar's

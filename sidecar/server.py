@@ -41,6 +41,7 @@ from .config import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
     DEFAULT_MAP_SIZE_BYTES,
+    DEFAULT_MAX_COMMIT_DELAY_SECONDS,
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_QUEUED_WRITE_BYTES,
@@ -106,6 +107,8 @@ class ServeConfig:
     max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
     #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
     max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
+    #: Longest a commit waits for the writers it expects (StoreConfig.max_commit_delay_seconds).
+    max_commit_delay_seconds: float = DEFAULT_MAX_COMMIT_DELAY_SECONDS
     retention: Retention = field(default_factory=Retention)
     #: Every this many seconds, if the sidecar served anything since the last
     #: time, return the C heap's free memory to the OS (glibc malloc_trim; see
@@ -174,6 +177,7 @@ class ServeConfig:
             map_size_bytes=min(DEFAULT_MAP_SIZE_BYTES, self.max_map_size_bytes),
             max_map_size_bytes=self.max_map_size_bytes,
             max_queued_write_bytes=self.max_queued_write_bytes,
+            max_commit_delay_seconds=self.max_commit_delay_seconds,
             max_state_bytes=self.max_state_bytes,
             retention=self.retention,
             keyframe_after_quiet_seconds=self.keyframe_after_quiet_seconds,

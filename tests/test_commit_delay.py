@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from sidecar import PutRequest, PutResult, Store, StoreConfig
+from sidecar.client import CheckpointClient
 from sidecar.store import _Op
+from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 
 WRITERS = 8
 
@@ -158,3 +164,48 @@ def test_no_delay_when_turned_off(tmp_path: Path) -> None:
 def test_the_delay_is_bounded(tmp_path: Path, seconds: float) -> None:
     with pytest.raises(ValueError, match=rf"max_commit_delay_seconds must be in 0\.\.1, got {seconds}"):
         StoreConfig(data_dir=tmp_path, max_commit_delay_seconds=seconds)
+
+
+def _commit_delays_of_a_sidecar_under_writers(sidecar: Sidecar, port: int) -> float:
+    """8 clients each write 10 versions at once through a real sidecar; its ckpt_commit_delays_total."""
+
+    def client(i: int) -> None:
+        with CheckpointClient(sidecar.unix_target) as c:
+            for v in range(10):
+                c.put(f"c{i}", bytes([8, v + 1]))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = re.search(r"^ckpt_commit_delays_total (\S+)$", text, re.MULTILINE)
+    assert found, text
+    return float(found.group(1))
+
+
+def test_ckpt_serve_takes_the_commit_delay_from_its_option_or_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    off_port, on_port = free_port(), free_port()
+    off = start_sidecar(tmp_path / "off", "--max-commit-delay-seconds", "0", "--metrics-port", str(off_port))
+    try:
+        assert _commit_delays_of_a_sidecar_under_writers(off, off_port) == 0
+    finally:
+        assert off.stop() == 0
+    monkeypatch.setenv("CKPT_MAX_COMMIT_DELAY_SECONDS", "0.5")
+    on = start_sidecar(tmp_path / "on", "--metrics-port", str(on_port))
+    try:
+        assert _commit_delays_of_a_sidecar_under_writers(on, on_port) >= 1
+    finally:
+        assert on.stop() == 0
+
+
+def test_ckpt_serve_names_a_commit_delay_out_of_range() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--max-commit-delay-seconds", "2"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and b"--max-commit-delay-seconds must be in 0..1, got 2.0" in out.stderr, out.stderr
