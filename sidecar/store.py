@@ -227,8 +227,7 @@ class _Op:
                 self.future.set_exception(error)
         else:
             self._result, self._error = result, error
-            self._woken = True
-            self._done.release()
+            _wake_in_order(self)
 
     def wait(self) -> Any:
         try:

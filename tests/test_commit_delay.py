@@ -50,13 +50,26 @@ def _queued(store: Store, n: int) -> None:
         time.sleep(0.001)
 
 
+def _answered_together(store: Store, threads: list[threading.Thread], *, commit_seconds: float = 0.0) -> None:
+    """Run ``threads`` to the end, their first writes queued behind a held writer so that one commit
+    answers them all; with ``commit_seconds``, that commit takes so long (bounding the next delay)."""
+    gate = _hold_writer(store)
+    for t in threads:
+        t.start()
+    _queued(store, len(threads))
+    if commit_seconds:
+        store._submit(_sleeping_op(commit_seconds), wait=False)
+    gate.set()
+    for t in threads:
+        t.join(30)
+
+
 def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None:
     # Round 1: 8 writers queue behind a held writer and commit together, with
     # an op that makes that commit take 0.4 s (so the next may wait 0.4 s).
     # Round 2: each writer writes again as soon as it is answered; the first
     # to queue must not be committed alone: the writer waits for the others.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
-        gate = _hold_writer(store)
         errors: list[BaseException] = []
 
         def writer(i: int) -> None:
@@ -66,14 +79,9 @@ def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
-        for t in threads:
-            t.start()
-        _queued(store, WRITERS)
-        store._submit(_sleeping_op(0.4), wait=False)
-        gate.set()
-        for t in threads:
-            t.join(30)
+        _answered_together(
+            store, [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)], commit_seconds=0.4
+        )
         assert not errors, errors
         # [hold], [8 first writes + the slow op], then the 8 second writes in one commit.
         assert dict(store.batch_sizes) == {1: 1, WRITERS + 1: 1, WRITERS: 1}
@@ -96,15 +104,8 @@ def test_the_wait_lasts_up_to_the_last_commits_duration(tmp_path: Path) -> None:
     # The writer waits for the other 7 for as long as that commit took (half
     # of it cut off gathering 64 threads before the last had queued).
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
-        gate = _hold_writer(store)
-        threads = [threading.Thread(target=store.put, args=(f"w{i}", b"\x08\x01")) for i in range(WRITERS)]
-        for t in threads:
-            t.start()
-        _queued(store, WRITERS)
-        store._submit(_sleeping_op(0.4), wait=False)
-        gate.set()
-        for t in threads:
-            t.join(30)
+        writers = [threading.Thread(target=store.put, args=(f"w{i}", b"\x08\x01")) for i in range(WRITERS)]
+        _answered_together(store, writers, commit_seconds=0.4)
         delays, waited = store.commit_delays, store.commit_delay_seconds
         store.put("w0", b"\x08\x02")  # 8 writers expected; none else comes
         assert store.commit_delays == delays + 1
@@ -148,14 +149,7 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
 def test_no_delay_when_turned_off(tmp_path: Path) -> None:
     # Writers answered together, then one write alone: with the delay off it commits at once.
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=0)) as store:
-        gate = _hold_writer(store)
-        threads = [threading.Thread(target=store.put, args=(f"s{i}", b"")) for i in range(4)]
-        for t in threads:
-            t.start()
-        _queued(store, 4)
-        gate.set()
-        for t in threads:
-            t.join(30)
+        _answered_together(store, [threading.Thread(target=store.put, args=(f"s{i}", b"")) for i in range(4)])
         store.put("s0", b"\x08\x01")  # expected 4 writers; none else comes
         assert store.commit_delays == 0
 
