@@ -55,6 +55,7 @@ from .config import (
     check_duration,
 )
 from .errors import InvalidArgument, StateTooLarge, StoreError, Unavailable
+from .gctune import serving_gc
 from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
@@ -922,12 +923,13 @@ async def _serve(config: ServeConfig) -> int:
             return 1
         try:
             await sidecar.start()
-            # A store that stopped taking writes is reopened by restarting: exit
-            # (1, so that a supervisor restarts it) rather than serve reads only.
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(sidecar.writes_stopped.wait())]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+            with serving_gc():
+                # A store that stopped taking writes is reopened by restarting: exit
+                # (1, so that a supervisor restarts it) rather than serve reads only.
+                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(sidecar.writes_stopped.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for wait in waits:
+                    wait.cancel()
         finally:
             await sidecar.stop()
     finally:
