@@ -60,13 +60,15 @@ def table_log_for(nbytes: int) -> int:
 
 
 def stream_memory_bytes(*, window_log: int, table_log: int, prefix_size: int) -> int:
-    """Upper estimate of what a live stream from :func:`new_stream` keeps resident.
+    """Estimate of what a live stream from :func:`new_stream` keeps resident, at its fullest.
 
     zstd holds the window (it fills as the stream runs), the hash and chain
     tables (4 bytes an entry each), buffers of about one block (<= 128 KiB),
     long-distance matching's table past a 1 MiB window, and a copy of the
-    prefix. Checked against RSS over 40-version chains of 6 KB-1 MB states
-    (REPLACE and MERGE): this estimate plus the state is 1.25-1.85x the RSS.
+    prefix. Checked against RSS over 40-version chains (encoders committed,
+    heap trimmed): this estimate plus the state is 0.99-1.07x the RSS for
+    REPLACE chains of 64 KB-1 MB states, whose streams fill their window, and
+    1.46-1.75x for MERGE chains (which fill it slowly) and for 6 KB states.
     """
     window = 1 << window_log
     ldm_table = 1 << (window_log - 4) if window_log > LDM_WINDOW_LOG else 0

@@ -137,7 +137,8 @@ class ChainEncoder:
     continues the stream costs O(its own content) to encode and the whole
     chain decodes in one zstd pass. Each call produces the frame of the next
     version; if that frame is not stored after all (the write was refused or
-    failed), call :meth:`rollback` before encoding anything else.
+    failed), call :meth:`rollback` before encoding anything else, and once it
+    is stored, :meth:`commit` (which frees the previous version's state).
 
     Not thread-safe: one encoder per session, used by one writer at a time.
     """
@@ -216,9 +217,13 @@ class ChainEncoder:
 
     @property
     def memory_bytes(self) -> int:
-        """Estimated memory this encoder keeps: the head state and its live zstd stream."""
+        """Estimated memory this encoder keeps: the head state, its live zstd stream, and
+        until :meth:`commit` the previous version's state that :meth:`rollback` would restore
+        (a whole state after a REPLACE or a new chain; a MERGE within a chain shares it)."""
         stream = self._stream
-        return self._state_size + (stream.memory_bytes if stream is not None else 0)
+        undo = self._undo
+        kept = undo.state_size if undo is not None and undo.chunks is not self._chunks else 0
+        return self._state_size + kept + (stream.memory_bytes if stream is not None else 0)
 
     def snapshot(self) -> StateSnapshot:
         """The head state, without copying it now: see :class:`StateSnapshot`."""
@@ -336,6 +341,16 @@ class ChainEncoder:
         self._state_size = undo.state_size
         self._hasher = undo.hasher
         self._chain = undo.chain
+
+    def commit(self) -> None:
+        """Confirm the last frame was stored: :meth:`rollback` no longer undoes it.
+
+        Releases what rollback would have restored. After a REPLACE (or any
+        frame that starts a new chain) that is the previous version's whole
+        state: an encoder kept until its next write held two states, ~8% more
+        than its estimate for a 300 KB state (RSS over 40-version chains).
+        """
+        self._undo = None
 
     # -- internals ----------------------------------------------------------
 

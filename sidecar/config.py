@@ -105,9 +105,9 @@ class StoreConfig:
     #: between writes, so the next write continues the chain's stream instead
     #: of reading the chain back from LMDB.
     encoder_cache_entries: int = 1024
-    #: Memory for those encoders, by ChainEncoder.memory_bytes (an upper
-    #: estimate: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB one, ~5 MiB
-    #: for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
+    #: Memory for those encoders, by ChainEncoder.memory_bytes (an estimate,
+    #: 0.99-1.75x their RSS: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB
+    #: one, ~5 MiB for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
     #: A group commit keeps at most this much again (and as many entries) of
     #: its writes' encoders until it commits; it drops the others then, as if
     #: evicted, so one batch of large writes cannot hold an encoder per write.

@@ -682,6 +682,7 @@ class Store:
                 created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
             )
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
+            encoder.commit()
             self._encoders.put(new_sid, encoder)  # a write later in this batch continues this chain
             batch.touched_encoders.add(new_sid)
             snapshot = encoder.snapshot()
@@ -1255,6 +1256,9 @@ class Store:
             except BaseException:
                 encoder.rollback()
                 raise
+            # Stored in the transaction: from here a failure drops the encoder (the
+            # batch's, or the commit's), never rolls it back, so the previous state can go.
+            encoder.commit()
             snapshot = encoder.snapshot()  # not a copy: a merge stays O(patch)
             kept = self._hold_encoder(batch, sid, encoder)  # the closure must not keep `encoder` itself
             batch.after_commit.append(lambda: self._after_write(sid, kept, snapshot, info))

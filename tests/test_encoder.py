@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 from dataclasses import replace
 
 import pytest
@@ -172,6 +173,42 @@ def test_rollback_of_a_merge_truncates_the_state() -> None:
     assert enc.state == base
     frame = enc.merge(pb.Checkpoint(messages=[pb.Message(content=SYSTEM[:80])]).SerializeToString())
     assert frame.kind is FrameKind.PATCH and frame.header.prefix_size == len(base)
+
+
+def test_commit_frees_the_state_a_rollback_would_restore() -> None:
+    size = 1 << 20
+    rng = random.Random(7)
+    enc = ChainEncoder()
+    tracemalloc.start()
+    try:
+        enc.replace(rng.randbytes(size))  # only the encoder refers to it from here
+        enc.commit()
+        enc.replace(rng.randbytes(size))
+        counted = enc.memory_bytes
+        held = tracemalloc.get_traced_memory()[0]
+        enc.commit()
+        freed = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert freed >= size  # the first state
+    assert counted - enc.memory_bytes == size  # and memory_bytes counted it until then
+    enc.rollback()  # nothing left to undo
+    assert enc.version == 2 and len(enc.state) == size
+
+
+def test_a_merge_shares_its_head_with_the_undo_so_it_counts_once() -> None:
+    base = pb.Checkpoint(goal=SYSTEM).SerializeToString()
+    enc = ChainEncoder(policy=SMALL)
+    enc.merge(base)
+    enc.commit()
+    committed = enc.memory_bytes
+    patch = b"\x10\x02"
+    enc.merge(patch)
+    assert enc.memory_bytes - committed <= len(patch) + 64 * 1024  # the patch, and the stream its frame started
+    enc.commit()
+    before = enc.memory_bytes
+    enc.merge(patch)
+    assert enc.memory_bytes == before + len(patch)  # the same stream: only the patch is new
 
 
 def test_resume_continues_a_stored_chain() -> None:

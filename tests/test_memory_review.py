@@ -165,3 +165,15 @@ def test_sidecar_memory_stays_near_its_budgets_under_large_states(tmp_path: Path
         assert sidecar.stop() == 0
     # The writes themselves (384 x 300 KB, ~110 MiB) may all be in flight at once.
     assert peak < 400 * mib, f"peak RSS {peak / mib:.0f} MiB"
+
+
+def test_an_encoder_kept_between_writes_holds_one_state(config: StoreConfig) -> None:
+    """A REPLACE kept the previous state for a rollback until the session's next write:
+    each cached encoder held two states while counting one."""
+    size = 300_000
+    with Store(config) as store:
+        store.put("s", bytes(size))
+        one_write = store.memory_bytes["encoder_cache"]
+        for v in range(1, 6):
+            store.put("s", bytes([v]) * size)
+            assert store.memory_bytes["encoder_cache"] == one_write
