@@ -347,8 +347,8 @@ class ChainEncoder:
 
         Releases what rollback would have restored. After a REPLACE (or any
         frame that starts a new chain) that is the previous version's whole
-        state: an encoder kept until its next write held two states, ~8% more
-        than its estimate for a 300 KB state (RSS over 40-version chains).
+        state: an encoder kept until its next write held two states, 8-15% more
+        than it counted for 300 KB-1 MB states (RSS over 40-version chains).
         """
         self._undo = None
 

@@ -8,11 +8,13 @@ collection found live objects only: it walked them, promoted them, and they
 died in the next generation. Measured on a real sidecar (64 clients, unary
 merges of ~300 B patches, gc.callbacks timing every collection): 226 young
 collections in 4,227 merges, 33 us of collector time per merge, against 4.8 us
-per call of the echo method. At 10,000 the writes in flight have been
-answered and freed by the time a collection runs: 6 collections in 5,077
-merges, ~3 us per merge. What the higher threshold costs is memory for at
-most 10,000 young objects (gRPC leaves ~5 small cyclic objects per RPC for the
-collector: about 2,000 RPCs' worth, ~2 MB) and a longer but rarer pause.
+per call of the echo method. At 10,000 most of what a collection would
+have walked is freed by reference counting before the threshold is reached:
+4-6 collections per ~4,000-5,000 merges, ~3 us per merge. What the higher
+threshold costs is memory for up to 10,000 young objects (gRPC leaves ~5.4
+small cyclic objects per RPC to the collector, ~450 bytes: under 1 MB
+between collections, measured with the collector off) and a longer but
+rarer pause (~3 ms here).
 
 ``gc.freeze()`` moves everything allocated at start-up (imports, protobuf
 descriptors, the store; ~33,000 objects) out of the collector's sight, so the
