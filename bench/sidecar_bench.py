@@ -385,12 +385,14 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _start(base: Path, name: str) -> SidecarProcess:
+def _start(base: Path, name: str, *, source: Path | None = None) -> SidecarProcess:
+    """A ``--bench-echo`` sidecar on its defaults; ``source``: run that checkout's build instead of this one."""
+    base = base.resolve()  # the sidecar may run in another directory
     data_dir = base / name
     shutil.rmtree(data_dir, ignore_errors=True)
     target = f"unix:{base / f'{name}.sock'}"
     return start_sidecar_process(
-        data_dir, "--bench-echo", listen=[target], log_path=base / f"{name}.log", inherit_ckpt_env=False
+        data_dir, "--bench-echo", listen=[target], log_path=base / f"{name}.log", inherit_ckpt_env=False, cwd=source
     )
 
 

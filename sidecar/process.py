@@ -58,6 +58,7 @@ def start_sidecar_process(
     env: Mapping[str, str] | None = None,
     inherit_ckpt_env: bool = True,
     timeout_seconds: float = 30.0,
+    cwd: Path | None = None,
 ) -> SidecarProcess:
     """Start ``ckpt serve`` on ``listen`` and return once it serves: it logged that it serves, and
     the first address answers SERVING.
@@ -68,7 +69,9 @@ def start_sidecar_process(
     ``inherit_ckpt_env=False`` drops every CKPT_* variable of this process's
     environment, so the sidecar runs on its defaults plus ``extra_args``.
     Raises RuntimeError with the log's tail if the process exits or does not
-    serve within ``timeout_seconds`` (it is killed then).
+    serve within ``timeout_seconds`` (it is killed then). ``cwd``: run it
+    there; ``python -m`` imports the ``sidecar`` package of that directory
+    first (another checkout's build, for side-by-side benchmarks).
     """
     if not listen:
         raise ValueError("listen needs at least one address")
@@ -83,7 +86,7 @@ def start_sidecar_process(
         child_env = {k: v for k, v in child_env.items() if not k.startswith("CKPT_")}
     with log_path.open("ab") as log:
         log_start = log.tell()  # the log may hold earlier runs' lines
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env)
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, cwd=cwd)
     sidecar = SidecarProcess(process, data_dir, tuple(listen), log_path)
     own_pid = f" pid={process.pid}\n".encode()
     deadline = time.monotonic() + timeout_seconds

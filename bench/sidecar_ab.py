@@ -1,0 +1,181 @@
+"""Two builds of the sidecar side by side: this checkout against another commit.
+
+    python -m bench.sidecar_ab REF [--rounds N] [--seconds S] [--json FILE]
+
+On the project's 2-core VMs one build's unary merges/s move ~20% between
+runs of `python -m bench.sidecar_bench`, more than most changes move them, so
+a change is judged against its baseline measured in the same minutes. REF (a
+commit, branch or tag of this repository) is checked out into a temporary git
+worktree, removed when done; each build serves as its own
+``ckpt serve --bench-echo`` process on its defaults (fsync on; data under
+``$CKPT_BENCH_DIR``, else ``.bench-data/``), both started before anything is
+measured. Each round measures each build in turn, the one going first
+alternating round by round: 64 client threads echoing a merge request's size,
+then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states, a short
+warm-up, re-seeded again), as ``python -m bench.sidecar_bench`` does.
+
+The report gives each build's medians (merges/s, echo calls/s, merge/echo,
+server CPU per call) and, round by round, this build's merges/s and
+merge/echo ratio over the baseline's: a change that helps shows up as paired
+ratios above 1 in most rounds. Nothing is checked: it exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .output import finish
+from .sidecar_bench import Bench, _start, _stop, data_root, machine_info, run_threads
+
+REPO = Path(__file__).resolve().parent.parent
+BUILDS = ("baseline", "this")
+METRICS = ("echo", "merge", "merge_vs_echo", "echo_cpu_us", "merge_cpu_us")
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any]
+    params: dict[str, Any]
+    #: build -> metric (METRICS) -> one value per round.
+    builds: dict[str, dict[str, list[float]]]
+    #: metric -> this build's value over the baseline's, per round.
+    paired: dict[str, list[float]]
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # none: finish() exits 0
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """``ref`` checked out (detached) in a temporary directory, for as long as the block runs."""
+    path = Path(tempfile.mkdtemp(prefix="ckpt-ab-"))
+    try:
+        _git("worktree", "add", "--detach", "--quiet", str(path), ref)
+        yield path
+    finally:
+        with contextlib.suppress(RuntimeError):
+            _git("worktree", "remove", "--force", str(path))
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3, root: Path | None = None) -> Report:
+    if rounds < 1 or seconds <= 0 or warmup < 0:
+        raise ValueError(f"rounds must be >= 1 and seconds > 0, warmup >= 0; got {rounds}, {seconds}, {warmup}")
+    base = root or data_root()
+    base.mkdir(parents=True, exist_ok=True)
+    baseline_commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    results: dict[str, dict[str, list[float]]] = {b: {m: [] for m in METRICS} for b in BUILDS}
+    with worktree(baseline_commit) as source:
+        sidecars = {
+            "baseline": _start(base, f"ab-baseline-{os.getpid()}", source=source),
+            "this": _start(base, f"ab-this-{os.getpid()}"),
+        }
+        params: dict[str, Any] = {
+            "baseline_ref": ref,
+            "baseline_commit": baseline_commit,
+            "this_commit": _git("rev-parse", "HEAD"),
+            "this_tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "rounds": rounds,
+            "seconds": seconds,
+            "warmup_seconds": warmup,
+            # Where each server runs (what `python -m` imports): the proof each build is the one named.
+            "cwd": {b: os.readlink(f"/proc/{sc.pid}/cwd") for b, sc in sidecars.items()},
+        }
+        ok = False
+        try:
+            benches = {b: Bench(sc, quick=True) for b, sc in sidecars.items()}
+            try:
+                for r in range(rounds):
+                    for b in BUILDS if r % 2 == 0 else tuple(reversed(BUILDS)):
+                        _round(benches[b], results[b], seconds, warmup)
+            finally:
+                for bench in benches.values():
+                    bench.close()
+            ok = True
+        finally:
+            for sidecar in sidecars.values():
+                _stop(sidecar, ok=ok)
+    paired = {
+        m: [t / b for t, b in zip(results["this"][m], results["baseline"][m], strict=True)]
+        for m in ("merge", "merge_vs_echo")
+    }
+    return Report(machine=machine_info(), params=params, builds=results, paired=paired)
+
+
+def _round(bench: Bench, out: dict[str, list[float]], seconds: float, warmup: float) -> None:
+    pids = [bench.pid]
+    echo = run_threads(bench.echo_workers(bench.echo_request_size), seconds, pids)
+    bench.seed()
+    if warmup:
+        run_threads(bench.merge_workers(), warmup, pids)
+        bench.seed()  # the measured merges start from ~10 KB states
+    merge = run_threads(bench.merge_workers(), seconds, pids)
+    out["echo"].append(echo.rate)
+    out["merge"].append(merge.rate)
+    out["merge_vs_echo"].append(merge.rate / echo.rate)
+    out["echo_cpu_us"].append(echo.server_cpu_us_per_call)
+    out["merge_cpu_us"].append(merge.server_cpu_us_per_call)
+
+
+def render(report: Report) -> str:
+    p, r = report.params, report.builds
+    changed = " (with uncommitted changes)" if p["this_tree_changed"] else ""
+    lines = [
+        f"machine: {report.machine}",
+        f"baseline: {p['baseline_ref']} = {p['baseline_commit'][:12]}; this: {p['this_commit'][:12]}{changed}",
+        f"{p['rounds']} rounds x {p['seconds']:g} s per measurement, each build in turn, first one alternating",
+        "",
+        "| build | merges/s | echo calls/s | merge/echo | server CPU us/merge | server CPU us/echo |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for b in BUILDS:
+        med = {m: statistics.median(r[b][m]) for m in METRICS}
+        lines.append(
+            f"| {b} | {med['merge']:,.0f} | {med['echo']:,.0f} | {med['merge_vs_echo']:.2f} | "
+            f"{med['merge_cpu_us']:.0f} | {med['echo_cpu_us']:.0f} |"
+        )
+    lines += ["", "| round | merges/s this / baseline | merge/echo this / baseline |", "|---:|---:|---:|"]
+    for i, (m, ratio) in enumerate(zip(report.paired["merge"], report.paired["merge_vs_echo"], strict=True)):
+        lines.append(f"| {i + 1} | {m:.3f} | {ratio:.3f} |")
+    above = sum(1 for x in report.paired["merge"] if x > 1)
+    lines.append(
+        f"\nmedian of the paired merges/s ratios: {statistics.median(report.paired['merge']):.3f}"
+        f" (above 1 in {above} of {len(report.paired['merge'])} rounds); of the paired merge/echo ratios:"
+        f" {statistics.median(report.paired['merge_vs_echo']):.3f}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ref", help="the baseline: a commit, branch or tag of this repository")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of both builds (default 6)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per echo and per merge measurement")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+    try:
+        report = run(args.ref, rounds=args.rounds, seconds=args.seconds)
+    except (RuntimeError, ValueError) as exc:
+        print(f"sidecar_ab: {exc}", file=sys.stderr)
+        return 2
+    return finish(report, render(report), args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

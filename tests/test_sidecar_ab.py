@@ -1,0 +1,42 @@
+"""The side-by-side sidecar benchmark: each build serves from its own checkout, and is measured."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import sidecar_ab
+
+
+def _worktrees() -> str:
+    return subprocess.run(
+        ["git", "-C", str(sidecar_ab.REPO), "worktree", "list"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_two_builds_are_measured_from_their_own_checkouts(tmp_path: Path) -> None:
+    report = sidecar_ab.run("HEAD", rounds=2, seconds=0.2, warmup=0.05, root=tmp_path)
+    p = report.params
+    assert p["baseline_commit"] == p["this_commit"]  # HEAD against this checkout
+    baseline_cwd, this_cwd = Path(p["cwd"]["baseline"]), Path(p["cwd"]["this"])
+    assert baseline_cwd != this_cwd and baseline_cwd.name.startswith("ckpt-ab-")
+    assert not baseline_cwd.exists() and str(baseline_cwd) not in _worktrees()  # removed when done
+    for build in sidecar_ab.BUILDS:
+        rounds = report.builds[build]
+        assert all(len(rounds[m]) == 2 for m in sidecar_ab.METRICS)
+        assert all(x > 0 for m in sidecar_ab.METRICS for x in rounds[m])
+    assert report.paired["merge"] == [
+        t / b for t, b in zip(report.builds["this"]["merge"], report.builds["baseline"]["merge"], strict=True)
+    ]
+    text = sidecar_ab.render(report)
+    assert "| baseline |" in text and "| this |" in text and "median of the paired merges/s ratios" in text
+    assert list(tmp_path.iterdir()) == []  # data directories, logs and sockets removed after clean stops
+
+
+def test_an_unknown_ref_is_refused_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _worktrees()
+    assert sidecar_ab.main(["no-such-ref-xyz", "--rounds", "1"]) == 2
+    assert "no-such-ref-xyz" in capsys.readouterr().err
+    assert _worktrees() == before
