@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar.process import SidecarProcess
+
 from .output import finish
 from .sidecar_bench import Bench, _start, _stop, data_root, machine_info, run_threads
 
@@ -82,23 +84,23 @@ def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3,
     baseline_commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
     results: dict[str, dict[str, list[float]]] = {b: {m: [] for m in METRICS} for b in BUILDS}
     with worktree(baseline_commit) as source:
-        sidecars = {
-            "baseline": _start(base, f"ab-baseline-{os.getpid()}", source=source),
-            "this": _start(base, f"ab-this-{os.getpid()}"),
-        }
-        params: dict[str, Any] = {
-            "baseline_ref": ref,
-            "baseline_commit": baseline_commit,
-            "this_commit": _git("rev-parse", "HEAD"),
-            "this_tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
-            "rounds": rounds,
-            "seconds": seconds,
-            "warmup_seconds": warmup,
-            # Where each server runs (what `python -m` imports): the proof each build is the one named.
-            "cwd": {b: os.readlink(f"/proc/{sc.pid}/cwd") for b, sc in sidecars.items()},
-        }
+        sidecars: dict[str, SidecarProcess] = {}
         ok = False
         try:
+            # One at a time: if the second cannot start, the first is stopped below.
+            sidecars["baseline"] = _start(base, f"ab-baseline-{os.getpid()}", source=source)
+            sidecars["this"] = _start(base, f"ab-this-{os.getpid()}")
+            params: dict[str, Any] = {
+                "baseline_ref": ref,
+                "baseline_commit": baseline_commit,
+                "this_commit": _git("rev-parse", "HEAD"),
+                "this_tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
+                "rounds": rounds,
+                "seconds": seconds,
+                "warmup_seconds": warmup,
+                # Where each server runs (what `python -m` imports): the proof each build is the one named.
+                "cwd": {b: os.readlink(f"/proc/{sc.pid}/cwd") for b, sc in sidecars.items()},
+            }
             benches = {b: Bench(sc, quick=True) for b, sc in sidecars.items()}
             try:
                 for r in range(rounds):

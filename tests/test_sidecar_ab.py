@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import sidecar_ab
+from bench import sidecar_ab, sidecar_bench
+from sidecar.process import SidecarProcess
 
 
 def _worktrees() -> str:
@@ -39,4 +40,23 @@ def test_an_unknown_ref_is_refused_before_anything_starts(tmp_path: Path, capsys
     before = _worktrees()
     assert sidecar_ab.main(["no-such-ref-xyz", "--rounds", "1"]) == 2
     assert "no-such-ref-xyz" in capsys.readouterr().err
+    assert _worktrees() == before
+
+
+def test_a_build_that_cannot_start_leaves_no_server_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[SidecarProcess] = []
+    real_start = sidecar_bench._start
+
+    def start(base: Path, name: str, *, source: Path | None = None) -> SidecarProcess:
+        if started:  # the second build fails, as a baseline without --bench-echo would
+            raise RuntimeError("ckpt serve did not start")
+        sidecar = real_start(base, name, source=source)
+        started.append(sidecar)
+        return sidecar
+
+    monkeypatch.setattr(sidecar_ab, "_start", start)
+    before = _worktrees()
+    with pytest.raises(RuntimeError, match="did not start"):
+        sidecar_ab.run("HEAD", rounds=1, seconds=0.1, root=tmp_path)
+    assert started and started[0].process.poll() is not None  # the first one was stopped
     assert _worktrees() == before
