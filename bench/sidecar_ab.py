@@ -11,8 +11,9 @@ worktree, removed when done; each build serves as its own
 ``$CKPT_BENCH_DIR``, else ``.bench-data/``), both started before anything is
 measured. Each round measures each build in turn, the one going first
 alternating round by round: 64 client threads echoing a merge request's size,
-then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states, a short
-warm-up, re-seeded again), as ``python -m bench.sidecar_bench`` does.
+then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states), each
+after a short warm-up of its own kind, with ``python -m bench.sidecar_bench``'s
+own ``Bench.measure``.
 
 The report gives each build's medians (merges/s, echo calls/s, merge/echo,
 server CPU per call) and, round by round, this build's merges/s and
@@ -38,7 +39,7 @@ from typing import Any
 from sidecar.process import SidecarProcess
 
 from .output import finish
-from .sidecar_bench import Bench, _start, _stop, data_root, machine_info, run_threads
+from .sidecar_bench import Bench, _start, _stop, data_root, machine_info
 
 REPO = Path(__file__).resolve().parent.parent
 BUILDS = ("baseline", "this")
@@ -121,13 +122,11 @@ def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3,
 
 
 def _round(bench: Bench, out: dict[str, list[float]], seconds: float, warmup: float) -> None:
-    pids = [bench.pid]
-    echo = run_threads(bench.echo_workers(bench.echo_request_size), seconds, pids)
-    bench.seed()
-    if warmup:
-        run_threads(bench.merge_workers(), warmup, pids)
-        bench.seed()  # the measured merges start from ~10 KB states
-    merge = run_threads(bench.merge_workers(), seconds, pids)
+    one = [bench.pid]
+    echo = bench.measure(
+        lambda: bench.echo_workers(bench.echo_request_size), seeded=False, pids=one, seconds=seconds, warmup=warmup
+    )
+    merge = bench.measure(bench.merge_workers, seeded=True, pids=one, seconds=seconds, warmup=warmup)
     out["echo"].append(echo.rate)
     out["merge"].append(merge.rate)
     out["merge_vs_echo"].append(merge.rate / echo.rate)

@@ -331,13 +331,32 @@ class Bench:
         results: dict[str, list[Throughput]] = {k: [] for k in kinds}
         for _ in range(REPS):
             for name, (make, seeded, pids) in kinds.items():
-                if seeded:
-                    self.seed()
-                run_threads(make(), self.warmup, pids)
-                if seeded:
-                    self.seed()  # so the measured merges start from ~10 KB states
-                results[name].append(run_threads(make(), self.seconds, pids))
+                results[name].append(self.measure(make, seeded=seeded, pids=pids))
         return results
+
+    def measure(
+        self,
+        make: Callable[[], list[Callable[[threading.Event], int]]],
+        *,
+        seeded: bool,
+        pids: Sequence[int],
+        seconds: float | None = None,
+        warmup: float | None = None,
+    ) -> Throughput:
+        """One reading: a warm-up of the same kind, then ``seconds`` (default: the bench's) of it.
+
+        ``seeded``: the merge sessions are re-seeded before both, so the measured
+        merges start from ~10 KB states whatever the warm-up appended.
+        """
+        seconds = self.seconds if seconds is None else seconds
+        warmup = self.warmup if warmup is None else warmup
+        if seeded:
+            self.seed()
+        if warmup:
+            run_threads(make(), warmup, pids)
+            if seeded:
+                self.seed()
+        return run_threads(make(), seconds, pids)
 
     def hot_get(self) -> dict[str, Any]:
         """Latest-version get of a ~300 KB cached state vs echo of as many bytes, alternating on one thread."""

@@ -1717,10 +1717,9 @@ class Store:
             # for 60, so waiting briefly for them saves flushes. (Without it,
             # 64 threads settle into two half-size batches taking turns.) Up
             # to a whole commit's duration: half of one cut off 64 threads'
-            # gathering at ~56, and the sidecar's writes, which arrive as fast
-            # as its event loop takes them, committed ~8 at a time, spending
-            # the loop's CPU on commits. One wake-up when they are all queued
-            # (_submit), not one per write.
+            # gathering at ~56. (The sidecar's unary merges, measured side by
+            # side, did not change either way.) One wake-up when they are all
+            # queued (_submit), not one per write.
             self._gathered.clear()
             self._gather_target = expected - len(batch)
             if self._queue.qsize() < self._gather_target:

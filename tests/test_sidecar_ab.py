@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,7 @@ from sidecar.process import SidecarProcess
 
 
 def _worktrees() -> str:
-    return subprocess.run(
-        ["git", "-C", str(sidecar_ab.REPO), "worktree", "list"], capture_output=True, text=True, check=True
-    ).stdout
+    return sidecar_ab._git("worktree", "list")
 
 
 def test_two_builds_are_measured_from_their_own_checkouts(tmp_path: Path) -> None:
