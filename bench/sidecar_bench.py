@@ -1,6 +1,6 @@
 """Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
 
-    python -m bench.sidecar_bench [--quick] [--two-processes] [--json FILE]
+    python -m bench.sidecar_bench [--quick] [--json FILE]
 
 One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
 ``sync`` durability), its data directory on real disk under
@@ -26,11 +26,7 @@ measured against that one server, over its unix socket, in this run:
 4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
    sidecar's state cache) against echoing the same number of bytes, calls
    alternating on one client thread; p50/p99 of each, and the p50 ratio;
-5. with ``--two-processes``, for information: the unary merges again against
-   two independent sidecars (own data directory, socket, writer thread and
-   GIL), 32 of the 64 threads each. Two processes that share nothing are the
-   most a ``--workers 2`` option could give: real workers would also share
-   LMDB's one write lock and check each other's heads.
+What ``ckpt serve --workers N`` changes is measured by ``python -m bench.workers_bench``.
 
 Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
 same kind, with the kinds interleaved round by round (echo, merge, stream,
@@ -192,16 +188,14 @@ class Report:
 
 
 class Bench:
-    def __init__(self, sidecar: SidecarProcess, *, quick: bool, second: SidecarProcess | None = None) -> None:
+    def __init__(self, sidecar: SidecarProcess, *, quick: bool) -> None:
         self.sidecar = sidecar
         self.pid = sidecar.process.pid
         self.quick = quick
         self.seconds = 0.8 if quick else 3.0
         self.warmup = 0.25 if quick else 0.75
         self.client = CheckpointClient(sidecar.targets[0])
-        # A second, independent sidecar: what `--workers 2` could give at best (own writer, own GIL, no shared lock).
-        self.second = second
-        self.clients = [self.client] + ([CheckpointClient(second.targets[0])] if second else [])
+        self.clients = [self.client]
         self.echo_channel = grpc.insecure_channel(sidecar.targets[0])
         self.echo = self.echo_channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
         self.state = make_state(STATE_BYTES)
@@ -323,9 +317,6 @@ class Bench:
             "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False, one),
             "unary_merge": (self.merge_workers, True, one),
         }
-        if self.second is not None:
-            both = [self.pid, self.second.process.pid]
-            kinds["unary_merge_2_processes"] = (lambda: self.merge_workers(self.clients), True, both)
         kinds["stream_merge"] = (self.stream_workers, True, one)
         kinds["unary_replace_10k"] = (self.replace_workers, False, one)
         results: dict[str, list[Throughput]] = {k: [] for k in kinds}
@@ -425,16 +416,13 @@ def _stop(sidecar: SidecarProcess, *, ok: bool) -> None:
         sidecar.stop(signal.SIGKILL)
 
 
-def run(*, quick: bool = False, root: Path | None = None, two_processes: bool = False) -> Report:
+def run(*, quick: bool = False, root: Path | None = None) -> Report:
     base = root or data_root()
     base.mkdir(parents=True, exist_ok=True)
     sidecar = _start(base, f"sidecar-{os.getpid()}")
-    second: SidecarProcess | None = None
     ok = False
     try:
-        if two_processes:
-            second = _start(base, f"sidecar-{os.getpid()}-2")
-        bench = Bench(sidecar, quick=quick, second=second)
+        bench = Bench(sidecar, quick=quick)
         try:
             report = Report(
                 machine={**machine_info(), "data_dir": str(sidecar.data_dir), "target": sidecar.targets[0]},
@@ -481,8 +469,6 @@ def run(*, quick: bool = False, root: Path | None = None, two_processes: bool = 
             "unary_merge_vs_echo_request_size_if_cpu_bound": _cpu_per_call(report.throughput["echo_request_size"])
             / _cpu_per_call(report.throughput["unary_merge"]),
         }
-        if "unary_merge_2_processes" in rate:
-            report.ratios["unary_merge_2_processes_vs_1"] = rate["unary_merge_2_processes"] / rate["unary_merge"]
         got = {
             # The echo with the merge request's own size: same RPCs, same bytes in per call.
             "unary_merge_vs_echo": report.ratios["unary_merge_vs_echo_request_size"],
@@ -501,8 +487,6 @@ def run(*, quick: bool = False, root: Path | None = None, two_processes: bool = 
         return report
     finally:
         _stop(sidecar, ok=ok)
-        if second is not None:
-            _stop(second, ok=ok)
 
 
 def _cpu_per_call(throughput: dict[str, Any]) -> float:
@@ -519,8 +503,6 @@ def render(report: Report) -> str:
         "echo_10k": f"echo {p['state_bytes']:,} B, {p['clients']} threads",
         "echo_request_size": f"echo {p['merge_request_bytes']:,} B (= merge request), {p['clients']} threads",
         "unary_merge": f"unary MERGE ~{p['patch_bytes_mean']:.0f} B patch onto ~10 KB state, {p['clients']} threads",
-        "unary_merge_2_processes": f"the same unary MERGE, 2 independent sidecars x {p['clients'] // 2} threads "
-        "(what `--workers 2` could give at best; info)",
         "stream_merge": f"PutStream MERGE, {p['streams']} streams x {p['stream_batch']}/batch",
         "unary_replace_10k": f"unary REPLACE {p['state_bytes']:,} B state, {p['clients']} threads (info)",
     }
@@ -576,14 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="0.8 s repetitions instead of 3 s, fewer latency samples")
     parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument(
-        "--two-processes",
-        action="store_true",
-        help="also run the unary merges against two independent sidecars, 32 client threads each: "
-        "the most a --workers 2 option could give on this machine",
-    )
     args = parser.parse_args(argv)
-    report = run(quick=args.quick, two_processes=args.two_processes)
+    report = run(quick=args.quick)
     return finish(report, render(report), args.json)
 
 

@@ -250,6 +250,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_option(
         s,
+        "--workers",
+        int,
+        defaults["workers"],
+        "sidecar processes serving the data directory on the same TCP ports (--listen host:port only);"
+        " each has its own event loop and writer: more throughput from many client connections",
+        shown=str(defaults["workers"]),
+    )
+    env_option(
+        s,
         "--grace-seconds",
         float,
         defaults["grace_seconds"],
@@ -454,6 +463,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         heap_trim_interval_seconds=args.heap_trim_interval_seconds,
         threads=args.threads,
         grace_seconds=args.grace_seconds,
+        workers=args.workers,
         retention=retention,
         merge_message_type=args.merge_message_type,
         bench_echo=args.bench_echo,

@@ -254,8 +254,13 @@ def _client_options(timeout_seconds: object, retries: object, max_message_bytes:
     _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES, high=MAX_MESSAGE_BYTES)
 
 
-def _options(max_message_bytes: int) -> list[tuple[str, int]]:
+def _options(max_message_bytes: int, *, own_connection: bool = False) -> list[tuple[str, int]]:
+    # gRPC shares one connection among a process's channels to the same target
+    # (its global subchannel pool); a worker of `ckpt serve --workers` serves
+    # whole connections, so a client wanting its own asks for a pool of its own.
+    own = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
     return [
+        *own,
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         # gRPC waits 1 s, then 1.6x longer each time (up to 2 min), before it
@@ -877,6 +882,12 @@ def _unknown_stream(answered: int, unanswered: service_pb2.PutStreamRequest | No
 class CheckpointClient:
     """Synchronous client. Thread-safe; one per process is enough.
 
+    Clients of one process to the same target share one connection, unless
+    ``own_connection=True``: each connection is served by one worker of a
+    ``ckpt serve --workers N``, so a process putting many threads' writes
+    through one sidecar spreads them over its workers with a few clients of
+    their own connections.
+
     ``timeout_seconds`` bounds each call, its retries included. Put, merge,
     get and the listings retry UNAVAILABLE up to ``retries`` times (writes
     resend the same request id, so a write lands once); fork and delete are
@@ -893,10 +904,12 @@ class CheckpointClient:
         timeout_seconds: float = 30.0,
         retries: int = 6,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        own_connection: bool = False,
     ) -> None:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
-        self._channel = grpc.insecure_channel(target, options=_options(max_message_bytes))
+        options = _options(max_message_bytes, own_connection=own_connection)
+        self._channel = grpc.insecure_channel(target, options=options)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
@@ -1136,10 +1149,12 @@ class AsyncCheckpointClient:
         timeout_seconds: float = 30.0,
         retries: int = 6,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        own_connection: bool = False,
     ) -> None:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
-        self._channel = grpc.aio.insecure_channel(target, options=_options(max_message_bytes))
+        options = _options(max_message_bytes, own_connection=own_connection)
+        self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes

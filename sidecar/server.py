@@ -97,6 +97,11 @@ class ServeConfig:
     threads: int = 16
     #: Seconds in-flight RPCs get to finish on SIGTERM/SIGINT.
     grace_seconds: float = 10.0
+    #: Sidecar processes serving the data directory on the same TCP ports
+    #: (the kernel spreads connections over them); each has its own event
+    #: loop, writer and caches. Needs TCP addresses: gRPC cannot share a unix
+    #: socket between processes. See workers.py.
+    workers: int = 1
     #: Serve Prometheus metrics on METRICS_ADDRESS:PORT (None = off).
     metrics_port: int | None = None
     #: Where /metrics listens: 127.0.0.1 (this host only), or 0.0.0.0 / ::
@@ -145,6 +150,16 @@ class ServeConfig:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.grace_seconds < 0:
             raise ValueError(f"grace_seconds must be >= 0, got {self.grace_seconds}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.workers > 1:
+            for address in self.addresses:
+                _, sep, port = address.rpartition(":")
+                if address.startswith("unix:") or not sep or not port.isdigit() or int(port) == 0:
+                    raise ValueError(
+                        f"workers > 1 needs TCP listen addresses with a fixed port (host:port), got {address!r}:"
+                        " gRPC cannot share a unix socket between processes, and every worker binds the same port"
+                    )
         if not self.heap_trim_interval_seconds >= 0:
             raise ValueError(
                 f"heap_trim_interval_seconds must be >= 0 (0 = never), got {self.heap_trim_interval_seconds}"
@@ -685,14 +700,19 @@ class SidecarServer:
     Create and use it inside a running event loop (see :func:`serve`).
     """
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, *, worker: int | None = None) -> None:
+        """``worker``: this process is worker ``worker`` of ``config.workers`` (workers.py): its
+        parent holds the data directory's lock and claimed the ports, which every worker binds."""
         self.config = config
+        self.worker = worker
         loop = asyncio.get_running_loop()
         #: Set when the store stopped taking writes (a failed commit): the sidecar then stops, exit 1.
         self.writes_stopped = asyncio.Event()
         self.store = Store(
             config.store_config(),
             on_writes_stopped=lambda reason: loop.call_soon_threadsafe(self.writes_stopped.set),
+            shared=worker is not None,
+            sweeper=not worker,  # one sweeper for all: worker 0's
         )
         self.metrics = Metrics()
         try:
@@ -702,12 +722,14 @@ class SidecarServer:
             if config.metrics_port is not None:
                 host = config.metrics_address
                 host = f"[{host}]" if ":" in host else host  # an IPv6 address
+                # Each worker counts its own RPCs: worker i on METRICS_PORT + i.
+                wanted = config.metrics_port + (worker or 0) if config.metrics_port else 0
                 try:
-                    port = self.metrics.serve(config.metrics_port, config.metrics_address)
+                    port = self.metrics.serve(wanted, config.metrics_address)
                 except OSError as exc:
                     raise Unavailable(
-                        f"cannot serve metrics on {host}:{config.metrics_port} (--metrics-address,"
-                        f" --metrics-port): {exc.strerror or exc}"
+                        f"cannot serve metrics on {host}:{wanted} (--metrics-address,"
+                        f" --metrics-port{', plus the worker index' if worker else ''}): {exc.strerror or exc}"
                     ) from None
                 self.metrics_address = f"{host}:{port}"
             self.health = health.aio.HealthServicer()
@@ -717,7 +739,8 @@ class SidecarServer:
                     ("grpc.max_receive_message_length", config.max_message_bytes),
                     ("grpc.max_send_message_length", config.max_message_bytes),
                     # Without this, a second server binds the same TCP port silently.
-                    ("grpc.so_reuseport", 0),
+                    # Workers share their ports; their parent checked that no one else listens there.
+                    ("grpc.so_reuseport", 0 if worker is None else 1),
                 ],
             )
             # A listing reply keeps the same envelope clear as a Get's state does.
@@ -764,7 +787,7 @@ class SidecarServer:
             path = Path(address[len("unix:") :])
             _check_unix_path_size(address[len("unix:") :])  # as given: what gRPC binds, not normalised
             _claim_unix_socket(path)
-        else:
+        elif self.worker is None:
             _claim_tcp_name(address)
         try:
             port = self.server.add_insecure_port(address)
@@ -786,7 +809,8 @@ class SidecarServer:
         if self.heap_trimmer is not None:
             self.heap_trimmer.start()
         log.info(
-            SERVING_LOG + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
+            (SERVING_LOG if self.worker is None else f"ckpt worker {self.worker} serving:")
+            + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
             ",".join(self.listening),
             self.config.data_dir.resolve(),
             self.config.durability.value,
@@ -907,22 +931,31 @@ def _claim_tcp_name(address: str) -> None:
 
 def serve(config: ServeConfig) -> int:
     """Run until SIGTERM or SIGINT (exit code 0), or until the store stops taking writes (1)."""
-    return asyncio.run(_serve(config))
+    if config.workers > 1:
+        from .workers import serve_workers  # the parent of several serving processes
+
+        return serve_workers(config)
+    return asyncio.run(serve_async(config))
 
 
-async def _serve(config: ServeConfig) -> int:
+async def serve_async(
+    config: ServeConfig, *, worker: int | None = None, serving: Callable[[], None] | None = None
+) -> int:
+    """Serve until SIGTERM/SIGINT; ``worker``: as SidecarServer's; ``serving`` is called once it serves."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         try:
-            sidecar = SidecarServer(config)
+            sidecar = SidecarServer(config, worker=worker)
         except StoreError as exc:
             log.error("ckpt cannot start: %s", exc)
             return 1
         try:
             await sidecar.start()
+            if serving is not None:
+                serving()
             with serving_gc():
                 # A store that stopped taking writes is reopened by restarting: exit
                 # (1, so that a supervisor restarts it) rather than serve reads only.

@@ -28,6 +28,7 @@ import resource
 import struct
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -328,6 +329,17 @@ class Store:
     ``readonly=True`` opens the data directory for reading only, without the
     directory lock and without a writer: for inspection tools running beside
     a live server (LMDB serves readers in other processes consistently).
+
+    ``shared=True``: other processes write this data directory too (the
+    workers of one ``ckpt serve --workers N``, whose parent holds the
+    directory's lock: this store takes none). LMDB's write lock orders their
+    commits and every write checks the head inside its transaction as always;
+    what this store caches is checked against LMDB before use, since another
+    process may have moved a session on: a cached encoder inside the write
+    transaction (head version, chain start and the session's creation time),
+    a cached state by a read of the session's record (head version and the
+    time of its last write). ``sweeper=False`` runs no retention sweeper
+    (one worker sweeps for all).
     """
 
     def __init__(
@@ -336,9 +348,12 @@ class Store:
         *,
         readonly: bool = False,
         on_writes_stopped: Callable[[str], object] | None = None,
+        shared: bool = False,
+        sweeper: bool = True,
     ) -> None:
         self.config = config
         self.readonly = readonly
+        self.shared = shared
         #: Why the store stopped taking writes (a commit failed with an I/O error), or None.
         self.writes_stopped: str | None = None
         # Called once, on the writer thread, when writes stop: a server exits
@@ -353,12 +368,15 @@ class Store:
             if config.data_dir.exists() and not config.data_dir.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
             config.data_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_file = _lock_data_dir(config.data_dir)
+            self._lock_file = None if shared else lock_data_dir(config.data_dir)
         # Before LMDB opens: stamping a full map grows it (_check_layout, _grow_map).
         self._rw = RWLock()
         self.map_resizes = 0
         try:
-            _check_not_truncated(lmdb_dir / "data.mdb", extend=not readonly)
+            # Shared: the parent checked (and extended) the file before any
+            # worker started; extending here could cut pages another worker
+            # appended since this one read the file's size.
+            check_not_truncated(lmdb_dir / "data.mdb", extend=not readonly and not shared)
             self._open_lmdb(lmdb_dir)
         except BaseException:
             # The caller never gets a store to close(): release the directory now.
@@ -369,6 +387,10 @@ class Store:
         self._encoders: LRU[ChainEncoder] = LRU(
             config.encoder_cache_entries, max_weight=config.encoder_cache_bytes, weigh=_encoder_memory
         )
+        # Shared: the creation time of the session each cached encoder belongs
+        # to (a session deleted and written again by another process may reach
+        # the same version and chain start).
+        self._encoder_created: weakref.WeakKeyDictionary[ChainEncoder, int] = weakref.WeakKeyDictionary()
         self._merge_type = config.merge_message_class()
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._closing = threading.Event()
@@ -406,11 +428,13 @@ class Store:
         self._gathered = threading.Event()
         self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
         self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
+        self._sweeps = sweeper and not readonly
         if readonly:
             self._closing.set()  # every write is refused with Unavailable
         else:
             self._writer.start()
-            self._sweeper.start()
+            if self._sweeps:
+                self._sweeper.start()
 
     def _open_lmdb(self, lmdb_dir: Path) -> None:
         self._data_file = lmdb_dir / "data.mdb"
@@ -526,6 +550,7 @@ class Store:
             self._room.notify_all()  # writes waiting for room are refused now
         if not self.readonly:
             self._writer.join()
+        if self._sweeps:
             self._sweeper.join()
         with self._rw.exclusive():
             self._env.close()
@@ -683,6 +708,8 @@ class Store:
             )
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
             encoder.commit()
+            if self.shared:
+                self._encoder_created[encoder] = now
             self._encoders.put(new_sid, encoder)  # a write later in this batch continues this chain
             batch.touched_encoders.add(new_sid)
             snapshot = encoder.snapshot()
@@ -752,9 +779,22 @@ class Store:
 
     def _cached(self, sid: bytes, version: int) -> GetResult | None:
         cached = self._states.get(sid)
-        if cached is not None and (version == 0 or version == cached.info.version):
-            return GetResult(cached.info.version, cached.state.tobytes(), cached.info)
-        return None
+        if cached is None or not (version == 0 or version == cached.info.version):
+            return None
+        if self.shared and not self._still_head(sid, cached.info):
+            return None  # another process wrote (or deleted) the session since
+        return GetResult(cached.info.version, cached.state.tobytes(), cached.info)
+
+    def _still_head(self, sid: bytes, info: VersionInfo) -> bool:
+        """Whether ``info`` is the session's head in LMDB now: same version, written at the same time."""
+        with self._read() as txn:
+            raw = txn.get(sid, db=self._sessions)
+            if raw is None:
+                return False
+            rec = _record(raw)
+        # Every write sets the record's updated time to its version's creation
+        # time, so a session deleted and written again to the same version differs.
+        return rec.head_version == info.version and rec.updated_unix_nanos == info.created_unix_nanos
 
     def session(self, session_id: str) -> SessionInfo:
         sid = keys.session_key(session_id)
@@ -1244,6 +1284,8 @@ class Store:
                 if rec is None:
                     rec = records_pb2.SessionRecord(created_unix_nanos=now)
                     old_updated = None
+                    if self.shared:
+                        self._encoder_created[encoder] = now
                 else:
                     old_updated = rec.updated_unix_nanos
                 info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated)
@@ -1353,7 +1395,11 @@ class Store:
             self._encoders.put(sid, encoder)
             return encoder
         cached = self._encoders.get(sid)
-        if cached is not None and cached.version == rec.head_version:
+        if (
+            cached is not None
+            and cached.version == rec.head_version
+            and (not self.shared or self._same_chain(cached, rec))
+        ):
             return cached
         chain = self._chain_frames(txn, sid, session_id, rec, rec.head_version)
         try:
@@ -1364,10 +1410,25 @@ class Store:
         encoder = ChainEncoder.resume(
             state, headers, policy=self.config.chain_policy, compact_message_type=self._merge_type
         )
+        if self.shared:
+            self._encoder_created[encoder] = rec.created_unix_nanos
         # The encoder cache belongs to this (writer) thread; a batch that
         # aborts drops every encoder it touched.
         self._encoders.put(sid, encoder)
         return encoder
+
+    def _same_chain(self, encoder: ChainEncoder, rec: records_pb2.SessionRecord) -> bool:
+        """Shared: whether a cached encoder at the head's version still continues the stored chain.
+
+        Another process may have rewritten the head as a chain start (a quiet
+        keyframe), or deleted the session and written it again up to the same
+        version: a frame continuing the encoder's zstd stream would then not
+        decode.
+        """
+        return (
+            encoder.chain.start_version == rec.chain_start_version
+            and self._encoder_created.get(encoder) == rec.created_unix_nanos
+        )
 
     def _new_encoder(self) -> ChainEncoder:
         return ChainEncoder(policy=self.config.chain_policy, compact_message_type=self._merge_type)
@@ -1791,6 +1852,13 @@ class Store:
                     self._encoders.discard(sid)
                 isolate = True
                 continue
+            except lmdb.MapResizedError:
+                # Another process (a --workers sibling) grew the map: adopt its
+                # size and begin again. Raised by begin, before any op ran.
+                for sid in batch.touched_encoders:
+                    self._encoders.discard(sid)
+                self._adopt_map_size()
+                continue
             except lmdb.MapFullError:
                 # Nothing was committed. Encoders already advanced for this
                 # batch are dropped (they are rebuilt from LMDB on next use).
@@ -1890,6 +1958,11 @@ class Store:
             self._answered(ops)
             ops[0].resolve(None, error)
 
+    def _adopt_map_size(self) -> None:
+        with self._rw.exclusive():
+            self._env.set_mapsize(0)  # the size the file's meta page now gives
+        self._map_size = max(self._map_size, self._env.info()["map_size"])
+
     def _grow_map(self) -> bool:
         if self._map_size >= self.config.max_map_size_bytes:
             return False
@@ -1955,7 +2028,7 @@ def _value(cur: lmdb.Cursor) -> bytes:
     return cast(bytes, cur.value())
 
 
-def _lock_data_dir(data_dir: os.PathLike[str]) -> Any:
+def lock_data_dir(data_dir: os.PathLike[str]) -> Any:
     """Hold an exclusive lock on the data directory for the store's lifetime."""
     path = os.path.join(data_dir, "ckpt.lock")
     fh = open(path, "a+")  # noqa: SIM115 - held open until close()
@@ -2138,7 +2211,7 @@ def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
 _UNWRITTEN_TAIL_PAGES = 64
 
 
-def _check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
+def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     """DataLoss if data.mdb is clearly shorter than the pages its meta page says are in use.
 
     LMDB maps the file: reading a page past its end kills the process with

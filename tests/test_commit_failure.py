@@ -106,7 +106,7 @@ def test_a_sidecar_whose_store_stopped_writing_exits_1(tmp_path: Path, monkeypat
     outcome: dict[str, Any] = {}
 
     async def run() -> None:
-        serving = asyncio.create_task(server_module._serve(config))
+        serving = asyncio.create_task(server_module.serve_async(config))
         while not socket_path.exists():
             assert not serving.done(), serving.result()
             await asyncio.sleep(0.01)

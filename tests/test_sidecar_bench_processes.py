@@ -1,7 +1,8 @@
-"""The sidecar benchmark's two-process reading: its merges reach both sidecars, its CPU counts both.
+"""The benchmarks' readings of several server processes: merges reach every worker, CPU counts them all.
 
-It is the measurement behind the README's answer to `--workers`, so a bench
-that silently sent every merge to one sidecar would make that answer wrong.
+bench.workers_bench is the measurement behind the README's figures for
+`--workers`, so a bench that silently sent every merge to one worker would
+make them wrong.
 """
 
 from __future__ import annotations
@@ -9,40 +10,29 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench import sidecar_bench
+from bench import sidecar_bench, workers_bench
 from bench.output import proc_cpu_seconds
 
 
-def test_two_process_merges_split_across_both_sidecars(tmp_path: Path) -> None:
-    first = sidecar_bench._start(tmp_path, "first")
-    second = sidecar_bench._start(tmp_path, "second")
-    bench = sidecar_bench.Bench(first, quick=True, second=second)
+def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu(tmp_path: Path) -> None:
+    sidecar = workers_bench._start(tmp_path, "workers", 2)
+    target = workers_bench.Target(sidecar, workers=2)
     try:
-        bench.seed()
-        workers = bench.merge_workers(bench.clients)
-        assert len(workers) == sidecar_bench.CLIENTS
-        cpu_before = [proc_cpu_seconds(p.pid) for p in (first, second)]
-        t = sidecar_bench.run_threads(workers, 0.3, [first.pid, second.pid])
-        cpu_after = [proc_cpu_seconds(p.pid) for p in (first, second)]
-        assert t.calls > 0
-        assert math.isfinite(t.server_cpu_us_per_call) and t.server_cpu_us_per_call > 0
-        # Each sidecar's own CPU moved: the reading sums both processes, not one twice.
+        assert len(target.pids) == 3 and target.pids[0] == sidecar.pid  # the parent, then its workers
+        bench = workers_bench.Bench(quick=True)
+        bench.seed(target)
+        cpu_before = [proc_cpu_seconds(p) for p in target.pids[1:]]
+        t = sidecar_bench.run_threads(bench.merge_workers(target), 0.5, target.pids)
+        cpu_after = [proc_cpu_seconds(p) for p in target.pids[1:]]
+        assert t.calls > 0 and math.isfinite(t.server_cpu_us_per_call)
+        # Both workers served merges: the clients' connections did not all land on one.
         for before, after in zip(cpu_before, cpu_after, strict=True):
-            assert before is not None and after is not None and after > before
-
-        merged = 0
-        for i in range(sidecar_bench.CLIENTS):
-            session = sidecar_bench._merge_session(i)
-            owner, other = bench.clients[i % 2], bench.clients[1 - i % 2]
-            head = owner.get(session).version
-            assert head >= 2, f"{session}: thread {i} merged nothing into its own sidecar"
-            assert other.get(session).version == 1, f"{session}: the other sidecar got merges too"
-            merged += head - 1
-        assert merged == t.calls
+            assert before is not None and after is not None and after - before > 0.05
+        heads = [target.clients[0].get(f"bench-merge-{i:03d}").version for i in range(sidecar_bench.CLIENTS)]
+        assert sum(h - 1 for h in heads) == t.calls  # every merge counted landed once
     finally:
-        bench.close()
-        for sidecar in (first, second):
-            assert sidecar.stop() == 0, sidecar.log(tail_chars=2000)
+        target.close()
+        assert sidecar.stop() == 0, sidecar.log(tail_chars=2000)
 
 
 def test_cpu_seconds_sums_the_processes_and_is_nan_for_a_missing_one(tmp_path: Path) -> None:

@@ -1,0 +1,275 @@
+"""``ckpt serve --workers N`` against one process, side by side: echo and unary MERGE over TCP.
+
+    python -m bench.workers_bench [--workers N] [--rounds R] [--quick] [--json FILE]
+
+Two sidecars serve at once, each with ``--bench-echo``, its own data directory
+(as sidecar_bench's, fsync on) and a free TCP port on 127.0.0.1: one process,
+and ``--workers N``. The 64 client threads share 16 connections
+(``CheckpointClient(own_connection=True)``, as 16 agent processes would have):
+the kernel gives each connection to one worker, so one connection would
+measure one worker. Each round measures on each sidecar in turn (the first
+alternating round by round): the echo of a merge request's size, then unary
+MERGE (~300 B patches onto ~10 KB states, re-seeded before each reading), each
+after a warm-up of its kind. Reported: medians over the rounds, each round's
+workers/one ratios, merge/echo for each sidecar, and the server CPU per call
+(the parent and its workers summed).
+
+The acceptance's merge/echo target compares a merge with an echo served by the
+same configuration; this says what ``--workers`` changes for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from sidecar.client import CheckpointClient
+from sidecar.process import SidecarProcess, start_sidecar_process
+from sidecar.server import ECHO_METHOD
+
+from .checkpoint_states import make_patches, make_state
+from .output import finish
+from .sidecar_bench import CLIENTS, STATE_BYTES, Throughput, data_root, machine_info, merge_request_bytes, run_threads
+
+CONNECTIONS = 16
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any]
+    params: dict[str, Any]
+    rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    medians: dict[str, dict[str, float]] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # none: informational
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a --workers sidecar's workers), from /proc."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                children.append(int(entry.name))
+    return children
+
+
+class Target:
+    """One sidecar and its clients: CONNECTIONS clients and echo channels, each its own connection."""
+
+    def __init__(self, sidecar: SidecarProcess, *, workers: int) -> None:
+        self.sidecar = sidecar
+        self.pids = [sidecar.pid, *child_pids(sidecar.pid)]
+        if len(self.pids) != (1 if workers == 1 else workers + 1):
+            raise RuntimeError(f"expected {workers} worker(s) under pid {sidecar.pid}, found {self.pids[1:]}")
+        target = sidecar.targets[0]
+        self.clients = [CheckpointClient(target, own_connection=True) for _ in range(CONNECTIONS)]
+        self.channels = [
+            grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(CONNECTIONS)
+        ]
+        self.echoes = [ch.unary_unary(ECHO_METHOD) for ch in self.channels]
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        for channel in self.channels:
+            channel.close()
+
+
+class Bench:
+    def __init__(self, *, quick: bool) -> None:
+        self.seconds = 0.8 if quick else 3.0
+        self.warmup = 0.25 if quick else 0.75
+        self.state = make_state(STATE_BYTES)
+        self.patches = make_patches(256)
+        self.echo_payload = b"x" * merge_request_bytes(self.patches[-1])
+
+    def seed(self, t: Target) -> None:
+        for i in range(CLIENTS):
+            t.clients[i % CONNECTIONS].put(f"bench-merge-{i:03d}", self.state)
+
+    def echo_workers(self, t: Target) -> list[Callable[[threading.Event], int]]:
+        def worker(i: int) -> Callable[[threading.Event], int]:
+            echo = t.echoes[i % CONNECTIONS]
+
+            def work(stop: threading.Event) -> int:
+                n = 0
+                while not stop.is_set():
+                    if echo(self.echo_payload, timeout=30) != self.echo_payload:
+                        raise AssertionError("echo returned different bytes")
+                    n += 1
+                return n
+
+            return work
+
+        return [worker(i) for i in range(CLIENTS)]
+
+    def merge_workers(self, t: Target) -> list[Callable[[threading.Event], int]]:
+        def worker(i: int) -> Callable[[threading.Event], int]:
+            client, session = t.clients[i % CONNECTIONS], f"bench-merge-{i:03d}"
+
+            def work(stop: threading.Event) -> int:
+                n = 0
+                while not stop.is_set():
+                    client.merge(session, self.patches[(i + n) % len(self.patches)])
+                    n += 1
+                return n
+
+            return work
+
+        return [worker(i) for i in range(CLIENTS)]
+
+    def measure(self, t: Target, kind: str) -> Throughput:
+        make = self.echo_workers if kind == "echo" else self.merge_workers
+        if kind == "merge":
+            self.seed(t)
+        run_threads(make(t), self.warmup, t.pids)
+        if kind == "merge":
+            self.seed(t)
+        return run_threads(make(t), self.seconds, t.pids)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(base: Path, name: str, workers: int) -> SidecarProcess:
+    data_dir = base / name
+    return start_sidecar_process(
+        data_dir,
+        "--bench-echo",
+        *(["--workers", str(workers)] if workers > 1 else []),
+        listen=[f"127.0.0.1:{_free_port()}"],
+        log_path=base / f"{name}.log",
+        inherit_ckpt_env=False,
+    )
+
+
+def run(*, workers: int = 2, rounds: int = 5, quick: bool = False, root: Path | None = None) -> Report:
+    if workers < 2:
+        raise ValueError(f"workers must be >= 2 (compared with one process), got {workers}")
+    base = (root or data_root()).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    bench = Bench(quick=quick)
+    names = {"one": 1, f"workers_{workers}": workers}
+    sidecars: dict[str, SidecarProcess] = {}
+    targets: dict[str, Target] = {}
+    try:
+        for name, n in names.items():
+            sidecars[name] = _start(base, f"workers-bench-{os.getpid()}-{name}", n)
+            targets[name] = Target(sidecars[name], workers=n)
+        report = Report(
+            machine=machine_info(),
+            params={
+                "workers": workers,
+                "rounds": rounds,
+                "clients": CLIENTS,
+                "connections": CONNECTIONS,
+                "seconds_per_reading": bench.seconds,
+                "warmup_seconds": bench.warmup,
+                "state_bytes": len(bench.state),
+                "merge_request_bytes": len(bench.echo_payload),
+            },
+        )
+        report.rounds = {name: [] for name in names}
+        for r in range(rounds):
+            order = list(names) if r % 2 == 0 else list(reversed(names))
+            for name in order:
+                echo = bench.measure(targets[name], "echo")
+                merge = bench.measure(targets[name], "merge")
+                report.rounds[name].append(
+                    {
+                        "echo_per_s": echo.rate,
+                        "merge_per_s": merge.rate,
+                        "echo_server_cpu_us": echo.server_cpu_us_per_call,
+                        "merge_server_cpu_us": merge.server_cpu_us_per_call,
+                        "echo_client_cpu_us": echo.client_cpu_us_per_call,
+                        "merge_client_cpu_us": merge.client_cpu_us_per_call,
+                    }
+                )
+                print(f"round {r + 1}/{rounds} {name}: echo {echo.rate:,.0f}/s merge {merge.rate:,.0f}/s", flush=True)
+        for name, readings in report.rounds.items():
+            report.medians[name] = {k: statistics.median(x[k] for x in readings) for k in readings[0]}
+            report.ratios[f"merge_vs_echo_{name}"] = (
+                report.medians[name]["merge_per_s"] / report.medians[name]["echo_per_s"]
+            )
+        many = f"workers_{workers}"
+        for kind in ("merge", "echo"):
+            paired = [
+                w[f"{kind}_per_s"] / o[f"{kind}_per_s"]
+                for w, o in zip(report.rounds[many], report.rounds["one"], strict=True)
+            ]
+            report.ratios[f"{kind}_{many}_vs_one_paired_median"] = statistics.median(paired)
+        return report
+    finally:
+        for t in targets.values():
+            t.close()
+        for sidecar in sidecars.values():
+            code = sidecar.stop()
+            if code != 0:
+                print(f"sidecar exited with {code}; log kept at {sidecar.log_path}", file=sys.stderr)
+            else:
+                shutil.rmtree(sidecar.data_dir, ignore_errors=True)
+                sidecar.log_path.unlink(missing_ok=True)
+
+
+def render(report: Report) -> str:
+    p, m, r = report.params, report.medians, report.ratios
+    many = f"workers_{p['workers']}"
+    lines = [
+        f"machine: {report.machine}",
+        f"params: {p}",
+        "",
+        f"## one process against --workers {p['workers']}: TCP, {p['clients']} threads over {p['connections']}"
+        f" connections, medians of {p['rounds']} rounds x {p['seconds_per_reading']:g} s",
+        "| sidecar | echo/s | merges/s | merge/echo | server CPU us/echo | server CPU us/merge |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("one", many):
+        x = m[name]
+        lines.append(
+            f"| {name.replace('_', ' ')} | {x['echo_per_s']:,.0f} | {x['merge_per_s']:,.0f} |"
+            f" {r[f'merge_vs_echo_{name}']:.2f} | {x['echo_server_cpu_us']:.0f} | {x['merge_server_cpu_us']:.0f} |"
+        )
+    for kind in ("merge", "echo"):
+        paired = [
+            f"{w[f'{kind}_per_s'] / o[f'{kind}_per_s']:.2f}"
+            for w, o in zip(report.rounds[many], report.rounds["one"], strict=True)
+        ]
+        lines.append(
+            f"{kind}s/s, workers/one per round: {' '.join(paired)}; median"
+            f" {r[f'{kind}_{many}_vs_one_paired_median']:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2, help="workers of the second sidecar (default 2)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    parser.add_argument("--quick", action="store_true", help="0.8 s readings instead of 3 s")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
+    report = run(workers=args.workers, rounds=args.rounds, quick=args.quick)
+    return finish(report, render(report), args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
