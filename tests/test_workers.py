@@ -8,6 +8,7 @@ stale unless checked against LMDB.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -74,13 +75,14 @@ def clients_by_worker(target: str, metrics: list[str]) -> list[list[CheckpointCl
     return by_worker
 
 
-@pytest.fixture
-def two_workers(tmp_path: Path) -> Iterator[tuple[SidecarProcess, CheckpointClient, CheckpointClient]]:
-    sidecar, metrics = start_workers(tmp_path / "data")
+@contextlib.contextmanager
+def serving_workers(data_dir: Path, *extra: str) -> Iterator[list[list[CheckpointClient]]]:
+    """Two workers and CONNECTIONS clients grouped by worker; every group has one at least. Stopped after: exit 0."""
+    sidecar, metrics = start_workers(data_dir, *extra)
     by_worker = clients_by_worker(sidecar.targets[0], metrics)
-    assert all(by_worker), f"every connection landed on one worker: {[len(c) for c in by_worker]}"
     try:
-        yield sidecar, by_worker[0][0], by_worker[1][0]
+        assert all(by_worker), f"every connection landed on one worker: {[len(c) for c in by_worker]}"
+        yield by_worker
     finally:
         for clients in by_worker:
             for c in clients:
@@ -88,14 +90,20 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[SidecarProcess, CheckpointClie
         assert sidecar.stop() == 0, sidecar.log()
 
 
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[CheckpointClient, CheckpointClient]]:
+    with serving_workers(tmp_path / "data") as by_worker:
+        yield by_worker[0][0], by_worker[1][0]
+
+
 def _patch(step: int) -> bytes:
     return service_pb2.PutRequest(session_id=f"step-{step}").SerializeToString()
 
 
 def test_a_session_moves_between_workers_and_every_version_reads_back(
-    two_workers: tuple[SidecarProcess, CheckpointClient, CheckpointClient],
+    two_workers: tuple[CheckpointClient, CheckpointClient],
 ) -> None:
-    _, a, b = two_workers
+    a, b = two_workers
     s1, s2 = b"state one " * 50, b"state two " * 60
     assert a.put("s", s1).version == 1
     assert b.get("s").state == s1
@@ -111,9 +119,9 @@ def test_a_session_moves_between_workers_and_every_version_reads_back(
 
 
 def test_a_session_deleted_and_written_again_elsewhere_is_not_continued_from_a_cached_encoder(
-    two_workers: tuple[SidecarProcess, CheckpointClient, CheckpointClient],
+    two_workers: tuple[CheckpointClient, CheckpointClient],
 ) -> None:
-    _, a, b = two_workers
+    a, b = two_workers
     old = [b"old incarnation %d " % v * 40 for v in range(1, 4)]
     for state in old:
         a.put("s", state)
@@ -136,12 +144,8 @@ def test_a_session_deleted_and_written_again_elsewhere_is_not_continued_from_a_c
 def test_a_head_rewritten_as_a_keyframe_by_the_sweeping_worker_is_not_continued(tmp_path: Path) -> None:
     # Worker 0 sweeps for all: it rewrites a quiet head as a FULL frame, so the
     # next write through worker 1 must start a new stream after it.
-    sidecar, metrics = start_workers(
-        tmp_path / "data", "--keyframe-after-quiet-seconds", "0.3", "--sweep-interval-seconds", "0.1"
-    )
-    by_worker = clients_by_worker(sidecar.targets[0], metrics)
-    try:
-        assert by_worker[1], "no connection landed on worker 1"
+    quick_keyframes = ("--keyframe-after-quiet-seconds", "0.3", "--sweep-interval-seconds", "0.1")
+    with serving_workers(tmp_path / "data", *quick_keyframes) as by_worker:
         w1 = by_worker[1][0]
         rng = random.Random(7)
         states = [rng.randbytes(30_000)]
@@ -159,7 +163,7 @@ def test_a_head_rewritten_as_a_keyframe_by_the_sweeping_worker_is_not_continued(
         # frame whose blocks lean on blocks (repeat offsets, entropy tables)
         # the decoder no longer reads before it, so a new stream must start.
         assert w1.put("k", states[3]).frame_kind == service_pb2.FRAME_KIND_DELTA
-        for client in [*by_worker[0][:1], w1]:
+        for client in (by_worker[0][0], w1):
             for version, state in enumerate(states, start=1):
                 assert client.get("k", version=version).state == state
         with Store(StoreConfig(data_dir=tmp_path / "data"), readonly=True) as store:
@@ -167,42 +171,35 @@ def test_a_head_rewritten_as_a_keyframe_by_the_sweeping_worker_is_not_continued(
         headers = {version: parse(frame)[0] for version, _, frame in frames}
         assert headers[3].kind is FrameKind.FULL
         assert not headers[4].continues_stream and headers[4].prefix_size == len(states[2])
-    finally:
-        for clients in by_worker:
-            for c in clients:
-                c.close()
-        assert sidecar.stop() == 0, sidecar.log()
 
 
 def test_compare_and_set_across_workers_loses_no_update(tmp_path: Path) -> None:
-    sidecar, metrics = start_workers(tmp_path / "data")
-    by_worker = clients_by_worker(sidecar.targets[0], metrics)
-    clients = [c for group in by_worker for c in group][:8]
-    base = b"base state " * 30
-    clients[0].put("cas", base)
-    wins: list[tuple[int, bytes]] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+    with serving_workers(tmp_path / "data") as by_worker:
+        clients = [*by_worker[0][:4], *by_worker[1][:4]]  # writers on both workers
+        base = b"base state " * 30
+        clients[0].put("cas", base)
+        wins: list[tuple[int, bytes]] = []
+        lock = threading.Lock()
+        errors: list[BaseException] = []
 
-    def writer(i: int) -> None:
-        try:
-            made = 0
-            while made < 15:
-                head = clients[i].get("cas").version
-                patch = _patch(1000 * i + made)
-                try:
-                    version = clients[i].merge("cas", patch, expected_version=head).version
-                except ConflictError:
-                    continue
-                assert version == head + 1
-                with lock:
-                    wins.append((version, patch))
-                made += 1
-        except BaseException as exc:
-            errors.append(exc)
+        def writer(i: int) -> None:
+            try:
+                made = 0
+                while made < 15:
+                    head = clients[i].get("cas").version
+                    patch = _patch(1000 * i + made)
+                    try:
+                        version = clients[i].merge("cas", patch, expected_version=head).version
+                    except ConflictError:
+                        continue
+                    assert version == head + 1
+                    with lock:
+                        wins.append((version, patch))
+                    made += 1
+            except BaseException as exc:
+                errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(clients))]
-    try:
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(clients))]
         for t in threads:
             t.start()
         for t in threads:
@@ -213,11 +210,6 @@ def test_compare_and_set_across_workers_loses_no_update(tmp_path: Path) -> None:
         expected = base + b"".join(p for _, p in sorted(wins))
         for client in (by_worker[0][0], by_worker[1][0]):
             assert client.get("cas").state == expected
-    finally:
-        for group in by_worker:
-            for c in group:
-                c.close()
-        assert sidecar.stop() == 0, sidecar.log()
 
 
 def _worker_pids(parent: int) -> list[int]:
