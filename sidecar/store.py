@@ -794,7 +794,11 @@ class Store:
             rec = _record(raw)
         # Every write sets the record's updated time to its version's creation
         # time, so a session deleted and written again to the same version differs.
-        return rec.head_version == info.version and rec.updated_unix_nanos == info.created_unix_nanos
+        if rec.head_version != info.version or rec.updated_unix_nanos != info.created_unix_nanos:
+            return False
+        # A quiet keyframe (another worker's sweeper) rewrites the head's frame,
+        # not its state: the cached metadata would still say DELTA and its size.
+        return rec.chain_start_version != info.version or info.frame_kind is FrameKind.FULL
 
     def session(self, session_id: str) -> SessionInfo:
         sid = keys.session_key(session_id)

@@ -158,6 +158,10 @@ def test_a_head_rewritten_as_a_keyframe_by_the_sweeping_worker_is_not_continued(
         while next(iter(w1.history("k"))).frame_kind != service_pb2.FRAME_KIND_FULL:
             assert time.monotonic() < deadline, "the sweeper never rewrote the quiet head"
             time.sleep(0.1)
+        # Worker 1's state cache holds version 3 as it wrote it (a DELTA): a hot
+        # Get must not describe the frame as it was before the rewrite.
+        got = w1.get("k")
+        assert (got.version, got.info.frame_kind) == (3, service_pb2.FRAME_KIND_FULL)
         # Worker 1's cached encoder is at the head's version, its zstd stream
         # begun at version 1: continuing it after the keyframe would leave a
         # frame whose blocks lean on blocks (repeat offsets, entropy tables)
