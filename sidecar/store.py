@@ -337,8 +337,8 @@ class Store:
     what this store caches is checked against LMDB before use, since another
     process may have moved a session on: a cached encoder inside the write
     transaction (head version, chain start and the session's creation time),
-    a cached state by a read of the session's record (head version and the
-    time of its last write). ``sweeper=False`` runs no retention sweeper
+    a cached state by a read of the session's record (head version, the
+    time of its last write, and no keyframe rewrite of it since). ``sweeper=False`` runs no retention sweeper
     (one worker sweeps for all).
     """
 
