@@ -329,3 +329,78 @@ def test_a_shared_store_adopts_a_map_another_process_grew(tmp_path: Path) -> Non
             assert store.get("here").state == b"after"
     finally:
         lock.close()
+
+
+def test_sigkill_of_every_worker_under_load_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    # Own sessions (REPLACE) and one session all writers merge into with
+    # compare-and-set, through connections on both workers; then every process
+    # is killed at once, and one plain sidecar reads what was acknowledged.
+    data = tmp_path / "data"
+    acked: list[tuple[str, int, bytes]] = []  # (session, version, REPLACE state or MERGE patch)
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    sidecar, metrics = start_workers(data)
+    by_worker = clients_by_worker(sidecar.targets[0], metrics)
+    clients = [*by_worker[0][:4], *by_worker[1][:4]]
+    assert len(clients) == 8, [len(g) for g in by_worker]
+    clients[0].put("shared", b"base")
+
+    def own_state(i: int, v: int) -> bytes:
+        return random.Random(i * 1000 + v).randbytes(2000) + b"writer %d version %d" % (i, v)
+
+    def writer(i: int) -> None:
+        client, made = clients[i], 0
+        try:
+            while not stop.is_set():
+                made += 1
+                version = client.put(f"own-{i}", own_state(i, made)).version
+                with lock:
+                    acked.append((f"own-{i}", version, own_state(i, made)))
+                head = client.get("shared").version
+                patch = _patch(i * 100_000 + made)
+                try:
+                    version = client.merge("shared", patch, expected_version=head).version
+                except ConflictError:
+                    continue
+                with lock:
+                    acked.append(("shared", version, patch))
+        except Exception as exc:  # the kill: calls in flight fail, with their outcome unknown
+            if not stop.is_set():
+                errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 300 and time.monotonic() < deadline and not errors:
+        time.sleep(0.01)
+    workers = _worker_pids(sidecar.process.pid)
+    stop.set()
+    for pid in [*workers, sidecar.process.pid]:
+        os.kill(pid, signal.SIGKILL)
+    sidecar.process.wait(timeout=30)
+    for t in threads:
+        t.join(60)
+    for c in clients:
+        c.close()
+    assert not errors, errors
+    assert len(acked) >= 300
+    verify = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "verify", "--data-dir", str(data)], capture_output=True, timeout=300
+    )
+    assert verify.returncode == 0, verify.stderr.decode()
+    checker = start_sidecar_process(data, listen=[f"127.0.0.1:{free_port()}"], inherit_ckpt_env=False)
+    try:
+        with CheckpointClient(checker.targets[0]) as c:
+            shared = {v: p for s, v, p in acked if s == "shared"}
+            for session, version, data_bytes in acked:
+                state = c.get(session, version=version).state
+                if session != "shared":
+                    assert state == data_bytes, (session, version)
+                    continue
+                assert state.endswith(data_bytes), version  # the merge acknowledged as this version
+                if version - 1 in shared or version == 2:
+                    assert state == c.get(session, version=version - 1).state + data_bytes
+    finally:
+        assert checker.stop() == 0, checker.log(tail_chars=3000)
