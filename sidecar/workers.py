@@ -81,14 +81,19 @@ def serve_workers(config: ServeConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, request_stop)
     try:
-        lock = _prepare(config)
-    except (StoreError, OSError) as exc:
-        log.error("ckpt cannot start: %s", exc)
-        return 1
-    try:
-        return _run(config, lock, stop)
+        try:
+            lock = _prepare(config)
+        except (StoreError, OSError) as exc:
+            log.error("ckpt cannot start: %s", exc)
+            return 1
+        try:
+            return _run(config, lock, stop)
+        finally:
+            lock.close()
     finally:
-        lock.close()
+        # As serve_async: a SIGTERM repeated between the clean stop and the exit must not turn 0 into -15.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _prepare(config: ServeConfig) -> IO[str]:
