@@ -12,7 +12,9 @@ alternating round by round): the echo of a merge request's size, then unary
 MERGE (~300 B patches onto ~10 KB states, re-seeded before each reading), each
 after a warm-up of its kind. Reported: medians over the rounds, each round's
 workers/one ratios, merge/echo for each sidecar, and the server CPU per call
-(the parent and its workers summed).
+(the parent and its workers summed). Then the hot Get of a 1 KB state from
+each sidecar's state cache, one client, calls alternating: what a worker's
+check of its cached state against LMDB adds.
 
 The acceptance's merge/echo target compares a merge with an echo served by the
 same configuration; this says what ``--workers`` changes for both.
@@ -27,6 +29,7 @@ import socket
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +44,10 @@ from sidecar.server import ECHO_METHOD
 from .checkpoint_states import make_patches, make_state
 from .output import finish
 from .sidecar_bench import CLIENTS, STATE_BYTES, Throughput, data_root, machine_info, merge_request_bytes, run_threads
+from .stats import percentile
 
 CONNECTIONS = 16
+HOT_STATE = b"h" * 1000
 
 
 @dataclass
@@ -52,6 +57,8 @@ class Report:
     rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     medians: dict[str, dict[str, float]] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
+    #: Hot Get of a small state, one client, calls alternating between the sidecars: p50/p99 in us.
+    hot_get: dict[str, dict[str, float]] = field(default_factory=dict)
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # none: informational
 
 
@@ -134,6 +141,22 @@ class Bench:
 
         return [worker(i) for i in range(CLIENTS)]
 
+    def hot_get(self, targets: dict[str, Target], pairs: int) -> dict[str, dict[str, float]]:
+        """Latest version of a 1 KB state from each sidecar's state cache, alternating: what a worker's
+        check of its cached state against LMDB adds to a Get."""
+        for t in targets.values():
+            t.clients[0].put("hot", HOT_STATE)
+            for _ in range(200):  # warm: the state cache, the connection
+                t.clients[0].get("hot")
+        us: dict[str, list[float]] = {name: [] for name in targets}
+        for i in range(pairs):
+            for name in list(targets) if i % 2 == 0 else reversed(list(targets)):
+                client = targets[name].clients[0]
+                began = time.perf_counter_ns()
+                client.get("hot")
+                us[name].append((time.perf_counter_ns() - began) / 1000)
+        return {name: {"p50_us": percentile(v, 50), "p99_us": percentile(v, 99)} for name, v in us.items()}
+
     def measure(self, t: Target, kind: str) -> Throughput:
         make = self.echo_workers if kind == "echo" else self.merge_workers
         if kind == "merge":
@@ -211,6 +234,8 @@ def run(*, workers: int = 2, rounds: int = 5, quick: bool = False, root: Path | 
                 report.medians[name]["merge_per_s"] / report.medians[name]["echo_per_s"]
             )
         many = f"workers_{workers}"
+        report.hot_get = bench.hot_get(targets, 500 if quick else 2000)
+        report.ratios[f"hot_get_p50_{many}_vs_one"] = report.hot_get[many]["p50_us"] / report.hot_get["one"]["p50_us"]
         for kind in ("merge", "echo"):
             paired = [
                 w[f"{kind}_per_s"] / o[f"{kind}_per_s"]
@@ -257,6 +282,12 @@ def render(report: Report) -> str:
             f"{kind}s/s, workers/one per round: {' '.join(paired)}; median"
             f" {r[f'{kind}_{many}_vs_one_paired_median']:.2f}"
         )
+    hot = report.hot_get
+    lines.append(
+        f"hot Get of a 1 KB state (one client, alternating): p50 {hot['one']['p50_us']:.0f} us one process,"
+        f" {hot[many]['p50_us']:.0f} us workers ({r[f'hot_get_p50_{many}_vs_one']:.2f}x); p99"
+        f" {hot['one']['p99_us']:.0f} / {hot[many]['p99_us']:.0f} us"
+    )
     return "\n".join(lines)
 
 
