@@ -188,16 +188,23 @@ class Report:
 
 
 class Bench:
-    def __init__(self, sidecar: SidecarProcess, *, quick: bool) -> None:
+    def __init__(self, sidecar: SidecarProcess, *, quick: bool, connections: int = 1) -> None:
+        """``connections``: the client threads share that many connections (merge clients, and as many
+        echo channels); over one, each its own, as that many agent processes would have (a worker of
+        ``ckpt serve --workers`` serves whole connections)."""
         self.sidecar = sidecar
         self.pid = sidecar.process.pid
         self.quick = quick
         self.seconds = 0.8 if quick else 3.0
         self.warmup = 0.25 if quick else 0.75
-        self.client = CheckpointClient(sidecar.targets[0])
-        self.clients = [self.client]
-        self.echo_channel = grpc.insecure_channel(sidecar.targets[0])
-        self.echo = self.echo_channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
+        target, own = sidecar.targets[0], connections > 1
+        self.clients = [CheckpointClient(target, own_connection=own) for _ in range(connections)]
+        self.client = self.clients[0]
+        options = [("grpc.use_local_subchannel_pool", 1)] if own else []
+        self.echo_channels = [grpc.insecure_channel(target, options=options) for _ in range(connections)]
+        # No serializers: bytes in, bytes out.
+        self.echoes = [channel.unary_unary(ECHO_METHOD) for channel in self.echo_channels]
+        self.echo = self.echoes[0]
         self.state = make_state(STATE_BYTES)
         self.replace_states = [make_state(STATE_BYTES, step=i) for i in range(16)]
         self.patches = make_patches(256)
@@ -206,43 +213,47 @@ class Bench:
         self.max_state_size = {"unary_merge": 0, "stream_merge": 0}
 
     def close(self) -> None:
-        self.echo_channel.close()
+        for channel in self.echo_channels:
+            channel.close()
         for client in self.clients:
             client.close()
 
     # Each *_workers returns one callable per thread: run until the event is set, return calls made.
 
     def echo_workers(self, payload: bytes) -> list[Callable[[threading.Event], int]]:
-        def work(stop: threading.Event) -> int:
-            n = 0
-            while not stop.is_set():
-                if self.echo(payload, timeout=30) != payload:
-                    raise AssertionError("echo returned different bytes")
-                n += 1
-            return n
+        """Thread i echoes through connection ``i % connections``."""
 
-        return [work] * CLIENTS
+        def worker(i: int) -> Callable[[threading.Event], int]:
+            echo = self.echoes[i % len(self.echoes)]
+
+            def work(stop: threading.Event) -> int:
+                n = 0
+                while not stop.is_set():
+                    if echo(payload, timeout=30) != payload:
+                        raise AssertionError("echo returned different bytes")
+                    n += 1
+                return n
+
+            return work
+
+        return [worker(i) for i in range(CLIENTS)]
 
     def seed(self) -> None:
-        """REPLACE every merge session with the ~10 KB state, on every sidecar (one stream: one group commit)."""
+        """REPLACE every merge session with the ~10 KB state (one stream: one group commit)."""
         puts = [
             service_pb2.PutRequest(session_id=_merge_session(i), state=self.state, mode=service_pb2.WRITE_MODE_REPLACE)
             for i in range(CLIENTS)
         ]
-        for client in self.clients:
-            for r in client.put_stream(puts, batch_size=CLIENTS):
-                if r.HasField("error"):
-                    raise AssertionError(f"seeding failed: {r.error}")
+        for r in self.client.put_stream(puts, batch_size=CLIENTS):
+            if r.HasField("error"):
+                raise AssertionError(f"seeding failed: {r.error}")
 
-    def merge_workers(
-        self, clients: Sequence[CheckpointClient] | None = None
-    ) -> list[Callable[[threading.Event], int]]:
-        """Thread i merges into its own session through ``clients[i % len(clients)]`` (default: the one sidecar)."""
-        clients = clients or [self.client]
+    def merge_workers(self) -> list[Callable[[threading.Event], int]]:
+        """Thread i merges into its own session through connection ``i % connections``."""
 
         def worker(i: int) -> Callable[[threading.Event], int]:
             session = _merge_session(i)
-            client = clients[i % len(clients)]
+            client = self.clients[i % len(self.clients)]
 
             def work(stop: threading.Event) -> int:
                 n, size = 0, 0

@@ -28,22 +28,15 @@ import shutil
 import socket
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from sidecar.client import CheckpointClient
 from sidecar.process import SidecarProcess, start_sidecar_process
-from sidecar.server import ECHO_METHOD
 
-from .checkpoint_states import make_patches, make_state
 from .output import finish
-from .sidecar_bench import CLIENTS, STATE_BYTES, Throughput, data_root, machine_info, merge_request_bytes, run_threads
+from .sidecar_bench import CLIENTS, Bench, Throughput, data_root, machine_info
 from .stats import percentile
 
 CONNECTIONS = 16
@@ -77,94 +70,42 @@ def child_pids(pid: int) -> list[int]:
 
 
 class Target:
-    """One sidecar and its clients: CONNECTIONS clients and echo channels, each its own connection."""
+    """One sidecar: its processes (the parent and its workers) and a sidecar_bench Bench over CONNECTIONS
+    connections of its own."""
 
-    def __init__(self, sidecar: SidecarProcess, *, workers: int) -> None:
+    def __init__(self, sidecar: SidecarProcess, *, workers: int, quick: bool) -> None:
         self.sidecar = sidecar
         self.pids = [sidecar.pid, *child_pids(sidecar.pid)]
         if len(self.pids) != (1 if workers == 1 else workers + 1):
             raise RuntimeError(f"expected {workers} worker(s) under pid {sidecar.pid}, found {self.pids[1:]}")
-        target = sidecar.targets[0]
-        self.clients = [CheckpointClient(target, own_connection=True) for _ in range(CONNECTIONS)]
-        self.channels = [
-            grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(CONNECTIONS)
-        ]
-        self.echoes = [ch.unary_unary(ECHO_METHOD) for ch in self.channels]
+        self.bench = Bench(sidecar, quick=quick, connections=CONNECTIONS)
 
     def close(self) -> None:
-        for client in self.clients:
-            client.close()
-        for channel in self.channels:
-            channel.close()
+        self.bench.close()
+
+    def measure(self, kind: str) -> Throughput:
+        """Echo of a merge request's size, or unary MERGE (sessions re-seeded), as sidecar_bench reads them."""
+        b = self.bench
+        if kind == "echo":
+            return b.measure(lambda: b.echo_workers(b.echo_request_size), seeded=False, pids=self.pids)
+        return b.measure(b.merge_workers, seeded=True, pids=self.pids)
 
 
-class Bench:
-    def __init__(self, *, quick: bool) -> None:
-        self.seconds = 0.8 if quick else 3.0
-        self.warmup = 0.25 if quick else 0.75
-        self.state = make_state(STATE_BYTES)
-        self.patches = make_patches(256)
-        self.echo_payload = b"x" * merge_request_bytes(self.patches[-1])
-
-    def seed(self, t: Target) -> None:
-        for i in range(CLIENTS):
-            t.clients[i % CONNECTIONS].put(f"bench-merge-{i:03d}", self.state)
-
-    def echo_workers(self, t: Target) -> list[Callable[[threading.Event], int]]:
-        def worker(i: int) -> Callable[[threading.Event], int]:
-            echo = t.echoes[i % CONNECTIONS]
-
-            def work(stop: threading.Event) -> int:
-                n = 0
-                while not stop.is_set():
-                    if echo(self.echo_payload, timeout=30) != self.echo_payload:
-                        raise AssertionError("echo returned different bytes")
-                    n += 1
-                return n
-
-            return work
-
-        return [worker(i) for i in range(CLIENTS)]
-
-    def merge_workers(self, t: Target) -> list[Callable[[threading.Event], int]]:
-        def worker(i: int) -> Callable[[threading.Event], int]:
-            client, session = t.clients[i % CONNECTIONS], f"bench-merge-{i:03d}"
-
-            def work(stop: threading.Event) -> int:
-                n = 0
-                while not stop.is_set():
-                    client.merge(session, self.patches[(i + n) % len(self.patches)])
-                    n += 1
-                return n
-
-            return work
-
-        return [worker(i) for i in range(CLIENTS)]
-
-    def hot_get(self, targets: dict[str, Target], pairs: int) -> dict[str, dict[str, float]]:
-        """Latest version of a 1 KB state from each sidecar's state cache, alternating: what a worker's
-        check of its cached state against LMDB adds to a Get."""
-        for t in targets.values():
-            t.clients[0].put("hot", HOT_STATE)
-            for _ in range(200):  # warm: the state cache, the connection
-                t.clients[0].get("hot")
-        us: dict[str, list[float]] = {name: [] for name in targets}
-        for i in range(pairs):
-            for name in list(targets) if i % 2 == 0 else reversed(list(targets)):
-                client = targets[name].clients[0]
-                began = time.perf_counter_ns()
-                client.get("hot")
-                us[name].append((time.perf_counter_ns() - began) / 1000)
-        return {name: {"p50_us": percentile(v, 50), "p99_us": percentile(v, 99)} for name, v in us.items()}
-
-    def measure(self, t: Target, kind: str) -> Throughput:
-        make = self.echo_workers if kind == "echo" else self.merge_workers
-        if kind == "merge":
-            self.seed(t)
-        run_threads(make(t), self.warmup, t.pids)
-        if kind == "merge":
-            self.seed(t)
-        return run_threads(make(t), self.seconds, t.pids)
+def hot_get(targets: dict[str, Target], pairs: int) -> dict[str, dict[str, float]]:
+    """Latest version of a 1 KB state from each sidecar's state cache, alternating: what a worker's
+    check of its cached state against LMDB adds to a Get."""
+    for t in targets.values():
+        t.bench.client.put("hot", HOT_STATE)
+        for _ in range(200):  # warm: the state cache, the connection
+            t.bench.client.get("hot")
+    us: dict[str, list[float]] = {name: [] for name in targets}
+    for i in range(pairs):
+        for name in list(targets) if i % 2 == 0 else reversed(list(targets)):
+            client = targets[name].bench.client
+            began = time.perf_counter_ns()
+            client.get("hot")
+            us[name].append((time.perf_counter_ns() - began) / 1000)
+    return {name: {"p50_us": percentile(v, 50), "p99_us": percentile(v, 99)} for name, v in us.items()}
 
 
 def _free_port() -> int:
@@ -190,14 +131,14 @@ def run(*, workers: int = 2, rounds: int = 5, quick: bool = False, root: Path | 
         raise ValueError(f"workers must be >= 2 (compared with one process), got {workers}")
     base = (root or data_root()).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    bench = Bench(quick=quick)
     names = {"one": 1, f"workers_{workers}": workers}
     sidecars: dict[str, SidecarProcess] = {}
     targets: dict[str, Target] = {}
     try:
         for name, n in names.items():
             sidecars[name] = _start(base, f"workers-bench-{os.getpid()}-{name}", n)
-            targets[name] = Target(sidecars[name], workers=n)
+            targets[name] = Target(sidecars[name], workers=n, quick=quick)
+        bench = targets["one"].bench
         report = Report(
             machine=machine_info(),
             params={
@@ -208,15 +149,15 @@ def run(*, workers: int = 2, rounds: int = 5, quick: bool = False, root: Path | 
                 "seconds_per_reading": bench.seconds,
                 "warmup_seconds": bench.warmup,
                 "state_bytes": len(bench.state),
-                "merge_request_bytes": len(bench.echo_payload),
+                "merge_request_bytes": len(bench.echo_request_size),
             },
         )
         report.rounds = {name: [] for name in names}
         for r in range(rounds):
             order = list(names) if r % 2 == 0 else list(reversed(names))
             for name in order:
-                echo = bench.measure(targets[name], "echo")
-                merge = bench.measure(targets[name], "merge")
+                echo = targets[name].measure("echo")
+                merge = targets[name].measure("merge")
                 report.rounds[name].append(
                     {
                         "echo_per_s": echo.rate,
@@ -234,7 +175,7 @@ def run(*, workers: int = 2, rounds: int = 5, quick: bool = False, root: Path | 
                 report.medians[name]["merge_per_s"] / report.medians[name]["echo_per_s"]
             )
         many = f"workers_{workers}"
-        report.hot_get = bench.hot_get(targets, 500 if quick else 2000)
+        report.hot_get = hot_get(targets, 500 if quick else 2000)
         report.ratios[f"hot_get_p50_{many}_vs_one"] = report.hot_get[many]["p50_us"] / report.hot_get["one"]["p50_us"]
         for kind in ("merge", "echo"):
             paired = [

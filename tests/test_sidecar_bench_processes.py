@@ -16,19 +16,19 @@ from bench.output import proc_cpu_seconds
 
 def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu(tmp_path: Path) -> None:
     sidecar = workers_bench._start(tmp_path, "workers", 2)
-    target = workers_bench.Target(sidecar, workers=2)
+    target = workers_bench.Target(sidecar, workers=2, quick=True)
     try:
         assert len(target.pids) == 3 and target.pids[0] == sidecar.pid  # the parent, then its workers
-        bench = workers_bench.Bench(quick=True)
-        bench.seed(target)
+        bench = target.bench
+        bench.seed()
         cpu_before = [proc_cpu_seconds(p) for p in target.pids[1:]]
-        t = sidecar_bench.run_threads(bench.merge_workers(target), 0.5, target.pids)
+        t = sidecar_bench.run_threads(bench.merge_workers(), 0.5, target.pids)
         cpu_after = [proc_cpu_seconds(p) for p in target.pids[1:]]
         assert t.calls > 0 and math.isfinite(t.server_cpu_us_per_call)
         # Both workers served merges: the clients' connections did not all land on one.
         for before, after in zip(cpu_before, cpu_after, strict=True):
             assert before is not None and after is not None and after - before > 0.05
-        heads = [target.clients[0].get(f"bench-merge-{i:03d}").version for i in range(sidecar_bench.CLIENTS)]
+        heads = [bench.client.get(f"bench-merge-{i:03d}").version for i in range(sidecar_bench.CLIENTS)]
         assert sum(h - 1 for h in heads) == t.calls  # every merge counted landed once
     finally:
         target.close()
