@@ -886,6 +886,17 @@ def _claim_unix_socket(path: Path) -> None:
     raise Unavailable(f"another server is listening on unix:{path}")
 
 
+def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:
+    """The (address family, IP) a listen host stands for, as gRPC resolves it; OSError if it does not resolve."""
+    with contextlib.suppress(ValueError):
+        ip = ipaddress.ip_address(host)
+        return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, host)]
+    if host == "localhost":  # gRPC's resolver gives both loopbacks, whatever /etc/hosts says (RFC 6761)
+        return [(socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
+
+
 def _claim_tcp_name(address: str) -> None:
     """Refuse ``host:port`` when another socket holds any address the host name stands for.
 
@@ -905,14 +916,10 @@ def _claim_tcp_name(address: str) -> None:
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(host)
         return
-    if host == "localhost":  # gRPC's resolver gives both loopbacks, whatever /etc/hosts says (RFC 6761)
-        candidates = [(socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
-    else:
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError:
-            return  # gRPC says what it cannot resolve
-        candidates = list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
+    try:
+        candidates = tcp_addresses_of(host, port)
+    except OSError:
+        return  # gRPC says what it cannot resolve
     for family, ip in candidates:
         probe = socket.socket(family, socket.SOCK_STREAM)
         try:

@@ -35,7 +35,6 @@ import asyncio
 import ctypes
 import ctypes.util
 import errno
-import ipaddress
 import logging
 import os
 import pickle
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import StoreError, Unavailable
-from .server import SERVING_LOG, ServeConfig, serve_async
+from .server import SERVING_LOG, ServeConfig, serve_async, tcp_addresses_of
 from .store import Store, check_not_truncated, lock_data_dir
 
 log = logging.getLogger("ckpt")
@@ -123,16 +122,7 @@ def _check_port_free(address: str) -> None:
     host, _, port_text = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     port = int(port_text)
-    try:
-        ip = ipaddress.ip_address(host)
-        candidates = [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, host)]
-    except ValueError:
-        if host == "localhost":  # as gRPC resolves it (see server._claim_tcp_name)
-            candidates = [(socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
-        else:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            candidates = list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
-    for family, ip_text in candidates:
+    for family, ip_text in tcp_addresses_of(host, port):
         try:
             probe = socket.socket(family, socket.SOCK_STREAM)
         except OSError:
