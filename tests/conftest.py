@@ -1,6 +1,7 @@
 import json
 import os
 import random
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,15 @@ def trajectory_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
             os.environ.pop(trajectories.ENV_VAR, None)
         else:
             os.environ[trajectories.ENV_VAR] = previous
+
+
+@pytest.fixture
+def signal_dispositions() -> Iterator[None]:
+    """For tests serving in this process: a sidecar leaves SIGTERM and SIGINT ignored for good
+    (serve_async's exit), so pytest's own handlers are put back after the test."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

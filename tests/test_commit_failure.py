@@ -91,7 +91,9 @@ def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: 
         assert store.get("s").state == state_of("s", 1) + patch_of(2)
 
 
-def test_a_sidecar_whose_store_stopped_writing_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sidecar_whose_store_stopped_writing_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_dispositions: None
+) -> None:
     # Its supervisor restarts it (Docker's restart policy, systemd): the restart reopens the store.
     real_store = Store
 

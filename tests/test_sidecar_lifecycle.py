@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import ctypes
+import os
+import platform
 import re
 import signal
 import socket
@@ -14,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -21,8 +26,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sidecar.client import CheckpointClient
+from sidecar.server import ServeConfig, serve_async
 from tests.sidecar_proc import free_port, start_sidecar
 from tests.test_write_backlog import lmdb_write_lock_held
+
+#: tgkill(2)'s number: a signal to one thread of another process (os.kill picks the thread itself).
+_SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
 
 
 def test_a_listen_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path: Path) -> None:
@@ -197,3 +206,45 @@ def test_a_metrics_address_that_does_not_resolve_is_named(tmp_path: Path) -> Non
     assert proc.returncode == 1, proc.stderr
     assert "cannot serve metrics on no-such-host.invalid:0 (--metrics-address, --metrics-port):" in proc.stderr
     assert "ckpt serving" not in proc.stderr
+
+
+def test_sigterm_never_goes_back_to_its_default_action_while_a_sidecar_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_dispositions: None
+) -> None:
+    """Every disposition SIGTERM gets, from start to exit: never SIG_DFL, which a repeated SIGTERM
+    would turn into exit -15 (asyncio's remove_signal_handler resets to it: 2 runs in 25 of
+    test_a_repeated_sigterm_still_exits_0 failed so)."""
+    real_signal = signal.signal
+    dispositions: list[object] = []
+
+    def recording(sig: int, handler: Any) -> Any:
+        if sig == signal.SIGTERM:
+            dispositions.append(handler)
+        return real_signal(sig, handler)
+
+    monkeypatch.setattr(signal, "signal", recording)
+    config = ServeConfig(data_dir=tmp_path / "data", listen=(f"unix:{tmp_path / 'ckpt.sock'}",))
+    # serve_async handles signals: run it on this (the main) thread's loop.
+    assert threading.current_thread() is threading.main_thread()
+    exit_code = asyncio.run(serve_async(config, serving=lambda: os.kill(os.getpid(), signal.SIGTERM)))
+    assert exit_code == 0
+    assert dispositions, "serving set no SIGTERM handler"
+    assert signal.SIG_DFL not in dispositions, dispositions
+    assert dispositions[-1] is signal.SIG_IGN
+    assert real_signal(signal.SIGTERM, signal.SIG_IGN) is signal.SIG_IGN  # still ignored after the loop closed
+
+
+def test_sigterm_delivered_to_another_thread_stops_an_idle_sidecar(tmp_path: Path) -> None:
+    # The kernel may hand a process's signal to any of its threads (gRPC's, the writer); the event
+    # loop, idle in epoll, must still wake: without a wake-up fd it slept on for over 15 s.
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        others = [int(t) for t in os.listdir(f"/proc/{sidecar.pid}/task") if int(t) != sidecar.pid]
+        assert others
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(_SYS_TGKILL, sidecar.pid, others[0], signal.SIGTERM) != 0:
+            raise OSError(ctypes.get_errno(), "tgkill failed")
+        assert sidecar.process.wait(30) == 0, sidecar.log()
+        assert "ckpt stopped" in sidecar.log()
+    finally:
+        sidecar.stop(signal.SIGKILL)
