@@ -988,32 +988,38 @@ def _stopped_by_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) ->
     asyncio's own handlers use too: a signal delivered to another thread while
     the loop waits in epoll still wakes it, so the Python handler runs at once.
     """
-    wake_r, wake_w = socket.socketpair()
-    wake_r.setblocking(False)
-    wake_w.setblocking(False)
+    with contextlib.ExitStack() as cleanup:  # undone in reverse: the signals are ignored first
+        wake_r, wake_w = socket.socketpair()
+        cleanup.enter_context(wake_r)
+        cleanup.enter_context(wake_w)
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
 
-    def drain() -> None:  # the byte only wakes the loop; the handler below does the work
-        with contextlib.suppress(OSError):
-            wake_r.recv(4096)
+        def drain() -> None:  # the byte only wakes the loop; the handler below does the work
+            with contextlib.suppress(OSError):
+                wake_r.recv(4096)
 
-    def handler(signum: int, frame: object) -> None:
-        loop.call_soon_threadsafe(stop.set)
+        def handler(signum: int, frame: object) -> None:
+            loop.call_soon_threadsafe(stop.set)
 
-    loop.add_reader(wake_r, drain)
-    old_wakeup_fd = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    try:
+        loop.add_reader(wake_r, drain)
+        cleanup.callback(loop.remove_reader, wake_r)
+        cleanup.callback(signal.set_wakeup_fd, signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False))
+        cleanup.callback(_ignore_stop_signals)
         for sig in _STOP_SIGNALS:
             signal.signal(sig, handler)
+            # As asyncio's handlers do: a system call the signal interrupts on
+            # another thread (the writer's flush, gRPC's) is restarted, not
+            # failed with EINTR (signal.signal makes them interruptible).
+            signal.siginterrupt(sig, False)
         yield
-    finally:
-        for sig in _STOP_SIGNALS:
-            # For good, not back to the default: the process is about to exit 0
-            # (or 1), and a late signal must not turn that into -15.
-            signal.signal(sig, signal.SIG_IGN)
-        signal.set_wakeup_fd(old_wakeup_fd)
-        loop.remove_reader(wake_r)
-        wake_r.close()
-        wake_w.close()
+
+
+def _ignore_stop_signals() -> None:
+    # For good, not back to the default: the process is about to exit 0 (or
+    # 1), and a late signal must not turn that into -15.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def wait_until_serving(target: str, timeout_seconds: float = 10.0) -> None:
