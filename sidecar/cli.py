@@ -48,7 +48,7 @@ from .client import CheckpointClient, CheckpointError, UnavailableError
 from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
 from .crosscheck import Problem
 from .errors import DataLoss, NotFound, StoreError
-from .server import ServeConfig, serve
+from .server import EVENT_LOOPS, ServeConfig, serve
 from .store import SessionInfo, Store, VersionInfo
 
 DEFAULT_DATA_DIR = "data"
@@ -259,6 +259,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_option(
         s,
+        "--event-loop",
+        list(EVENT_LOOPS),
+        defaults["event_loop"],
+        "the event loop RPCs run on: uvloop (libuv's, less CPU per RPC) or asyncio (the standard library's)",
+        shown=defaults["event_loop"],
+    )
+    env_option(
+        s,
         "--grace-seconds",
         float,
         defaults["grace_seconds"],
@@ -463,6 +471,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         heap_trim_interval_seconds=args.heap_trim_interval_seconds,
         threads=args.threads,
         grace_seconds=args.grace_seconds,
+        event_loop=args.event_loop,
         workers=args.workers,
         retention=retention,
         merge_message_type=args.merge_message_type,

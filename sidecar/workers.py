@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import StoreError, Unavailable
-from .server import SERVING_LOG, ServeConfig, serve_async, tcp_addresses_of
+from .server import SERVING_LOG, ServeConfig, event_loop_factory, serve_async, tcp_addresses_of
 from .store import Store, check_not_truncated, lock_data_dir
 
 log = logging.getLogger("ckpt")
@@ -101,6 +101,7 @@ def _prepare(config: ServeConfig) -> IO[str]:
     if data_dir.exists() and not data_dir.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(data_dir))
     data_dir.mkdir(parents=True, exist_ok=True)
+    event_loop_factory(config.event_loop)  # Unavailable if it is not installed: before any worker starts
     lock: IO[str] = lock_data_dir(data_dir)
     try:
         check_not_truncated(data_dir / "lmdb" / "data.mdb", extend=True)
@@ -265,7 +266,9 @@ def main() -> int:
         os.write(spec.ready_fd, f"{spec.index}\n".encode())
         os.close(spec.ready_fd)
 
-    return asyncio.run(serve_async(spec.config, worker=spec.index, serving=serving))
+    # The parent made the same check before starting any worker (_prepare).
+    with asyncio.Runner(loop_factory=event_loop_factory(spec.config.event_loop)) as runner:
+        return runner.run(serve_async(spec.config, worker=spec.index, serving=serving))
 
 
 if __name__ == "__main__":

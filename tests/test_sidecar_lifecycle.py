@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sidecar.client import CheckpointClient
 from sidecar.server import ServeConfig, serve_async
-from tests.sidecar_proc import free_port, start_sidecar
+from tests.sidecar_proc import ROOT, free_port, start_sidecar
 from tests.test_write_backlog import lmdb_write_lock_held
 
 #: tgkill(2)'s number: a signal to one thread of another process (os.kill picks the thread itself).
@@ -259,3 +259,49 @@ def test_sigterm_delivered_to_another_thread_stops_an_idle_sidecar(tmp_path: Pat
         assert "ckpt stopped" in sidecar.log()
     finally:
         sidecar.stop(signal.SIGKILL)
+
+
+def _runs_uvloop(pid: int) -> bool:
+    """Whether uvloop's extension is loaded into process ``pid``."""
+    return "/uvloop/loop." in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize("event_loop", [None, "asyncio"])
+def test_the_sidecar_serves_on_uvloop_by_default_and_on_asyncio_when_asked(
+    tmp_path: Path, event_loop: str | None
+) -> None:
+    sidecar = start_sidecar(tmp_path / "data", *(["--event-loop", event_loop] if event_loop else []))
+    try:
+        assert _runs_uvloop(sidecar.pid) is (event_loop is None)
+        with CheckpointClient(sidecar.unix_target) as c:
+            assert c.put("s", b"\x08\x01").version == 1
+            assert c.merge("s", b"\x10\x02", expected_version=1).version == 2
+            assert c.get("s").state == b"\x08\x01\x10\x02"
+        with CheckpointClient(sidecar.targets[1]) as c:  # TCP too
+            assert c.get("s", version=1).state == b"\x08\x01"
+    finally:
+        code = sidecar.stop()
+    assert code == 0, sidecar.log()
+
+
+def test_uvloop_asked_for_and_not_installed_is_named(tmp_path: Path) -> None:
+    # A `uvloop` that fails to import, first on the path: as on a machine without it.
+    (tmp_path / "shadow" / "uvloop").mkdir(parents=True)
+    (tmp_path / "shadow" / "uvloop" / "__init__.py").write_text("raise ImportError('not here')\n")
+    for extra in ([], ["--workers", "2", "--listen", f"127.0.0.1:{free_port()}"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(tmp_path / "data"), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{ROOT}"},
+            cwd=ROOT,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert "event_loop is uvloop, which is not installed here (pip install uvloop);" in proc.stderr
+        assert "--event-loop asyncio runs on the standard library's loop" in proc.stderr
+
+
+def test_event_loop_must_be_one_offered(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="event_loop must be one of uvloop, asyncio, got 'trio'"):
+        ServeConfig(data_dir=tmp_path, event_loop="trio")
