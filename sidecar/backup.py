@@ -63,26 +63,29 @@ def write_backup(dest: Path, copy: Copier) -> BackupResult:
     _remove_abandoned_copies(parent, stem)
     # Not mkdtemp: a plain mkdir gives the mode a data directory the sidecar creates gets (the umask's).
     partial = parent / f".{stem}.partial-{os.getpid()}-{secrets.token_hex(4)}"
-    partial.mkdir()
-    held = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
+    # mkdir inside the try: a SIGTERM (ckpt backup raises SystemExit for it) landing between the
+    # mkdir and the try left the empty partial behind (seen once in CI).
     try:
-        fcntl.flock(held, fcntl.LOCK_EX)  # "being written": see _remove_abandoned_copies
-        lmdb_dir = partial / "lmdb"
-        lmdb_dir.mkdir()
-        sessions, versions = copy(lmdb_dir)
-        data_mdb = lmdb_dir / "data.mdb"
-        _fsync(data_mdb)
-        _fsync(lmdb_dir)
-        _fsync(partial)
-        if dest.exists() or dest.is_symlink():  # made while the copy ran: never replace it
-            raise FileExistsError(errno.EEXIST, "the backup destination appeared while the copy ran", str(dest))
-        partial.rename(dest)
-        _fsync(parent)
+        partial.mkdir()
+        held = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)  # "being written": see _remove_abandoned_copies
+            lmdb_dir = partial / "lmdb"
+            lmdb_dir.mkdir()
+            sessions, versions = copy(lmdb_dir)
+            data_mdb = lmdb_dir / "data.mdb"
+            _fsync(data_mdb)
+            _fsync(lmdb_dir)
+            _fsync(partial)
+            if dest.exists() or dest.is_symlink():  # made while the copy ran: never replace it
+                raise FileExistsError(errno.EEXIST, "the backup destination appeared while the copy ran", str(dest))
+            partial.rename(dest)
+            _fsync(parent)
+        finally:
+            os.close(held)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)  # nothing, once renamed: dest is a whole backup
         raise
-    finally:
-        os.close(held)
     return BackupResult(dest, sessions, versions, (dest / "lmdb" / "data.mdb").stat().st_size)
 
 
