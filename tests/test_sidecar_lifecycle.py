@@ -30,8 +30,8 @@ from sidecar.server import ServeConfig, serve_async
 from tests.sidecar_proc import ROOT, free_port, start_sidecar
 from tests.test_write_backlog import lmdb_write_lock_held
 
-#: tgkill(2)'s number: a signal to one thread of another process (os.kill picks the thread itself).
-_SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+#: tgkill(2)'s number by machine: a signal to one thread of another process (os.kill picks the thread itself).
+_SYS_TGKILL = {"x86_64": 234, "aarch64": 131}
 
 
 def test_a_listen_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path: Path) -> None:
@@ -252,8 +252,10 @@ def test_sigterm_delivered_to_another_thread_stops_an_idle_sidecar(tmp_path: Pat
     try:
         others = [int(t) for t in os.listdir(f"/proc/{sidecar.pid}/task") if int(t) != sidecar.pid]
         assert others
+        # Looked up here, not at import: on another machine this test alone fails, naming it.
+        assert platform.machine() in _SYS_TGKILL, f"tgkill's syscall number for {platform.machine()} is not known"
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syscall(_SYS_TGKILL, sidecar.pid, others[0], signal.SIGTERM) != 0:
+        if libc.syscall(_SYS_TGKILL[platform.machine()], sidecar.pid, others[0], signal.SIGTERM) != 0:
             raise OSError(ctypes.get_errno(), "tgkill failed")
         assert sidecar.process.wait(30) == 0, sidecar.log()
         assert "ckpt stopped" in sidecar.log()
