@@ -319,6 +319,13 @@ def _parser() -> argparse.ArgumentParser:
         " (env CKPT_MERGE_MESSAGE_TYPE; default off: a MERGE state is every patch concatenated)",
     )
     s.add_argument(
+        "--store-process",
+        action="store_true",
+        default=_env("STORE_PROCESS", "") == "1",
+        help="run the store in a process of its own, this one forwarding each call to it: the store's writer"
+        " and gRPC's event loop then do not share a GIL (env CKPT_STORE_PROCESS=1; PutStream is not forwarded yet)",
+    )
+    s.add_argument(
         "--bench-echo",
         action="store_true",
         default=_env("BENCH_ECHO", "") == "1",
@@ -476,6 +483,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         retention=retention,
         merge_message_type=args.merge_message_type,
         bench_echo=args.bench_echo,
+        store_process=args.store_process,
     )
 
 

@@ -60,6 +60,7 @@ from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
+from .storelink import StoreLink, abort_with
 
 log = logging.getLogger("ckpt")
 T = TypeVar("T")
@@ -135,6 +136,10 @@ class ServeConfig:
     merge_message_type: str | None = None
     #: Also serve the benchmark echo method (bench/ only).
     bench_echo: bool = False
+    #: Run the store (and the CheckpointService on it) in a process of its own,
+    #: this one forwarding each call's bytes (storehost.py): the store's writer
+    #: then has a GIL of its own, not the one gRPC's event loop turns on.
+    store_process: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -689,6 +694,48 @@ def add_checkpoint_service(service: CheckpointService, server: grpc.aio.Server) 
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
+#: The CheckpointService's unary methods, in the order the link numbers them.
+UNARY_METHODS = tuple(
+    m.name
+    for m in service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods
+    if not m.client_streaming and not m.server_streaming
+)
+
+
+#: What handles a unary call's request bytes, and what serializes its reply.
+UnaryHandler = tuple[Callable[[bytes, Any], Awaitable[Any]], Callable[[Any], bytes]]
+
+
+def unary_dispatch(service: CheckpointService) -> list[UnaryHandler]:
+    """Per UNARY_METHODS: what handles a call's request bytes, and what serializes its reply."""
+    out: list[UnaryHandler] = []
+    methods = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods_by_name
+    for name in UNARY_METHODS:
+        method = methods[name]
+        parse = request_parser(message_factory.GetMessageClass(method.input_type))
+        serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
+        out.append((service.parsing_unary(name, getattr(service, name), parse), serialize))
+    return out
+
+
+def add_forwarded_service(link: StoreLink, server: grpc.aio.Server) -> None:
+    """Serve the CheckpointService by forwarding each call's bytes to the store process."""
+
+    def forwarder(index: int) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            status, meta, body = await link.call(index, raw)
+            if status:
+                await abort_with(context, status, meta)
+            return body
+
+        return forward
+
+    handlers = {name: grpc.unary_unary_rpc_method_handler(forwarder(i)) for i, name in enumerate(UNARY_METHODS)}
+    handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
 def _echo_handler() -> grpc.GenericRpcHandler:
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return request
@@ -700,23 +747,17 @@ def _echo_handler() -> grpc.GenericRpcHandler:
 # -- serving -------------------------------------------------------------------
 
 
-class SidecarServer:
-    """The store, the gRPC server on every address, health, reflection, metrics.
+class StoreSide:
+    """The store and what serves it: its metrics, the blocking pool, the CheckpointService, the heap trimmer.
 
-    Create and use it inside a running event loop (see :func:`serve`).
+    In the sidecar's process, or in its store process (``--store-process``, storehost.py).
     """
 
-    def __init__(self, config: ServeConfig, *, worker: int | None = None) -> None:
-        """``worker``: this process is worker ``worker`` of ``config.workers`` (workers.py): its
-        parent holds the data directory's lock and claimed the ports, which every worker binds."""
+    def __init__(self, config: ServeConfig, *, worker: int | None, on_writes_stopped: Callable[[str], object]) -> None:
         self.config = config
-        self.worker = worker
-        loop = asyncio.get_running_loop()
-        #: Set when the store stopped taking writes (a failed commit): the sidecar then stops, exit 1.
-        self.writes_stopped = asyncio.Event()
         self.store = Store(
             config.store_config(),
-            on_writes_stopped=lambda reason: loop.call_soon_threadsafe(self.writes_stopped.set),
+            on_writes_stopped=on_writes_stopped,
             shared=worker is not None,
             sweeper=not worker,  # one sweeper for all: worker 0's
         )
@@ -738,19 +779,9 @@ class SidecarServer:
                         f" --metrics-port{', plus the worker index' if worker else ''}): {exc.strerror or exc}"
                     ) from None
                 self.metrics_address = f"{host}:{port}"
-            self.health = health.aio.HealthServicer()
             self._blocking = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ckpt-blocking")
-            self.server = grpc.aio.server(
-                options=[
-                    ("grpc.max_receive_message_length", config.max_message_bytes),
-                    ("grpc.max_send_message_length", config.max_message_bytes),
-                    # Without this, a second server binds the same TCP port silently.
-                    # Workers share their ports; their parent checked that no one else listens there.
-                    ("grpc.so_reuseport", 0 if worker is None else 1),
-                ],
-            )
             # A listing reply keeps the same envelope clear as a Get's state does.
-            self._service = CheckpointService(
+            self.service = CheckpointService(
                 self.store,
                 self.metrics,
                 self._blocking,
@@ -765,7 +796,72 @@ class SidecarServer:
                 if config.heap_trim_interval_seconds
                 else None
             )
-            add_checkpoint_service(self._service, self.server)
+        except BaseException:
+            self.metrics.close()
+            self.store.close()
+            raise
+
+    def _activity(self) -> int:
+        # Every RPC (reads too), and the sweeper's writes, which make no RPC.
+        return self.store.commits + self.service.rpcs_started
+
+    def start(self) -> None:
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.start()
+
+    def close(self) -> None:
+        """After the service's calls are done: commit queued writes, close LMDB, stop serving metrics."""
+        self._blocking.shutdown(wait=True)
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.stop()
+        self.store.close()
+        self.metrics.close()
+
+
+class SidecarServer:
+    """The gRPC server on every address, health, reflection, and the store side (here or in a store process).
+
+    Create and use it inside a running event loop (see :func:`serve`); with
+    ``link``, the store side runs in the store process at its other end.
+    """
+
+    def __init__(self, config: ServeConfig, *, worker: int | None = None, link: StoreLink | None = None) -> None:
+        """``worker``: this process is worker ``worker`` of ``config.workers`` (workers.py): its
+        parent holds the data directory's lock and claimed the ports, which every worker binds."""
+        self.config = config
+        self.worker = worker
+        self.link = link
+        loop = asyncio.get_running_loop()
+        #: Set when the store stopped taking writes (a failed commit) or its process died: the sidecar
+        #: then stops, exit 1.
+        self.writes_stopped = asyncio.Event()
+        self.side: StoreSide | None = None
+        if link is None:
+            self.side = StoreSide(
+                config,
+                worker=worker,
+                on_writes_stopped=lambda reason: loop.call_soon_threadsafe(self.writes_stopped.set),
+            )
+            self.metrics_address = self.side.metrics_address
+        else:
+            link.on_failed = self.writes_stopped.set
+            self.metrics_address = link.metrics_address
+        try:
+            self.health = health.aio.HealthServicer()
+            self.server = grpc.aio.server(
+                options=[
+                    ("grpc.max_receive_message_length", config.max_message_bytes),
+                    ("grpc.max_send_message_length", config.max_message_bytes),
+                    # Without this, a second server binds the same TCP port silently.
+                    # Workers share their ports; their parent checked that no one else listens there.
+                    ("grpc.so_reuseport", 0 if worker is None else 1),
+                ],
+            )
+            if self.side is not None:
+                add_checkpoint_service(self.side.service, self.server)
+            else:
+                assert link is not None
+                add_forwarded_service(link, self.server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -778,13 +874,17 @@ class SidecarServer:
             self.listening: list[str] = []
             self._unix_sockets = [sock for addr in config.addresses if (sock := self._bind(addr)) is not None]
         except BaseException:
-            self.metrics.close()
-            self.store.close()
+            if self.side is not None:
+                self.side.close()
             raise
 
-    def _activity(self) -> int:
-        # Every RPC (reads too), and the sweeper's writes, which make no RPC.
-        return self.store.commits + self._service.rpcs_started
+    @property
+    def failed(self) -> bool:
+        """Whether the store stopped taking writes (or its process died): exit 1."""
+        if self.side is not None:
+            return self.side.store.writes_stopped is not None
+        assert self.link is not None
+        return self.link.failed
 
     def _bind(self, address: str) -> tuple[Path, tuple[int, int]] | None:
         """Listen on ``address``; for a unix socket, its path and identity (device, inode)."""
@@ -812,8 +912,8 @@ class SidecarServer:
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        if self.heap_trimmer is not None:
-            self.heap_trimmer.start()
+        if self.side is not None:
+            self.side.start()
         log.info(
             (SERVING_LOG if self.worker is None else f"ckpt worker {self.worker} serving:")
             + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
@@ -828,9 +928,10 @@ class SidecarServer:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir)
         await self.health.enter_graceful_shutdown()
-        self._service.stop_streams()
+        service: CheckpointService | StoreLink = self.side.service if self.side is not None else self.link  # type: ignore[assignment]
+        service.stop_streams()
         stopping = asyncio.ensure_future(self.server.stop(self.config.grace_seconds))
-        idle = asyncio.ensure_future(self._service.idle.wait())
+        idle = asyncio.ensure_future(service.idle.wait())
         await asyncio.wait((stopping, idle), return_when=asyncio.FIRST_COMPLETED)
         if not stopping.done():
             # The service's own calls are done; what is left is health Watch or
@@ -839,11 +940,11 @@ class SidecarServer:
             await self.server.stop(None)
         await stopping
         idle.cancel()
-        self._blocking.shutdown(wait=True)
-        if self.heap_trimmer is not None:
-            self.heap_trimmer.stop()
-        self.store.close()
-        self.metrics.close()
+        if self.side is not None:
+            self.side.close()
+        else:
+            assert self.link is not None
+            await self.link.close()
         for path, identity in self._unix_sockets:
             # Only our own socket: once this server stopped listening (at the
             # start of the grace period), another one may have claimed the path.
@@ -987,9 +1088,14 @@ async def serve_async(
     """Serve until SIGTERM/SIGINT; ``worker``: as SidecarServer's; ``serving`` is called once it serves."""
     stop = asyncio.Event()
     with _stopped_by_signals(asyncio.get_running_loop(), stop):
+        link = None
         try:
-            sidecar = SidecarServer(config, worker=worker)
+            if config.store_process:
+                link = await StoreLink.start(config, worker=worker)
+            sidecar = SidecarServer(config, worker=worker, link=link)
         except StoreError as exc:
+            if link is not None:
+                await link.close()
             log.error("ckpt cannot start: %s", exc)
             return 1
         try:
@@ -1005,7 +1111,7 @@ async def serve_async(
                     wait.cancel()
         finally:
             await sidecar.stop()
-    return 1 if sidecar.store.writes_stopped is not None else 0  # also if the last commit, at close, failed
+    return 1 if sidecar.failed else 0  # also if the last commit, at close, failed
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

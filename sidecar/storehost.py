@@ -1,0 +1,200 @@
+"""The store process of ``ckpt serve --store-process``: the store and the CheckpointService, called over a link.
+
+    python -m sidecar.storehost FD [--worker N]   (the ServeConfig, pickled, on stdin)
+
+Started by the sidecar's gRPC process (storelink.py), never by hand. It
+ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group): it
+stops when the gRPC process says so, or when the link closes because that
+process died; either way it finishes the calls under way, commits what is
+queued and closes LMDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import pickle
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, NoReturn, cast
+
+import grpc
+
+from ckpt.v1 import service_pb2
+
+from .errors import StoreError
+from .gctune import serving_gc
+from .link import Frame, FrameReader, Kind, LinkError, encode
+from .server import (
+    CheckpointService,
+    ServeConfig,
+    StoreSide,
+    UnaryHandler,
+    event_loop_factory,
+    request_parser,
+    unary_dispatch,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailers = code, details, trailers
+
+
+class _Context:
+    """What CheckpointService uses of grpc.aio.ServicerContext: abort."""
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple[tuple[str, str], ...] = ()
+    ) -> NoReturn:
+        raise _Aborted(code, details, tuple(trailing_metadata))
+
+
+class _HostProtocol(asyncio.Protocol):
+    def __init__(self, *, max_frame_bytes: int) -> None:
+        self.reader = FrameReader(max_frame_bytes=max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.dispatch: list[UnaryHandler] = []
+        self.closed = asyncio.Event()
+        self.calls: set[asyncio.Task[None]] = set()
+        self.service: CheckpointService | None = None
+        #: Each open stream's messages from the gRPC process (STREAM_IN, HALF_CLOSE, CANCEL), by tag.
+        self.streams: dict[int, asyncio.Queue[Frame]] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+
+    def send(self, frame: Frame) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode(frame))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except LinkError as exc:
+            log.error("the sidecar's gRPC process sent what is not a frame: %s", exc)
+            self.closed.set()
+            return
+        for frame in frames:
+            if frame.kind is Kind.CALL:
+                self._start(self._call(frame))
+            elif frame.kind is Kind.STREAM_OPEN:
+                self.streams[frame.tag] = asyncio.Queue()
+                self._start(self._stream(frame.tag))
+            elif frame.kind in (Kind.STREAM_IN, Kind.STREAM_HALF_CLOSE, Kind.STREAM_CANCEL):
+                stream = self.streams.get(frame.tag)
+                if stream is not None:
+                    stream.put_nowait(frame)
+            elif frame.kind is Kind.STOP_STREAMS:
+                if self.service is not None:
+                    self.service.stop_streams()
+            elif frame.kind is Kind.CLOSE:
+                self.closed.set()
+
+    def _start(self, call: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(call)
+        self.calls.add(task)
+        task.add_done_callback(self.calls.discard)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+        for stream in self.streams.values():  # nobody is left to send them anything
+            stream.put_nowait(Frame(Kind.STREAM_CANCEL))
+
+    async def _call(self, frame: Frame) -> None:
+        handle, serialize = self.dispatch[frame.method]
+        try:
+            reply = await handle(frame.body, _Context())
+        except _Aborted as aborted:
+            meta = {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
+            self.send(Frame(Kind.REPLY, tag=frame.tag, status=aborted.code.value[0], meta=meta))
+        else:
+            self.send(Frame(Kind.REPLY, tag=frame.tag, body=serialize(reply)))
+
+    async def _stream(self, tag: int) -> None:
+        assert self.service is not None
+        incoming = self.streams[tag]
+
+        async def requests() -> AsyncIterator[Any]:
+            while True:
+                self.send(Frame(Kind.STREAM_WANT, tag=tag))
+                frame = await incoming.get()
+                if frame.kind is Kind.STREAM_HALF_CLOSE:
+                    return
+                if frame.kind is Kind.STREAM_CANCEL:
+                    raise _ClientGone
+                yield _parse_stream_request(frame.body)  # InvalidArgument ends the stream, as gRPC's deserializer
+
+        try:
+            async for response in self.service.PutStream(requests(), _Context()):
+                self.send(Frame(Kind.STREAM_OUT, tag=tag, body=response.SerializeToString()))
+        except _Aborted as aborted:
+            meta = {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
+            self.send(Frame(Kind.STREAM_END, tag=tag, status=aborted.code.value[0], meta=meta))
+        else:
+            self.send(Frame(Kind.STREAM_END, tag=tag))
+        finally:
+            del self.streams[tag]
+
+
+class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
+    """What a stream's requests raise once its client went away (PutStream stops reading then)."""
+
+
+_parse_stream_request = request_parser(service_pb2.PutStreamRequest)
+
+
+async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
+    loop = asyncio.get_running_loop()
+    protocol = _HostProtocol(max_frame_bytes=config.max_message_bytes + 1024 * 1024)
+    await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
+
+    def writes_stopped(reason: str) -> None:
+        protocol.send(Frame(Kind.WRITES_STOPPED, meta={"reason": reason}))
+
+    try:
+        side = StoreSide(
+            config, worker=worker, on_writes_stopped=lambda reason: loop.call_soon_threadsafe(writes_stopped, reason)
+        )
+    except StoreError as exc:
+        protocol.send(Frame(Kind.FAILED, meta={"error": str(exc)}))
+        return 1
+    try:
+        protocol.dispatch = unary_dispatch(side.service)
+        protocol.service = side.service
+        side.start()
+        protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))
+        with serving_gc():
+            await protocol.closed.wait()
+        if protocol.calls:
+            await asyncio.wait(protocol.calls)  # their replies go out while the link is up
+    finally:
+        side.close()
+    if protocol.transport is not None:
+        protocol.transport.close()
+    return 1 if side.store.writes_stopped is not None else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    parser = argparse.ArgumentParser(prog="python -m sidecar.storehost")
+    parser.add_argument("fd", type=int)
+    parser.add_argument("--worker", type=int)
+    args = parser.parse_args(argv)
+    config = pickle.load(sys.stdin.buffer)
+    if not isinstance(config, ServeConfig):
+        raise TypeError(f"stdin must hold a pickled ServeConfig, not {type(config).__name__}")
+    with asyncio.Runner(loop_factory=event_loop_factory(config.event_loop)) as runner:
+        return runner.run(host(config, args.fd, worker=args.worker))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The gRPC process's end of the link to its store process (``ckpt serve --store-process``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import pickle
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import grpc
+
+from .errors import Unavailable
+from .link import Frame, FrameReader, Kind, LinkError, encode
+
+if TYPE_CHECKING:
+    from .server import ServeConfig
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+_EXITED = "the sidecar's store process exited; retry with the same request_id"
+_STOPPING = "the sidecar is stopping; retry with the same request_id"
+
+
+async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: dict[str, Any]) -> NoReturn:
+    """End a call with the status (and its details and trailers) the store process answered."""
+    trailers = tuple((str(k), str(v)) for k, v in meta.get("trailers", ()))
+    await context.abort(_STATUS_BY_VALUE[status], str(meta.get("details", "")), trailing_metadata=trailers)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+class _LinkProtocol(asyncio.Protocol):
+    def __init__(self, *, max_frame_bytes: int) -> None:
+        self.reader = FrameReader(max_frame_bytes=max_frame_bytes)
+        self.first: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+        self.pending: dict[int, asyncio.Future[tuple[int, dict[str, Any], bytes]]] = {}
+        #: Each open stream's frames from the store process (WANT, OUT, END), by tag.
+        self.streams: dict[int, asyncio.Queue[Frame]] = {}
+        self.transport: asyncio.Transport | None = None
+        self.on_writes_stopped: Callable[[str], None] = lambda reason: None
+        self.on_lost: Callable[[], None] = lambda: None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except LinkError as exc:
+            log.error("the store process sent what is not a frame: %s", exc)
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        for frame in frames:
+            if frame.kind is Kind.REPLY:
+                future = self.pending.pop(frame.tag, None)
+                if future is not None and not future.done():  # not if its call was cancelled
+                    future.set_result((frame.status, frame.meta, frame.body))
+            elif frame.kind in (Kind.READY, Kind.FAILED):
+                if not self.first.done():
+                    self.first.set_result(frame)
+            elif frame.kind in (Kind.STREAM_WANT, Kind.STREAM_OUT, Kind.STREAM_END):
+                stream = self.streams.get(frame.tag)
+                if stream is not None:  # not if the client went away meanwhile
+                    stream.put_nowait(frame)
+            elif frame.kind is Kind.WRITES_STOPPED:
+                self.on_writes_stopped(str(frame.meta.get("reason", "")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.first.done():
+            self.first.set_result(None)
+        for future in self.pending.values():
+            if not future.done():
+                future.set_result(
+                    (
+                        _UNAVAILABLE,
+                        {"details": "the sidecar's store process exited; retry with the same request_id"},
+                        b"",
+                    )
+                )
+        self.pending.clear()
+        for stream in self.streams.values():
+            stream.put_nowait(Frame(Kind.STREAM_END, status=_UNAVAILABLE, meta={"details": _EXITED}))
+        self.on_lost()
+
+
+class StoreLink:
+    """Calls to the CheckpointService in the store process, and that process's life."""
+
+    def __init__(self, process: subprocess.Popen[bytes], protocol: _LinkProtocol, metrics_address: str | None) -> None:
+        self._process = process
+        self._protocol = protocol
+        self._transport = protocol.transport
+        self._tags = itertools.count(1)
+        self._closing = False
+        #: Where the store process serves /metrics (None: off).
+        self.metrics_address = metrics_address
+        #: The store stopped taking writes, or its process ended unasked: the sidecar stops, exit 1.
+        self.failed = False
+        #: Called once, when ``failed`` becomes true.
+        self.on_failed: Callable[[], None] = lambda: None
+        #: Set when no forwarded call is under way: what shutdown waits for.
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._in_flight = 0
+        protocol.on_writes_stopped = self._writes_stopped
+        protocol.on_lost = self._lost
+
+    @classmethod
+    async def start(cls, config: ServeConfig, *, worker: int | None) -> StoreLink:
+        """Start the store process and wait until it serves; Unavailable with its reason if it cannot."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command = [sys.executable, "-m", "sidecar.storehost", str(theirs.fileno())]
+        if worker is not None:
+            command += ["--worker", str(worker)]
+        try:
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        assert process.stdin is not None
+        with process.stdin:
+            process.stdin.write(pickle.dumps(config))
+        loop = asyncio.get_running_loop()
+        # A frame carries at most one message of either direction, plus its status.
+        protocol = _LinkProtocol(max_frame_bytes=config.max_message_bytes + 1024 * 1024)
+        await loop.connect_accepted_socket(lambda: protocol, ours)
+        # The link closes when the process dies, whatever killed it: then first is None.
+        first = await protocol.first
+        if first is None or first.kind is Kind.FAILED:
+            code = await loop.run_in_executor(None, process.wait)
+            if first is None:
+                raise Unavailable(f"the store process exited ({code}) before it served; see the log above")
+            raise Unavailable(str(first.meta.get("error", "the store process could not start")))
+        return cls(process, protocol, first.meta.get("metrics_address"))
+
+    async def call(self, method: int, request: bytes) -> tuple[int, dict[str, Any], bytes]:
+        """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"")."""
+        if self._transport is None or self._transport.is_closing():
+            return _UNAVAILABLE, {"details": _STOPPING}, b""
+        tag = next(self._tags)
+        future: asyncio.Future[tuple[int, dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
+        self._protocol.pending[tag] = future
+        self._began()
+        try:
+            self._transport.write(encode(Frame(Kind.CALL, tag=tag, method=method, body=request)))
+            return await future
+        finally:
+            self._protocol.pending.pop(tag, None)
+            self._ended()
+
+    async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        """Forward one PutStream: the client's messages as the store process asks for them, its answers back."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
+            )
+        tag = next(self._tags)
+        frames: asyncio.Queue[Frame] = asyncio.Queue()
+        self._protocol.streams[tag] = frames
+        self._began()
+        ended = False
+        wants: asyncio.Queue[None] = asyncio.Queue()
+
+        async def pump() -> None:
+            # The client's next message only when asked: the store side bounds what it reads ahead.
+            try:
+                while True:
+                    await wants.get()
+                    try:
+                        message = await anext(aiter(requests), None)
+                    except grpc.RpcError:
+                        message = None
+                        self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
+                        return
+                    if message is None:
+                        self._send(Frame(Kind.STREAM_HALF_CLOSE, tag=tag))
+                        return
+                    self._send(Frame(Kind.STREAM_IN, tag=tag, body=message))
+            except asyncio.CancelledError:
+                pass
+
+        reader = asyncio.create_task(pump())
+        try:
+            self._send(Frame(Kind.STREAM_OPEN, tag=tag))
+            while True:
+                frame = await frames.get()
+                if frame.kind is Kind.STREAM_WANT:
+                    wants.put_nowait(None)
+                elif frame.kind is Kind.STREAM_OUT:
+                    yield frame.body
+                else:
+                    ended = True
+                    if frame.status:
+                        trailers = tuple((str(k), str(v)) for k, v in frame.meta.get("trailers", ()))
+                        await context.abort(
+                            _STATUS_BY_VALUE[frame.status],
+                            str(frame.meta.get("details", "")),
+                            trailing_metadata=trailers,
+                        )
+                    return
+        finally:
+            reader.cancel()
+            if not ended:
+                self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
+            self._protocol.streams.pop(tag, None)
+            self._ended()
+
+    def stop_streams(self) -> None:
+        """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""
+        self._send(Frame(Kind.STOP_STREAMS))
+
+    def _send(self, frame: Frame) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode(frame))
+
+    def _began(self) -> None:
+        self._in_flight += 1
+        self.idle.clear()
+
+    def _ended(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self.idle.set()
+
+    async def close(self) -> int:
+        """Tell the store process to finish its calls, commit and exit; its exit code."""
+        self._closing = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode(Frame(Kind.CLOSE)))
+        code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
+        if self._transport is not None:
+            self._transport.close()
+        if code:
+            self._fail()
+            log.error("the store process exited %d", code)
+        return code
+
+    def _writes_stopped(self, reason: str) -> None:
+        log.error("the store process stopped taking writes: %s", reason)
+        self._fail()
+
+    def _lost(self) -> None:
+        if not self._closing:
+            log.error("the store process ended; the sidecar stops (exit 1) for its supervisor to restart it")
+            self._fail()
+
+    def _fail(self) -> None:
+        if not self.failed:
+            self.failed = True
+            with contextlib.suppress(Exception):
+                self.on_failed()
