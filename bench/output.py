@@ -18,6 +18,19 @@ def finish(report: Any, text: str, json_path: str | None) -> int:
     return 0 if all(c["ok"] for c in report.checks.values()) else 1
 
 
+def process_and_children(pid: int) -> list[int]:
+    """``pid`` and its child processes (a sidecar's store process, with --store-process); [pid] without /proc."""
+    children = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+            children.append(int(entry.name))
+    return [pid, *sorted(children)]
+
+
 def proc_cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process (or zombie) from /proc/<pid>/stat; None if it has none (gone, or not Linux)."""
     try:

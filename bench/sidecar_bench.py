@@ -1,6 +1,6 @@
 """Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
 
-    python -m bench.sidecar_bench [--quick] [--json FILE]
+    python -m bench.sidecar_bench [--quick] [--json FILE] [--store-process]
 
 One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
 ``sync`` durability), its data directory on real disk under
@@ -59,7 +59,7 @@ from sidecar.process import SidecarProcess, start_sidecar_process
 from sidecar.server import ECHO_METHOD
 
 from .checkpoint_states import make_patches, make_state
-from .output import finish, proc_cpu_seconds
+from .output import finish, proc_cpu_seconds, process_and_children
 from .stats import percentile
 
 ENV_DIR = "CKPT_BENCH_DIR"
@@ -322,7 +322,7 @@ class Bench:
             self.client.put(_replace_session(i), self.replace_states[0])
         # name: (make the workers, re-seed the merge sessions first, the server processes it calls)
         Kind = tuple[Callable[[], list[Callable[[threading.Event], int]]], bool, list[int]]
-        one = [self.pid]
+        one = process_and_children(self.pid)  # with --store-process, its store process too
         kinds: dict[str, Kind] = {
             "echo_10k": (lambda: self.echo_workers(self.echo_10k), False, one),
             "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False, one),
@@ -406,14 +406,20 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _start(base: Path, name: str, *, source: Path | None = None) -> SidecarProcess:
-    """A ``--bench-echo`` sidecar on its defaults; ``source``: run that checkout's build instead of this one."""
+def _start(base: Path, name: str, *, source: Path | None = None, extra: tuple[str, ...] = ()) -> SidecarProcess:
+    """A ``--bench-echo`` sidecar on its defaults (and ``extra`` options); ``source``: run that checkout's build."""
     base = base.resolve()  # the sidecar may run in another directory
     data_dir = base / name
     shutil.rmtree(data_dir, ignore_errors=True)
     target = f"unix:{base / f'{name}.sock'}"
     return start_sidecar_process(
-        data_dir, "--bench-echo", listen=[target], log_path=base / f"{name}.log", inherit_ckpt_env=False, cwd=source
+        data_dir,
+        "--bench-echo",
+        *extra,
+        listen=[target],
+        log_path=base / f"{name}.log",
+        inherit_ckpt_env=False,
+        cwd=source,
     )
 
 
@@ -427,10 +433,10 @@ def _stop(sidecar: SidecarProcess, *, ok: bool) -> None:
         sidecar.stop(signal.SIGKILL)
 
 
-def run(*, quick: bool = False, root: Path | None = None) -> Report:
+def run(*, quick: bool = False, root: Path | None = None, store_process: bool = False) -> Report:
     base = root or data_root()
     base.mkdir(parents=True, exist_ok=True)
-    sidecar = _start(base, f"sidecar-{os.getpid()}")
+    sidecar = _start(base, f"sidecar-{os.getpid()}", extra=("--store-process",) if store_process else ())
     ok = False
     try:
         bench = Bench(sidecar, quick=quick)
@@ -449,6 +455,7 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
                     "patch_bytes_mean": statistics.mean(len(p) for p in bench.patches),
                     "merge_request_bytes": len(bench.echo_request_size),
                     "durability": "sync (default)",
+                    "store_process": store_process,
                 },
             )
             tp = bench.throughputs()
@@ -569,8 +576,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="0.8 s repetitions instead of 3 s, fewer latency samples")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument(
+        "--store-process", action="store_true", help="measure `ckpt serve --store-process` (echo and calls alike)"
+    )
     args = parser.parse_args(argv)
-    report = run(quick=args.quick)
+    report = run(quick=args.quick, store_process=args.store_process)
     return finish(report, render(report), args.json)
 
 

@@ -44,10 +44,14 @@ def patch(n: int) -> bytes:
     return pb.Checkpoint(step=n, messages=[pb.Message(content=f"patch {n} " + "p" * 100)]).SerializeToString()
 
 
-@pytest.fixture
-def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+@pytest.fixture(params=["in-process", "store-process"])
+def sidecar(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sidecar]:
+    """Every test here runs against both ways of serving: the store in the sidecar's process, or in its own."""
     metrics_port = free_port()
-    s = start_sidecar(tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20))
+    mode = ("--store-process",) if request.param == "store-process" else ()
+    s = start_sidecar(
+        tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20), *mode
+    )
     s.metrics_port = metrics_port  # type: ignore[attr-defined]
     yield s
     assert s.stop() == 0, s.log()

@@ -1,0 +1,81 @@
+"""The frames between the sidecar's gRPC process and its store process (sidecar/link.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.link import HEADER_BYTES, Frame, FrameReader, Kind, LinkError, encode
+
+# kind 2 (REPLY), method 0, status 10 (ABORTED), tag 7, 64 bytes of meta, no body.
+_GOLDEN_META = b'{"details":"conflict","trailers":[["ckpt-current-version","4"]]}'
+_GOLDEN = (
+    bytes([2, 0, 10, 0])
+    + (7).to_bytes(4, "little")
+    + len(_GOLDEN_META).to_bytes(4, "little")
+    + (0).to_bytes(4, "little")
+    + _GOLDEN_META
+)
+
+
+def test_golden_frame_both_ways() -> None:
+    frame = Frame(
+        Kind.REPLY, tag=7, status=10, meta={"details": "conflict", "trailers": [["ckpt-current-version", "4"]]}
+    )
+    assert encode(frame) == _GOLDEN
+    assert FrameReader(max_frame_bytes=1 << 20).feed(_GOLDEN) == [frame]
+
+
+frames = st.builds(
+    Frame,
+    kind=st.sampled_from(Kind),
+    tag=st.integers(0, 2**32 - 1),
+    method=st.integers(0, 255),
+    status=st.integers(0, 255),
+    meta=st.dictionaries(st.text(max_size=8), st.text(max_size=20) | st.integers(), max_size=3),
+    body=st.binary(max_size=300),
+)
+
+
+@given(st.lists(frames, max_size=8), st.lists(st.integers(1, 64), min_size=1))
+def test_frames_come_back_whatever_pieces_the_bytes_arrive_in(sent: list[Frame], cuts: list[int]) -> None:
+    data = b"".join(map(encode, sent))
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    got: list[Frame] = []
+    offset, i = 0, 0
+    while offset < len(data):
+        size = cuts[i % len(cuts)]
+        got += reader.feed(data[offset : offset + size])
+        offset += size
+        i += 1
+    assert got == sent
+
+
+def test_a_partial_frame_waits_for_the_rest() -> None:
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    assert reader.feed(_GOLDEN[:-1]) == []
+    assert len(reader.feed(_GOLDEN[-1:])) == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (encode(Frame(Kind.CALL, body=b"x" * 101)), "declares 101 bytes; the limit is 100"),
+        (bytes([99]) + _GOLDEN[1:], "unknown kind 99"),
+        (_GOLDEN[:12] + (0).to_bytes(4, "little") + b"", None),  # a header whose 64 bytes of meta have not come: waits
+        (bytes([2, 0, 0, 0]) + (1).to_bytes(4, "little") + (3).to_bytes(4, "little") + bytes(4) + b"{x}", "not JSON"),
+    ],
+)
+def test_bytes_that_are_not_frames_are_named(data: bytes, message: str | None) -> None:
+    reader = FrameReader(max_frame_bytes=100)
+    if message is None:
+        assert reader.feed(data) == []
+        return
+    with pytest.raises(LinkError, match=message):
+        reader.feed(data)
+
+
+def test_the_header_is_16_bytes() -> None:
+    assert HEADER_BYTES == 16
+    assert len(encode(Frame(Kind.CLOSE))) == 16
