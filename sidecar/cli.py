@@ -323,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         default=_env("STORE_PROCESS", "") == "1",
         help="run the store in a process of its own, this one forwarding each call to it: the store's writer"
-        " and gRPC's event loop then do not share a GIL (env CKPT_STORE_PROCESS=1; PutStream is not forwarded yet)",
+        " and gRPC's event loop then do not share a GIL, and run on two cores (env CKPT_STORE_PROCESS=1)",
     )
     s.add_argument(
         "--bench-echo",

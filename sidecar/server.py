@@ -846,6 +846,12 @@ class SidecarServer:
         else:
             link.on_failed = self.writes_stopped.set
             self.metrics_address = link.metrics_address
+        # gRPC's own memory (received messages) is this process's, wherever the store runs.
+        self.heap_trimmer = (
+            HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls_started)
+            if link is not None and config.heap_trim_interval_seconds
+            else None
+        )
         try:
             self.health = health.aio.HealthServicer()
             self.server = grpc.aio.server(
@@ -914,6 +920,8 @@ class SidecarServer:
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         if self.side is not None:
             self.side.start()
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.start()
         log.info(
             (SERVING_LOG if self.worker is None else f"ckpt worker {self.worker} serving:")
             + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
@@ -940,6 +948,8 @@ class SidecarServer:
             await self.server.stop(None)
         await stopping
         idle.cancel()
+        if self.heap_trimmer is not None:
+            self.heap_trimmer.stop()
         if self.side is not None:
             self.side.close()
         else:

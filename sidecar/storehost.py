@@ -108,14 +108,16 @@ class _HostProtocol(asyncio.Protocol):
             stream.put_nowait(Frame(Kind.STREAM_CANCEL))
 
     async def _call(self, frame: Frame) -> None:
-        handle, serialize = self.dispatch[frame.method]
         try:
-            reply = await handle(frame.body, _Context())
+            handle, serialize = self.dispatch[frame.method]
+            body = serialize(await handle(frame.body, _Context()))
         except _Aborted as aborted:
-            meta = {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
-            self.send(Frame(Kind.REPLY, tag=frame.tag, status=aborted.code.value[0], meta=meta))
+            self.send(Frame(Kind.REPLY, tag=frame.tag, status=aborted.code.value[0], meta=_status_meta(aborted)))
+        except Exception:  # a bug: this call fails, the others go on (the gRPC process must get an answer)
+            log.exception("a forwarded call failed")
+            self.send(Frame(Kind.REPLY, tag=frame.tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
         else:
-            self.send(Frame(Kind.REPLY, tag=frame.tag, body=serialize(reply)))
+            self.send(Frame(Kind.REPLY, tag=frame.tag, body=body))
 
     async def _stream(self, tag: int) -> None:
         assert self.service is not None
@@ -135,12 +137,22 @@ class _HostProtocol(asyncio.Protocol):
             async for response in self.service.PutStream(requests(), _Context()):
                 self.send(Frame(Kind.STREAM_OUT, tag=tag, body=response.SerializeToString()))
         except _Aborted as aborted:
-            meta = {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
-            self.send(Frame(Kind.STREAM_END, tag=tag, status=aborted.code.value[0], meta=meta))
+            self.send(Frame(Kind.STREAM_END, tag=tag, status=aborted.code.value[0], meta=_status_meta(aborted)))
+        except Exception:
+            log.exception("a forwarded PutStream failed")
+            self.send(Frame(Kind.STREAM_END, tag=tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
         else:
             self.send(Frame(Kind.STREAM_END, tag=tag))
         finally:
             del self.streams[tag]
+
+
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_FAILED_INSIDE = "the call failed inside the sidecar's store process; see its log"
+
+
+def _status_meta(aborted: _Aborted) -> dict[str, Any]:
+    return {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
 
 
 class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped

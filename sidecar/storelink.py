@@ -110,6 +110,8 @@ class StoreLink:
         self.idle = asyncio.Event()
         self.idle.set()
         self._in_flight = 0
+        #: Calls and streams forwarded: what the gRPC process's heap trimmer watches for activity.
+        self.calls_started = 0
         protocol.on_writes_stopped = self._writes_stopped
         protocol.on_lost = self._lost
 
@@ -121,7 +123,11 @@ class StoreLink:
         if worker is not None:
             command += ["--worker", str(worker)]
         try:
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+            # A session of its own: a terminal's Ctrl-C reaches the gRPC process only, which
+            # stops the store process in order (after gRPC's grace), not at once.
+            process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True
+            )
         finally:
             theirs.close()
         assert process.stdin is not None
@@ -222,6 +228,7 @@ class StoreLink:
             self._transport.write(encode(frame))
 
     def _began(self) -> None:
+        self.calls_started += 1
         self._in_flight += 1
         self.idle.clear()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from bench.output import process_and_children
 from sidecar.client import CheckpointClient, NotFoundError, ResourceExhaustedError
 from sidecar.store import _disk_full
 from tests.sidecar_proc import ROOT, start_sidecar
@@ -25,9 +26,10 @@ from tests.sidecar_proc import ROOT, start_sidecar
 STATE_BYTES = 64 * 1024
 
 
-def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [(), ("--store-process",)], ids=["in-process", "store-process"])
+def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path, mode: tuple[str, ...]) -> None:
     data_dir = tmp_path / "data"
-    sidecar = start_sidecar(data_dir)
+    sidecar = start_sidecar(data_dir, *mode)
     kept: dict[str, bytes] = {}
     try:
         with CheckpointClient(sidecar.unix_target) as client:
@@ -35,7 +37,8 @@ def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path) -> 
                 kept[f"kept-{i}"] = os.urandom(STATE_BYTES)  # random: stored at full size
                 client.put(f"kept-{i}", kept[f"kept-{i}"])
             limit = os.path.getsize(data_dir / "lmdb" / "data.mdb") + 2 * 1024 * 1024
-            resource.prlimit(sidecar.process.pid, resource.RLIMIT_FSIZE, (limit, limit))
+            for pid in process_and_children(sidecar.process.pid):  # the store process writes, when there is one
+                resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, limit))
 
             filled: list[str] = []
             refused: ResourceExhaustedError | None = None
