@@ -18,8 +18,8 @@ def finish(report: Any, text: str, json_path: str | None) -> int:
     return 0 if all(c["ok"] for c in report.checks.values()) else 1
 
 
-def process_and_children(pid: int) -> list[int]:
-    """``pid`` and its child processes (a sidecar's store process, with --store-process); [pid] without /proc."""
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, from /proc ([] without it)."""
     children = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -28,7 +28,17 @@ def process_and_children(pid: int) -> list[int]:
             continue
         if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
             children.append(int(entry.name))
-    return [pid, *sorted(children)]
+    return sorted(children)
+
+
+def process_and_children(pid: int) -> list[int]:
+    """``pid`` and every process under it: a sidecar's workers and store processes, whose CPU is the server's."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo += child_pids(current)
+    return out
 
 
 def proc_cpu_seconds(pid: int) -> float | None:

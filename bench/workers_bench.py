@@ -35,7 +35,7 @@ from typing import Any
 
 from sidecar.process import SidecarProcess, start_sidecar_process
 
-from .output import finish
+from .output import child_pids, finish, process_and_children
 from .sidecar_bench import CLIENTS, Bench, Throughput, data_root, machine_info
 from .stats import percentile
 
@@ -55,29 +55,18 @@ class Report:
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # none: informational
 
 
-def child_pids(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (a --workers sidecar's workers), from /proc."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                children.append(int(entry.name))
-    return children
-
-
 class Target:
     """One sidecar: its processes (the parent and its workers) and a sidecar_bench Bench over CONNECTIONS
     connections of its own."""
 
     def __init__(self, sidecar: SidecarProcess, *, workers: int, quick: bool) -> None:
         self.sidecar = sidecar
-        self.pids = [sidecar.pid, *child_pids(sidecar.pid)]
-        if len(self.pids) != (1 if workers == 1 else workers + 1):
-            raise RuntimeError(f"expected {workers} worker(s) under pid {sidecar.pid}, found {self.pids[1:]}")
+        #: The worker processes (none for one process).
+        self.workers = child_pids(sidecar.pid) if workers > 1 else []
+        if len(self.workers) != (0 if workers == 1 else workers):
+            raise RuntimeError(f"expected {workers} worker(s) under pid {sidecar.pid}, found {self.workers}")
+        #: Every server process: the parent, its workers, and their store processes.
+        self.pids = process_and_children(sidecar.pid)
         self.bench = Bench(sidecar, quick=quick, connections=CONNECTIONS)
 
     def close(self) -> None:

@@ -320,10 +320,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--store-process",
-        action="store_true",
-        default=_env("STORE_PROCESS", "") == "1",
+        action=argparse.BooleanOptionalAction,
+        default=_env("STORE_PROCESS", "1") != "0",
         help="run the store in a process of its own, this one forwarding each call to it: the store's writer"
-        " and gRPC's event loop then do not share a GIL, and run on two cores (env CKPT_STORE_PROCESS=1)",
+        " and gRPC's event loop then do not share a GIL, and run on two cores; --no-store-process serves"
+        " everything from one process (env CKPT_STORE_PROCESS=0; default on)",
     )
     s.add_argument(
         "--bench-echo",

@@ -76,9 +76,14 @@ class Frame:
 
 
 def encode(frame: Frame) -> bytes:
+    return b"".join(encode_parts(frame))
+
+
+def encode_parts(frame: Frame) -> tuple[bytes, bytes]:
+    """The frame as header and meta, then body: written in turn, a large body is not copied to join them."""
     meta = json.dumps(frame.meta, separators=(",", ":")).encode() if frame.meta else b""
     header = _HEADER.pack(frame.kind, frame.method, frame.status, frame.tag, len(meta), len(frame.body))
-    return header + meta + frame.body
+    return header + meta, frame.body
 
 
 class FrameReader:
@@ -109,11 +114,12 @@ class FrameReader:
             if len(buffer) - offset < size:
                 break
             start = offset + HEADER_BYTES
-            try:
-                meta = json.loads(buffer[start : start + meta_size]) if meta_size else {}
-            except ValueError as exc:
-                raise LinkError(f"a link frame at offset {offset} has meta that is not JSON: {exc}") from None
-            body = bytes(buffer[start + meta_size : offset + size])
+            with memoryview(buffer) as view:  # one copy of a body (a slice of the bytearray would be two)
+                try:
+                    meta = json.loads(bytes(view[start : start + meta_size])) if meta_size else {}
+                except ValueError as exc:
+                    raise LinkError(f"a link frame at offset {offset} has meta that is not JSON: {exc}") from None
+                body = bytes(view[start + meta_size : offset + size])
             frames.append(Frame(kind, tag, method, status, meta, body))
             offset += size
         del buffer[:offset]

@@ -139,7 +139,8 @@ class ServeConfig:
     #: Run the store (and the CheckpointService on it) in a process of its own,
     #: this one forwarding each call's bytes (storehost.py): the store's writer
     #: then has a GIL of its own, not the one gRPC's event loop turns on.
-    store_process: bool = False
+    #: False: everything in this one process.
+    store_process: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

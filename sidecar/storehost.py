@@ -27,7 +27,7 @@ from ckpt.v1 import service_pb2
 
 from .errors import StoreError
 from .gctune import serving_gc
-from .link import Frame, FrameReader, Kind, LinkError, encode
+from .link import Frame, FrameReader, Kind, LinkError, encode_parts
 from .server import (
     CheckpointService,
     ServeConfig,
@@ -72,7 +72,7 @@ class _HostProtocol(asyncio.Protocol):
 
     def send(self, frame: Frame) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode(frame))
+            self.transport.writelines(encode_parts(frame))
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import grpc
 
 from .errors import Unavailable
-from .link import Frame, FrameReader, Kind, LinkError, encode
+from .link import Frame, FrameReader, Kind, LinkError, encode_parts
 
 if TYPE_CHECKING:
     from .server import ServeConfig
@@ -155,7 +155,7 @@ class StoreLink:
         self._protocol.pending[tag] = future
         self._began()
         try:
-            self._transport.write(encode(Frame(Kind.CALL, tag=tag, method=method, body=request)))
+            self._transport.writelines(encode_parts(Frame(Kind.CALL, tag=tag, method=method, body=request)))
             return await future
         finally:
             self._protocol.pending.pop(tag, None)
@@ -225,7 +225,7 @@ class StoreLink:
 
     def _send(self, frame: Frame) -> None:
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode(frame))
+            self._transport.writelines(encode_parts(frame))
 
     def _began(self) -> None:
         self.calls_started += 1
@@ -241,7 +241,7 @@ class StoreLink:
         """Tell the store process to finish its calls, commit and exit; its exit code."""
         self._closing = True
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode(Frame(Kind.CLOSE)))
+            self._send(Frame(Kind.CLOSE))
         code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
         if self._transport is not None:
             self._transport.close()

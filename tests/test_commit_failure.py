@@ -104,7 +104,8 @@ def test_a_sidecar_whose_store_stopped_writing_exits_1(
 
     monkeypatch.setattr(server_module, "Store", failing_store)
     socket_path = tmp_path / "ckpt.sock"
-    config = ServeConfig(data_dir=tmp_path / "data", listen=(f"unix:{socket_path}",))
+    # In this process, where the patched Store is: the store process would import its own.
+    config = ServeConfig(data_dir=tmp_path / "data", listen=(f"unix:{socket_path}",), store_process=False)
     outcome: dict[str, Any] = {}
 
     async def run() -> None:

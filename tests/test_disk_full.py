@@ -26,7 +26,7 @@ from tests.sidecar_proc import ROOT, start_sidecar
 STATE_BYTES = 64 * 1024
 
 
-@pytest.mark.parametrize("mode", [(), ("--store-process",)], ids=["in-process", "store-process"])
+@pytest.mark.parametrize("mode", [("--no-store-process",), ("--store-process",)], ids=["in-process", "store-process"])
 def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path, mode: tuple[str, ...]) -> None:
     data_dir = tmp_path / "data"
     sidecar = start_sidecar(data_dir, *mode)

@@ -48,7 +48,7 @@ def patch(n: int) -> bytes:
 def sidecar(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sidecar]:
     """Every test here runs against both ways of serving: the store in the sidecar's process, or in its own."""
     metrics_port = free_port()
-    mode = ("--store-process",) if request.param == "store-process" else ()
+    mode = ("--store-process",) if request.param == "store-process" else ("--no-store-process",)
     s = start_sidecar(
         tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20), *mode
     )

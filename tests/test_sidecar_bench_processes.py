@@ -18,12 +18,14 @@ def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu
     sidecar = workers_bench._start(tmp_path, "workers", 2)
     target = workers_bench.Target(sidecar, workers=2, quick=True)
     try:
-        assert len(target.pids) == 3 and target.pids[0] == sidecar.pid  # the parent, then its workers
+        assert len(target.workers) == 2
+        # The parent, its workers and each worker's store process: all the server's CPU.
+        assert target.pids[0] == sidecar.pid and len(target.pids) == 5 and set(target.workers) < set(target.pids)
         bench = target.bench
         bench.seed()
-        cpu_before = [proc_cpu_seconds(p) for p in target.pids[1:]]
+        cpu_before = [proc_cpu_seconds(p) for p in target.workers]
         t = sidecar_bench.run_threads(bench.merge_workers(), 0.5, target.pids)
-        cpu_after = [proc_cpu_seconds(p) for p in target.pids[1:]]
+        cpu_after = [proc_cpu_seconds(p) for p in target.workers]
         assert t.calls > 0 and math.isfinite(t.server_cpu_us_per_call)
         # Both workers served merges: the clients' connections did not all land on one.
         for before, after in zip(cpu_before, cpu_after, strict=True):
