@@ -1,10 +1,10 @@
 """Frames between the sidecar's gRPC process and its store process (sans-IO).
 
-With ``ckpt serve --store-process`` the gRPC process forwards each
+By default (``ckpt serve --store-process``) the gRPC process forwards each
 CheckpointService call's request bytes to a child process that owns the Store
 and runs the same CheckpointService on it, and answers with the reply's bytes.
 The point is the GIL: the store's writer thread and the gRPC event loop no
-longer take turns on one (a prototype lifted unary merges/s ~1.38x on 2 cores).
+longer take turns on one (unary merges/s 1.3-1.6x one process's on 2 cores).
 
 A frame is a 16-byte header (little-endian: kind u8, method u8, status u8, a
 zero byte, tag u32, meta length u32, body length u32), the meta (UTF-8 JSON:
