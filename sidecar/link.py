@@ -79,10 +79,17 @@ def encode(frame: Frame) -> bytes:
     return b"".join(encode_parts(frame))
 
 
-def encode_parts(frame: Frame) -> tuple[bytes, bytes]:
-    """The frame as header and meta, then body: written in turn, a large body is not copied to join them."""
+#: Bodies from this size on are written apart from their header, not copied to join it.
+_JOIN_BELOW_BYTES = 64 * 1024
+
+
+def encode_parts(frame: Frame) -> tuple[bytes, ...]:
+    """The frame's bytes to write in turn: one piece, or header and meta then a large body (not copied to
+    join them; a small one is joined, as each piece may cost the event loop a write of its own)."""
     meta = json.dumps(frame.meta, separators=(",", ":")).encode() if frame.meta else b""
     header = _HEADER.pack(frame.kind, frame.method, frame.status, frame.tag, len(meta), len(frame.body))
+    if len(frame.body) < _JOIN_BELOW_BYTES:
+        return (header + meta + frame.body,)
     return header + meta, frame.body
 
 
