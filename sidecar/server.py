@@ -676,31 +676,30 @@ def add_checkpoint_service(service: CheckpointService, server: grpc.aio.Server) 
     messages are parsed as the handler reads them, so the deserializer's error
     reaches PutStream, which ends the stream with it.
     """
-    handlers = {}
-    for method in service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods:
-        parse = request_parser(message_factory.GetMessageClass(method.input_type))
-        serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
-        behavior = getattr(service, method.name)
-        if not method.client_streaming and not method.server_streaming:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                service.parsing_unary(method.name, behavior, parse), response_serializer=serialize
-            )
-        elif method.client_streaming and method.server_streaming:
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(handle, response_serializer=serialize)
+        for name, (handle, serialize) in zip(UNARY_METHODS, unary_dispatch(service), strict=True)
+    }
+    for method in _SERVICE.methods:
+        if method.client_streaming and method.server_streaming:
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                behavior, request_deserializer=parse, response_serializer=serialize
+                getattr(service, method.name),
+                request_deserializer=request_parser(message_factory.GetMessageClass(method.input_type)),
+                response_serializer=message_factory.GetMessageClass(method.output_type).SerializeToString,
             )
-        else:
+        elif method.client_streaming or method.server_streaming:
             raise NotImplementedError(f"{method.full_name}: only unary and bidirectional methods are served")
+    _register(server, handlers)
+
+
+def _register(server: grpc.aio.Server, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
+_SERVICE = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"]
 #: The CheckpointService's unary methods, in the order the link numbers them.
-UNARY_METHODS = tuple(
-    m.name
-    for m in service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods
-    if not m.client_streaming and not m.server_streaming
-)
+UNARY_METHODS = tuple(m.name for m in _SERVICE.methods if not m.client_streaming and not m.server_streaming)
 
 
 #: What handles a unary call's request bytes, and what serializes its reply.
@@ -710,9 +709,8 @@ UnaryHandler = tuple[Callable[[bytes, Any], Awaitable[Any]], Callable[[Any], byt
 def unary_dispatch(service: CheckpointService) -> list[UnaryHandler]:
     """Per UNARY_METHODS: what handles a call's request bytes, and what serializes its reply."""
     out: list[UnaryHandler] = []
-    methods = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].methods_by_name
     for name in UNARY_METHODS:
-        method = methods[name]
+        method = _SERVICE.methods_by_name[name]
         parse = request_parser(message_factory.GetMessageClass(method.input_type))
         serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
         out.append((service.parsing_unary(name, getattr(service, name), parse), serialize))
@@ -733,8 +731,7 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server) -> None:
 
     handlers = {name: grpc.unary_unary_rpc_method_handler(forwarder(i)) for i, name in enumerate(UNARY_METHODS)}
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    _register(server, handlers)
 
 
 def _echo_handler() -> grpc.GenericRpcHandler:
@@ -937,7 +934,12 @@ class SidecarServer:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir)
         await self.health.enter_graceful_shutdown()
-        service: CheckpointService | StoreLink = self.side.service if self.side is not None else self.link  # type: ignore[assignment]
+        service: CheckpointService | StoreLink
+        if self.side is not None:
+            service = self.side.service
+        else:
+            assert self.link is not None
+            service = self.link
         service.stop_streams()
         stopping = asyncio.ensure_future(self.server.stop(self.config.grace_seconds))
         idle = asyncio.ensure_future(service.idle.wait())

@@ -183,7 +183,6 @@ class StoreLink:
                     try:
                         message = await anext(aiter(requests), None)
                     except grpc.RpcError:
-                        message = None
                         self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
                         return
                     if message is None:
@@ -240,8 +239,7 @@ class StoreLink:
     async def close(self) -> int:
         """Tell the store process to finish its calls, commit and exit; its exit code."""
         self._closing = True
-        if self._transport is not None and not self._transport.is_closing():
-            self._send(Frame(Kind.CLOSE))
+        self._send(Frame(Kind.CLOSE))
         code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
         if self._transport is not None:
             self._transport.close()

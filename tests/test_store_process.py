@@ -6,6 +6,7 @@ processes themselves, and what happens when either one dies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.output import child_pids
 from sidecar.client import CheckpointClient, CheckpointError
 from sidecar.config import StoreConfig
 from sidecar.store import Store
@@ -22,17 +24,10 @@ from tests.sidecar_proc import Sidecar, start_sidecar
 
 def _store_process(sidecar: Sidecar) -> int:
     """The pid of the sidecar's store process (its child running sidecar.storehost)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == sidecar.pid and b"sidecar.storehost" in cmdline:
-            return int(entry.name)
+    for pid in child_pids(sidecar.pid):
+        with contextlib.suppress(OSError):
+            if b"sidecar.storehost" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
     raise AssertionError(f"sidecar {sidecar.pid} has no store process")
 
 
