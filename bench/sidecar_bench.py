@@ -1,6 +1,6 @@
 """Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
 
-    python -m bench.sidecar_bench [--quick] [--json FILE] [--store-process]
+    python -m bench.sidecar_bench [--quick] [--json FILE] [--no-store-process]
 
 One sidecar subprocess is started with ``--bench-echo`` (fsync on: the default
 ``sync`` durability), its data directory on real disk under
@@ -322,7 +322,7 @@ class Bench:
             self.client.put(_replace_session(i), self.replace_states[0])
         # name: (make the workers, re-seed the merge sessions first, the server processes it calls)
         Kind = tuple[Callable[[], list[Callable[[threading.Event], int]]], bool, list[int]]
-        one = process_and_children(self.pid)  # with --store-process, its store process too
+        one = process_and_children(self.pid)  # its store process too (unless --no-store-process)
         kinds: dict[str, Kind] = {
             "echo_10k": (lambda: self.echo_workers(self.echo_10k), False, one),
             "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False, one),
@@ -433,10 +433,10 @@ def _stop(sidecar: SidecarProcess, *, ok: bool) -> None:
         sidecar.stop(signal.SIGKILL)
 
 
-def run(*, quick: bool = False, root: Path | None = None, store_process: bool = False) -> Report:
+def run(*, quick: bool = False, root: Path | None = None, store_process: bool = True) -> Report:
     base = root or data_root()
     base.mkdir(parents=True, exist_ok=True)
-    sidecar = _start(base, f"sidecar-{os.getpid()}", extra=("--store-process",) if store_process else ())
+    sidecar = _start(base, f"sidecar-{os.getpid()}", extra=() if store_process else ("--no-store-process",))
     ok = False
     try:
         bench = Bench(sidecar, quick=quick)
@@ -577,7 +577,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="0.8 s repetitions instead of 3 s, fewer latency samples")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument(
-        "--store-process", action="store_true", help="measure `ckpt serve --store-process` (echo and calls alike)"
+        "--no-store-process",
+        dest="store_process",
+        action="store_false",
+        help="measure `ckpt serve --no-store-process` (the store in the sidecar's process; echo and calls alike)",
     )
     args = parser.parse_args(argv)
     report = run(quick=args.quick, store_process=args.store_process)
