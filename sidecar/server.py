@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -59,7 +59,7 @@ from .gctune import serving_gc
 from .heap import HeapTrimmer
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
-from .store import PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
+from .store import OFF_LOOP_PATCH_BYTES, PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
 from .storelink import StoreLink, abort_with
 
 log = logging.getLogger("ckpt")
@@ -387,9 +387,9 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         except StoreError as exc:
             await self._abort(rpc, context, exc)
         except Exception:
-            m.errors.labels(rpc, "INTERNAL").inc()
             log.exception("%s failed", rpc)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log")
+            code, details, _ = self._failed_inside(rpc)
+            await context.abort(code, details)
         finally:
             latency.observe(time.perf_counter() - start)
             self._rpc_ended()
@@ -397,12 +397,68 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
     async def _abort(self, rpc: str, context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:
         """End an RPC with the status a store error maps to, counting it; the head goes in a trailer."""
+        code, details, trailers = self._failure(rpc, exc)
+        await context.abort(code, details, trailing_metadata=trailers)
+        raise AssertionError("unreachable: context.abort raises")
+
+    def _failure(self, rpc: str, exc: StoreError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+        """The status, details and trailers a store error ends an RPC with (counted as an error)."""
         code = status_of(exc)
         self._metrics.errors.labels(rpc, code.name).inc()
         current = getattr(exc, "current_version", None)
         trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
-        await context.abort(code, self._message(exc), trailing_metadata=trailers)
-        raise AssertionError("unreachable: context.abort raises")
+        return code, self._message(exc), trailers
+
+    def _failed_inside(self, rpc: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+        """After a bug (logged by the caller): INTERNAL, counted."""
+        self._metrics.errors.labels(rpc, "INTERNAL").inc()
+        return grpc.StatusCode.INTERNAL, f"{rpc} failed inside the sidecar; see its log", ()
+
+    def put_with_callback(self, raw: bytes, answer: PutAnswer) -> bool:
+        """Put without a coroutine: ``answer`` gets (None, "", (), reply bytes) or a failure's
+        (status, details, trailers, b""), once, on this loop. False (nothing done) for a request
+        that must take :meth:`Put` instead: a large MERGE patch, checked off the loop there.
+
+        The store process answers every call of a group commit in one loop turn: a Task
+        and four coroutines per call were ~a fifth of its CPU per unary write.
+        """
+        try:
+            request = cast(service_pb2.PutRequest, _PUT_PARSER(raw))
+        except InvalidArgument:
+            return False  # Put's path counts and answers it
+        if request.mode == service_pb2.WRITE_MODE_MERGE and len(request.state) >= OFF_LOOP_PATCH_BYTES:
+            return False
+        requests, latency = self._metrics.per_rpc("Put")
+        requests.inc()
+        self._rpc_began()
+        start = time.perf_counter()
+
+        def finish(outcome: tuple[grpc.StatusCode | None, str, tuple[tuple[str, str], ...], bytes]) -> None:
+            latency.observe(time.perf_counter() - start)
+            self._rpc_ended()
+            answer(*outcome)
+
+        def done(future: asyncio.Future[PutResult]) -> None:
+            try:
+                result = future.result()
+                self._count_write(len(request.state), result)
+                body = put_response_pb(result).SerializeToString()
+            except StoreError as exc:
+                finish((*self._failure("Put", exc), b""))
+            except Exception:
+                log.exception("Put failed")
+                finish((*self._failed_inside("Put"), b""))
+            else:
+                finish((None, "", (), body))
+
+        try:
+            self._store.asubmit(put_request(request)).add_done_callback(done)
+        except StoreError as exc:
+            finish((*self._failure("Put", exc), b""))
+        except Exception:
+            log.exception("Put failed")
+            finish((*self._failed_inside("Put"), b""))
+        return True
 
     def _message(self, exc: StoreError) -> str:
         if isinstance(exc, StateTooLarge) and self._state_limit_origin:
@@ -668,6 +724,9 @@ def request_parser(request_type: type[Message]) -> Callable[[bytes], Message]:
     return parse
 
 
+_PUT_PARSER = request_parser(service_pb2.PutRequest)
+
+
 def add_checkpoint_service(service: CheckpointService, server: grpc.aio.Server) -> None:
     """Register ``service`` as service_pb2_grpc.add_CheckpointServiceServicer_to_server does, except
     that a request that does not parse gets INVALID_ARGUMENT (grpc-aio answers UNKNOWN).
@@ -702,6 +761,8 @@ _SERVICE = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"]
 UNARY_METHODS = tuple(m.name for m in _SERVICE.methods if not m.client_streaming and not m.server_streaming)
 
 
+#: What put_with_callback answers: (None, "", (), reply bytes) or (status, details, trailers, b"").
+PutAnswer = Callable[[grpc.StatusCode | None, str, tuple[tuple[str, str], ...], bytes], None]
 #: What handles a unary call's request bytes, and what serializes its reply.
 UnaryHandler = tuple[Callable[[bytes, Any], Awaitable[Any]], Callable[[Any], bytes]]
 

@@ -163,7 +163,7 @@ class SweepResult:
 
 #: A MERGE patch this big or bigger is checked on a thread, not the event loop (Store.aenqueue).
 #: Below it the check takes at most ~10 ms here; a thread costs ~0.1 ms either way.
-_CHECK_OFF_LOOP_BYTES = 16 * 1024
+OFF_LOOP_PATCH_BYTES = 16 * 1024
 
 
 def _held_lock() -> threading.Lock:
@@ -607,7 +607,7 @@ class Store:
         if (
             request.mode == WriteMode.MERGE
             and isinstance(state, (bytes, bytearray, memoryview))
-            and len(state) >= _CHECK_OFF_LOOP_BYTES
+            and len(state) >= OFF_LOOP_PATCH_BYTES
         ):
             op = await loop.run_in_executor(None, self._put_op, request)
         else:

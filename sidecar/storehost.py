@@ -27,8 +27,9 @@ from ckpt.v1 import service_pb2
 
 from .errors import StoreError
 from .gctune import serving_gc
-from .link import Frame, FrameReader, Kind, LinkError, encode_parts
+from .link import Frame, FrameReader, FrameWriter, Kind, LinkError
 from .server import (
+    UNARY_METHODS,
     CheckpointService,
     ServeConfig,
     StoreSide,
@@ -60,6 +61,7 @@ class _HostProtocol(asyncio.Protocol):
     def __init__(self, *, max_frame_bytes: int) -> None:
         self.reader = FrameReader(max_frame_bytes=max_frame_bytes)
         self.transport: asyncio.Transport | None = None
+        self.writer: FrameWriter | None = None
         self.dispatch: list[UnaryHandler] = []
         self.closed = asyncio.Event()
         self.calls: set[asyncio.Task[None]] = set()
@@ -69,10 +71,15 @@ class _HostProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+        self.writer = FrameWriter(self._write, asyncio.get_running_loop().call_soon)
+
+    def _write(self, parts: list[bytes]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
 
     def send(self, frame: Frame) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(encode_parts(frame))
+        if self.writer is not None:
+            self.writer.send(frame)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -83,7 +90,8 @@ class _HostProtocol(asyncio.Protocol):
             return
         for frame in frames:
             if frame.kind is Kind.CALL:
-                self._start(self._call(frame))
+                if frame.method != _PUT or not self._put(frame):
+                    self._start(self._call(frame))
             elif frame.kind is Kind.STREAM_OPEN:
                 self.streams[frame.tag] = asyncio.Queue()
                 self._start(self._stream(frame.tag))
@@ -107,12 +115,34 @@ class _HostProtocol(asyncio.Protocol):
         for stream in self.streams.values():  # nobody is left to send them anything
             stream.put_nowait(Frame(Kind.STREAM_CANCEL))
 
+    def _put(self, frame: Frame) -> bool:
+        """A Put answered from a callback (most writes): no Task; False if it must take _call."""
+        assert self.service is not None
+        tag = frame.tag
+
+        def answer(
+            code: grpc.StatusCode | None, details: str, trailers: tuple[tuple[str, str], ...], body: bytes
+        ) -> None:
+            if code is None:
+                self.send(Frame(Kind.REPLY, tag=tag, body=body))
+            else:
+                self.send(Frame(Kind.REPLY, tag=tag, status=code.value[0], meta=_status_meta(details, trailers)))
+
+        return self.service.put_with_callback(frame.body, answer)
+
     async def _call(self, frame: Frame) -> None:
         try:
             handle, serialize = self.dispatch[frame.method]
             body = serialize(await handle(frame.body, _Context()))
         except _Aborted as aborted:
-            self.send(Frame(Kind.REPLY, tag=frame.tag, status=aborted.code.value[0], meta=_status_meta(aborted)))
+            self.send(
+                Frame(
+                    Kind.REPLY,
+                    tag=frame.tag,
+                    status=aborted.code.value[0],
+                    meta=_status_meta(aborted.details, aborted.trailers),
+                )
+            )
         except Exception:  # a bug: this call fails, the others go on (the gRPC process must get an answer)
             log.exception("a forwarded call failed")
             self.send(Frame(Kind.REPLY, tag=frame.tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
@@ -137,7 +167,14 @@ class _HostProtocol(asyncio.Protocol):
             async for response in self.service.PutStream(requests(), _Context()):
                 self.send(Frame(Kind.STREAM_OUT, tag=tag, body=response.SerializeToString()))
         except _Aborted as aborted:
-            self.send(Frame(Kind.STREAM_END, tag=tag, status=aborted.code.value[0], meta=_status_meta(aborted)))
+            self.send(
+                Frame(
+                    Kind.STREAM_END,
+                    tag=tag,
+                    status=aborted.code.value[0],
+                    meta=_status_meta(aborted.details, aborted.trailers),
+                )
+            )
         except Exception:
             log.exception("a forwarded PutStream failed")
             self.send(Frame(Kind.STREAM_END, tag=tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
@@ -148,11 +185,12 @@ class _HostProtocol(asyncio.Protocol):
 
 
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_PUT = UNARY_METHODS.index("Put")
 _FAILED_INSIDE = "the call failed inside the sidecar's store process; see its log"
 
 
-def _status_meta(aborted: _Aborted) -> dict[str, Any]:
-    return {"details": aborted.details, "trailers": [list(t) for t in aborted.trailers]}
+def _status_meta(details: str, trailers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    return {"details": details, "trailers": [list(t) for t in trailers]}
 
 
 class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
@@ -186,9 +224,12 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
             await protocol.closed.wait()
         if protocol.calls:
             await asyncio.wait(protocol.calls)  # their replies go out while the link is up
+        await side.service.idle.wait()  # and those of the Puts answered from callbacks (no Task)
     finally:
         side.close()
     if protocol.transport is not None:
+        assert protocol.writer is not None
+        protocol.writer.flush()
         protocol.transport.close()
     return 1 if side.store.writes_stopped is not None else 0
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import grpc
 
 from .errors import Unavailable
-from .link import Frame, FrameReader, Kind, LinkError, encode_parts
+from .link import Frame, FrameReader, FrameWriter, Kind, LinkError
 
 if TYPE_CHECKING:
     from .server import ServeConfig
@@ -44,11 +44,17 @@ class _LinkProtocol(asyncio.Protocol):
         #: Each open stream's frames from the store process (WANT, OUT, END), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
         self.transport: asyncio.Transport | None = None
+        self.writer: FrameWriter | None = None
         self.on_writes_stopped: Callable[[str], None] = lambda reason: None
         self.on_lost: Callable[[], None] = lambda: None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+        self.writer = FrameWriter(self._write, asyncio.get_running_loop().call_soon)
+
+    def _write(self, parts: list[bytes]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -155,7 +161,7 @@ class StoreLink:
         self._protocol.pending[tag] = future
         self._began()
         try:
-            self._transport.writelines(encode_parts(Frame(Kind.CALL, tag=tag, method=method, body=request)))
+            self._send(Frame(Kind.CALL, tag=tag, method=method, body=request))
             return await future
         finally:
             self._protocol.pending.pop(tag, None)
@@ -223,8 +229,8 @@ class StoreLink:
         self._send(Frame(Kind.STOP_STREAMS))
 
     def _send(self, frame: Frame) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(encode_parts(frame))
+        if self._protocol.writer is not None:
+            self._protocol.writer.send(frame)
 
     def _began(self) -> None:
         self.calls_started += 1
@@ -242,6 +248,8 @@ class StoreLink:
         self._send(Frame(Kind.CLOSE))
         code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
         if self._transport is not None:
+            if self._protocol.writer is not None:
+                self._protocol.writer.flush()
             self._transport.close()
         if code:
             self._fail()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.link import HEADER_BYTES, Frame, FrameReader, Kind, LinkError, encode
+from sidecar.link import HEADER_BYTES, Frame, FrameReader, FrameWriter, Kind, LinkError, encode
 
 # kind 2 (REPLY), method 0, status 10 (ABORTED), tag 7, 64 bytes of meta, no body.
 _GOLDEN_META = b'{"details":"conflict","trailers":[["ckpt-current-version","4"]]}'
@@ -79,3 +81,52 @@ def test_bytes_that_are_not_frames_are_named(data: bytes, message: str | None) -
 def test_the_header_is_16_bytes() -> None:
     assert HEADER_BYTES == 16
     assert len(encode(Frame(Kind.CLOSE))) == 16
+
+
+class _Turns:
+    """A FrameWriter's transport and event loop, recorded: what was written, and what waits for the turn's end."""
+
+    def __init__(self) -> None:
+        self.writes: list[list[bytes]] = []
+        self.scheduled: list[Callable[[], None]] = []
+        self.writer = FrameWriter(self.writes.append, self.scheduled.append)
+
+    def end_turn(self) -> None:
+        while self.scheduled:
+            self.scheduled.pop(0)()
+
+    def frames(self) -> list[Frame]:
+        return FrameReader(max_frame_bytes=1 << 20).feed(b"".join(b"".join(w) for w in self.writes))
+
+
+def test_frames_sent_in_one_turn_are_written_together_at_its_end() -> None:
+    turns = _Turns()
+    replies = [Frame(Kind.REPLY, tag=i, body=b"r%d" % i) for i in range(16)]
+    for frame in replies:
+        turns.writer.send(frame)
+    assert turns.writes == [] and len(turns.scheduled) == 1  # one flush for the turn
+    turns.end_turn()
+    assert len(turns.writes) == 1 and turns.frames() == replies
+    turns.writer.send(Frame(Kind.CLOSE))
+    turns.end_turn()
+    assert len(turns.writes) == 2 and turns.frames() == [*replies, Frame(Kind.CLOSE)]
+
+
+def test_a_large_body_is_written_at_once_behind_what_is_queued() -> None:
+    turns = _Turns()
+    small, large = Frame(Kind.REPLY, tag=1, body=b"x"), Frame(Kind.REPLY, tag=2, body=b"y" * (1 << 20))
+    turns.writer.send(small)
+    turns.writer.send(large)
+    assert turns.frames() == [small, large]  # before the turn ends
+    assert any(part is large.body for part in turns.writes[0])  # not copied to join its header
+    turns.end_turn()  # the flush scheduled for `small` finds nothing left
+    assert len(turns.writes) == 1
+
+
+def test_flush_writes_what_is_queued_now() -> None:
+    turns = _Turns()
+    turns.writer.send(Frame(Kind.READY))
+    turns.writer.flush()  # before the transport closes
+    assert turns.frames() == [Frame(Kind.READY)]
+    turns.end_turn()
+    assert len(turns.writes) == 1

@@ -6,19 +6,25 @@ processes themselves, and what happens when either one dies.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from bench.output import child_pids
+from ckpt.v1 import service_pb2
 from sidecar.client import CheckpointClient, CheckpointError
 from sidecar.config import StoreConfig
-from sidecar.store import Store
+from sidecar.server import ServeConfig, StoreSide
+from sidecar.status import CURRENT_VERSION_KEY
+from sidecar.store import OFF_LOOP_PATCH_BYTES, Store
 from tests.sidecar_proc import Sidecar, start_sidecar
 
 
@@ -130,3 +136,100 @@ def test_sigterm_under_concurrent_writes_keeps_every_acknowledged_one(tmp_path: 
     for session, states in acknowledged.items():
         assert states, session
         assert _stored_versions(tmp_path / "data", session)[: len(states)] == states
+
+
+# -- Puts answered from callbacks (the store process's path for most writes) ---------------------
+
+
+def _put_raw(session: str, state: bytes, **fields: object) -> bytes:
+    return service_pb2.PutRequest(session_id=session, state=state, **fields).SerializeToString()  # type: ignore[arg-type]
+
+
+class _Host:
+    """A StoreSide on one event loop, as the store process runs it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.side = StoreSide(ServeConfig(data_dir=data_dir), worker=None, on_writes_stopped=lambda reason: None)
+        self.side.start()
+        self.service, self.store = self.side.service, self.side.store
+
+    def put(self, raw: bytes) -> tuple[bool, list[tuple[object, ...]]]:
+        """One put_with_callback, run until answered (or declined): its return, and its answers."""
+        answers: list[tuple[object, ...]] = []
+
+        async def run() -> bool:
+            taken = self.service.put_with_callback(raw, lambda *answer: answers.append(answer))
+            if taken:
+                await self.service.idle.wait()
+            return taken
+
+        return self.loop.run_until_complete(run()), answers
+
+    def close(self) -> None:
+        self.side.close()
+        self.loop.close()
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[_Host]:
+    host = _Host(tmp_path / "data")
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+def test_a_put_answered_from_a_callback_replies_as_put_does(host: _Host) -> None:
+    taken, answers = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
+    assert taken and len(answers) == 1
+    code, details, trailers, body = answers[0]
+    assert (code, details, trailers) == (None, "", ())
+    reply = service_pb2.PutResponse.FromString(body)  # type: ignore[arg-type]
+    assert reply.version == 1 and reply.state_size == 2 and not reply.replayed
+    # The same request id again: replayed, nothing written.
+    _, (again,) = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
+    assert service_pb2.PutResponse.FromString(again[3]).replayed  # type: ignore[arg-type]
+    assert host.store.get("s").version == 1
+    assert host.service.idle.is_set()
+
+
+def test_a_conflict_answered_from_a_callback_carries_the_head(host: _Host) -> None:
+    host.put(_put_raw("s", b"\x08\x01"))
+    _, ((code, details, trailers, body),) = host.put(_put_raw("s", b"\x08\x02", expected_version=7))
+    assert code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION)
+    assert "7" in str(details) and (CURRENT_VERSION_KEY, "1") in trailers and body == b""  # type: ignore[operator]
+
+
+def test_a_bad_put_answered_from_a_callback_names_the_field(host: _Host) -> None:
+    _, ((code, details, _, _),) = host.put(_put_raw("", b"\x08\x01"))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "session" in str(details)
+
+
+def test_a_bug_under_a_callback_put_answers_internal_and_the_next_put_works(
+    host: _Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(request: object) -> object:
+        raise RuntimeError("a bug")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(host.store, "asubmit", broken)
+        _, ((code, details, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
+    assert code is grpc.StatusCode.INTERNAL and details == "Put failed inside the sidecar; see its log"
+    assert host.service.idle.is_set()  # counted as ended: shutdown does not wait for it
+    _, ((code, _, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
+    assert code is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xff",  # not a PutRequest: Put's path answers INVALID_ARGUMENT
+        # A MERGE patch checked on a thread (Store.aenqueue), not on the loop:
+        _put_raw("s", b"\x10\x01" * (OFF_LOOP_PATCH_BYTES // 2), mode=service_pb2.WRITE_MODE_MERGE),
+    ],
+    ids=["unparsable", "large-merge-patch"],
+)
+def test_what_a_callback_put_declines_is_left_to_put(host: _Host, raw: bytes) -> None:
+    taken, answers = host.put(raw)
+    assert not taken and answers == [] and host.store.stats()["commits"] == 0
