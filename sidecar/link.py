@@ -62,6 +62,9 @@ class Kind(enum.IntEnum):
     STOP_STREAMS = 14
 
 
+_KINDS = {kind.value: kind for kind in Kind}
+
+
 class LinkError(StoreError):
     """The bytes on the link are not frames (a bug, or a process that died mid-write)."""
 
@@ -142,28 +145,28 @@ class FrameReader:
         buffer += data
         frames = []
         offset = 0  # consumed bytes at the buffer's start, dropped in one go
-        while len(buffer) - offset >= HEADER_BYTES:
-            kind, method, status, tag, meta_size, body_size = _HEADER.unpack_from(buffer, offset)
-            size = HEADER_BYTES + meta_size + body_size
-            if meta_size + body_size > self._max_frame_bytes:
-                raise LinkError(
-                    f"a link frame at offset {offset} declares {meta_size + body_size} bytes;"
-                    f" the limit is {self._max_frame_bytes}"
-                )
-            try:
-                kind = Kind(kind)
-            except ValueError:
-                raise LinkError(f"a link frame at offset {offset} has an unknown kind {kind}") from None
-            if len(buffer) - offset < size:
-                break
-            start = offset + HEADER_BYTES
-            with memoryview(buffer) as view:  # one copy of a body (a slice of the bytearray would be two)
+        end = len(buffer)
+        kinds = _KINDS
+        with memoryview(buffer) as view:  # one copy of a body (a slice of the bytearray would be two)
+            while end - offset >= HEADER_BYTES:
+                number, method, status, tag, meta_size, body_size = _HEADER.unpack_from(buffer, offset)
+                size = HEADER_BYTES + meta_size + body_size
+                if meta_size + body_size > self._max_frame_bytes:
+                    raise LinkError(
+                        f"a link frame at offset {offset} declares {meta_size + body_size} bytes;"
+                        f" the limit is {self._max_frame_bytes}"
+                    )
+                kind = kinds.get(number)
+                if kind is None:
+                    raise LinkError(f"a link frame at offset {offset} has an unknown kind {number}")
+                if end - offset < size:
+                    break
+                start = offset + HEADER_BYTES
                 try:
                     meta = json.loads(bytes(view[start : start + meta_size])) if meta_size else {}
                 except ValueError as exc:
                     raise LinkError(f"a link frame at offset {offset} has meta that is not JSON: {exc}") from None
-                body = bytes(view[start + meta_size : offset + size])
-            frames.append(Frame(kind, tag, method, status, meta, body))
-            offset += size
+                frames.append(Frame(kind, tag, method, status, meta, bytes(view[start + meta_size : offset + size])))
+                offset += size
         del buffer[:offset]
         return frames

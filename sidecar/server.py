@@ -308,7 +308,7 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
         mode=mode,
         expected_version=msg.expected_version if msg.HasField("expected_version") else None,
         request_id=msg.request_id,
-        labels=dict(msg.labels),
+        labels=dict(msg.labels) if msg.labels else {},  # most writes carry none: skip building a copy
     )
 
 
