@@ -54,6 +54,33 @@ def test_frames_come_back_whatever_pieces_the_bytes_arrive_in(sent: list[Frame],
     assert got == sent
 
 
+@given(st.lists(frames, max_size=8), st.lists(st.integers(1, 64), min_size=1), st.integers(0, 40))
+def test_large_bodies_kept_as_pieces_come_back_whatever_pieces_the_bytes_arrive_in(
+    sent: list[Frame], cuts: list[int], large_body_bytes: int
+) -> None:
+    """With a small ``large_body_bytes``, most bodies take the path a hot Get's state takes."""
+    data = b"".join(map(encode, sent))
+    reader = FrameReader(max_frame_bytes=1 << 20, large_body_bytes=large_body_bytes)
+    got: list[Frame] = []
+    offset, i = 0, 0
+    while offset < len(data):
+        size = cuts[i % len(cuts)]
+        got += reader.feed(data[offset : offset + size])
+        offset += size
+        i += 1
+    assert got == sent and all(type(frame.body) is bytes for frame in got)
+
+
+def test_a_large_body_arriving_in_pieces_is_joined_once_complete() -> None:
+    body = bytes(range(256)) * 1200  # 307,200 bytes
+    small = Frame(Kind.REPLY, tag=1, body=b"ok")
+    data = encode(Frame(Kind.REPLY, tag=2, meta={"details": "x"}, body=body)) + encode(small)
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    pieces = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    assert [reader.feed(piece) for piece in pieces[:-1]] == [[]] * (len(pieces) - 1)
+    assert reader.feed(pieces[-1]) == [Frame(Kind.REPLY, tag=2, meta={"details": "x"}, body=body), small]
+
+
 def test_a_partial_frame_waits_for_the_rest() -> None:
     reader = FrameReader(max_frame_bytes=1 << 20)
     assert reader.feed(_GOLDEN[:-1]) == []
