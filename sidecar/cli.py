@@ -279,7 +279,8 @@ def _parser() -> argparse.ArgumentParser:
         float,
         defaults["heap_trim_interval_seconds"],
         "this often, if anything was served since the last time, give the C heap's free memory back to the"
-        " OS (glibc malloc_trim), which glibc otherwise keeps after a burst; 0 = never",
+        " OS (glibc malloc_trim), which glibc otherwise keeps after a burst; while on, freed blocks up to"
+        " 32 MiB are kept for reuse until the next trim rather than unmapped at once; 0 = never",
         shown=f"{defaults['heap_trim_interval_seconds']:g}",
     )
     env_option(s, "--keep-last-versions", int, None, "retention: keep at least the newest N versions", shown=None)

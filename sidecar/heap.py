@@ -11,6 +11,16 @@ left is the caches, which stay within their budgets).
 
 So the sidecar trims on a timer, and only after the store did something since
 the last trim: an idle sidecar makes no calls at all.
+
+While it trims, it also has glibc keep freed large blocks for reuse instead
+of returning each to the OS as it is freed (:func:`keep_freed_blocks`): by
+default a block from 128 KiB on is a mapping of its own, unmapped on free,
+and the heap's top is returned past twice that, so the next request or reply
+of that size faults every page in again. On the project's VMs a page fault
+costs ~7 us: a fresh 300 KB buffer ~510 us against ~16 us reused, and a hot
+``Get`` of a 300 KB state took 1,613-2,375 us at p50 against 2,365-4,359
+without (6 alternating rounds, two sidecars; the 300 KB echo 1,164-1,654
+against 1,726-3,033 us). What is kept is returned by the next trim.
 """
 
 from __future__ import annotations
@@ -39,6 +49,44 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _load_malloc_trim()
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+#: Blocks up to this size come from the heap, not a mapping of their own: 32 MiB, the
+#: most glibc's own rule raises its 128 KiB default to after freeing such blocks.
+KEEP_BLOCKS_UP_TO_BYTES = 32 << 20
+#: Free memory at the heap's top is returned by glibc itself only past this size.
+KEEP_FREE_TOP_BYTES = 4 * KEEP_BLOCKS_UP_TO_BYTES
+
+
+def _load_mallopt() -> Callable[[int, int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+_MALLOPT = _load_mallopt()
+
+
+def keep_freed_blocks() -> bool:
+    """Have glibc keep freed large blocks for reuse rather than unmap or trim them at once.
+
+    Only for a process that runs a :class:`HeapTrimmer` (it calls this when it
+    starts): what is kept is returned on its timer. Whether glibc took it.
+    """
+    if _MALLOPT is None or _MALLOC_TRIM is None:
+        return False
+    return bool(_MALLOPT(_M_MMAP_THRESHOLD, KEEP_BLOCKS_UP_TO_BYTES)) and bool(
+        _MALLOPT(_M_TRIM_THRESHOLD, KEEP_FREE_TOP_BYTES)
+    )
 
 
 def can_trim() -> bool:
@@ -89,6 +137,7 @@ class HeapTrimmer:
 
     def start(self) -> None:
         if can_trim():
+            keep_freed_blocks()  # this thread returns them
             self._thread.start()
         else:
             log.info("heap trimming is off: this C library has no malloc_trim")
