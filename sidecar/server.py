@@ -57,6 +57,7 @@ from .config import (
 from .errors import InvalidArgument, StateTooLarge, StoreError, Unavailable
 from .gctune import serving_gc
 from .heap import HeapTrimmer
+from .inflight import InFlight
 from .metrics import Metrics
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import OFF_LOOP_PATCH_BYTES, PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
@@ -353,12 +354,8 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         # Each open PutStream's reader task, for stop_streams().
         self._stream_readers: set[asyncio.Task[None]] = set()
         self._stopping = False
-        #: The service's RPCs under way, and set whenever there are none: what shutdown waits for.
-        self._in_flight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        #: RPCs started (each PutStream once): what the heap trimmer watches for activity.
-        self.rpcs_started = 0
+        #: The service's RPCs under way (each PutStream once).
+        self.calls = InFlight()
 
     def stop_streams(self) -> None:
         """On shutdown: every PutStream stops reading, answers the batches it has read, and ends UNAVAILABLE.
@@ -380,7 +377,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         m = self._metrics
         requests, latency = m.per_rpc(rpc)
         requests.inc()
-        self._rpc_began()
+        self.calls.began()
         start = time.perf_counter()
         try:
             return await fn()
@@ -392,7 +389,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             await context.abort(code, details)
         finally:
             latency.observe(time.perf_counter() - start)
-            self._rpc_ended()
+            self.calls.ended()
         raise AssertionError("unreachable: context.abort raises")
 
     async def _abort(self, rpc: str, context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:
@@ -431,12 +428,12 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             return False
         requests, latency = self._metrics.per_rpc("Put")
         requests.inc()
-        self._rpc_began()
+        self.calls.began()
         start = time.perf_counter()
 
         def finish(outcome: tuple[grpc.StatusCode | None, str, tuple[tuple[str, str], ...], bytes]) -> None:
             latency.observe(time.perf_counter() - start)
-            self._rpc_ended()
+            self.calls.ended()
             answer(*outcome)
 
         def done(future: asyncio.Future[PutResult]) -> None:
@@ -535,26 +532,16 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         return await self._call("DeleteSession", context, lambda: self._off_loop(run))
 
     # Plain calls, not a context manager: _call runs them on every unary RPC.
-    def _rpc_began(self) -> None:
-        self.rpcs_started += 1
-        self._in_flight += 1
-        self.idle.clear()
-
-    def _rpc_ended(self) -> None:
-        self._in_flight -= 1
-        if not self._in_flight:
-            self.idle.set()
-
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[service_pb2.PutStreamResponse]:
-        self._rpc_began()
+        self.calls.began()
         try:
             async with contextlib.aclosing(self._put_stream(request_iterator, context)) as responses:
                 async for response in responses:
                     yield response
         finally:
-            self._rpc_ended()
+            self.calls.ended()
 
     async def _put_stream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
@@ -863,7 +850,7 @@ class StoreSide:
 
     def _activity(self) -> int:
         # Every RPC (reads too), and the sweeper's writes, which make no RPC.
-        return self.store.commits + self.service.rpcs_started
+        return self.store.commits + self.service.calls.started
 
     def start(self) -> None:
         if self.heap_trimmer is not None:
@@ -908,7 +895,7 @@ class SidecarServer:
             self.metrics_address = link.metrics_address
         # gRPC's own memory (received messages) is this process's, wherever the store runs.
         self.heap_trimmer = (
-            HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls_started)
+            HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls.started)
             if link is not None and config.heap_trim_interval_seconds
             else None
         )
@@ -1004,7 +991,7 @@ class SidecarServer:
             service = self.link
         service.stop_streams()
         stopping = asyncio.ensure_future(self.server.stop(self.config.grace_seconds))
-        idle = asyncio.ensure_future(service.idle.wait())
+        idle = asyncio.ensure_future(service.calls.idle.wait())
         await asyncio.wait((stopping, idle), return_when=asyncio.FIRST_COMPLETED)
         if not stopping.done():
             # The service's own calls are done; what is left is health Watch or

@@ -224,7 +224,7 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
             await protocol.closed.wait()
         if protocol.calls:
             await asyncio.wait(protocol.calls)  # their replies go out while the link is up
-        await side.service.idle.wait()  # and those of the Puts answered from callbacks (no Task)
+        await side.service.calls.idle.wait()  # and those of the Puts answered from callbacks (no Task)
     finally:
         side.close()
     if protocol.transport is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import grpc
 
 from .errors import Unavailable
+from .inflight import InFlight
 from .link import Frame, FrameReader, FrameWriter, Kind, LinkError
 
 if TYPE_CHECKING:
@@ -112,12 +113,8 @@ class StoreLink:
         self.failed = False
         #: Called once, when ``failed`` becomes true.
         self.on_failed: Callable[[], None] = lambda: None
-        #: Set when no forwarded call is under way: what shutdown waits for.
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self._in_flight = 0
-        #: Calls and streams forwarded: what the gRPC process's heap trimmer watches for activity.
-        self.calls_started = 0
+        #: Calls and streams forwarded and not yet answered.
+        self.calls = InFlight()
         protocol.on_writes_stopped = self._writes_stopped
         protocol.on_lost = self._lost
 
@@ -159,13 +156,13 @@ class StoreLink:
         tag = next(self._tags)
         future: asyncio.Future[tuple[int, dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self._protocol.pending[tag] = future
-        self._began()
+        self.calls.began()
         try:
             self._send(Frame(Kind.CALL, tag=tag, method=method, body=request))
             return await future
         finally:
             self._protocol.pending.pop(tag, None)
-            self._ended()
+            self.calls.ended()
 
     async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """Forward one PutStream: the client's messages as the store process asks for them, its answers back."""
@@ -177,7 +174,7 @@ class StoreLink:
         tag = next(self._tags)
         frames: asyncio.Queue[Frame] = asyncio.Queue()
         self._protocol.streams[tag] = frames
-        self._began()
+        self.calls.began()
         ended = False
         wants: asyncio.Queue[None] = asyncio.Queue()
 
@@ -222,7 +219,7 @@ class StoreLink:
             if not ended:
                 self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
             self._protocol.streams.pop(tag, None)
-            self._ended()
+            self.calls.ended()
 
     def stop_streams(self) -> None:
         """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""
@@ -231,16 +228,6 @@ class StoreLink:
     def _send(self, frame: Frame) -> None:
         if self._protocol.writer is not None:
             self._protocol.writer.send(frame)
-
-    def _began(self) -> None:
-        self.calls_started += 1
-        self._in_flight += 1
-        self.idle.clear()
-
-    def _ended(self) -> None:
-        self._in_flight -= 1
-        if not self._in_flight:
-            self.idle.set()
 
     async def close(self) -> int:
         """Tell the store process to finish its calls, commit and exit; its exit code."""

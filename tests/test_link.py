@@ -40,10 +40,9 @@ frames = st.builds(
 )
 
 
-@given(st.lists(frames, max_size=8), st.lists(st.integers(1, 64), min_size=1))
-def test_frames_come_back_whatever_pieces_the_bytes_arrive_in(sent: list[Frame], cuts: list[int]) -> None:
+def _feed_in_pieces(reader: FrameReader, sent: list[Frame], cuts: list[int]) -> list[Frame]:
+    """What ``reader`` makes of ``sent``'s bytes fed in pieces of the sizes ``cuts`` gives, in turn."""
     data = b"".join(map(encode, sent))
-    reader = FrameReader(max_frame_bytes=1 << 20)
     got: list[Frame] = []
     offset, i = 0, 0
     while offset < len(data):
@@ -51,7 +50,12 @@ def test_frames_come_back_whatever_pieces_the_bytes_arrive_in(sent: list[Frame],
         got += reader.feed(data[offset : offset + size])
         offset += size
         i += 1
-    assert got == sent
+    return got
+
+
+@given(st.lists(frames, max_size=8), st.lists(st.integers(1, 64), min_size=1))
+def test_frames_come_back_whatever_pieces_the_bytes_arrive_in(sent: list[Frame], cuts: list[int]) -> None:
+    assert _feed_in_pieces(FrameReader(max_frame_bytes=1 << 20), sent, cuts) == sent
 
 
 @given(st.lists(frames, max_size=8), st.lists(st.integers(1, 64), min_size=1), st.integers(0, 40))
@@ -59,15 +63,8 @@ def test_large_bodies_kept_as_pieces_come_back_whatever_pieces_the_bytes_arrive_
     sent: list[Frame], cuts: list[int], large_body_bytes: int
 ) -> None:
     """With a small ``large_body_bytes``, most bodies take the path a hot Get's state takes."""
-    data = b"".join(map(encode, sent))
     reader = FrameReader(max_frame_bytes=1 << 20, large_body_bytes=large_body_bytes)
-    got: list[Frame] = []
-    offset, i = 0, 0
-    while offset < len(data):
-        size = cuts[i % len(cuts)]
-        got += reader.feed(data[offset : offset + size])
-        offset += size
-        i += 1
+    got = _feed_in_pieces(reader, sent, cuts)
     assert got == sent and all(type(frame.body) is bytes for frame in got)
 
 

@@ -161,7 +161,7 @@ class _Host:
         async def run() -> bool:
             taken = self.service.put_with_callback(raw, lambda *answer: answers.append(answer))
             if taken:
-                await self.service.idle.wait()
+                await self.service.calls.idle.wait()
             return taken
 
         return self.loop.run_until_complete(run()), answers
@@ -191,7 +191,7 @@ def test_a_put_answered_from_a_callback_replies_as_put_does(host: _Host) -> None
     _, (again,) = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
     assert service_pb2.PutResponse.FromString(again[3]).replayed  # type: ignore[arg-type]
     assert host.store.get("s").version == 1
-    assert host.service.idle.is_set()
+    assert host.service.calls.idle.is_set()
 
 
 def test_a_conflict_answered_from_a_callback_carries_the_head(host: _Host) -> None:
@@ -216,7 +216,7 @@ def test_a_bug_under_a_callback_put_answers_internal_and_the_next_put_works(
         patched.setattr(host.store, "asubmit", broken)
         _, ((code, details, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
     assert code is grpc.StatusCode.INTERNAL and details == "Put failed inside the sidecar; see its log"
-    assert host.service.idle.is_set()  # counted as ended: shutdown does not wait for it
+    assert host.service.calls.idle.is_set()  # counted as ended: shutdown does not wait for it
     _, ((code, _, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
     assert code is None
 
