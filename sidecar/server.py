@@ -436,26 +436,27 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             self.calls.ended()
             answer(*outcome)
 
+        def failed(exc: Exception) -> None:
+            if isinstance(exc, StoreError):
+                finish((*self._failure("Put", exc), b""))
+            else:  # a bug, as _call answers it
+                log.error("Put failed", exc_info=exc)
+                finish((*self._failed_inside("Put"), b""))
+
         def done(future: asyncio.Future[PutResult]) -> None:
             try:
                 result = future.result()
                 self._count_write(len(request.state), result)
                 body = put_response_pb(result).SerializeToString()
-            except StoreError as exc:
-                finish((*self._failure("Put", exc), b""))
-            except Exception:
-                log.exception("Put failed")
-                finish((*self._failed_inside("Put"), b""))
+            except Exception as exc:
+                failed(exc)
             else:
                 finish((None, "", (), body))
 
         try:
             self._store.asubmit(put_request(request)).add_done_callback(done)
-        except StoreError as exc:
-            finish((*self._failure("Put", exc), b""))
-        except Exception:
-            log.exception("Put failed")
-            finish((*self._failed_inside("Put"), b""))
+        except Exception as exc:
+            failed(exc)
         return True
 
     def _message(self, exc: StoreError) -> str:

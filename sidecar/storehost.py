@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import grpc
 
@@ -27,7 +27,8 @@ from ckpt.v1 import service_pb2
 
 from .errors import StoreError
 from .gctune import serving_gc
-from .link import Frame, FrameReader, FrameWriter, Kind, LinkError
+from .link import Frame, Kind
+from .linkprotocol import LinkProtocol
 from .server import (
     UNARY_METHODS,
     CheckpointService,
@@ -57,11 +58,11 @@ class _Context:
         raise _Aborted(code, details, tuple(trailing_metadata))
 
 
-class _HostProtocol(asyncio.Protocol):
+class _HostProtocol(LinkProtocol):
+    peer = "the sidecar's gRPC process"
+
     def __init__(self, *, max_frame_bytes: int) -> None:
-        self.reader = FrameReader(max_frame_bytes=max_frame_bytes)
-        self.transport: asyncio.Transport | None = None
-        self.writer: FrameWriter | None = None
+        super().__init__(max_frame_bytes=max_frame_bytes)
         self.dispatch: list[UnaryHandler] = []
         self.closed = asyncio.Event()
         self.calls: set[asyncio.Task[None]] = set()
@@ -69,41 +70,25 @@ class _HostProtocol(asyncio.Protocol):
         #: Each open stream's messages from the gRPC process (STREAM_IN, HALF_CLOSE, CANCEL), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
-        self.writer = FrameWriter(self._write, asyncio.get_running_loop().call_soon)
+    def not_frames(self) -> None:
+        self.closed.set()
 
-    def _write(self, parts: list[bytes]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(parts)
-
-    def send(self, frame: Frame) -> None:
-        if self.writer is not None:
-            self.writer.send(frame)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.reader.feed(data)
-        except LinkError as exc:
-            log.error("the sidecar's gRPC process sent what is not a frame: %s", exc)
+    def frame_received(self, frame: Frame) -> None:
+        if frame.kind is Kind.CALL:
+            if frame.method != _PUT or not self._put(frame):
+                self._start(self._call(frame))
+        elif frame.kind is Kind.STREAM_OPEN:
+            self.streams[frame.tag] = asyncio.Queue()
+            self._start(self._stream(frame.tag))
+        elif frame.kind in (Kind.STREAM_IN, Kind.STREAM_HALF_CLOSE, Kind.STREAM_CANCEL):
+            stream = self.streams.get(frame.tag)
+            if stream is not None:
+                stream.put_nowait(frame)
+        elif frame.kind is Kind.STOP_STREAMS:
+            if self.service is not None:
+                self.service.stop_streams()
+        elif frame.kind is Kind.CLOSE:
             self.closed.set()
-            return
-        for frame in frames:
-            if frame.kind is Kind.CALL:
-                if frame.method != _PUT or not self._put(frame):
-                    self._start(self._call(frame))
-            elif frame.kind is Kind.STREAM_OPEN:
-                self.streams[frame.tag] = asyncio.Queue()
-                self._start(self._stream(frame.tag))
-            elif frame.kind in (Kind.STREAM_IN, Kind.STREAM_HALF_CLOSE, Kind.STREAM_CANCEL):
-                stream = self.streams.get(frame.tag)
-                if stream is not None:
-                    stream.put_nowait(frame)
-            elif frame.kind is Kind.STOP_STREAMS:
-                if self.service is not None:
-                    self.service.stop_streams()
-            elif frame.kind is Kind.CLOSE:
-                self.closed.set()
 
     def _start(self, call: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(call)
@@ -126,7 +111,7 @@ class _HostProtocol(asyncio.Protocol):
             if code is None:
                 self.send(Frame(Kind.REPLY, tag=tag, body=body))
             else:
-                self.send(Frame(Kind.REPLY, tag=tag, status=code.value[0], meta=_status_meta(details, trailers)))
+                self.send(_failed(Kind.REPLY, tag, code, details, trailers))
 
         return self.service.put_with_callback(frame.body, answer)
 
@@ -135,14 +120,7 @@ class _HostProtocol(asyncio.Protocol):
             handle, serialize = self.dispatch[frame.method]
             body = serialize(await handle(frame.body, _Context()))
         except _Aborted as aborted:
-            self.send(
-                Frame(
-                    Kind.REPLY,
-                    tag=frame.tag,
-                    status=aborted.code.value[0],
-                    meta=_status_meta(aborted.details, aborted.trailers),
-                )
-            )
+            self.send(_failed(Kind.REPLY, frame.tag, aborted.code, aborted.details, aborted.trailers))
         except Exception:  # a bug: this call fails, the others go on (the gRPC process must get an answer)
             log.exception("a forwarded call failed")
             self.send(Frame(Kind.REPLY, tag=frame.tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
@@ -167,14 +145,7 @@ class _HostProtocol(asyncio.Protocol):
             async for response in self.service.PutStream(requests(), _Context()):
                 self.send(Frame(Kind.STREAM_OUT, tag=tag, body=response.SerializeToString()))
         except _Aborted as aborted:
-            self.send(
-                Frame(
-                    Kind.STREAM_END,
-                    tag=tag,
-                    status=aborted.code.value[0],
-                    meta=_status_meta(aborted.details, aborted.trailers),
-                )
-            )
+            self.send(_failed(Kind.STREAM_END, tag, aborted.code, aborted.details, aborted.trailers))
         except Exception:
             log.exception("a forwarded PutStream failed")
             self.send(Frame(Kind.STREAM_END, tag=tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
@@ -189,8 +160,11 @@ _PUT = UNARY_METHODS.index("Put")
 _FAILED_INSIDE = "the call failed inside the sidecar's store process; see its log"
 
 
-def _status_meta(details: str, trailers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    return {"details": details, "trailers": [list(t) for t in trailers]}
+def _failed(kind: Kind, tag: int, code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str], ...]) -> Frame:
+    """A call's or stream's end with a status (storelink.abort_with ends the client's call with it)."""
+    return Frame(
+        kind, tag=tag, status=code.value[0], meta={"details": details, "trailers": [list(t) for t in trailers]}
+    )
 
 
 class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
@@ -227,10 +201,7 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         await side.service.calls.idle.wait()  # and those of the Puts answered from callbacks (no Task)
     finally:
         side.close()
-    if protocol.transport is not None:
-        assert protocol.writer is not None
-        protocol.writer.flush()
-        protocol.transport.close()
+    protocol.close()
     return 1 if side.store.writes_stopped is not None else 0
 
 

@@ -11,13 +11,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
 from .errors import Unavailable
 from .inflight import InFlight
-from .link import Frame, FrameReader, FrameWriter, Kind, LinkError
+from .link import Frame, Kind
+from .linkprotocol import LinkProtocol
 
 if TYPE_CHECKING:
     from .server import ServeConfig
@@ -37,61 +38,43 @@ async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: dict[
     raise AssertionError("unreachable: context.abort raises")
 
 
-class _LinkProtocol(asyncio.Protocol):
+class _LinkProtocol(LinkProtocol):
+    peer = "the store process"
+
     def __init__(self, *, max_frame_bytes: int) -> None:
-        self.reader = FrameReader(max_frame_bytes=max_frame_bytes)
+        super().__init__(max_frame_bytes=max_frame_bytes)
         self.first: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
         self.pending: dict[int, asyncio.Future[tuple[int, dict[str, Any], bytes]]] = {}
         #: Each open stream's frames from the store process (WANT, OUT, END), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
-        self.transport: asyncio.Transport | None = None
-        self.writer: FrameWriter | None = None
         self.on_writes_stopped: Callable[[str], None] = lambda reason: None
         self.on_lost: Callable[[], None] = lambda: None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
-        self.writer = FrameWriter(self._write, asyncio.get_running_loop().call_soon)
+    def not_frames(self) -> None:
+        assert self.transport is not None
+        self.transport.abort()
 
-    def _write(self, parts: list[bytes]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(parts)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.reader.feed(data)
-        except LinkError as exc:
-            log.error("the store process sent what is not a frame: %s", exc)
-            assert self.transport is not None
-            self.transport.abort()
-            return
-        for frame in frames:
-            if frame.kind is Kind.REPLY:
-                future = self.pending.pop(frame.tag, None)
-                if future is not None and not future.done():  # not if its call was cancelled
-                    future.set_result((frame.status, frame.meta, frame.body))
-            elif frame.kind in (Kind.READY, Kind.FAILED):
-                if not self.first.done():
-                    self.first.set_result(frame)
-            elif frame.kind in (Kind.STREAM_WANT, Kind.STREAM_OUT, Kind.STREAM_END):
-                stream = self.streams.get(frame.tag)
-                if stream is not None:  # not if the client went away meanwhile
-                    stream.put_nowait(frame)
-            elif frame.kind is Kind.WRITES_STOPPED:
-                self.on_writes_stopped(str(frame.meta.get("reason", "")))
+    def frame_received(self, frame: Frame) -> None:
+        if frame.kind is Kind.REPLY:
+            future = self.pending.pop(frame.tag, None)
+            if future is not None and not future.done():  # not if its call was cancelled
+                future.set_result((frame.status, frame.meta, frame.body))
+        elif frame.kind in (Kind.READY, Kind.FAILED):
+            if not self.first.done():
+                self.first.set_result(frame)
+        elif frame.kind in (Kind.STREAM_WANT, Kind.STREAM_OUT, Kind.STREAM_END):
+            stream = self.streams.get(frame.tag)
+            if stream is not None:  # not if the client went away meanwhile
+                stream.put_nowait(frame)
+        elif frame.kind is Kind.WRITES_STOPPED:
+            self.on_writes_stopped(str(frame.meta.get("reason", "")))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.first.done():
             self.first.set_result(None)
         for future in self.pending.values():
             if not future.done():
-                future.set_result(
-                    (
-                        _UNAVAILABLE,
-                        {"details": "the sidecar's store process exited; retry with the same request_id"},
-                        b"",
-                    )
-                )
+                future.set_result((_UNAVAILABLE, {"details": _EXITED}, b""))
         self.pending.clear()
         for stream in self.streams.values():
             stream.put_nowait(Frame(Kind.STREAM_END, status=_UNAVAILABLE, meta={"details": _EXITED}))
@@ -104,7 +87,6 @@ class StoreLink:
     def __init__(self, process: subprocess.Popen[bytes], protocol: _LinkProtocol, metrics_address: str | None) -> None:
         self._process = process
         self._protocol = protocol
-        self._transport = protocol.transport
         self._tags = itertools.count(1)
         self._closing = False
         #: Where the store process serves /metrics (None: off).
@@ -151,7 +133,7 @@ class StoreLink:
 
     async def call(self, method: int, request: bytes) -> tuple[int, dict[str, Any], bytes]:
         """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"")."""
-        if self._transport is None or self._transport.is_closing():
+        if not self._protocol.is_open():
             return _UNAVAILABLE, {"details": _STOPPING}, b""
         tag = next(self._tags)
         future: asyncio.Future[tuple[int, dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
@@ -166,8 +148,7 @@ class StoreLink:
 
     async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """Forward one PutStream: the client's messages as the store process asks for them, its answers back."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        if not self._protocol.is_open():
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
             )
@@ -207,12 +188,7 @@ class StoreLink:
                 else:
                     ended = True
                     if frame.status:
-                        trailers = tuple((str(k), str(v)) for k, v in frame.meta.get("trailers", ()))
-                        await context.abort(
-                            _STATUS_BY_VALUE[frame.status],
-                            str(frame.meta.get("details", "")),
-                            trailing_metadata=trailers,
-                        )
+                        await abort_with(context, frame.status, frame.meta)
                     return
         finally:
             reader.cancel()
@@ -226,18 +202,14 @@ class StoreLink:
         self._send(Frame(Kind.STOP_STREAMS))
 
     def _send(self, frame: Frame) -> None:
-        if self._protocol.writer is not None:
-            self._protocol.writer.send(frame)
+        self._protocol.send(frame)
 
     async def close(self) -> int:
         """Tell the store process to finish its calls, commit and exit; its exit code."""
         self._closing = True
         self._send(Frame(Kind.CLOSE))
         code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
-        if self._transport is not None:
-            if self._protocol.writer is not None:
-                self._protocol.writer.flush()
-            self._transport.close()
+        self._protocol.close()
         if code:
             self._fail()
             log.error("the store process exited %d", code)
