@@ -23,11 +23,11 @@ import asyncio
 import datetime
 import itertools
 import math
+import os
 import queue
 import re
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -233,6 +233,16 @@ def _page_size(value: object) -> int:
     return _int("page_size", value, high=_MAX_PAGE_SIZE)
 
 
+def _new_request_id() -> str:
+    """A fresh request id: 128 random bits as 32 hex digits.
+
+    ``os.urandom(16).hex()`` rather than ``uuid.uuid4().hex``: the same
+    randomness (uuid4 keeps 122 of the bits) at a sixth of the cost (0.8
+    against 4.5 us), paid on every write that brings no id of its own.
+    """
+    return os.urandom(16).hex()
+
+
 def _labels(name: str, labels: object) -> dict[str, str]:
     if labels is None:
         return {}
@@ -283,14 +293,16 @@ def _put_request(
     request_id: str | None,
     labels: Mapping[str, str] | None,
 ) -> service_pb2.PutRequest:
+    checked_labels = _labels("labels", labels)
     msg = service_pb2.PutRequest(
         session_id=_str("session_id", session_id),
         state=_bytes("state" if mode == service_pb2.WRITE_MODE_REPLACE else "patch", state),
         mode=mode,  # type: ignore[arg-type]
         # An empty id is none to the sidecar (no retry protection): one is generated, as put_stream does.
-        request_id=(_str("request_id", request_id) if request_id is not None else "") or uuid.uuid4().hex,
-        labels=_labels("labels", labels),
+        request_id=(_str("request_id", request_id) if request_id is not None else "") or _new_request_id(),
     )
+    if checked_labels:  # an empty map passed to the constructor costs ~2 us, most of building a request
+        msg.labels.update(checked_labels)
     if expected_version is not None:
         msg.expected_version = _int("expected_version", expected_version)
     return msg
@@ -508,9 +520,9 @@ def _stream_batches(
                 raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
             if not put.request_id:
                 if read_ahead is not None:  # a copy of its own already
-                    put.request_id = uuid.uuid4().hex
+                    put.request_id = _new_request_id()
                 else:
-                    with_id = service_pb2.PutRequest(request_id=uuid.uuid4().hex)
+                    with_id = service_pb2.PutRequest(request_id=_new_request_id())
                     with_id.MergeFrom(put)
                     put = with_id
             size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
