@@ -260,16 +260,18 @@ _WRITE_MODE_PB = {
 
 
 def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
-    return service_pb2.VersionInfo(
+    msg = service_pb2.VersionInfo(
         version=info.version,
         parent_version=info.parent_version,
         created_at=_timestamp(info.created_unix_nanos),
         frame_kind=_FRAME_KIND_PB[info.frame_kind],
         stored_bytes=info.stored_bytes,
         state_size=info.state_size,
-        labels=info.labels,
         mode=_WRITE_MODE_PB[info.mode],
     )
+    if info.labels:  # an empty map given to the constructor costs ~1.3 us; most versions carry none
+        msg.labels.update(info.labels)
+    return msg
 
 
 def session_info_pb(info: SessionInfo) -> service_pb2.SessionInfo:
