@@ -10,7 +10,7 @@ import pickle
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -31,7 +31,7 @@ _EXITED = "the sidecar's store process exited; retry with the same request_id"
 _STOPPING = "the sidecar is stopping; retry with the same request_id"
 
 
-async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: dict[str, Any]) -> NoReturn:
+async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: Mapping[str, Any]) -> NoReturn:
     """End a call with the status (and its details and trailers) the store process answered."""
     trailers = tuple((str(k), str(v)) for k, v in meta.get("trailers", ()))
     await context.abort(_STATUS_BY_VALUE[status], str(meta.get("details", "")), trailing_metadata=trailers)
@@ -44,7 +44,7 @@ class _LinkProtocol(LinkProtocol):
     def __init__(self, *, max_frame_bytes: int) -> None:
         super().__init__(max_frame_bytes=max_frame_bytes)
         self.first: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
-        self.pending: dict[int, asyncio.Future[tuple[int, dict[str, Any], bytes]]] = {}
+        self.pending: dict[int, asyncio.Future[tuple[int, Mapping[str, Any], bytes]]] = {}
         #: Each open stream's frames from the store process (WANT, OUT, END), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
         self.on_writes_stopped: Callable[[str], None] = lambda reason: None
@@ -131,12 +131,12 @@ class StoreLink:
             raise Unavailable(str(first.meta.get("error", "the store process could not start")))
         return cls(process, protocol, first.meta.get("metrics_address"))
 
-    async def call(self, method: int, request: bytes) -> tuple[int, dict[str, Any], bytes]:
+    async def call(self, method: int, request: bytes) -> tuple[int, Mapping[str, Any], bytes]:
         """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"")."""
         if not self._protocol.is_open():
             return _UNAVAILABLE, {"details": _STOPPING}, b""
         tag = next(self._tags)
-        future: asyncio.Future[tuple[int, dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[int, Mapping[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self._protocol.pending[tag] = future
         self.calls.began()
         try:
