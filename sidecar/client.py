@@ -293,7 +293,6 @@ def _put_request(
     request_id: str | None,
     labels: Mapping[str, str] | None,
 ) -> service_pb2.PutRequest:
-    checked_labels = _labels("labels", labels)
     msg = service_pb2.PutRequest(
         session_id=_str("session_id", session_id),
         state=_bytes("state" if mode == service_pb2.WRITE_MODE_REPLACE else "patch", state),
@@ -301,6 +300,7 @@ def _put_request(
         # An empty id is none to the sidecar (no retry protection): one is generated, as put_stream does.
         request_id=(_str("request_id", request_id) if request_id is not None else "") or _new_request_id(),
     )
+    checked_labels = _labels("labels", labels)  # after the fields above, in the order they were always checked
     if checked_labels:  # an empty map passed to the constructor costs ~2 us, most of building a request
         msg.labels.update(checked_labels)
     if expected_version is not None:

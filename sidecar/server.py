@@ -534,7 +534,6 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
         return await self._call("DeleteSession", context, lambda: self._off_loop(run))
 
-    # Plain calls, not a context manager: _call runs them on every unary RPC.
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[service_pb2.PutStreamResponse]:

@@ -123,7 +123,7 @@ class _HostProtocol(LinkProtocol):
             self.send(_failed(Kind.REPLY, frame.tag, aborted.code, aborted.details, aborted.trailers))
         except Exception:  # a bug: this call fails, the others go on (the gRPC process must get an answer)
             log.exception("a forwarded call failed")
-            self.send(Frame(Kind.REPLY, tag=frame.tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
+            self.send(_failed(Kind.REPLY, frame.tag, grpc.StatusCode.INTERNAL, _FAILED_INSIDE, ()))
         else:
             self.send(Frame(Kind.REPLY, tag=frame.tag, body=body))
 
@@ -148,14 +148,13 @@ class _HostProtocol(LinkProtocol):
             self.send(_failed(Kind.STREAM_END, tag, aborted.code, aborted.details, aborted.trailers))
         except Exception:
             log.exception("a forwarded PutStream failed")
-            self.send(Frame(Kind.STREAM_END, tag=tag, status=_INTERNAL, meta={"details": _FAILED_INSIDE}))
+            self.send(_failed(Kind.STREAM_END, tag, grpc.StatusCode.INTERNAL, _FAILED_INSIDE, ()))
         else:
             self.send(Frame(Kind.STREAM_END, tag=tag))
         finally:
             del self.streams[tag]
 
 
-_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _PUT = UNARY_METHODS.index("Put")
 _FAILED_INSIDE = "the call failed inside the sidecar's store process; see its log"
 
