@@ -215,6 +215,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_option(
         s,
+        "--reply-cache-bytes",
+        int,
+        defaults["reply_cache_bytes"],
+        "memory the gRPC process keeps replies to latest-version Gets in, to answer them again without the"
+        " store process while they are still the committed head (0: off)",
+        shown=_size_text(defaults["reply_cache_bytes"]),
+    )
+    env_option(
+        s,
         "--max-map-size-bytes",
         int,
         defaults["max_map_size_bytes"],
@@ -471,6 +480,7 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
         durability=Durability(args.durability),
         cache_size_bytes=args.cache_size_bytes,
         encoder_cache_bytes=args.encoder_cache_bytes,
+        reply_cache_bytes=args.reply_cache_bytes,
         max_map_size_bytes=args.max_map_size_bytes,
         max_queued_write_bytes=args.max_queued_write_bytes,
         max_commit_delay_seconds=args.max_commit_delay_seconds,

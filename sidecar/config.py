@@ -24,6 +24,8 @@ MESSAGE_ENVELOPE_BYTES = 64 * 1024
 #: The memory budgets and the map cap ``ckpt serve`` shares with StoreConfig.
 DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
+#: ``ckpt serve`` only: Get replies its gRPC process keeps (replycache.py).
+DEFAULT_REPLY_CACHE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
 DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024

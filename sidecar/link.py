@@ -60,6 +60,9 @@ class Kind(enum.IntEnum):
     STREAM_END = 13
     #: gRPC -> store: the sidecar is stopping: streams answer what they read and end UNAVAILABLE.
     STOP_STREAMS = 14
+    #: gRPC -> store: the gRPC process answered a call of ``method`` itself (a Get from its reply
+    #: cache), for the store process's metrics; meta {"seconds": float, "state_bytes": int}.
+    SERVED = 15
 
 
 _KINDS = {kind.value: kind for kind in Kind}

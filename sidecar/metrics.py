@@ -46,6 +46,12 @@ class Metrics:
         )
         self.bytes_in = Counter("ckpt_received_bytes", "State bytes received in writes", registry=r)
         self.bytes_out = Counter("ckpt_sent_bytes", "State bytes sent in reads", registry=r)
+        self.reply_cache_hits = Counter(
+            "ckpt_reply_cache_hits",
+            "Gets the gRPC process answered from its reply cache, the store process not asked (also counted"
+            " as Get requests)",
+            registry=r,
+        )
         self.stored = Counter("ckpt_stored_bytes", "Frame bytes written to the store", registry=r)
         self.chain_depth = Histogram(
             "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r

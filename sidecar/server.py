@@ -45,6 +45,7 @@ from .config import (
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_QUEUED_WRITE_BYTES,
+    DEFAULT_REPLY_CACHE_BYTES,
     DEFAULT_REQUEST_ID_TTL_SECONDS,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
     MAX_MESSAGE_BYTES,
@@ -59,6 +60,7 @@ from .gctune import serving_gc
 from .heap import HeapTrimmer
 from .inflight import InFlight
 from .metrics import Metrics
+from .replycache import ReplyCache
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import OFF_LOOP_PATCH_BYTES, PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
 from .storelink import StoreLink, abort_with
@@ -116,6 +118,10 @@ class ServeConfig:
     durability: Durability = Durability.SYNC
     cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
     encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
+    #: With store_process: serialized replies to latest-version Gets that the
+    #: gRPC process keeps and answers again while LMDB's committed head is
+    #: still their version (replycache.py), without the store process. 0 = off.
+    reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES
     max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
     #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
     max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
@@ -159,6 +165,8 @@ class ServeConfig:
             raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.reply_cache_bytes < 0:
+            raise ValueError(f"reply_cache_bytes must be >= 0 (0 = off), got {self.reply_cache_bytes}")
         if self.grace_seconds < 0:
             raise ValueError(f"grace_seconds must be >= 0, got {self.grace_seconds}")
         if self.workers < 1:
@@ -460,6 +468,14 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         except Exception as exc:
             failed(exc)
         return True
+
+    def count_served(self, rpc: str, seconds: float, state_bytes: int) -> None:
+        """Count a Get the gRPC process answered from its reply cache (its metrics are this process's)."""
+        requests, latency = self._metrics.per_rpc(rpc)
+        requests.inc()
+        latency.observe(seconds)
+        self._metrics.bytes_out.inc(state_bytes)
+        self._metrics.reply_cache_hits.inc()
 
     def _message(self, exc: StoreError) -> str:
         if isinstance(exc, StateTooLarge) and self._state_limit_origin:
@@ -768,8 +784,9 @@ def unary_dispatch(service: CheckpointService) -> list[UnaryHandler]:
     return out
 
 
-def add_forwarded_service(link: StoreLink, server: grpc.aio.Server) -> None:
-    """Serve the CheckpointService by forwarding each call's bytes to the store process."""
+def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: ReplyCache | None = None) -> None:
+    """Serve the CheckpointService by forwarding each call's bytes to the store process;
+    with ``replies``, a Get it holds the answer to is answered here."""
 
     def forwarder(index: int) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -781,8 +798,36 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server) -> None:
         return forward
 
     handlers = {name: grpc.unary_unary_rpc_method_handler(forwarder(i)) for i, name in enumerate(UNARY_METHODS)}
+    if replies is not None:
+        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(link, replies))
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
     _register(server, handlers)
+
+
+_GET = UNARY_METHODS.index("Get")
+
+
+def _cached_get(link: StoreLink, replies: ReplyCache) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        start = time.perf_counter()
+        try:
+            request = service_pb2.GetRequest.FromString(raw)
+        except DecodeError:
+            request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
+        if request is not None:
+            hit = replies.answer(request.session_id, request.version)
+            if hit is not None:
+                body, state_bytes = hit
+                link.served(_GET, time.perf_counter() - start, state_bytes)
+                return body
+        status, meta, body = await link.call(_GET, raw)
+        if status:
+            await abort_with(context, status, meta)
+        if request is not None and not request.version:
+            replies.remember(request.session_id, body)
+        return body
+
+    return get
 
 
 def _echo_handler() -> grpc.GenericRpcHandler:
@@ -895,6 +940,11 @@ class SidecarServer:
         else:
             link.on_failed = self.writes_stopped.set
             self.metrics_address = link.metrics_address
+        #: With a store process: the Get replies this process answers itself (None: off).
+        self.replies: ReplyCache | None = None
+        if link is not None and config.reply_cache_bytes:
+            # Read-only, beside the store process, which created the directory's LMDB before it said READY.
+            self.replies = ReplyCache(Store(config.store_config(), readonly=True), config.reply_cache_bytes)
         # gRPC's own memory (received messages) is this process's, wherever the store runs.
         self.heap_trimmer = (
             HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls.started)
@@ -916,7 +966,7 @@ class SidecarServer:
                 add_checkpoint_service(self.side.service, self.server)
             else:
                 assert link is not None
-                add_forwarded_service(link, self.server)
+                add_forwarded_service(link, self.server, self.replies)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -931,6 +981,8 @@ class SidecarServer:
         except BaseException:
             if self.side is not None:
                 self.side.close()
+            if self.replies is not None:
+                self.replies.close()
             raise
 
     @property
@@ -1004,6 +1056,8 @@ class SidecarServer:
         idle.cancel()
         if self.heap_trimmer is not None:
             self.heap_trimmer.stop()
+        if self.replies is not None:
+            self.replies.close()
         if self.side is not None:
             self.side.close()
         else:

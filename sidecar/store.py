@@ -786,7 +786,19 @@ class Store:
         return GetResult(cached.info.version, cached.state.tobytes(), cached.info)
 
     def _still_head(self, sid: bytes, info: VersionInfo) -> bool:
-        """Whether ``info`` is the session's head in LMDB now: same version, written at the same time."""
+        """Whether ``info`` is the session's head in LMDB now (see :meth:`is_head`)."""
+        return self._is_head(sid, info.version, info.created_unix_nanos, full_frame=info.frame_kind is FrameKind.FULL)
+
+    def is_head(self, session_id: str, version: int, created_unix_nanos: int, *, full_frame: bool) -> bool:
+        """Whether the version written at ``created_unix_nanos`` (and stored as a FULL frame, or not)
+        is the session's committed head now: one read transaction, nothing decoded.
+
+        For a cache outside this store (the gRPC process's replies to Gets),
+        which must never answer with a state that is not the committed head.
+        """
+        return self._is_head(keys.session_key(session_id), version, created_unix_nanos, full_frame=full_frame)
+
+    def _is_head(self, sid: bytes, version: int, created_unix_nanos: int, *, full_frame: bool) -> bool:
         with self._read() as txn:
             raw = txn.get(sid, db=self._sessions)
             if raw is None:
@@ -794,11 +806,11 @@ class Store:
             rec = _record(raw)
         # Every write sets the record's updated time to its version's creation
         # time, so a session deleted and written again to the same version differs.
-        if rec.head_version != info.version or rec.updated_unix_nanos != info.created_unix_nanos:
+        if rec.head_version != version or rec.updated_unix_nanos != created_unix_nanos:
             return False
-        # A quiet keyframe (another worker's sweeper) rewrites the head's frame,
+        # A quiet keyframe (another process's sweeper) rewrites the head's frame,
         # not its state: the cached metadata would still say DELTA and its size.
-        return rec.chain_start_version != info.version or info.frame_kind is FrameKind.FULL
+        return rec.chain_start_version != version or full_frame
 
     def session(self, session_id: str) -> SessionInfo:
         sid = keys.session_key(session_id)

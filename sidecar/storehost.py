@@ -84,6 +84,10 @@ class _HostProtocol(LinkProtocol):
             stream = self.streams.get(frame.tag)
             if stream is not None:
                 stream.put_nowait(frame)
+        elif frame.kind is Kind.SERVED:
+            if self.service is not None:
+                meta = frame.meta
+                self.service.count_served(UNARY_METHODS[frame.method], meta["seconds"], meta["state_bytes"])
         elif frame.kind is Kind.STOP_STREAMS:
             if self.service is not None:
                 self.service.stop_streams()

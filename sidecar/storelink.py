@@ -197,6 +197,10 @@ class StoreLink:
             self._protocol.streams.pop(tag, None)
             self.calls.ended()
 
+    def served(self, method: int, seconds: float, state_bytes: int) -> None:
+        """Tell the store process's metrics of a call this process answered itself."""
+        self._send(Frame(Kind.SERVED, method=method, meta={"seconds": seconds, "state_bytes": state_bytes}))
+
     def stop_streams(self) -> None:
         """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""
         self._send(Frame(Kind.STOP_STREAMS))

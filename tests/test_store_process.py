@@ -62,15 +62,18 @@ def _stored_versions(data_dir: Path, session: str) -> list[bytes]:
         return [store.get(session, v).state for v in range(1, head + 1)]
 
 
-def test_the_store_lives_in_a_child_process_that_ends_with_the_sidecar(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data", "--store-process")
+@pytest.mark.parametrize("reply_cache", ["default", "off"])
+def test_the_store_lives_in_a_child_process_that_ends_with_the_sidecar(tmp_path: Path, reply_cache: str) -> None:
+    extra = ("--reply-cache-bytes", "0") if reply_cache == "off" else ()
+    sidecar = start_sidecar(tmp_path / "data", "--store-process", *extra)
     child = _store_process(sidecar)
     try:
         with CheckpointClient(sidecar.unix_target) as client:
             client.put("s", b"\x08\x01")
-        # LMDB's file is mapped by the store process only: the gRPC process never opens it.
+        # The store process writes LMDB; the gRPC process maps it only to read heads for its reply
+        # cache (replycache.py), and not at all without one.
         assert _maps_data_file(child)
-        assert not _maps_data_file(sidecar.pid)
+        assert _maps_data_file(sidecar.pid) == (reply_cache == "default")
     finally:
         assert sidecar.stop() == 0, sidecar.log()
     _wait_gone(child)
