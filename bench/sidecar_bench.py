@@ -24,7 +24,8 @@ measured against that one server, over its unix socket, in this run:
    batch, at most 4 batches unanswered per stream; writes/s and its ratio to
    the unary merge rate;
 4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
-   sidecar's state cache) against echoing the same number of bytes, calls
+   gRPC process's reply cache, or with ``--no-store-process`` from the state
+   cache) against echoing the same number of bytes, calls
    alternating on one client thread; p50/p99 of each, and the p50 ratio;
 What ``ckpt serve --workers N`` changes is measured by ``python -m bench.workers_bench``.
 
@@ -541,7 +542,7 @@ def render(report: Report) -> str:
     lines.append(f"\n## hot get: latest of a {lat['state_bytes']:,} B state, {lat['pairs']} alternating pairs")
     lines.append("| call | p50 us | p99 us |")
     lines.append("|---|---:|---:|")
-    lines.append(f"| get (state cache) | {lat['get_p50_us']:.0f} | {lat['get_p99_us']:.0f} |")
+    lines.append(f"| get (cached) | {lat['get_p50_us']:.0f} | {lat['get_p99_us']:.0f} |")
     lines.append(f"| echo {lat['state_bytes']:,} B | {lat['echo_p50_us']:.0f} | {lat['echo_p99_us']:.0f} |")
     lines.append("\n## ratios")
     lines.append("| ratio | value | target | ok |")
