@@ -13,15 +13,22 @@ record, and the next Get is forwarded (and its reply kept in turn).
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
 from .cache import LRU
 from .store import Store
 
-# What an entry keeps besides its reply's bytes: the key, the tuple, the LRU's node.
-_ENTRY_BYTES = 400
+log = logging.getLogger(__name__)
+
+# What an entry keeps besides its reply's bytes and its key's: the tuple, its
+# ints, the key object's header and the LRU's node (339 B with a 16-byte id,
+# tracemalloc over 20,000 entries, CPython 3.11).
+_ENTRY_BYTES = 330
 
 
 class _Reply(NamedTuple):
@@ -32,10 +39,12 @@ class _Reply(NamedTuple):
     body: bytes
     #: Its state's size (what a Get counts as sent).
     state_bytes: int
+    #: The size of its key (the session id, UTF-8).
+    key_bytes: int
 
 
 def _weigh(reply: _Reply) -> int:
-    return _ENTRY_BYTES + len(reply.body)
+    return _ENTRY_BYTES + reply.key_bytes + len(reply.body)
 
 
 class ReplyCache:
@@ -51,7 +60,6 @@ class ReplyCache:
         self._store = store
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply] = LRU(capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh)
-        self.hits = 0
 
     def answer(self, session_id: str, version: int) -> tuple[bytes, int] | None:
         """The reply to a Get of ``version`` (0: the latest) and its state's size, if kept and still the
@@ -69,16 +77,20 @@ class ReplyCache:
         if not current:
             self._replies.discard(key)
             return None
-        self.hits += 1
         return reply.body, reply.state_bytes
 
     def remember(self, session_id: str, body: bytes) -> None:
         """Keep the store process's reply to a Get of ``session_id``'s latest version."""
-        response = service_pb2.GetResponse.FromString(body)  # ~12 us for a 300 KB state
+        try:
+            response = service_pb2.GetResponse.FromString(body)  # ~12 us for a 300 KB state
+        except DecodeError:  # a bug; the Get itself is answered all the same
+            log.exception("a Get reply from the store process does not parse; not kept")
+            return
         info = response.info
         created = info.created_at.seconds * 1_000_000_000 + info.created_at.nanos
         full = info.frame_kind == service_pb2.FRAME_KIND_FULL
-        self._replies.put(session_id.encode(), _Reply(response.version, created, full, body, len(response.state)))
+        key = session_id.encode()
+        self._replies.put(key, _Reply(response.version, created, full, body, len(response.state), len(key)))
 
     def close(self) -> None:
         self._replies.clear()

@@ -273,3 +273,16 @@ def test_a_closed_reader_forwards_rather_than_fails(tmp_path: Path, writer: _Wri
     store.close()
     assert cache.answer("a", 0) is None
     cache.close()
+
+
+def test_a_reply_that_does_not_parse_is_not_kept(
+    tmp_path: Path, writer: _Writer, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer("put", "a", _state(1))
+    cache = ReplyCache(Store(StoreConfig(data_dir=tmp_path), readonly=True), 1 << 20)
+    try:
+        cache.remember("a", b"\xff")  # not a GetResponse: a bug in the store process, logged
+        assert len(cache) == 0 and cache.answer("a", 0) is None
+        assert "does not parse" in caplog.text
+    finally:
+        cache.close()
