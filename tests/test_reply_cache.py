@@ -256,6 +256,11 @@ def test_the_cache_keeps_to_its_bytes(tmp_path: Path, writer: _Writer) -> None:
             cache.remember(f"s{i}", writer("reply", f"s{i}"))
         assert len(cache) == 3 and cache.size_bytes <= 35_000
         assert [cache.answer(f"s{i}", 0) is not None for i in range(10)] == [False] * 7 + [True] * 3
+        # A reply heavier than the whole budget is not kept, and evicts nothing.
+        writer("put", "big", _state(0, 40_000))
+        cache.remember("big", writer("reply", "big"))
+        assert cache.answer("big", 0) is None
+        assert [cache.answer(f"s{i}", 0) is not None for i in range(7, 10)] == [True] * 3
     finally:
         cache.close()
 
