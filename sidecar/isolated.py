@@ -245,18 +245,6 @@ def _send_error(events: IO[bytes], exc: BaseException) -> None:
     events.flush()
 
 
-def _forget_dead_readers(store: Store) -> None:
-    """Free the LMDB reader slots of children that died holding a read transaction.
-
-    Beside a running sidecar, a dead reader's slot stays in lock.mdb: it pins
-    the snapshot it read (the writer cannot reuse pages freed since) and, one
-    per dead child, would fill the reader table. mdb_reader_check clears only
-    slots whose process is gone; data.mdb is not touched.
-    """
-    with contextlib.suppress(Exception):
-        store._env.reader_check()
-
-
 # -- one call -----------------------------------------------------------------
 
 
@@ -318,7 +306,7 @@ def _clear_dead_readers(data_dir: Path, opener: Opener) -> None:
 
     def body(events: IO[bytes]) -> None:
         with opener(data_dir) as store:
-            _forget_dead_readers(store)
+            store.forget_dead_readers()
 
     with contextlib.suppress(Exception):
         _run(body)
@@ -438,7 +426,7 @@ def _open_in_child(
         _send_error(events, exc)
         return None
     if after_death:
-        _forget_dead_readers(store)
+        store.forget_dead_readers()
     return store
 
 

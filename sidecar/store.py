@@ -1747,6 +1747,24 @@ class Store:
             with self._rw.exclusive():
                 self._env.set_mapsize(0)  # adopt the size the file now has
 
+    def forget_dead_readers(self) -> None:
+        """Free the LMDB reader slots of processes that died inside a read transaction.
+
+        Other processes read this directory: the sidecar's gRPC process (its
+        reply cache reads heads), ``ckpt verify`` children and the like. One killed
+        inside a read transaction leaves its slot in lock.mdb, pinning that
+        snapshot (pages freed since cannot be reused, so the file grows)
+        and, one per dead process, would fill the reader table, while this
+        store stays open (opening one clears such slots). mdb_reader_check
+        clears only slots whose process is gone; data.mdb is not touched.
+        """
+        with self._rw.shared():
+            if not self._env_closed:
+                try:
+                    self._env.reader_check()
+                except lmdb.Error as exc:
+                    log.warning("could not check LMDB's reader table: %s", exc)
+
     def _writer_loop(self) -> None:
         stop = False
         while not stop:
@@ -1991,6 +2009,7 @@ class Store:
 
     def _sweeper_loop(self) -> None:
         while not self._closing.wait(self.config.sweep_interval_seconds):
+            self.forget_dead_readers()
             try:
                 self.sweep()
             except Unavailable:
