@@ -799,7 +799,7 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: Rep
 
     handlers = {name: grpc.unary_unary_rpc_method_handler(forwarder(i)) for i, name in enumerate(UNARY_METHODS)}
     if replies is not None:
-        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(link, replies))
+        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(forwarder(_GET), link, replies))
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
     _register(server, handlers)
 
@@ -807,7 +807,11 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: Rep
 _GET = UNARY_METHODS.index("Get")
 
 
-def _cached_get(link: StoreLink, replies: ReplyCache) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+def _cached_get(
+    forward: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]], link: StoreLink, replies: ReplyCache
+) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    """A Get ``replies`` answers, else ``forward``ed (and its reply kept when it asked for the latest)."""
+
     async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         start = time.perf_counter()
         try:
@@ -820,9 +824,7 @@ def _cached_get(link: StoreLink, replies: ReplyCache) -> Callable[[bytes, grpc.a
                 body, state_bytes = hit
                 link.served(_GET, time.perf_counter() - start, state_bytes)
                 return body
-        status, meta, body = await link.call(_GET, raw)
-        if status:
-            await abort_with(context, status, meta)
+        body = await forward(raw, context)
         if request is not None and not request.version:
             replies.remember(request.session_id, body)
         return body
