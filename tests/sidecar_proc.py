@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,3 +45,12 @@ def start_sidecar(data_dir: Path, *extra: str, socket_path: Path | None = None, 
 def start_sidecar_sweeping(data_dir: Path, sweep_seconds: float, *extra: str) -> Sidecar:
     """A real `ckpt serve` on a unix socket and a TCP port whose sweeper runs every ``sweep_seconds``."""
     return start_sidecar(data_dir, "--sweep-interval-seconds", str(sweep_seconds), *extra)
+
+
+def metric(sidecar: Sidecar, name: str) -> float:
+    """One sample of the sidecar's /metrics (started with --metrics-port, kept as ``sidecar.metrics_port``)."""
+    port = sidecar.metrics_port  # type: ignore[attr-defined]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert found, text
+    return float(found.group(1))

@@ -9,10 +9,8 @@ as the two processes do.
 from __future__ import annotations
 
 import multiprocessing
-import re
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -27,20 +25,13 @@ from sidecar.config import StoreConfig
 from sidecar.replycache import ReplyCache
 from sidecar.server import ServeConfig, version_info_pb
 from sidecar.store import Store
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar, start_sidecar_sweeping
+from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
 
 FULL = service_pb2.FRAME_KIND_FULL
 
 
 def _state(n: int, size: int = 2000) -> bytes:
     return (b"%08d" % n) * (size // 8)
-
-
-def _metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    assert found is not None, f"{name} not in /metrics"
-    return float(found.group(1))
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
@@ -62,22 +53,20 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 
 
 def test_a_repeated_get_is_answered_by_the_grpc_process_and_counted(sidecar: Sidecar) -> None:
-    port = sidecar.metrics_port  # type: ignore[attr-defined]
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("s", _state(1))
         first = client.get("s")  # forwarded: the store process's state cache answers, this process keeps it
         again = [client.get("s"), client.get("s", 1), client.get("s")]
     assert [g.SerializeToString() for g in again] == [first.SerializeToString()] * 3
     assert first.state == _state(1) and first.version == 1
-    _wait_for(lambda: _metric(port, 'ckpt_requests_total{rpc="Get"}') == 4.0)
-    assert _metric(port, "ckpt_reply_cache_hits_total") == 3.0
-    assert _metric(port, "ckpt_state_cache_hits_total") == 1.0
-    assert _metric(port, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
-    assert _metric(port, "ckpt_sent_bytes_total") == 4.0 * len(_state(1))
+    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}') == 4.0)
+    assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
+    assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
+    assert metric(sidecar, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
+    assert metric(sidecar, "ckpt_sent_bytes_total") == 4.0 * len(_state(1))
 
 
 def test_a_kept_reply_is_never_answered_once_the_head_moved(sidecar: Sidecar) -> None:
-    port = sidecar.metrics_port  # type: ignore[attr-defined]
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("s", _state(1))
         assert client.get("s").state == _state(1)
@@ -98,8 +87,8 @@ def test_a_kept_reply_is_never_answered_once_the_head_moved(sidecar: Sidecar) ->
         client.fork("s", "t", version=1)
         assert client.get("t").state == _state(9)
     # Hits: the second Get after each write (2), the Get after the older version's, the fork's session none.
-    _wait_for(lambda: _metric(port, "ckpt_reply_cache_hits_total") >= 3.0)
-    assert _metric(port, "ckpt_reply_cache_hits_total") == 3.0
+    _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_hits_total") >= 3.0)
+    assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
 
 
 def test_a_quiet_keyframe_is_seen_by_the_next_get(tmp_path: Path) -> None:
@@ -164,18 +153,19 @@ def test_concurrent_gets_never_return_a_version_older_than_an_acknowledged_write
         t.join()
     assert not failures, failures[:5]
     assert gets[0] > 100 and min(acked.values()) > 10
-    assert _metric(sidecar.metrics_port, "ckpt_reply_cache_hits_total") > 0  # type: ignore[attr-defined]
+    assert metric(sidecar, "ckpt_reply_cache_hits_total") > 0
 
 
 def test_reply_cache_bytes_0_forwards_every_get(tmp_path: Path) -> None:
     port = free_port()
     sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(port), "--reply-cache-bytes", "0")
+    sidecar.metrics_port = port  # type: ignore[attr-defined]
     try:
         with CheckpointClient(sidecar.unix_target) as client:
             client.put("s", _state(1))
             assert [client.get("s").state for _ in range(3)] == [_state(1)] * 3
-        assert _metric(port, "ckpt_state_cache_hits_total") == 3.0
-        assert _metric(port, "ckpt_reply_cache_hits_total") == 0.0
+        assert metric(sidecar, "ckpt_state_cache_hits_total") == 3.0
+        assert metric(sidecar, "ckpt_reply_cache_hits_total") == 0.0
     finally:
         assert sidecar.stop() == 0, sidecar.log()
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import re
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +28,7 @@ from sidecar.client import AsyncCheckpointClient, CheckpointClient, UnavailableE
 from sidecar.metrics import Metrics
 from sidecar.server import CheckpointService
 from sidecar.store import _Op
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar
 
 STATE_BYTES = 100_000
 BUDGET_BYTES = 3 * STATE_BYTES  # three states fit, the fourth waits
@@ -174,14 +172,6 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
         yield s
     finally:
         s.stop()
-
-
-def metric(sidecar: Sidecar, name: str) -> float:
-    port = sidecar.metrics_port  # type: ignore[attr-defined]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert found, text
-    return float(found.group(1))
 
 
 def queued_write_bytes(sidecar: Sidecar) -> float:
