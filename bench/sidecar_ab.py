@@ -1,6 +1,7 @@
 """Two builds of the sidecar side by side: this checkout against another commit.
 
     python -m bench.sidecar_ab REF [--rounds N] [--seconds S] [--json FILE]
+                               [--baseline-args ARGS] [--this-args ARGS]
 
 On the project's 2-core VMs one build's unary merges/s move ~20% between
 runs of `python -m bench.sidecar_bench`, more than most changes move them, so
@@ -19,6 +20,11 @@ The report gives each build's medians (merges/s, echo calls/s, merge/echo,
 server CPU per call) and, round by round, this build's merges/s and
 merge/echo ratio over the baseline's: a change that helps shows up as paired
 ratios above 1 in most rounds. Nothing is checked: it exits 0.
+
+``--baseline-args`` and ``--this-args`` add ``ckpt serve`` options to one
+build (a shell-quoted string): with REF = HEAD, that compares two settings
+of one build, e.g. ``--this-args '--max-commit-delay-seconds 0'`` (a single
+option, with no value after a space, needs the ``=`` form: ``--this-args=--no-store-process``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -77,7 +84,15 @@ def worktree(ref: str) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3, root: Path | None = None) -> Report:
+def run(
+    ref: str,
+    *,
+    rounds: int = 6,
+    seconds: float = 2.0,
+    warmup: float = 0.3,
+    root: Path | None = None,
+    extra: dict[str, tuple[str, ...]] | None = None,
+) -> Report:
     if rounds < 1 or seconds <= 0 or warmup < 0:
         raise ValueError(f"rounds must be >= 1 and seconds > 0, warmup >= 0; got {rounds}, {seconds}, {warmup}")
     base = root or data_root()
@@ -89,8 +104,11 @@ def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3,
         ok = False
         try:
             # One at a time: if the second cannot start, the first is stopped below.
-            sidecars["baseline"] = _start(base, f"ab-baseline-{os.getpid()}", source=source)
-            sidecars["this"] = _start(base, f"ab-this-{os.getpid()}")
+            options = extra or {}
+            sidecars["baseline"] = _start(
+                base, f"ab-baseline-{os.getpid()}", source=source, extra=options.get("baseline", ())
+            )
+            sidecars["this"] = _start(base, f"ab-this-{os.getpid()}", extra=options.get("this", ()))
             params: dict[str, Any] = {
                 "baseline_ref": ref,
                 "baseline_commit": baseline_commit,
@@ -98,6 +116,7 @@ def run(ref: str, *, rounds: int = 6, seconds: float = 2.0, warmup: float = 0.3,
                 "this_tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
                 "rounds": rounds,
                 "seconds": seconds,
+                "serve_options": {b: list(options.get(b, ())) for b in BUILDS},
                 "warmup_seconds": warmup,
                 # Where each server runs (what `python -m` imports): the proof each build is the one named.
                 "cwd": {b: os.readlink(f"/proc/{sc.pid}/cwd") for b, sc in sidecars.items()},
@@ -140,6 +159,7 @@ def render(report: Report) -> str:
     lines = [
         f"machine: {report.machine}",
         f"baseline: {p['baseline_ref']} = {p['baseline_commit'][:12]}; this: {p['this_commit'][:12]}{changed}",
+        *(f"{b}: ckpt serve {shlex.join(p['serve_options'][b])}" for b in BUILDS if p.get("serve_options", {}).get(b)),
         f"{p['rounds']} rounds x {p['seconds']:g} s per measurement, each build in turn, first one alternating",
         "",
         "| build | merges/s | echo calls/s | merge/echo | server CPU us/merge (both processes) | server CPU us/echo |",
@@ -169,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of both builds (default 6)")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per echo and per merge measurement")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--baseline-args", default="", help="more `ckpt serve` options for the baseline (quoted)")
+    parser.add_argument("--this-args", default="", help="more `ckpt serve` options for this build (quoted)")
     args = parser.parse_args(argv)
+    extra = {"baseline": tuple(shlex.split(args.baseline_args)), "this": tuple(shlex.split(args.this_args))}
     try:
-        report = run(args.ref, rounds=args.rounds, seconds=args.seconds)
+        report = run(args.ref, rounds=args.rounds, seconds=args.seconds, extra=extra)
     except (RuntimeError, ValueError) as exc:
         print(f"sidecar_ab: {exc}", file=sys.stderr)
         return 2

@@ -44,10 +44,10 @@ def test_a_build_that_cannot_start_leaves_no_server_running(tmp_path: Path, monk
     started: list[SidecarProcess] = []
     real_start = sidecar_bench._start
 
-    def start(base: Path, name: str, *, source: Path | None = None) -> SidecarProcess:
+    def start(base: Path, name: str, *, source: Path | None = None, extra: tuple[str, ...] = ()) -> SidecarProcess:
         if started:  # the second build fails, as a baseline without --bench-echo would
             raise RuntimeError("ckpt serve did not start")
-        sidecar = real_start(base, name, source=source)
+        sidecar = real_start(base, name, source=source, extra=extra)
         started.append(sidecar)
         return sidecar
 
@@ -57,3 +57,44 @@ def test_a_build_that_cannot_start_leaves_no_server_running(tmp_path: Path, monk
         sidecar_ab.run("HEAD", rounds=1, seconds=0.1, root=tmp_path)
     assert started and started[0].process.poll() is not None  # the first one was stopped
     assert _worktrees() == before
+
+
+def test_each_build_gets_its_own_serve_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # HEAD against itself with one setting changed: the way to compare two settings of one build.
+    commands: dict[str, list[str]] = {}
+    real_start = sidecar_bench._start
+
+    def start(base: Path, name: str, *, source: Path | None = None, extra: tuple[str, ...] = ()) -> SidecarProcess:
+        sidecar = real_start(base, name, source=source, extra=extra)
+        commands[name] = Path(f"/proc/{sidecar.pid}/cmdline").read_bytes().decode().split("\0")
+        return sidecar
+
+    monkeypatch.setattr(sidecar_ab, "_start", start)
+    report = sidecar_ab.run(
+        "HEAD",
+        rounds=1,
+        seconds=0.1,
+        warmup=0.0,
+        root=tmp_path,
+        extra={"this": ("--max-commit-delay-seconds", "0")},
+    )
+    (baseline,) = (c for n, c in commands.items() if n.startswith("ab-baseline-"))
+    (this,) = (c for n, c in commands.items() if n.startswith("ab-this-"))
+    assert "--max-commit-delay-seconds" not in baseline
+    assert this[this.index("--max-commit-delay-seconds") + 1] == "0"
+    assert report.params["serve_options"] == {"baseline": [], "this": ["--max-commit-delay-seconds", "0"]}
+    assert "this: ckpt serve --max-commit-delay-seconds 0" in sidecar_ab.render(report)
+
+
+def test_serve_options_are_split_like_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def run(ref: str, **kwargs: object) -> None:
+        seen.update(kwargs, ref=ref)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(sidecar_ab, "run", run)
+    assert (
+        sidecar_ab.main(["HEAD", "--this-args", "--durability no-meta-sync", "--baseline-args", "--threads '4'"]) == 2
+    )
+    assert seen["extra"] == {"baseline": ("--threads", "4"), "this": ("--durability", "no-meta-sync")}
