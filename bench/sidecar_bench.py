@@ -18,7 +18,10 @@ measured against that one server, over its unix socket, in this run:
    patches (``step`` + one appended message); merges/s, and its ratio to both
    echoes. Sessions are re-seeded before every repetition, so each
    repetition starts from ~10 KB states (the largest state reached is printed).
-   Also, for information: unary REPLACE of ~10 KB states.
+   Also, for information: unary REPLACE of ~10 KB states, and (with the
+   store in its own process, the default) the merge-size echo sent on by
+   way of the store process, which answers it unread: what the hop alone
+   costs, so a merge's gap to the echo splits into the hop and the store's work.
 3. PutStream: the same merges through ``CheckpointClient.put_stream`` from 4
    threads, each with its own stream over 16 of the sessions, 128 puts per
    batch, at most 4 batches unanswered per stream; writes/s and its ratio to
@@ -57,7 +60,7 @@ import grpc
 from ckpt.v1 import service_pb2
 from sidecar.client import CheckpointClient
 from sidecar.process import SidecarProcess, start_sidecar_process
-from sidecar.server import ECHO_METHOD
+from sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD
 
 from .checkpoint_states import make_patches, make_state
 from .output import finish, proc_cpu_seconds, process_and_children
@@ -206,6 +209,8 @@ class Bench:
         # No serializers: bytes in, bytes out.
         self.echoes = [channel.unary_unary(ECHO_METHOD) for channel in self.echo_channels]
         self.echo = self.echoes[0]
+        # Served only with the store in a process of its own: the echo's bytes cross the link and back.
+        self.link_echoes = [channel.unary_unary(LINK_ECHO_METHOD) for channel in self.echo_channels]
         self.state = make_state(STATE_BYTES)
         self.replace_states = [make_state(STATE_BYTES, step=i) for i in range(16)]
         self.patches = make_patches(256)
@@ -221,11 +226,12 @@ class Bench:
 
     # Each *_workers returns one callable per thread: run until the event is set, return calls made.
 
-    def echo_workers(self, payload: bytes) -> list[Callable[[threading.Event], int]]:
-        """Thread i echoes through connection ``i % connections``."""
+    def echo_workers(self, payload: bytes, *, through_store: bool = False) -> list[Callable[[threading.Event], int]]:
+        """Thread i echoes through connection ``i % connections``; ``through_store``: by way of the store process."""
+        echoes = self.link_echoes if through_store else self.echoes
 
         def worker(i: int) -> Callable[[threading.Event], int]:
-            echo = self.echoes[i % len(self.echoes)]
+            echo = echoes[i % len(echoes)]
 
             def work(stop: threading.Event) -> int:
                 n = 0
@@ -329,6 +335,12 @@ class Bench:
             "echo_request_size": (lambda: self.echo_workers(self.echo_request_size), False, one),
             "unary_merge": (self.merge_workers, True, one),
         }
+        if len(one) > 1:  # a store process: what its hop alone costs
+            kinds["link_echo_request_size"] = (
+                lambda: self.echo_workers(self.echo_request_size, through_store=True),
+                False,
+                one,
+            )
         kinds["stream_merge"] = (self.stream_workers, True, one)
         kinds["unary_replace_10k"] = (self.replace_workers, False, one)
         results: dict[str, list[Throughput]] = {k: [] for k in kinds}
@@ -488,6 +500,12 @@ def run(*, quick: bool = False, root: Path | None = None, store_process: bool = 
             "unary_merge_vs_echo_request_size_if_cpu_bound": _cpu_per_call(report.throughput["echo_request_size"])
             / _cpu_per_call(report.throughput["unary_merge"]),
         }
+        if "link_echo_request_size" in rate:
+            # How the gap splits: the hop to the store process, then the store's own work.
+            report.ratios["link_echo_vs_echo_request_size"] = rate["link_echo_request_size"] / rate["echo_request_size"]
+            report.ratios["unary_merge_vs_link_echo_request_size"] = (
+                rate["unary_merge"] / rate["link_echo_request_size"]
+            )
         got = {
             # The echo with the merge request's own size: same RPCs, same bytes in per call.
             "unary_merge_vs_echo": report.ratios["unary_merge_vs_echo_request_size"],
@@ -521,6 +539,9 @@ def render(report: Report) -> str:
     labels = {
         "echo_10k": f"echo {p['state_bytes']:,} B, {p['clients']} threads",
         "echo_request_size": f"echo {p['merge_request_bytes']:,} B (= merge request), {p['clients']} threads",
+        "link_echo_request_size": (
+            f"echo {p['merge_request_bytes']:,} B by way of the store process, {p['clients']} threads (info)"
+        ),
         "unary_merge": f"unary MERGE ~{p['patch_bytes_mean']:.0f} B patch onto ~10 KB state, {p['clients']} threads",
         "stream_merge": f"PutStream MERGE, {p['streams']} streams x {p['stream_batch']}/batch",
         "unary_replace_10k": f"unary REPLACE {p['state_bytes']:,} B state, {p['clients']} threads (info)",
@@ -570,6 +591,12 @@ def render(report: Report) -> str:
         "The _if_cpu_bound reading divides the echo's CPU per call (server + client, which share this machine's "
         "cores) by the merge's: the ratio the two rates would have if both kept every core busy."
     )
+    if "link_echo_vs_echo_request_size" in r:
+        lines.append(
+            "The echo by way of the store process crosses the same link as a merge and comes back unread: "
+            "link_echo_vs_echo is what the hop to the store process alone leaves of the echo rate (a merge "
+            "cannot beat it), unary_merge_vs_link_echo what the store's own work leaves of that."
+        )
     return "\n".join(lines)
 
 

@@ -67,6 +67,11 @@ class Kind(enum.IntEnum):
 
 _KINDS = {kind.value: kind for kind in Kind}
 
+#: The ``method`` of a CALL for the benchmarks' link echo (``ckpt serve --bench-echo``): the
+#: store process answers with the body as it came, doing nothing else. No CheckpointService
+#: method has this number.
+BENCH_LINK_ECHO = 255
+
 
 class LinkError(StoreError):
     """The bytes on the link are not frames (a bug, or a process that died mid-write)."""

@@ -59,6 +59,7 @@ from .errors import InvalidArgument, StateTooLarge, StoreError, Unavailable
 from .gctune import serving_gc
 from .heap import HeapTrimmer
 from .inflight import InFlight
+from .link import BENCH_LINK_ECHO
 from .metrics import Metrics
 from .replycache import ReplyCache
 from .status import CURRENT_VERSION_KEY, status_of
@@ -70,6 +71,8 @@ T = TypeVar("T")
 
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 ECHO_METHOD = "/ckpt.bench.Echo/Echo"  # bytes in, same bytes out: the benchmark's ceiling
+#: The echo's bytes go to the store process and back (--store-process only): the process hop's cost.
+LINK_ECHO_METHOD = "/ckpt.bench.Echo/LinkEcho"
 # Starts the line logged once the server serves, which ends " pid=N" (sidecar.process waits for it).
 SERVING_LOG = "ckpt serving:"
 # PutStream batches a stream's reader may queue before their answers are sent,
@@ -832,12 +835,22 @@ def _cached_get(
     return get
 
 
-def _echo_handler() -> grpc.GenericRpcHandler:
+def _echo_handler(link: StoreLink | None) -> grpc.GenericRpcHandler:
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return request
 
-    method = grpc.unary_unary_rpc_method_handler(echo)  # no (de)serializer: raw bytes
-    return grpc.method_handlers_generic_handler("ckpt.bench.Echo", {"Echo": method})
+    # No (de)serializers: raw bytes.
+    methods = {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+    if link is not None:
+
+        async def link_echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            status, meta, body = await link.call(BENCH_LINK_ECHO, request)
+            if status:
+                await abort_with(context, status, meta)
+            return body
+
+        methods["LinkEcho"] = grpc.unary_unary_rpc_method_handler(link_echo)
+    return grpc.method_handlers_generic_handler("ckpt.bench.Echo", methods)
 
 
 # -- serving -------------------------------------------------------------------
@@ -975,7 +988,7 @@ class SidecarServer:
                 self.server,
             )
             if config.bench_echo:
-                self.server.add_generic_rpc_handlers((_echo_handler(),))
+                self.server.add_generic_rpc_handlers((_echo_handler(link),))
             #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
             #: The addresses served, a TCP port 0 replaced by the port bound (what the log names).
             self.listening: list[str] = []

@@ -27,7 +27,7 @@ from ckpt.v1 import service_pb2
 
 from .errors import StoreError
 from .gctune import serving_gc
-from .link import Frame, Kind
+from .link import BENCH_LINK_ECHO, Frame, Kind
 from .linkprotocol import LinkProtocol
 from .server import (
     UNARY_METHODS,
@@ -67,6 +67,8 @@ class _HostProtocol(LinkProtocol):
         self.closed = asyncio.Event()
         self.calls: set[asyncio.Task[None]] = set()
         self.service: CheckpointService | None = None
+        #: Answer BENCH_LINK_ECHO calls (ckpt serve --bench-echo).
+        self.bench_echo = False
         #: Each open stream's messages from the gRPC process (STREAM_IN, HALF_CLOSE, CANCEL), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
 
@@ -75,7 +77,9 @@ class _HostProtocol(LinkProtocol):
 
     def frame_received(self, frame: Frame) -> None:
         if frame.kind is Kind.CALL:
-            if frame.method != _PUT or not self._put(frame):
+            if frame.method == BENCH_LINK_ECHO and self.bench_echo:
+                self.send(Frame(Kind.REPLY, tag=frame.tag, body=frame.body))
+            elif frame.method != _PUT or not self._put(frame):
                 self._start(self._call(frame))
         elif frame.kind is Kind.STREAM_OPEN:
             self.streams[frame.tag] = asyncio.Queue()
@@ -194,6 +198,7 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         return 1
     try:
         protocol.dispatch = unary_dispatch(side.service)
+        protocol.bench_echo = config.bench_echo
         protocol.service = side.service
         side.start()
         protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))

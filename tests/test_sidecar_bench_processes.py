@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import grpc
+import pytest
+
 from bench import sidecar_bench, workers_bench
 from bench.output import proc_cpu_seconds
+from sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD
 
 
 def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu(tmp_path: Path) -> None:
@@ -46,3 +50,32 @@ def test_cpu_seconds_sums_the_processes_and_is_nan_for_a_missing_one(tmp_path: P
     finally:
         assert sidecar.stop() == 0
     assert math.isnan(sidecar_bench._cpu_seconds([sidecar.pid]))  # reaped: no /proc entry left
+
+
+def test_the_link_echo_crosses_to_the_store_process_and_back_only_where_there_is_one(tmp_path: Path) -> None:
+    payload = bytes(range(256)) * 40
+    sidecar = sidecar_bench._start(tmp_path, "linked")  # the store in its own process (the default)
+    try:
+        with grpc.insecure_channel(sidecar.targets[0]) as channel:
+            assert channel.unary_unary(LINK_ECHO_METHOD)(payload, timeout=10) == payload
+            assert channel.unary_unary(LINK_ECHO_METHOD)(b"", timeout=10) == b""
+        # The bench measures it only where it is served, and splits the ratio with it.
+        bench = sidecar_bench.Bench(sidecar, quick=True)
+        try:
+            t = sidecar_bench.run_threads(
+                bench.echo_workers(bench.echo_request_size, through_store=True), 0.3, [sidecar.pid]
+            )
+            assert t.calls > 0
+        finally:
+            bench.close()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log(tail_chars=2000)
+    alone = sidecar_bench._start(tmp_path, "alone", extra=("--no-store-process",))
+    try:
+        with grpc.insecure_channel(alone.targets[0]) as channel:
+            assert channel.unary_unary(ECHO_METHOD)(payload, timeout=10) == payload
+            with pytest.raises(grpc.RpcError) as info:
+                channel.unary_unary(LINK_ECHO_METHOD)(payload, timeout=10)
+            assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        assert alone.stop() == 0, alone.log(tail_chars=2000)
