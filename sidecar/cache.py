@@ -117,7 +117,9 @@ class LRU(Generic[V]):
 
     ``weigh`` is called on every put, so a value that grew since its last put
     (an encoder after a MERGE) is re-weighed then. A value heavier than the
-    whole budget is not kept.
+    whole budget is not kept (and what was kept under its key is dropped),
+    without evicting anything else: kept, it would evict every other value
+    and then itself.
     """
 
     def __init__(
@@ -143,9 +145,11 @@ class LRU(Generic[V]):
         old = self._items.pop(key, None)
         if old is not None:
             self._weight -= old[1]
+        limit = self._max_weight
+        if limit is not None and weight > limit:
+            return
         self._items[key] = (value, weight)
         self._weight += weight
-        limit = self._max_weight
         while len(self._items) > self._capacity or (limit is not None and self._weight > limit):
             _, (_, evicted) = self._items.popitem(last=False)
             self._weight -= evicted

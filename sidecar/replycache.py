@@ -58,7 +58,6 @@ class ReplyCache:
         if not store.readonly:
             raise ValueError("a ReplyCache reads heads from a read-only Store (the store process writes)")
         self._store = store
-        self._capacity_bytes = capacity_bytes
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply] = LRU(capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh)
 
@@ -91,12 +90,8 @@ class ReplyCache:
         created = info.created_at.seconds * 1_000_000_000 + info.created_at.nanos
         full = info.frame_kind == service_pb2.FRAME_KIND_FULL
         key = session_id.encode()
-        reply = _Reply(response.version, created, full, body, len(response.state), len(key))
-        if _weigh(reply) > self._capacity_bytes:
-            # Kept, it would evict every other reply and then itself.
-            self._replies.discard(key)
-            return
-        self._replies.put(key, reply)
+        # One heavier than the whole cache is not kept (the LRU drops it, and evicts nothing for it).
+        self._replies.put(key, _Reply(response.version, created, full, body, len(response.state), len(key)))
 
     def close(self) -> None:
         self._replies.clear()

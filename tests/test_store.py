@@ -705,7 +705,8 @@ def test_cached_encoders_stay_within_their_memory_budget(config: StoreConfig) ->
         (10, 10, [("a", 4), ("b", 4), ("c", 4)], ["b", "c"], 8),
         (10, 10, [("a", 4), ("b", 4), ("a", 4), ("c", 4)], ["a", "c"], 8),  # a put refreshes recency
         (10, 10, [("a", 4), ("b", 4), ("a", 1)], ["b", "a"], 5),  # and re-weighs
-        (10, 10, [("a", 4), ("b", 11)], [], 0),  # heavier than the budget: not kept, and evicts the rest
+        (10, 10, [("a", 4), ("b", 11)], ["a"], 4),  # heavier than the budget: not kept, and evicts nothing
+        (10, 10, [("a", 4), ("b", 4), ("b", 11)], ["a"], 4),  # and drops what its key held
         (10, 10, [("a", 10)], ["a"], 10),  # exactly the budget fits
         (0, 10, [("a", 1)], [], 0),  # capacity 0 keeps nothing
     ],
