@@ -340,7 +340,8 @@ def _parser() -> argparse.ArgumentParser:
         "--bench-echo",
         action="store_true",
         default=_env("BENCH_ECHO", "") == "1",
-        help="also serve the benchmarks' echo method (env CKPT_BENCH_ECHO=1)",
+        help="also serve the benchmarks' echo methods: /ckpt.bench.Echo/Echo, and LinkEcho, which goes by way of"
+        " the store process (env CKPT_BENCH_ECHO=1)",
     )
 
     p = sub.add_parser("put", help="write a version", description="Write a version from FILE or stdin.")
