@@ -790,24 +790,27 @@ def unary_dispatch(service: CheckpointService) -> list[UnaryHandler]:
 def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: ReplyCache | None = None) -> None:
     """Serve the CheckpointService by forwarding each call's bytes to the store process;
     with ``replies``, a Get it holds the answer to is answered here."""
-
-    def forwarder(index: int) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-        async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            status, meta, body = await link.call(index, raw)
-            if status:
-                await abort_with(context, status, meta)
-            return body
-
-        return forward
-
-    handlers = {name: grpc.unary_unary_rpc_method_handler(forwarder(i)) for i, name in enumerate(UNARY_METHODS)}
+    handlers = {name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i)) for i, name in enumerate(UNARY_METHODS)}
     if replies is not None:
-        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(forwarder(_GET), link, replies))
+        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(_forwarder(link, _GET), link, replies))
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
     _register(server, handlers)
 
 
 _GET = UNARY_METHODS.index("Get")
+
+
+def _forwarder(link: StoreLink, method: int) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    """A unary handler that sends the request's bytes to the store process as a call of ``method``
+    (an index of UNARY_METHODS, or link.BENCH_LINK_ECHO) and answers with its reply or status."""
+
+    async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        status, meta, body = await link.call(method, raw)
+        if status:
+            await abort_with(context, status, meta)
+        return body
+
+    return forward
 
 
 def _cached_get(
@@ -842,14 +845,7 @@ def _echo_handler(link: StoreLink | None) -> grpc.GenericRpcHandler:
     # No (de)serializers: raw bytes.
     methods = {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
     if link is not None:
-
-        async def link_echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            status, meta, body = await link.call(BENCH_LINK_ECHO, request)
-            if status:
-                await abort_with(context, status, meta)
-            return body
-
-        methods["LinkEcho"] = grpc.unary_unary_rpc_method_handler(link_echo)
+        methods["LinkEcho"] = grpc.unary_unary_rpc_method_handler(_forwarder(link, BENCH_LINK_ECHO))
     return grpc.method_handlers_generic_handler("ckpt.bench.Echo", methods)
 
 
