@@ -63,6 +63,9 @@ class Kind(enum.IntEnum):
     #: gRPC -> store: the gRPC process answered a call of ``method`` itself (a Get from its reply
     #: cache), for the store process's metrics; meta {"seconds": float, "state_bytes": int}.
     SERVED = 15
+    #: gRPC -> store: the gRPC process's own gauges, for the store process's metrics;
+    #: meta {"reply_cache_bytes": int, "reply_cache_entries": int}.
+    GAUGES = 16
 
 
 _KINDS = {kind.value: kind for kind in Kind}

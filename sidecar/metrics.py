@@ -57,6 +57,9 @@ class Metrics:
             "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r
         )
 
+        #: The gRPC process's reply cache (bytes, entries), as it last reported it; None: it has none.
+        self.reply_cache: tuple[int, int] | None = None
+
         # labels() takes a lock and a dict lookup per call: resolve each RPC's
         # children once (RPC names are a fixed set).
         self._per_rpc: dict[str, tuple[Any, Any]] = {}
@@ -70,7 +73,7 @@ class Metrics:
         return children
 
     def watch(self, store: Store) -> None:
-        self.registry.register(_StoreCollector(store))
+        self.registry.register(_StoreCollector(store, self))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Serve /metrics on ``addr``:``port`` (0: a free port; an IPv4 or IPv6 address or a
@@ -100,8 +103,9 @@ class Metrics:
 class _StoreCollector(Collector):
     """Store counters read at scrape time (no cost on the write path)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, metrics: Metrics) -> None:
         self._store = store
+        self._metrics = metrics
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         s = self._store
@@ -126,10 +130,18 @@ class _StoreCollector(Collector):
         delayed = CounterMetricFamily("ckpt_commit_delay_seconds", "Seconds the writer waited in those delays")
         delayed.add_metric([], s.commit_delay_seconds)
         memory = GaugeMetricFamily(
-            "ckpt_cache_bytes", "Memory of the latest-state cache and of cached encoders (estimated)", labels=["cache"]
+            "ckpt_cache_bytes",
+            "Memory of the latest-state cache, of cached encoders (estimated) and of the gRPC process's reply cache",
+            labels=["cache"],
         )
         for cache, size in s.memory_bytes.items():
             memory.add_metric([cache], size)
+        reply_cache = self._metrics.reply_cache
+        if reply_cache is not None:
+            memory.add_metric(["reply_cache"], reply_cache[0])
+            entries = GaugeMetricFamily("ckpt_reply_cache_entries", "Get replies the gRPC process keeps")
+            entries.add_metric([], reply_cache[1])
+            yield entries
         queued = GaugeMetricFamily(
             "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
         )

@@ -480,6 +480,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         self._metrics.bytes_out.inc(state_bytes)
         self._metrics.reply_cache_hits.inc()
 
+    def reply_cache_size(self, size_bytes: int, entries: int) -> None:
+        """The gRPC process's reply cache's size, as it last reported it (its metrics are this process's)."""
+        self._metrics.reply_cache = (size_bytes, entries)
+
     def _message(self, exc: StoreError) -> str:
         if isinstance(exc, StateTooLarge) and self._state_limit_origin:
             return f"{exc}; {self._state_limit_origin}"
@@ -792,7 +796,10 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: Rep
     with ``replies``, a Get it holds the answer to is answered here."""
     handlers = {name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i)) for i, name in enumerate(UNARY_METHODS)}
     if replies is not None:
-        handlers["Get"] = grpc.unary_unary_rpc_method_handler(_cached_get(_forwarder(link, _GET), link, replies))
+        gauges = _ReplyCacheGauges(link, replies)
+        handlers["Get"] = grpc.unary_unary_rpc_method_handler(
+            _cached_get(_forwarder(link, _GET), link, replies, gauges.changed)
+        )
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
     _register(server, handlers)
 
@@ -813,10 +820,38 @@ def _forwarder(link: StoreLink, method: int) -> Callable[[bytes, grpc.aio.Servic
     return forward
 
 
+class _ReplyCacheGauges:
+    """Reports the reply cache's size to the store process's metrics: at once, then at most once every
+    ``interval_seconds`` after a Get that may have changed it, and only if it did."""
+
+    def __init__(self, link: StoreLink, replies: ReplyCache, *, interval_seconds: float = 1.0) -> None:
+        self._link = link
+        self._replies = replies
+        self._interval_seconds = interval_seconds
+        self._sent: tuple[int, int] | None = None
+        self._pending: asyncio.TimerHandle | None = None
+        self._send()
+
+    def changed(self) -> None:
+        if self._pending is None:
+            self._pending = asyncio.get_running_loop().call_later(self._interval_seconds, self._send)
+
+    def _send(self) -> None:
+        self._pending = None
+        size = (self._replies.size_bytes, len(self._replies))
+        if size != self._sent:
+            self._sent = size
+            self._link.gauges(reply_cache_bytes=size[0], reply_cache_entries=size[1])
+
+
 def _cached_get(
-    forward: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]], link: StoreLink, replies: ReplyCache
+    forward: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
+    link: StoreLink,
+    replies: ReplyCache,
+    changed: Callable[[], None],
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-    """A Get ``replies`` answers, else ``forward``ed (and its reply kept when it asked for the latest)."""
+    """A Get ``replies`` answers, else ``forward``ed (and its reply kept when it asked for the latest);
+    ``changed`` is called after each Get that may have changed what ``replies`` holds."""
 
     async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         start = time.perf_counter()
@@ -830,9 +865,11 @@ def _cached_get(
                 body, state_bytes = hit
                 link.served(_GET, time.perf_counter() - start, state_bytes)
                 return body
+            changed()  # a miss may have dropped a stale reply
         body = await forward(raw, context)
         if request is not None and not request.version:
             replies.remember(request.session_id, body)
+            changed()
         return body
 
     return get

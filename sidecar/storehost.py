@@ -92,6 +92,9 @@ class _HostProtocol(LinkProtocol):
             if self.service is not None:
                 meta = frame.meta
                 self.service.count_served(UNARY_METHODS[frame.method], meta["seconds"], meta["state_bytes"])
+        elif frame.kind is Kind.GAUGES:
+            if self.service is not None:
+                self.service.reply_cache_size(frame.meta["reply_cache_bytes"], frame.meta["reply_cache_entries"])
         elif frame.kind is Kind.STOP_STREAMS:
             if self.service is not None:
                 self.service.stop_streams()

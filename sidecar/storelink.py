@@ -201,6 +201,15 @@ class StoreLink:
         """Tell the store process's metrics of a call this process answered itself."""
         self._send(Frame(Kind.SERVED, method=method, meta={"seconds": seconds, "state_bytes": state_bytes}))
 
+    def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int) -> None:
+        """Tell the store process's metrics the size of this process's reply cache."""
+        self._send(
+            Frame(
+                Kind.GAUGES,
+                meta={"reply_cache_bytes": reply_cache_bytes, "reply_cache_entries": reply_cache_entries},
+            )
+        )
+
     def stop_streams(self) -> None:
         """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""
         self._send(Frame(Kind.STOP_STREAMS))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -43,6 +44,13 @@ def _wait_for(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> No
         time.sleep(0.02)
 
 
+def _scrape(sidecar: Sidecar) -> str:
+    port = sidecar.metrics_port  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text: str = reply.read().decode()
+    return text
+
+
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
     port = free_port()
@@ -64,6 +72,45 @@ def test_a_repeated_get_is_answered_by_the_grpc_process_and_counted(sidecar: Sid
     assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
     assert metric(sidecar, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
     assert metric(sidecar, "ckpt_sent_bytes_total") == 4.0 * len(_state(1))
+
+
+def test_the_reply_caches_size_reaches_the_metrics(sidecar: Sidecar) -> None:
+    """Reported by the gRPC process over the link: at start, then at most once a second when it changed."""
+    reply_bytes = 'ckpt_cache_bytes{cache="reply_cache"}'
+    _wait_for(lambda: "\nckpt_reply_cache_entries 0.0\n" in _scrape(sidecar))
+    assert metric(sidecar, reply_bytes) == 0.0
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("a", _state(1, 3000))
+        client.put("b", _state(2, 5000))
+        client.get("a")  # forwarded, then kept
+        client.get("b")
+        client.get("b")  # a hit: nothing changes
+        _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 2.0)
+        held = metric(sidecar, reply_bytes)
+        # Each entry weighs its GetResponse's bytes (the state and a little more) plus its bookkeeping.
+        assert 8000 < held < 8000 + 2 * 1000, held
+        client.delete("b")
+        with pytest.raises(NotFoundError):
+            client.get("b")  # the kept reply is stale: dropped, and the Get forwarded
+        _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 1.0)
+        assert 3000 < metric(sidecar, reply_bytes) < 3000 + 1000
+
+
+def test_a_sidecar_without_a_reply_cache_reports_no_size(tmp_path: Path) -> None:
+    for options in (("--no-store-process",), ("--reply-cache-bytes", "0")):
+        port = free_port()
+        s = start_sidecar(tmp_path / f"data{len(options)}", "--metrics-port", str(port), *options)
+        try:
+            s.metrics_port = port  # type: ignore[attr-defined]
+            with CheckpointClient(s.unix_target) as client:
+                client.put("a", _state(1))
+                client.get("a")
+                client.get("a")
+            assert metric(s, "ckpt_reply_cache_hits_total") == 0.0
+            text = _scrape(s)
+            assert "reply_cache_entries" not in text and 'cache="reply_cache"' not in text
+        finally:
+            assert s.stop() == 0, s.log()
 
 
 def test_a_kept_reply_is_never_answered_once_the_head_moved(sidecar: Sidecar) -> None:
