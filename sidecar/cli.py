@@ -419,7 +419,23 @@ def _parser() -> argparse.ArgumentParser:
     # `ckpt bench ...` is handed whole to the harness (bench/harness/main.py), which has its own --help;
     # listed here for the overview only, so the sidecar never imports the benchmark code.
     sub.add_parser("bench", help="benchmark harness: ckpt against other stores (ckpt bench --help)", add_help=False)
+    parser.commands = sub.choices  # type: ignore[attr-defined]  # for _parse_args
     return parser
+
+
+def _parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, but a command's options may also come after its positional arguments.
+
+    argparse alone settles an optional positional at the first run of
+    positionals, so ``ckpt put s --merge patch.bin`` used to fail with
+    "unrecognized arguments: patch.bin" (and ``ckpt verify s1 --data-dir d s2``
+    likewise). The command's own parser reads its arguments intermixed; its
+    errors name the command (``ckpt put: error: ...``).
+    """
+    commands: dict[str, argparse.ArgumentParser] = parser.commands  # type: ignore[attr-defined]
+    if argv and argv[0] in commands:
+        return commands[argv[0]].parse_intermixed_args(argv[1:], namespace=argparse.Namespace(command=argv[0]))
+    return parser.parse_args(argv)  # no command, an unknown one, or -h: the overview's usage and errors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -434,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         return bench_main(argv[1:])
-    args = _parser().parse_args(argv)
+    args = _parse_args(_parser(), argv)
     try:
         return int(COMMANDS[args.command](args))
     except BrokenPipeError:

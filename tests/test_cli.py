@@ -99,6 +99,35 @@ def test_errors_go_to_stderr_with_a_non_zero_exit(sidecar: Sidecar) -> None:
     assert usage.returncode == 2 and b"invalid choice" in usage.stderr
 
 
+def test_a_commands_options_may_come_before_between_or_after_its_arguments(sidecar: Sidecar, tmp_path: Path) -> None:
+    """argparse alone took `ckpt put s --merge FILE` for a put from stdin and refused FILE."""
+    t = ("--target", sidecar.unix_target)
+    base, patch = tmp_path / "base.bin", tmp_path / "patch.bin"
+    base.write_bytes(b"\x08\x01")
+    patch.write_bytes(b"\x10\x02")
+    orders = [
+        ("put", "s", *t, str(base)),
+        ("put", "s", "--merge", *t, str(patch)),
+        ("put", *t, "s", "--merge", str(patch), "--expected-version", "2"),
+        ("put", "--merge", "s", str(patch), *t),
+    ]
+    for version, args in enumerate(orders, start=1):
+        out = ckpt(*args)
+        assert out.returncode == 0 and f'"version": "{version}"'.encode() in out.stdout, (args, out.stderr)
+    assert ckpt("get", "s", *t).stdout == b"\x08\x01" + b"\x10\x02" * 3
+    assert ckpt("get", "s", "--version", "1", *t).stdout == ckpt("get", *t, "--version", "1", "s").stdout == b"\x08\x01"
+    # verify's sessions around an option: both are checked (the second does not exist).
+    both = ckpt("verify", "s", "--data-dir", str(sidecar.data_dir), "missing")
+    assert both.returncode == 1 and b"verified 2 sessions: 1 ok, 1 failed" in both.stdout, both
+    # A bad option is refused by the command, with its own usage.
+    bad = ckpt("put", "s", "--bogus", *t, str(base))
+    assert bad.returncode == 2 and b"usage: ckpt put" in bad.stderr and b"unrecognized arguments: --bogus" in bad.stderr
+    missing = ckpt("get", *t)
+    assert missing.returncode == 2
+    assert b"ckpt get: error: the following arguments are required: session" in missing.stderr
+    assert ckpt("history", "s", *t).stdout.count(b'"version"') == 4  # nothing else was written
+
+
 def test_help_describes_every_command() -> None:
     top = ckpt("--help").stdout.decode()
     for command in ("serve", "put", "get", "history", "sessions", "fork", "delete", "inspect", "verify", "stats"):
