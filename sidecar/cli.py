@@ -39,6 +39,7 @@ from typing import Any
 
 import lmdb
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from codec import DecodeError, FrameKind, iter_versions
 
@@ -618,7 +619,7 @@ def _inspect(args: argparse.Namespace) -> int:
         f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
         f"{info.stored_bytes} bytes stored"
     )
-    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (unix ns)")
+    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (UTC)")
     depth = 0
     for version, vinfo, frame_bytes, starts_chain in frames:
         # A corrupt frame still holds its place in its chain (by its raw kind byte, as verify reads it).
@@ -628,9 +629,16 @@ def _inspect(args: argparse.Namespace) -> int:
             continue
         print(
             f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
-            f"{vinfo.state_size:>10}  {vinfo.created_unix_nanos}"
+            f"{vinfo.state_size:>10}  {_utc(vinfo.created_unix_nanos)}"
         )
     return 0
+
+
+def _utc(unix_nanos: int) -> str:
+    """RFC 3339 in UTC, as ``history`` prints a version's ``created_at`` (protobuf's JSON form of a Timestamp)."""
+    when = Timestamp()
+    when.FromNanoseconds(unix_nanos)
+    return when.ToJsonString()
 
 
 def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:

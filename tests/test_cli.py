@@ -144,6 +144,10 @@ def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> 
     d = ("--data-dir", str(sidecar.data_dir))
     inspect = ckpt("inspect", "v", *d).stdout.decode()
     assert "versions 1..7" in inspect and "FULL" in inspect and "PATCH" in inspect
+    # Each version's creation time, as history gives it (RFC 3339, UTC, to the nanosecond).
+    created = [json.loads(line)["created_at"] for line in ckpt("history", "v", *t).stdout.decode().splitlines()]
+    rows = [line.split() for line in inspect.splitlines()[2:]]
+    assert [row[-1] for row in reversed(rows)] == created
     ok = ckpt("verify", *d)
     assert ok.returncode == 0 and b"verified 1 sessions: 1 ok, 0 failed" in ok.stdout
     stats = json.loads(ckpt("stats", *d).stdout)
