@@ -431,11 +431,17 @@ def _parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
     positionals, so ``ckpt put s --merge patch.bin`` used to fail with
     "unrecognized arguments: patch.bin" (and ``ckpt verify s1 --data-dir d s2``
     likewise). The command's own parser reads its arguments intermixed; its
-    errors name the command (``ckpt put: error: ...``).
+    errors name the command (``ckpt put: error: ...``). After ``--`` every
+    argument is positional (``ckpt get -- -odd-id``), which the intermixed
+    reading does not support (Python 3.11), so such a command line is read
+    the plain way.
     """
     commands: dict[str, argparse.ArgumentParser] = parser.commands  # type: ignore[attr-defined]
     if argv and argv[0] in commands:
-        return commands[argv[0]].parse_intermixed_args(argv[1:], namespace=argparse.Namespace(command=argv[0]))
+        command, namespace = commands[argv[0]], argparse.Namespace(command=argv[0])
+        if "--" in argv:
+            return command.parse_args(argv[1:], namespace=namespace)
+        return command.parse_intermixed_args(argv[1:], namespace=namespace)
     return parser.parse_args(argv)  # no command, an unknown one, or -h: the overview's usage and errors
 
 

@@ -126,6 +126,12 @@ def test_a_commands_options_may_come_before_between_or_after_its_arguments(sidec
     assert missing.returncode == 2
     assert b"ckpt get: error: the following arguments are required: session" in missing.stderr
     assert ckpt("history", "s", *t).stdout.count(b'"version"') == 4  # nothing else was written
+    # After `--` every argument is positional: a session id that starts with a dash.
+    assert ckpt("put", *t, "--", "-odd", str(base)).returncode == 0
+    assert ckpt("put", "--merge", *t, "--", "-odd", str(patch)).returncode == 0
+    assert ckpt("get", *t, "--", "-odd").stdout == b"\x08\x01\x10\x02"
+    assert b'"version": "2"' in ckpt("history", *t, "--", "-odd").stdout
+    assert ckpt("delete", *t, "--", "-odd").stdout.strip() == b'{"deleted_versions": 2}'
 
 
 def test_help_describes_every_command() -> None:
