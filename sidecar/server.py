@@ -895,13 +895,22 @@ class StoreSide:
     In the sidecar's process, or in its store process (``--store-process``, storehost.py).
     """
 
-    def __init__(self, config: ServeConfig, *, worker: int | None, on_writes_stopped: Callable[[str], object]) -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        *,
+        worker: int | None,
+        on_writes_stopped: Callable[[str], object],
+        lock_holder: str | None = None,
+    ) -> None:
+        """``lock_holder``: who a second server on the data directory is told holds it (Store's)."""
         self.config = config
         self.store = Store(
             config.store_config(),
             on_writes_stopped=on_writes_stopped,
             shared=worker is not None,
             sweeper=not worker,  # one sweeper for all: worker 0's
+            lock_holder=lock_holder,
         )
         self.metrics = Metrics()
         try:

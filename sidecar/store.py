@@ -350,6 +350,7 @@ class Store:
         on_writes_stopped: Callable[[str], object] | None = None,
         shared: bool = False,
         sweeper: bool = True,
+        lock_holder: str | None = None,
     ) -> None:
         self.config = config
         self.readonly = readonly
@@ -368,7 +369,7 @@ class Store:
             if config.data_dir.exists() and not config.data_dir.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
             config.data_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_file = None if shared else lock_data_dir(config.data_dir)
+            self._lock_file = None if shared else lock_data_dir(config.data_dir, holder=lock_holder)
         # Before LMDB opens: stamping a full map grows it (_check_layout, _grow_map).
         self._rw = RWLock()
         self.map_resizes = 0
@@ -2063,22 +2064,27 @@ def _value(cur: lmdb.Cursor) -> bytes:
     return cast(bytes, cur.value())
 
 
-def lock_data_dir(data_dir: os.PathLike[str]) -> Any:
-    """Hold an exclusive lock on the data directory for the store's lifetime."""
+def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> Any:
+    """Hold an exclusive lock on the data directory for the store's lifetime.
+
+    ``holder`` is who another process trying to lock it is told holds it
+    (default ``pid N``, this process): `ckpt serve`'s store process names the
+    process to stop, its parent, rather than itself.
+    """
     path = os.path.join(data_dir, "ckpt.lock")
     fh = open(path, "a+")  # noqa: SIM115 - held open until close()
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0)
-        holder = fh.read().strip() or "another process"
+        held_by = fh.read().strip() or "another process"
         fh.close()
-        if holder == f"pid {os.getpid()}":
-            holder = "another Store in this process (close it first)"
-        raise Unavailable(f"data directory {data_dir} is in use by {holder}") from None
+        if held_by == f"pid {os.getpid()}":
+            held_by = "another Store in this process (close it first)"
+        raise Unavailable(f"data directory {data_dir} is in use by {held_by}") from None
     fh.seek(0)
     fh.truncate()
-    fh.write(f"pid {os.getpid()}\n")
+    fh.write(f"{holder or f'pid {os.getpid()}'}\n")
     fh.flush()
     return fh
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import pickle
 import signal
 import socket
@@ -194,9 +195,13 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
 
     try:
         side = StoreSide(
-            config, worker=worker, on_writes_stopped=lambda reason: loop.call_soon_threadsafe(writes_stopped, reason)
+            config,
+            worker=worker,
+            on_writes_stopped=lambda reason: loop.call_soon_threadsafe(writes_stopped, reason),
+            # The process to stop is `ckpt serve`, this one's parent, not this one.
+            lock_holder=f"pid {os.getppid()} (ckpt serve; its store process is pid {os.getpid()})",
         )
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:  # OSError: a data directory that is a file, say
         protocol.send(Frame(Kind.FAILED, meta={"error": str(exc)}))
         return 1
     try:

@@ -363,7 +363,11 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
 
 def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:
     same_dir = start_or_fail(tmp_path / "data", sidecar.unix_target, sidecar.tcp_target)
-    assert "data directory" in same_dir and "is in use" in same_dir
+    # It names the process to stop: `ckpt serve`, never its store process.
+    assert f"data directory {tmp_path / 'data'} is in use by pid {sidecar.process.pid}" in same_dir, same_dir
+    if sidecar.store_process:  # type: ignore[attr-defined]
+        assert f"(ckpt serve; its store process is pid {sidecar.process.pid}" not in same_dir
+        assert "(ckpt serve; its store process is pid " in same_dir
     other = tmp_path / "other"
     same_socket = start_or_fail(other, sidecar.unix_target, f"127.0.0.1:{free_port()}")
     assert f"another server is listening on {sidecar.unix_target}" in same_socket
@@ -395,12 +399,32 @@ def test_a_host_name_with_one_of_its_addresses_taken_is_refused(tmp_path: Path) 
         assert sidecar.stop() == 0
 
 
-def start_or_fail(data_dir: Path, unix: str, tcp: str) -> str:
+@pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
+def test_a_data_directory_that_is_a_file_is_refused_in_one_line(tmp_path: Path, mode: str) -> None:
+    """The store process used to die with a traceback here (NotADirectoryError is no StoreError)."""
+    path = tmp_path / "data"
+    path.write_text("a file")
+    refused = start_or_fail(path, f"unix:{tmp_path / 'a.sock'}", f"127.0.0.1:{free_port()}", mode)
+    assert f"the data directory is not a directory: '{path}'" in refused
+    assert "Traceback" not in refused and "ckpt serving" not in refused
+    assert path.read_text() == "a file"
+
+
+def start_or_fail(data_dir: Path, unix: str, tcp: str, *extra: str) -> str:
     import subprocess
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "serve", "--data-dir", str(data_dir), "--listen", unix, "--listen", tcp],
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            *("--listen", unix, "--listen", tcp),
+            *extra,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
