@@ -43,12 +43,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from codec import DecodeError, FrameKind, iter_versions
 
-from . import isolated
+from . import isolated, keys
 from .backup import write_backup
 from .client import CheckpointClient, CheckpointError, UnavailableError
 from .config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
 from .crosscheck import Problem
-from .errors import DataLoss, NotFound, StoreError
+from .errors import DataLoss, InvalidArgument, NotFound, StoreError
 from .server import EVENT_LOOPS, ServeConfig, serve
 from .store import SessionInfo, Store, VersionInfo
 
@@ -524,6 +524,16 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
 
 
 def _client(args: argparse.Namespace) -> CheckpointClient:
+    # Ids are checked here, by the sidecar's own rules, so that a bad one is a
+    # bad command line (exit 2), said at once: not an error from the sidecar,
+    # nor, with none running, retried for ~2.6 s and reported as a connection failure.
+    for name, field in (("session", "SESSION"), ("new_session", "NEW_SESSION")):
+        value = getattr(args, name, None)
+        if value is not None:
+            try:
+                keys.session_key(value, field=field)
+            except InvalidArgument as exc:
+                raise ValueError(str(exc)) from None
     target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
     try:
         return CheckpointClient(target, max_message_bytes=args.max_message_bytes)
@@ -538,20 +548,19 @@ def _labels(pairs: list[str]) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f"--label {pair!r} is not KEY=VALUE (a non-empty KEY)")
         out[key] = value
+    try:
+        keys.check_labels(out, field="--label")
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
     return out
 
 
 def _put(args: argparse.Namespace) -> int:
-    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-    with _client(args) as c:
+    labels = _labels(args.label)
+    with _client(args) as c:  # the ids are checked before the state is read
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         write = c.merge if args.merge else c.put
-        r = write(
-            args.session,
-            data,
-            expected_version=args.expected_version,
-            request_id=args.request_id,
-            labels=_labels(args.label),
-        )
+        r = write(args.session, data, expected_version=args.expected_version, request_id=args.request_id, labels=labels)
     _print_json(r)
     return 0
 

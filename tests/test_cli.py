@@ -134,6 +134,26 @@ def test_a_commands_options_may_come_before_between_or_after_its_arguments(sidec
     assert ckpt("delete", *t, "--", "-odd").stdout.strip() == b'{"deleted_versions": 2}'
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("put", ""), b"SESSION is empty; it must be 1-256 bytes of UTF-8"),
+        (("get", "x" * 257), b"SESSION is 257 bytes; the limit is 256"),
+        (("history", "a\tb"), b"SESSION 'a\\tb' contains an ASCII control character"),
+        (("delete", ""), b"SESSION is empty"),
+        (("fork", "s", ""), b"NEW_SESSION is empty"),
+        (("put", "s", "--label", "k" * 64 + "=v"), b"--label key '" + b"k" * 64 + b"' is 64 bytes; it must be 1-63"),
+    ],
+)
+def test_a_bad_id_or_label_is_a_bad_command_line_even_with_no_sidecar(
+    tmp_path: Path, args: tuple[str, ...], message: bytes
+) -> None:
+    """Checked by the sidecar's own rules before connecting: exit 2, not a connection error after ~2.6 s of retries."""
+    out = ckpt(*args, "--target", f"unix:{tmp_path / 'nobody.sock'}", stdin=b"\x08\x01")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert out.stderr.startswith(f"ckpt {args[0]}: ".encode()) and b"connect" not in out.stderr
+
+
 def test_help_describes_every_command() -> None:
     top = ckpt("--help").stdout.decode()
     for command in ("serve", "put", "get", "history", "sessions", "fork", "delete", "inspect", "verify", "stats"):
