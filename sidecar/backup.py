@@ -66,7 +66,10 @@ def write_backup(dest: Path, copy: Copier) -> BackupResult:
     # mkdir inside the try: a SIGTERM (ckpt backup raises SystemExit for it) landing between the
     # mkdir and the try left the empty partial behind (seen once in CI).
     try:
-        partial.mkdir()
+        try:
+            partial.mkdir()
+        except OSError as exc:  # named after the destination: the hidden name means nothing to its reader
+            raise type(exc)(exc.errno, f"cannot write a backup in {parent} ({exc.strerror})", str(dest)) from None
         held = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(held, fcntl.LOCK_EX)  # "being written": see _remove_abandoned_copies

@@ -416,7 +416,7 @@ def _parser() -> argparse.ArgumentParser:
         " --data-dir DEST` checks it. Prints what it holds as JSON.",
     )
     data_dir_arg(b)
-    b.add_argument("dest", type=Path, help="the backup's directory (must not exist; its parent must)")
+    b.add_argument("dest", type=_backup_dest, help="the backup's directory (must not exist; its parent must)")
     # `ckpt bench ...` is handed whole to the harness (bench/harness/main.py), which has its own --help;
     # listed here for the overview only, so the sidecar never imports the benchmark code.
     sub.add_parser("bench", help="benchmark harness: ckpt against other stores (ckpt bench --help)", add_help=False)
@@ -797,8 +797,17 @@ def _on_disk_stats(store: Store) -> dict[str, Any]:
     return {name: everything[name] for name in _ON_DISK_STATS}
 
 
+def _backup_dest(text: str) -> Path:
+    if not text:  # Path("") is ".", which "already exists"
+        raise argparse.ArgumentTypeError("DEST is empty; name a new directory")
+    return Path(text)
+
+
 def _backup(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    lmdb_dir = (args.data_dir / "lmdb").resolve()
+    if args.dest.parent.resolve().is_relative_to(lmdb_dir):
+        raise ValueError(f"DEST {args.dest} is inside LMDB's own directory {lmdb_dir}; put the backup elsewhere")
     # A backup stopped by SIGTERM/SIGHUP (timeout, systemd, a closed terminal) removes its partial copy,
     # as ^C does: the exception unwinds through write_backup's cleanup.
     for signum in (signal.SIGTERM, signal.SIGHUP):

@@ -145,6 +145,23 @@ def test_backup_refuses_a_destination_it_cannot_create(tmp_path: Path, dest: str
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "exists"]
 
 
+@pytest.mark.parametrize(
+    ("dest", "code", "message"),
+    [
+        ("", 2, b"argument dest: DEST is empty; name a new directory"),
+        ("{data}/lmdb/backup", 2, b"is inside LMDB's own directory"),
+        ("/proc/ckpt-backup", 1, b"cannot write a backup in /proc ("),
+    ],
+)
+def test_backup_names_what_is_wrong_with_its_destination(tmp_path: Path, dest: str, code: int, message: bytes) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put("s", b"\x08\x01")
+    result = ckpt("backup", "--data-dir", str(tmp_path / "data"), dest.format(data=tmp_path / "data"))
+    assert result.returncode == code and message in result.stderr, result.stderr
+    assert b".partial-" not in result.stderr and b"Traceback" not in result.stderr
+    assert sorted(p.name for p in (tmp_path / "data" / "lmdb").iterdir()) == ["data.mdb", "lock.mdb"]
+
+
 def test_backup_of_a_directory_without_a_store_names_it(tmp_path: Path) -> None:
     result = ckpt("backup", "--data-dir", str(tmp_path / "nothing"), str(tmp_path / "backup"))
     assert result.returncode == 1
