@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import logging
 import os
@@ -113,10 +114,18 @@ def _in_option_terms(message: str, args: argparse.Namespace) -> str:
     return message
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ckpt")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckpt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"ckpt {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def data_dir_arg(p: argparse.ArgumentParser) -> None:
@@ -557,6 +566,8 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def _put(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
+    if args.file == "-" and sys.stdin.isatty():
+        raise ValueError("no FILE given and stdin is a terminal: name a FILE, or pipe the state in")
     with _client(args) as c:  # the ids are checked before the state is read
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         write = c.merge if args.merge else c.put
@@ -695,7 +706,8 @@ def _verify(args: argparse.Namespace) -> int:
         cross.cancel()
     listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
     more = f"; {others} more problem{'s' if others > 1 else ''} cross-checking the tables (see above)" if others else ""
-    print(f"verified {checked} sessions: {checked - failures} ok, {failures} failed{listing}{more}")
+    sessions = "session" if checked == 1 else "sessions"
+    print(f"verified {checked} {sessions}: {checked - failures} ok, {failures} failed{listing}{more}")
     return 1 if failures or counts.listing_failures or others else 0
 
 
@@ -836,7 +848,8 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 
 def _print_json(message: Any) -> None:
-    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), sort_keys=True))
+    # Text as it is (UTF-8), not \u escapes: session ids and labels are read by people too.
+    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), sort_keys=True, ensure_ascii=False))
 
 
 COMMANDS = {

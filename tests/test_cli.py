@@ -154,6 +154,35 @@ def test_a_bad_id_or_label_is_a_bad_command_line_even_with_no_sidecar(
     assert out.stderr.startswith(f"ckpt {args[0]}: ".encode()) and b"connect" not in out.stderr
 
 
+def test_version_and_text_as_it_is(sidecar: Sidecar, tmp_path: Path) -> None:
+    version = ckpt("--version")
+    assert version.returncode == 0 and version.stdout.decode().startswith("ckpt 0."), version
+    t = ("--target", sidecar.unix_target)
+    out = ckpt("put", "überseeq", "--label", "план=шаг", *t, stdin=b"\x08\x01")
+    assert out.returncode == 0, out.stderr
+    listed = ckpt("sessions", *t).stdout.decode("utf-8")
+    assert '"session_id": "überseeq"' in listed and '"план": "шаг"' in listed, listed
+
+
+def test_put_with_no_file_and_a_terminal_for_stdin_says_so_rather_than_wait(tmp_path: Path) -> None:
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "put", "s", "--target", f"unix:{tmp_path / 'none.sock'}"],
+            stdin=terminal,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert out.returncode == 2
+    assert out.stderr == b"ckpt put: no FILE given and stdin is a terminal: name a FILE, or pipe the state in\n"
+
+
 def test_help_describes_every_command() -> None:
     top = ckpt("--help").stdout.decode()
     for command in ("serve", "put", "get", "history", "sessions", "fork", "delete", "inspect", "verify", "stats"):
@@ -175,7 +204,7 @@ def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> 
     rows = [line.split() for line in inspect.splitlines()[2:]]
     assert [row[-1] for row in reversed(rows)] == created
     ok = ckpt("verify", *d)
-    assert ok.returncode == 0 and b"verified 1 sessions: 1 ok, 0 failed" in ok.stdout
+    assert ok.returncode == 0 and b"verified 1 session: 1 ok, 0 failed" in ok.stdout
     stats = json.loads(ckpt("stats", *d).stdout)
     assert stats["sessions"] == 1 and stats["versions"] == 7
     # Only what the directory holds: the read-only opening's own counters (commits,
