@@ -475,10 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # killed by SIGPIPE, as the shell would report it
     except (CheckpointError, StoreError, OSError) as exc:
-        hint = ""
-        if isinstance(exc, UnavailableError) and "failed to connect" in str(exc):
+        message, hint = str(exc), ""
+        if isinstance(exc, UnavailableError) and "failed to connect" in message:
             hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
-        print(f"ckpt {args.command}: {exc}{hint}", file=sys.stderr)
+        if isinstance(exc, CheckpointError):  # the client's limit, as this command sets it
+            message = message.replace("max_message_bytes", "--max-message-bytes")
+        print(f"ckpt {args.command}: {message}{hint}", file=sys.stderr)
         return 1
     except lmdb.Error as exc:  # a damaged LMDB file (inspect/verify/stats): say so, no traceback
         print(f"ckpt {args.command}: the LMDB database in {args.data_dir} is damaged: {exc}", file=sys.stderr)
