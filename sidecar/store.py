@@ -665,15 +665,24 @@ class Store:
 
         All are queued at once, so they share group commits.
         """
+        # Every request is checked before any is queued: one that raises something other than a
+        # StoreError (a label that is not a str, say) then leaves nothing written, where it used to
+        # escape after the writes before it had been queued, and committed.
         ops: list[_Op | StoreError] = []
-        last = len(requests) - 1
-        for i, req in enumerate(requests):
+        for req in requests:
             try:
-                put_op = self._put_op(req)
-                put_op.releases_caller = i == last
-                ops.append(self._submit(put_op))
+                ops.append(self._put_op(req))
             except StoreError as exc:
                 ops.append(exc)
+        queued = [item for item in ops if isinstance(item, _Op)]
+        for put_op in queued:
+            put_op.releases_caller = put_op is queued[-1]
+        for i, item in enumerate(ops):
+            if isinstance(item, _Op):
+                try:
+                    self._submit(item)
+                except StoreError as exc:
+                    ops[i] = exc
         out: list[PutResult | StoreError] = []
         for op in ops:
             if isinstance(op, StoreError):

@@ -459,6 +459,16 @@ def test_put_many_reports_each_write(store: Store) -> None:
     assert store.get("pm").state == b"\x08\x01\x10\x01"
 
 
+def test_put_many_writes_nothing_when_a_request_raises_something_else(store: Store) -> None:
+    """A label that is not a str raises past put_many's per-write errors: then none of the batch is written."""
+    bad_label: dict[str, str] = {5: "v"}  # type: ignore[dict-item]
+    with pytest.raises(AttributeError):
+        store.put_many([PutRequest("pm", b"\x08\x01"), PutRequest("pm", b"x", labels=bad_label)])
+    # The next write (committed when put_many returns) is the session's first: nothing of the batch was.
+    (after,) = store.put_many([PutRequest("pm", b"\x08\x02")])
+    assert not isinstance(after, Exception) and after.version == 1
+
+
 def test_a_second_store_on_the_same_directory_is_refused(store: Store, config: StoreConfig) -> None:
     with pytest.raises(Unavailable, match="is in use by another Store in this process"):
         Store(config)
