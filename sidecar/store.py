@@ -2278,6 +2278,10 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     try:
         env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
     except lmdb.Error as exc:
+        if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
+            raise Unavailable(
+                f"data directory {data_mdb.parent.parent} is in use by another Store in this process (close it first)"
+            ) from None
         raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
     try:
         pages, page_bytes = env.info()["last_pgno"] + 1, env.stat()["psize"]

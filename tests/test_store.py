@@ -472,6 +472,9 @@ def test_put_many_writes_nothing_when_a_request_raises_something_else(store: Sto
 def test_a_second_store_on_the_same_directory_is_refused(store: Store, config: StoreConfig) -> None:
     with pytest.raises(Unavailable, match="is in use by another Store in this process"):
         Store(config)
+    # Read-only beside it is refused the same way: the data is not damaged, only open (it said DataLoss).
+    with pytest.raises(Unavailable, match="is in use by another Store in this process"):
+        Store(config, readonly=True)
 
 
 def test_a_corrupt_frame_is_data_loss_naming_session_and_version(config: StoreConfig) -> None:
