@@ -4,8 +4,13 @@ No sockets, files or databases here: bytes in, bytes out. See FORMAT.md for
 the frame layout.
 
     enc = ChainEncoder()
-    frames = [enc.replace(s1).data, enc.merge(patch).data]
-    assert decode(frames) == s1 + patch
+    chain = []  # the frames since the last FULL one: what decoding the head needs
+    for frame in (enc.replace(s1), enc.merge(patch)):
+        chain = [frame.data] if frame.kind is FrameKind.FULL else [*chain, frame.data]
+    assert decode(chain) == s1 + patch
+
+The policy may start a new chain (a FULL frame) at any write, small states
+often: so a chain to decode starts at the last FULL frame, as above.
 """
 
 from .compaction import compact

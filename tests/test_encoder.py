@@ -325,3 +325,12 @@ def test_misuse_raises_type_errors() -> None:
     with pytest.raises(ValueError, match="at least one frame"):
         decode([])
     assert enc.replace(bytearray(b"ok")).version == 1  # bytes-like is fine
+
+
+@pytest.mark.parametrize("state", [b"hello", b"\x0a\x10" + b"x" * 16 + b"y" * 20_000])
+def test_the_package_docstring_example_runs_for_small_and_large_states(state: bytes) -> None:
+    """It decoded [FULL, MERGE] as one chain, which a small state's new chain start broke."""
+    import codec
+
+    example = "\n".join(line[4:] for line in codec.__doc__.splitlines() if line.startswith("    "))
+    exec(compile(example, "codec/__init__.py", "exec"), {**vars(codec), "s1": state, "patch": b"\x08\x01"})
