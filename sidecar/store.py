@@ -788,6 +788,7 @@ class Store:
         return self._cached(sid, version)
 
     def _cached(self, sid: bytes, version: int) -> GetResult | None:
+        self._check_open_for_reads()
         cached = self._states.get(sid)
         if cached is None or not (version == 0 or version == cached.info.version):
             return None
@@ -1733,10 +1734,14 @@ class Store:
                 self._queued_bytes -= size
                 self._room.notify_all()
 
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[lmdb.Transaction]:
+    def _check_open_for_reads(self) -> None:
+        # Reads go on while close() commits the queued writes; after it, none (the cache's neither).
         if self._closed and not self._writer.is_alive():
             raise Unavailable("the store is closed")
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        self._check_open_for_reads()
         while True:
             with self._rw.shared():
                 if self._env_closed:  # closed while this reader waited for the lock

@@ -459,6 +459,19 @@ def test_put_many_reports_each_write(store: Store) -> None:
     assert store.get("pm").state == b"\x08\x01\x10\x01"
 
 
+def test_a_closed_store_answers_no_read_even_from_its_cache(config: StoreConfig) -> None:
+    store = Store(config)
+    store.put("hot", b"\x08\x01")
+    assert store.get_cached("hot") is not None  # in the state cache
+    store.close()
+    with pytest.raises(Unavailable, match="the store is closed"):
+        store.get("hot")
+    with pytest.raises(Unavailable, match="the store is closed"):
+        store.get_cached("hot")
+    with pytest.raises(Unavailable, match="the store is closed"):
+        store.get("hot", 1)
+
+
 def test_put_many_writes_nothing_when_a_request_raises_something_else(store: Store) -> None:
     """A label that is not a str raises past put_many's per-write errors: then none of the batch is written."""
     bad_label: dict[str, str] = {5: "v"}  # type: ignore[dict-item]
