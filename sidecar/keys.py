@@ -76,6 +76,8 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
     if len(labels) > MAX_LABELS:
         raise InvalidArgument(f"{field} has {len(labels)} entries; the limit is {MAX_LABELS}")
     for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(f"{field} must map str to str; entry {key!r}: {value!r} does not")
         try:
             kb, vb = key.encode(), value.encode()
         except UnicodeEncodeError:

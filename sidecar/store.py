@@ -1250,7 +1250,15 @@ class Store:
             raise StateTooLarge(
                 f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {self.config.max_state_bytes}"
             )
+        if not isinstance(req.labels, dict):
+            raise InvalidArgument(f"labels must be a dict of str to str, not {type(req.labels).__name__}")
         keys.check_labels(req.labels)
+        if req.expected_version is not None and (
+            isinstance(req.expected_version, bool) or not isinstance(req.expected_version, int)
+        ):
+            raise InvalidArgument(f"expected_version must be an int or None, not {type(req.expected_version).__name__}")
+        if not isinstance(req.request_id, str):
+            raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
         if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
             raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None

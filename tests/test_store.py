@@ -459,6 +459,27 @@ def test_put_many_reports_each_write(store: Store) -> None:
     assert store.get("pm").state == b"\x08\x01\x10\x01"
 
 
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (PutRequest("s", b"", expected_version=1.0), "expected_version must be an int or None, not float"),  # type: ignore[arg-type]
+        (PutRequest("s", b"", expected_version=True), "expected_version must be an int or None, not bool"),
+        (PutRequest("s", b"", request_id=5), "request_id must be a str, not int"),  # type: ignore[arg-type]
+        (PutRequest("s", b"", labels={5: "v"}), "labels must map str to str; entry 5: 'v' does not"),  # type: ignore[dict-item]
+        (PutRequest("s", b"", labels={"k": 5}), "labels must map str to str; entry 'k': 5 does not"),  # type: ignore[dict-item]
+        (PutRequest("s", b"", labels=None), "labels must be a dict of str to str, not NoneType"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_put_of_the_wrong_types_is_invalid_argument_naming_the_field(
+    store: Store, request_: PutRequest, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        store.write(request_)
+    assert str(raised.value) == message
+    with pytest.raises(NotFound):
+        store.get("s")
+
+
 def test_a_closed_store_answers_no_read_even_from_its_cache(config: StoreConfig) -> None:
     store = Store(config)
     store.put("hot", b"\x08\x01")
@@ -473,10 +494,9 @@ def test_a_closed_store_answers_no_read_even_from_its_cache(config: StoreConfig)
 
 
 def test_put_many_writes_nothing_when_a_request_raises_something_else(store: Store) -> None:
-    """A label that is not a str raises past put_many's per-write errors: then none of the batch is written."""
-    bad_label: dict[str, str] = {5: "v"}  # type: ignore[dict-item]
+    """Something that is not a PutRequest raises past put_many's per-write errors: then none of the batch is written."""
     with pytest.raises(AttributeError):
-        store.put_many([PutRequest("pm", b"\x08\x01"), PutRequest("pm", b"x", labels=bad_label)])
+        store.put_many([PutRequest("pm", b"\x08\x01"), None])  # type: ignore[list-item]
     # The next write (committed when put_many returns) is the session's first: nothing of the batch was.
     (after,) = store.put_many([PutRequest("pm", b"\x08\x02")])
     assert not isinstance(after, Exception) and after.version == 1
