@@ -177,6 +177,14 @@ class StoreConfig:
             )
         if not isinstance(self.durability, Durability):
             raise TypeError(f"durability must be a Durability, not {type(self.durability).__name__}")
+        if not isinstance(self.chain_policy, ChainPolicy):
+            raise TypeError(f"chain_policy must be a ChainPolicy, not {type(self.chain_policy).__name__}")
+        if not isinstance(self.retention, Retention):
+            raise TypeError(f"retention must be a Retention, not {type(self.retention).__name__}")
+        if isinstance(self.max_readers, bool) or not isinstance(self.max_readers, int):
+            raise TypeError(f"max_readers must be an int, not {type(self.max_readers).__name__}")
+        if self.max_readers < 1:
+            raise ValueError(f"max_readers must be >= 1, got {self.max_readers}")
         for name in ("cache_size_bytes", "encoder_cache_entries", "encoder_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

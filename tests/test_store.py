@@ -769,3 +769,21 @@ def test_lru_bounds_count_and_weight(
     for key in kept:
         lru.discard(key.encode())
     assert lru.weight == 0 and len(lru) == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ({"retention": None}, TypeError, "retention must be a Retention, not NoneType"),
+        ({"chain_policy": {"max_depth": 4}}, TypeError, "chain_policy must be a ChainPolicy, not dict"),
+        ({"max_readers": 0}, ValueError, "max_readers must be >= 1, got 0"),
+        ({"max_readers": 2.5}, TypeError, "max_readers must be an int, not float"),
+    ],
+)
+def test_a_store_config_of_the_wrong_kind_is_refused_naming_the_field(
+    tmp_path: Path, bad: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """These used to be taken, and failed later: the sweeper on every pass, the first put, LMDB's open."""
+    with pytest.raises(error) as raised:
+        StoreConfig(data_dir=tmp_path / "d", **bad)  # type: ignore[arg-type]
+    assert str(raised.value) == message
