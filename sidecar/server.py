@@ -865,11 +865,14 @@ def _cached_get(
                 body, state_bytes = hit
                 link.served(_GET, time.perf_counter() - start, state_bytes)
                 return body
-            changed()  # a miss may have dropped a stale reply
-        body = await forward(raw, context)
+        try:
+            body = await forward(raw, context)
+        finally:
+            # A miss may have dropped a stale reply, and one may be kept next; the report reads
+            # the size a while later, after both, even if the forwarded call failed.
+            changed()
         if request is not None and not request.version:
             replies.remember(request.session_id, body)
-            changed()
         return body
 
     return get
