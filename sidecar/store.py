@@ -2086,6 +2086,10 @@ def _value(cur: lmdb.Cursor) -> bytes:
     return cast(bytes, cur.value())
 
 
+def _in_use_in_this_process(data_dir: os.PathLike[str]) -> Unavailable:
+    return Unavailable(f"data directory {data_dir} is in use by another Store in this process (close it first)")
+
+
 def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> Any:
     """Hold an exclusive lock on the data directory for the store's lifetime.
 
@@ -2102,7 +2106,7 @@ def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> A
         held_by = fh.read().strip() or "another process"
         fh.close()
         if held_by == f"pid {os.getpid()}":
-            held_by = "another Store in this process (close it first)"
+            raise _in_use_in_this_process(data_dir) from None
         raise Unavailable(f"data directory {data_dir} is in use by {held_by}") from None
     fh.seek(0)
     fh.truncate()
@@ -2292,9 +2296,7 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
         env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
     except lmdb.Error as exc:
         if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
-            raise Unavailable(
-                f"data directory {data_mdb.parent.parent} is in use by another Store in this process (close it first)"
-            ) from None
+            raise _in_use_in_this_process(data_mdb.parent.parent) from None
         raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
     try:
         pages, page_bytes = env.info()["last_pgno"] + 1, env.stat()["psize"]
