@@ -52,6 +52,7 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
     state of up to 4 GiB.) Peak memory is about two states plus one stream
     segment's output, which holds every version of that segment.
     """
+    _check_chain_arg(frames)
     parsed = _parse_chain(frames)
     limit = _check_limit(max_state_bytes)
     if limit is not None:
@@ -125,6 +126,7 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     versions before the first one over the limit are yielded, then
     StateTooLargeError is raised without decompressing that frame.
     """
+    _check_chain_arg(frames)
     limit = _check_limit(max_state_bytes)
     prev: FrameHeader | None = None
     state = b""
@@ -142,6 +144,15 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
         _verify_state(header, state)
         yield DecodedVersion(header, state)
         prev = header
+
+
+def _check_chain_arg(frames: object) -> None:
+    # One frame's bytes are iterable too (as ints): say what to pass instead.
+    if isinstance(frames, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"frames must be an iterable of frames (a chain, FULL frame first), not one"
+            f" {type(frames).__name__} object; pass [frame] to decode a single FULL frame"
+        )
 
 
 def _check_limit(max_state_bytes: object) -> int | None:

@@ -50,9 +50,19 @@ class ChainPolicy:
     min_window_log: int = 16
 
     def __post_init__(self) -> None:
+        # Types first: a str would fail the range checks below with a bare
+        # comparison TypeError, and a float depth or bool level would pass them.
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
-        if self.max_decode_cost_ratio < 1.0:
+        if not self.max_decode_cost_ratio >= 1.0:  # NaN too
             raise ValueError(f"max_decode_cost_ratio must be >= 1.0, got {self.max_decode_cost_ratio}")
         if not 0.0 <= self.delta_byte_cost <= 1.0:
             raise ValueError(f"delta_byte_cost must be in [0, 1], got {self.delta_byte_cost}")
@@ -69,5 +79,15 @@ class ChainPolicy:
         if not 10 <= self.min_window_log <= 27:
             raise ValueError(f"min_window_log must be in 10..27, got {self.min_window_log}")
 
+
+_INT_FIELDS = (
+    "max_depth",
+    "frame_cost_bytes",
+    "max_materialized_bytes",
+    "patch_window_bytes",
+    "level",
+    "min_window_log",
+)
+_FLOAT_FIELDS = ("max_decode_cost_ratio", "delta_byte_cost", "max_delta_to_full_ratio")
 
 DEFAULT_POLICY = ChainPolicy()

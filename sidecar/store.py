@@ -2353,7 +2353,7 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
 
 
 def _check_version_arg(version: int) -> None:
-    if not isinstance(version, int) or version < 0:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise InvalidArgument(f"version must be an integer >= 0 (0 = latest), got {version!r}")
 
 

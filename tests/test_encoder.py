@@ -298,11 +298,30 @@ def test_a_state_over_the_format_limit_is_refused(monkeypatch: pytest.MonkeyPatc
         ({"patch_window_bytes": -1}, "patch_window_bytes must be >= 0"),
         ({"level": 23}, "level must be in -7..22"),
         ({"min_window_log": 9}, "min_window_log must be in 10..27"),
+        ({"max_decode_cost_ratio": float("nan")}, "max_decode_cost_ratio must be >= 1.0"),
     ],
 )
 def test_policy_validates_its_fields(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         ChainPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_depth": 2.5}, "max_depth must be an int, got float 2.5"),
+        ({"max_depth": "3"}, "max_depth must be an int, got str '3'"),
+        ({"level": True}, "level must be an int, got bool True"),
+        ({"level": 1.5}, "level must be an int, got float 1.5"),
+        ({"patch_window_bytes": None}, "patch_window_bytes must be an int, got NoneType None"),
+        ({"max_decode_cost_ratio": "4"}, "max_decode_cost_ratio must be a number, got str '4'"),
+        ({"delta_byte_cost": False}, "delta_byte_cost must be a number, got bool False"),
+    ],
+)
+def test_policy_refuses_fields_of_the_wrong_type(kwargs, message) -> None:
+    with pytest.raises(TypeError, match=message):
+        ChainPolicy(**kwargs)
+    assert ChainPolicy(max_decode_cost_ratio=5).max_decode_cost_ratio == 5  # an int is a number
 
 
 def test_policy_is_keyword_only_and_frozen() -> None:
@@ -324,6 +343,10 @@ def test_misuse_raises_type_errors() -> None:
         ChainEncoder(compact_min_saving_ratio=1.0)
     with pytest.raises(ValueError, match="at least one frame"):
         decode([])
+    frame = ChainEncoder().replace(b"one frame").data
+    for call in (decode, lambda frames: list(iter_versions(frames))):
+        with pytest.raises(TypeError, match=r"not one bytes object; pass \[frame\]"):
+            call(frame)  # type: ignore[arg-type]
     assert enc.replace(bytearray(b"ok")).version == 1  # bytes-like is fine
 
 
