@@ -52,6 +52,7 @@ from .crosscheck import Problem
 from .errors import DataLoss, InvalidArgument, NotFound, StoreError
 from .server import EVENT_LOOPS, ServeConfig, serve
 from .store import SessionInfo, Store, VersionInfo
+from .tls import ClientTLS
 
 DEFAULT_DATA_DIR = "data"
 # `ckpt serve` defaults are ServeConfig's own, so the two cannot drift apart.
@@ -170,6 +171,19 @@ def _parser() -> argparse.ArgumentParser:
             " same variable) for larger states",
             shown=_size_text(DEFAULT_MAX_MESSAGE_BYTES),
         )
+        for flag, help_text in (
+            ("--tls-ca-file", "connect with TLS to a host:port --target, trusting this PEM CA"),
+            ("--tls-client-cert-file", "this client's PEM certificate, for a sidecar that requires one"),
+            ("--tls-client-key-file", "the private key of --tls-client-cert-file (PEM)"),
+            ("--tls-server-name", "check the sidecar's certificate against this name, not --target's host"),
+        ):
+            env = flag.removeprefix("--").replace("-", "_").upper()
+            p.add_argument(
+                flag,
+                metavar="NAME" if flag == "--tls-server-name" else "FILE",
+                default=_env_default(env, None),
+                help=f"{help_text} (env CKPT_{env})",
+            )
 
     s = sub.add_parser("serve", help="run the sidecar", description="Run the gRPC sidecar until SIGTERM/SIGINT.")
     data_dir_arg(s)
@@ -180,6 +194,22 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="unix:/path or host:port; repeatable (env CKPT_LISTEN, comma-separated; default unix:DATA_DIR/ckpt.sock)",
     )
+    for flag, help_text in (
+        (
+            "--tls-cert-file",
+            "serve TLS on every host:port address with this PEM certificate chain (unix sockets stay plaintext)",
+        ),
+        ("--tls-key-file", "the private key of --tls-cert-file (PEM)"),
+        ("--tls-client-ca-file", "with TLS, take only clients whose certificate this PEM CA signed (mutual TLS)"),
+    ):
+        env = flag.removeprefix("--").replace("-", "_").upper()
+        s.add_argument(
+            flag,
+            type=Path,
+            metavar="FILE",
+            default=_env_default(env, None),
+            help=f"{help_text} (env CKPT_{env}; default off)",
+        )
     defaults = _SERVE_DEFAULTS
     env_option(s, "--metrics-port", int, None, "serve Prometheus metrics on METRICS_ADDRESS:PORT", shown="off")
     env_option(
@@ -478,6 +508,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         message, hint = str(exc), ""
         if isinstance(exc, UnavailableError) and "failed to connect" in message:
             hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
+            if (
+                args.target
+                and not args.target.startswith("unix")
+                and not any(getattr(args, name, None) for name in ("tls_ca_file", "tls_client_cert_file"))
+            ):
+                hint += "; if it serves TLS, give --tls-ca-file"
         if isinstance(exc, CheckpointError):  # the client's limit, as this command sets it
             message = message.replace("max_message_bytes", "--max-message-bytes")
         print(f"ckpt {args.command}: {message}{hint}", file=sys.stderr)
@@ -509,6 +545,9 @@ def _serve_config(args: argparse.Namespace, listen: list[str]) -> ServeConfig:
     return ServeConfig(
         data_dir=args.data_dir,
         listen=tuple(a.strip() for a in listen),
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        tls_client_ca_file=args.tls_client_ca_file,
         metrics_port=args.metrics_port,
         metrics_address=args.metrics_address,
         max_message_bytes=args.max_message_bytes,
@@ -547,9 +586,23 @@ def _client(args: argparse.Namespace) -> CheckpointClient:
                 raise ValueError(str(exc)) from None
     target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
     try:
-        return CheckpointClient(target, max_message_bytes=args.max_message_bytes)
+        return CheckpointClient(target, max_message_bytes=args.max_message_bytes, tls=_client_tls(args))
     except ValueError as exc:
         raise ValueError(_in_option_terms(str(exc), args)) from None
+
+
+def _client_tls(args: argparse.Namespace) -> ClientTLS | bool:
+    files = (args.tls_ca_file, args.tls_client_cert_file, args.tls_client_key_file)
+    if all(f is None for f in files):
+        if args.tls_server_name is not None:
+            raise ValueError("--tls-server-name needs --tls-ca-file (or the client certificate options)")
+        return False
+    return ClientTLS.from_files(
+        ca_file=args.tls_ca_file,
+        cert_file=args.tls_client_cert_file,
+        key_file=args.tls_client_key_file,
+        server_name=args.tls_server_name,
+    )
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:

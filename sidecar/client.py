@@ -39,6 +39,7 @@ from ckpt.v1 import service_pb2, service_pb2_grpc
 
 from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
+from .tls import ClientTLS as ClientTLS  # re-exported: it is passed to the clients
 
 T = TypeVar("T")
 # CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
@@ -262,6 +263,29 @@ def _client_options(timeout_seconds: object, retries: object, max_message_bytes:
         raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
     _int("retries", retries)
     _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES, high=MAX_MESSAGE_BYTES)
+
+
+def _tls_of(target: str, tls: object) -> ClientTLS | None:
+    """The ``tls`` argument as a ClientTLS (True: the system's CAs), or None for plaintext."""
+    if tls is False or tls is None:
+        return None
+    if tls is True:
+        tls = ClientTLS()
+    if not isinstance(tls, ClientTLS):
+        raise TypeError(f"tls must be a ClientTLS, True or False, not {type(tls).__name__}")
+    if target.startswith(("unix:", "unix-abstract:")):
+        raise ValueError(
+            f"tls is for host:port targets; {target!r} is a unix socket, which the sidecar serves without TLS"
+            " (its file's permissions guard it)"
+        )
+    return tls
+
+
+def _channel(target: str, tls: ClientTLS | None, options: list[tuple[str, Any]], *, aio: bool) -> Any:
+    if tls is None:
+        return (grpc.aio.insecure_channel if aio else grpc.insecure_channel)(target, options=options)
+    secure = grpc.aio.secure_channel if aio else grpc.secure_channel
+    return secure(target, tls.channel_credentials(), options=[*options, *tls.channel_options()])
 
 
 def _options(max_message_bytes: int, *, own_connection: bool = False) -> list[tuple[str, int]]:
@@ -907,6 +931,11 @@ class CheckpointClient:
     ALREADY_EXISTS). ``put_stream`` reopens a broken stream and resends its
     unanswered writes (see there); ``timeout_seconds`` bounds each wait for
     one of its answers, not the stream.
+
+    ``tls``: for a host:port target served with ``ckpt serve --tls-cert-file``,
+    a :class:`ClientTLS` (the CA to trust; this client's certificate when the
+    sidecar requires one), or True to trust the system's CAs. Unix sockets are
+    always plaintext.
     """
 
     def __init__(
@@ -917,11 +946,12 @@ class CheckpointClient:
         retries: int = 6,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         own_connection: bool = False,
+        tls: ClientTLS | bool = False,
     ) -> None:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
         options = _options(max_message_bytes, own_connection=own_connection)
-        self._channel = grpc.insecure_channel(target, options=options)
+        self._channel = _channel(target, _tls_of(target, tls), options, aio=False)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
@@ -1162,11 +1192,12 @@ class AsyncCheckpointClient:
         retries: int = 6,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         own_connection: bool = False,
+        tls: ClientTLS | bool = False,
     ) -> None:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
         options = _options(max_message_bytes, own_connection=own_connection)
-        self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._channel = _channel(target, _tls_of(target, tls), options, aio=True)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes

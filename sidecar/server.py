@@ -36,7 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from codec import ChainPolicy, FrameKind
 
-from . import keys
+from . import keys, tls
 from .config import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
@@ -65,6 +65,7 @@ from .replycache import ReplyCache
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import OFF_LOOP_PATCH_BYTES, PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
 from .storelink import StoreLink, abort_with
+from .tls import ClientTLS
 
 log = logging.getLogger("ckpt")
 T = TypeVar("T")
@@ -113,6 +114,12 @@ class ServeConfig:
     #: loop, writer and caches. Needs TCP addresses: gRPC cannot share a unix
     #: socket between processes. See workers.py.
     workers: int = 1
+    #: TLS on every host:port listener (tls.py): this PEM certificate chain
+    #: and its key. Unix sockets stay plaintext (their file's permissions guard them).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    #: With TLS: take only clients whose certificate this PEM CA signed (mutual TLS).
+    tls_client_ca_file: Path | None = None
     #: Serve Prometheus metrics on METRICS_ADDRESS:PORT (None = off).
     metrics_port: int | None = None
     #: Where /metrics listens: 127.0.0.1 (this host only), or 0.0.0.0 / ::
@@ -196,7 +203,42 @@ class ServeConfig:
             object.__setattr__(self, "metrics_address", self.metrics_address[1:-1])
         if not self.metrics_address or self.metrics_address != self.metrics_address.strip():
             raise ValueError(f"metrics_address must be an IP address or host name, got {self.metrics_address!r}")
+        self._check_tls()
         self.store_config()  # its checks fail now, before anything is bound
+
+    def _check_tls(self) -> None:
+        for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.tls_cert_file is None and self.tls_key_file is None:
+            if self.tls_client_ca_file is not None:
+                raise ValueError(
+                    "tls_client_ca_file needs tls_cert_file and tls_key_file (the sidecar's own certificate)"
+                )
+            return
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            raise ValueError("tls_cert_file and tls_key_file go together: give both or neither")
+        if all(address.startswith("unix:") for address in self.addresses):
+            raise ValueError(
+                "tls_cert_file is set, but every listen address is a unix socket, which is served without TLS:"
+                " add a host:port address"
+            )
+        self.server_credentials()  # a bad file fails now, naming its field
+
+    @property
+    def tls_mode(self) -> str:
+        """What the start-up log says of the host:port listeners: off, on, or mutual (client certificates)."""
+        if self.tls_cert_file is None:
+            return "off"
+        return "on" if self.tls_client_ca_file is None else "mutual"
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials for the host:port listeners (None: plaintext)."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return tls.server_credentials(
+            cert_file=self.tls_cert_file, key_file=self.tls_key_file, client_ca_file=self.tls_client_ca_file
+        )
 
     @property
     def max_state_bytes(self) -> int:
@@ -1037,6 +1079,7 @@ class SidecarServer:
             #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
             #: The addresses served, a TCP port 0 replaced by the port bound (what the log names).
             self.listening: list[str] = []
+            self._tls = config.server_credentials()
             self._unix_sockets = [sock for addr in config.addresses if (sock := self._bind(addr)) is not None]
         except BaseException:
             if self.side is not None:
@@ -1063,7 +1106,10 @@ class SidecarServer:
         elif self.worker is None:
             _claim_tcp_name(address)
         try:
-            port = self.server.add_insecure_port(address)
+            if path is None and self._tls is not None:
+                port = self.server.add_secure_port(address, self._tls)
+            else:
+                port = self.server.add_insecure_port(address)
         except RuntimeError as exc:
             raise Unavailable(f"cannot listen on {address}: {exc}") from None
         if not port:
@@ -1085,10 +1131,11 @@ class SidecarServer:
             self.heap_trimmer.start()
         log.info(
             (SERVING_LOG if self.worker is None else f"ckpt worker {self.worker} serving:")
-            + " listen=%s data_dir=%s durability=%s metrics=%s pid=%d",
+            + " listen=%s data_dir=%s durability=%s tls=%s metrics=%s pid=%d",
             ",".join(self.listening),
             self.config.data_dir.resolve(),
             self.config.durability.value,
+            self.config.tls_mode,
             self.metrics_address or "off",
             os.getpid(),
         )
@@ -1342,10 +1389,15 @@ def _ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def wait_until_serving(target: str, timeout_seconds: float = 10.0) -> None:
+def wait_until_serving(target: str, timeout_seconds: float = 10.0, *, tls: ClientTLS | None = None) -> None:
     """Block until the health service at target answers SERVING (for tests and tools)."""
     deadline = time.monotonic() + timeout_seconds
-    with grpc.insecure_channel(target) as channel:
+    channel = (
+        grpc.insecure_channel(target)
+        if tls is None
+        else grpc.secure_channel(target, tls.channel_credentials(), options=tls.channel_options())
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:

@@ -171,10 +171,11 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int]) -> int:
                     else "a free port per worker"
                 )
             log.info(
-                SERVING_LOG + " listen=%s data_dir=%s durability=%s metrics=%s workers=%d pid=%d",
+                SERVING_LOG + " listen=%s data_dir=%s durability=%s tls=%s metrics=%s workers=%d pid=%d",
                 ",".join(config.addresses),
                 config.data_dir.resolve(),
                 config.durability.value,
+                config.tls_mode,
                 metrics,
                 config.workers,
                 os.getpid(),

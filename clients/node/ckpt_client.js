@@ -37,10 +37,20 @@ const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 class CheckpointClient {
   // target: "unix:/path/ckpt.sock" or "host:port". timeoutMs bounds a whole
   // call, retries included; UNAVAILABLE is retried `retries` times, backing
-  // off from 50 ms doubling to 1 s, as the Python clients do.
-  constructor(target, { timeoutMs = 30000, retries = 6 } = {}) {
+  // off from 50 ms doubling to 1 s, as the Python clients do. tls, for a
+  // host:port sidecar serving TLS (`ckpt serve --tls-cert-file`):
+  // { rootCerts, certChain, privateKey } as PEM Buffers (rootCerts: the CA
+  // that signed the sidecar's certificate, null for the system's; certChain
+  // and privateKey: this client's, when the sidecar requires one), and
+  // serverName when the certificate does not name the target's host.
+  constructor(target, { timeoutMs = 30000, retries = 6, tls = null } = {}) {
     const Service = loadService();
-    this.stub = new Service(target, grpc.credentials.createInsecure(), {
+    const credentials = tls
+      ? grpc.credentials.createSsl(tls.rootCerts || null, tls.privateKey || null, tls.certChain || null)
+      : grpc.credentials.createInsecure();
+    const nameOverride = tls && tls.serverName ? { 'grpc.ssl_target_name_override': tls.serverName } : {};
+    this.stub = new Service(target, credentials, {
+      ...nameOverride,
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
       // The sidecar is local: reconnect within the retries' backoff, not after

@@ -1,0 +1,134 @@
+"""TLS for the sidecar's host:port listeners, and for clients connecting to them.
+
+Unix sockets are always plaintext: the socket file's permissions are their
+access control, and a sidecar beside its agent needs nothing more. A TCP
+listener reachable from other hosts (a container's 0.0.0.0:50051) should
+have a certificate, and with ``client_ca_file`` it takes only clients holding
+a certificate that CA signed (mutual TLS): without that, anyone who reaches
+the port can read, overwrite and delete every session.
+
+PEM files are checked with the standard library's ``ssl`` when the
+configuration is made (a key that does not match its certificate, a file
+that is not PEM), so a mistake stops ``ckpt serve`` at start with the file
+named, not every client at its first handshake.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+
+def server_credentials(
+    *, cert_file: Path, key_file: Path, client_ca_file: Path | None = None
+) -> grpc.ServerCredentials:
+    """Credentials for a TCP listener: this certificate chain and key, and with
+    ``client_ca_file`` required client certificates signed by that CA.
+
+    Raises ValueError naming the field (``tls_cert_file``, ``tls_key_file``,
+    ``tls_client_ca_file``) whose file is missing, unreadable or not what it should be.
+    """
+    chain = _read("tls_cert_file", cert_file)
+    key = _read("tls_key_file", key_file)
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"tls_cert_file {str(cert_file)!r} and tls_key_file {str(key_file)!r} are not a PEM certificate chain"
+            f" and its private key ({exc.reason or exc})"
+        ) from None
+    client_ca = None
+    if client_ca_file is not None:
+        client_ca = _read("tls_client_ca_file", client_ca_file)
+        _check_ca("tls_client_ca_file", client_ca_file)
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientTLS:
+    """TLS for a client's connection to a sidecar's host:port listener (``ckpt serve --tls-cert-file``).
+
+    ``root_certificates``: PEM of the CA(s) that signed the sidecar's
+    certificate (None: the system's CAs). ``client_certificate_chain`` and
+    ``client_private_key``: this client's certificate, for a sidecar that
+    requires one (``--tls-client-ca-file``). ``server_name``: the name the
+    sidecar's certificate is checked against, when not the target's host
+    (connecting to an IP address the certificate does not list, say).
+    """
+
+    root_certificates: bytes | None = None
+    client_certificate_chain: bytes | None = None
+    client_private_key: bytes | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("root_certificates", "client_certificate_chain", "client_private_key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bytes):
+                raise TypeError(f"{name} must be PEM bytes or None, not {type(value).__name__}")
+        if (self.client_certificate_chain is None) != (self.client_private_key is None):
+            raise ValueError("client_certificate_chain and client_private_key go together: give both or neither")
+        if self.server_name is not None and (not isinstance(self.server_name, str) or not self.server_name):
+            raise ValueError(f"server_name must be a non-empty host name or None, got {self.server_name!r}")
+
+    @classmethod
+    def from_files(
+        cls,
+        *,
+        ca_file: str | Path | None = None,
+        cert_file: str | Path | None = None,
+        key_file: str | Path | None = None,
+        server_name: str | None = None,
+    ) -> ClientTLS:
+        """The same, read from PEM files (``ca_file``: the sidecar's CA; ``cert_file``/``key_file``: this client's)."""
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("tls_client_cert_file and tls_client_key_file go together: give both or neither")
+        if ca_file is not None:
+            _check_ca("tls_ca_file", Path(ca_file))
+        if cert_file is not None and key_file is not None:
+            try:
+                ssl.create_default_context().load_cert_chain(cert_file, key_file)
+            except ssl.SSLError as exc:
+                raise ValueError(
+                    f"tls_client_cert_file {str(cert_file)!r} and tls_client_key_file {str(key_file)!r} are not a PEM"
+                    f" certificate chain and its private key ({exc.reason or exc})"
+                ) from None
+        return cls(
+            root_certificates=None if ca_file is None else _read("tls_ca_file", Path(ca_file)),
+            client_certificate_chain=None if cert_file is None else _read("tls_client_cert_file", Path(cert_file)),
+            client_private_key=None if key_file is None else _read("tls_client_key_file", Path(key_file)),
+            server_name=server_name,
+        )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.client_private_key,
+            certificate_chain=self.client_certificate_chain,
+        )
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        return [] if self.server_name is None else [("grpc.ssl_target_name_override", self.server_name)]
+
+
+def _read(field: str, path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{field} {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{field} {str(path)!r} is not a PEM file (no -----BEGIN line)")
+    return data
+
+
+def _check_ca(field: str, path: Path) -> None:
+    _read(field, path)
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=path)
+    except ssl.SSLError as exc:
+        raise ValueError(f"{field} {str(path)!r} holds no usable PEM CA certificate ({exc.reason or exc})") from None
