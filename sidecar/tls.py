@@ -10,16 +10,21 @@ the port can read, overwrite and delete every session.
 PEM files are checked with the standard library's ``ssl`` when the
 configuration is made (a key that does not match its certificate, a file
 that is not PEM), so a mistake stops ``ckpt serve`` at start with the file
-named, not every client at its first handshake.
+named, not every client at its first handshake; and again whenever they
+change while it serves (a renewed certificate is taken without a restart).
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 
 def server_credentials(
@@ -28,25 +33,75 @@ def server_credentials(
     """Credentials for a TCP listener: this certificate chain and key, and with
     ``client_ca_file`` required client certificates signed by that CA.
 
-    Raises ValueError naming the field (``tls_cert_file``, ``tls_key_file``,
-    ``tls_client_ca_file``) whose file is missing, unreadable or not what it should be.
+    The files are read again when they change (checked as each new connection
+    arrives), so a renewed certificate serves new connections without a
+    restart; connections already open keep theirs. Files that do not load at
+    that point (a certificate written before its key) are logged and the last
+    good ones kept. Raises ValueError naming the field (``tls_cert_file``,
+    ``tls_key_file``, ``tls_client_ca_file``) whose file is missing,
+    unreadable or not what it should be now.
     """
-    chain = _read("tls_cert_file", cert_file)
-    key = _read("tls_key_file", key_file)
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
-    except ssl.SSLError as exc:
-        raise ValueError(
-            f"tls_cert_file {str(cert_file)!r} and tls_key_file {str(key_file)!r} are not a PEM certificate chain"
-            f" and its private key ({exc.reason or exc})"
-        ) from None
-    client_ca = None
-    if client_ca_file is not None:
-        client_ca = _read("tls_client_ca_file", client_ca_file)
-        _check_ca("tls_client_ca_file", client_ca_file)
-    return grpc.ssl_server_credentials(
-        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    reloading = _ReloadingCertificates(cert_file, key_file, client_ca_file)
+    return grpc.dynamic_ssl_server_credentials(
+        reloading.initial, reloading.fetch, require_client_authentication=client_ca_file is not None
     )
+
+
+class _ReloadingCertificates:
+    """gRPC's certificate fetcher: a new configuration once the files changed and load, else None (no change)."""
+
+    def __init__(self, cert_file: Path, key_file: Path, client_ca_file: Path | None) -> None:
+        self._files = (cert_file, key_file, client_ca_file)
+        self._stamp = self._stamps()
+        self.initial = self._load()
+        self._lock = threading.Lock()  # gRPC may call fetch from several threads at once
+
+    def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
+        out: list[tuple[int, int, int] | None] = []
+        for path in self._files:
+            try:
+                st = None if path is None else path.stat()
+            except OSError:
+                st = None
+            out.append(None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    def _load(self) -> grpc.ServerCertificateConfiguration:
+        cert_file, key_file, client_ca_file = self._files
+        assert cert_file is not None and key_file is not None
+        chain = _read("tls_cert_file", cert_file)
+        key = _read("tls_key_file", key_file)
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+        except ssl.SSLError as exc:
+            raise ValueError(
+                f"tls_cert_file {str(cert_file)!r} and tls_key_file {str(key_file)!r} are not a PEM certificate"
+                f" chain and its private key ({exc.reason or exc})"
+            ) from None
+        client_ca = None
+        if client_ca_file is not None:
+            client_ca = _read("tls_client_ca_file", client_ca_file)
+            _check_ca("tls_client_ca_file", client_ca_file)
+        return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=client_ca)
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        # Must not raise: gRPC would fail the handshake. A stat of each file per new connection.
+        try:
+            with self._lock:
+                stamp = self._stamps()
+                if stamp == self._stamp:
+                    return None
+                self._stamp = stamp  # tried once per change: the next change (the key, say) is tried again
+                try:
+                    config = self._load()
+                except ValueError as exc:
+                    log.warning("TLS files changed but do not load; still serving the previous ones: %s", exc)
+                    return None
+                log.info("TLS files changed: new connections get the certificate now in %s", self._files[0])
+                return config
+        except Exception:  # a bug here must not take TLS down
+            log.exception("could not check the TLS files; still serving the previous ones")
+            return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

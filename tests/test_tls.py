@@ -257,3 +257,32 @@ def test_the_node_client_speaks_mutual_tls(mtls_sidecar: Sidecar, pki: dict[str,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"version": 1, "state": "from node"}
+
+
+def test_a_renewed_certificate_serves_new_connections_without_a_restart(tmp_path: Path) -> None:
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+
+    def install(ca: trustme.CA) -> ClientTLS:
+        issued = ca.issue_cert("127.0.0.1")
+        issued.cert_chain_pems[0].write_to_path(str(cert))
+        issued.private_key_pem.write_to_path(str(key))
+        return ClientTLS(root_certificates=ca.cert_pem.bytes())
+
+    trusts_old = install(old_ca)
+    s = start_sidecar(tmp_path / "data", "--tls-cert-file", str(cert), "--tls-key-file", str(key))
+    try:
+        with CheckpointClient(s.tcp_target, tls=trusts_old, own_connection=True) as c:
+            c.put("r", b"before")
+        trusts_new = install(new_ca)
+        # Each client its own connection: a new handshake, which takes the files as they are now.
+        with CheckpointClient(s.tcp_target, tls=trusts_new, own_connection=True) as c:
+            assert c.get("r").state == b"before"
+        assert "CERTIFICATE_VERIFY_FAILED" in _refused(s.tcp_target, trusts_old)
+        assert "TLS files changed: new connections get the certificate now" in s.log()
+        key.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")  # a broken renewal
+        with CheckpointClient(s.tcp_target, tls=trusts_new, own_connection=True) as c:
+            assert c.get("r").state == b"before"  # still served, with the last good certificate
+        assert "TLS files changed but do not load; still serving the previous ones" in s.log()
+    finally:
+        assert s.stop() == 0
