@@ -1123,6 +1123,13 @@ class SidecarServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self._tls is None and (exposed := [a for a in self.listening if reachable_from_other_hosts(a)]):
+            log.warning(
+                "serving plaintext on %s, which other hosts may reach: whoever connects can read, overwrite and"
+                " delete every session; serve TLS there (--tls-cert-file, --tls-key-file, and --tls-client-ca-file"
+                " to admit only your agents), or keep the port off any network you do not trust",
+                ",".join(exposed),
+            )
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         if self.side is not None:
@@ -1216,6 +1223,18 @@ def _claim_unix_socket(path: Path) -> None:
     finally:
         probe.close()
     raise Unavailable(f"another server is listening on unix:{path}")
+
+
+def reachable_from_other_hosts(address: str) -> bool:
+    """Whether a host:port listen address may take connections from other machines (not loopback only)."""
+    host, sep, port = address.rpartition(":")
+    if address.startswith("unix") or not sep or not port.isdigit():
+        return False
+    try:
+        ips = [ip for _, ip in tcp_addresses_of(host.removeprefix("[").removesuffix("]"), int(port))]
+    except OSError:
+        return True  # unknown: say so rather than stay quiet
+    return not all(ipaddress.ip_address(ip.partition("%")[0]).is_loopback for ip in ips)
 
 
 def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:

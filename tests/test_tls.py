@@ -15,8 +15,9 @@ import pytest
 import trustme
 
 from sidecar.client import AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
-from sidecar.server import ServeConfig, wait_until_serving
-from tests.sidecar_proc import ROOT, Sidecar, start_sidecar
+from sidecar.process import start_sidecar_process
+from sidecar.server import ServeConfig, reachable_from_other_hosts, wait_until_serving
+from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
 
 
 @pytest.fixture(scope="module")
@@ -286,3 +287,40 @@ def test_a_renewed_certificate_serves_new_connections_without_a_restart(tmp_path
         assert "TLS files changed but do not load; still serving the previous ones" in s.log()
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "exposed"),
+    [
+        ("127.0.0.1:50051", False),
+        ("[::1]:50051", False),
+        ("localhost:50051", False),
+        ("unix:/run/ckpt/ckpt.sock", False),
+        ("0.0.0.0:50051", True),
+        ("[::]:50051", True),
+        ("10.1.2.3:50051", True),
+    ],
+)
+def test_which_listen_addresses_count_as_reachable_from_other_hosts(address: str, exposed: bool) -> None:
+    assert reachable_from_other_hosts(address) is exposed
+
+
+def test_plaintext_beyond_loopback_is_warned_about_and_tls_is_not(tmp_path: Path, pki: dict[str, Path]) -> None:
+    port = free_port()
+    plain = start_sidecar_process(tmp_path / "plain", listen=[f"unix:{tmp_path / 'p.sock'}", f"0.0.0.0:{port}"])
+    try:
+        assert f"serving plaintext on 0.0.0.0:{port}, which other hosts may reach" in plain.log()
+    finally:
+        assert plain.stop() == 0
+    tls = start_sidecar_process(
+        tmp_path / "tls",
+        "--tls-cert-file",
+        str(pki["server_cert"]),
+        "--tls-key-file",
+        str(pki["server_key"]),
+        listen=[f"unix:{tmp_path / 't.sock'}", f"0.0.0.0:{port}"],
+    )
+    try:
+        assert "serving plaintext" not in tls.log()
+    finally:
+        assert tls.stop() == 0
