@@ -182,6 +182,7 @@ class ChainEncoder:
         ``chain`` is the headers of the head's chain, FULL frame first. The
         first frame it writes starts a new zstd stream (the old one is gone).
         """
+        state = _as_bytes(state, "state")
         if not chain:
             raise ValueError("resume needs the head's chain; use ChainEncoder() for a new session")
         head = chain[-1]

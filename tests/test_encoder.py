@@ -20,6 +20,7 @@ from codec import (
     FrameKind,
     decode,
     iter_versions,
+    parse,
 )
 from tests.golden.cases import GOLDEN_POLICY, SYSTEM
 
@@ -339,6 +340,8 @@ def test_misuse_raises_type_errors() -> None:
         enc.merge(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="policy must be a ChainPolicy"):
         ChainEncoder(policy={"max_depth": 3})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="state must be bytes, not str"):  # its utf-8 would pass the checksum
+        ChainEncoder.resume("hello", [parse(ChainEncoder().replace(b"hello").data)[0]])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="compact_min_saving_ratio"):
         ChainEncoder(compact_min_saving_ratio=1.0)
     with pytest.raises(ValueError, match="at least one frame"):
