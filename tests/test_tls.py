@@ -44,30 +44,22 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
+def _tls_args(pki: dict[str, Path], *, mutual: bool = False) -> list[str]:
+    """``ckpt serve``'s options for the test CA's server certificate, and with ``mutual`` its client CA."""
+    args = ["--tls-cert-file", str(pki["server_cert"]), "--tls-key-file", str(pki["server_key"])]
+    return [*args, "--tls-client-ca-file", str(pki["ca"])] if mutual else args
+
+
 @pytest.fixture(scope="module")
 def tls_sidecar(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]) -> Iterator[Sidecar]:
-    s = start_sidecar(
-        tmp_path_factory.mktemp("tls") / "data",
-        "--tls-cert-file",
-        str(pki["server_cert"]),
-        "--tls-key-file",
-        str(pki["server_key"]),
-    )
+    s = start_sidecar(tmp_path_factory.mktemp("tls") / "data", *_tls_args(pki))
     yield s
     assert s.stop() == 0
 
 
 @pytest.fixture(scope="module")
 def mtls_sidecar(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]) -> Iterator[Sidecar]:
-    s = start_sidecar(
-        tmp_path_factory.mktemp("mtls") / "data",
-        "--tls-cert-file",
-        str(pki["server_cert"]),
-        "--tls-key-file",
-        str(pki["server_key"]),
-        "--tls-client-ca-file",
-        str(pki["ca"]),
-    )
+    s = start_sidecar(tmp_path_factory.mktemp("mtls") / "data", *_tls_args(pki, mutual=True))
     yield s
     assert s.stop() == 0
 
@@ -313,12 +305,7 @@ def test_plaintext_beyond_loopback_is_warned_about_and_tls_is_not(tmp_path: Path
     finally:
         assert plain.stop() == 0
     tls = start_sidecar_process(
-        tmp_path / "tls",
-        "--tls-cert-file",
-        str(pki["server_cert"]),
-        "--tls-key-file",
-        str(pki["server_key"]),
-        listen=[f"unix:{tmp_path / 't.sock'}", f"0.0.0.0:{port}"],
+        tmp_path / "tls", *_tls_args(pki), listen=[f"unix:{tmp_path / 't.sock'}", f"0.0.0.0:{port}"]
     )
     try:
         assert "serving plaintext" not in tls.log()
