@@ -281,6 +281,47 @@ def _tls_of(target: str, tls: object) -> ClientTLS | None:
     return tls
 
 
+#: What ``from_env`` reads: the variables the ``ckpt`` command line reads, by the client option they set.
+ENV_VARS = {
+    "target": "CKPT_TARGET",
+    "max_message_bytes": "CKPT_MAX_MESSAGE_BYTES",
+    "tls_ca_file": "CKPT_TLS_CA_FILE",
+    "tls_client_cert_file": "CKPT_TLS_CLIENT_CERT_FILE",
+    "tls_client_key_file": "CKPT_TLS_CLIENT_KEY_FILE",
+    "tls_server_name": "CKPT_TLS_SERVER_NAME",
+}
+
+
+def _from_environment(environ: Mapping[str, str], options: dict[str, Any]) -> dict[str, Any]:
+    """A client's arguments from CKPT_* variables (see ENV_VARS), ``options`` winning over them."""
+    env = {name: value for name, var in ENV_VARS.items() if (value := environ.get(var, ""))}
+    out: dict[str, Any] = {}
+    if "target" not in options:
+        if "target" not in env:
+            raise ValueError("CKPT_TARGET is not set: the sidecar's address, unix:/path or host:port")
+        out["target"] = env["target"]
+    if "max_message_bytes" in env and "max_message_bytes" not in options:
+        try:
+            out["max_message_bytes"] = int(env["max_message_bytes"])
+        except ValueError:
+            raise ValueError(f"CKPT_MAX_MESSAGE_BYTES {env['max_message_bytes']!r} is not an integer") from None
+    files = {k: env.get(k) for k in ("tls_ca_file", "tls_client_cert_file", "tls_client_key_file")}
+    if "tls" not in options and (any(files.values()) or "tls_server_name" in env):
+        try:
+            out["tls"] = ClientTLS.from_files(
+                ca_file=files["tls_ca_file"],
+                cert_file=files["tls_client_cert_file"],
+                key_file=files["tls_client_key_file"],
+                server_name=env.get("tls_server_name"),
+            )
+        except ValueError as exc:  # named by the variables that set them
+            message = str(exc)
+            for name, var in ENV_VARS.items():
+                message = re.sub(rf"\b{name}\b", var, message)
+            raise ValueError(message) from None
+    return {**out, **options}
+
+
 def _channel(target: str, tls: ClientTLS | None, options: list[tuple[str, Any]], *, aio: bool) -> Any:
     if tls is None:
         return (grpc.aio.insecure_channel if aio else grpc.insecure_channel)(target, options=options)
@@ -962,6 +1003,18 @@ class CheckpointClient:
         self._readers: set[_ReadAhead] = set()
         self._readers_lock = threading.Lock()
 
+    @classmethod
+    def from_env(cls, **options: Any) -> CheckpointClient:
+        """A client set up as the ``ckpt`` command line is, from the environment.
+
+        ``CKPT_TARGET`` (required unless ``target=`` is given), ``CKPT_MAX_MESSAGE_BYTES``,
+        and for TLS ``CKPT_TLS_CA_FILE``, ``CKPT_TLS_CLIENT_CERT_FILE``,
+        ``CKPT_TLS_CLIENT_KEY_FILE``, ``CKPT_TLS_SERVER_NAME`` (see :class:`ClientTLS`).
+        ``options`` are this class's keyword arguments, and win over the environment.
+        Raises ValueError naming the variable that is missing or wrong.
+        """
+        return cls(**_from_environment(os.environ, options))
+
     def close(self) -> None:
         """Close the channel (idempotent); calls after it raise ValueError."""
         self._closed = True
@@ -1203,6 +1256,18 @@ class AsyncCheckpointClient:
         self._max_message_bytes = max_message_bytes
         self._retries = retries
         self._closed = False
+
+    @classmethod
+    def from_env(cls, **options: Any) -> AsyncCheckpointClient:
+        """A client set up as the ``ckpt`` command line is, from the environment.
+
+        ``CKPT_TARGET`` (required unless ``target=`` is given), ``CKPT_MAX_MESSAGE_BYTES``,
+        and for TLS ``CKPT_TLS_CA_FILE``, ``CKPT_TLS_CLIENT_CERT_FILE``,
+        ``CKPT_TLS_CLIENT_KEY_FILE``, ``CKPT_TLS_SERVER_NAME`` (see :class:`ClientTLS`).
+        ``options`` are this class's keyword arguments, and win over the environment.
+        Raises ValueError naming the variable that is missing or wrong.
+        """
+        return cls(**_from_environment(os.environ, options))
 
     async def close(self) -> None:
         """Close the channel (idempotent); calls after it raise ValueError."""

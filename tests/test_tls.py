@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from sidecar.client import AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
+from sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
 from sidecar.process import start_sidecar_process
 from sidecar.server import ServeConfig, reachable_from_other_hosts, wait_until_serving
 from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
@@ -311,3 +311,31 @@ def test_plaintext_beyond_loopback_is_warned_about_and_tls_is_not(tmp_path: Path
         assert "serving plaintext" not in tls.log()
     finally:
         assert tls.stop() == 0
+
+
+def test_a_client_from_the_environment_reads_what_the_command_line_reads(
+    tls_sidecar: Sidecar, pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ENV_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError, match="CKPT_TARGET is not set"):
+        CheckpointClient.from_env()
+    monkeypatch.setenv("CKPT_TARGET", tls_sidecar.tcp_target)
+    monkeypatch.setenv("CKPT_TLS_CA_FILE", str(pki["ca"]))
+    with CheckpointClient.from_env(timeout_seconds=10) as c:
+        c.put("env", b"from the environment")
+
+    async def read() -> bytes:
+        async with AsyncCheckpointClient.from_env() as c:
+            return (await c.get("env")).state
+
+    assert asyncio.run(read()) == b"from the environment"
+    with CheckpointClient.from_env(target=tls_sidecar.unix_target, tls=False) as c:  # arguments win
+        assert c.get("env").state == b"from the environment"
+    monkeypatch.setenv("CKPT_TLS_CA_FILE", str(tmp_path / "missing.pem"))
+    with pytest.raises(ValueError, match=r"CKPT_TLS_CA_FILE '.*missing.pem' cannot be read"):
+        CheckpointClient.from_env()
+    monkeypatch.delenv("CKPT_TLS_CA_FILE")
+    monkeypatch.setenv("CKPT_MAX_MESSAGE_BYTES", "64MiB")
+    with pytest.raises(ValueError, match="CKPT_MAX_MESSAGE_BYTES '64MiB' is not an integer"):
+        CheckpointClient.from_env()
