@@ -22,14 +22,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-import math
 import os
 import queue
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import grpc
 import grpc.aio
@@ -37,7 +36,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
-from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
+from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
 from .tls import ClientTLS as ClientTLS  # re-exported: it is passed to the clients
 
@@ -80,10 +79,35 @@ class CheckpointError(Exception):
     """
 
     request_id: str | None = None
+    #: For a put_stream that gave up: the writes it took from ``puts`` and sent
+    #: without getting their result, in order, with the request ids they were
+    #: sent with (see put_stream). Empty otherwise.
+    unanswered: list[service_pb2.PutRequest]
 
     def __init__(self, message: str, code: grpc.StatusCode) -> None:
         super().__init__(message)
         self.code = code
+        self.unanswered = []
+
+
+class ClientClosedError(ValueError):
+    """A call whose client was closed under it (misuse, as a call after ``close()`` is: a ValueError).
+
+    ``request_id``: the write whose outcome is unknown, to resend with it (None
+    for a call that writes nothing); ``unanswered``: a put_stream's writes sent
+    without a result, as on CheckpointError.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: str | None = None,
+        unanswered: Sequence[service_pb2.PutRequest] = (),
+    ) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.unanswered = list(unanswered)
 
 
 class InvalidArgumentError(CheckpointError):
@@ -207,6 +231,14 @@ _MIN_MESSAGE_BYTES = 1024
 def _str(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # protobuf would raise it, naming nothing
+            raise ValueError(
+                f"{name} is not valid UTF-8: a lone surrogate {value[exc.start]!r} at index {exc.start}"
+                " (text decoded with surrogateescape?)"
+            ) from None
     return value
 
 
@@ -259,8 +291,10 @@ def _labels(name: str, labels: object) -> dict[str, str]:
 def _client_options(timeout_seconds: object, retries: object, max_message_bytes: object) -> None:
     if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)):
         raise TypeError(f"timeout_seconds must be a number, not {type(timeout_seconds).__name__}")
-    if not (timeout_seconds > 0 and math.isfinite(timeout_seconds)):
-        raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
+    if not (0 < timeout_seconds <= MAX_DURATION_SECONDS):  # gRPC's deadline overflows a few centuries out
+        raise ValueError(
+            f"timeout_seconds must be > 0 and at most {MAX_DURATION_SECONDS} (100 years), got {timeout_seconds}"
+        )
     _int("retries", retries)
     _int("max_message_bytes", max_message_bytes, low=_MIN_MESSAGE_BYTES, high=MAX_MESSAGE_BYTES)
 
@@ -576,6 +610,10 @@ def _stream_batches(
     """
     room = max_message_bytes - _STREAM_MESSAGE_SLACK_BYTES
     read_ahead = puts if isinstance(puts, _ReadAhead) else None
+    # An iterator may give one message again, changed (a generator refilling
+    # one PutRequest per step): each write is its own copy, taken as given.
+    # The read-ahead copies already; a sequence's messages are there at once.
+    copy_each = read_ahead is None and not isinstance(puts, Sequence)
     batch: list[service_pb2.PutRequest] = []
     batch_bytes = 0
     n = 0
@@ -583,13 +621,12 @@ def _stream_batches(
         for i, put in enumerate(puts):
             if not isinstance(put, service_pb2.PutRequest):
                 raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
+            if copy_each or (not put.request_id and read_ahead is None):
+                mine = service_pb2.PutRequest()
+                mine.CopyFrom(put)
+                put = mine
             if not put.request_id:
-                if read_ahead is not None:  # a copy of its own already
-                    put.request_id = _new_request_id()
-                else:
-                    with_id = service_pb2.PutRequest(request_id=_new_request_id())
-                    with_id.MergeFrom(put)
-                    put = with_id
+                put.request_id = _new_request_id()
             size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
             if size > room:
                 alone = service_pb2.PutStreamRequest(puts=[put], batch_id=n + 1).ByteSize()
@@ -669,20 +706,49 @@ class _StreamAttempts:
 
 
 def _with_progress(
-    error: CheckpointError, answered: int, unanswered: service_pb2.PutStreamRequest | None
+    error: CheckpointError, answered: int, unanswered: Sequence[service_pb2.PutStreamRequest]
 ) -> CheckpointError:
-    """``error``, a whole put_stream's, naming how far it got; ``request_id`` is the first unanswered write's."""
-    if unanswered is None:
-        progress = f"put_stream: all {answered} writes sent were answered"
-        error.request_id = None
-    else:
-        error.request_id = unanswered.puts[0].request_id
-        progress = (
-            f"put_stream: the first {answered} writes were answered; the next (request_id {error.request_id!r})"
-            " and every one after it were not: resend them with the same request ids"
-        )
+    """``error``, a whole put_stream's, naming how far it got, with its unanswered writes on it
+    (``unanswered``; ``request_id`` is the first one's)."""
+    writes = _writes_of(unanswered)
+    error.unanswered = writes
+    error.request_id = writes[0].request_id if writes else None
+    progress = _progress(answered, writes)
     error.args = (f"{error.args[0] if error.args else ''}; {progress}", *error.args[1:])
     return error
+
+
+def _puts_arg(puts: object, *, aio: bool) -> None:
+    if isinstance(puts, Iterable) or (aio and isinstance(puts, AsyncIterable)):
+        return
+    if isinstance(puts, AsyncIterable):
+        raise TypeError(
+            "puts is an async iterable: AsyncCheckpointClient.put_stream takes one; this client an iterable"
+        )
+    raise TypeError(f"puts must be an iterable of ckpt.v1.PutRequest, not {type(puts).__name__}")
+
+
+def _copied(put: Any) -> Any:
+    if not isinstance(put, service_pb2.PutRequest):
+        return put  # _stream_batches names it
+    mine = service_pb2.PutRequest()
+    mine.CopyFrom(put)
+    return mine
+
+
+def _writes_of(batches: Sequence[service_pb2.PutStreamRequest]) -> list[service_pb2.PutRequest]:
+    return [put for batch in batches for put in batch.puts]
+
+
+def _progress(answered: int, unanswered: Sequence[service_pb2.PutRequest]) -> str:
+    if not unanswered:
+        return f"put_stream: all {answered} writes sent were answered"
+    return (
+        f"put_stream: the first {answered} writes were answered; the next {len(unanswered)} (from request_id"
+        f" {unanswered[0].request_id!r}) have no result and may have been written: resend .unanswered as they are"
+        f" (their request ids make a committed one a replay), then the writes of puts after them"
+        f" (from puts[{answered + len(unanswered)}])"
+    )
 
 
 def _check_answer(response: service_pb2.PutStreamResponse, due: service_pb2.PutStreamRequest | None) -> None:
@@ -889,6 +955,11 @@ class _StreamFeed:
         with self._cond:
             return self._unanswered.get(self._first)
 
+    def unanswered_batches(self) -> list[service_pb2.PutStreamRequest]:
+        """The batches pulled from ``puts`` and not answered, in order (the first perhaps partly answered)."""
+        with self._cond:
+            return [self._unanswered[n] for n in range(self._first, self._pulled)]
+
     @property
     def done(self) -> bool:
         with self._cond:
@@ -938,22 +1009,31 @@ def _give_up(error: Exception, failed: BaseException | None) -> NoReturn:
     raise error from failed
 
 
-def _closed_during(client: object, unknown: str | None) -> ValueError:
+class _Unknown(NamedTuple):
+    """What a call closed under its client leaves unknown: said in the error, and kept on it."""
+
+    text: str
+    request_id: str | None = None
+    unanswered: Sequence[service_pb2.PutRequest] = ()
+
+
+def _closed_during(client: object, unknown: _Unknown | None) -> ClientClosedError:
     """What a call gets when its client is closed under it (misuse: ValueError, as for a call after close())."""
-    return ValueError(f"this {type(client).__name__} was closed during the call" + (f"; {unknown}" if unknown else ""))
+    message = f"this {type(client).__name__} was closed during the call"
+    if unknown is None:
+        return ClientClosedError(message)
+    return ClientClosedError(f"{message}; {unknown.text}", request_id=unknown.request_id, unanswered=unknown.unanswered)
 
 
-def _unknown_write(request_id: str | None) -> str | None:
-    return request_id and f"the write's outcome is unknown: resend it with request_id {request_id!r}"
+def _unknown_write(request_id: str | None) -> _Unknown | None:
+    if not request_id:
+        return None
+    return _Unknown(f"the write's outcome is unknown: resend it with request_id {request_id!r}", request_id)
 
 
-def _unknown_stream(answered: int, unanswered: service_pb2.PutStreamRequest | None) -> str:
-    if unanswered is None:
-        return f"put_stream: all {answered} writes sent were answered"
-    return (
-        f"put_stream: the first {answered} writes were answered; the outcome of the next (request_id"
-        f" {unanswered.puts[0].request_id!r}) and those after it is unknown: resend from it with the same request ids"
-    )
+def _unknown_stream(answered: int, unanswered: Sequence[service_pb2.PutStreamRequest]) -> _Unknown:
+    writes = _writes_of(unanswered)
+    return _Unknown(_progress(answered, writes), writes[0].request_id if writes else None, writes)
 
 
 class CheckpointClient:
@@ -1044,6 +1124,10 @@ class CheckpointClient:
                 if self._closed:  # close() cancelled it
                     raise _closed_during(self, _unknown_write(request_id)) from None
                 delay = attempts.delay_or_raise(exc)
+            except ValueError:
+                if self._closed:  # gRPC's "Cannot invoke RPC on closed channel!": close() came first
+                    raise _closed_during(self, _unknown_write(request_id)) from None
+                raise
             time.sleep(delay)
             if self._closed:
                 raise _closed_during(self, _unknown_write(request_id))
@@ -1158,14 +1242,19 @@ class CheckpointClient:
         reopened when ``puts`` gives its next write. Only the writes in
         flight are kept for this, not ``puts``. Giving up raises the error
         (UnavailableError after a restart that outlasted the retries) with
-        the number of writes answered in its message and the first
-        unanswered write's ``request_id`` on it: resend from that write on.
+        the number of writes answered in its message and, as ``unanswered``,
+        the writes sent without a result (perhaps committed), in order, with
+        the request ids they were sent with (``request_id``: the first's):
+        resend them as they are, then ``puts`` from index answered +
+        len(unanswered) on, and each write lands once. Writes sent when
+        iteration stops early may be committed too; none gets a result.
         ``timeout_seconds`` also bounds each wait for an answer while writes
         are in flight (counted from the wait's start or the last answer,
         whichever is later): past it the stream is cancelled and
         DeadlineExceededError raised, likewise naming the progress. Other
         statuses end the stream at once, as before, naming the progress too.
         """
+        _puts_arg(puts, aio=False)
         _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
@@ -1195,17 +1284,19 @@ class CheckpointClient:
                 feed.stop()
                 if error is not None and feed.timed_out:  # the watchdog cancelled it (not a stream that just ended)
                     overdue = _with_progress(
-                        _stream_deadline_error(self._timeout), feed.answered, feed.first_unanswered()
+                        _stream_deadline_error(self._timeout), feed.answered, feed.unanswered_batches()
                     )
                     _give_up(overdue, feed.failed)
                 if self._closed and error is not None:  # close() ended the stream (idle or not)
-                    _give_up(_closed_during(self, _unknown_stream(feed.answered, feed.first_unanswered())), feed.failed)
+                    _give_up(
+                        _closed_during(self, _unknown_stream(feed.answered, feed.unanswered_batches())), feed.failed
+                    )
                 if feed.first_unanswered() is None and error is not None and attempts.would_retry(error):
                     feed.wait_for_write()  # broken while idle: reopen once there is a write to send
                     if self._closed:  # close() ended the wait; a write read meanwhile was not sent
-                        _give_up(_closed_during(self, _unknown_stream(feed.answered, None)), feed.failed)
-                unanswered = feed.first_unanswered()
-                if unanswered is None and feed.done:
+                        _give_up(_closed_during(self, _unknown_stream(feed.answered, ())), feed.failed)
+                unanswered = feed.unanswered_batches()
+                if not unanswered and feed.done:
                     if feed.failed is not None:
                         raise feed.failed
                     return
@@ -1235,6 +1326,9 @@ class AsyncCheckpointClient:
     raises CancelledError, not an error carrying its request id, and the sidecar
     commits it anyway once queued: pass your own ``request_id`` to writes that
     may be cancelled, so that resending one cannot write twice.
+
+    A client belongs to the event loop it is created in (RuntimeError
+    otherwise, naming the mistake): create it in async code, one per loop.
     """
 
     def __init__(
@@ -1249,8 +1343,18 @@ class AsyncCheckpointClient:
     ) -> None:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
+        tls_config = _tls_of(target, tls)
+        # grpc.aio binds a channel to the loop it is made on; used from another,
+        # every call failed with asyncio's "attached to a different loop".
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncCheckpointClient must be created in the event loop that uses it (in async code, such as the"
+                " coroutine asyncio.run runs); outside async code, use CheckpointClient"
+            ) from None
         options = _options(max_message_bytes, own_connection=own_connection)
-        self._channel = _channel(target, _tls_of(target, tls), options, aio=True)
+        self._channel = _channel(target, tls_config, options, aio=True)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
@@ -1283,6 +1387,15 @@ class AsyncCheckpointClient:
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"this {type(self).__name__} is closed")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._loop:
+            raise RuntimeError(
+                f"this {type(self).__name__} belongs to the event loop it was created in, not this one"
+                " (a client kept from one asyncio.run to the next?): create one in each loop"
+            )
 
     async def _unary(self, method: Any, request: Any, *, retry: bool, request_id: str | None = None) -> Any:
         self._check_open()
@@ -1301,7 +1414,7 @@ class AsyncCheckpointClient:
             if self._closed:
                 raise _closed_during(self, _unknown_write(request_id))
 
-    def _raise_if_closed_under(self, unknown: str | None) -> None:
+    def _raise_if_closed_under(self, unknown: _Unknown | None) -> None:
         """After a CancelledError: ValueError if close() cancelled the call (grpc-aio may cancel a
         closing channel's calls so), as the sync client's calls get; nothing if the caller's task was."""
         task = asyncio.current_task()
@@ -1390,17 +1503,24 @@ class AsyncCheckpointClient:
         return (await self._unary(self._stub.DeleteSession, req, retry=False)).deleted_versions  # type: ignore[no-any-return]
 
     def put_stream(
-        self, puts: Iterable[service_pb2.PutRequest], *, batch_size: int = 64
+        self,
+        puts: Iterable[service_pb2.PutRequest] | AsyncIterable[service_pb2.PutRequest],
+        *,
+        batch_size: int = 64,
     ) -> AsyncIterator[service_pb2.PutResult]:
-        """As CheckpointClient.put_stream (reopened after a break the same way), except that ``puts`` is
-        read whole before anything is sent (so an exception reading it is raised before any write)."""
+        """As CheckpointClient.put_stream (reopened after a break the same way), except that ``puts`` (an
+        iterable or an async iterable) is read whole before anything is sent (so an exception reading it is
+        raised before any write)."""
+        _puts_arg(puts, aio=True)
         _int("batch_size", batch_size, low=1)
         self._check_open()
         return self._put_stream(puts, batch_size)
 
     async def _put_stream(
-        self, puts: Iterable[service_pb2.PutRequest], batch_size: int
+        self, puts: Iterable[service_pb2.PutRequest] | AsyncIterable[service_pb2.PutRequest], batch_size: int
     ) -> AsyncIterator[service_pb2.PutResult]:
+        if isinstance(puts, AsyncIterable):  # read whole too: copies, as they may be refilled and given again
+            puts = [_copied(put) async for put in puts]
         batches = list(_stream_batches(puts, batch_size, self._max_message_bytes))
         first = 0  # the first batch not answered; each stream sends batches[first:]
         answered = 0  # writes
@@ -1416,12 +1536,9 @@ class AsyncCheckpointClient:
                         async with asyncio.timeout(self._timeout):  # each answer's bound, not the stream's
                             response = await call.read()
                     except TimeoutError:
-                        due = batches[first] if first < len(batches) else None
-                        raise _with_progress(_stream_deadline_error(self._timeout), answered, due) from None
+                        raise _with_progress(_stream_deadline_error(self._timeout), answered, batches[first:]) from None
                     except asyncio.CancelledError:
-                        self._raise_if_closed_under(
-                            _unknown_stream(answered, batches[first] if first < len(batches) else None)
-                        )
+                        self._raise_if_closed_under(_unknown_stream(answered, batches[first:]))
                         raise
                     out, held = held, []
                     if out:  # given after all: their batch is answered
@@ -1451,14 +1568,14 @@ class AsyncCheckpointClient:
             if first == len(batches):
                 return
             if error is None:
-                raise _with_progress(_unanswered_at_end_error(), answered, batches[first])
+                raise _with_progress(_unanswered_at_end_error(), answered, batches[first:])
             if self._closed:  # close() ended the stream
-                raise _closed_during(self, _unknown_stream(answered, batches[first]))
+                raise _closed_during(self, _unknown_stream(answered, batches[first:]))
             try:
                 delay = attempts.delay_or_raise(error)
             except CheckpointError as exc:
-                _with_progress(exc, answered, batches[first])
+                _with_progress(exc, answered, batches[first:])
                 raise
             await asyncio.sleep(delay)
             if self._closed:
-                raise _closed_during(self, _unknown_stream(answered, batches[first]))
+                raise _closed_during(self, _unknown_stream(answered, batches[first:]))

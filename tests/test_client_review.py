@@ -833,7 +833,19 @@ def test_bad_arguments_are_refused_by_name_and_write_nothing(
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"timeout_seconds": 0}, ValueError, "timeout_seconds must be > 0, got 0"),
+        (
+            {"timeout_seconds": 0},
+            ValueError,
+            r"timeout_seconds must be > 0 and at most 3153600000 \(100 years\), got 0",
+        ),
+        # gRPC's deadline overflows past ~7.4e9 s: every call then failed at once as DEADLINE_EXCEEDED.
+        (
+            {"timeout_seconds": 1e10},
+            ValueError,
+            r"timeout_seconds must be > 0 and at most 3153600000 .*got 10000000000.0",
+        ),
+        ({"timeout_seconds": float("inf")}, ValueError, "at most 3153600000 .*got inf"),
+        ({"timeout_seconds": float("nan")}, ValueError, "at most 3153600000 .*got nan"),
         ({"timeout_seconds": "5"}, TypeError, "timeout_seconds must be a number"),
         ({"retries": -1}, ValueError, "retries must be >= 0, got -1"),
         ({"max_message_bytes": 100}, ValueError, "max_message_bytes must be >= 1024, got 100"),
