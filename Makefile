@@ -31,8 +31,9 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q || [ $$? -eq 5 ]
 
+# The scale benchmark at 100,000 sessions here (set CKPT_BENCH_SESSIONS to change it); 1M is make bench-scale.
 bench: $(STAMP)
-	$(PY) -m pytest -q -m benchmark -s bench/
+	CKPT_BENCH_SESSIONS=$${CKPT_BENCH_SESSIONS:-100000} $(PY) -m pytest -q -m benchmark -s bench/
 
 report: $(STAMP)
 	$(VENV)/bin/ckpt bench run --out bench

@@ -1110,10 +1110,12 @@ class SidecarServer:
                 port = self.server.add_secure_port(address, self._tls)
             else:
                 port = self.server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise Unavailable(f"cannot listen on {address}: {exc}") from None
+        except RuntimeError as exc:  # gRPC's own words: "Failed to bind ... set GRPC_VERBOSITY=debug"
+            why = path is None and _why_unbindable(address)
+            raise Unavailable(f"cannot listen on {address}: {why or exc}") from None
         if not port:
-            raise Unavailable(f"cannot listen on {address}: the address is in use or invalid")
+            why = path is None and _why_unbindable(address)
+            raise Unavailable(f"cannot listen on {address}: {why or 'the address is in use or invalid'}")
         host, sep, asked = address.rpartition(":")
         self.listening.append(f"{host}:{port}" if path is None and sep and asked == "0" else address)
         if path is None:
@@ -1246,6 +1248,31 @@ def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:
         return [(socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1")]
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
+
+
+def _why_unbindable(address: str) -> str | None:
+    """Why gRPC could not bind ``host:port``, found by binding it ourselves (None if that works, or cannot say)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        return None
+    host, port = host.removeprefix("[").removesuffix("]"), int(port_text)
+    try:
+        candidates = tcp_addresses_of(host, port)
+    except OSError as exc:
+        return f"{host} does not resolve ({exc.strerror or exc})"
+    for family, ip in candidates:
+        shown = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            probe.bind((ip, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{shown} is in use (another process listens there)"
+            return f"{shown}: {exc.strerror or exc}"
+        finally:
+            probe.close()
+    return None
 
 
 def _claim_tcp_name(address: str) -> None:

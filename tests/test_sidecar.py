@@ -372,7 +372,9 @@ def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:
     same_socket = start_or_fail(other, sidecar.unix_target, f"127.0.0.1:{free_port()}")
     assert f"another server is listening on {sidecar.unix_target}" in same_socket
     same_port = start_or_fail(tmp_path / "third", f"unix:{tmp_path / 'third.sock'}", sidecar.tcp_target)
-    assert f"cannot listen on {sidecar.tcp_target}" in same_port
+    assert f"cannot listen on {sidecar.tcp_target}: {sidecar.tcp_target} is in use (another process listens there)" in (
+        same_port
+    )
     with CheckpointClient(sidecar.unix_target) as c:  # the first one is unaffected
         c.put("still", b"\x08\x01")
 

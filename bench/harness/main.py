@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     r = bsub.add_parser("run", help="run workloads x systems and write the report", description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     r.add_argument("--out", type=Path, required=True, help="directory for results.json, REPORT.md and plots/")
-    r.add_argument("--quick", action="store_true", help="small sizes (under 3 minutes): a smoke run, not a report")
+    r.add_argument("--quick", action="store_true", help="small sizes (about a minute): a smoke run, not a report")
     r.add_argument("--workload", nargs="+", metavar="W", help="workloads (default: all)")
     r.add_argument("--systems", nargs="+", metavar="S", help="systems (default: all)")
     r.add_argument("--mode", choices=("merge", "replace"), default="merge", help="ckpt's write mode (default merge)")
