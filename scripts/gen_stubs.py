@@ -54,6 +54,7 @@ def generate(out_root: Path) -> list[Path]:
         package = tmp_dir / PACKAGE
         for d in [package, *(p for p in package.rglob("*") if p.is_dir())]:
             (d / "__init__.py").write_text(PACKAGE_INIT)
+        (package / "py.typed").write_text("")  # PEP 561: the .pyi stubs are read once installed
         target = out_root / PACKAGE
         if target.exists():
             shutil.rmtree(target)
