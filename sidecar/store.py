@@ -443,6 +443,7 @@ class Store:
             _retry_map_resized(lambda: self._open_lmdb_once(lmdb_dir))
         else:
             self._open_lmdb_once(lmdb_dir)
+        self._page_bytes = int(self._env.stat()["psize"])
 
     def _open_lmdb_once(self, lmdb_dir: Path) -> None:
         config, readonly = self.config, self.readonly
@@ -1955,6 +1956,7 @@ class Store:
             self.commits += 1
             self.batch_sizes[len(ops)] += 1
             self._last_commit_seconds = time.monotonic() - began
+            self._fill_unwritten_tail()
             # Writers seen around this commit: those it lets go on, and those who queued meanwhile.
             released = sum(1 for op in ops if op.releases_caller)
             self._expected_writers = released + self._queue.qsize()
@@ -1975,6 +1977,33 @@ class Store:
                 _settle_on(loop, settled)
             _wake_in_turn(in_turn)
             return
+
+    def _fill_unwritten_tail(self) -> None:
+        """After a commit: grow data.mdb to the committed last page if LMDB left it shorter.
+
+        LMDB never writes pages a transaction allocated and freed again (a large
+        state put and its session deleted in one group commit: a thousand pages
+        for 4 MB), so the file can end far before its last page number, and a
+        reopen would take the gap for a truncated copy (check_not_truncated) and
+        refuse the store. Grown with zeros (free pages: nothing reads them) and
+        synced, under LMDB's writer lock, so no other worker's pages past the
+        end can be cut. One stat per commit when nothing is missing.
+        """
+        try:
+            page_bytes = self._page_bytes
+            if os.stat(self._data_file).st_size >= (self._env.info()["last_pgno"] + 1) * page_bytes:
+                return
+            txn = self._env.begin(write=True)  # LMDB's writer lock: no --workers sibling writes meanwhile
+            try:
+                needed = (self._env.info()["last_pgno"] + 1) * page_bytes
+                with self._data_file.open("r+b") as f:
+                    if os.fstat(f.fileno()).st_size < needed:
+                        f.truncate(needed)
+                        os.fsync(f.fileno())
+            finally:
+                txn.abort()
+        except (OSError, lmdb.Error) as exc:  # the commit stands; a reopen may then refuse a large gap
+            log.warning("could not grow %s to its last page after a commit: %s", self._data_file, exc)
 
     def _stop_writes(self, exc: BaseException) -> None:
         """After a commit failed with an I/O error: take no more writes until reopened.
