@@ -844,6 +844,13 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
         expected += 1
     if expected - 1 != info.head_version:
         problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
+    # Where a cold read of the head starts decoding, as the record says: a wrong one fails every read and write.
+    starts = [v for v, _i, frame in frames if _starts_chain(frame) and v <= info.head_version]
+    if starts and info.chain_start_version != starts[-1]:
+        problems.append(
+            f"the session record says the head's chain starts at version {info.chain_start_version},"
+            f" but its last FULL frame is version {starts[-1]}"
+        )
     return problems
 
 

@@ -138,6 +138,8 @@ class SessionInfo:
     version_count: int
     forked_from_session_id: str
     forked_from_version: int
+    #: The version whose FULL frame starts the head's chain: where a cold read of the head decodes from.
+    chain_start_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -2185,6 +2187,10 @@ def _version_info(session_id: str, version: int, value: Any) -> VersionInfo:
             f"session {session_id!r}" if f"version {version}" in text else f"session {session_id!r} version {version}"
         )
         raise DataLoss(f"{where}: {text}") from None
+    if header.version != version:  # a sound frame under another version's key: never served as this one
+        raise DataLoss(
+            f"session {session_id!r} version {version}: the frame stored there is version {header.version}'s"
+        )
     return VersionInfo(
         version=version,
         parent_version=version - 1 if mode != WriteMode.FORK else 0,
@@ -2209,6 +2215,7 @@ def _session_info(session_id: str, rec: records_pb2.SessionRecord) -> SessionInf
         version_count=rec.version_count,
         forked_from_session_id=rec.forked_from_session_id,
         forked_from_version=rec.forked_from_version,
+        chain_start_version=rec.chain_start_version,
     )
 
 
