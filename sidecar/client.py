@@ -1363,14 +1363,7 @@ class AsyncCheckpointClient:
 
     @classmethod
     def from_env(cls, **options: Any) -> AsyncCheckpointClient:
-        """A client set up as the ``ckpt`` command line is, from the environment.
-
-        ``CKPT_TARGET`` (required unless ``target=`` is given), ``CKPT_MAX_MESSAGE_BYTES``,
-        and for TLS ``CKPT_TLS_CA_FILE``, ``CKPT_TLS_CLIENT_CERT_FILE``,
-        ``CKPT_TLS_CLIENT_KEY_FILE``, ``CKPT_TLS_SERVER_NAME`` (see :class:`ClientTLS`).
-        ``options`` are this class's keyword arguments, and win over the environment.
-        Raises ValueError naming the variable that is missing or wrong.
-        """
+        """As CheckpointClient.from_env (in async code, as the constructor)."""
         return cls(**_from_environment(os.environ, options))
 
     async def close(self) -> None:
