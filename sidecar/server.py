@@ -1229,11 +1229,11 @@ def _claim_unix_socket(path: Path) -> None:
 
 def reachable_from_other_hosts(address: str) -> bool:
     """Whether a host:port listen address may take connections from other machines (not loopback only)."""
-    host, sep, port = address.rpartition(":")
-    if address.startswith("unix") or not sep or not port.isdigit():
+    host_port = None if address.startswith("unix") else _host_and_port(address)
+    if host_port is None:
         return False
     try:
-        ips = [ip for _, ip in tcp_addresses_of(host.removeprefix("[").removesuffix("]"), int(port))]
+        ips = [ip for _, ip in tcp_addresses_of(*host_port)]
     except OSError:
         return True  # unknown: say so rather than stay quiet
     return not all(ipaddress.ip_address(ip.partition("%")[0]).is_loopback for ip in ips)
@@ -1250,28 +1250,43 @@ def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:
     return list(dict.fromkeys((family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
 
 
+def _host_and_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` too) as (host, port); None if it is not that shape."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _bind_error(family: int, ip: str, port: int) -> OSError | None:
+    """What binding ``ip``:``port`` as gRPC binds (SO_REUSEADDR: TIME_WAIT is no owner) fails with, if it does."""
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((ip, port))
+    except OSError as exc:
+        return exc
+    finally:
+        probe.close()
+    return None
+
+
 def _why_unbindable(address: str) -> str | None:
     """Why gRPC could not bind ``host:port``, found by binding it ourselves (None if that works, or cannot say)."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit():
+    host_port = _host_and_port(address)
+    if host_port is None:
         return None
-    host, port = host.removeprefix("[").removesuffix("]"), int(port_text)
+    host, port = host_port
     try:
         candidates = tcp_addresses_of(host, port)
     except OSError as exc:
         return f"{host} does not resolve ({exc.strerror or exc})"
     for family, ip in candidates:
         shown = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
-        probe = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-            probe.bind((ip, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
+        if (failed := _bind_error(family, ip, port)) is not None:
+            if failed.errno == errno.EADDRINUSE:
                 return f"{shown} is in use (another process listens there)"
-            return f"{shown}: {exc.strerror or exc}"
-        finally:
-            probe.close()
+            return f"{shown}: {failed.strerror or failed}"
     return None
 
 
@@ -1286,11 +1301,10 @@ def _claim_tcp_name(address: str) -> None:
     does port 0 (a free port). An address this machine lacks (::1 without
     IPv6) is skipped, as gRPC skips it.
     """
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+    host_port = _host_and_port(address)
+    if host_port is None or not host_port[0] or not 0 < host_port[1] <= 65535:
         return  # not host:port: gRPC judges it
-    host = host.removeprefix("[").removesuffix("]")
-    port = int(port_text)
+    host, port = host_port
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(host)
         return
@@ -1299,19 +1313,13 @@ def _claim_tcp_name(address: str) -> None:
     except OSError:
         return  # gRPC says what it cannot resolve
     for family, ip in candidates:
-        probe = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT is no owner
-            probe.bind((ip, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                shown = f"[{ip}]" if family == socket.AF_INET6 else ip
-                raise Unavailable(
-                    f"cannot listen on {address}: {shown}:{port} is in use (another process listens there),"
-                    f" and {host} stands for it; gRPC would listen on {host}'s other addresses only"
-                ) from None
-        finally:
-            probe.close()
+        exc = _bind_error(family, ip, port)
+        if exc is not None and exc.errno == errno.EADDRINUSE:  # other errors (no ::1 here): gRPC skips it too
+            shown = f"[{ip}]" if family == socket.AF_INET6 else ip
+            raise Unavailable(
+                f"cannot listen on {address}: {shown}:{port} is in use (another process listens there),"
+                f" and {host} stands for it; gRPC would listen on {host}'s other addresses only"
+            )
 
 
 def serve(config: ServeConfig) -> int:
