@@ -39,6 +39,7 @@ from ckpt.v1 import service_pb2, service_pb2_grpc
 from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES
 from .status import CURRENT_VERSION_KEY
 from .tls import ClientTLS as ClientTLS  # re-exported: it is passed to the clients
+from .tls import open_channel
 
 T = TypeVar("T")
 # CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
@@ -354,13 +355,6 @@ def _from_environment(environ: Mapping[str, str], options: dict[str, Any]) -> di
                 message = re.sub(rf"\b{name}\b", var, message)
             raise ValueError(message) from None
     return {**out, **options}
-
-
-def _channel(target: str, tls: ClientTLS | None, options: list[tuple[str, Any]], *, aio: bool) -> Any:
-    if tls is None:
-        return (grpc.aio.insecure_channel if aio else grpc.insecure_channel)(target, options=options)
-    secure = grpc.aio.secure_channel if aio else grpc.secure_channel
-    return secure(target, tls.channel_credentials(), options=[*options, *tls.channel_options()])
 
 
 def _options(max_message_bytes: int, *, own_connection: bool = False) -> list[tuple[str, int]]:
@@ -1072,7 +1066,7 @@ class CheckpointClient:
         _str("target", target)
         _client_options(timeout_seconds, retries, max_message_bytes)
         options = _options(max_message_bytes, own_connection=own_connection)
-        self._channel = _channel(target, _tls_of(target, tls), options, aio=False)
+        self._channel = open_channel(target, _tls_of(target, tls), options, aio=False)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
@@ -1354,7 +1348,7 @@ class AsyncCheckpointClient:
                 " coroutine asyncio.run runs); outside async code, use CheckpointClient"
             ) from None
         options = _options(max_message_bytes, own_connection=own_connection)
-        self._channel = _channel(target, tls_config, options, aio=True)
+        self._channel = open_channel(target, tls_config, options, aio=True)
         self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes

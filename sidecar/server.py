@@ -65,7 +65,7 @@ from .replycache import ReplyCache
 from .status import CURRENT_VERSION_KEY, status_of
 from .store import OFF_LOOP_PATCH_BYTES, PutRequest, PutResult, SessionInfo, Store, VersionInfo, WriteMode
 from .storelink import StoreLink, abort_with
-from .tls import ClientTLS
+from .tls import ClientTLS, open_channel
 
 log = logging.getLogger("ckpt")
 T = TypeVar("T")
@@ -1446,12 +1446,7 @@ def _ignore_stop_signals() -> None:
 def wait_until_serving(target: str, timeout_seconds: float = 10.0, *, tls: ClientTLS | None = None) -> None:
     """Block until the health service at target answers SERVING (for tests and tools)."""
     deadline = time.monotonic() + timeout_seconds
-    channel = (
-        grpc.insecure_channel(target)
-        if tls is None
-        else grpc.secure_channel(target, tls.channel_credentials(), options=tls.channel_options())
-    )
-    with channel:
+    with open_channel(target, tls, [], aio=False) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:

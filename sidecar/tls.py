@@ -21,8 +21,10 @@ import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
+import grpc.aio
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +73,7 @@ class _ReloadingCertificates:
         assert cert_file is not None and key_file is not None
         chain = _read("tls_cert_file", cert_file)
         key = _read("tls_key_file", key_file)
-        try:
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
-        except ssl.SSLError as exc:
-            raise ValueError(
-                f"tls_cert_file {str(cert_file)!r} and tls_key_file {str(key_file)!r} are not a PEM certificate"
-                f" chain and its private key ({exc.reason or exc})"
-            ) from None
+        _check_key_pair("tls_cert_file", cert_file, "tls_key_file", key_file)
         client_ca = None
         if client_ca_file is not None:
             client_ca = _read("tls_client_ca_file", client_ca_file)
@@ -146,13 +142,7 @@ class ClientTLS:
         if ca_file is not None:
             _check_ca("tls_ca_file", Path(ca_file))
         if cert_file is not None and key_file is not None:
-            try:
-                ssl.create_default_context().load_cert_chain(cert_file, key_file)
-            except ssl.SSLError as exc:
-                raise ValueError(
-                    f"tls_client_cert_file {str(cert_file)!r} and tls_client_key_file {str(key_file)!r} are not a PEM"
-                    f" certificate chain and its private key ({exc.reason or exc})"
-                ) from None
+            _check_key_pair("tls_client_cert_file", Path(cert_file), "tls_client_key_file", Path(key_file))
         return cls(
             root_certificates=None if ca_file is None else _read("tls_ca_file", Path(ca_file)),
             client_certificate_chain=None if cert_file is None else _read("tls_client_cert_file", Path(cert_file)),
@@ -169,6 +159,25 @@ class ClientTLS:
 
     def channel_options(self) -> list[tuple[str, str]]:
         return [] if self.server_name is None else [("grpc.ssl_target_name_override", self.server_name)]
+
+
+def open_channel(target: str, tls: ClientTLS | None, options: list[tuple[str, Any]], *, aio: bool) -> Any:
+    """A gRPC channel (grpc.aio's with ``aio``) to ``target``: plaintext, or with ``tls``."""
+    if tls is None:
+        return (grpc.aio.insecure_channel if aio else grpc.insecure_channel)(target, options=options)
+    secure = grpc.aio.secure_channel if aio else grpc.secure_channel
+    return secure(target, tls.channel_credentials(), options=[*options, *tls.channel_options()])
+
+
+def _check_key_pair(cert_field: str, cert_file: Path, key_field: str, key_file: Path) -> None:
+    """ValueError naming both fields unless ``key_file`` is the private key of the PEM chain in ``cert_file``."""
+    try:
+        ssl.create_default_context().load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"{cert_field} {str(cert_file)!r} and {key_field} {str(key_file)!r} are not a PEM certificate chain"
+            f" and its private key ({exc.reason or exc})"
+        ) from None
 
 
 def _read(field: str, path: Path) -> bytes:
