@@ -523,21 +523,15 @@ class _ReadAhead:
             for given in puts:
                 if self._closed:  # put_stream ended while ``puts`` gave this: it is not sent
                     return
-                is_put = isinstance(given, service_pb2.PutRequest)
-                size = given.ByteSize() if is_put else 0
+                size = given.ByteSize() if isinstance(given, service_pb2.PutRequest) else 0
                 while self._full(size):
                     self._room.clear()  # before the check: a take after it sets the event again
                     if self._full(size):
                         self._room.wait(0.1)  # woken now and then to see close()
                     if self._closed:
                         return
-                put = given
-                if is_put:
-                    # A copy, taken before ``puts`` goes on: a generator may change
-                    # and give the same message again (one object, many writes).
-                    put = service_pb2.PutRequest()
-                    put.CopyFrom(given)
-                self._queue.put((put, size))
+                # Taken before ``puts`` goes on (see _copied).
+                self._queue.put((_copied(given), size))
                 self._given += 1
                 self._given_bytes += size
         except BaseException as exc:  # whatever it is, the consumer must not wait for ever
@@ -616,9 +610,7 @@ def _stream_batches(
             if not isinstance(put, service_pb2.PutRequest):
                 raise TypeError(f"puts[{i}] is a {type(put).__name__}, not a ckpt.v1.PutRequest")
             if copy_each or (not put.request_id and read_ahead is None):
-                mine = service_pb2.PutRequest()
-                mine.CopyFrom(put)
-                put = mine
+                put = _copied(put)
             if not put.request_id:
                 put.request_id = _new_request_id()
             size = put.ByteSize() + _STREAM_PUT_FRAMING_BYTES
@@ -723,8 +715,10 @@ def _puts_arg(puts: object, *, aio: bool) -> None:
 
 
 def _copied(put: Any) -> Any:
+    """A copy of a PutRequest, as given now: a generator may change and give the same message again
+    (one object, many writes). Anything else as it is, for _stream_batches to name."""
     if not isinstance(put, service_pb2.PutRequest):
-        return put  # _stream_batches names it
+        return put
     mine = service_pb2.PutRequest()
     mine.CopyFrom(put)
     return mine
