@@ -1997,11 +1997,7 @@ class Store:
                 return
             txn = self._env.begin(write=True)  # LMDB's writer lock: no --workers sibling writes meanwhile
             try:
-                needed = (self._env.info()["last_pgno"] + 1) * page_bytes
-                with self._data_file.open("r+b") as f:
-                    if os.fstat(f.fileno()).st_size < needed:
-                        f.truncate(needed)
-                        os.fsync(f.fileno())
+                _grow_file(self._data_file, (self._env.info()["last_pgno"] + 1) * page_bytes)
             finally:
                 txn.abort()
         except (OSError, lmdb.Error) as exc:  # the commit stands; a reopen may then refuse a large gap
@@ -2347,8 +2343,15 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
             f" ({needed - size} bytes missing); nothing in it can be read safely (restore it from a copy)"
         )
     if extend:
-        with data_mdb.open("r+b") as f:
-            f.truncate(needed)
+        _grow_file(data_mdb, needed)
+
+
+def _grow_file(path: Path, size_bytes: int) -> None:
+    """Grow ``path`` to ``size_bytes`` with zeros (never shrink it: checked on the open file), synced."""
+    with path.open("r+b") as f:
+        if os.fstat(f.fileno()).st_size < size_bytes:
+            f.truncate(size_bytes)
+            os.fsync(f.fileno())
 
 
 def _as_store_error(exc: BaseException) -> StoreError:
