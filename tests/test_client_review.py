@@ -260,10 +260,29 @@ def test_the_timeout_bounds_the_whole_call_not_each_attempt(sidecar: Sidecar) ->
     assert info.value.request_id and aerror.request_id  # the write can be retried idempotently
 
 
-def _restart(s: Sidecar) -> Sidecar:
-    """SIGKILL ``s`` and start a new sidecar on its data directory and socket."""
+def _restart(s: Sidecar) -> tuple[Sidecar, float]:
+    """SIGKILL ``s`` and start a new sidecar on its data directory and socket; and the seconds it took."""
+    began = time.monotonic()
     s.stop(signal.SIGKILL)
-    return start_sidecar(s.data_dir, socket_path=Path(s.unix_target.removeprefix("unix:")))
+    restarted = start_sidecar(s.data_dir, socket_path=Path(s.unix_target.removeprefix("unix:")))
+    return restarted, time.monotonic() - began
+
+
+# What the clients' default retries wait after a call's first failure: 0.05 + 0.1 + ... + 1.0 s.
+_RETRIES_WAIT_SECONDS = sum(min(0.05 * 2.0**attempt, 1.0) for attempt in range(6))
+
+
+def _outlasted(outcome: object, down_seconds: float) -> bool:
+    """Whether the call whose ``outcome`` this is outlasted a restart of ``down_seconds``, as it must if the
+    restart took well under what the retries wait; past that it gives up with the retries' own error.
+
+    Measured, not assumed: on a loaded machine a restart took 2.7 s (the first start had taken less).
+    """
+    if not isinstance(outcome, CheckpointError):
+        return True
+    assert down_seconds > _RETRIES_WAIT_SECONDS - 0.35, f"down {down_seconds:.2f} s: {outcome!r}"
+    assert isinstance(outcome, UnavailableError) and "gave up after 7 attempts" in str(outcome), outcome
+    return False
 
 
 def test_a_put_in_flight_when_the_sidecar_dies_lands_once_after_it_restarts(tmp_path: Path) -> None:
@@ -285,19 +304,22 @@ def test_a_put_in_flight_when_the_sidecar_dies_lands_once_after_it_restarts(tmp_
         sidecar.process.send_signal(signal.SIGSTOP)
         t = threading.Thread(target=writer, args=(c,))
         t.start()
-        restarted = _restart(sidecar)
+        restarted, down_seconds = _restart(sidecar)
         t.join()
     try:
-        assert isinstance(outcome[0], service_pb2.PutResponse), outcome[0]
-        assert outcome[0].version == 2
-        assert versions(restarted.unix_target, "restart") == [2, 1]
+        if _outlasted(outcome[0], down_seconds):
+            assert isinstance(outcome[0], service_pb2.PutResponse), outcome[0]
+            assert outcome[0].version == 2
+            assert versions(restarted.unix_target, "restart") == [2, 1]
+        else:  # the frozen sidecar never read it
+            assert versions(restarted.unix_target, "restart") == [1]
     finally:
         assert restarted.stop() == 0, restarted.log()
 
 
 def test_the_async_client_outlasts_a_sidecar_restart_too(tmp_path: Path) -> None:
     sidecar = start_sidecar(tmp_path / "data")
-    restarted: list[Sidecar] = []
+    restarted: list[tuple[Sidecar, float]] = []
 
     async def run() -> Any:
         loop = asyncio.get_running_loop()
@@ -314,12 +336,16 @@ def test_the_async_client_outlasts_a_sidecar_restart_too(tmp_path: Path) -> None
 
     try:
         result = asyncio.run(run())
-        assert isinstance(result, service_pb2.PutResponse), result
-        assert result.version == 2
-        assert versions(restarted[0].unix_target, "arestart") == [2, 1]
+        new, down_seconds = restarted[0]
+        if _outlasted(result, down_seconds):
+            assert isinstance(result, service_pb2.PutResponse), result
+            assert result.version == 2
+            assert versions(new.unix_target, "arestart") == [2, 1]
+        else:
+            assert versions(new.unix_target, "arestart") == [1]
     finally:
         if restarted:
-            assert restarted[0].stop() == 0, restarted[0].log()
+            assert restarted[0][0].stop() == 0, restarted[0][0].log()
         else:
             sidecar.stop(signal.SIGKILL)
 
@@ -328,7 +354,9 @@ def test_the_async_client_outlasts_a_sidecar_restart_too(tmp_path: Path) -> None
 def test_writes_go_on_across_a_sidecar_restart_that_takes_about_two_seconds(tmp_path: Path, flavour: str) -> None:
     """SIGTERM, then a new sidecar serving ~1.8 s later, while a client keeps merging with default
     settings: no write fails. gRPC's reconnect backoff, capped at 1 s, had the channel still
-    unconnected when the last retry ran (6 of 6 such restarts failed)."""
+    unconnected when the last retry ran (6 of 6 such restarts failed).
+
+    (Or, on a machine too loaded to restart within what the retries wait, gives up saying so: _outlasted.)"""
     began = time.monotonic()
     sidecar = start_sidecar(tmp_path / "data")
     start_seconds = time.monotonic() - began  # what a restart takes on this machine
@@ -369,7 +397,9 @@ def test_writes_go_on_across_a_sidecar_restart_that_takes_about_two_seconds(tmp_
         writer.join()
         if restarted is not None:
             assert restarted.stop() == 0, restarted.log()
-    assert outcome == ["ok"], f"down {down_seconds:.2f} s: {outcome[0]!r}"
+    assert len(outcome) == 1
+    if _outlasted(outcome[0], down_seconds):
+        assert outcome == ["ok"]
 
 
 def test_closing_the_async_client_under_a_call_raises_value_error_in_it_not_cancelled_error(
