@@ -31,9 +31,15 @@ def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu
         t = sidecar_bench.run_threads(bench.merge_workers(), 0.5, target.pids)
         cpu_after = [proc_cpu_seconds(p) for p in target.workers]
         assert t.calls > 0 and math.isfinite(t.server_cpu_us_per_call)
-        # Both workers served merges: the clients' connections did not all land on one.
+        # Both workers served merges: the clients' connections did not all land on one. Judged by each
+        # worker's share of the two's CPU (read in 10 ms ticks), not by a number of seconds: on a loaded
+        # machine a worker serving its half spent 0.05 s in the 0.5 s; an idle one spends a tick at most.
+        # The kernel spreads the 16 connections at random: one worker gets at most 1 of them 1 time in 2,000.
+        used = []
         for before, after in zip(cpu_before, cpu_after, strict=True):
-            assert before is not None and after is not None and after - before > 0.05
+            assert before is not None and after is not None
+            used.append(after - before)
+        assert min(used) >= 0.02 and min(used) > 0.05 * sum(used), used
         heads = [bench.client.get(f"bench-merge-{i:03d}").version for i in range(sidecar_bench.CLIENTS)]
         assert sum(h - 1 for h in heads) == t.calls  # every merge counted landed once
     finally:
