@@ -1362,15 +1362,20 @@ def event_loop_factory(event_loop: str) -> Callable[[], asyncio.AbstractEventLoo
 
 
 async def serve_async(
-    config: ServeConfig, *, worker: int | None = None, serving: Callable[[], None] | None = None
+    config: ServeConfig,
+    *,
+    worker: int | None = None,
+    serving: Callable[[], None] | None = None,
+    lock_fd: int | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; ``worker``: as SidecarServer's; ``serving`` is called once it serves."""
+    """Serve until SIGTERM/SIGINT; ``worker``: as SidecarServer's; ``serving`` is called once it serves;
+    ``lock_fd``: as StoreLink.start's."""
     stop = asyncio.Event()
     with _stopped_by_signals(asyncio.get_running_loop(), stop):
         link = None
         try:
             if config.store_process:
-                link = await StoreLink.start(config, worker=worker)
+                link = await StoreLink.start(config, worker=worker, lock_fd=lock_fd)
             sidecar = SidecarServer(config, worker=worker, link=link)
         except StoreError as exc:
             if link is not None:

@@ -101,8 +101,13 @@ class StoreLink:
         protocol.on_lost = self._lost
 
     @classmethod
-    async def start(cls, config: ServeConfig, *, worker: int | None) -> StoreLink:
-        """Start the store process and wait until it serves; Unavailable with its reason if it cannot."""
+    async def start(cls, config: ServeConfig, *, worker: int | None, lock_fd: int | None = None) -> StoreLink:
+        """Start the store process and wait until it serves; Unavailable with its reason if it cannot.
+
+        ``lock_fd``: the data directory's locked file, which a worker inherited from its parent: the
+        store process keeps it open too, so that the lock is held while any process of the server
+        lives, this store process (which may outlive its worker, finishing its commits) included.
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [sys.executable, "-m", "sidecar.storehost", str(theirs.fileno())]
         if worker is not None:
@@ -111,7 +116,10 @@ class StoreLink:
             # A session of its own: a terminal's Ctrl-C reaches the gRPC process only, which
             # stops the store process in order (after gRPC's grace), not at once.
             process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True
+                command,
+                stdin=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),) if lock_fd is None else (theirs.fileno(), lock_fd),
+                start_new_session=True,
             )
         finally:
             theirs.close()

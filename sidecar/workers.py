@@ -11,8 +11,10 @@ the same head. What a worker caches it checks against LMDB before use
 The parent serves nothing itself. It
 
 - holds the data directory's lock for the whole run. Its workers inherit the
-  locked file, so the lock stays held while any of them lives: a second
-  server is refused as it is with one process;
+  locked file, and pass it on to their store processes, so the lock stays
+  held while any of them lives (a store process outlives a killed worker
+  while it commits what it had queued): a second server is refused as it is
+  with one process;
 - checks the data file and opens the store once (layout, tables) before any
   worker starts;
 - checks that nothing listens on the ports yet: the workers bind them with
@@ -68,6 +70,8 @@ class _WorkerSpec:
     index: int
     parent_pid: int
     ready_fd: int
+    #: The data directory's locked file, inherited (and passed on to the worker's store process).
+    lock_fd: int
 
 
 def serve_workers(config: ServeConfig) -> int:
@@ -157,7 +161,7 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int]) -> int:
             )
             workers.append(worker)
             assert worker.stdin is not None
-            worker.stdin.write(pickle.dumps(_WorkerSpec(config, index, os.getpid(), ready_w)))
+            worker.stdin.write(pickle.dumps(_WorkerSpec(config, index, os.getpid(), ready_w, lock.fileno())))
             worker.stdin.close()
         os.close(ready_w)
         ready_w = -1
@@ -269,7 +273,7 @@ def main() -> int:
 
     # The parent made the same check before starting any worker (_prepare).
     with asyncio.Runner(loop_factory=event_loop_factory(spec.config.event_loop)) as runner:
-        return runner.run(serve_async(spec.config, worker=spec.index, serving=serving))
+        return runner.run(serve_async(spec.config, worker=spec.index, serving=serving, lock_fd=spec.lock_fd))
 
 
 if __name__ == "__main__":

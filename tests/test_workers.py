@@ -28,6 +28,7 @@ from ckpt.v1 import service_pb2
 from codec.frame import FrameKind, parse
 from sidecar.client import CheckpointClient, ConflictError, NotFoundError
 from sidecar.config import StoreConfig
+from sidecar.errors import Unavailable
 from sidecar.process import SidecarProcess, start_sidecar_process
 from sidecar.store import Store, lock_data_dir
 from tests.sidecar_proc import free_port
@@ -265,6 +266,27 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     sidecar.process.kill()
     sidecar.process.wait(timeout=30)
     _wait_gone(workers)
+
+
+def test_the_lock_is_held_while_a_killed_workers_store_process_lives(tmp_path: Path) -> None:
+    """A worker's store process outlives its worker while it commits what was queued: the data directory
+    stays locked until it is gone, as with one process. It did not hold the lock: with its worker and the
+    parent gone, a new server could open the store beside it."""
+    data_dir = tmp_path / "data"
+    sidecar, _ = start_workers(data_dir)
+    workers = _worker_pids(sidecar.process.pid)
+    (store_process,) = _worker_pids(workers[0])
+    os.kill(store_process, signal.SIGSTOP)  # it cannot see its worker go, nor exit
+    try:
+        os.kill(workers[0], signal.SIGKILL)
+        assert sidecar.process.wait(timeout=60) == 1
+        _wait_gone(workers)
+        with pytest.raises(Unavailable, match="in use by"):
+            lock_data_dir(data_dir)
+    finally:
+        os.kill(store_process, signal.SIGCONT)
+    _wait_gone([store_process])  # its link closed: it commits, closes LMDB and exits
+    lock_data_dir(data_dir).close()
 
 
 @pytest.mark.parametrize(
