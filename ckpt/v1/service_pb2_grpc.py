@@ -31,6 +31,23 @@ class CheckpointServiceStub:
 
     Sessions are named by the client. Versions of a session are numbered 1, 2,
     3, ... without gaps; version 0 in a request means "the latest".
+
+    Errors are gRPC statuses whose message names the field and the limit:
+    INVALID_ARGUMENT    a malformed request: bad session id, label, request
+    id, page token or enum value, a malformed MERGE patch
+    (the message names the byte offset), a request id
+    reused for a different write;
+    NOT_FOUND           no such session or version (or retention removed it);
+    ABORTED             `expected_version` is not the head: the head is in the
+    trailing metadata key `ckpt-current-version` (decimal);
+    ALREADY_EXISTS      a fork's new session exists;
+    RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
+    is full (nothing was written);
+    DATA_LOSS           a stored frame failed its checksum (names the session
+    and version);
+    UNAVAILABLE         shutting down, restarting or overloaded: retry the
+    same request (a Put with the same `request_id`).
+    Unknown request fields are ignored, as proto3 does.
     """
 
     def __init__(self, channel):
@@ -82,12 +99,31 @@ class CheckpointServiceServicer:
 
     Sessions are named by the client. Versions of a session are numbered 1, 2,
     3, ... without gaps; version 0 in a request means "the latest".
+
+    Errors are gRPC statuses whose message names the field and the limit:
+    INVALID_ARGUMENT    a malformed request: bad session id, label, request
+    id, page token or enum value, a malformed MERGE patch
+    (the message names the byte offset), a request id
+    reused for a different write;
+    NOT_FOUND           no such session or version (or retention removed it);
+    ABORTED             `expected_version` is not the head: the head is in the
+    trailing metadata key `ckpt-current-version` (decimal);
+    ALREADY_EXISTS      a fork's new session exists;
+    RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
+    is full (nothing was written);
+    DATA_LOSS           a stored frame failed its checksum (names the session
+    and version);
+    UNAVAILABLE         shutting down, restarting or overloaded: retry the
+    same request (a Put with the same `request_id`).
+    Unknown request fields are ignored, as proto3 does.
     """
 
     def Put(self, request, context):
         """Put writes the next version of a session (creating the session at
         version 1). Fails with ABORTED when `expected_version` is set and differs
-        from the head; the message names the current head.
+        from the head; the message names the current head, and so does the
+        trailing metadata key `ckpt-current-version` (decimal; "0" when the
+        session does not exist), for programs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,7 +158,8 @@ class CheckpointServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSession(self, request, context):
-        """DeleteSession removes a session and every one of its versions.
+        """DeleteSession removes a session and every one of its versions (NOT_FOUND
+        if it does not exist). Its request ids are forgotten with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -189,6 +226,23 @@ class CheckpointService:
 
     Sessions are named by the client. Versions of a session are numbered 1, 2,
     3, ... without gaps; version 0 in a request means "the latest".
+
+    Errors are gRPC statuses whose message names the field and the limit:
+    INVALID_ARGUMENT    a malformed request: bad session id, label, request
+    id, page token or enum value, a malformed MERGE patch
+    (the message names the byte offset), a request id
+    reused for a different write;
+    NOT_FOUND           no such session or version (or retention removed it);
+    ABORTED             `expected_version` is not the head: the head is in the
+    trailing metadata key `ckpt-current-version` (decimal);
+    ALREADY_EXISTS      a fork's new session exists;
+    RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
+    is full (nothing was written);
+    DATA_LOSS           a stored frame failed its checksum (names the session
+    and version);
+    UNAVAILABLE         shutting down, restarting or overloaded: retry the
+    same request (a Put with the same `request_id`).
+    Unknown request fields are ignored, as proto3 does.
     """
 
     @staticmethod
