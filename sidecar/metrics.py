@@ -13,6 +13,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from .errors import StoreError
+
 if TYPE_CHECKING:
     from .store import Store
 
@@ -146,4 +148,40 @@ class _StoreCollector(Collector):
             "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
         )
         queued.add_metric([], s.queued_write_bytes)
-        yield from (hits, misses, commits, batch, delays, delayed, memory, queued)
+        refused = CounterMetricFamily(
+            "ckpt_store_full_writes",
+            "Writes refused RESOURCE_EXHAUSTED because the store was full (the LMDB map at"
+            " max_map_size_bytes, or the disk); nothing was written for them",
+        )
+        refused.add_metric([], s.store_full_refusals)
+        resizes = CounterMetricFamily("ckpt_map_resizes", "Times the LMDB map grew (doubling, up to its cap)")
+        resizes.add_metric([], s.map_resizes)
+        yield from (hits, misses, commits, batch, delays, delayed, memory, queued, refused, resizes)
+        yield from _space(s)
+
+
+def _space(store: Store) -> Iterator[GaugeMetricFamily]:
+    """How full the store is, from one read snapshot (nothing while it is closed)."""
+    try:
+        stats = store.stats()
+    except StoreError:
+        return
+    for name, doc, value in (
+        ("ckpt_sessions", "Sessions in the store", stats["sessions"]),
+        ("ckpt_versions", "Versions stored, over all sessions", stats["versions"]),
+        (
+            "ckpt_store_used_bytes",
+            "Bytes of the LMDB data file up to its last page in use (pages freed inside it are reused first);"
+            " writes fail RESOURCE_EXHAUSTED once it would pass ckpt_store_max_map_size_bytes",
+            stats["used_bytes"],
+        ),
+        ("ckpt_store_map_size_bytes", "The LMDB map's current size (it doubles when full)", stats["map_size_bytes"]),
+        (
+            "ckpt_store_max_map_size_bytes",
+            "The map's cap (ckpt serve --max-map-size-bytes): the store is full when used bytes reach it",
+            store.config.max_map_size_bytes,
+        ),
+    ):
+        gauge = GaugeMetricFamily(name, doc)
+        gauge.add_metric([], value)
+        yield gauge

@@ -22,6 +22,7 @@ import errno
 import fcntl
 import functools
 import logging
+import math
 import os
 import queue
 import resource
@@ -86,6 +87,9 @@ _EXPIRE_CHUNK = 5000
 # States one quiet-keyframe op decodes and recompresses before it yields the
 # writer to the writes queued behind it.
 _KEYFRAME_OP_BYTES = 8 * 1024 * 1024
+# A full store is logged when it first refuses a write, then at most this often
+# (with the count refused meanwhile): an operator must hear of it, not once per write.
+_STORE_FULL_LOG_SECONDS = 60.0
 
 log = logging.getLogger("ckpt.store")
 
@@ -419,6 +423,10 @@ class Store:
         #: Times the writer waited for writers it expected before a commit, and the seconds it waited.
         self.commit_delays = 0
         self.commit_delay_seconds = 0.0
+        #: Writes refused because the store was full (the map at its cap, or the disk), and when
+        #: that was last logged (monotonic; -inf: never) with the count then.
+        self.store_full_refusals = 0
+        self._store_full_logged = (-math.inf, 0)
         # What the writer's commit delay goes by (_take_batch): the last commit's
         # duration, and the writers seen around it.
         self._last_commit_seconds = 0.0
@@ -2040,7 +2048,18 @@ class Store:
                 self._run_batch([op], isolate=isolate)
         else:
             self._answered(ops)
+            self._count_store_full(error)
             ops[0].resolve(None, error)
+
+    def _count_store_full(self, error: StoreFull) -> None:
+        """Count a write refused for want of room; log it the first time and then once a minute at most."""
+        self.store_full_refusals += 1
+        logged_at, logged_count = self._store_full_logged
+        now = time.monotonic()
+        if now - logged_at >= _STORE_FULL_LOG_SECONDS:
+            since = self.store_full_refusals - logged_count
+            log.warning("refused %d write%s: %s", since, "" if since == 1 else "s", error)
+            self._store_full_logged = (now, self.store_full_refusals)
 
     def _adopt_map_size(self) -> None:
         with self._rw.exclusive():
