@@ -45,6 +45,14 @@ def test_node_client_put_merge_get_history_conflict(tmp_path: Path) -> None:
         ]
         assert out["conflict"]["current_version"] == 2
         assert "expected_version 1 but the head is version 2" in out["conflict"]["message"]
+    # The client had no fork, sessions or delete. The second run also lists the first's session
+    # (its fork deleted), page by page (page_size 1), with a label and a time filter.
+    for n, out in enumerate(results.values()):
+        assert out["fork"] == {"session_id": f"node-{n}-fork", "head": 1, "from": 1}
+        assert out["sessions"] == [f"node-{i}" for i in range(n)] + [f"node-{n}", f"node-{n}-fork"]
+        assert out["sessions_later"] == []
+        assert out["deleted"] == 1
+        assert out["delete_again"] == 5  # NOT_FOUND, not retried
 
 
 # One write from Node, printed as JSON: its result, or its error's code and requestId.

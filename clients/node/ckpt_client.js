@@ -34,6 +34,15 @@ class ConflictError extends Error {
 // it received but had not started): the same request is sent again.
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 
+// A Date as a google.protobuf.Timestamp.
+function timestamp(name, date) {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new TypeError(`${name} must be a valid Date, not ${date}`);
+  }
+  const seconds = Math.floor(date.getTime() / 1000);
+  return { seconds, nanos: (date.getTime() - seconds * 1000) * 1e6 };
+}
+
 class CheckpointClient {
   // target: "unix:/path/ckpt.sock" or "host:port". timeoutMs bounds a whole
   // call, retries included; UNAVAILABLE is retried `retries` times, backing
@@ -66,14 +75,16 @@ class CheckpointClient {
   // One request, resent unchanged (a Put keeps its request_id, so a retry
   // after a lost reply never writes twice). A Put's error carries its
   // requestId: resend the same write with it to learn its outcome.
-  async call(method, request) {
+  // retry: false for calls a resend could not answer as the first would
+  // have (a fork or delete whose reply was lost would fail the second time).
+  async call(method, request, { retry = true } = {}) {
     const deadline = Date.now() + this.timeoutMs;
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.once(method, request, deadline);
       } catch (err) {
         const delayMs = Math.min(50 * 2 ** attempt, 1000);
-        if (!RETRYABLE.has(err.code) || attempt >= this.retries || Date.now() + delayMs >= deadline) {
+        if (!retry || !RETRYABLE.has(err.code) || attempt >= this.retries || Date.now() + delayMs >= deadline) {
           if (request.request_id) err.requestId = request.request_id;
           throw err;
         }
@@ -130,6 +141,33 @@ class CheckpointClient {
       token = page.next_page_token;
     } while (token);
     return versions;
+  }
+
+  // Every session carrying all of `labels` and last written at or after
+  // `updatedAfter` and before `updatedBefore` (Dates), if given, fetched a
+  // page at a time as you iterate: for await (const s of client.sessions()).
+  async *sessions({ labels, updatedAfter, updatedBefore, pageSize = 100 } = {}) {
+    const request = { label_filter: labels || {}, page_size: pageSize, page_token: '' };
+    if (updatedAfter !== undefined) request.updated_after = timestamp('updatedAfter', updatedAfter);
+    if (updatedBefore !== undefined) request.updated_before = timestamp('updatedBefore', updatedBefore);
+    do {
+      const page = await this.call('ListSessions', request);
+      yield* page.sessions;
+      request.page_token = page.next_page_token;
+    } while (request.page_token);
+  }
+
+  // Create `newSessionId` whose version 1 is `version` (0 = the latest) of
+  // `sessionId`; resolves to its SessionInfo. Not retried, as in Python.
+  async fork(sessionId, newSessionId, { version = 0, labels } = {}) {
+    const request = { session_id: sessionId, new_session_id: newSessionId, version, labels: labels || {} };
+    return (await this.call('Fork', request, { retry: false })).session;
+  }
+
+  // Remove a session and all its versions; resolves to how many were removed.
+  // Not retried, as in Python.
+  async delete(sessionId) {
+    return (await this.call('DeleteSession', { session_id: sessionId }, { retry: false })).deleted_versions;
   }
 
   close() {

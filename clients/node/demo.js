@@ -1,5 +1,5 @@
-// Exercise the sidecar from Node.js: put, merge, get, history, and a
-// conflicting put. Prints one JSON object with what it saw.
+// Exercise the sidecar from Node.js: put, merge, get, history, a
+// conflicting put, fork, sessions and delete. Prints one JSON object with what it saw.
 //   node demo.js unix:/path/ckpt.sock SESSION
 'use strict';
 
@@ -28,6 +28,23 @@ async function main() {
   } catch (err) {
     if (!(err instanceof ConflictError)) throw err;
     out.conflict = { current_version: err.currentVersion, message: err.message };
+  }
+  const started = new Date(Date.now() - 60000);
+  const fork = await client.fork(session, `${session}-fork`, { version: 1, labels: { lang: 'node' } });
+  out.fork = { session_id: fork.session_id, head: fork.head_version, from: fork.forked_from_version };
+  out.sessions = [];
+  for await (const s of client.sessions({ labels: { lang: 'node' }, updatedAfter: started, pageSize: 1 })) {
+    out.sessions.push(s.session_id);
+  }
+  out.sessions_later = [];
+  for await (const s of client.sessions({ updatedAfter: new Date(Date.now() + 60000) })) {
+    out.sessions_later.push(s.session_id);
+  }
+  out.deleted = await client.delete(`${session}-fork`);
+  try {
+    await client.delete(`${session}-fork`);
+  } catch (err) {
+    out.delete_again = err.code;
   }
   client.close();
   process.stdout.write(JSON.stringify(out) + '\n');
