@@ -1151,7 +1151,7 @@ class SidecarServer:
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight RPCs finish, commit queued writes, close LMDB."""
-        log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir)
+        log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir.resolve())
         await self.health.enter_graceful_shutdown()
         service: CheckpointService | StoreLink
         if self.side is not None:
@@ -1186,7 +1186,7 @@ class SidecarServer:
                 st = path.lstat()
                 if (st.st_dev, st.st_ino) == identity:
                     path.unlink()
-        log.info("ckpt stopped: data_dir=%s", self.config.data_dir)
+        log.info("ckpt stopped: data_dir=%s", self.config.data_dir.resolve())
 
 
 # sockaddr_un.sun_path is 108 bytes on Linux, the last kept for a NUL.

@@ -190,9 +190,9 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int]) -> int:
         if ready_w >= 0:
             os.close(ready_w)
         if any(w.poll() is None for w in workers):
-            log.info("ckpt stopping: workers=%d data_dir=%s", len(workers), config.data_dir)
+            log.info("ckpt stopping: workers=%d data_dir=%s", len(workers), config.data_dir.resolve())
         codes = _stop_all(workers, config.grace_seconds + _STOP_SLACK_SECONDS)
-    log.info("ckpt stopped: data_dir=%s", config.data_dir)
+    log.info("ckpt stopped: data_dir=%s", config.data_dir.resolve())
     if failed is not None:
         return 1
     return 0 if all(code == 0 for code in codes) else 1

@@ -79,6 +79,17 @@ def test_the_log_names_the_port_bound_for_port_0(tmp_path: Path) -> None:
     assert re.search(rf"ckpt stopping: listen=\S+,127\.0\.0\.1:{found.group(1)} data_dir=", sidecar.log())
 
 
+def test_the_start_and_stop_lines_name_the_data_directory_alike(tmp_path: Path) -> None:
+    # The serving line gave the resolved path, the stopping and stopped lines the one given
+    # (relative, or here with a ".."): a search of the logs for one directory missed its stops.
+    (tmp_path / "elsewhere").mkdir()
+    sidecar = start_sidecar(tmp_path / "elsewhere" / ".." / "data")
+    assert sidecar.stop() == 0
+    named = re.findall(r"ckpt (serving|stopping|stopped): .*?data_dir=(\S+)", sidecar.log())
+    assert [line for line, _ in named] == ["serving", "stopping", "stopped"], sidecar.log()
+    assert {path for _, path in named} == {str(tmp_path / "data")}, sidecar.log()
+
+
 def test_health_watch_and_reflection_streams_do_not_hold_shutdown(tmp_path: Path) -> None:
     # Both stay open for as long as their clients like; the grace period is for the service's calls.
     sidecar = start_sidecar(tmp_path / "data", "--grace-seconds", "600")
