@@ -505,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # killed by SIGPIPE, as the shell would report it
     except (CheckpointError, StoreError, OSError) as exc:
-        message, hint = str(exc), ""
+        message, hint = _sentence(exc), ""
         if isinstance(exc, UnavailableError) and "failed to connect" in message:
             hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
             if (
@@ -875,6 +875,14 @@ def _backup_dest(text: str) -> Path:
     if not text:  # Path("") is ".", which "already exists"
         raise argparse.ArgumentTypeError("DEST is empty; name a new directory")
     return Path(text)
+
+
+def _sentence(exc: Exception) -> str:
+    """An error as the command says it: an OSError without Python's "[Errno 17]" in front."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = [repr(name) for name in (exc.filename, exc.filename2) if name is not None]
+        return exc.strerror + (": " + " -> ".join(names) if names else "")
+    return str(exc)
 
 
 def _backup(args: argparse.Namespace) -> int:
