@@ -7,9 +7,11 @@ import json
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.client import CheckpointClient
 from tests.sidecar_proc import ROOT, start_sidecar
 
 NODE_CLIENT = ROOT / "clients" / "node"
@@ -98,3 +100,116 @@ def test_node_client_outlasts_a_restart_and_bounds_a_call_by_its_timeout(tmp_pat
         assert resent["version"] == 1  # written once, whether the first attempt reached the writer or not
     finally:
         assert sidecar.stop() == 0
+
+
+# putStream from Node: writes per session i % 3, REPLACE of [0x08, i % 128]; pauses (prints "paused <i>" and waits for
+# a line on stdin) before giving each write listed in argv; prints one line per result, then "done".
+_STREAM = """
+const readline = require('readline');
+const { CheckpointClient } = require(process.argv[1]);
+const [target, count, pauses, extra] = process.argv.slice(2);
+const client = new CheckpointClient(target, { timeoutMs: 20000, retries: 30 });
+const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+const pauseAt = new Set(JSON.parse(pauses));
+async function* puts() {
+  for (let i = 0; i < Number(count); i++) {
+    if (pauseAt.has(i)) {
+      console.log(`paused ${i}`);
+      await lines.next();
+    }
+    const put = { sessionId: `stream-${i % 3}`, state: Buffer.from([0x08, i % 128]), requestId: `w${i}` };
+    yield { ...put, ...JSON.parse(extra)[i] };
+  }
+}
+(async () => {
+  for await (const r of client.putStream(puts(), { batchSize: 8 })) {
+    console.log(JSON.stringify(r.outcome === 'response'
+      ? { version: r.response.version, replayed: r.response.replayed }
+      : { code: r.error.code, current: r.error.current_version }));
+  }
+  console.log('done');
+  client.close();
+})().catch((e) => { console.log(JSON.stringify({ failed: e.code, message: e.message })); process.exit(1); });
+"""
+
+
+def _node_stream(
+    target: str, count: int, pauses: list[int], extra: dict[int, Any] | None = None
+) -> subprocess.Popen[str]:
+    node = shutil.which("node")
+    assert node, "node is not installed"
+    args = [node, "-e", _STREAM, str(NODE_CLIENT / "ckpt_client.js"), target, str(count), json.dumps(pauses)]
+    pipe = subprocess.PIPE
+    return subprocess.Popen([*args, json.dumps(extra or {})], stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+
+
+def test_node_put_stream_answers_each_write_in_order_and_replays_a_resent_one(tmp_path: Path) -> None:
+    # The Node client had no PutStream at all.
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        extra = {4: {"expectedVersion": 7}, 9: {"merge": True, "state": [0x0A, 0xFF]}}
+        runs = []
+        for _ in range(2):  # the second run resends every write with the same request ids
+            out, err = _node_stream(sidecar.unix_target, 20, [], extra).communicate(timeout=60)
+            assert out.splitlines()[-1] == "done", (out, err)
+            runs.append([json.loads(line) for line in out.splitlines()[:-1]])
+    finally:
+        assert sidecar.stop() == 0
+    first, again = runs
+    assert len(first) == 20
+    assert first[4] == {"code": 10, "current": 1}  # ABORTED, with the head: stream-1 had write 1 only
+    assert first[9]["code"] == 3  # INVALID_ARGUMENT: a malformed MERGE patch; the writes after it go on
+    heads, expected = [0, 0, 0], []
+    for i in range(20):  # a failed write writes nothing: its session's next write makes the next version
+        if i not in extra:
+            heads[i % 3] += 1
+        expected.append(None if i in extra else heads[i % 3])
+    versions = [r.get("version") for r in first]
+    assert versions == expected
+    assert [r.get("version") for r in again] == versions
+    assert all(r["replayed"] for r in again if "version" in r)
+
+
+def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp_path: Path) -> None:
+    from tests.test_client_stream_resume import Fleet
+
+    fleet = Fleet(tmp_path / "data")
+    n = 240
+    proc = _node_stream(fleet[-1].unix_target, n, [80, 160])
+    assert proc.stdin is not None and proc.stdout is not None
+    lines: list[str] = []
+
+    def until_paused(at: int) -> None:
+        while (line := proc.stdout.readline()) != f"paused {at}\n":  # type: ignore[union-attr]
+            assert line, proc.stderr.read() if proc.stderr else ""
+            lines.append(line)
+
+    def go() -> None:
+        proc.stdin.write("go\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+    try:
+        until_paused(80)  # writes 0-79 answered
+        fleet.restart(signal.SIGTERM)  # the stream is idle: broken, reopened for the next batch
+        go()
+        until_paused(160)
+        fleet[-1].process.send_signal(signal.SIGSTOP)  # the next batch goes out and is not answered
+        go()
+        time.sleep(0.3)
+        fleet[-1].process.send_signal(signal.SIGCONT)
+        fleet.restart(signal.SIGKILL)  # the batch in flight was committed or not: resent either way
+        out, err = proc.communicate(timeout=120)
+        lines += out.splitlines(keepends=True)
+        assert lines[-1] == "done\n", (lines[-3:], err)
+        results = [json.loads(line) for line in lines[:-1]]
+        assert [r["version"] for r in results] == [i // 3 + 1 for i in range(n)]  # in order, each once
+        with CheckpointClient(fleet[-1].unix_target) as c:
+            for k in range(3):
+                assert c.get(f"stream-{k}").version == n // 3  # nothing lost or doubled
+                assert c.get(f"stream-{k}", version=n // 3).state == bytes([0x08, (n - 3 + k) % 128])
+        assert fleet[-1].stop() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        fleet.close()

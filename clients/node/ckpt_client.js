@@ -34,6 +34,71 @@ class ConflictError extends Error {
 // it received but had not started): the same request is sent again.
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 
+// A PutStream call whose answers are awaited one at a time: next(timeoutMs)
+// resolves to the next PutStreamResponse, or rejects with the stream's error
+// (the same one again after it), or DEADLINE_EXCEEDED after timeoutMs.
+function openStream(stub) {
+  const call = stub.PutStream();
+  const replies = [];
+  let failure = null;
+  let waiter = null;
+  const wake = () => {
+    if (waiter !== null && (replies.length || failure)) {
+      const w = waiter;
+      waiter = null;
+      w();
+    }
+  };
+  call.on('data', (reply) => {
+    replies.push(reply);
+    wake();
+  });
+  call.on('error', (err) => {
+    failure = failure || err;
+    wake();
+  });
+  call.on('end', () => {
+    if (!failure) {
+      failure = new Error('the sidecar ended the stream without answering');
+      failure.code = grpc.status.UNAVAILABLE;
+    }
+    wake();
+  });
+  return {
+    send(request) {
+      try {
+        call.write(request);
+      } catch (err) {
+        // The call ended already (the sidecar stopping): its error, else this one, as UNAVAILABLE.
+        failure = failure || Object.assign(err, { code: grpc.status.UNAVAILABLE });
+      }
+    },
+    async next(timeoutMs) {
+      if (!replies.length && !failure) {
+        let timer;
+        await new Promise((resolve) => {
+          waiter = resolve;
+          timer = setTimeout(() => {
+            waiter = null;
+            failure = failure || Object.assign(new Error(`no answer within ${timeoutMs} ms`), {
+              code: grpc.status.DEADLINE_EXCEEDED,
+            });
+            resolve();
+          }, timeoutMs);
+        });
+        clearTimeout(timer);
+      }
+      if (replies.length) return replies.shift();
+      throw failure;
+    },
+    close({ end = false } = {}) {
+      // All answered: half-close, so the sidecar ends the call OK; else cancel it.
+      if (end) call.end();
+      else call.cancel();
+    },
+  };
+}
+
 // A Date as a google.protobuf.Timestamp.
 function timestamp(name, date) {
   if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
@@ -168,6 +233,95 @@ class CheckpointClient {
   // Not retried, as in Python.
   async delete(sessionId) {
     return (await this.call('DeleteSession', { session_id: sessionId }, { retry: false })).deleted_versions;
+  }
+
+  // Many writes on one PutStream, `batchSize` to a message: an async iterator
+  // of one PutResult per write, in order: { outcome: 'response', response }
+  // or { outcome: 'error', error: { code, message, current_version } } (a
+  // failed write, e.g. a conflict; the others go on). `puts` is an iterable
+  // or async iterable of { sessionId, state, merge, expectedVersion,
+  // requestId, labels }. A batch is sent once `batchSize` writes are ready
+  // or no further one is yet (an agent giving a write per step gets each
+  // answered before its next step), one batch in flight at a time. If `puts`
+  // throws, the writes it gave before are sent and answered, then its error
+  // is thrown. Each write keeps one request id (its own or a generated one),
+  // so when the stream breaks with UNAVAILABLE or CANCELLED (a sidecar
+  // restart) the batch sent and not answered is resent on a new stream and
+  // lands once (`replayed` on what was committed before the break).
+  // `retries` counts reconnects since the last answer and `timeoutMs` bounds
+  // each wait for an answer; giving up throws the error with `answered` (the
+  // results yielded) and `unanswered` (the batch's requests, request ids
+  // included: resend them as they are) on it.
+  async *putStream(puts, { batchSize = 64 } = {}) {
+    const source = puts[Symbol.asyncIterator] ? puts[Symbol.asyncIterator]() : puts[Symbol.iterator]();
+    const notReady = Symbol('not ready');
+    let pending = null; // source.next() asked and not taken yet
+    // The next write: waited for, or notReady if `puts` has none ready now.
+    const take = async (wait) => {
+      if (pending === null) {
+        pending = Promise.resolve().then(() => source.next());
+        pending.catch(() => {}); // rejected while a batch is out: thrown when taken
+      }
+      const got = wait ? await pending : await Promise.race([pending, new Promise((r) => setImmediate(r, notReady))]);
+      if (got !== notReady) pending = null;
+      return got;
+    };
+    let stream = null;
+    let batchId = 0;
+    let answered = 0;
+    let failed = null; // what `puts` threw
+    try {
+      while (failed === null) {
+        const batch = [];
+        while (batch.length < batchSize) {
+          let next;
+          try {
+            next = await take(batch.length === 0);
+          } catch (err) {
+            failed = { err };
+            break;
+          }
+          if (next === notReady) break;
+          if (next.done) {
+            failed = { done: true };
+            break;
+          }
+          const put = next.value;
+          const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
+          batch.push(this.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels));
+        }
+        if (batch.length === 0) break;
+        for (let attempt = 0; ; attempt++) {
+          try {
+            if (stream === null) stream = openStream(this.stub);
+            batchId += 1;
+            stream.send({ puts: batch, batch_id: batchId });
+            const reply = await stream.next(this.timeoutMs);
+            if (reply.batch_id !== batchId || reply.results.length !== batch.length) {
+              const err = new Error(`batch ${batchId} was answered by batch ${reply.batch_id}'s results`);
+              err.code = grpc.status.INTERNAL;
+              throw err;
+            }
+            answered += batch.length;
+            yield* reply.results;
+            break;
+          } catch (err) {
+            if (stream !== null) stream.close();
+            stream = null;
+            const delayMs = Math.min(50 * 2 ** attempt, 1000);
+            if (!RETRYABLE.has(err.code) || attempt >= this.retries) {
+              err.answered = answered;
+              err.unanswered = batch;
+              throw err;
+            }
+            await new Promise((resolve) => setTimeout(resolve, delayMs));
+          }
+        }
+      }
+      if (failed !== null && failed.err !== undefined) throw failed.err;
+    } finally {
+      if (stream !== null) stream.close({ end: true });
+    }
   }
 
   close() {
