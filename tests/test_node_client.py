@@ -213,3 +213,35 @@ def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp
             proc.kill()
             proc.communicate()
         fleet.close()
+
+
+_GET_LARGE = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, limit] = process.argv.slice(2);
+const client = new CheckpointClient(target, limit === '' ? {} : { maxMessageBytes: Number(limit) });
+client.get('large').then(
+  (r) => console.log(JSON.stringify({ bytes: r.state.length })),
+  (e) => console.log(JSON.stringify({ code: e.code })),
+).finally(() => client.close());
+"""
+
+
+def test_node_client_takes_the_message_limit_the_sidecar_was_given(tmp_path: Path) -> None:
+    # It was fixed at 64 MiB: a sidecar serving larger states (--max-message-bytes raised) could store
+    # what a Node client could then never read back.
+    node = shutil.which("node")
+    assert node, "node is not installed"
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(4 << 20))
+    try:
+        with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20) as c:
+            c.put("large", bytes(3 << 20))
+        answers = {}
+        for limit in ("", str(4 << 20), str(1 << 20)):
+            args = [node, "-e", _GET_LARGE, str(NODE_CLIENT / "ckpt_client.js"), sidecar.unix_target, limit]
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            answers[limit] = json.loads(proc.stdout)
+    finally:
+        assert sidecar.stop() == 0
+    assert answers[""] == answers[str(4 << 20)] == {"bytes": 3 << 20}
+    assert answers[str(1 << 20)] == {"code": 8}  # RESOURCE_EXHAUSTED: over the limit it was given

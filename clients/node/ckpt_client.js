@@ -8,6 +8,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
+// The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 function loadService() {
@@ -117,7 +118,9 @@ class CheckpointClient {
   // that signed the sidecar's certificate, null for the system's; certChain
   // and privateKey: this client's, when the sidecar requires one), and
   // serverName when the certificate does not name the target's host.
-  constructor(target, { timeoutMs = 30000, retries = 6, tls = null } = {}) {
+  // maxMessageBytes: the largest message sent or taken; keep it equal to the
+  // sidecar's --max-message-bytes (both 64 MiB by default).
+  constructor(target, { timeoutMs = 30000, retries = 6, tls = null, maxMessageBytes = MAX_MESSAGE_BYTES } = {}) {
     const Service = loadService();
     const credentials = tls
       ? grpc.credentials.createSsl(tls.rootCerts || null, tls.privateKey || null, tls.certChain || null)
@@ -125,8 +128,8 @@ class CheckpointClient {
     const nameOverride = tls && tls.serverName ? { 'grpc.ssl_target_name_override': tls.serverName } : {};
     this.stub = new Service(target, credentials, {
       ...nameOverride,
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_receive_message_length': maxMessageBytes,
+      'grpc.max_send_message_length': maxMessageBytes,
       // The sidecar is local: reconnect within the retries' backoff, not after
       // gRPC's default of 1 s growing to 2 min.
       'grpc.initial_reconnect_backoff_ms': 50,
