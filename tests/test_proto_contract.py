@@ -85,6 +85,9 @@ def test_the_proto_states_the_limits_the_sidecar_enforces() -> None:
     )
     _says(c["CheckpointService.Put"], "ABORTED", "ckpt-current-version")
     _says(c["VersionInfo.mode"], "Fork")
+    # Neither is idempotent: what a retry after a lost reply gets.
+    _says(c["CheckpointService.Fork"], "retry", "ALREADY_EXISTS")
+    _says(c["CheckpointService.DeleteSession"], "retry", "NOT_FOUND")
     # Every status the sidecar maps a store error to is explained where the service is.
     for code in {*STATUS_OF.values()}:
         _says(c["CheckpointService"], code.name)

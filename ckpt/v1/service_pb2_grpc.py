@@ -152,6 +152,8 @@ class CheckpointServiceServicer:
 
     def Fork(self, request, context):
         """Fork creates a new session whose version 1 is a version of another one.
+        It has no request id: a retry after a lost reply fails ALREADY_EXISTS
+        (the new session's forked_from_* fields tell whether it is the fork).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,7 +161,8 @@ class CheckpointServiceServicer:
 
     def DeleteSession(self, request, context):
         """DeleteSession removes a session and every one of its versions (NOT_FOUND
-        if it does not exist). Its request ids are forgotten with it.
+        if it does not exist, so also for a retry after a lost reply). Its
+        request ids are forgotten with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
