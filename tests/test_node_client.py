@@ -4,6 +4,7 @@ client (@grpc/grpc-js + @grpc/proto-loader) against a real sidecar."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -245,3 +246,23 @@ def test_node_client_takes_the_message_limit_the_sidecar_was_given(tmp_path: Pat
         assert sidecar.stop() == 0
     assert answers[""] == answers[str(4 << 20)] == {"bytes": 3 << 20}
     assert answers[str(1 << 20)] == {"code": 8}  # RESOURCE_EXHAUSTED: over the limit it was given
+
+
+def test_the_typescript_declarations_cover_every_method_of_the_client() -> None:
+    # The client had no types; its .d.ts (package.json "types") must not fall behind the code. tsc is not
+    # a dependency here: the declarations were checked with it once, this keeps their list of methods whole.
+    node = shutil.which("node")
+    assert node, "node is not installed"
+    listing = (
+        "console.log(JSON.stringify(Object.getOwnPropertyNames(require(process.argv[1]).CheckpointClient.prototype)))"
+    )
+    proc = subprocess.run([node, "-e", listing, str(NODE_CLIENT / "ckpt_client.js")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    internal = {"constructor", "call", "once", "request"}  # the stub-level helpers
+    methods = set(json.loads(proc.stdout)) - internal
+    package = json.loads((NODE_CLIENT / "package.json").read_text())
+    declarations = (NODE_CLIENT / package["types"]).read_text()
+    body = declarations.split("export class CheckpointClient {", 1)[1]
+    declared = set(re.findall(r"^  (\w+)\(", body, re.M)) - {"constructor"}
+    assert declared == methods
+    assert "export class ConflictError" in declarations
