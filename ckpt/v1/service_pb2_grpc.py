@@ -130,7 +130,8 @@ class CheckpointServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Get reads the latest or a given version of a session.
+        """Get reads the latest or a given version of a session. To learn the head
+        without its state, ListVersions with page_size 1.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
