@@ -136,6 +136,26 @@ def test_list_sessions_rejects_times_the_store_cannot_hold(
     assert_serves(channel)
 
 
+@pytest.mark.parametrize("labels", [{}, {"team": "a"}], ids=["time-index", "label-index"])
+def test_list_sessions_refuses_updated_after_later_than_updated_before(
+    channel: grpc.Channel, labels: dict[str, str]
+) -> None:
+    """Swapped bounds listed nothing, silently; an empty range of equal bounds still lists nothing."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    stub.Put(service_pb2.PutRequest(session_id="swapped", state=b"x", labels=labels), timeout=10)
+    request = service_pb2.ListSessionsRequest(
+        label_filter=labels, updated_after=timestamp(2_000_000_000), updated_before=timestamp(1_000_000_000)
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListSessions(request, timeout=10)
+    assert_invalid(info, "updated_after (2000000000000000000 ns) is later than updated_before (1000000000000000000 ns)")
+    equal = service_pb2.ListSessionsRequest(
+        label_filter=labels, updated_after=timestamp(1_000_000_000), updated_before=timestamp(1_000_000_000)
+    )
+    assert list(stub.ListSessions(equal, timeout=10).sessions) == []
+    assert_serves(channel)
+
+
 def test_list_sessions_accepts_the_whole_range(channel: grpc.Channel) -> None:
     stub = service_pb2_grpc.CheckpointServiceStub(channel)
     stub.Put(service_pb2.PutRequest(session_id="in-range", state=b"x"), timeout=10)
