@@ -927,7 +927,7 @@ class Store:
         after = updated_after_nanos if updated_after_nanos is not None else 0
         before = updated_before_nanos if updated_before_nanos is not None else 2**63
         # Swapped bounds are a mistake, not a listing: say so rather than list none.
-        if after > before:
+        if updated_after_nanos is not None and updated_before_nanos is not None and after > before:
             raise InvalidArgument(
                 f"updated_after ({updated_after_nanos} ns) is later than updated_before ({updated_before_nanos} ns):"
                 " no session could match; the listing is of sessions last written at or after updated_after"
