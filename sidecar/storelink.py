@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 
 from .errors import Unavailable
+from .exitstatus import exit_status
 from .inflight import InFlight
 from .link import Frame, Kind
 from .linkprotocol import LinkProtocol
@@ -135,7 +136,7 @@ class StoreLink:
         if first is None or first.kind is Kind.FAILED:
             code = await loop.run_in_executor(None, process.wait)
             if first is None:
-                raise Unavailable(f"the store process exited ({code}) before it served; see the log above")
+                raise Unavailable(f"the store process {exit_status(code)} before it served; see the log above")
             raise Unavailable(str(first.meta.get("error", "the store process could not start")))
         return cls(process, protocol, first.meta.get("metrics_address"))
 
@@ -233,7 +234,7 @@ class StoreLink:
         self._protocol.close()
         if code:
             self._fail()
-            log.error("the store process exited %d", code)
+            log.error("the store process %s", exit_status(code))
         return code
 
     def _writes_stopped(self, reason: str) -> None:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import StoreError, Unavailable
+from .exitstatus import exit_status
 from .server import SERVING_LOG, ServeConfig, event_loop_factory, serve_async, tcp_addresses_of
 from .store import Store, check_not_truncated, lock_data_dir
 
@@ -212,7 +213,8 @@ def _wait_until_serving(workers: list[subprocess.Popen[bytes]], ready_r: int, st
             serving.update(int(line) for line in lines if line)
         for index, worker in enumerate(workers):
             if index not in serving and worker.poll() is not None:
-                log.error("ckpt worker %d exited with %s before serving; stopping the others", index, worker.returncode)
+                ended = exit_status(worker.returncode)
+                log.error("ckpt worker %d %s before serving; stopping the others", index, ended)
                 return index
         if time.monotonic() > deadline:
             late = sorted(set(range(len(workers))) - serving)
@@ -227,7 +229,7 @@ def _wait_for_stop(workers: list[subprocess.Popen[bytes]], stop: list[int]) -> i
         for index, worker in enumerate(workers):
             if worker.poll() is not None:
                 log.error(
-                    "ckpt worker %d (pid %d) exited with %s; stopping the others", index, worker.pid, worker.returncode
+                    "ckpt worker %d (pid %d) %s; stopping the others", index, worker.pid, exit_status(worker.returncode)
                 )
                 return index
         time.sleep(0.1)

@@ -257,7 +257,7 @@ def test_a_worker_that_dies_stops_the_rest_and_the_parent_exits_1(tmp_path: Path
     os.kill(workers[0], signal.SIGKILL)
     assert sidecar.process.wait(timeout=60) == 1
     _wait_gone(workers)
-    assert "exited with -9; stopping the others" in sidecar.log()
+    assert "was killed by SIGKILL; stopping the others" in sidecar.log()
 
 
 def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
