@@ -26,6 +26,8 @@ from .errors import StoreError
 
 _HEADER = struct.Struct("<BBBxIII")
 HEADER_BYTES = _HEADER.size
+#: The largest tag a frame can carry (a u32); the gRPC process's count of calls wraps past it.
+MAX_TAG = 2**32 - 1
 
 
 class Kind(enum.IntEnum):

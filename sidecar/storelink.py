@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import pickle
 import socket
@@ -18,7 +17,7 @@ import grpc
 from .errors import Unavailable
 from .exitstatus import exit_status
 from .inflight import InFlight
-from .link import Frame, Kind
+from .link import MAX_TAG, Frame, Kind
 from .linkprotocol import LinkProtocol
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ class StoreLink:
     def __init__(self, process: subprocess.Popen[bytes], protocol: _LinkProtocol, metrics_address: str | None) -> None:
         self._process = process
         self._protocol = protocol
-        self._tags = itertools.count(1)
+        self._last_tag = 0
         self._closing = False
         #: Where the store process serves /metrics (None: off).
         self.metrics_address = metrics_address
@@ -144,7 +143,7 @@ class StoreLink:
         """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"")."""
         if not self._protocol.is_open():
             return _UNAVAILABLE, {"details": _STOPPING}, b""
-        tag = next(self._tags)
+        tag = self._next_tag()
         future: asyncio.Future[tuple[int, Mapping[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self._protocol.pending[tag] = future
         self.calls.began()
@@ -161,7 +160,7 @@ class StoreLink:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
             )
-        tag = next(self._tags)
+        tag = self._next_tag()
         frames: asyncio.Queue[Frame] = asyncio.Queue()
         self._protocol.streams[tag] = frames
         self.calls.began()
@@ -205,6 +204,21 @@ class StoreLink:
                 self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
             self._protocol.streams.pop(tag, None)
             self.calls.ended()
+
+    def _next_tag(self) -> int:
+        """A tag no call or stream under way has: 1 to MAX_TAG, then from 1 again.
+
+        A frame's tag is a u32, and a sidecar forwarding 5,000 calls a second
+        uses them all up in ten days: counting on past the last made every
+        forwarded call fail from then on (the header would not pack). A stream
+        may stay open for as long as its client likes, so a tag still in use
+        when the count comes round again is skipped.
+        """
+        protocol = self._protocol
+        while True:
+            self._last_tag = tag = self._last_tag % MAX_TAG + 1
+            if tag not in protocol.pending and tag not in protocol.streams:
+                return tag
 
     def served(self, method: int, seconds: float, state_bytes: int) -> None:
         """Tell the store process's metrics of a call this process answered itself."""

@@ -22,9 +22,11 @@ from bench.output import child_pids
 from ckpt.v1 import service_pb2
 from sidecar.client import CheckpointClient, CheckpointError
 from sidecar.config import StoreConfig
-from sidecar.server import ServeConfig, StoreSide
+from sidecar.link import MAX_TAG
+from sidecar.server import UNARY_METHODS, ServeConfig, StoreSide
 from sidecar.status import CURRENT_VERSION_KEY
 from sidecar.store import OFF_LOOP_PATCH_BYTES, Store
+from sidecar.storelink import StoreLink
 from tests.sidecar_proc import Sidecar, start_sidecar
 
 
@@ -237,3 +239,27 @@ def test_a_bug_under_a_callback_put_answers_internal_and_the_next_put_works(
 def test_what_a_callback_put_declines_is_left_to_put(host: _Host, raw: bytes) -> None:
     taken, answers = host.put(raw)
     assert not taken and answers == [] and host.store.stats()["commits"] == 0
+
+
+def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_path: Path) -> None:
+    # A frame's tag is a u32: a sidecar that forwarded 2**32 - 1 calls (ten
+    # days at 5,000 a second) failed every call after (the header did not
+    # pack). Set the count where those calls would have left it, with tag 1
+    # still in use (a stream left open since the count last started).
+    async def run() -> list[tuple[int, int]]:
+        link = await StoreLink.start(ServeConfig(data_dir=tmp_path / "data"), worker=None)
+        try:
+            put = UNARY_METHODS.index("Put")
+            link._last_tag = MAX_TAG - 1
+            link._protocol.pending[1] = asyncio.get_running_loop().create_future()  # in use
+            tags = []
+            for i in range(3):
+                status, meta, body = await link.call(put, _put_raw("s", b"\x08\x01", request_id=f"r{i}"))
+                assert status == 0, meta
+                tags.append((link._last_tag, service_pb2.PutResponse.FromString(body).version))
+            link._protocol.pending.pop(1)
+            return tags
+        finally:
+            await link.close()
+
+    assert asyncio.run(run()) == [(MAX_TAG, 1), (2, 2), (3, 3)]
