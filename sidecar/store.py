@@ -90,6 +90,8 @@ _KEYFRAME_OP_BYTES = 8 * 1024 * 1024
 # A full store is logged when it first refuses a write, then at most this often
 # (with the count refused meanwhile): an operator must hear of it, not once per write.
 _STORE_FULL_LOG_SECONDS = 60.0
+#: While data.mdb grows, dead readers' slots are looked for at most this often (besides before each sweep).
+READER_CHECK_INTERVAL_SECONDS = 1.0
 
 log = logging.getLogger("ckpt.store")
 
@@ -437,6 +439,10 @@ class Store:
         # do, the writers a commit would wait for cannot queue.
         self._room_waiters = 0
         self._gathered = threading.Event()
+        # The highest page the writer has seen committed, and when it may next look for dead readers
+        # (_check_readers_on_growth).
+        self._last_pgno_seen = 0 if readonly else self._env.info()["last_pgno"]
+        self._next_reader_check = 0.0
         self._writer = threading.Thread(target=self._writer_loop, name="ckpt-writer", daemon=True)
         self._sweeper = threading.Thread(target=self._sweeper_loop, name="ckpt-sweeper", daemon=True)
         self._sweeps = sweeper and not readonly
@@ -2008,7 +2014,11 @@ class Store:
         """
         try:
             page_bytes = self._page_bytes
-            if os.stat(self._data_file).st_size >= (self._env.info()["last_pgno"] + 1) * page_bytes:
+            last_pgno = self._env.info()["last_pgno"]
+            if last_pgno > self._last_pgno_seen:
+                self._last_pgno_seen = last_pgno
+                self._check_readers_on_growth()
+            if os.stat(self._data_file).st_size >= (last_pgno + 1) * page_bytes:
                 return
             txn = self._env.begin(write=True)  # LMDB's writer lock: no --workers sibling writes meanwhile
             try:
@@ -2017,6 +2027,21 @@ class Store:
                 txn.abort()
         except (OSError, lmdb.Error) as exc:  # the commit stands; a reopen may then refuse a large gap
             log.warning("could not grow %s to its last page after a commit: %s", self._data_file, exc)
+
+    def _check_readers_on_growth(self) -> None:
+        """The file grew: free dead readers' slots now, at most once every READER_CHECK_INTERVAL_SECONDS.
+
+        A slot left by a process killed inside a read transaction pins its
+        snapshot: every page written since is new, none freed is reused, so
+        the file grows by all the pages the writes copy (under a steady churn
+        of small writes here, ~50 MB a second: one such slot, kept until the
+        next sweep, grew a 104 MB data.mdb to 2.8 GB), and LMDB never shrinks
+        it. Growing is the sign; the check costs a look at the reader table.
+        """
+        now = time.monotonic()
+        if now >= self._next_reader_check:
+            self._next_reader_check = now + READER_CHECK_INTERVAL_SECONDS
+            self.forget_dead_readers()
 
     def _stop_writes(self, exc: BaseException) -> None:
         """After a commit failed with an I/O error: take no more writes until reopened.
