@@ -11,6 +11,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -24,7 +25,8 @@ from tests.sidecar_proc import Sidecar, start_sidecar
 
 PATCH = b"\x10\x01"  # field 2 (varint) = 1: a well-formed MERGE patch
 # Far longer than any test waits: a stream or call that shutdown waits out shows as a timeout.
-LONG_GRACE = ("--grace-seconds", "60")
+LONG_GRACE_SECONDS = 60
+LONG_GRACE = ("--grace-seconds", str(LONG_GRACE_SECONDS))
 SHUTDOWN_SECONDS = 30
 
 
@@ -96,10 +98,16 @@ def test_sigterm_ends_an_idle_stream_at_once_with_unavailable(tmp_path: Path) ->
         stream.send(0, [merge("idle", "idle-0")])
         assert stream.answer().results[0].response.version == 1
         sidecar.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             stream.answer()
+        assert time.monotonic() - signalled < LONG_GRACE_SECONDS / 2  # at once, not when the grace ran out
         assert info.value.code() is grpc.StatusCode.UNAVAILABLE
-        assert "shutting down" in info.value.details()
+        # The status says why; but gRPC's client transport, when a write of its own (a window
+        # update, say) meets the closed connection first, drops it and says 'Stream removed'
+        # (once in a CI run), also UNAVAILABLE.
+        details = info.value.details()
+        assert "shutting down" in details or details.startswith("Stream removed"), details
         assert stop_within_bound(sidecar) == 0, sidecar.log()
     finally:
         stream.close()
