@@ -16,11 +16,19 @@ from sidecar.client import CheckpointClient
 from tests.sidecar_proc import ROOT, start_sidecar
 
 NODE_CLIENT = ROOT / "clients" / "node"
+_NOT_INSTALLED = "node is not installed: `make test` (or .ci/run) installs what the tests need"
+
+
+def node_command(script: str, *args: str) -> list[str]:
+    """``node -e script``, the client's path as its process.argv[1] and ``args`` after it."""
+    node = shutil.which("node")
+    assert node, _NOT_INSTALLED
+    return [node, "-e", script, str(NODE_CLIENT / "ckpt_client.js"), *args]
 
 
 def test_node_client_put_merge_get_history_conflict(tmp_path: Path) -> None:
     node = shutil.which("node")
-    assert node, "node is not installed: `make test` (or .ci/run) installs what the tests need"
+    assert node, _NOT_INSTALLED
     assert (NODE_CLIENT / "node_modules" / "@grpc" / "grpc-js").is_dir(), (
         "run `make install` (npm install in clients/node)"
     )
@@ -71,9 +79,7 @@ client.put(session, Buffer.from([0x08, 0x01]), { requestId }).then(
 
 
 def _node_put(target: str, session: str, *, timeout_ms: int, request_id: str = "") -> subprocess.Popen[str]:
-    node = shutil.which("node")
-    assert node, "node is not installed"
-    args = [node, "-e", _PUT_ONCE, str(NODE_CLIENT / "ckpt_client.js"), target, session, str(timeout_ms), request_id]
+    args = node_command(_PUT_ONCE, target, session, str(timeout_ms), request_id)
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -137,9 +143,7 @@ async function* puts() {
 def _node_stream(
     target: str, count: int, pauses: list[int], extra: dict[int, Any] | None = None
 ) -> subprocess.Popen[str]:
-    node = shutil.which("node")
-    assert node, "node is not installed"
-    args = [node, "-e", _STREAM, str(NODE_CLIENT / "ckpt_client.js"), target, str(count), json.dumps(pauses)]
+    args = node_command(_STREAM, target, str(count), json.dumps(pauses))
     pipe = subprocess.PIPE
     return subprocess.Popen([*args, json.dumps(extra or {})], stdin=pipe, stdout=pipe, stderr=pipe, text=True)
 
@@ -230,16 +234,15 @@ client.get('large').then(
 def test_node_client_takes_the_message_limit_the_sidecar_was_given(tmp_path: Path) -> None:
     # It was fixed at 64 MiB: a sidecar serving larger states (--max-message-bytes raised) could store
     # what a Node client could then never read back.
-    node = shutil.which("node")
-    assert node, "node is not installed"
     sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(4 << 20))
     try:
         with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20) as c:
             c.put("large", bytes(3 << 20))
         answers = {}
         for limit in ("", str(4 << 20), str(1 << 20)):
-            args = [node, "-e", _GET_LARGE, str(NODE_CLIENT / "ckpt_client.js"), sidecar.unix_target, limit]
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            proc = subprocess.run(
+                node_command(_GET_LARGE, sidecar.unix_target, limit), capture_output=True, text=True, timeout=60
+            )
             assert proc.returncode == 0, proc.stderr
             answers[limit] = json.loads(proc.stdout)
     finally:
@@ -251,12 +254,10 @@ def test_node_client_takes_the_message_limit_the_sidecar_was_given(tmp_path: Pat
 def test_the_typescript_declarations_cover_every_method_of_the_client() -> None:
     # The client had no types; its .d.ts (package.json "types") must not fall behind the code. tsc is not
     # a dependency here: the declarations were checked with it once, this keeps their list of methods whole.
-    node = shutil.which("node")
-    assert node, "node is not installed"
     listing = (
         "console.log(JSON.stringify(Object.getOwnPropertyNames(require(process.argv[1]).CheckpointClient.prototype)))"
     )
-    proc = subprocess.run([node, "-e", listing, str(NODE_CLIENT / "ckpt_client.js")], capture_output=True, text=True)
+    proc = subprocess.run(node_command(listing), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     internal = {"constructor", "call", "once", "request"}  # the stub-level helpers
     methods = set(json.loads(proc.stdout)) - internal

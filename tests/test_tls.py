@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,8 @@ import trustme
 from sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
 from sidecar.process import start_sidecar_process
 from sidecar.server import ServeConfig, reachable_from_other_hosts, wait_until_serving
-from tests.sidecar_proc import ROOT, Sidecar, free_port, start_sidecar
+from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.test_node_client import node_command
 
 
 @pytest.fixture(scope="module")
@@ -231,19 +231,10 @@ const client = new CheckpointClient(target, {
 
 
 def test_the_node_client_speaks_mutual_tls(mtls_sidecar: Sidecar, pki: dict[str, Path]) -> None:
-    node = shutil.which("node")
-    assert node, "node is not installed: `make test` (or .ci/run) installs what the tests need"
     done = subprocess.run(
-        [
-            node,
-            "-e",
-            _NODE_TLS,
-            str(ROOT / "clients" / "node" / "ckpt_client.js"),
-            mtls_sidecar.tcp_target,
-            str(pki["ca"]),
-            str(pki["client_cert"]),
-            str(pki["client_key"]),
-        ],
+        node_command(
+            _NODE_TLS, mtls_sidecar.tcp_target, str(pki["ca"]), str(pki["client_cert"]), str(pki["client_key"])
+        ),
         capture_output=True,
         text=True,
         timeout=60,
