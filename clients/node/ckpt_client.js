@@ -35,6 +35,14 @@ class ConflictError extends Error {
 // it received but had not started): the same request is sent again.
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 
+// How long to wait before retrying a call that failed with `err` after
+// `attempt` retries, or null to give up: the one policy of call() and
+// putStream(), as the Python clients' _retry_delay_seconds.
+function retryDelayMs(err, { retry = true, attempt, retries }) {
+  if (retry && RETRYABLE.has(err.code) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
+  return null;
+}
+
 // A PutStream call whose answers are awaited one at a time: next(timeoutMs)
 // resolves to the next PutStreamResponse, or rejects with the stream's error
 // (the same one again after it), or DEADLINE_EXCEEDED after timeoutMs.
@@ -151,8 +159,8 @@ class CheckpointClient {
       try {
         return await this.once(method, request, deadline);
       } catch (err) {
-        const delayMs = Math.min(50 * 2 ** attempt, 1000);
-        if (!retry || !RETRYABLE.has(err.code) || attempt >= this.retries || Date.now() + delayMs >= deadline) {
+        const delayMs = retryDelayMs(err, { retry, attempt, retries: this.retries });
+        if (delayMs === null || Date.now() + delayMs >= deadline) {
           if (request.request_id) err.requestId = request.request_id;
           throw err;
         }
@@ -311,8 +319,8 @@ class CheckpointClient {
           } catch (err) {
             if (stream !== null) stream.close();
             stream = null;
-            const delayMs = Math.min(50 * 2 ** attempt, 1000);
-            if (!RETRYABLE.has(err.code) || attempt >= this.retries) {
+            const delayMs = retryDelayMs(err, { attempt, retries: this.retries });
+            if (delayMs === null) {
               err.answered = answered;
               err.unanswered = batch;
               throw err;
