@@ -1163,15 +1163,14 @@ class Store:
         return self._states.misses
 
     def stats(self) -> dict[str, Any]:
-        with self._read() as txn:  # under the lock a map resize takes: info() and stat() read the map
+        with self._read() as txn:  # under the lock a map resize takes: info() reads the map
             info = self._env.info()
-            stat = self._env.stat()
             sessions, versions = self._entry_counts(txn)
         return {
             "sessions": sessions,
             "versions": versions,
             "map_size_bytes": info["map_size"],
-            "used_bytes": (info["last_pgno"] + 1) * stat["psize"],
+            "used_bytes": (info["last_pgno"] + 1) * self._page_bytes,
             "commits": self.commits,
             "map_resizes": self.map_resizes,
             "batch_sizes": dict(self.batch_sizes),
