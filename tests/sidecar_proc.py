@@ -47,10 +47,16 @@ def start_sidecar_sweeping(data_dir: Path, sweep_seconds: float, *extra: str) ->
     return start_sidecar(data_dir, "--sweep-interval-seconds", str(sweep_seconds), *extra)
 
 
-def metric(sidecar: Sidecar, name: str) -> float:
-    """One sample of the sidecar's /metrics (started with --metrics-port, kept as ``sidecar.metrics_port``)."""
+def metrics_text(sidecar: Sidecar) -> str:
+    """The sidecar's /metrics (started with --metrics-port, kept as ``sidecar.metrics_port``)."""
     port = sidecar.metrics_port  # type: ignore[attr-defined]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    text: str = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return text
+
+
+def metric(sidecar: Sidecar, name: str) -> float:
+    """One sample of the sidecar's /metrics (see metrics_text)."""
+    text = metrics_text(sidecar)
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     assert found, text
     return float(found.group(1))

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from sidecar.client import CheckpointClient, ResourceExhaustedError
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.sidecar_proc import Sidecar, free_port, metrics_text, start_sidecar
 
 MAP_CAP = 4 << 20
 
 
 def scrape(sidecar: Sidecar) -> dict[str, float]:
-    port = sidecar.metrics_port  # type: ignore[attr-defined]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {name: float(value) for name, value in re.findall(r"^(ckpt_\S+) (\S+)$", text, re.M)}
+    """Every unlabelled ckpt sample of one scrape."""
+    return {name: float(value) for name, value in re.findall(r"^(ckpt_\S+) (\S+)$", metrics_text(sidecar), re.M)}
 
 
 @pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
