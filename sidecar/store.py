@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import lmdb
 import xxhash
@@ -76,6 +76,8 @@ from .errors import (
 from .rwlock import RWLock
 
 _META_LEN = struct.Struct("<H")
+# The byte after keys.SEP: a session's frame keys all sort before sid + _AFTER_SEP.
+_AFTER_SEP = bytes([keys.SEP[0] + 1])
 _FRAME_KIND_OFFSET = 5  # byte offset of `kind` in a frame header (FORMAT.md)
 _MAX_PAGE_SIZE = 1000
 _DEFAULT_PAGE_SIZE = 100
@@ -1653,6 +1655,63 @@ class Store:
     def _read_state(
         self, txn: lmdb.Transaction, sid: bytes, session_id: str, version: int
     ) -> tuple[bytes, VersionInfo]:
+        found = self._chain_back(txn, sid, session_id, version)
+        if found is None:  # no frame stored for it: the session record says why
+            self._refuse_unstored(txn, sid, session_id, version)
+        target, value, chain = found
+        try:
+            state = decode(chain)
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
+        return state, _version_info(session_id, target, value)
+
+    def _chain_back(
+        self, txn: lmdb.Transaction, sid: bytes, session_id: str, version: int
+    ) -> tuple[int, bytes, list[memoryview]] | None:
+        """``version`` (0: the session's last frame, its head), its stored value and its chain's frames, read
+        backwards from its frame to the FULL frame that starts it; None if no frame is stored for it.
+
+        The frames table alone answers: retention and delete remove frames and
+        update the session record in one transaction, so the frames stored are
+        exactly versions first_version..head. A cold read then makes one B-tree
+        descent (of the frames table) instead of two: its pages are what a read
+        from disk waits for, and the sessions table's descent grows with the
+        number of sessions.
+        """
+        cur = txn.cursor(db=self._frames)
+        prefix = sid + keys.SEP
+        if version:
+            if not cur.set_key(keys.frame_key(sid, version)):
+                return None
+        elif not (cur.prev() if cur.set_range(sid + _AFTER_SEP) else cur.last()):
+            return None  # no key at all before the session's range
+        key = _key(cur)
+        if not key.startswith(prefix):
+            return None
+        target = keys.frame_version(key, sid)
+        value = _value(cur)
+        frames: list[memoryview] = []
+        expected = target
+        for key, stored in _backward(cur):
+            if not key.startswith(prefix):
+                break
+            if keys.frame_version(key, sid) != expected:
+                raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+            frame = _frame_of(stored)
+            if len(frame) <= _FRAME_KIND_OFFSET:
+                raise DataLoss(
+                    f"session {session_id!r} version {expected}: the stored value"
+                    f" ({len(stored)} bytes) is too short to hold a frame header"
+                )
+            frames.append(frame)
+            if frame[_FRAME_KIND_OFFSET] == FrameKind.FULL:
+                frames.reverse()
+                return target, value, frames
+            expected -= 1
+        raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+    def _refuse_unstored(self, txn: lmdb.Transaction, sid: bytes, session_id: str, version: int) -> NoReturn:
+        """Raise what a read of a version with no frame stored gets: NotFound naming why, or DataLoss."""
         raw = txn.get(sid, db=self._sessions)
         if raw is None:
             raise NotFound(f"session {session_id!r} does not exist")
@@ -1665,13 +1724,7 @@ class Store:
                 f"session {session_id!r} version {target} was removed by retention;"
                 f" the oldest kept is version {rec.first_version}"
             )
-        chain = self._chain_frames(txn, sid, session_id, rec, target)
-        try:
-            state = decode(chain)
-        except DecodeError as exc:
-            raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
-        value = txn.get(keys.frame_key(sid, target), db=self._frames)
-        return state, _version_info(session_id, target, value)
+        raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
 
     def _chain_start(self, txn: lmdb.Transaction, sid: bytes, session_id: str, target: int) -> int:
         """Version of the FULL frame whose chain holds ``target``."""

@@ -35,6 +35,7 @@ def test_verify_names_a_session_record_whose_chain_start_is_wrong(tmp_path: Path
         for _ in range(5):
             store.put("agent", b"\x0a\x04abcd", mode=WriteMode.MERGE)
         assert store.list_versions("agent")[0][0].frame_kind.name == "PATCH"  # newest first
+        expected = store.get("agent").state
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     try:
         with env.begin(write=True, db=env.open_db(b"sessions")) as txn:
@@ -52,8 +53,12 @@ def test_verify_names_a_session_record_whose_chain_start_is_wrong(tmp_path: Path
         b"the session record says the head's chain starts at version 6, but its last FULL frame is version 1"
         in done.stdout + done.stderr
     )
-    with Store(StoreConfig(data_dir=data)) as store, pytest.raises(DataLoss):
-        store.get("agent")
+    with Store(StoreConfig(data_dir=data)) as store:
+        # A read needs only the frames, which are whole: it decodes from the real chain start. A write
+        # builds on the record's chain start, so it is refused rather than stored against a wrong base.
+        assert store.get("agent").state == expected
+        with pytest.raises(DataLoss):
+            store.put("agent", b"\x0a\x04efgh", mode=WriteMode.MERGE)
 
 
 def test_a_sound_frame_under_another_versions_key_is_data_loss_not_that_version(tmp_path: Path) -> None:

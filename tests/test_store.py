@@ -87,6 +87,40 @@ def test_replace_and_merge_round_trip_at_every_version_hot_and_cold(config: Stor
         assert store.get("s").version == 30
 
 
+# Ids whose frame keys sit side by side: "a" ends where "a " (0x20 after it) begins, "`" sorts just
+# before "a", and "é" (UTF-8 0xC3 0xA9) after every ASCII id; the first and last ids hold the table's ends.
+NEIGHBOURS = ("`", "a", "a ", "a!", "aa", "b", "é")
+
+
+def test_cold_reads_find_each_session_among_neighbouring_ids(config: StoreConfig) -> None:
+    """A cold read finds a session's head from the frames table alone (the last key before the session's
+    range ends); each read must land in its own session's range, including at the table's first and last key."""
+    written = {sid: 2 + n % 3 for n, sid in enumerate(NEIGHBOURS[1:-1], start=1)}  # "`" and "é" stay unwritten
+    with Store(config) as store:
+        for sid, versions in written.items():
+            for v in range(1, versions + 1):
+                store.put(sid, state_of(sid, v))
+    with Store(replace(config, cache_size_bytes=0)) as store:
+        for sid, versions in written.items():
+            got = store.get(sid)
+            assert (got.version, got.state, got.info.version) == (versions, state_of(sid, versions), versions)
+            for v in range(1, versions + 1):
+                assert store.get(sid, v).state == state_of(sid, v)
+            with pytest.raises(
+                NotFound, match=re.escape(f"session {sid!r} has no version {versions + 1}; the head is")
+            ):
+                store.get(sid, versions + 1)
+        for sid in ("`", "é", "a\u00a0", "ab"):  # before the first, after the last, between two
+            with pytest.raises(NotFound, match=re.escape(f"session {sid!r} does not exist")):
+                store.get(sid)
+            with pytest.raises(NotFound, match=re.escape(f"session {sid!r} does not exist")):
+                store.get(sid, 1)
+        store.delete_session("b")  # now "aa" holds the table's last key
+        assert store.get("aa").state == state_of("aa", written["aa"])
+        with pytest.raises(NotFound, match="session 'b' does not exist"):
+            store.get("b")
+
+
 def test_compare_and_set_under_many_threads_never_forks(store: Store) -> None:
     store.put("cas", state_of("cas", 1))
     wins: list[tuple[int, int]] = []
