@@ -42,15 +42,18 @@ repetitions, and compared configurations run side by side, alternating.
    So the same writes are also made interleaved, reported and not checked:
    up to 100,000 sessions on a fresh store, 20,000 open at once, each
    ``put_many`` taking the next versions of randomly drawn open sessions.
-   Random cold reads (latest, and a random older version) are timed once
-   the first 10,000 sessions are in and again at N, on the same store
-   (``cache_size_bytes=0`` throughout), in four passes each: "as filled"
+   Random cold reads (latest, and a random older version) are timed at
+   10,000 sessions and at N, each size its own store filled by the same
+   writes in the same order (the first is the second as it was at 10,000;
+   ``cache_size_bytes=0`` throughout), in four passes each: "as filled"
    (the page cache as the fill left it), "from disk" (store closed, the data
    file's pages dropped from the page cache with posix_fadvise, store
    reopened: as after a reboot), "file pre-read" (after one sequential
-   read of the data file: every page cached), and "each read from disk"
-   (1,000 picks; before every get the store is closed, the file's pages
-   dropped and the store reopened). Reads that had to wait on the
+   read of the data file: every page cached), and, once both are filled,
+   "each read from disk" (1,000 picks per size, the two stores taking turns
+   pick by pick so that the shared disk's slow minutes fall on both; before
+   every get the store is closed, the file's pages dropped and the store
+   reopened). Reads that had to wait on the
    disk are counted (major faults). The p99 growth checked is the larger of
    the two passes whose reads find the page cache alike at both sizes ("each
    read from disk": nothing cached; "file pre-read": everything cached).
@@ -75,6 +78,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import platform
@@ -639,33 +643,46 @@ def _pass(store: Store, data: ScaleData, sessions: int, reads: int, seed: int) -
 
 
 def _each_read_from_disk(
-    open_store: Callable[[], Store], store: Store, data: ScaleData, sessions: int, reads: int, seed: int
-) -> tuple[Store, dict[str, Any]]:
-    """``reads`` picks as in :func:`_pass`, but every get starts with nothing of the data file cached.
+    stores: list[tuple[Callable[[], Store], Store, int]], data: ScaleData, reads: int, seed: int
+) -> tuple[list[Store], list[dict[str, Any]]]:
+    """``reads`` picks per store as in :func:`_pass`, but every get starts with nothing of its data file cached.
 
-    Before each timed get the store is closed (LMDB unmaps the file), the
-    file's pages are dropped from the page cache and the store is reopened,
-    so each read is the first after a reboot at either size: its B-tree
-    descent and frames come from the disk, and no earlier read of the pass
-    cached pages for it, however small the file.
+    ``stores`` holds (open it again, the open store, its session count) per
+    store. Before each timed get the store is closed (LMDB unmaps the file),
+    the file's pages are dropped from the page cache and the store is
+    reopened, so each read is the first after a reboot at either size: its
+    B-tree descent and frames come from the disk, and no earlier read of the
+    pass cached pages for it, however small the file. The stores take turns
+    pick by pick (which goes first alternating), so a slow minute of the
+    shared disk or CPU falls on every size alike: the sizes' p99s are
+    compared side by side, not minutes apart.
+    Returns the reopened stores with one result per store.
     """
-    data_file = store.config.data_dir / "lmdb" / "data.mdb"
-    timings: dict[int, list[float]] = {0: [], 1: []}  # version 0 (latest), then the older one
-    faulted = [0, 0]
-    mismatches = 0
-    for i, old in _picks(sessions, reads, seed):
-        for slot, version in enumerate((0, old)):
-            store.close()
-            _evict_from_page_cache(data_file)
-            store = open_store()
-            f0 = _majflt()
-            t0 = time.perf_counter_ns()
-            got = store.get(data.session_id(i), version)
-            t1 = time.perf_counter_ns()
-            faulted[slot] += _majflt() > f0
-            timings[slot].append((t1 - t0) / 1e3)
-            mismatches += got.state != data.state(i, version or VERSIONS_PER_SESSION)
-    return store, _pass_result(timings[0], timings[1], faulted, mismatches)
+    opened = [store for _, store, _ in stores]
+    picks = [_picks(sessions, reads, seed) for _, _, sessions in stores]
+    # Per store: version 0 (latest), then the older one.
+    timings: list[dict[int, list[float]]] = [{0: [], 1: []} for _ in stores]
+    faulted = [[0, 0] for _ in stores]
+    mismatches = [0 for _ in stores]
+    for k in range(reads):
+        order = range(len(stores)) if k % 2 == 0 else reversed(range(len(stores)))
+        for j in order:
+            open_store = stores[j][0]
+            i, old = picks[j][k]
+            for slot, version in enumerate((0, old)):
+                data_file = opened[j].config.data_dir / "lmdb" / "data.mdb"
+                opened[j].close()
+                _evict_from_page_cache(data_file)
+                opened[j] = store = open_store()
+                f0 = _majflt()
+                t0 = time.perf_counter_ns()
+                got = store.get(data.session_id(i), version)
+                t1 = time.perf_counter_ns()
+                faulted[j][slot] += _majflt() > f0
+                timings[j][slot].append((t1 - t0) / 1e3)
+                mismatches[j] += got.state != data.state(i, version or VERSIONS_PER_SESSION)
+    results = [_pass_result(t[0], t[1], f, m) for t, f, m in zip(timings, faulted, mismatches, strict=True)]
+    return opened, results
 
 
 def _read_whole_file(path: Path) -> float:
@@ -699,8 +716,6 @@ def _probe_reads(
     sessions: int,
     reads: int,
     seed: int,
-    *,
-    cold_reads: int,
 ) -> tuple[Store, dict[str, Any]]:
     """Three passes of ``reads`` random cold reads (latest + an older version each), fresh picks each pass.
 
@@ -714,9 +729,8 @@ def _probe_reads(
     10,000 sessions about one read in five waits on the disk, at 1,000,000
     nearly all), so this pass is reported, not checked. Then "file
     pre-read": after one sequential read of data.mdb, so that every page is
-    in the page cache, for both sizes alike. Last, "each read from disk"
-    (``cold_reads`` picks, see :func:`_each_read_from_disk`): every read
-    starts with nothing cached, for both sizes alike.
+    in the page cache, for both sizes alike. ("each read from disk", see
+    :func:`_each_read_from_disk`, is timed once every size is filled.)
     Returns the reopened store with the results.
     """
 
@@ -734,17 +748,10 @@ def _probe_reads(
     preread_s = _read_whole_file(data_file)
     warm_up(store)
     preread = _pass(store, data, sessions, reads, seed + 1)
-    store, each_from_disk = _each_read_from_disk(open_store, store, data, sessions, cold_reads, seed + 3)
-    passes = {
-        "as filled": as_filled,
-        "from disk": from_disk,
-        "file pre-read": preread,
-        "each read from disk": each_from_disk,
-    }
+    passes = {"as filled": as_filled, "from disk": from_disk, "file pre-read": preread}
     return store, {
         "sessions": sessions,
         "reads_each": reads,
-        "cold_reads_each": cold_reads,
         "passes": passes,
         "preread_seconds": preread_s,
         "mismatches": sum(p["mismatches"] for p in passes.values()),
@@ -855,65 +862,79 @@ def scale(
     cold_reads: int = 1_000,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Fill ``sessions`` sessions; cold-read latency at ``probe_at`` and at the end; disk bytes."""
+    """Cold-read latency and disk bytes at ``probe_at`` sessions and at ``sessions``.
+
+    Each size is its own store, filled by the same writes in the same order
+    (the smaller is the larger as it was when it held ``probe_at`` sessions),
+    so that both are at hand once filled and the reads from disk of the two
+    can take turns (see :func:`_each_read_from_disk`).
+    """
     probe_at = min(probe_at, sessions)
     data = ScaleData(width=max(8, len(str(sessions - 1)) + 1))
-    directory = fresh_dir(root, "scale")
     frames_bytes = 0
     kinds: Counter[str] = Counter()
     phases: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     disks: list[dict[str, Any]] = []
     t_start = time.perf_counter()
-    config = StoreConfig(data_dir=directory, cache_size_bytes=0)
-    counters: Counter[str] = Counter()  # summed over the store's reopenings
-    store = Store(config)
+    counters: Counter[str] = Counter()  # the largest store's, summed over its reopenings
+    stores: list[tuple[Callable[[], Store], Store, int]] = []
+    directories: list[Path] = []
     try:
-        filled = 0
-        for upto in (probe_at, sessions):
+        for n in dict.fromkeys((probe_at, sessions)):  # one store if the sizes are equal
+            directory = fresh_dir(root, f"scale-{n}")
+            directories.append(directory)
+            config = StoreConfig(data_dir=directory, cache_size_bytes=0)
+            store = Store(config)
+            stores.append((functools.partial(Store, config), store, n))
+            frames_bytes, counters, kinds = 0, Counter(), Counter()
             t0 = time.perf_counter()
-            first = filled
-            next_report = filled + 100_000
-            while filled < upto:
-                hi = min(upto, filled + batch_sessions)
-                for res in store.put_many(data.requests(filled, hi)):
+            next_report = 100_000
+            for lo in range(0, n, batch_sessions):
+                for res in store.put_many(data.requests(lo, min(n, lo + batch_sessions))):
                     if isinstance(res, Exception):
                         raise res
                     frames_bytes += res.stored_bytes
                     kinds[res.frame_kind.name] += 1
-                filled = hi
-                if progress is not None and filled >= next_report:
-                    rate = (filled - first) / (time.perf_counter() - t0)
-                    progress(f"scale: {filled:,} sessions filled ({rate:,.0f} sessions/s)")
+                if progress is not None and lo + batch_sessions >= next_report:
+                    rate = min(n, lo + batch_sessions) / (time.perf_counter() - t0)
+                    progress(f"scale: {min(n, lo + batch_sessions):,} sessions filled ({rate:,.0f} sessions/s)")
                     next_report += 100_000
             elapsed = time.perf_counter() - t0
-            n = filled - first
-            if n:
-                phases.append(
-                    {
-                        "sessions": f"{first:,}-{filled:,}",
-                        "seconds": elapsed,
-                        "sessions_per_s": n / elapsed,
-                        "writes_per_s": n * VERSIONS_PER_SESSION / elapsed,
-                    }
-                )
-            if probes and probes[-1]["sessions"] == filled:
-                continue
-            disks.append(_disk(store, frames_bytes, filled))
-            if progress is not None:
-                progress(f"scale: timing 3 x {2 * reads:,} cold reads at {filled:,} sessions")
-            counters.update({k: store.stats()[k] for k in ("commits", "map_resizes")})
-            store, probe = _probe_reads(
-                lambda: Store(config), store, data, filled, reads, seed=filled, cold_reads=cold_reads
+            phases.append(
+                {
+                    "sessions": f"0-{n:,}",
+                    "seconds": elapsed,
+                    "sessions_per_s": n / elapsed,
+                    "writes_per_s": n * VERSIONS_PER_SESSION / elapsed,
+                }
             )
+            disks.append(_disk(store, frames_bytes, n))
+            if progress is not None:
+                progress(f"scale: timing 3 x {2 * reads:,} cold reads at {n:,} sessions")
+            counters.update({k: store.stats()[k] for k in ("commits", "map_resizes")})
+            store, probe = _probe_reads(stores[-1][0], store, data, n, reads, seed=n)
+            stores[-1] = (stores[-1][0], store, n)
             probes.append(probe)
+        if progress is not None:
+            sizes = " and ".join(f"{n:,}" for _, _, n in stores)
+            progress(f"scale: {2 * cold_reads:,} reads from disk at {sizes} sessions, taking turns")
+        opened, each_from_disk = _each_read_from_disk(stores, data, cold_reads, seed=sessions + 3)
+        stores = [(reopen, store, n) for (reopen, _, n), store in zip(stores, opened, strict=True)]
+        for probe, result in zip(probes, each_from_disk, strict=True):
+            probe["passes"]["each read from disk"] = result
+            probe["cold_reads_each"] = cold_reads
+        store = stores[-1][1]
         stats = store.stats()
         counters.update({k: stats[k] for k in ("commits", "map_resizes")})
-        store.close()
-        tables = _lmdb_tables(directory / "lmdb")
+        for _, store, _ in stores:
+            store.close()
+        tables = _lmdb_tables(directories[-1] / "lmdb")
     finally:
-        store.close()
-        shutil.rmtree(directory, ignore_errors=True)
+        for _, store, _ in stores:
+            store.close()
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
     n_interleaved = min(sessions, interleaved_sessions)
     if progress is not None:
         progress(f"scale: {n_interleaved:,} sessions again, {interleaved_active:,} open at once, writes interleaved")
@@ -994,7 +1015,8 @@ def render_scale(r: dict[str, Any]) -> str:
             )
     lines.append(
         f"\np99 growth, {r['probes'][-1]['sessions']:,} vs {r['probes'][0]['sessions']:,} sessions, the worse of "
-        f"'each read from disk' and 'file pre-read' (checked): latest **{r['p99_growth_latest']:.2f}x**, old "
+        f"'each read from disk' (the sizes taking turns) and 'file pre-read' (checked): "
+        f"latest **{r['p99_growth_latest']:.2f}x**, old "
         f"version **{r['p99_growth_old_version']:.2f}x** (target <= {TARGETS['p99_growth_latest'][1]}). By pass: "
         f"each read from disk {r['p99_growth_latest_each_from_disk']:.2f}x / "
         f"{r['p99_growth_old_version_each_from_disk']:.2f}x, file pre-read {r['p99_growth_latest_preread']:.2f}x / "

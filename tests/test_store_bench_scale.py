@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bench import store_bench
-from sidecar import PutRequest, PutResult, Store, StoreError
+from sidecar import PutRequest, PutResult, Store, StoreConfig, StoreError
 
 
 def test_scale_reads_every_pass_back_exactly_and_checks_the_like_for_like_passes(tmp_path: Path) -> None:
@@ -20,8 +22,8 @@ def test_scale_reads_every_pass_back_exactly_and_checks_the_like_for_like_passes
         assert list(probe["passes"]) == ["as filled", "from disk", "file pre-read", "each read from disk"]
         assert probe["mismatches"] == 0
         assert probe["cold_reads_each"] == 20
-    # The store was closed and reopened for the "from disk" pass and before each
-    # read of the "each read from disk" pass; its counters still cover every write.
+    # The stores were closed and reopened for the "from disk" pass and before each
+    # read of the "each read from disk" pass; the larger one's counters still cover its every write.
     assert r["store_stats"]["versions"] == 300 * store_bench.VERSIONS_PER_SESSION
     assert r["store_stats"]["commits"] >= 2
     by_pass = {
@@ -31,7 +33,8 @@ def test_scale_reads_every_pass_back_exactly_and_checks_the_like_for_like_passes
     assert r["p99_growth_latest"] == max(by_pass["each read from disk"], by_pass["file pre-read"])
     assert r["p99_growth_latest_from_disk"] == by_pass["from disk"]
     assert r["p99_growth_latest_as_filled"] == by_pass["as filled"]
-    assert not (tmp_path / "scale").exists()  # the benchmark removes its store
+    assert not (tmp_path / "scale-100").exists()  # the benchmark removes its stores
+    assert not (tmp_path / "scale-300").exists()
     assert not (tmp_path / "scale-interleaved").exists()
 
     # The interleaved fill wrote every version of its 120 sessions and left the right heads.
@@ -67,3 +70,42 @@ def test_interleaved_fill_draws_sessions_out_of_key_order_and_keeps_each_session
     assert all(v == [1, 2, 3] for v in versions_by_session.values())
     # Not session after session: some session's versions are split by another session's writes.
     assert seen != sorted(seen)
+
+
+def test_reads_from_disk_take_turns_between_the_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checked pass compares sizes side by side: each pick of one store is followed by one of the
+    other (which goes first alternating), each get on a store reopened with its file evicted."""
+    data = store_bench.ScaleData(width=8)
+    stores: list[tuple[Callable[[], Store], Store, int]] = []
+    for n in (5, 12):
+        config = StoreConfig(data_dir=tmp_path / f"s{n}", cache_size_bytes=0)
+        with Store(config) as store:
+            store.put_many(data.requests(0, n))
+        stores.append((functools.partial(Store, config), Store(config), n))
+    gets: list[tuple[int, str, int]] = []
+    real_get = Store.get
+
+    def recording_get(self: Store, session_id: str, version: int = 0, **kw: bool) -> object:
+        gets.append((int(self.config.data_dir.name[1:]), session_id, version))
+        return real_get(self, session_id, version, **kw)
+
+    evicted: list[Path] = []
+    real_evict = store_bench._evict_from_page_cache
+    monkeypatch.setattr(Store, "get", recording_get)
+
+    def recording_evict(path: Path) -> None:
+        evicted.append(path)
+        real_evict(path)
+
+    monkeypatch.setattr(store_bench, "_evict_from_page_cache", recording_evict)
+    opened, results = store_bench._each_read_from_disk(stores, data, 4, seed=9)
+    try:
+        assert [g[0] for g in gets] == [5, 5, 12, 12, 12, 12, 5, 5] * 2  # latest, then an older version
+        assert all(int(sid[1:]) < n for n, sid, _ in gets)  # each store's picks among its own sessions
+        assert [v == 0 for _, _, v in gets] == [True, False] * 8
+        assert len(evicted) == len(gets) and all(e.name == "data.mdb" for e in evicted)
+        assert [r["mismatches"] for r in results] == [0, 0]
+        assert all(len(r["latest_us"]) == 3 for r in results)  # p50, p99, p999 of 4 reads each
+    finally:
+        for store in opened:
+            store.close()
