@@ -660,12 +660,15 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
                             pending.put_nowait((batch.batch_id, items, sizes, read_at))
             except grpc.RpcError:
                 pass  # the client went away; the answering side stops too
-            finally:
-                pending.put_nowait(None)
 
         reader = asyncio.create_task(read())
         self._stream_readers.add(reader)
         reader.add_done_callback(self._stream_readers.discard)
+        # The end of the batches, however the reader ends: put by a callback, not a `finally`
+        # in read(), which a reader cancelled before its first step (stop_streams() just
+        # after this handler started) never runs; its answers then waited for ever, and
+        # shutdown with them.
+        reader.add_done_callback(lambda _: pending.put_nowait(None))
         items: list[asyncio.Future[PutResult] | StoreError] = []
         try:
             while (item := await pending.get()) is not None:

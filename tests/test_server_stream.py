@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from ckpt.v1 import service_pb2
 from sidecar import Store, StoreConfig
 from sidecar.metrics import Metrics
@@ -159,3 +161,51 @@ def test_a_bug_in_one_stream_write_fails_that_write_alone(tmp_path: Path) -> Non
         assert answers[1].results[0].response.version == 1
         for session in ("a", "b", "c", "d"):
             assert store.get(session).state == state_of(session, 1)
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What PutStream uses of a grpc.aio.ServicerContext: abort, which raises."""
+
+    async def abort(self, code: object, details: str = "", trailing_metadata: object = ()) -> None:
+        raise _Aborted(code, details)
+
+
+def test_a_stream_opened_as_shutdown_begins_still_ends(tmp_path: Path) -> None:
+    """stop_streams() cancels each stream's reader; one that had not run yet (a stream whose handler had
+    just started, as SIGTERM met streams opening under load) never put the end of the batches, so its
+    answers waited for ever: shutdown hung (its store process even outlived a SIGKILLed parent, holding
+    the data directory). The stream must end UNAVAILABLE, as every stream stopped at shutdown does."""
+    config = StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600)
+    pulled: list[int] = []
+
+    async def main(store: Store) -> None:
+        async def requests() -> AsyncIterator[service_pb2.PutStreamRequest]:
+            pulled.append(0)
+            yield service_pb2.PutStreamRequest(
+                batch_id=0, puts=[service_pb2.PutRequest(session_id="s", state=state_of("s", 1))]
+            )
+
+        with ThreadPoolExecutor(2) as pool:
+            service = CheckpointService(store, Metrics(), pool)
+            answers = cast(
+                AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), _Context())
+            )
+            first = asyncio.ensure_future(answers.__anext__())
+            await asyncio.sleep(0)  # the handler runs until it waits for answers; its reader has not run
+            assert not first.done()
+            service.stop_streams()
+            done, _ = await asyncio.wait((first,), timeout=10)
+            assert done, "the stream did not end after stop_streams()"
+            with pytest.raises(_Aborted, match="shutting down"):
+                first.result()
+            await answers.aclose()
+            assert service.calls.idle.is_set()  # what shutdown waits for
+
+    with Store(config) as store:
+        asyncio.run(main(store))
+        assert pulled == []  # nothing was read, so nothing was written
+        assert store.get_cached("s") is None
