@@ -1502,6 +1502,8 @@ class AsyncCheckpointClient:
     ) -> AsyncIterator[service_pb2.PutResult]:
         if isinstance(puts, AsyncIterable):  # read whole too: copies, as they may be refilled and given again
             puts = [_copied(put) async for put in puts]
+            if self._closed:  # close() came while puts was read: closed under the call, which sent nothing
+                raise _closed_during(self, _unknown_stream(0, ()))
         batches = list(_stream_batches(puts, batch_size, self._max_message_bytes))
         first = 0  # the first batch not answered; each stream sends batches[first:]
         answered = 0  # writes

@@ -153,6 +153,37 @@ def test_a_close_racing_a_call_raises_the_clients_error_with_the_request_id(side
     assert isinstance(closed.value, ValueError)
 
 
+def test_closing_the_async_client_while_put_stream_reads_puts_raises_client_closed_error(sidecar: Sidecar) -> None:
+    """The async put_stream reads an async iterable whole before sending; a close() meanwhile raised a
+    plain ValueError saying the client "is closed" (as for a call made after close()), which an
+    ``except ClientClosedError`` missed; the sync client says ClientClosedError there."""
+
+    async def run() -> None:
+        c = AsyncCheckpointClient(sidecar.unix_target)
+        reading = asyncio.Event()
+
+        async def steps() -> AsyncIterator[service_pb2.PutRequest]:
+            yield service_pb2.PutRequest(session_id="slow", state=b"step 0")
+            reading.set()
+            await asyncio.sleep(0.2)  # the next step is slow to come; the client is closed meanwhile
+            yield service_pb2.PutRequest(session_id="slow", state=b"step 1")
+
+        async def consume() -> None:
+            async for _ in c.put_stream(steps()):
+                pass
+
+        task = asyncio.create_task(consume())
+        await reading.wait()
+        await c.close()
+        with pytest.raises(ClientClosedError, match="closed during the call; put_stream: all 0 writes") as closed:
+            await task
+        assert closed.value.unanswered == []  # nothing was sent
+
+    asyncio.run(run())
+    with CheckpointClient(sidecar.unix_target) as c, pytest.raises(CheckpointError, match="does not exist"):
+        c.get("slow")
+
+
 def test_an_async_client_belongs_to_the_loop_it_was_made_in(sidecar: Sidecar) -> None:
     with pytest.raises(RuntimeError, match="must be created in the event loop that uses it"):
         AsyncCheckpointClient(sidecar.unix_target)
