@@ -114,6 +114,22 @@ def test_sessions_filtered_by_update_time(sidecar: Sidecar) -> None:
         assert asyncio.run(run()) == []
 
 
+def test_a_session_written_while_paging_by_update_time_comes_again_as_documented(sidecar: Sidecar) -> None:
+    """What the README and ListSessionsResponse say of listings read page by page while writes go on."""
+    epoch = datetime.datetime.fromtimestamp(0, datetime.UTC)
+    with CheckpointClient(sidecar.unix_target) as c:
+        for sid in ("p-a", "p-b"):
+            c.put(sid, state(1))
+        by_time = c.sessions(updated_after=epoch, page_size=1)
+        by_id = c.sessions(page_size=1)
+        assert next(by_time).session_id == "p-a"
+        assert next(by_id).session_id == "p-a"
+        time.sleep(1.2)  # past the index's granule of about a second: the next write lands later in it
+        c.put("p-a", state(2))
+        assert [(s.session_id, s.head_version) for s in by_time] == [("p-b", 1), ("p-a", 2)]
+        assert [s.session_id for s in by_id] == ["p-b"]
+
+
 def test_conflicts_and_idempotent_retries(sidecar: Sidecar) -> None:
     with CheckpointClient(sidecar.unix_target) as c:
         c.put("c", state(1), expected_version=0)
