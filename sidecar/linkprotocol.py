@@ -11,6 +11,12 @@ from .link import Frame, FrameReader, FrameWriter, LinkError
 log = logging.getLogger(__name__)
 
 
+def link_frame_bytes(max_message_bytes: int) -> int:
+    """The largest frame either end reads: one gRPC message of either direction (at most
+    ``--max-message-bytes``) plus its status; a larger one is taken for a broken link."""
+    return max_message_bytes + 1024 * 1024
+
+
 class LinkProtocol(asyncio.Protocol):
     """One end of the link; a subclass handles each frame that arrives, and bytes that are not frames."""
 

@@ -601,7 +601,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
 
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[service_pb2.PutStreamResponse]:
+    ) -> AsyncGenerator[service_pb2.PutStreamResponse, None]:
         self.calls.began()
         try:
             async with contextlib.aclosing(self._put_stream(request_iterator, context)) as responses:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import pickle
@@ -29,7 +30,7 @@ from ckpt.v1 import service_pb2
 from .errors import StoreError
 from .gctune import serving_gc
 from .link import BENCH_LINK_ECHO, Frame, Kind
-from .linkprotocol import LinkProtocol
+from .linkprotocol import LinkProtocol, link_frame_bytes
 from .server import (
     UNARY_METHODS,
     CheckpointService,
@@ -62,8 +63,11 @@ class _Context:
 class _HostProtocol(LinkProtocol):
     peer = "the sidecar's gRPC process"
 
-    def __init__(self, *, max_frame_bytes: int) -> None:
-        super().__init__(max_frame_bytes=max_frame_bytes)
+    def __init__(self, *, max_message_bytes: int) -> None:
+        super().__init__(max_frame_bytes=link_frame_bytes(max_message_bytes))
+        #: The gRPC process sends no message larger (--max-message-bytes), and takes no link frame
+        #: larger than one such message and its status: a larger reply is refused here, as gRPC would.
+        self.max_message_bytes = max_message_bytes
         self.dispatch: list[UnaryHandler] = []
         self.closed = asyncio.Event()
         self.calls: set[asyncio.Task[None]] = set()
@@ -137,7 +141,10 @@ class _HostProtocol(LinkProtocol):
             log.exception("a forwarded call failed")
             self.send(_failed(Kind.REPLY, frame.tag, grpc.StatusCode.INTERNAL, _FAILED_INSIDE, ()))
         else:
-            self.send(Frame(Kind.REPLY, tag=frame.tag, body=body))
+            if len(body) > self.max_message_bytes:
+                self.send(_too_large(Kind.REPLY, frame.tag, len(body), self.max_message_bytes))
+            else:
+                self.send(Frame(Kind.REPLY, tag=frame.tag, body=body))
 
     async def _stream(self, tag: int) -> None:
         assert self.service is not None
@@ -154,8 +161,15 @@ class _HostProtocol(LinkProtocol):
                 yield _parse_stream_request(frame.body)  # InvalidArgument ends the stream, as gRPC's deserializer
 
         try:
-            async for response in self.service.PutStream(requests(), _Context()):
-                self.send(Frame(Kind.STREAM_OUT, tag=tag, body=response.SerializeToString()))
+            async with contextlib.aclosing(self.service.PutStream(requests(), _Context())) as responses:
+                async for response in responses:
+                    body = response.SerializeToString()
+                    if len(body) > self.max_message_bytes:
+                        # The batch's writes are done, but their results cannot be sent: the
+                        # stream ends as gRPC ends it in one process.
+                        self.send(_too_large(Kind.STREAM_END, tag, len(body), self.max_message_bytes))
+                        return
+                    self.send(Frame(Kind.STREAM_OUT, tag=tag, body=body))
         except _Aborted as aborted:
             self.send(_failed(Kind.STREAM_END, tag, aborted.code, aborted.details, aborted.trailers))
         except Exception:
@@ -178,6 +192,16 @@ def _failed(kind: Kind, tag: int, code: grpc.StatusCode, details: str, trailers:
     )
 
 
+def _too_large(kind: Kind, tag: int, size: int, limit: int) -> Frame:
+    """The status gRPC ends a call with when its reply is over the server's message limit.
+
+    Word for word, so that clients read it as they do from a sidecar without a
+    store process (the Python clients name the limit and the option).
+    """
+    details = f"SERVER: Sent message larger than max ({size} vs. {limit})"
+    return _failed(kind, tag, grpc.StatusCode.RESOURCE_EXHAUSTED, details, ())
+
+
 class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
     """What a stream's requests raise once its client went away (PutStream stops reading then)."""
 
@@ -187,7 +211,7 @@ _parse_stream_request = request_parser(service_pb2.PutStreamRequest)
 
 async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
     loop = asyncio.get_running_loop()
-    protocol = _HostProtocol(max_frame_bytes=config.max_message_bytes + 1024 * 1024)
+    protocol = _HostProtocol(max_message_bytes=config.max_message_bytes)
     await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
 
     def writes_stopped(reason: str) -> None:

@@ -18,7 +18,7 @@ from .errors import Unavailable
 from .exitstatus import exit_status
 from .inflight import InFlight
 from .link import MAX_TAG, Frame, Kind
-from .linkprotocol import LinkProtocol
+from .linkprotocol import LinkProtocol, link_frame_bytes
 
 if TYPE_CHECKING:
     from .server import ServeConfig
@@ -127,8 +127,7 @@ class StoreLink:
         with process.stdin:
             process.stdin.write(pickle.dumps(config))
         loop = asyncio.get_running_loop()
-        # A frame carries at most one message of either direction, plus its status.
-        protocol = _LinkProtocol(max_frame_bytes=config.max_message_bytes + 1024 * 1024)
+        protocol = _LinkProtocol(max_frame_bytes=link_frame_bytes(config.max_message_bytes))
         await loop.connect_accepted_socket(lambda: protocol, ours)
         # The link closes when the process dies, whatever killed it: then first is None.
         first = await protocol.first

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -52,7 +52,7 @@ def test_an_abandoned_stream_commits_its_queued_writes_and_logs_nothing(tmp_path
 
         with ThreadPoolExecutor(2) as pool:
             service = CheckpointService(store, Metrics(), pool)
-            answers = cast(AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), None))
+            answers = service.PutStream(requests(), None)
             first = await answers.__anext__()
             assert [r.response.version for r in first.results] == [1]
             await second_sent.wait()
@@ -99,7 +99,7 @@ def test_a_stream_reads_ahead_of_its_answers_by_a_bounded_number_of_bytes(tmp_pa
             service = CheckpointService(store, Metrics(), pool, stream_bytes_ahead=3 * batch_bytes)
             store._submit(_Op(hold_the_writer))
             assert running.wait(10)
-            answers = cast(AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), None))
+            answers = service.PutStream(requests(), None)
             first = asyncio.ensure_future(answers.__anext__())
             for _ in range(50):  # let the reader run as far as it may
                 await asyncio.sleep(0.01)

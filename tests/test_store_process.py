@@ -20,7 +20,7 @@ import pytest
 
 from bench.output import child_pids
 from ckpt.v1 import service_pb2
-from sidecar.client import CheckpointClient, CheckpointError
+from sidecar.client import CheckpointClient, CheckpointError, ResourceExhaustedError
 from sidecar.config import StoreConfig
 from sidecar.link import MAX_TAG
 from sidecar.server import UNARY_METHODS, ServeConfig, StoreSide
@@ -263,3 +263,68 @@ def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_p
             await link.close()
 
     assert asyncio.run(run()) == [(MAX_TAG, 1), (2, 2), (3, 3)]
+
+
+# What a reply over --max-message-bytes does: gRPC refuses to send it (RESOURCE_EXHAUSTED, that call only).
+# With a store process, the store side must refuse it the same way: the gRPC process takes no link frame
+# larger than one message, and took a larger one for a broken link, stopping the sidecar (exit 1).
+_MODES = ["--store-process", "--no-store-process"]
+
+
+@pytest.mark.parametrize("mode", _MODES)
+def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidecar_serves_on(
+    tmp_path: Path, mode: str
+) -> None:
+    big = os.urandom(2 << 20)
+    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(4 << 20))
+    try:
+        with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20) as client:
+            client.put("big", big)
+            client.put("small", b"\x08\x01")
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+    # The operator lowers the limit: the state is over it now, by more than a link frame's room for a status.
+    limit = 256 << 10
+    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(limit))
+    try:
+        with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20, retries=0) as client:
+            with pytest.raises(ResourceExhaustedError, match=f"over the sidecar's message limit .* = {limit}"):
+                client.get("big")
+            assert sidecar.process.poll() is None, sidecar.log()
+            assert client.get("small").state == b"\x08\x01"
+            assert [v.version for v in client.history("big")] == [1]
+            client.fork("big", "big-copy")  # the state never crosses gRPC
+            with pytest.raises(ResourceExhaustedError, match="over the sidecar's message limit"):
+                client.get("big-copy")
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+    assert _stored_versions(tmp_path / "data", "big-copy") == [big]
+
+
+@pytest.mark.parametrize("mode", _MODES)
+def test_a_put_stream_batch_whose_results_pass_the_message_limit_ends_that_stream_only(
+    tmp_path: Path, mode: str
+) -> None:
+    limit = 256 << 10
+    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(limit))
+    try:
+        # 7 bytes a write, ~58 a result (an error naming the bad mode): the request fits the limit,
+        # its answer is ~8x it.
+        bad = service_pb2.PutRequest(session_id="s", mode=7)  # type: ignore[arg-type]  # no such mode
+        batch = service_pb2.PutStreamRequest(puts=[bad] * 35_000)
+        assert batch.ByteSize() < limit
+        with grpc.insecure_channel(sidecar.unix_target, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
+            stream = ch.stream_stream(
+                "/ckpt.v1.CheckpointService/PutStream",
+                request_serializer=service_pb2.PutStreamRequest.SerializeToString,
+                response_deserializer=service_pb2.PutStreamResponse.FromString,
+            )
+            with pytest.raises(grpc.RpcError) as raised:
+                list(stream(iter([batch]), timeout=60))
+        assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, raised.value
+        assert f"vs. {limit})" in (raised.value.details() or "")
+        assert sidecar.process.poll() is None, sidecar.log()
+        with CheckpointClient(sidecar.unix_target, retries=0) as client:
+            assert client.put("s", b"\x08\x01").version == 1
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()

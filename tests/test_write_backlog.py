@@ -13,10 +13,9 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import cast
 
 import grpc
 import lmdb
@@ -260,9 +259,7 @@ def test_a_stream_stopped_while_waiting_for_room_answers_its_batch_whole(tmp_pat
 
         with ThreadPoolExecutor(2) as pool, writer_held(store) as gate:
             service = CheckpointService(store, Metrics(), pool)
-            answers = cast(
-                AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), AbortingContext())
-            )
+            answers = service.PutStream(requests(), AbortingContext())
             first = asyncio.ensure_future(answers.__anext__())
             while store.queued_write_bytes < BUDGET_BYTES:
                 await asyncio.sleep(0.01)
