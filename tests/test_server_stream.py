@@ -191,9 +191,7 @@ def test_a_stream_opened_as_shutdown_begins_still_ends(tmp_path: Path) -> None:
 
         with ThreadPoolExecutor(2) as pool:
             service = CheckpointService(store, Metrics(), pool)
-            answers = cast(
-                AsyncGenerator[service_pb2.PutStreamResponse, None], service.PutStream(requests(), _Context())
-            )
+            answers = service.PutStream(requests(), _Context())
             first = asyncio.ensure_future(answers.__anext__())
             await asyncio.sleep(0)  # the handler runs until it waits for answers; its reader has not run
             assert not first.done()
