@@ -236,13 +236,28 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))
         with serving_gc():
             await protocol.closed.wait()
-        if protocol.calls:
-            await asyncio.wait(protocol.calls)  # their replies go out while the link is up
-        await side.service.calls.idle.wait()  # and those of the Puts answered from callbacks (no Task)
+        # The gRPC process gave its calls its grace before it closed the link (or it died): the calls
+        # still under way here get as long again. One stuck past that must not keep this process,
+        # and with it the data directory's lock, alive for ever (a restart would be refused): the
+        # store is closed regardless, committing every write queued, whether or not its call answered.
+        try:
+            await asyncio.wait_for(_calls_done(protocol, side), timeout=config.grace_seconds)
+        except TimeoutError:
+            log.warning(
+                "calls were still under way %.1f s (--grace-seconds) after the link to the gRPC process"
+                " closed; closing the store without them (the writes queued are committed)",
+                config.grace_seconds,
+            )
     finally:
         side.close()
     protocol.close()
     return 1 if side.store.writes_stopped is not None else 0
+
+
+async def _calls_done(protocol: _HostProtocol, side: StoreSide) -> None:
+    if protocol.calls:
+        await asyncio.wait(protocol.calls)  # their replies go out while the link is up
+    await side.service.calls.idle.wait()  # and those of the Puts answered from callbacks (no Task)
 
 
 def main(argv: list[str] | None = None) -> int:
