@@ -157,7 +157,32 @@ class _StoreCollector(Collector):
         resizes = CounterMetricFamily("ckpt_map_resizes", "Times the LMDB map grew (doubling, up to its cap)")
         resizes.add_metric([], s.map_resizes)
         yield from (hits, misses, commits, batch, delays, delayed, memory, queued, refused, resizes)
+        yield from _sweeps(s)
         yield from _space(s)
+
+
+def _sweeps(store: Store) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """What the background sweeper did (only the process that sweeps: one worker's with --workers)."""
+    swept = store.swept
+    for name, doc, value in (
+        ("ckpt_sweeps", "Retention sweeps completed (--sweep-interval-seconds apart)", store.sweeps),
+        ("ckpt_sweep_versions_removed", "Versions the sweeps removed by retention", swept.versions_removed),
+        ("ckpt_sweep_request_ids_expired", "Request ids the sweeps freed past their TTL", swept.request_ids_expired),
+        (
+            "ckpt_sweep_keyframes_written",
+            "Quiet sessions' heads the sweeps rewrote as FULL frames",
+            swept.keyframes_written,
+        ),
+    ):
+        counter = CounterMetricFamily(name, doc)
+        counter.add_metric([], value)
+        yield counter
+    if store.last_sweep_unix_seconds is not None:
+        last = GaugeMetricFamily(
+            "ckpt_last_sweep_timestamp_seconds", "When the last sweep ended (Unix time): alert if it falls behind"
+        )
+        last.add_metric([], store.last_sweep_unix_seconds)
+        yield last
 
 
 def _space(store: Store) -> Iterator[GaugeMetricFamily]:

@@ -170,6 +170,14 @@ class SweepResult:
     #: Quiet sessions whose head frame became a FULL frame (keyframe_after_quiet_seconds).
     keyframes_written: int = 0
 
+    def __add__(self, other: SweepResult) -> SweepResult:
+        return SweepResult(
+            self.sessions_pruned + other.sessions_pruned,
+            self.versions_removed + other.versions_removed,
+            self.request_ids_expired + other.request_ids_expired,
+            self.keyframes_written + other.keyframes_written,
+        )
+
 
 #: A MERGE patch this big or bigger is checked on a thread, not the event loop (Store.aenqueue).
 #: Below it the check takes at most ~10 ms here; a thread costs ~0.1 ms either way.
@@ -416,6 +424,11 @@ class Store:
         self._close_lock = threading.Lock()
         # One sweep at a time (the sweeper thread's, or a caller's sweep()).
         self._sweep_lock = threading.Lock()
+        #: Sweeps completed since the store opened, what they did in all, and when the last one ended
+        #: (time.time(); None: none yet): an operator's evidence that retention runs.
+        self.sweeps = 0
+        self.swept = SweepResult(0, 0, 0, 0)
+        self.last_sweep_unix_seconds: float | None = None
         # Sessions indexed as updated before this time (a granule of the
         # updated-time index) were already considered for a quiet keyframe;
         # kept in the meta table, so a restart does not read the whole index.
@@ -1013,7 +1026,11 @@ class Store:
         """
         now = time.time_ns() if now_nanos is None else now_nanos
         with self._sweep_lock:
-            return self._sweep(now)
+            result = self._sweep(now)
+            self.swept += result
+            self.sweeps += 1
+            self.last_sweep_unix_seconds = time.time()
+        return result
 
     def _sweep(self, now: int) -> SweepResult:
         pruned = removed = expired = 0
@@ -2164,7 +2181,18 @@ class Store:
         while not self._closing.wait(self.config.sweep_interval_seconds):
             self.forget_dead_readers()
             try:
-                self.sweep()
+                t0 = time.monotonic()
+                done = self.sweep()
+                if done.versions_removed or done.request_ids_expired or done.keyframes_written:
+                    log.info(
+                        "retention sweep: %d versions removed from %d sessions, %d request ids expired,"
+                        " %d quiet keyframes written (%.2f s)",
+                        done.versions_removed,
+                        done.sessions_pruned,
+                        done.request_ids_expired,
+                        done.keyframes_written,
+                        time.monotonic() - t0,
+                    )
             except Unavailable:
                 pass  # closing
             except StoreFull as exc:  # no traceback: the cause is outside, and said in full
