@@ -27,6 +27,7 @@ import pytest
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from sidecar.client import (
+    DEFAULT_RETRIES,
     AsyncCheckpointClient,
     CheckpointClient,
     CheckpointError,
@@ -269,7 +270,7 @@ def _restart(s: Sidecar) -> tuple[Sidecar, float]:
 
 
 # What the clients' default retries wait after a call's first failure: 0.05 + 0.1 + ... + 1.0 s.
-_RETRIES_WAIT_SECONDS = sum(min(0.05 * 2.0**attempt, 1.0) for attempt in range(6))
+_RETRIES_WAIT_SECONDS = sum(min(0.05 * 2.0**attempt, 1.0) for attempt in range(DEFAULT_RETRIES))
 
 
 def _outlasted(outcome: object, down_seconds: float) -> bool:
@@ -281,7 +282,8 @@ def _outlasted(outcome: object, down_seconds: float) -> bool:
     if not isinstance(outcome, CheckpointError):
         return True
     assert down_seconds > _RETRIES_WAIT_SECONDS - 0.35, f"down {down_seconds:.2f} s: {outcome!r}"
-    assert isinstance(outcome, UnavailableError) and "gave up after 7 attempts" in str(outcome), outcome
+    assert isinstance(outcome, UnavailableError), outcome
+    assert f"gave up after {DEFAULT_RETRIES + 1} attempts" in str(outcome), outcome
     return False
 
 

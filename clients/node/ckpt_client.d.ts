@@ -98,7 +98,7 @@ export interface ClientTLS {
 export interface ClientOptions {
   /** Bounds a whole call, retries included (default 30000). */
   timeoutMs?: number;
-  /** UNAVAILABLE retries, backing off from 50 ms doubling to 1 s (default 6). */
+  /** UNAVAILABLE retries, backing off from 50 ms doubling to 1 s (default 8: 4.55 s of waits). */
   retries?: number;
   tls?: ClientTLS | null;
   /** Largest message sent or taken; keep it equal to the sidecar's --max-message-bytes (default 64 MiB). */
