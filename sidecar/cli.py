@@ -112,7 +112,8 @@ def _in_option_terms(message: str, args: argparse.Namespace) -> str:
     for name in vars(args):
         if name != "command":
             message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
-    return message
+    # An option left out is the config's None.
+    return message.replace(" or None, got", " (or left out), got")
 
 
 def _version() -> str:

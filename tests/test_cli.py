@@ -315,7 +315,7 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--max-message-bytes", "3000000000"), b"--max-message-bytes must be <= 2147483647 (2 GiB - 1, gRPC's limit)"),
         (("--threads", "0"), b"--threads must be >= 1, got 0"),
         (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
-        (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 or None, got 0"),
+        (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 (or left out), got 0"),
         (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
         (("--metrics-address", ""), b"--metrics-address must be an IP address or host name, got ''"),
         (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
@@ -332,7 +332,10 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
             for value, shown in (("inf", "inf"), ("4e9", "4000000000.0"))
         ),
         (("--max-version-age-seconds", "nan"), b"--max-version-age-seconds must be at most 3153600000 seconds"),
-        (("--keyframe-after-quiet-seconds", "nan"), b"--keyframe-after-quiet-seconds must be > 0 or None, got nan"),
+        (
+            ("--keyframe-after-quiet-seconds", "nan"),
+            b"--keyframe-after-quiet-seconds must be > 0 (or left out), got nan",
+        ),
         (("--grace-seconds", "nan"), b"--grace-seconds must be at most 3153600000 seconds (100 years), got nan"),
         (("--heap-trim-interval-seconds", "nan"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got nan"),
     ],
