@@ -520,6 +520,9 @@ class Store:
                     raw = txn.get(_LAYOUT_KEY)
                     if raw is None and writable:
                         txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
+                    if writable and txn.get(_LAST_SWEEP_KEY) is None:
+                        # The sweep schedule's start (see _first_sweep_delay): once, when first opened.
+                        txn.put(_LAST_SWEEP_KEY, b"%d" % time.time_ns())
                 break
             except lmdb.NotFoundError:  # read-only, and never stamped: layout 1
                 return
@@ -1034,6 +1037,7 @@ class Store:
 
     def _sweep(self, now: int) -> SweepResult:
         pruned = removed = expired = 0
+        began = time.time_ns()  # not ``now``, which a caller may set ahead
         while True:  # request ids first: they expire even if a session cannot be pruned
             n = self._submit(_Op(self._expire_requests_op(now))).wait()
             expired += n
@@ -1053,7 +1057,19 @@ class Store:
         keyframes = 0
         if self.config.keyframe_after_quiet_seconds is not None:
             keyframes = self._keyframe_quiet_sessions(now - int(self.config.keyframe_after_quiet_seconds * 1e9))
-        return SweepResult(pruned, removed, expired, keyframes)
+        result = SweepResult(pruned, removed, expired, keyframes)
+        if (removed or expired or keyframes) and self._meta is not None:
+            # The schedule a restarted store goes on with (_first_sweep_delay). Kept only by a sweep that
+            # wrote anyway: an idle store's sweeps commit nothing, and after a restart its next sweep,
+            # due at once, finds nothing again.
+            self._submit(_Op(self._keep_sweep_time_op(began))).wait()
+        return result
+
+    def _keep_sweep_time_op(self, began_nanos: int) -> Callable[[_Batch, lmdb.Transaction], None]:
+        def apply(batch: _Batch, txn: lmdb.Transaction) -> None:
+            txn.put(_LAST_SWEEP_KEY, b"%d" % began_nanos, db=self._meta)
+
+        return apply
 
     def _keyframe_quiet_sessions(self, quiet_since: int) -> int:
         """Give every session quiet since ``quiet_since`` a FULL head frame; how many were rewritten.
@@ -2177,8 +2193,23 @@ class Store:
         self.map_resizes += 1
         return True
 
+    def _first_sweep_delay(self) -> float:
+        """Seconds until the first sweep: what is left of the interval since the last sweep that changed
+        anything began (in this process or before a restart; else since the store was first opened), 0
+        if that is past. Counting from each start instead, a store restarted more often than its
+        interval never swept: retention, request-id expiry and quiet keyframes stopped, unseen, while
+        the data grew."""
+        interval = self.config.sweep_interval_seconds
+        last = self._meta_int(_LAST_SWEEP_KEY)
+        if not last:
+            return interval
+        since = (time.time_ns() - last) / 1e9
+        return min(interval, max(0.0, interval - since))  # a clock stepped back: one interval at most
+
     def _sweeper_loop(self) -> None:
-        while not self._closing.wait(self.config.sweep_interval_seconds):
+        delay = self._first_sweep_delay()
+        while not self._closing.wait(delay):
+            delay = self.config.sweep_interval_seconds
             self.forget_dead_readers()
             try:
                 t0 = time.monotonic()
@@ -2386,6 +2417,8 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
 #: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
 LAYOUT_VERSION = 1
 _LAYOUT_KEY = b"layout_version"
+#: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
+_LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
 #: The quiet-keyframe sweep's bound (Store._keyframed_before_nanos).
 _KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
 

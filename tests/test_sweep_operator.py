@@ -73,3 +73,28 @@ def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path, m
     # Only sweeps that did something are logged: one, however many swept since.
     assert len(logged) == 1, logged
     assert "4 versions removed from 1 sessions, 0 request ids expired, 0 quiet keyframes written" in logged[0]
+
+
+def test_a_store_restarted_more_often_than_its_sweep_interval_still_sweeps(tmp_path: Path) -> None:
+    """The sweeper counted its interval from each start, so a store reopened more often than that (a
+    deploy every 30 minutes, hourly sweeps) never swept. It now goes on from when the last sweep began
+    (kept in the store): once that is an interval ago, a reopened store sweeps at once."""
+    config = StoreConfig(
+        data_dir=tmp_path / "data", retention=Retention(keep_last_versions=1), sweep_interval_seconds=1.5
+    )
+    with Store(config) as store:
+        for v in range(3):
+            store.put("s", random.Random(v).randbytes(5_000))  # incompressible: every version a FULL frame
+    swept_in: list[int] = []
+    for run in range(12):  # each run 0.4 s, well under the interval
+        with Store(config) as store:
+            deadline = time.monotonic() + 0.4
+            while not store.sweeps and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if store.sweeps:
+                swept_in.append(run)
+                assert store.list_versions("s")[0][0].version == 3
+                assert store.session("s").version_count == 1  # retention applied
+    assert swept_in, "no run swept"
+    # The first sweep came once an interval had passed since the store was first opened, not at every start.
+    assert swept_in[0] >= 2, swept_in
