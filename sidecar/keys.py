@@ -41,6 +41,19 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
 
 
+#: How many characters of a client's string over its limit an error message quotes (a label key, a
+#: page token): a request may carry megabytes there, and a status's details travel as one HTTP/2
+#: header, which a client refuses past 16 KiB (and the store process's link past a message's size).
+QUOTED_CHARS = 64
+
+
+def quoted(text: str) -> str:
+    """``repr(text)``, cut to its first QUOTED_CHARS characters (saying how long it was) if longer."""
+    if len(text) <= QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS]!r}... ({len(text)} characters)"
+
+
 def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None  # ~7x faster than a per-character loop; runs on every write
 
@@ -83,7 +96,7 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
         except UnicodeEncodeError:
             raise InvalidArgument(f"{field} entry {key!r} is not valid UTF-8 (lone surrogate)") from None
         if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
-            raise InvalidArgument(f"{field} key {key!r} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
+            raise InvalidArgument(f"{field} key {quoted(key)} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
             raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
         if _has_control(key):

@@ -82,6 +82,22 @@ SERVING_LOG = "ckpt serving:"
 # network outruns the writer. A batch is read alone when none is in flight.
 _STREAM_BATCHES_AHEAD = 64
 STREAM_BYTES_AHEAD = 64 * 1024 * 1024
+#: The most bytes of UTF-8 in the status details (or a PutError's message) the service sends. Details
+#: travel as an HTTP/2 header, percent-encoded past ASCII (3x), and grpc-core clients refuse headers
+#: past 8 KiB (some of the time; always past 16 KiB); with a store process they cross the link in a
+#: frame no larger than a message. An error quoting the megabytes a client sent was refused by the
+#: one and broke the other, stopping the sidecar. The errors quote clients' strings cut short
+#: (keys.quoted); this bounds whatever else may quote one.
+MAX_DETAILS_BYTES = 2048
+
+
+def bounded_details(text: str) -> str:
+    """``text``, cut to MAX_DETAILS_BYTES of UTF-8 (saying how long it was) if longer."""
+    if len(text) > MAX_DETAILS_BYTES // 4 and len(raw := text.encode(errors="replace")) > MAX_DETAILS_BYTES:
+        return f"{raw[:MAX_DETAILS_BYTES].decode(errors='ignore')}... (cut: {len(raw)} bytes)"
+    return text
+
+
 _STREAM_STOPPED = (
     "the sidecar is shutting down: every batch answered on this stream is committed, later ones were not"
     " read; resend them (with the same request ids) once it is back"
@@ -527,9 +543,10 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
         self._metrics.reply_cache = (size_bytes, entries)
 
     def _message(self, exc: StoreError) -> str:
+        text = str(exc)
         if isinstance(exc, StateTooLarge) and self._state_limit_origin:
-            return f"{exc}; {self._state_limit_origin}"
-        return str(exc)
+            text = f"{text}; {self._state_limit_origin}"
+        return bounded_details(text)
 
     async def Put(self, request: service_pb2.PutRequest, context: grpc.aio.ServicerContext) -> service_pb2.PutResponse:
         async def run() -> service_pb2.PutResponse:

@@ -890,7 +890,7 @@ class Store:
             if start:
                 if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
                     raise InvalidArgument(
-                        f"page_token {page_token!r} is not a token this server issued for this listing"
+                        f"page_token {keys.quoted(page_token)} is not a token this server issued for this listing"
                     )
                 top = min(top, int(start))
             out: list[VersionInfo] = []
@@ -2612,10 +2612,10 @@ def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
         raw = b""
     head = kind + b":"
     if not raw.startswith(head) or len(raw) < len(head) + 8:
-        raise InvalidArgument(f"page_token {token!r} is not a token this server issued for this listing")
+        raise InvalidArgument(f"page_token {keys.quoted(token)} is not a token this server issued for this listing")
     if raw[len(head) : len(head) + 8] != xxhash.xxh3_64_digest(scope):
         raise InvalidArgument(
-            f"page_token {token!r} was issued for another listing (another session, one deleted since under"
+            f"page_token {keys.quoted(token)} was issued for another listing (another session, one deleted since under"
             " the same id, or other filters); a listing resumes only with the tokens it returned"
         )
     return raw[len(head) + 8 :]

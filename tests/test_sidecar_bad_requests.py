@@ -14,6 +14,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
+from sidecar.server import MAX_DETAILS_BYTES, bounded_details
 from tests.sidecar_proc import Sidecar, start_sidecar
 
 SERVICE = "/ckpt.v1.CheckpointService/"
@@ -249,3 +250,99 @@ def test_a_page_token_of_another_listing_is_invalid_argument(channel: grpc.Chann
         )
     assert_invalid(info, "was issued for another listing")
     assert_serves(channel)
+
+
+# A string a client sent, quoted whole in an error, made the status's details as large as the
+# string: past 16 KiB every gRPC client refused them (RESOURCE_EXHAUSTED "received metadata size
+# exceeds hard limit" instead of INVALID_ARGUMENT), and past a message's size the store process's
+# reply could not cross the link: the sidecar stopped (exit 1) on one ListVersions.
+HUGE = 100_000
+
+
+def _huge_requests() -> list[tuple[str, str, bytes]]:
+    key = "k" * HUGE
+    return [
+        (
+            "Put",
+            "labels key",
+            service_pb2.PutRequest(session_id="huge", state=b"x", labels={key: "v"}).SerializeToString(),
+        ),
+        (
+            "Fork",
+            "labels key",
+            service_pb2.ForkRequest(
+                session_id="huge", new_session_id="huge-fork", labels={key: "v"}
+            ).SerializeToString(),
+        ),
+        (
+            "ListSessions",
+            "label_filter key",
+            service_pb2.ListSessionsRequest(label_filter={key: "v"}).SerializeToString(),
+        ),
+        ("ListSessions", "page_token", service_pb2.ListSessionsRequest(page_token="A" * HUGE).SerializeToString()),
+        (
+            "ListVersions",
+            "page_token",
+            service_pb2.ListVersionsRequest(session_id="huge", page_token="A" * HUGE).SerializeToString(),
+        ),
+    ]
+
+
+def _assert_short_invalid(channel: grpc.Channel, method: str, field: str, raw: bytes) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary(SERVICE + method)(raw, timeout=30)
+    assert_invalid(info, field)
+    details: str = info.value.details()
+    assert len(details.encode()) < 1000, details[:200]
+
+
+@pytest.mark.parametrize("store_process", [True, False], ids=["store-process", "one-process"])
+def test_an_error_quotes_a_huge_string_cut_short(tmp_path: Any, store_process: bool) -> None:
+    s = start_sidecar(tmp_path / "data", *([] if store_process else ["--no-store-process"]))
+    try:
+        with grpc.insecure_channel(s.unix_target) as channel:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            stub.Put(service_pb2.PutRequest(session_id="huge", state=b"x"), timeout=10)
+            for method, field, raw in _huge_requests():
+                _assert_short_invalid(channel, method, field, raw)
+            # Its "is 100000 bytes" names the size and the limit, the key's start shown.
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Put(service_pb2.PutRequest(session_id="huge", state=b"x", labels={"k" * HUGE: "v"}), timeout=10)
+            assert_invalid(info, "'kkkk", f"({HUGE} characters) is {HUGE} bytes; it must be 1-63")
+            # On a stream, the write fails alone with a short message and the others are answered.
+            batch = service_pb2.PutStreamRequest(
+                batch_id=7,
+                puts=[
+                    service_pb2.PutRequest(session_id="huge", state=b"y", labels={"\x01" * HUGE: "v"}),
+                    service_pb2.PutRequest(session_id="huge", state=b"z"),
+                ],
+            )
+            (answer,) = stub.PutStream(iter([batch]), timeout=30)
+            bad, good = answer.results
+            assert bad.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            assert "labels key" in bad.error.message and len(bad.error.message) < 1000
+            assert good.response.version == 2
+            assert_serves(channel)
+        assert s.process.poll() is None, s.log()
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_a_page_token_of_megabytes_does_not_stop_the_sidecar(channel: grpc.Channel) -> None:
+    """Its error, quoting it whole (5x as JSON), was a link frame over the gRPC process's limit."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    stub.Put(service_pb2.PutRequest(session_id="mb-token", state=b"x"), timeout=10)
+    raw = service_pb2.ListVersionsRequest(session_id="mb-token", page_token="\x01" * 14_000_000).SerializeToString()
+    _assert_short_invalid(channel, "ListVersions", "page_token", raw)
+    assert_serves(channel)
+
+
+@pytest.mark.parametrize("char", ["a", "\u00e9", "\U0001f600"])
+def test_status_details_are_bounded_whatever_quotes_what(char: str) -> None:
+    """The last guard: any error quoting a client's string whole still fits a header and the link."""
+    assert bounded_details("short") == "short"
+    text = "error: " + char * 10_000
+    cut = bounded_details(text)
+    assert cut.startswith("error: " + char * 100)
+    assert len(cut.encode()) <= MAX_DETAILS_BYTES + 40
+    assert cut.endswith(f"... (cut: {len(text.encode())} bytes)")
