@@ -37,7 +37,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
-from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES
+from .config import DEFAULT_MAX_MESSAGE_BYTES, MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
 from .status import CURRENT_VERSION_KEY
 from .tls import ClientTLS as ClientTLS  # re-exported: it is passed to the clients
 from .tls import open_channel
@@ -1250,7 +1250,7 @@ class CheckpointClient:
         statuses end the stream at once, as before, naming the progress too.
         """
         _puts_arg(puts, aio=False)
-        _int("batch_size", batch_size, low=1)
+        _int("batch_size", batch_size, low=1, high=MAX_STREAM_BATCH_PUTS)  # the sidecar's limit
         self._check_open()
         return self._put_stream(puts, batch_size)
 
@@ -1500,7 +1500,7 @@ class AsyncCheckpointClient:
         iterable or an async iterable) is read whole before anything is sent (so an exception reading it is
         raised before any write)."""
         _puts_arg(puts, aio=True)
-        _int("batch_size", batch_size, low=1)
+        _int("batch_size", batch_size, low=1, high=MAX_STREAM_BATCH_PUTS)  # the sidecar's limit
         self._check_open()
         return self._put_stream(puts, batch_size)
 

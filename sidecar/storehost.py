@@ -25,8 +25,6 @@ from typing import Any, NoReturn
 
 import grpc
 
-from ckpt.v1 import service_pb2
-
 from .errors import StoreError
 from .gctune import serving_gc
 from .link import BENCH_LINK_ECHO, Frame, Kind
@@ -38,7 +36,7 @@ from .server import (
     StoreSide,
     UnaryHandler,
     event_loop_factory,
-    request_parser,
+    stream_request_parser,
     unary_dispatch,
 )
 
@@ -206,7 +204,7 @@ class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
     """What a stream's requests raise once its client went away (PutStream stops reading then)."""
 
 
-_parse_stream_request = request_parser(service_pb2.PutStreamRequest)
+_parse_stream_request = stream_request_parser()
 
 
 async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:

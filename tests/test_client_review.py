@@ -494,6 +494,7 @@ def _bad_puts() -> Iterator[service_pb2.PutRequest]:
     ("puts", "batch_size", "error", "match"),
     [
         (lambda: [service_pb2.PutRequest(session_id="b", state=PATCH)], 0, ValueError, "batch_size must be >= 1"),
+        (lambda: [service_pb2.PutRequest(session_id="b", state=PATCH)], 1001, ValueError, "batch_size must be <= 1000"),
         (lambda: [{"session_id": "b"}], 64, TypeError, r"puts\[0\] is a dict, not a ckpt.v1.PutRequest"),
         (_bad_puts, 64, RuntimeError, "the agent's own generator failed"),
     ],

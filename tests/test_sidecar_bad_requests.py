@@ -14,7 +14,8 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from sidecar.server import MAX_DETAILS_BYTES, bounded_details
+from sidecar.config import MAX_STREAM_BATCH_PUTS
+from sidecar.server import MAX_DETAILS_BYTES, _count_field_1, bounded_details
 from tests.sidecar_proc import Sidecar, start_sidecar
 
 SERVICE = "/ckpt.v1.CheckpointService/"
@@ -346,3 +347,45 @@ def test_status_details_are_bounded_whatever_quotes_what(char: str) -> None:
     assert cut.startswith("error: " + char * 100)
     assert len(cut.encode()) <= MAX_DETAILS_BYTES + 40
     assert cut.endswith(f"... (cut: {len(text.encode())} bytes)")
+
+
+@pytest.mark.parametrize("store_process", [True, False], ids=["store-process", "one-process"])
+def test_a_stream_message_of_too_many_writes_ends_the_stream(tmp_path: Any, store_process: bool) -> None:
+    """Each write of a message cost ~2-4 KB under way, whatever its size: a 400 KB message of 200,000
+    empty writes took 770 MB (answered with 12 MB), so one of 64 MiB would have taken ~120 GB. A message
+    of more than MAX_STREAM_BATCH_PUTS writes is refused, unparsed; the batches before it are answered."""
+    s = start_sidecar(tmp_path / "data", *([] if store_process else ["--no-store-process"]))
+    try:
+        with grpc.insecure_channel(s.unix_target) as channel:
+            at_limit = service_pb2.PutStreamRequest(
+                batch_id=1, puts=[service_pb2.PutRequest(session_id="many", state=b"")] * MAX_STREAM_BATCH_PUTS
+            ).SerializeToString()
+            one_past = service_pb2.PutRequest(session_id="many").SerializeToString()
+            too_many = b"".join([bytes([0x0A, len(one_past)]) + one_past] * (MAX_STREAM_BATCH_PUTS + 1))
+            empty_writes = b"\x0a\x00" * 1_000_000  # 2 MB, a million writes
+            for past in (too_many, empty_writes):
+                answers = []
+                with pytest.raises(grpc.RpcError) as info:
+                    for raw in channel.stream_stream(SERVICE + "PutStream")(iter([at_limit, past]), timeout=60):
+                        answers.append(service_pb2.PutStreamResponse.FromString(raw))
+                assert_invalid(info, f"puts has more than {MAX_STREAM_BATCH_PUTS} entries")
+                assert [(a.batch_id, len(a.results)) for a in answers] == [(1, MAX_STREAM_BATCH_PUTS)]
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            head = stub.ListVersions(service_pb2.ListVersionsRequest(session_id="many", page_size=1), timeout=10)
+            assert head.versions[0].version == 2 * MAX_STREAM_BATCH_PUTS  # the two batches at the limit
+            assert_serves(channel)
+        assert s.process.poll() is None, s.log()
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_the_writes_of_a_stream_message_are_counted_as_the_parser_reads_them() -> None:
+    """Unknown fields, a non-minimal tag and a group holding field-1 entries are no writes; the
+    count stops at its bound; wire format it cannot read ends it (the parser then names the fault)."""
+    put = b"\x0a\x00"
+    assert _count_field_1(put * 5, 100) == 5
+    assert _count_field_1(put * 5, 3) == 3
+    assert _count_field_1(b"\x10\x07" + put + b"\x19" + bytes(8) + put + b"\x25" + bytes(4) + b"\x8a\x00\x00", 100) == 3
+    assert _count_field_1(b"\x1b" + put * 10 + b"\x1c" + put, 100) == 1  # field 3 as a group
+    assert _count_field_1(put + b"\x0a\x80", 100) == 1  # a length cut short
+    assert _count_field_1(put + b"\x0e" + put, 100) == 1  # wire type 6
