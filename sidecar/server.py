@@ -19,7 +19,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -381,8 +381,17 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
         mode=mode,
         expected_version=msg.expected_version if msg.HasField("expected_version") else None,
         request_id=msg.request_id,
-        labels=dict(msg.labels) if msg.labels else {},  # most writes carry none: skip building a copy
+        labels=labels_arg(msg.labels, "labels") if msg.labels else {},  # most writes carry none: skip a copy
     )
+
+
+def labels_arg(labels: Mapping[str, str], field: str) -> dict[str, str]:
+    """A request's labels map as a dict, refused (as keys.check_labels would) if it has too many
+    entries before it is copied: a 10 MB Put of a million labels took 0.65 s of the event loop and
+    126 MB to copy, only to be refused."""
+    if len(labels) > keys.MAX_LABELS:
+        raise InvalidArgument(f"{field} has {len(labels)} entries; the limit is {keys.MAX_LABELS}")
+    return dict(labels)
 
 
 def put_error_pb(error: StoreError, message: str) -> service_pb2.PutError:
@@ -589,7 +598,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
             page, token = self._store.list_sessions(
                 page_size=request.page_size,
                 page_token=request.page_token,
-                label_filter=dict(request.label_filter),
+                label_filter=labels_arg(request.label_filter, "label_filter"),
                 updated_after_nanos=time_filter_nanos(request, "updated_after"),
                 updated_before_nanos=time_filter_nanos(request, "updated_before"),
                 max_page_bytes=self._max_page_bytes,
@@ -603,7 +612,7 @@ class CheckpointService(service_pb2_grpc.CheckpointServiceServicer):  # type: ig
     ) -> service_pb2.ForkResponse:
         def run() -> service_pb2.ForkResponse:
             info = self._store.fork(
-                request.session_id, request.version, request.new_session_id, labels=dict(request.labels)
+                request.session_id, request.version, request.new_session_id, labels=labels_arg(request.labels, "labels")
             )
             return service_pb2.ForkResponse(session=session_info_pb(info))
 
