@@ -10,7 +10,9 @@ look like damage):
 - updated: a record's update time is indexed under exactly one key,
   ``keys.updated_key(updated_unix_nanos, sid)`` (a write inside the same
   granule keeps the entry; one past it moves the entry); every entry names a
-  session with a record, at the granule of its update time.
+  session with a record, at the granule of its update time (in a store without
+  a layout stamp, the exact update time is accepted too: the first builds
+  keyed it so, and the store's first writable open rewrites such entries).
 - labels: each label of a record has its entry ``keys.label_key(k, v, sid)``
   (a write changing a label's value moves it), and every entry is a label of
   its session's record.
@@ -181,6 +183,9 @@ class CrossCheck:
     def _updated_index(self) -> Iterator[Problem]:
         txn, updated = self._txn, self._store._updated
         updated_key = keys.updated_key
+        # A store without a layout stamp may hold the first builds' entries, at the exact update time; its
+        # first writable open rewrites them (store._index_updated_by_granule).
+        exact_too = not self._store._layout_stamped
         for key in _keys(txn.cursor(db=updated)):
             if len(key) <= 8:
                 yield Problem("updated", None, False, f"key {key!r} is not a time and a session id")
@@ -192,7 +197,11 @@ class CrossCheck:
             when = keys.time_of(key)
             if rec is _MISSING:
                 yield Problem("updated", sid, False, f"an entry at {_when(when)} names a session with no record")
-            elif rec is not None and updated_key(rec.updated_unix_nanos, sid) != key:
+            elif (
+                rec is not None
+                and updated_key(rec.updated_unix_nanos, sid) != key
+                and not (exact_too and keys.time_key(rec.updated_unix_nanos, sid) == key)
+            ):
                 yield Problem(
                     "updated",
                     sid,
@@ -202,7 +211,9 @@ class CrossCheck:
                 )
         for sid, rec in self._records():
             key = updated_key(rec.updated_unix_nanos, sid)
-            if txn.get(key, db=updated) is None:
+            if txn.get(key, db=updated) is None and not (
+                exact_too and txn.get(keys.time_key(rec.updated_unix_nanos, sid), db=updated) is not None
+            ):
                 yield Problem(
                     "updated",
                     sid,

@@ -513,12 +513,19 @@ class Store:
         not know. Stores written before the stamp existed are layout 1.
         """
         self._meta: Any = None
+        #: Whether the store carries a layout stamp. One without is layout 1 as the
+        #: first builds wrote it, whose updated-time index may hold exact update
+        #: times (see _index_updated_by_granule): `ckpt verify` accepts those.
+        self._layout_stamped = False
         while True:
             try:
                 self._meta = meta = self._env.open_db(b"meta", create=writable)
                 with self._env.begin(write=writable, db=meta) as txn:
                     raw = txn.get(_LAYOUT_KEY)
+                    moved = 0
                     if raw is None and writable:
+                        # In the stamp's transaction: a store is stamped only with its index rewritten.
+                        moved = _index_updated_by_granule(self._env, txn)
                         txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
                     if writable and txn.get(_LAST_SWEEP_KEY) is None:
                         # The sweep schedule's start (see _first_sweep_delay): once, when first opened.
@@ -535,8 +542,17 @@ class Store:
                         f" ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes), and opening it"
                         " needs a page more: raise it"
                     ) from None
+        if moved:
+            log.info(
+                "%s: the updated-time index held %d entries at exact update times (an older ckpt's); rewritten"
+                " under the ~1 s granules this ckpt reads",
+                self._data_file,
+                moved,
+            )
         if raw is None:
+            self._layout_stamped = writable
             return
+        self._layout_stamped = True
         try:
             found = int(bytes(raw))
         except ValueError:
@@ -2508,6 +2524,37 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
         )
     if extend:
         _grow_file(data_mdb, needed)
+
+
+def _index_updated_by_granule(env: lmdb.Environment, txn: lmdb.Transaction) -> int:
+    """Key the updated-time index by granule where it holds exact times; the number of entries moved.
+
+    The first builds (before the layout stamp) keyed each session at its exact
+    update time. This code keys it at the granule (keys.updated_key) and moves
+    or deletes only that key, so such an entry would stay behind as a stale
+    duplicate once the session is written, deleted or forked onto: listings by
+    update time gave the session twice, and `ckpt verify` failed every session.
+    A store is stamped once this has run (in the stamp's transaction), so it
+    runs once per store.
+    """
+    try:
+        db = env.open_db(b"updated", txn=txn, create=False)
+    except lmdb.NotFoundError:
+        return 0  # a new store
+    moved = 0
+    cur = txn.cursor(db=db)
+    found = cur.first()
+    while found:
+        key = bytes(cur.key())
+        when = keys.time_of(key) if len(key) > 8 else 0
+        if keys.updated_granule(when) == when:
+            found = cur.next()
+            continue
+        cur.delete()
+        txn.put(keys.updated_key(when, key[8:]), b"", db=db)
+        moved += 1
+        found = cur.set_range(key)  # the entry after the deleted one (the new one sorts before it)
+    return moved
 
 
 def _grow_file(path: Path, size_bytes: int) -> None:

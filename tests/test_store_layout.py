@@ -10,7 +10,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from sidecar import DataLoss, IncompatibleStore, PutRequest, Store, StoreConfig
+from ckpt.store.v1 import records_pb2
+from sidecar import DataLoss, IncompatibleStore, PutRequest, Store, StoreConfig, keys
 from sidecar.backup import backup
 from sidecar.store import LAYOUT_VERSION
 from tests.sidecar_proc import ROOT
@@ -133,3 +134,67 @@ def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) 
     stats = ckpt("stats", "--data-dir", str(data))
     assert stats.returncode == 1 and b"written by a newer ckpt (store layout 2" in stats.stderr
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
+
+
+def _index_at_exact_update_times(data: Path, *, hours_ago: int) -> None:
+    """Make ``data`` what the first builds wrote (before 45d3d3a, which keyed the updated-time index by
+    ~1 s granule): no layout stamp, and each session indexed at its exact update time, here set
+    ``hours_ago`` back with a non-zero nanosecond part (as a real clock gives)."""
+    set_stamp(data, None)
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
+    try:
+        sessions, updated = env.open_db(b"sessions"), env.open_db(b"updated")
+        with env.begin(write=True) as txn:
+            txn.drop(updated, delete=False)
+            for sid, raw in list(txn.cursor(db=sessions)):
+                rec = records_pb2.SessionRecord.FromString(raw)
+                rec.updated_unix_nanos -= hours_ago * 3600 * 10**9 - 123_457
+                assert keys.updated_granule(rec.updated_unix_nanos) != rec.updated_unix_nanos
+                txn.put(sid, rec.SerializeToString(), db=sessions)
+                txn.put(keys.time_key(rec.updated_unix_nanos, sid), b"", db=updated)
+    finally:
+        env.close()
+
+
+def _updated_index(data: Path) -> set[bytes]:
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
+    try:
+        with env.begin(db=env.open_db(b"updated", create=False)) as txn:
+            return {bytes(key) for key, _ in txn.cursor()}
+    finally:
+        env.close()
+
+
+def _listed_by_update_time(store: Store) -> list[str]:
+    listed, token = [], ""
+    while True:
+        page, token = store.list_sessions(updated_after_nanos=0, page_token=token)
+        listed += [info.session_id for info in page]
+        if not token:
+            return sorted(listed)
+
+
+def test_a_store_the_first_builds_wrote_is_indexed_by_granule_on_its_first_writable_open(tmp_path: Path) -> None:
+    """The first builds indexed a session at its exact update time; this one keys, moves and deletes the
+    entry at its ~1 s granule. Found upgrading such a store (operator walk, helper-18): `ckpt verify`
+    failed every session ('no entry for the record's update time') and, once written by this build, each
+    session kept its old entry beside the new one, listed twice by update time for good."""
+    data = tmp_path / "data"
+    with Store(StoreConfig(data_dir=data)) as store:
+        for sid in ("a", "b", "c", "gone"):
+            store.put(sid, b"\x08\x01")
+    _index_at_exact_update_times(data, hours_ago=2)
+    verify = ckpt("verify", "--data-dir", str(data))  # read-only: the older layout is not damage
+    assert verify.returncode == 0, verify.stderr
+    assert stamp(data) is None
+    with Store(StoreConfig(data_dir=data)) as store:
+        assert _listed_by_update_time(store) == ["a", "b", "c", "gone"]
+        store.put("a", b"\x08\x02")
+        store.delete_session("gone")
+        store.fork("b", 1, "b2")
+        assert _listed_by_update_time(store) == ["a", "b", "b2", "c"]
+        records = {sid: store.session(sid).updated_unix_nanos for sid in ("a", "b", "b2", "c")}
+    assert stamp(data) == b"1"
+    assert _updated_index(data) == {keys.updated_key(nanos, sid.encode()) for sid, nanos in records.items()}
+    verify = ckpt("verify", "--data-dir", str(data))
+    assert verify.returncode == 0, verify.stderr
