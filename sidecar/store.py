@@ -475,6 +475,12 @@ class Store:
         else:
             self._open_lmdb_once(lmdb_dir)
         self._page_bytes = int(self._env.stat()["psize"])
+        if not self.readonly and self._map_size > self.config.max_map_size_bytes:
+            log.warning(
+                "%s: the map cannot grow, so writes are refused once its free pages are used: raise"
+                " max_map_size_bytes to at least the file's size",
+                self._map_cap_reached(),
+            )
 
     def _open_lmdb_once(self, lmdb_dir: Path) -> None:
         config, readonly = self.config, self.readonly
@@ -2052,9 +2058,8 @@ class Store:
                     ops,
                     isolate=isolate,
                     error=StoreFull(
-                        f"the store is full: the LMDB map reached max_map_size_bytes"
-                        f" ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes); nothing was written:"
-                        " raise it, or delete sessions to free room inside the map"
+                        f"the store is full: {self._map_cap_reached()}; nothing was written: raise it, or delete"
+                        " sessions to free room inside the map"
                     ),
                 )
                 return
@@ -2193,6 +2198,13 @@ class Store:
             since = self.store_full_refusals - logged_count
             log.warning("refused %d write%s: %s", since, "" if since == 1 else "s", error)
             self._store_full_logged = (now, self.store_full_refusals)
+
+    def _map_cap_reached(self) -> str:
+        """Why the map cannot grow: at max_map_size_bytes, or opened over it (a data file grown under a larger cap)."""
+        cap = f"max_map_size_bytes ({self.config.max_map_size_bytes}; ckpt serve --max-map-size-bytes)"
+        if self._map_size > self.config.max_map_size_bytes:
+            return f"the LMDB map is {self._map_size} bytes, the size of {self._data_file}, already over {cap}"
+        return f"the LMDB map reached {cap}"
 
     def _adopt_map_size(self) -> None:
         with self._rw.exclusive():

@@ -9,12 +9,15 @@ and the sidecar logged nothing while refusing every write.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 
 import pytest
 
+from sidecar import PutRequest, Store, StoreConfig, StoreFull
+from sidecar.backup import backup
 from sidecar.client import CheckpointClient, ResourceExhaustedError
 from tests.sidecar_proc import Sidecar, free_port, metrics_text, start_sidecar
 
@@ -61,3 +64,22 @@ def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Pa
     assert len(warnings) == 1, sidecar.log()
     assert "WARNING" in warnings[0] and "refused 1 write: the store is full" in warnings[0]
     assert "--max-map-size-bytes" in warnings[0]
+
+
+def test_a_data_file_over_a_lowered_map_cap_is_named_as_such(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A store grown under a larger --max-map-size-bytes, reopened under a smaller one, maps its file's
+    size and cannot grow. The refusal said the map 'reached max_map_size_bytes (1048576)' beside a 3 MB
+    data.mdb, and the open said nothing (operator walk, helper-18: a 13 MB backup served under a 4 MiB cap)."""
+    with Store(StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20)) as store:
+        store.put_many([PutRequest(f"s{n}", os.urandom(100_000)) for n in range(30)])
+        backup(store, tmp_path / "copy")  # compacted: no free pages, so the next write needs the map to grow
+    size = (tmp_path / "copy" / "lmdb" / "data.mdb").stat().st_size
+    assert size > 2 << 20
+    lowered = StoreConfig(data_dir=tmp_path / "copy", map_size_bytes=1 << 20, max_map_size_bytes=1 << 20)
+    with caplog.at_level(logging.WARNING, logger="ckpt.store"), Store(lowered) as store:
+        assert len(store.get("s7").state) == 100_000
+        with pytest.raises(StoreFull) as refused:
+            store.put("s7", os.urandom(100_000))
+    over = f"the LMDB map is {size} bytes, the size of {tmp_path / 'copy' / 'lmdb' / 'data.mdb'}, already over"
+    assert str(refused.value).startswith(f"the store is full: {over} max_map_size_bytes (1048576;")
+    assert any(over in record.getMessage() and "cannot grow" in record.getMessage() for record in caplog.records)
