@@ -24,7 +24,7 @@ from bench.output import child_pids
 from ckpt.v1 import service_pb2
 from sidecar import storehost
 from sidecar.client import CheckpointClient, CheckpointError, ResourceExhaustedError
-from sidecar.config import StoreConfig
+from sidecar.config import MAX_STREAM_BATCH_PUTS, StoreConfig
 from sidecar.link import MAX_TAG, Frame, FrameReader, Kind, encode
 from sidecar.server import UNARY_METHODS, ServeConfig, StoreSide
 from sidecar.status import CURRENT_VERSION_KEY
@@ -350,13 +350,15 @@ def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidec
 def test_a_put_stream_batch_whose_results_pass_the_message_limit_ends_that_stream_only(
     tmp_path: Path, mode: str
 ) -> None:
-    limit = 256 << 10
+    limit = 128 << 10  # the least --max-message-bytes allowed; states up to 64 KiB
     sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(limit))
     try:
-        # 7 bytes a write, ~58 a result (an error naming the bad mode): the request fits the limit,
-        # its answer is ~8x it.
-        bad = service_pb2.PutRequest(session_id="s", mode=7)  # type: ignore[arg-type]  # no such mode
-        batch = service_pb2.PutStreamRequest(puts=[bad] * 35_000)
+        with CheckpointClient(sidecar.unix_target, retries=0) as client:
+            client.put("full", b"\x0a\x80\x80\x03" + b"x" * (limit - (64 << 10) - 10))  # 6 bytes under
+        # ~19 bytes a write, ~205 a result (an error naming the state limit and where it comes from):
+        # a whole batch (MAX_STREAM_BATCH_PUTS writes) fits the limit, its answer is ~10x it.
+        merge = service_pb2.PutRequest(session_id="full", state=b"\x12\x08abcdefgh", mode=service_pb2.WRITE_MODE_MERGE)
+        batch = service_pb2.PutStreamRequest(puts=[merge] * MAX_STREAM_BATCH_PUTS)
         assert batch.ByteSize() < limit
         with grpc.insecure_channel(sidecar.unix_target, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
             stream = ch.stream_stream(
@@ -371,5 +373,6 @@ def test_a_put_stream_batch_whose_results_pass_the_message_limit_ends_that_strea
         assert sidecar.process.poll() is None, sidecar.log()
         with CheckpointClient(sidecar.unix_target, retries=0) as client:
             assert client.put("s", b"\x08\x01").version == 1
+            assert client.get("full").version == 1  # no merge fit
     finally:
         assert sidecar.stop() == 0, sidecar.log()
