@@ -29,7 +29,7 @@ from .errors import (
 )
 from .frame import FORMAT_VERSION, HEADER_SIZE, MAX_STATE_SIZE, FrameHeader, FrameKind, parse, state_checksum
 from .policy import DEFAULT_POLICY, ChainPolicy
-from .wire import check_patch
+from .wire import check_patch, count_fields
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -55,6 +55,7 @@ __all__ = [
     "WireFormatError",
     "check_patch",
     "compact",
+    "count_fields",
     "decode",
     "iter_versions",
     "keyframe",

@@ -11,6 +11,8 @@ passes a message type.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from google.protobuf import message as _message
 
 from .errors import WireFormatError
@@ -61,8 +63,32 @@ def _varint(data: bytes, pos: int, what: str, limit: int = _MAX_VARINT_BYTES) ->
         shift += 7
 
 
+def count_fields(data: bytes, field_number: int, *, stop: int) -> int:
+    """How many length-delimited fields numbered ``field_number`` ``data`` holds at its top level (not
+    inside a group), counting no further than ``stop``. Wire format that is not well-formed ends the
+    count: a parser then says what is wrong (a sidecar counts a request's repeated field before it
+    parses it, to refuse one of too many entries without building them)."""
+    count = 0
+    try:
+        for field, wire, depth in _fields(data):
+            if field == field_number and wire == _WIRE_LEN and not depth:
+                count += 1
+                if count >= stop:
+                    break
+    except WireFormatError:
+        pass
+    return count
+
+
 def _scan(data: bytes) -> None:
     """Walk the top-level fields; raise at the first malformed one."""
+    for _ in _fields(data):
+        pass
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(field number, wire type, groups open around it) of each field in turn; WireFormatError naming
+    the offset at the first malformed one (or at the end, for a group left open)."""
     pos = 0
     open_groups: list[tuple[int, int]] = []  # (field number, offset of its start tag)
     while pos < len(data):
@@ -101,6 +127,7 @@ def _scan(data: bytes) -> None:
             open_groups.pop()
         else:
             raise WireFormatError(f"invalid wire type {wire} for field {field} at offset {tag_at}", offset=tag_at)
+        yield field, wire, len(open_groups)
     if open_groups:
         field, at = open_groups[-1]
         raise WireFormatError(f"group of field {field} opened at offset {at} is never closed", offset=at)

@@ -34,7 +34,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from codec import ChainPolicy, FrameKind
+from codec import ChainPolicy, FrameKind, count_fields
 
 from . import keys, tls
 from .config import (
@@ -819,7 +819,7 @@ def stream_request_parser() -> Callable[[bytes], Message]:
 
     def parse_batch(raw: bytes) -> Message:
         if len(raw) > 2 * MAX_STREAM_BATCH_PUTS:  # a write takes 2 bytes at least: fewer cannot be too many
-            puts = _count_field_1(raw, MAX_STREAM_BATCH_PUTS + 1)
+            puts = count_fields(raw, 1, stop=MAX_STREAM_BATCH_PUTS + 1)  # field 1: PutStreamRequest.puts
             if puts > MAX_STREAM_BATCH_PUTS:
                 raise InvalidArgument(
                     f"puts has more than {MAX_STREAM_BATCH_PUTS} entries; the limit is {MAX_STREAM_BATCH_PUTS}"
@@ -828,51 +828,6 @@ def stream_request_parser() -> Callable[[bytes], Message]:
         return parse(raw)
 
     return parse_batch
-
-
-def _count_field_1(raw: bytes, stop: int) -> int:
-    """How many length-delimited fields number 1 (PutStreamRequest.puts) ``raw`` holds at its top
-    level, counting no further than ``stop``. Wire format it cannot read ends the count: the parser
-    then says what is wrong."""
-    count = depth = pos = 0
-    end = len(raw)
-
-    def varint() -> int:
-        nonlocal pos
-        value = shift = 0
-        while pos < end and shift < 70:
-            byte = raw[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise ValueError
-
-    try:
-        while pos < end and count < stop:
-            tag = varint()
-            wire = tag & 7
-            if wire == 0:
-                varint()
-            elif wire == 1:
-                pos += 8
-            elif wire == 2:
-                size = varint()
-                pos += size
-                if tag == 0x0A and not depth:
-                    count += 1
-            elif wire == 3:
-                depth += 1
-            elif wire == 4:
-                depth -= 1
-            elif wire == 5:
-                pos += 4
-            else:
-                break
-    except ValueError:
-        pass
-    return count
 
 
 def add_checkpoint_service(service: CheckpointService, server: grpc.aio.Server) -> None:

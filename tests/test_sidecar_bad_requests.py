@@ -15,9 +15,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
+from codec import count_fields
 from sidecar.config import MAX_STREAM_BATCH_PUTS
 from sidecar.errors import InvalidArgument
-from sidecar.server import MAX_DETAILS_BYTES, _count_field_1, bounded_details, labels_arg, put_request
+from sidecar.server import MAX_DETAILS_BYTES, bounded_details, labels_arg, put_request
 from tests.sidecar_proc import Sidecar, start_sidecar
 
 SERVICE = "/ckpt.v1.CheckpointService/"
@@ -385,12 +386,13 @@ def test_the_writes_of_a_stream_message_are_counted_as_the_parser_reads_them() -
     """Unknown fields, a non-minimal tag and a group holding field-1 entries are no writes; the
     count stops at its bound; wire format it cannot read ends it (the parser then names the fault)."""
     put = b"\x0a\x00"
-    assert _count_field_1(put * 5, 100) == 5
-    assert _count_field_1(put * 5, 3) == 3
-    assert _count_field_1(b"\x10\x07" + put + b"\x19" + bytes(8) + put + b"\x25" + bytes(4) + b"\x8a\x00\x00", 100) == 3
-    assert _count_field_1(b"\x1b" + put * 10 + b"\x1c" + put, 100) == 1  # field 3 as a group
-    assert _count_field_1(put + b"\x0a\x80", 100) == 1  # a length cut short
-    assert _count_field_1(put + b"\x0e" + put, 100) == 1  # wire type 6
+    assert count_fields(put * 5, 1, stop=100) == 5
+    assert count_fields(put * 5, 1, stop=3) == 3
+    mixed = b"\x10\x07" + put + b"\x19" + bytes(8) + put + b"\x25" + bytes(4) + b"\x8a\x00\x00"
+    assert count_fields(mixed, 1, stop=100) == 3
+    assert count_fields(b"\x1b" + put * 10 + b"\x1c" + put, 1, stop=100) == 1  # field 3 as a group
+    assert count_fields(put + b"\x0a\x80", 1, stop=100) == 1  # a length cut short
+    assert count_fields(put + b"\x0e" + put, 1, stop=100) == 1  # wire type 6
 
 
 @pytest.mark.parametrize(
