@@ -170,6 +170,11 @@ class SweepResult:
     #: Quiet sessions whose head frame became a FULL frame (keyframe_after_quiet_seconds).
     keyframes_written: int = 0
 
+    @property
+    def changed(self) -> bool:
+        """Whether the sweep removed or rewrote anything (an idle store's sweeps do not)."""
+        return bool(self.versions_removed or self.request_ids_expired or self.keyframes_written)
+
     def __add__(self, other: SweepResult) -> SweepResult:
         return SweepResult(
             self.sessions_pruned + other.sessions_pruned,
@@ -1080,7 +1085,7 @@ class Store:
         if self.config.keyframe_after_quiet_seconds is not None:
             keyframes = self._keyframe_quiet_sessions(now - int(self.config.keyframe_after_quiet_seconds * 1e9))
         result = SweepResult(pruned, removed, expired, keyframes)
-        if (removed or expired or keyframes) and self._meta is not None:
+        if result.changed and self._meta is not None:
             # The schedule a restarted store goes on with (_first_sweep_delay). Kept only by a sweep that
             # wrote anyway: an idle store's sweeps commit nothing, and after a restart its next sweep,
             # due at once, finds nothing again.
@@ -2242,7 +2247,7 @@ class Store:
             try:
                 t0 = time.monotonic()
                 done = self.sweep()
-                if done.versions_removed or done.request_ids_expired or done.keyframes_written:
+                if done.changed:
                     log.info(
                         "retention sweep: %d versions removed from %d sessions, %d request ids expired,"
                         " %d quiet keyframes written (%.2f s)",
