@@ -269,13 +269,21 @@ def _page_size(value: object) -> int:
 
 
 def _new_request_id() -> str:
-    """A fresh request id: 128 random bits as 32 hex digits.
+    """A fresh request id: a UUIDv7 (RFC 9562) as 32 hex digits, the time in ms first, then 74 random bits.
 
-    ``os.urandom(16).hex()`` rather than ``uuid.uuid4().hex``: the same
-    randomness (uuid4 keeps 122 of the bits) at a sixth of the cost (0.8
-    against 4.5 us), paid on every write that brings no id of its own.
+    Time-ordered, so the store keeps the records of the request ids written
+    together on the same few pages (see sidecar/keys.py): with random ids each
+    write dirtied a page of its own. Built by hand (``uuid.uuid7`` is Python
+    3.14's): about 1 us, paid on every write that brings no id of its own.
     """
-    return os.urandom(16).hex()
+    value = (time.time_ns() // 1_000_000 & _MASK_48) << 80 | int.from_bytes(os.urandom(10), "big")
+    return f"{value & _UUID7_KEEP | _UUID7_SET:032x}"
+
+
+_MASK_48 = (1 << 48) - 1
+# The version nibble (7) at bits 76-79 and the variant (0b10) at bits 62-63; every other bit kept.
+_UUID7_KEEP = ~(0xF << 76 | 0x3 << 62) & ((1 << 128) - 1)
+_UUID7_SET = 0x7 << 76 | 0x2 << 62
 
 
 def _labels(name: str, labels: object) -> dict[str, str]:

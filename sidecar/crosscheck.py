@@ -92,10 +92,6 @@ def _when(nanos: int) -> str:
     return f"{text} ({nanos} ns)"
 
 
-def _request_text(key: bytes, sid: bytes) -> str:
-    return f"request_id {_text(key[len(sid) + 1 :])!r}"
-
-
 _MISSING: Any = object()  # a session with no record, in the lookup cache
 
 
@@ -267,10 +263,19 @@ class CrossCheck:
     # -- requests ----------------------------------------------------------------------
 
     def _request_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """The requests table's (key, record) pairs: all, or those of the sessions checked. A current key
+        names its session last (keys.request_key), so for named sessions every current key is read;
+        store layout 1's keys are found by a seek per session."""
         cur = self._txn.cursor(db=self._store._requests)
         if self._wanted is None:
             yield from _items(cur)
             return
+        for key, value in _items(cur):
+            if not key.startswith(keys.REQUEST_KEY_MARK):
+                break
+            parts = keys.request_key_parts(key)
+            if parts is None or parts[0] in self._wanted:
+                yield key, value
         for sid in sorted(self._wanted):
             prefix = sid + keys.SEP
             if not cur.set_range(prefix):
@@ -282,28 +287,28 @@ class CrossCheck:
 
     def _requests(self) -> Iterator[Problem]:
         parse = records_pb2.RequestRecord.FromString
-        prefix = b"\xff"  # the current session's keys start with it (none starts with this)
-        sid, rec, head = b"", None, 0
         for key, value in self._request_items():
-            if not key.startswith(prefix):  # the next session's records (sorted by session)
-                sid, sep, _ = key.partition(keys.SEP)
-                if not sep or not sid or len(key) == len(sid) + 1:
-                    prefix = b"\xff"
-                    yield Problem("requests", None, False, f"key {key!r} is not session id NUL request id")
-                    continue
-                prefix = sid + keys.SEP
-                rec = self._record(sid)
-                head = -1 if rec is _MISSING or rec is None else rec.head_version
+            parts = keys.request_key_parts(key)
+            if parts is None:
+                text = f"key {key!r} is neither \\1 request id NUL session id nor session id NUL request id"
+                yield Problem("requests", None, False, text)
+                continue
+            sid, rid = parts
+            rec = self._record(sid)
+            what = f"request_id {_text(rid)!r}"
             try:
                 done = parse(value)
             except DecodeProtoError as exc:
-                what = _request_text(key, sid)
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
+            if key.startswith(keys.REQUEST_KEY_MARK) and (
+                rec is _MISSING or rec is None or done.session_created_unix_nanos != rec.created_unix_nanos
+            ):
+                continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
+            head = -1 if rec is _MISSING or rec is None else rec.head_version
             version = done.version
             if head >= version >= 1:
                 continue
-            what = _request_text(key, sid)
             if rec is _MISSING:
                 yield Problem(
                     "requests", sid, False, f"the record of {what} (version {version}) names a session with no record"
@@ -322,10 +327,11 @@ class CrossCheck:
         time_key = keys.time_key
         for key in _keys(txn.cursor(db=expiry)):
             request = key[8:]
-            sid, sep, rid = request.partition(keys.SEP)
-            if len(key) <= 8 or not sep or not sid:
-                yield Problem("req_expiry", None, False, f"key {key!r} is not a time, session id NUL request id")
+            parts = keys.request_key_parts(request) if len(key) > 8 else None
+            if parts is None:
+                yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a requests key")
                 continue
+            sid, rid = parts
             if self._skipped(sid):
                 continue
             raw = txn.get(request, db=requests)
@@ -357,9 +363,10 @@ class CrossCheck:
             except DecodeProtoError:
                 continue  # the requests pass names it
             if txn.get(time_key(expires, key), db=expiry) is None:
-                sid, sep, rid = key.partition(keys.SEP)
-                if not sep or not sid:
+                parts = keys.request_key_parts(key)
+                if parts is None:
                     continue  # the requests pass names it
+                sid, rid = parts
                 yield Problem(
                     "req_expiry",
                     sid,

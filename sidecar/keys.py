@@ -4,14 +4,24 @@ Tables (named LMDB databases):
 
     frames      session \\0 version(u64 BE)            -> u16 LE len + VersionRecord + frame
     sessions    session                               -> SessionRecord
-    requests    session \\0 request_id                 -> RequestRecord
-    req_expiry  expires_ns(u64 BE) session \\0 request  -> b""
+    requests    \\1 request_id \\0 session            -> RequestRecord
+                (store layout 1: session \\0 request_id; still read)
+    req_expiry  expires_ns(u64 BE) + its requests key  -> b""
     labels      key \\0 value \\0 session                -> b""
     updated     updated_ns(u64 BE) session            -> b""
 
 Session ids cannot contain NUL (or any control character), so ``session \\0``
 is a prefix no other session shares, and big-endian versions sort
 numerically: one session's frames are one contiguous, ordered key range.
+
+A request id's record is keyed by the request id first. The clients generate
+time-ordered ids (UUIDv7), so a commit's records land side by side after the ones
+before them: a page or two for the whole commit. Keyed by session first (store
+layout 1), each session's records were a key range of their own, and each
+write dirtied a page of its session's range: about one more 4 KB page written
+per write. Neither id may hold a control character, so the leading \\1 tells
+the two key forms apart (no session id starts with it) and sorts every
+current key before every layout-1 one.
 """
 
 from __future__ import annotations
@@ -76,13 +86,38 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     return raw
 
 
+#: The first byte of every current request key (see the module's docstring).
+REQUEST_KEY_MARK = b"\x01"
+#: No current request key sorts at or after this, and every layout-1 one does (a session id's
+#: first byte is not a control character).
+LAYOUT1_REQUEST_KEYS_START = b"\x02"
+
+
 def request_key(sid: bytes, request_id: str) -> bytes:
+    """The requests table's key of a session's request id (validated)."""
     raw = request_id.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_REQUEST_ID_BYTES:
         raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
     if _has_control(request_id):
         raise InvalidArgument(f"request_id {request_id!r} {_HAS_CONTROL}")
+    return REQUEST_KEY_MARK + raw + SEP + sid
+
+
+def layout1_request_key(key: bytes) -> bytes:
+    """The key store layout 1 gave the same request (``key`` from :func:`request_key`)."""
+    raw, _, sid = key[1:].partition(SEP)
     return sid + SEP + raw
+
+
+def request_key_parts(key: bytes) -> tuple[bytes, bytes] | None:
+    """(session id, request id) of a requests key of either form; None if it is neither."""
+    if key.startswith(REQUEST_KEY_MARK):
+        raw, sep, sid = key[1:].partition(SEP)
+    else:
+        sid, sep, raw = key.partition(SEP)
+    if not sep or not sid or not raw:
+        return None
+    return sid, raw
 
 
 def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:

@@ -512,12 +512,15 @@ class Store:
             self._req_expiry = self._env.open_db(b"req_expiry", create=create)
             self._labels = self._env.open_db(b"labels", create=create)
             self._updated = self._env.open_db(b"updated", create=create)
+            with self._env.begin() as txn:
+                self._layout1_requests = self._has_layout1_requests(txn)
         except BaseException:
             self._env.close()
             raise
 
     def _check_layout(self, *, writable: bool) -> None:
-        """Refuse a data directory a newer ckpt wrote; stamp one that has no layout version yet.
+        """Refuse a data directory a newer ckpt wrote; stamp an older (or unstamped) one, opened writable, with
+        this code's layout.
 
         The tables' keys and records are this code's own layout: a ckpt rolled
         back to an older release must not read (or write on) a layout it does
@@ -537,6 +540,11 @@ class Store:
                     if raw is None and writable:
                         # In the stamp's transaction: a store is stamped only with its index rewritten.
                         moved = _index_updated_by_granule(self._env, txn)
+                        txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
+                    elif writable and raw is not None and bytes(raw).isdigit() and int(bytes(raw)) < LAYOUT_VERSION:
+                        # Layout 1 to 2 rewrites nothing (its request records are read where they are),
+                        # but an older ckpt must no longer open the store: it would not find the records
+                        # this one writes, and a retry across the downgrade would write twice.
                         txn.put(_LAYOUT_KEY, b"%d" % LAYOUT_VERSION)
                     if writable and txn.get(_LAST_SWEEP_KEY) is None:
                         # The sweep schedule's start (see _first_sweep_delay): once, when first opened.
@@ -573,6 +581,15 @@ class Store:
                 f"{self._data_file} was written by a newer ckpt (store layout {found}; this ckpt reads layout"
                 f" {LAYOUT_VERSION}): run that ckpt or a later one, or restore a backup this version wrote"
             )
+
+    def _has_layout1_requests(self, txn: lmdb.Transaction) -> bool:
+        """Whether the requests table holds records keyed as store layout 1 did (session first).
+
+        Such keys sort after every current one (see keys.py). Writes look them up only while
+        some remain: no ckpt writes them any more (an older one cannot open this layout),
+        and the sweeper expires them within request_id_ttl_seconds of the last one written.
+        """
+        return bool(txn.cursor(db=self._requests).set_range(keys.LAYOUT1_REQUEST_KEYS_START))
 
     def _meta_int(self, key: bytes) -> int:
         """A number the meta table holds under ``key``; 0 if it holds none (or an unreadable one)."""
@@ -804,7 +821,8 @@ class Store:
             except DataLoss:
                 rec = None  # damaged: deleting it is how an operator starts the session over
             removed, _ = self._delete_frames(txn, sid, below=None)
-            self._delete_requests(txn, sid)
+            if self._layout1_requests:
+                self._delete_layout1_requests(txn, sid)
             if rec is not None:
                 for key, value in rec.labels.items():
                     txn.delete(keys.label_key(key, value, sid), db=self._labels)
@@ -1070,6 +1088,10 @@ class Store:
             expired += n
             if n < _EXPIRE_CHUNK:
                 break
+        if expired and self._layout1_requests:
+            # Read once committed: while one is left, writes must look under its key too.
+            with self._read() as txn:
+                self._layout1_requests = self._has_layout1_requests(txn)
         if self.config.retention.enabled:
             after = b""
             while True:
@@ -1358,30 +1380,23 @@ class Store:
                 raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
 
         def apply(batch: _Batch, txn: lmdb.Transaction) -> PutResult:
-            expired_rid: records_pb2.RequestRecord | None = None
-            if rid_key is not None:
-                raw_req = txn.get(rid_key, db=self._requests)
-                if raw_req is not None:
-                    try:
-                        done = records_pb2.RequestRecord.FromString(bytes(raw_req))
-                    except DecodeProtoError as exc:
-                        raise DataLoss(
-                            f"session {req.session_id!r}: the record of request_id {req.request_id!r} does not"
-                            f" parse ({exc}), so whether that write was made is unknown"
-                        ) from None
-                    if done.expires_unix_nanos > time.time_ns():
-                        if done.write_xxh3 and done.write_xxh3 != asked:
-                            raise InvalidArgument(
-                                f"request_id {req.request_id!r} was used for a different write to session"
-                                f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
-                                " write, and a new write needs a new request_id"
-                            )
-                        return PutResult(
-                            done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
-                        )
-                    expired_rid = done
             raw = txn.get(sid, db=self._sessions)
             rec = _record(raw) if raw is not None else None
+            expired_rid: records_pb2.RequestRecord | None = None
+            if rid_key is not None:
+                done, live = self._remembered(txn, rid_key, rec, req)
+                if live:
+                    assert done is not None
+                    if done.write_xxh3 and done.write_xxh3 != asked:
+                        raise InvalidArgument(
+                            f"request_id {req.request_id!r} was used for a different write to session"
+                            f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
+                            " write, and a new write needs a new request_id"
+                        )
+                    return PutResult(
+                        done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
+                    )
+                expired_rid = done
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
                 raise VersionConflict(req.session_id, req.expected_version, head)
@@ -1414,7 +1429,7 @@ class Store:
                 )
                 if rid_key is not None:
                     expires = now + int(self.config.request_id_ttl_seconds * 1e9)
-                    self._remember_request(txn, rid_key, result, expires, expired_rid, asked)
+                    self._remember_request(txn, rid_key, result, expires, expired_rid, asked, rec.created_unix_nanos)
             except BaseException:
                 encoder.rollback()
                 raise
@@ -1485,6 +1500,45 @@ class Store:
             mode=mode,
         )
 
+    def _remembered(
+        self,
+        txn: lmdb.Transaction,
+        rid_key: bytes,
+        rec: records_pb2.SessionRecord | None,
+        req: PutRequest,
+    ) -> tuple[records_pb2.RequestRecord | None, bool]:
+        """The record stored under ``rid_key`` (None if none) and whether it answers this write's retry.
+
+        It answers while it has not expired and names the session as it is now: one naming an
+        earlier session of the same id (deleted since; the records outlive it) does not, so the
+        write is made anew and its record replaces that one. A record of store layout 1 is looked
+        up under its own key, and returned only if it answers (the sweeper expires it where it is).
+        """
+        raw = txn.get(rid_key, db=self._requests)
+        layout1 = raw is None and self._layout1_requests
+        if layout1:
+            raw = txn.get(keys.layout1_request_key(rid_key), db=self._requests)
+        if raw is None:
+            return None, False
+        try:
+            done = records_pb2.RequestRecord.FromString(bytes(raw))
+        except DecodeProtoError as exc:
+            if rec is None and not layout1:
+                # No session: the write that made the record made none that still stands (a retry
+                # of it would find its session), so this write is a new one and replaces the record.
+                # Its expiry entry, whose time only the record held, is left: an entry expires only
+                # the record it was written for (_expire_requests_op).
+                return None, False
+            raise DataLoss(
+                f"session {req.session_id!r}: the record of request_id {req.request_id!r} does not"
+                f" parse ({exc}), so whether that write was made is unknown"
+            ) from None
+        live = done.expires_unix_nanos > time.time_ns()
+        if layout1:
+            # A delete removed layout 1's records with their session: one found is this session's.
+            return (done, True) if live else (None, False)
+        return done, live and rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos
+
     def _remember_request(
         self,
         txn: lmdb.Transaction,
@@ -1493,6 +1547,7 @@ class Store:
         expires: int,
         expired: records_pb2.RequestRecord | None,
         asked: int,
+        session_created: int,
     ) -> None:
         if expired is not None:  # an expired record of the same id being replaced
             txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._req_expiry)
@@ -1503,6 +1558,7 @@ class Store:
             state_size=result.state_size,
             expires_unix_nanos=expires,
             write_xxh3=asked,
+            session_created_unix_nanos=session_created,
         )
         txn.put(rid_key, record.SerializeToString(), db=self._requests)
         txn.put(keys.time_key(expires, rid_key), b"", db=self._req_expiry)
@@ -1607,7 +1663,10 @@ class Store:
                 break
         return removed, freed
 
-    def _delete_requests(self, txn: lmdb.Transaction, sid: bytes) -> None:
+    def _delete_layout1_requests(self, txn: lmdb.Transaction, sid: bytes) -> None:
+        """Remove a session's request records keyed as store layout 1 did: that layout's retries found
+        a record only while its session lived. Current records stay until they expire; they name the
+        session they were written to (see _remembered)."""
         cur = txn.cursor(db=self._requests)
         if not cur.set_range(sid + keys.SEP):
             return
@@ -2448,7 +2507,8 @@ def _disk_full(exc: BaseException, data_file: Path, needed_bytes: int) -> str | 
 
 
 #: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
-LAYOUT_VERSION = 1
+#: 2: request records keyed by request id first (keys.request_key); layout 1's are still read.
+LAYOUT_VERSION = 2
 _LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 _LAST_SWEEP_KEY = b"last_sweep_unix_nanos"

@@ -25,7 +25,7 @@ import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2
-from sidecar import Retention, Store, StoreConfig
+from sidecar import Retention, Store, StoreConfig, keys
 from sidecar.client import (
     CheckpointClient,
     CheckpointError,
@@ -431,7 +431,7 @@ def corrupt_session_record(data: Path, session: str) -> None:
 def corrupt_request_record(data: Path, session: str, request_id: str) -> None:
     db = Lmdb(data)
     with db as txn:
-        key = session.encode() + b"\x00" + request_id.encode()
+        key = keys.request_key(session.encode(), request_id)
         assert txn.get(key, db=db.db["requests"]) is not None
         txn.put(key, b"\xff\xff\xff", db=db.db["requests"])
 
@@ -683,7 +683,8 @@ def test_a_session_with_a_corrupt_record_can_be_deleted(damaged: Path) -> None:
 
 def test_a_corrupt_request_record_is_data_loss_and_does_not_block_delete(damaged: Path) -> None:
     """store.py: the put op parses a remembered request (records_pb2.RequestRecord.FromString in
-    Store._put_op's apply) and Store._delete_requests parses every request record of a session, both
+    Store._put_op's apply) and Store._delete_requests parsed every request record of a session (now
+    only those of store layout 1, keyed by session: a delete leaves current ones to expire), both
     unguarded: protobuf's DecodeError is no StoreError, so a retry with that request id and
     DeleteSession of that session answer INTERNAL (not DATA_LOSS), and the session cannot be deleted.
     `ckpt verify` names the record that does not parse (requests table) since it cross-checks the tables."""

@@ -654,22 +654,50 @@ def test_the_background_sweeper_applies_retention(config: StoreConfig) -> None:
         assert store.get("bg", 9).state == state_of("bg", 9)
 
 
-def test_delete_leaves_no_entry_in_any_table(config: StoreConfig) -> None:
-    with Store(config) as store:
+def _entries_naming(config: StoreConfig, sid: bytes) -> dict[bytes, list[bytes]]:
+    """Each table's keys that name session ``sid`` (the store closed)."""
+    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8, readonly=True)
+    found = {}
+    with env.begin() as txn:
+        for name in (b"frames", b"sessions", b"requests", b"req_expiry", b"labels", b"updated"):
+            db = env.open_db(name, txn=txn, create=False)
+            found[name] = [k for k in (bytes(k) for k in txn.cursor(db=db).iternext(values=False)) if sid in k]
+    env.close()
+    return found
+
+
+def test_delete_leaves_no_entry_but_its_request_records_which_expire_on_time(config: StoreConfig) -> None:
+    """A delete removes the session's record, frames and index entries at once. Its request records are
+    keyed by request id first (keys.request_key), where no seek by session finds them: they stay until
+    they expire, answering nothing meanwhile (test_a_request_id_of_a_deleted_session_makes_a_new_write)."""
+    ttl = 1.0
+    with Store(replace(config, request_id_ttl_seconds=ttl)) as store:
         for v in range(1, 6):
             store.put("gone", state_of("gone", v), labels={"k": f"v{v}"}, request_id=f"r{v}")
         store.put("kept", b"\x08\x01", labels={"k": "v1"}, request_id="r1")
         store.delete_session("gone")
-    env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8, readonly=True)
-    leftovers = {}
-    with env.begin() as txn:
-        for name in (b"frames", b"sessions", b"requests", b"req_expiry", b"labels", b"updated"):
-            db = env.open_db(name, txn=txn, create=False)
-            keys_ = [bytes(k) for k in txn.cursor(db=db).iternext(values=False)]
-            leftovers[name] = [k for k in keys_ if b"gone" in k]
-            assert any(b"kept" in k for k in keys_), name  # the other session's entries are untouched
-    env.close()
-    assert all(not v for v in leftovers.values()), leftovers
+    left = {name: len(found) for name, found in _entries_naming(config, b"gone").items() if found}
+    assert left == {b"requests": 5, b"req_expiry": 5}
+    assert all(_entries_naming(config, b"kept").values())  # the other session's entries are untouched
+    time.sleep(ttl)
+    with Store(config) as store:
+        assert store.sweep().request_ids_expired == 6  # kept's r1 too
+    assert not any(_entries_naming(config, b"gone").values())
+
+
+def test_a_request_id_of_a_deleted_session_makes_a_new_write(store: Store) -> None:
+    """Records name the session they were written to (its creation time): one of a deleted session of
+    the same id answers nothing, and the new write's record takes its place."""
+    first = store.put("d", state_of("d", 1), request_id="same")
+    store.delete_session("d")
+    again = store.put("d", state_of("d", 1), request_id="same")
+    assert not again.replayed and (first.version, again.version) == (1, 1)
+    assert store.put("d", state_of("d", 1), request_id="same").replayed  # its own retry is answered
+    store.put("d", state_of("d", 2), request_id="next")
+    store.delete_session("d")
+    # Another write under a deleted session's request id is no misuse: that session is gone.
+    assert store.put("d", b"\x08\x07", request_id="next").version == 1
+    assert store.get("d").state == b"\x08\x07"
 
 
 def test_hot_get_metadata_equals_what_lmdb_holds(config: StoreConfig) -> None:

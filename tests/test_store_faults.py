@@ -159,10 +159,12 @@ def test_a_backlog_of_expired_request_ids_goes_in_chunks(config: StoreConfig, mo
 def test_an_expiry_entry_left_behind_does_not_expire_a_newer_record_of_the_same_request_id(
     config: StoreConfig,
 ) -> None:
-    """Deleting a session whose request record does not parse leaves that record's expiry entry (its time
-    is in the record). Expiring that entry used to delete whatever record held the key by then: here
-    the record of the same request id written after the session was made again, so a retry of that
-    write, still within its own TTL, wrote a second version instead of replaying."""
+    """A request record that does not parse, of a session since deleted: the write made again replaces
+    it, and its expiry entry (whose time only the record held) is left. Expiring that entry used to
+    delete whatever record held the key by then: here the record of the same request id written after
+    the session was made again, so a retry of that write, still within its own TTL, wrote a second
+    version instead of replaying. (Store layout 1 deleted such a record with its session, leaving the
+    entry the same way.)"""
     with Store(config) as store:
         store.put("s", state_of("s", 1), request_id="step-1")
     env = lmdb.open(str(config.data_dir / "lmdb"), max_dbs=8)

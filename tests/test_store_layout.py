@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
 import pytest
 
 from ckpt.store.v1 import records_pb2
-from sidecar import DataLoss, IncompatibleStore, PutRequest, Store, StoreConfig, keys
+from sidecar import DataLoss, IncompatibleStore, InvalidArgument, PutRequest, Store, StoreConfig, keys
 from sidecar.backup import backup
 from sidecar.store import LAYOUT_VERSION
 from tests.sidecar_proc import ROOT
@@ -55,8 +58,8 @@ def data(tmp_path: Path) -> Path:
 
 
 def test_a_new_store_is_stamped_with_this_layout(data: Path) -> None:
-    assert LAYOUT_VERSION == 1
-    assert stamp(data) == b"1"
+    assert LAYOUT_VERSION == 2
+    assert stamp(data) == b"2"
 
 
 def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
@@ -67,14 +70,14 @@ def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
     assert stamp(data) is None
     with Store(StoreConfig(data_dir=data)) as store:  # the first writable open stamps it
         assert store.get("s").state == b"\x08\x01"
-    assert stamp(data) == b"1"
+    assert stamp(data) == b"2"
 
 
 def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> None:
-    set_stamp(data, b"2")
+    set_stamp(data, b"3")
     before = (data / "lmdb" / "data.mdb").read_bytes()
     message = (
-        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 2; this ckpt reads layout 1):"
+        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 3; this ckpt reads layout 2):"
         " run that ckpt or a later one, or restore a backup this version wrote"
     )
     for readonly in (False, True):
@@ -92,7 +95,7 @@ def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> 
     )
     assert serve.returncode == 1 and message in serve.stderr.decode()
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
-    assert stamp(data) == b"2"
+    assert stamp(data) == b"3"
     with pytest.raises(IncompatibleStore):  # and the data directory's lock was released
         Store(StoreConfig(data_dir=data))
 
@@ -116,23 +119,23 @@ def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stampe
     with Store(StoreConfig(data_dir=tmp_path / "backup", map_size_bytes=1 << 20)) as restored:
         assert len(restored.get("s7").state) == 100_000
         assert restored.put("s7", b"\x08\x01").version == 2
-    assert stamp(tmp_path / "backup") == b"1"
+    assert stamp(tmp_path / "backup") == b"2"
 
 
 def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) -> None:
     """A newer layout may drop a table: the tools name the layout (not MDB_NOTFOUND), and a writable open
     recreates nothing (helper-24)."""
-    set_stamp(data, b"2")
+    set_stamp(data, b"3")
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     with env.begin(write=True) as txn:
         txn.drop(env.open_db(b"labels", txn=txn), delete=True)
     env.close()
     before = (data / "lmdb" / "data.mdb").read_bytes()
     for readonly in (False, True):
-        with pytest.raises(IncompatibleStore, match="store layout 2"):
+        with pytest.raises(IncompatibleStore, match="store layout 3"):
             Store(StoreConfig(data_dir=data), readonly=readonly)
     stats = ckpt("stats", "--data-dir", str(data))
-    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 2" in stats.stderr
+    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 3" in stats.stderr
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
 
 
@@ -194,7 +197,93 @@ def test_a_store_the_first_builds_wrote_is_indexed_by_granule_on_its_first_writa
         store.fork("b", 1, "b2")
         assert _listed_by_update_time(store) == ["a", "b", "b2", "c"]
         records = {sid: store.session(sid).updated_unix_nanos for sid in ("a", "b", "b2", "c")}
-    assert stamp(data) == b"1"
+    assert stamp(data) == b"2"
     assert _updated_index(data) == {keys.updated_key(nanos, sid.encode()) for sid, nanos in records.items()}
     verify = ckpt("verify", "--data-dir", str(data))
     assert verify.returncode == 0, verify.stderr
+
+
+def _request_keys_as_layout_1(data: Path) -> None:
+    """Make ``data``'s request records what store layout 1 wrote: keyed session NUL request id (and their
+    expiry entries naming those keys), stamped layout 1."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
+    try:
+        requests, expiry = env.open_db(b"requests"), env.open_db(b"req_expiry")
+        with env.begin(write=True) as txn:
+            for key, value in list(txn.cursor(db=requests)):
+                assert key.startswith(keys.REQUEST_KEY_MARK)
+                txn.delete(key, db=requests)
+                txn.put(keys.layout1_request_key(key), value, db=requests)
+            for key, _ in list(txn.cursor(db=expiry)):
+                txn.delete(key, db=expiry)
+                txn.put(key[:8] + keys.layout1_request_key(key[8:]), b"", db=expiry)
+    finally:
+        env.close()
+    set_stamp(data, b"1")
+
+
+def _request_keys(data: Path) -> tuple[list[bytes], list[bytes]]:
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
+    try:
+        with env.begin() as txn:
+            requests = [bytes(k) for k in txn.cursor(db=env.open_db(b"requests", txn=txn)).iternext(values=False)]
+            expiry = [bytes(k[8:]) for k in txn.cursor(db=env.open_db(b"req_expiry", txn=txn)).iternext(values=False)]
+        return requests, expiry
+    finally:
+        env.close()
+
+
+def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_store_is_stamped_2(
+    tmp_path: Path,
+) -> None:
+    """Layout 2 keys a request record by request id first (its records of one commit share a page or
+    two); layout 1 keyed it by session. An upgraded store keeps its layout-1 records where they are:
+    retries still find them, a delete still removes them with their session, the sweeper expires them,
+    and `ckpt verify` passes throughout. Once this ckpt has written, an older one refuses the store: it
+    would not find the new records, and a retry across the downgrade would write twice."""
+    data = tmp_path / "data"
+    ttl = 1.5
+    with Store(StoreConfig(data_dir=data, request_id_ttl_seconds=ttl)) as store:
+        for sid in ("a", "b"):
+            store.put(sid, b"\x08\x01", request_id=f"{sid}-old")
+    _request_keys_as_layout_1(data)
+    assert _request_keys(data) == ([b"a\x00a-old", b"b\x00b-old"], [b"a\x00a-old", b"b\x00b-old"])
+    verify = ckpt("verify", "--data-dir", str(data))
+    assert verify.returncode == 0, verify.stderr
+    with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
+        retried = store.put("a", b"\x08\x01", request_id="a-old")
+        assert retried.replayed and retried.version == 1
+        with pytest.raises(InvalidArgument, match="request_id 'a-old' was used for a different write"):
+            store.put("a", b"\x08\x02", request_id="a-old")
+        assert store.put("a", b"\x08\x03", request_id="a-new").version == 2
+        assert store.delete_session("b") == 1  # its layout-1 record goes with it, as layout 1 did
+        assert not store.put("b", b"\x08\x01", request_id="b-old").replayed
+    assert stamp(data) == b"2"
+    requests, expiry = _request_keys(data)
+    expected = [keys.request_key(b"a", "a-new"), keys.request_key(b"b", "b-old"), b"a\x00a-old"]
+    assert requests == sorted(expected) and sorted(expiry) == sorted(expected)  # expiry entries: in time order
+    verify = ckpt("verify", "--data-dir", str(data))
+    assert verify.returncode == 0, verify.stderr
+    time.sleep(ttl)
+    with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
+        assert store.sweep().request_ids_expired == 1  # a-old: the two written above expire a day later
+        # No layout-1 key is left to look under; the current records still answer.
+        assert store.put("a", b"\x08\x03", request_id="a-new").replayed
+        assert not store.put("a", b"\x08\x01", request_id="a-old").replayed  # expired: a new write
+    requests, _ = _request_keys(data)
+    assert all(key.startswith(keys.REQUEST_KEY_MARK) for key in requests)
+    with pytest.raises(IncompatibleStore, match="store layout 2; this ckpt reads layout 1"), _layout_version(1):
+        Store(StoreConfig(data_dir=data))
+
+
+@contextlib.contextmanager
+def _layout_version(version: int) -> Iterator[None]:
+    """The store code reading only layouts up to ``version``: an older ckpt, as far as the stamp goes."""
+    import sidecar.store
+
+    before = sidecar.store.LAYOUT_VERSION
+    sidecar.store.LAYOUT_VERSION = version
+    try:
+        yield
+    finally:
+        sidecar.store.LAYOUT_VERSION = before

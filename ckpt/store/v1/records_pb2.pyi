@@ -55,17 +55,19 @@ class VersionRecord(_message.Message):
     def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
-    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3")
+    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRAME_KIND_FIELD_NUMBER: _ClassVar[int]
     STATE_SIZE_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     WRITE_XXH3_FIELD_NUMBER: _ClassVar[int]
+    SESSION_CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     version: int
     stored_bytes: int
     frame_kind: int
     state_size: int
     expires_unix_nanos: int
     write_xxh3: int
-    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ...) -> None: ...
+    session_created_unix_nanos: int
+    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ...) -> None: ...
