@@ -808,6 +808,74 @@ def _unanswered_at_end_error() -> CheckpointError:
     )
 
 
+# How long a put_stream still waits for a stream's answers once the stream has ended: gRPC
+# hands over what it had received in a few ms (see _Responses).
+_ENDED_STREAM_GRACE_SECONDS = 1.0
+
+
+class _Responses:
+    """A sync stream call's responses, read on a thread of their own, so that a wait for one ends with the call.
+
+    ``next(call)`` waits for the call's next message to be read, and grpcio
+    (1.85) can end a call and leave that read pending for ever: a PutStream
+    cut by a stopping sidecar's GOAWAY ("Cancelling all calls") before the
+    sidecar took it, which gRPC then retried on its own against the socket
+    gone ("failed to connect to all addresses"), ended UNAVAILABLE with its
+    message read still due, and ``next`` never returned; ``cancel()`` could
+    not end it either, the call being over. Here a wait ends, once the call
+    has, after each answer still handed over within
+    ``_ENDED_STREAM_GRACE_SECONDS``, as ``next(call)`` called after the end
+    would: StopIteration if it ended OK, else the call as its RpcError (the
+    reader stays in its read, a daemon thread).
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ended = False
+        self._last: BaseException | None = None
+        threading.Thread(target=self._read, name="ckpt-put-stream-answers", daemon=True).start()
+        call.add_done_callback(lambda _: self._queue.put(_CALL_ENDED))  # at once if it has ended
+
+    def _read(self) -> None:
+        end: BaseException = StopIteration()
+        try:
+            for response in self._call:
+                self._queue.put(response)
+        except BaseException as exc:  # whatever it is, the consumer must not wait for ever
+            end = exc
+        self._queue.put(_ReadEnded(end))
+
+    def cancel(self) -> None:
+        """Cancel the call (a no-op once it has ended); a wait for its answers ends as at the call's end."""
+        self._call.cancel()
+        self._queue.put(_CALL_ENDED)
+
+    def __next__(self) -> service_pb2.PutStreamResponse:
+        if self._last is not None:
+            raise self._last
+        while True:
+            try:
+                item = self._queue.get(timeout=_ENDED_STREAM_GRACE_SECONDS if self._ended else None)
+            except queue.Empty:
+                self._last = StopIteration() if self._call.code() is grpc.StatusCode.OK else self._call
+                raise self._last from None
+            if item is _CALL_ENDED:
+                self._ended = True
+            elif isinstance(item, _ReadEnded):
+                self._last = item.error
+                raise self._last
+            else:
+                return item  # type: ignore[no-any-return]
+
+
+_CALL_ENDED = object()
+
+
+class _ReadEnded(NamedTuple):
+    error: BaseException
+
+
 class _StreamFeed:
     """The sync put_stream's writes between the caller's ``puts`` and their answers, across its streams.
 
@@ -823,7 +891,8 @@ class _StreamFeed:
     counted from the later of the wait's start and the last answer (or the
     stream's start, or the first write sent after all were answered). A
     caller slow to take results, or a ``puts`` slow to give writes, never
-    counts against the sidecar.
+    counts against the sidecar. A stream's answers are read by _Responses, so
+    that a wait for one ends with the stream, whatever gRPC's read does.
     """
 
     def __init__(self, batches: Iterator[service_pb2.PutStreamRequest], timeout_seconds: float) -> None:
@@ -836,7 +905,7 @@ class _StreamFeed:
         self._pulled = 0
         self._done = False  # puts ended (or raised: failed)
         self._stream = 0  # the current stream; a stream's requests stop once it is not
-        self._call: Any = None
+        self._call: _Responses | None = None
         self._waiting_since: float | None = None
         self._clock = 0.0
         self._closed = False
@@ -892,12 +961,12 @@ class _StreamFeed:
 
     # -- the caller's thread
 
-    def open(self, method: Any) -> Any:
+    def open(self, method: Any) -> _Responses:
         """Start a stream (on ``method``, the stub's PutStream) that sends every unanswered batch, then the rest."""
         with self._cond:
             self._stream += 1
             requests = self._requests(self._stream, self._first)
-        call = method(requests)
+        call = _Responses(method(requests))
         with self._cond:
             self._call = call
             self._clock = time.monotonic()
@@ -906,14 +975,14 @@ class _StreamFeed:
                 self._watchdog.start()
         return call
 
-    def answers(self, call: Any) -> Iterator[list[service_pb2.PutResult]]:
-        """``call``'s answers as results to give, each checked against the batch it is due for (_split_answer)."""
+    def answers(self, responses: _Responses) -> Iterator[list[service_pb2.PutResult]]:
+        """A stream's answers as results to give, each checked against the batch it is due for (_split_answer)."""
         while True:
             with self._cond:
                 self._waiting_since = time.monotonic()
                 self._cond.notify_all()
             try:
-                response: service_pb2.PutStreamResponse | None = next(call)
+                response: service_pb2.PutStreamResponse | None = next(responses)
             except StopIteration:
                 response = None
             except grpc.RpcError:
@@ -998,6 +1067,7 @@ class _StreamFeed:
                 break
             else:
                 return
+        assert call is not None  # set by open(), which starts this thread
         call.cancel()
 
 

@@ -4,8 +4,9 @@ socket and data directory, stopped (SIGTERM, or SIGKILL for a crash) and started
 Each write carries its own request id (``w<i>``) so a test can name the first unanswered one. The sync
 client reads ``puts`` lazily, so its stream is paused at chosen writes until the signal is sent (the
 writes after it are pulled while the sidecar goes away). The async client reads ``puts`` whole, so its
-restarts are triggered from the results instead. The only client-side instrument counts the streams a
-put_stream opens; it changes nothing.
+restarts are triggered from the results instead. The client-side instruments count the streams a
+put_stream opens, which changes nothing, and (one test) lose the read of a stream that ended, as grpcio
+can (LostRead).
 """
 
 from __future__ import annotations
@@ -487,6 +488,79 @@ def test_a_stream_broken_while_idle_is_reopened_for_the_next_write(fleet: Callab
     assert len(sidecars) == 2 and opened[0] >= 2
     check_results(results, Expected.of(40))
     check_store(sidecars[-1].unix_target, Expected.of(40))
+    assert sidecars[-1].stop() == 0, sidecars[-1].log()
+
+
+class LostRead(grpc.RpcError):  # type: ignore[misc]  # as grpcio's call is its own error
+    """A PutStream call whose ``next()`` never returns once the call has ended non-OK, until ``release``:
+    grpcio's lost read. Everything else (cancel, code, add_done_callback) is the call's own."""
+
+    def __init__(self, call: Any) -> None:
+        super().__init__()
+        self._call = call
+        self.stuck = threading.Event()
+        self.release = threading.Event()
+
+    def __iter__(self) -> LostRead:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._call)
+        except grpc.RpcError:
+            self.stuck.set()
+            self.release.wait()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
+def test_a_stream_whose_read_is_never_completed_after_it_ended_is_still_reopened(fleet: Callable[..., Fleet]) -> None:
+    """grpcio (1.85) can end a stream call and leave the read that ``next(call)`` waits for pending for
+    ever: a PutStream cut by a stopping sidecar's GOAWAY ("Cancelling all calls") before the sidecar took
+    it, which gRPC retried on its own against the socket gone, ended UNAVAILABLE ("failed to connect to all
+    addresses") with receive_initial_metadata and receive_message still due. put_stream then waited for
+    ever (test_a_failed_write_is_still_its_own_result... hung in CI, and here at its 45th run), and its
+    watchdog's cancel() could not end a call already over. Here the first stream's read is lost so at its
+    end (LostRead) and a SIGTERM restart ends it: put_stream sees the end anyway, reopens and resends what
+    was unanswered, every write answered once, in order."""
+    sidecars = fleet()
+    results: list[service_pb2.PutResult] = []
+    lost: list[LostRead] = []
+
+    def puts() -> Iterator[service_pb2.PutRequest]:
+        for i in range(200):
+            if i == 100:
+                wait_for(lambda: len(results) >= 50, "answers")
+                sidecars.restart(signal.SIGTERM)
+            yield write(i)
+
+    def run() -> None:
+        with CheckpointClient(sidecars[0].unix_target) as c:
+            put_stream = c._stub.PutStream
+
+            def first_lost(requests: Any) -> Any:
+                call = put_stream(requests)
+                if not lost:
+                    lost.append(LostRead(call))
+                    return lost[0]
+                return call
+
+            c._stub.PutStream = first_lost
+            for result in c.put_stream(puts(), batch_size=8):
+                results.append(result)
+
+    with ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(run)
+        try:
+            streaming.result(timeout=30)  # without the fix: waits for ever in the lost read
+        finally:
+            for call in lost:
+                call.release.set()
+    assert lost[0].stuck.is_set()  # the lost read was met, and left
+    check_results(results, Expected.of(200))
+    check_store(sidecars[-1].unix_target, Expected.of(200))
     assert sidecars[-1].stop() == 0, sidecars[-1].log()
 
 
