@@ -16,10 +16,14 @@ look like damage):
 - labels: each label of a record has its entry ``keys.label_key(k, v, sid)``
   (a write changing a label's value moves it), and every entry is a label of
   its session's record.
-- requests: a request record belongs to a session with a record (deleting a
-  session deletes its request records) and names a version at or below its
-  head. It may name a version retention has since removed, may have expired
-  and not been swept yet, and a fork has none: none of that is reported.
+- requests: a request record names a version at or below its session's head.
+  One keyed as store layout 1 did (session first) belongs to a session with a
+  record: a delete removes those with their session. A current one (request id
+  first) stays after a delete until it expires, answering nothing: one naming
+  a session with no record, or an earlier session of the same id (its
+  session_created_unix_nanos), is not checked against a head. A record may
+  name a version retention has since removed, may have expired and not been
+  swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
   request key)`` and every entry names a request record expiring then.
 
