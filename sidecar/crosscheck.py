@@ -56,7 +56,7 @@ from ckpt.store.v1 import records_pb2
 
 from . import keys
 from .errors import DataLoss
-from .store import Store
+from .store import Store, request_of_session
 
 #: The passes after the sessions table's, in the order they run.
 TABLES = ("frames", "updated", "labels", "requests", "req_expiry")
@@ -305,9 +305,7 @@ class CrossCheck:
             except DecodeProtoError as exc:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
-            if key.startswith(keys.REQUEST_KEY_MARK) and (
-                rec is _MISSING or rec is None or done.session_created_unix_nanos != rec.created_unix_nanos
-            ):
+            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, None if rec is _MISSING else rec):
                 continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
             head = -1 if rec is _MISSING or rec is None else rec.head_version
             version = done.version

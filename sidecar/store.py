@@ -1537,7 +1537,7 @@ class Store:
         if layout1:
             # A delete removed layout 1's records with their session: one found is this session's.
             return (done, True) if live else (None, False)
-        return done, live and rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos
+        return done, live and request_of_session(done, rec)
 
     def _remember_request(
         self,
@@ -2394,6 +2394,16 @@ def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> A
     fh.write(f"{holder or f'pid {os.getpid()}'}\n")
     fh.flush()
     return fh
+
+
+def request_of_session(done: records_pb2.RequestRecord, rec: records_pb2.SessionRecord | None) -> bool:
+    """Whether a current request record was written to the session ``rec`` is now (None: there is none).
+
+    Records outlive a deleted session (keys.request_key) and name the session they were written to by
+    its creation time: one of an earlier session of the same id answers nothing (Store._remembered), and
+    is no damage (`ckpt verify`).
+    """
+    return rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos
 
 
 def _expiry_of(raw: Any) -> int | None:
