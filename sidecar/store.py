@@ -270,6 +270,14 @@ class _Op:
         return self._result
 
 
+def _nothing() -> None:
+    pass
+
+
+#: Longest a loop reads no requests while its batch of writes commits (Store.write_on_loop).
+_HOLD_INPUT_MAX_SECONDS = 0.02
+
+
 def _wake_in_turn(outcomes: list[tuple[_Op, Any, BaseException | None]]) -> None:
     """Resolve ops whose callers block in :meth:`_Op.wait`, waking only the first.
 
@@ -416,7 +424,8 @@ class Store:
         # the same version and chain start).
         self._encoder_created: weakref.WeakKeyDictionary[ChainEncoder, int] = weakref.WeakKeyDictionary()
         self._merge_type = config.merge_message_class()
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        # A write, a batch of them gathered on a loop (write_on_loop), or None: close() was called.
+        self._queue: queue.SimpleQueue[_Op | list[_Op] | None] = queue.SimpleQueue()
         self._closing = threading.Event()
         # Held while enqueueing, so that no write can land behind the stop marker.
         self._submit_lock = threading.Lock()
@@ -459,6 +468,19 @@ class Store:
         # do, the writers a commit would wait for cannot queue.
         self._room_waiters = 0
         self._gathered = threading.Event()
+        # write_on_loop: the loop whose asyncio writes it gathers, what they wait in, the call that
+        # hands them to the writer next, and the size of the last batch it handed over.
+        self._writes_loop: asyncio.AbstractEventLoop | None = None
+        self._loop_ops: list[_Op] = []
+        self._loop_run: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._loop_gather_began: float | None = None  # monotonic, while the loop's batch waits for more
+        self._last_loop_batch = 0
+        self._hold_input: Callable[[], object] = _nothing
+        self._release_input: Callable[[], object] = _nothing
+        # While the input is held: the call that releases it at the latest.
+        self._input_held: asyncio.TimerHandle | None = None
+        # A piece of the loop's batch that would not fit the writer's batch: its next batch begins with it.
+        self._carried: list[_Op] | None = None
         # The highest page the writer has seen committed, and when it may next look for dead readers
         # (_check_readers_on_growth).
         self._last_pgno_seen = 0 if readonly else self._env.info()["last_pgno"]
@@ -625,6 +647,9 @@ class Store:
             self._closed = True
         with self._submit_lock:
             self._closing.set()
+            if self._loop_ops:  # a batch gathering on the loop (write_on_loop) commits too
+                ops, self._loop_ops = self._loop_ops, []
+                self._queue.put(ops)
             self._queue.put(None)
             self._gathered.set()  # a writer waiting for more writes commits what it has
             self._room.notify_all()  # writes waiting for room are refused now
@@ -718,8 +743,103 @@ class Store:
         op.loop = loop
         future: asyncio.Future[PutResult] = loop.create_future()
         op.afuture = future
-        self._submit(op, wait=False)  # Overloaded leaves it unqueued: it may be submitted again
+        # Overloaded leaves it unqueued: it may be submitted again.
+        if loop is self._writes_loop:
+            self._submit_on_loop(op, loop)
+        else:
+            self._submit(op, wait=False)
         return future
+
+    def write_on_loop(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        hold_input: Callable[[], object] = _nothing,
+        release_input: Callable[[], object] = _nothing,
+    ) -> None:
+        """Gather the asyncio writes submitted on ``loop`` there, and hand them to the writer a batch at a time.
+
+        For a process whose event loop does little but take writes (the
+        sidecar's store process). Each write used to be queued for the writer
+        thread as it came, the loop and the writer taking turns on the GIL
+        while the loop read the next requests and the writer applied the last.
+        Now the loop keeps a batch's writes until it is complete, hands them
+        over in one piece, and reads no new requests (``hold_input()``) until
+        the writer's commit answers them or ``_HOLD_INPUT_MAX_SECONDS`` pass
+        (``release_input()``), so that a commit's work has the GIL to itself
+        and the loop, which would wake for each request, sleeps instead.
+
+        When concurrent writes come (the last batch had more than one), a
+        batch waits for more up to twice the last commit's duration (at most
+        ``max_commit_delay_seconds``), with the input held: the writers a
+        commit answers come back in a burst. A lone writer's write goes to the
+        writer at the end of the loop's turn. A session's writes through the
+        loop commit in the order they were submitted. Call from the loop's
+        thread, before its first write.
+        """
+        if self.readonly:
+            raise ValueError("a read-only store takes no writes")
+        self._writes_loop = loop
+        self._hold_input = hold_input
+        self._release_input = release_input
+
+    def _submit_on_loop(self, op: _Op, loop: asyncio.AbstractEventLoop) -> None:
+        """Keep an asyncio write for its loop's next batch (write_on_loop); Overloaded past max_queued_write_bytes."""
+        with self._room:
+            self._admit(op, wait=False)
+            self._loop_ops.append(op)  # under the lock: close() hands over what it finds
+            count = len(self._loop_ops)
+        if self._loop_run is not None:
+            if count >= self.config.max_batch_writes and self._loop_gather_began is not None:
+                self._loop_run.cancel()  # a full batch goes now
+                self._loop_run = loop.call_soon(self._hand_over_loop_ops)
+            return
+        delay = min(self.config.max_commit_delay_seconds, 2 * self._last_commit_seconds)
+        if self._last_loop_batch > 1 and delay > 0:
+            self._loop_gather_began = time.monotonic()
+            self._loop_run = loop.call_later(delay, self._hand_over_loop_ops)
+            self._hold(loop)
+        else:
+            # After this turn of the loop: the writes it reads meanwhile join the batch.
+            self._loop_run = loop.call_soon(self._hand_over_loop_ops)
+
+    def _hand_over_loop_ops(self) -> None:
+        """The loop's batch to the writer, in pieces of at most max_batch_writes (write_on_loop)."""
+        self._loop_run = None
+        if self._loop_gather_began is not None:
+            self.commit_delays += 1
+            self.commit_delay_seconds += time.monotonic() - self._loop_gather_began
+            self._loop_gather_began = None
+        with self._room:
+            ops, self._loop_ops = self._loop_ops, []
+            limit = self.config.max_batch_writes
+            for start in range(0, len(ops), limit):
+                self._queue.put(ops[start : start + limit])
+        if not ops:
+            self._release()
+            return
+        self._last_loop_batch = len(ops)
+        assert self._writes_loop is not None
+        self._hold(self._writes_loop)
+        # The writer answers in order: once the last is answered, so are the others.
+        last = ops[-1].afuture
+        assert last is not None
+        last.add_done_callback(lambda _: self._release())
+
+    def _hold(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._input_held is None:
+            self._hold_input()
+        else:
+            self._input_held.cancel()
+        # Not for ever: a commit stalled on the disk, or on another process's write lock, must
+        # not stop the loop from refusing writes past the backlog bound or serving reads.
+        self._input_held = loop.call_later(_HOLD_INPUT_MAX_SECONDS, self._release)
+
+    def _release(self) -> None:
+        if self._input_held is not None:
+            self._input_held.cancel()
+            self._input_held = None
+            self._release_input()
 
     def submit(self, request: PutRequest) -> Future[PutResult]:
         """Queue a write without waiting; the future resolves once it is committed.
@@ -1891,36 +2011,40 @@ class Store:
 
     def _submit(self, op: _Op, *, wait: bool = True) -> _Op:
         """Queue ``op`` for the writer; past max_queued_write_bytes, wait for room (or raise Overloaded)."""
-        size = op.size_bytes
         with self._room:
-            while True:
-                if self.writes_stopped is not None:
-                    raise Unavailable(self.writes_stopped)
-                if self._closing.is_set():
-                    if self.readonly:
-                        raise Unavailable("the store is open read-only; writes are refused")
-                    raise Unavailable("the store is closing; no new writes are accepted")
-                queued = self._queued_bytes
-                if not queued or queued + size <= self.config.max_queued_write_bytes:
-                    break
-                if not wait:
-                    raise Overloaded(
-                        f"the store is overloaded: {queued} bytes of writes are queued for its writer and this"
-                        f" {size}-byte write would pass max_queued_write_bytes ({self.config.max_queued_write_bytes});"
-                        " retry shortly with the same request_id"
-                    )
-                self._room_waiters += 1
-                try:
-                    self._room.wait()
-                finally:
-                    self._room_waiters -= 1
-            self._queued_bytes = queued + size
-            op.queued_bytes = size
+            self._admit(op, wait=wait)
             self._queue.put(op)
             target = self._gather_target
             if target and self._queue.qsize() >= target:
                 self._gathered.set()
         return op
+
+    def _admit(self, op: _Op, *, wait: bool) -> None:
+        """Count ``op`` against max_queued_write_bytes, waiting for room (or raising Overloaded); under _room."""
+        size = op.size_bytes
+        while True:
+            if self.writes_stopped is not None:
+                raise Unavailable(self.writes_stopped)
+            if self._closing.is_set():
+                if self.readonly:
+                    raise Unavailable("the store is open read-only; writes are refused")
+                raise Unavailable("the store is closing; no new writes are accepted")
+            queued = self._queued_bytes
+            if not queued or queued + size <= self.config.max_queued_write_bytes:
+                break
+            if not wait:
+                raise Overloaded(
+                    f"the store is overloaded: {queued} bytes of writes are queued for its writer and this"
+                    f" {size}-byte write would pass max_queued_write_bytes ({self.config.max_queued_write_bytes});"
+                    " retry shortly with the same request_id"
+                )
+            self._room_waiters += 1
+            try:
+                self._room.wait()
+            finally:
+                self._room_waiters -= 1
+        self._queued_bytes = queued + size
+        op.queued_bytes = size
 
     def _answered(self, ops: list[_Op]) -> None:
         """``ops`` are about to be answered: their bytes stop counting against max_queued_write_bytes.
@@ -2017,14 +2141,17 @@ class Store:
 
     def _take_batch(self) -> tuple[list[_Op], bool]:
         """The queued writes (waiting for one), up to max_batch_writes; and whether close() was called."""
-        first = self._queue.get()
+        first = self._carried or self._queue.get()
+        self._carried = None
         if first is None:
             return [], True
-        batch = [first]
+        batch = first if isinstance(first, list) else [first]
         stop = self._drain(batch)
         expected = min(self._expected_writers, self.config.max_batch_writes)
         delay = min(self.config.max_commit_delay_seconds, self._last_commit_seconds)
-        if len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
+        # With write_on_loop, the loop's writers queue there: none would come here.
+        gathers = self._writes_loop is None
+        if gathers and len(batch) < expected and not stop and delay > 0 and not self._room_waiters:
             # Writers the last commit answered are likely preparing their next
             # write: a commit's flush costs about the same for 30 writes as
             # for 60, so waiting briefly for them saves flushes. (Without it,
@@ -2047,15 +2174,20 @@ class Store:
     def _drain(self, batch: list[_Op]) -> bool:
         """Move what is queued into ``batch``, up to max_batch_writes; whether the stop marker was among it."""
         stop = False
-        while len(batch) < self.config.max_batch_writes:
+        limit = self.config.max_batch_writes
+        while len(batch) < limit and self._carried is None:
             try:
-                op = self._queue.get_nowait()
+                item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if op is None:
+            if item is None:
                 stop = True
-                continue
-            batch.append(op)
+            elif not isinstance(item, list):
+                batch.append(item)
+            elif len(batch) + len(item) <= limit:
+                batch.extend(item)
+            else:
+                self._carried = item  # kept whole: the loop's writes commit together
         return stop
 
     def _run_batch(self, ops: list[_Op], *, isolate: bool = False) -> None:

@@ -104,6 +104,17 @@ class _HostProtocol(LinkProtocol):
         elif frame.kind is Kind.CLOSE:
             self.closed.set()
 
+    def hold_input(self) -> None:
+        """Read no more frames until release_input: a batch of writes waits for more (Store.write_on_loop)."""
+        if self.is_open():
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def release_input(self) -> None:
+        if self.is_open():
+            assert self.transport is not None
+            self.transport.resume_reading()
+
     def _start(self, call: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(call)
         self.calls.add(task)
@@ -230,6 +241,8 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         protocol.dispatch = unary_dispatch(side.service)
         protocol.bench_echo = config.bench_echo
         protocol.service = side.service
+        # The writes come in on this loop and it has little else to do: it commits them itself.
+        side.store.write_on_loop(loop, hold_input=protocol.hold_input, release_input=protocol.release_input)
         side.start()
         protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))
         with serving_gc():
