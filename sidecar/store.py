@@ -773,7 +773,7 @@ class Store:
         batch waits for more up to twice the last commit's duration (at most
         ``max_commit_delay_seconds``), with the input held: the writers a
         commit answers come back in a burst. A lone writer's write goes to the
-        writer at the end of the loop's turn. A session's writes through the
+        writer at the end of the loop's turn, the input not held for it. A session's writes through the
         loop commit in the order they were submitted. Call from the loop's
         thread, before its first write.
         """
@@ -815,10 +815,10 @@ class Store:
             limit = self.config.max_batch_writes
             for start in range(0, len(ops), limit):
                 self._queue.put(ops[start : start + limit])
-        if not ops:
+        self._last_loop_batch = len(ops)
+        if len(ops) < 2:  # a lone writer's: nobody else's requests to keep off the GIL
             self._release()
             return
-        self._last_loop_batch = len(ops)
         assert self._writes_loop is not None
         self._hold(self._writes_loop)
         # The writer answers in order: once the last is answered, so are the others.
