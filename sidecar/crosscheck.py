@@ -21,7 +21,10 @@ look like damage):
   record: a delete removes those with their session. A current one (request id
   first) stays after a delete until it expires, answering nothing: one naming
   a session with no record, or an earlier session of the same id (its
-  session_created_unix_nanos), is not checked against a head. A record may
+  session_created_unix_nanos), is not checked against a head. But one whose
+  session_created_unix_nanos is 0 names no session (every write stores its
+  session's creation time): while its session has a record, a retry of its
+  write would be written again, and it is reported. A record may
   name a version retention has since removed, may have expired and not been
   swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
@@ -305,10 +308,20 @@ class CrossCheck:
             except DecodeProtoError as exc:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
+            version = done.version
             if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, None if rec is _MISSING else rec):
+                if done.session_created_unix_nanos == 0 and rec is not _MISSING and rec is not None:
+                    # Every write stores its session's creation time (never 0): this record names no
+                    # session, so a retry of its write to the session, which lives, is written again.
+                    yield Problem(
+                        "requests",
+                        sid,
+                        True,
+                        f"the record of {what} (version {version}) names no session (session_created_unix_nanos"
+                        " is 0): a retry of that write would be written again",
+                    )
                 continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
             head = -1 if rec is _MISSING or rec is None else rec.head_version
-            version = done.version
             if head >= version >= 1:
                 continue
             if rec is _MISSING:

@@ -191,6 +191,25 @@ def add_request_record_past_the_head(txn: lmdb.Transaction, dbs: dict[str, lmdb.
     return "s3", "requests", "says the write made version 5, but the head is version 1"
 
 
+def zero_request_record_session_created(
+    txn: lmdb.Transaction, dbs: dict[str, lmdb._Database], sid: bytes = b"s5"
+) -> tuple[str, str, str]:
+    """A current record whose session_created_unix_nanos is 0, as no write stores it: it can name no session,
+    so a retry of its write, to the session it was written to, would be written again."""
+    key = request_key(sid, f"{sid.decode()}:1")
+    raw = txn.get(key, db=dbs["requests"])
+    assert raw is not None
+    done = records_pb2.RequestRecord.FromString(bytes(raw))
+    assert done.session_created_unix_nanos == record(txn, dbs, sid).created_unix_nanos != 0
+    done.session_created_unix_nanos = 0
+    txn.put(key, done.SerializeToString(), db=dbs["requests"])  # its expiry, so its expiry entry, is unchanged
+    return (
+        sid.decode(),
+        "requests",
+        f"the record of request_id '{sid.decode()}:1' (version 1) names no session (session_created_unix_nanos is 0)",
+    )
+
+
 DAMAGES = [
     delete_session_record,
     delete_updated_entry,
@@ -204,6 +223,7 @@ DAMAGES = [
     add_stale_expiry_entry,
     add_request_record_of_no_session,
     add_request_record_past_the_head,
+    zero_request_record_session_created,
 ]
 
 
@@ -253,6 +273,33 @@ def test_the_summary_counts_damaged_sessions_and_entries_of_no_session(data: Pat
     assert all(line.startswith("FAIL session 'b': ") for line in strays), err
     assert len(strays) == 1 + 2, err
     assert out == "verified 26 sessions: 24 ok, 2 failed; 3 more problems cross-checking the tables (see above)\n"
+
+
+def test_a_request_record_naming_no_session_is_damage_while_its_session_lives(data: Path) -> None:
+    """A current request record with session_created_unix_nanos 0 matches no session, so a retry of its
+    write would be written again: verify passed it over as if written to an earlier session of the id.
+    Once its session is deleted it answers nothing anyway, like every record of a deleted session, and
+    is no damage (nor is one of store layout 1, which has no such time)."""
+    with tables(data) as (txn, dbs):
+        zero_request_record_session_created(txn, dbs, b"s5")
+        zero_request_record_session_created(txn, dbs, b"s6")
+        put_request_record(txn, dbs, b"s7\x00s7:0", version=1)  # keyed as store layout 1 wrote it: no time
+    code, out, err = verify(data, "s5", "s7")
+    assert code == 1 and out == "verified 2 sessions: 1 ok, 1 failed\n", (out, err)
+    assert err == (
+        "FAIL session 's5': requests table: the record of request_id 's5:1' (version 1) names no session"
+        " (session_created_unix_nanos is 0): a retry of that write would be written again\n"
+    )
+    with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
+        assert store.delete_session("s5") == 1
+    code, out, err = verify(data)
+    assert code == 1 and out == "verified 25 sessions: 24 ok, 1 failed\n", (out, err)
+    assert "'s5'" not in err and err.startswith("FAIL session 's6': requests table: "), err
+    with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
+        assert store.delete_session("s6") == 1
+    assert verify(data) == (0, "verified 24 sessions: 24 ok, 0 failed\n", "")
+    with tables(data) as (txn, dbs):  # the records stayed: a delete leaves them to expire
+        assert txn.get(request_key(b"s5", "s5:1"), db=dbs["requests"]) is not None
 
 
 def test_named_sessions_are_cross_checked_alone(data: Path) -> None:
