@@ -276,6 +276,9 @@ def _nothing() -> None:
 
 #: Longest a loop reads no requests while its batch of writes commits (Store.write_on_loop).
 _HOLD_INPUT_MAX_SECONDS = 0.02
+#: A loop's batch of concurrent writes closes this many of the last commit's durations after the last
+#: batch was handed over (Store.write_on_loop; at most max_commit_delay_seconds).
+_LOOP_GATHER_COMMITS = 3
 
 
 def _wake_in_turn(outcomes: list[tuple[_Op, Any, BaseException | None]]) -> None:
@@ -475,6 +478,7 @@ class Store:
         self._loop_run: asyncio.Handle | asyncio.TimerHandle | None = None
         self._loop_gather_began: float | None = None  # monotonic, while the loop's batch waits for more
         self._last_loop_batch = 0
+        self._last_hand_over = 0.0  # monotonic
         self._hold_input: Callable[[], object] = _nothing
         self._release_input: Callable[[], object] = _nothing
         # While the input is held: the call that releases it at the latest.
@@ -770,12 +774,16 @@ class Store:
         and the loop, which would wake for each request, sleeps instead.
 
         When concurrent writes come (the last batch had more than one), a
-        batch waits for more up to twice the last commit's duration (at most
-        ``max_commit_delay_seconds``), with the input held: the writers a
-        commit answers come back in a burst. A lone writer's write goes to the
-        writer at the end of the loop's turn, the input not held for it. A session's writes through the
-        loop commit in the order they were submitted. Call from the loop's
-        thread, before its first write.
+        batch closes three of the last commit's durations (at most
+        ``max_commit_delay_seconds``) after the last batch was handed over, or
+        at once if that time has passed, with the input held until then: the
+        writers a commit answers come back in a burst, and the writes read
+        only after a commit (the input held) have waited through it already.
+        The loop then reads what came meanwhile, and hands the batch over.
+        A lone writer's write goes to the writer at the end of the loop's
+        turn, the input not held for it. A session's writes through the loop
+        commit in the order they were submitted. Call from the loop's thread,
+        before its first write.
         """
         if self.readonly:
             raise ValueError("a read-only store takes no writes")
@@ -794,18 +802,37 @@ class Store:
                 self._loop_run.cancel()  # a full batch goes now
                 self._loop_run = loop.call_soon(self._hand_over_loop_ops)
             return
-        delay = min(self.config.max_commit_delay_seconds, 2 * self._last_commit_seconds)
-        if self._last_loop_batch > 1 and delay > 0:
-            self._loop_gather_began = time.monotonic()
-            self._loop_run = loop.call_later(delay, self._hand_over_loop_ops)
+        if self._last_loop_batch < 2:
+            # A lone writer's: after this turn of the loop (the writes it reads meanwhile join it).
+            self._loop_run = loop.call_soon(self._hand_over_loop_ops)
+            return
+        # Concurrent writers: the batch closes a while after the last was handed over. Counted from
+        # then, not from now: writes read only after the last commit (the input held) waited for it.
+        gather = min(self.config.max_commit_delay_seconds, _LOOP_GATHER_COMMITS * self._last_commit_seconds)
+        now = time.monotonic()
+        delay = gather - (now - self._last_hand_over)
+        if delay > 0:
+            self._loop_gather_began = now
+            self._loop_run = loop.call_later(delay, self._close_loop_batch)
             self._hold(loop)
         else:
-            # After this turn of the loop: the writes it reads meanwhile join the batch.
-            self._loop_run = loop.call_soon(self._hand_over_loop_ops)
+            self._close_loop_batch()
+
+    def _close_loop_batch(self) -> None:
+        """Read what came while the batch gathered (the input held), then hand the batch over."""
+        self._release()
+        assert self._writes_loop is not None
+        # The loop polls for I/O between this turn's callbacks and the next turn's: one turn more.
+        self._loop_run = self._writes_loop.call_soon(self._hand_over_after_reading)
+
+    def _hand_over_after_reading(self) -> None:
+        assert self._writes_loop is not None
+        self._loop_run = self._writes_loop.call_soon(self._hand_over_loop_ops)
 
     def _hand_over_loop_ops(self) -> None:
         """The loop's batch to the writer, in pieces of at most max_batch_writes (write_on_loop)."""
         self._loop_run = None
+        self._last_hand_over = time.monotonic()
         if self._loop_gather_began is not None:
             self.commit_delays += 1
             self.commit_delay_seconds += time.monotonic() - self._loop_gather_began

@@ -226,3 +226,32 @@ def test_a_stalled_commit_holds_the_input_only_briefly(store: Store, monkeypatch
 
     asyncio.run(main())
     assert held.calls == ["hold", "release"]
+
+
+def test_a_batch_whose_gather_time_passed_during_the_last_commit_goes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _Input()
+    with Store(_config(tmp_path, max_commit_delay_seconds=0.005)) as store:
+        real_run = store._run_batch
+
+        def slow_run(ops: list[Any], **kwargs: Any) -> None:
+            time.sleep(0.03)  # each commit outlasts the longest gather (5 ms)
+            real_run(ops, **kwargs)
+
+        monkeypatch.setattr(store, "_run_batch", slow_run)
+
+        async def writer(session: str) -> None:
+            for req in _merges(store, session, 5):
+                await store.awrite(req)
+
+        async def main() -> None:
+            store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+            await asyncio.gather(*(writer(f"s{i}") for i in range(4)))
+
+        asyncio.run(main())
+        # The writers' next writes, read once a commit answered them, went at once: no batch waited.
+        assert store.commit_delays == 0
+        assert store.commits == 5
+        for i in range(4):
+            assert store.get(f"s{i}").state == _merged(f"s{i}", 5)
