@@ -809,7 +809,7 @@ def _unanswered_at_end_error() -> CheckpointError:
 
 
 # How long a put_stream still waits for a stream's answers once the stream has ended: gRPC
-# hands over what it had received in a few ms (see _Responses).
+# hands over what it had received in a few ms (see _Responses, and _AnswerWait for the async one).
 _ENDED_STREAM_GRACE_SECONDS = 1.0
 
 
@@ -874,6 +874,65 @@ _CALL_ENDED = object()
 
 class _ReadEnded(NamedTuple):
     error: BaseException
+
+
+class _AnswerWait:
+    """The async put_stream's waits for a stream's answers: each bounded by ``timeout_seconds``, and once the
+    call has ended by _ENDED_STREAM_GRACE_SECONDS, so that a wait ends with the call as _Responses' do.
+
+    A ``read()`` under way returns only when gRPC completes the read's
+    operations (the stream's receive_initial_metadata, which grpc.aio's read
+    waits for first, then a receive_message), or is cancelled; the call's
+    end (its status) wakes done callbacks and status and metadata waiters,
+    not a read. So the read grpcio (1.85) can leave pending for ever on a
+    call it has ended (see _Responses) would wait out ``timeout_seconds``
+    and end the put_stream with DeadlineExceededError, its unanswered writes
+    named but not resent, where the stream's end should reopen it. Here the
+    call's done callback shortens the wait under way to the grace; if that
+    runs out with the call ended, the read ends as a ``read()`` begun after
+    the end does (grpc.aio answers that from the status at once): EOF if the
+    call ended OK, else the call's error. A wait that runs out of
+    ``timeout_seconds`` is TimeoutError as before, though grpc.aio then
+    cancels the call (it cancels a call whose read is cancelled).
+    """
+
+    def __init__(self, call: Any, timeout_seconds: float) -> None:
+        self._call = call
+        self._timeout = timeout_seconds
+        self._bound: asyncio.Timeout | None = None  # the wait under way
+        self._ended = False
+        call.add_done_callback(self._call_ended)  # at once if it has ended
+
+    def _call_ended(self, _call: Any) -> None:
+        bound = self._bound
+        if bound is not None and bound.expired():
+            return  # ended by the wait's expiry: grpc.aio cancels a call whose read is cancelled
+        self._ended = True
+        if bound is not None:
+            self._shorten(bound)
+
+    @staticmethod
+    def _shorten(bound: asyncio.Timeout) -> None:
+        when, deadline = asyncio.get_running_loop().time() + _ENDED_STREAM_GRACE_SECONDS, bound.when()
+        if deadline is None or when < deadline:
+            bound.reschedule(when)
+
+    async def read(self) -> Any:
+        """The call's next answer, or EOF, or the call's error as ``read()`` raises it; TimeoutError after
+        ``timeout_seconds`` without an answer (the call not ended before)."""
+        try:
+            async with asyncio.timeout(self._timeout) as bound:
+                self._bound = bound
+                try:
+                    if self._ended:
+                        self._shorten(bound)
+                    return await self._call.read()
+                finally:
+                    self._bound = None
+        except TimeoutError:
+            if not self._ended:
+                raise
+        return await self._call.read()  # ended, and its read never completed: the read after the end
 
 
 class _StreamFeed:
@@ -1597,12 +1656,12 @@ class AsyncCheckpointClient:
         while True:
             self._check_open()
             call = self._stub.PutStream(itertools.islice(batches, first, None))
+            answers = _AnswerWait(call, self._timeout)  # each answer's bound, not the stream's
             error: grpc.RpcError | None = None
             try:
                 while True:
                     try:
-                        async with asyncio.timeout(self._timeout):  # each answer's bound, not the stream's
-                            response = await call.read()
+                        response = await answers.read()
                     except TimeoutError:
                         raise _with_progress(_stream_deadline_error(self._timeout), answered, batches[first:]) from None
                     except asyncio.CancelledError:
