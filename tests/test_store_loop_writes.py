@@ -101,7 +101,17 @@ def test_a_lone_writer_commits_at_the_end_of_the_loops_turn_without_waiting(stor
     assert held.calls == []  # no other writer's requests to hold back
 
 
-def test_concurrent_writers_wait_for_each_other_with_the_input_held(store: Store) -> None:
+def _gathers_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch of concurrent writes gathers (up to max_commit_delay_seconds), however slow the machine: a
+    batch goes at once when the gather's time passed since the last was handed over."""
+    monkeypatch.setattr(store_module, "_LOOP_GATHER_COMMITS", 1000)
+
+
+def test_concurrent_writers_wait_for_each_other_with_the_input_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _gathers_long(monkeypatch)
+    store = Store(_config(tmp_path, max_commit_delay_seconds=0.02))
     held = _Input()
     sessions, versions = 8, 10
 
@@ -113,15 +123,17 @@ def test_concurrent_writers_wait_for_each_other_with_the_input_held(store: Store
         store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
         await asyncio.gather(*(writer(f"s{i}") for i in range(sessions)))
 
-    asyncio.run(main())
-    assert store.commit_delays > 0
-    assert store.commit_delay_seconds > 0
-    # Every hold is released before the next, and none is left held.
-    assert held.calls == ["hold", "release"] * (len(held.calls) // 2)
-    assert len(held.calls) >= 2 * store.commit_delays
-    assert store.commits < sessions * versions
-    for i in range(sessions):
-        assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
+    with store:
+        asyncio.run(main())
+        # Every round after the first waited for the others.
+        assert store.commit_delays == versions - 1
+        assert store.commit_delay_seconds > 0
+        # Every hold is released before the next, and none is left held.
+        assert held.calls == ["hold", "release"] * (len(held.calls) // 2)
+        assert len(held.calls) >= 2 * store.commit_delays
+        assert store.commits == versions  # each round of the writers in one commit
+        for i in range(sessions):
+            assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
 
 
 def test_writes_of_other_threads_go_on_meanwhile(store: Store) -> None:
@@ -154,8 +166,9 @@ def test_writes_of_other_threads_go_on_meanwhile(store: Store) -> None:
         assert store.get(session).state == _merged(session, versions)
 
 
-def test_close_commits_the_writes_still_waiting_on_the_loop(tmp_path: Path) -> None:
-    store = Store(_config(tmp_path))
+def test_close_commits_the_writes_still_waiting_on_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _gathers_long(monkeypatch)
+    store = Store(_config(tmp_path, max_commit_delay_seconds=1.0))
     held = _Input()
 
     async def main() -> list[asyncio.Future[Any]]:
