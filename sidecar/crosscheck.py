@@ -309,8 +309,9 @@ class CrossCheck:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
             version = done.version
-            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, None if rec is _MISSING else rec):
-                if done.session_created_unix_nanos == 0 and rec is not _MISSING and rec is not None:
+            session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
+            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, session):
+                if done.session_created_unix_nanos == 0 and session is not None:
                     # Every write stores its session's creation time (never 0): this record names no
                     # session, so a retry of its write to the session, which lives, is written again.
                     yield Problem(
@@ -321,7 +322,7 @@ class CrossCheck:
                         " is 0): a retry of that write would be written again",
                     )
                 continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
-            head = -1 if rec is _MISSING or rec is None else rec.head_version
+            head = -1 if session is None else session.head_version
             if head >= version >= 1:
                 continue
             if rec is _MISSING:

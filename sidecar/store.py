@@ -832,10 +832,10 @@ class Store:
     def _hand_over_loop_ops(self) -> None:
         """The loop's batch to the writer, in pieces of at most max_batch_writes (write_on_loop)."""
         self._loop_run = None
-        self._last_hand_over = time.monotonic()
+        self._last_hand_over = now = time.monotonic()
         if self._loop_gather_began is not None:
             self.commit_delays += 1
-            self.commit_delay_seconds += time.monotonic() - self._loop_gather_began
+            self.commit_delay_seconds += now - self._loop_gather_began
             self._loop_gather_began = None
         with self._room:
             ops, self._loop_ops = self._loop_ops, []

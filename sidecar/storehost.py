@@ -241,7 +241,8 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         protocol.dispatch = unary_dispatch(side.service)
         protocol.bench_echo = config.bench_echo
         protocol.service = side.service
-        # The writes come in on this loop and it has little else to do: it commits them itself.
+        # The writes come in on this loop and it has little else to do: it gathers each batch and hands it
+        # to the writer whole, reading no requests meanwhile.
         side.store.write_on_loop(loop, hold_input=protocol.hold_input, release_input=protocol.release_input)
         side.start()
         protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))
