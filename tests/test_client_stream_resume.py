@@ -516,6 +516,20 @@ class LostRead(grpc.RpcError):  # type: ignore[misc]  # as grpcio's call is its 
         return getattr(self._call, name)
 
 
+def lose_first_read(stub: Any, lost_read: Callable[[Any], Any], lost: list[Any]) -> None:
+    """The stub's first PutStream call is wrapped in ``lost_read`` (kept in ``lost``); later calls are its own."""
+    put_stream = stub.PutStream
+
+    def first_lost(requests: Any) -> Any:
+        call = put_stream(requests)
+        if not lost:
+            lost.append(lost_read(call))
+            return lost[0]
+        return call
+
+    stub.PutStream = first_lost
+
+
 def test_a_stream_whose_read_is_never_completed_after_it_ended_is_still_reopened(fleet: Callable[..., Fleet]) -> None:
     """grpcio (1.85) can end a stream call and leave the read that ``next(call)`` waits for pending for
     ever: a PutStream cut by a stopping sidecar's GOAWAY ("Cancelling all calls") before the sidecar took
@@ -538,16 +552,7 @@ def test_a_stream_whose_read_is_never_completed_after_it_ended_is_still_reopened
 
     def run() -> None:
         with CheckpointClient(sidecars[0].unix_target) as c:
-            put_stream = c._stub.PutStream
-
-            def first_lost(requests: Any) -> Any:
-                call = put_stream(requests)
-                if not lost:
-                    lost.append(LostRead(call))
-                    return lost[0]
-                return call
-
-            c._stub.PutStream = first_lost
+            lose_first_read(c._stub, LostRead, lost)
             for result in c.put_stream(puts(), batch_size=8):
                 results.append(result)
 
@@ -614,16 +619,7 @@ def test_an_async_stream_whose_read_is_never_completed_after_it_ended_is_still_r
         started = time.monotonic()
         try:
             async with AsyncCheckpointClient(sidecars[0].unix_target, timeout_seconds=60) as ac:
-                put_stream = ac._stub.PutStream
-
-                def first_lost(requests: Any) -> Any:
-                    call = put_stream(requests)
-                    if not lost:
-                        lost.append(AsyncLostRead(call))
-                        return lost[0]
-                    return call
-
-                ac._stub.PutStream = first_lost
+                lose_first_read(ac._stub, AsyncLostRead, lost)
                 async with asyncio.timeout(15):  # without the fix: waits out timeout_seconds in the lost read
                     async for result in ac.put_stream([write(i) for i in range(n)], batch_size=8):
                         results.append(result)
