@@ -1,6 +1,6 @@
 """The store process of ``ckpt serve --store-process``: the store and the CheckpointService, called over a link.
 
-    python -m sidecar.storehost FD [--worker N]   (the ServeConfig, pickled, on stdin)
+    python -m sidecar.storehost FD [--unheld-fd FD] [--worker N]   (the ServeConfig, pickled, on stdin)
 
 Started by the sidecar's gRPC process (storelink.py), never by hand. It
 ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group): it
@@ -218,10 +218,17 @@ class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
 _parse_stream_request = stream_request_parser()
 
 
-async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
+async def host(config: ServeConfig, fd: int, *, worker: int | None, unheld_fd: int | None = None) -> int:
+    """Serve the link on ``fd`` (and the one on ``unheld_fd``, whose reading is never held) until it closes."""
     loop = asyncio.get_running_loop()
     protocol = _HostProtocol(max_message_bytes=config.max_message_bytes)
     await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
+    protocols = [protocol]
+    if unheld_fd is not None:
+        unheld = _HostProtocol(max_message_bytes=config.max_message_bytes)
+        unheld.closed = protocol.closed  # either link closing ends this process's serving
+        await loop.connect_accepted_socket(lambda: unheld, socket.socket(fileno=unheld_fd))
+        protocols.append(unheld)
 
     def writes_stopped(reason: str) -> None:
         protocol.send(Frame(Kind.WRITES_STOPPED, meta={"reason": reason}))
@@ -238,11 +245,13 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         protocol.send(Frame(Kind.FAILED, meta={"error": str(exc)}))
         return 1
     try:
-        protocol.dispatch = unary_dispatch(side.service)
-        protocol.bench_echo = config.bench_echo
-        protocol.service = side.service
+        dispatch = unary_dispatch(side.service)
+        for each in protocols:
+            each.dispatch = dispatch
+            each.bench_echo = config.bench_echo
+            each.service = side.service
         # The writes come in on this loop and it has little else to do: it gathers each batch and hands it
-        # to the writer whole, reading no requests meanwhile.
+        # to the writer whole, reading no more Puts meanwhile (the calls on the unheld link are read).
         side.store.write_on_loop(loop, hold_input=protocol.hold_input, release_input=protocol.release_input)
         side.start()
         protocol.send(Frame(Kind.READY, meta={"metrics_address": side.metrics_address}))
@@ -253,7 +262,7 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
         # and with it the data directory's lock, alive for ever (a restart would be refused): the
         # store is closed regardless, committing every write queued, whether or not its call answered.
         try:
-            await asyncio.wait_for(_calls_done(protocol, side), timeout=config.grace_seconds)
+            await asyncio.wait_for(_calls_done(protocols, side), timeout=config.grace_seconds)
         except TimeoutError:
             log.warning(
                 "calls were still under way %.1f s (--grace-seconds) after the link to the gRPC process"
@@ -262,13 +271,17 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None) -> int:
             )
     finally:
         side.close()
-    protocol.close()
+    for each in protocols:
+        each.close()
     return 1 if side.store.writes_stopped is not None else 0
 
 
-async def _calls_done(protocol: _HostProtocol, side: StoreSide) -> None:
-    if protocol.calls:
-        await asyncio.wait(protocol.calls)  # their replies go out while the link is up
+async def _calls_done(protocols: list[_HostProtocol], side: StoreSide) -> None:
+    calls: set[asyncio.Task[None]] = set()
+    for each in protocols:
+        calls |= each.calls
+    if calls:
+        await asyncio.wait(calls)  # their replies go out while the links are up
     await side.service.calls.idle.wait()  # and those of the Puts answered from callbacks (no Task)
 
 
@@ -278,13 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     parser = argparse.ArgumentParser(prog="python -m sidecar.storehost")
     parser.add_argument("fd", type=int)
+    parser.add_argument("--unheld-fd", type=int)
     parser.add_argument("--worker", type=int)
     args = parser.parse_args(argv)
     config = pickle.load(sys.stdin.buffer)
     if not isinstance(config, ServeConfig):
         raise TypeError(f"stdin must hold a pickled ServeConfig, not {type(config).__name__}")
     with asyncio.Runner(loop_factory=event_loop_factory(config.event_loop)) as runner:
-        return runner.run(host(config, args.fd, worker=args.worker))
+        return runner.run(host(config, args.fd, worker=args.worker, unheld_fd=args.unheld_fd))
 
 
 if __name__ == "__main__":

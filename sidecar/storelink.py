@@ -84,9 +84,20 @@ class _LinkProtocol(LinkProtocol):
 class StoreLink:
     """Calls to the CheckpointService in the store process, and that process's life."""
 
-    def __init__(self, process: subprocess.Popen[bytes], protocol: _LinkProtocol, metrics_address: str | None) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        protocol: _LinkProtocol,
+        unheld: _LinkProtocol,
+        metrics_address: str | None,
+    ) -> None:
         self._process = process
+        #: Puts, streams and everything but the other unary calls. The store process stops reading it
+        #: while a batch of writes gathers and commits (Store.write_on_loop).
         self._protocol = protocol
+        #: Every other unary call (reads, forks, deletes, listings): its reading is never held, so that a
+        #: Get under write load is not kept waiting for a batch of Puts.
+        self._unheld = unheld
         self._last_tag = 0
         self._closing = False
         #: Where the store process serves /metrics (None: off).
@@ -98,7 +109,7 @@ class StoreLink:
         #: Calls and streams forwarded and not yet answered.
         self.calls = InFlight()
         protocol.on_writes_stopped = self._writes_stopped
-        protocol.on_lost = self._lost
+        protocol.on_lost = unheld.on_lost = self._lost
 
     @classmethod
     async def start(cls, config: ServeConfig, *, worker: int | None, lock_fd: int | None = None) -> StoreLink:
@@ -109,48 +120,61 @@ class StoreLink:
         lives, this store process (which may outlive its worker, finishing its commits) included.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours_unheld, theirs_unheld = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [sys.executable, "-m", "sidecar.storehost", str(theirs.fileno())]
+        command += ["--unheld-fd", str(theirs_unheld.fileno())]
         if worker is not None:
             command += ["--worker", str(worker)]
+        fds = (theirs.fileno(), theirs_unheld.fileno())
         try:
             # A session of its own: a terminal's Ctrl-C reaches the gRPC process only, which
             # stops the store process in order (after gRPC's grace), not at once.
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),) if lock_fd is None else (theirs.fileno(), lock_fd),
+                pass_fds=fds if lock_fd is None else (*fds, lock_fd),
                 start_new_session=True,
             )
         finally:
             theirs.close()
+            theirs_unheld.close()
         assert process.stdin is not None
         with process.stdin:
             process.stdin.write(pickle.dumps(config))
         loop = asyncio.get_running_loop()
-        protocol = _LinkProtocol(max_frame_bytes=link_frame_bytes(config.max_message_bytes))
+        max_frame_bytes = link_frame_bytes(config.max_message_bytes)
+        protocol = _LinkProtocol(max_frame_bytes=max_frame_bytes)
+        unheld = _LinkProtocol(max_frame_bytes=max_frame_bytes)
         await loop.connect_accepted_socket(lambda: protocol, ours)
+        await loop.connect_accepted_socket(lambda: unheld, ours_unheld)
         # The link closes when the process dies, whatever killed it: then first is None.
         first = await protocol.first
         if first is None or first.kind is Kind.FAILED:
+            unheld.close()
             code = await loop.run_in_executor(None, process.wait)
             if first is None:
                 raise Unavailable(f"the store process {exit_status(code)} before it served; see the log above")
             raise Unavailable(str(first.meta.get("error", "the store process could not start")))
-        return cls(process, protocol, first.meta.get("metrics_address"))
+        return cls(process, protocol, unheld, first.meta.get("metrics_address"))
 
-    async def call(self, method: int, request: bytes) -> tuple[int, Mapping[str, Any], bytes]:
-        """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"")."""
-        if not self._protocol.is_open():
+    async def call(self, method: int, request: bytes, *, batched: bool) -> tuple[int, Mapping[str, Any], bytes]:
+        """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"").
+
+        ``batched``: a write the store process gathers into batches (a Put), sent on the link whose
+        reading it holds meanwhile; every other call goes on the link it always reads.
+        """
+        protocol = self._protocol if batched else self._unheld
+        if not protocol.is_open():
             return _UNAVAILABLE, {"details": _STOPPING}, b""
-        tag = self._next_tag()
+        tag = self._next_tag(protocol)
         future: asyncio.Future[tuple[int, Mapping[str, Any], bytes]] = asyncio.get_running_loop().create_future()
-        self._protocol.pending[tag] = future
+        protocol.pending[tag] = future
         self.calls.began()
         try:
-            self._send(Frame(Kind.CALL, tag=tag, method=method, body=request))
+            protocol.send(Frame(Kind.CALL, tag=tag, method=method, body=request))
             return await future
         finally:
-            self._protocol.pending.pop(tag, None)
+            protocol.pending.pop(tag, None)
             self.calls.ended()
 
     async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -159,7 +183,7 @@ class StoreLink:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
             )
-        tag = self._next_tag()
+        tag = self._next_tag(self._protocol)
         frames: asyncio.Queue[Frame] = asyncio.Queue()
         self._protocol.streams[tag] = frames
         self.calls.began()
@@ -204,8 +228,8 @@ class StoreLink:
             self._protocol.streams.pop(tag, None)
             self.calls.ended()
 
-    def _next_tag(self) -> int:
-        """A tag no call or stream under way has: 1 to MAX_TAG, then from 1 again.
+    def _next_tag(self, protocol: _LinkProtocol) -> int:
+        """A tag no call or stream under way on ``protocol``'s link has: 1 to MAX_TAG, then from 1 again.
 
         A frame's tag is a u32, and a sidecar forwarding 5,000 calls a second
         uses them all up in ten days: counting on past the last made every
@@ -213,7 +237,6 @@ class StoreLink:
         may stay open for as long as its client likes, so a tag still in use
         when the count comes round again is skipped.
         """
-        protocol = self._protocol
         while True:
             self._last_tag = tag = self._last_tag % MAX_TAG + 1
             if tag not in protocol.pending and tag not in protocol.streams:
@@ -245,6 +268,7 @@ class StoreLink:
         self._send(Frame(Kind.CLOSE))
         code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
         self._protocol.close()
+        self._unheld.close()
         if code:
             self._fail()
             log.error("the store process %s", exit_status(code))

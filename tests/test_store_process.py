@@ -14,8 +14,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -257,7 +258,7 @@ def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_p
             link._protocol.pending[1] = asyncio.get_running_loop().create_future()  # in use
             tags = []
             for i in range(3):
-                status, meta, body = await link.call(put, _put_raw("s", b"\x08\x01", request_id=f"r{i}"))
+                status, meta, body = await link.call(put, _put_raw("s", b"\x08\x01", request_id=f"r{i}"), batched=True)
                 assert status == 0, meta
                 tags.append((link._last_tag, service_pb2.PutResponse.FromString(body).version))
             link._protocol.pending.pop(1)
@@ -308,6 +309,68 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
     assert "still under way 0.5 s (--grace-seconds) after the link to the gRPC process closed" in caplog.text
     with Store(config.store_config()) as store:  # closed, lock released, and the write it had was committed
         assert store.get("s").state == b"\x08\x07"
+
+
+def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a batch of Puts gathers and commits, the store process stops reading the link Puts come on
+    (Store.write_on_loop): a Get sent on it waited up to a gather and a commit (~30 ms at most). Every call
+    but a Put now comes on a second link, which is always read."""
+    holds: list[tuple[Callable[[], object], Callable[[], object]]] = []
+    write_on_loop = Store.write_on_loop
+
+    def keep_hold(self: Store, loop: asyncio.AbstractEventLoop, *, hold_input: Any, release_input: Any) -> None:
+        holds.append((hold_input, release_input))
+        write_on_loop(self, loop, hold_input=hold_input, release_input=release_input)
+
+    monkeypatch.setattr(Store, "write_on_loop", keep_hold)
+    config = ServeConfig(data_dir=tmp_path / "data")
+    puts_link, theirs = socket.socketpair()
+    calls_link, theirs_unheld = socket.socketpair()
+    put, get = UNARY_METHODS.index("Put"), UNARY_METHODS.index("Get")
+
+    async def frames_from(loop: asyncio.AbstractEventLoop, sock: socket.socket, reader: FrameReader) -> list[Frame]:
+        frames: list[Frame] = []
+        while not frames:
+            frames += reader.feed(await loop.sock_recv(sock, 1 << 16))
+        return frames
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        hosting = asyncio.ensure_future(
+            storehost.host(config, theirs.detach(), worker=None, unheld_fd=theirs_unheld.detach())
+        )
+        for sock in (puts_link, calls_link):
+            sock.setblocking(False)
+        puts, calls = FrameReader(max_frame_bytes=1 << 20), FrameReader(max_frame_bytes=1 << 20)
+        (ready,) = await frames_from(loop, puts_link, puts)
+        assert ready.kind is Kind.READY, ready
+        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=1, method=put, body=_put_raw("s", b"\x08\x07"))))
+        (reply,) = await frames_from(loop, puts_link, puts)
+        assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 1, 0), reply
+
+        ((hold_input, release_input),) = holds
+        hold_input()  # as a batch of writes does while it gathers and commits
+        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=2, method=put, body=_put_raw("s", b"\x08\x08"))))
+        get_s = service_pb2.GetRequest(session_id="s").SerializeToString()
+        await loop.sock_sendall(calls_link, encode(Frame(Kind.CALL, tag=1, method=get, body=get_s)))
+        (got,) = await asyncio.wait_for(frames_from(loop, calls_link, calls), 10)
+        assert (got.kind, got.tag, got.status) == (Kind.REPLY, 1, 0), got
+        assert service_pb2.GetResponse.FromString(got.body).state == b"\x08\x07"
+        with pytest.raises(TimeoutError):  # the Put waits, unread, until the input is released
+            await asyncio.wait_for(frames_from(loop, puts_link, puts), 0.3)
+        release_input()
+        (reply,) = await asyncio.wait_for(frames_from(loop, puts_link, puts), 10)
+        assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 2, 0), reply
+        assert service_pb2.PutResponse.FromString(reply.body).version == 2
+
+        await loop.sock_sendall(puts_link, encode(Frame(Kind.CLOSE)))
+        assert await asyncio.wait_for(hosting, 30) == 0
+
+    try:
+        asyncio.run(run())
+    finally:
+        puts_link.close()
+        calls_link.close()
 
 
 # What a reply over --max-message-bytes does: gRPC refuses to send it (RESOURCE_EXHAUSTED, that call only).
