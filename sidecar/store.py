@@ -1993,22 +1993,11 @@ class Store:
         raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
 
     def _chain_start(self, txn: lmdb.Transaction, sid: bytes, session_id: str, target: int) -> int:
-        """Version of the FULL frame whose chain holds ``target``."""
-        cur = txn.cursor(db=self._frames)
-        if not cur.set_key(keys.frame_key(sid, target)):
-            raise DataLoss(f"session {session_id!r}: frame of version {target} is missing")
-        for key, value in _backward(cur):
-            if not key.startswith(sid + keys.SEP):
-                break
-            frame = _frame_of(value)
-            if len(frame) <= _FRAME_KIND_OFFSET:
-                raise DataLoss(
-                    f"session {session_id!r} version {keys.frame_version(key, sid)}: the stored value"
-                    f" ({len(value)} bytes) is too short to hold a frame header"
-                )
-            if frame[_FRAME_KIND_OFFSET] == FrameKind.FULL:
-                return keys.frame_version(key, sid)
-        raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+        """Version of the FULL frame whose chain holds ``target`` (DataLoss if that chain is broken)."""
+        found = self._chain_back(txn, sid, session_id, target)
+        if found is None:
+            raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
+        return target - len(found[2]) + 1
 
     def _chain_frames(
         self, txn: lmdb.Transaction, sid: bytes, session_id: str, rec: records_pb2.SessionRecord, target: int
