@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import logging
 import os
 import queue
 import re
 import threading
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import grpc
@@ -43,6 +44,8 @@ from .tls import ClientTLS as ClientTLS  # re-exported: it is passed to the clie
 from .tls import open_channel
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 # CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
 # started when it began shutting down (the call was never run). These clients never
 # cancel a call of their own (an asyncio task's cancellation raises CancelledError
@@ -1149,6 +1152,29 @@ class _Unknown(NamedTuple):
     unanswered: Sequence[service_pb2.PutRequest] = ()
 
 
+def _close_within(close: Callable[[], object], seconds: float) -> None:
+    """Run a sync channel's ``close``, waiting for it ``seconds`` at most; past that it ends in the background.
+
+    gRPC's close cancels the channel's calls and then waits until each has ended. A
+    PutStream whose sidecar froze mid-stream (SIGSTOP, its socket full) stayed under
+    way after the cancel, and close() waited until the sidecar ran again: for ever,
+    had it never. The caller gets control back; the channel is freed when gRPC is done.
+    """
+    closing = threading.Thread(target=close, name="ckpt-client-close", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    if closing.is_alive():
+        _warn_not_closed(seconds)
+
+
+def _warn_not_closed(seconds: float) -> None:
+    log.warning(
+        "the gRPC channel had not closed after %.1f s (timeout_seconds): a call is still under way in"
+        " gRPC (is the sidecar stopped or hung?); it goes on closing in the background",
+        seconds,
+    )
+
+
 def _closed_during(client: object, unknown: _Unknown | None) -> ClientClosedError:
     """What a call gets when its client is closed under it (misuse: ValueError, as for a call after close())."""
     message = f"this {type(client).__name__} was closed during the call"
@@ -1228,9 +1254,12 @@ class CheckpointClient:
         return cls(**_from_environment(os.environ, options))
 
     def close(self) -> None:
-        """Close the channel (idempotent); calls after it raise ValueError."""
+        """Close the channel (idempotent); calls after it raise ValueError.
+
+        Waits at most ``timeout_seconds`` for gRPC to end the channel's calls (see _close_within).
+        """
         self._closed = True
-        self._channel.close()
+        _close_within(self._channel.close, self._timeout)
         with self._readers_lock:
             readers = list(self._readers)
         for reader in readers:
@@ -1492,6 +1521,7 @@ class AsyncCheckpointClient:
         self._max_message_bytes = max_message_bytes
         self._retries = retries
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
 
     @classmethod
     def from_env(cls, **options: Any) -> AsyncCheckpointClient:
@@ -1499,9 +1529,18 @@ class AsyncCheckpointClient:
         return cls(**_from_environment(os.environ, options))
 
     async def close(self) -> None:
-        """Close the channel (idempotent); calls after it raise ValueError."""
+        """Close the channel (idempotent); calls after it raise ValueError.
+
+        Waits at most ``timeout_seconds`` for gRPC to end the channel's calls (see _close_within).
+        """
         self._closed = True
-        await self._channel.close()
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._channel.close())  # kept: the loop holds tasks weakly
+        done, _ = await asyncio.wait({self._closing}, timeout=self._timeout)
+        if done:
+            self._closing.result()
+        else:
+            _warn_not_closed(self._timeout)
 
     async def __aenter__(self) -> AsyncCheckpointClient:
         return self

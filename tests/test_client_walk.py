@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import logging
 import signal
+import threading
 import time
 import tomllib
 from collections.abc import AsyncIterator, Iterator
@@ -134,6 +136,62 @@ def test_resending_what_a_stream_that_gave_up_names_writes_each_write_once(sidec
         results = list(c.put_stream([*unanswered, *puts[rest:]]))
     assert len(results) == n - answered
     assert states(sidecar.unix_target, "s") == [p.state for p in puts]  # each once, in order
+
+
+def test_close_waits_timeout_seconds_at_most_for_grpc_to_end_the_channels_calls(
+    sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC's Channel.close waits until every call of the channel has ended. In one CI run the test above hung
+    there: the stream it had cancelled stayed under way in gRPC while the sidecar was frozen, and close() waited
+    for the sidecar to run again (the test thaws it after close). close() now gives gRPC timeout_seconds."""
+    client = CheckpointClient(sidecar.unix_target, timeout_seconds=0.5)
+    assert client.put("s", b"x").version == 1
+    released, grpc_closed = threading.Event(), threading.Event()
+    grpc_close = client._channel.close
+
+    def stuck_close() -> None:  # as gRPC's close with a call that does not end
+        released.wait()
+        grpc_close()
+        grpc_closed.set()
+
+    monkeypatch.setattr(client._channel, "close", stuck_close)
+    closing = threading.Thread(target=client.close)
+    with caplog.at_level(logging.WARNING, logger="sidecar.client"):
+        closing.start()
+        closing.join(10)
+        assert not closing.is_alive(), "close() waited for gRPC's close"
+    assert not grpc_closed.is_set()
+    assert "had not closed after 0.5 s (timeout_seconds)" in caplog.text
+    with pytest.raises(ValueError, match="is closed"):
+        client.put("s", b"y")
+    released.set()
+    assert grpc_closed.wait(10)  # the channel still closes, in the background
+
+
+def test_the_async_close_waits_timeout_seconds_at_most_too(sidecar: Sidecar, caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        client = AsyncCheckpointClient(sidecar.unix_target, timeout_seconds=0.5)
+        assert (await client.put("s", b"x")).version == 1
+        released, grpc_closed = asyncio.Event(), asyncio.Event()
+        grpc_close = client._channel.close
+
+        async def stuck_close(grace: float | None = None) -> None:
+            await released.wait()
+            await grpc_close(grace)
+            grpc_closed.set()
+
+        client._channel.close = stuck_close
+        with caplog.at_level(logging.WARNING, logger="sidecar.client"):
+            await asyncio.wait_for(client.close(), 10)
+        assert not grpc_closed.is_set()
+        assert "had not closed after 0.5 s (timeout_seconds)" in caplog.text
+        with pytest.raises(ValueError, match="is closed"):
+            await client.put("s", b"y")
+        released.set()
+        await client.close()  # waits for the same close, now done
+        assert grpc_closed.is_set()
+
+    asyncio.run(run())
 
 
 def test_a_close_racing_a_call_raises_the_clients_error_with_the_request_id(sidecar: Sidecar) -> None:
