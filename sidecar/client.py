@@ -46,6 +46,7 @@ from .tls import open_channel
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
 # CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
 # started when it began shutting down (the call was never run). These clients never
 # cancel a call of their own (an asyncio task's cancellation raises CancelledError

@@ -862,6 +862,8 @@ def _register(server: grpc.aio.Server, handlers: dict[str, grpc.RpcMethodHandler
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"]
 #: The CheckpointService's unary methods, in the order the link numbers them.
 UNARY_METHODS = tuple(m.name for m in _SERVICE.methods if not m.client_streaming and not m.server_streaming)
+#: Put's index in UNARY_METHODS: the method a link frame names for a forwarded Put.
+PUT_METHOD = UNARY_METHODS.index("Put")
 
 
 #: What put_with_callback answers: (None, "", (), reply bytes) or (status, details, trailers, b"").
@@ -895,7 +897,6 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: Rep
 
 
 _GET = UNARY_METHODS.index("Get")
-_PUT = UNARY_METHODS.index("Put")
 
 
 def _forwarder(link: StoreLink, method: int) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
@@ -903,7 +904,7 @@ def _forwarder(link: StoreLink, method: int) -> Callable[[bytes, grpc.aio.Servic
     (an index of UNARY_METHODS, or link.BENCH_LINK_ECHO) and answers with its reply or status."""
 
     # The link echo measures the hop a Put makes, so it takes the Puts' link.
-    batched = method in (_PUT, BENCH_LINK_ECHO)
+    batched = method in (PUT_METHOD, BENCH_LINK_ECHO)
 
     async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         status, meta, body = await link.call(method, raw, batched=batched)

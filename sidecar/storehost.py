@@ -30,6 +30,7 @@ from .gctune import serving_gc
 from .link import BENCH_LINK_ECHO, Frame, Kind
 from .linkprotocol import LinkProtocol, link_frame_bytes
 from .server import (
+    PUT_METHOD,
     UNARY_METHODS,
     CheckpointService,
     ServeConfig,
@@ -82,7 +83,7 @@ class _HostProtocol(LinkProtocol):
         if frame.kind is Kind.CALL:
             if frame.method == BENCH_LINK_ECHO and self.bench_echo:
                 self.send(Frame(Kind.REPLY, tag=frame.tag, body=frame.body))
-            elif frame.method != _PUT or not self._put(frame):
+            elif frame.method != PUT_METHOD or not self._put(frame):
                 self._start(self._call(frame))
         elif frame.kind is Kind.STREAM_OPEN:
             self.streams[frame.tag] = asyncio.Queue()
@@ -190,7 +191,6 @@ class _HostProtocol(LinkProtocol):
             del self.streams[tag]
 
 
-_PUT = UNARY_METHODS.index("Put")
 _FAILED_INSIDE = "the call failed inside the sidecar's store process; see its log"
 
 

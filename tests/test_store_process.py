@@ -269,6 +269,14 @@ def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_p
     assert asyncio.run(run()) == [(MAX_TAG, 1), (2, 2), (3, 3)]
 
 
+async def _frames_from(loop: asyncio.AbstractEventLoop, sock: socket.socket, reader: FrameReader) -> list[Frame]:
+    """The frames of the next bytes read from ``sock`` (reading on until one is whole)."""
+    frames: list[Frame] = []
+    while not frames:
+        frames += reader.feed(await loop.sock_recv(sock, 1 << 16))
+    return frames
+
+
 def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_its_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -287,10 +295,7 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
         loop = asyncio.get_running_loop()
         hosting = asyncio.ensure_future(storehost.host(config, theirs.detach(), worker=None))
         ours.setblocking(False)
-        reader = FrameReader(max_frame_bytes=1 << 20)
-        frames: list[Frame] = []
-        while not frames:
-            frames += reader.feed(await loop.sock_recv(ours, 1 << 16))
+        frames = await _frames_from(loop, ours, FrameReader(max_frame_bytes=1 << 20))
         assert frames[0].kind is Kind.READY, frames
         put, get = UNARY_METHODS.index("Put"), UNARY_METHODS.index("Get")
         request = service_pb2.GetRequest(session_id="s").SerializeToString()
@@ -328,12 +333,6 @@ def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypat
     calls_link, theirs_unheld = socket.socketpair()
     put, get = UNARY_METHODS.index("Put"), UNARY_METHODS.index("Get")
 
-    async def frames_from(loop: asyncio.AbstractEventLoop, sock: socket.socket, reader: FrameReader) -> list[Frame]:
-        frames: list[Frame] = []
-        while not frames:
-            frames += reader.feed(await loop.sock_recv(sock, 1 << 16))
-        return frames
-
     async def run() -> None:
         loop = asyncio.get_running_loop()
         hosting = asyncio.ensure_future(
@@ -342,10 +341,10 @@ def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypat
         for sock in (puts_link, calls_link):
             sock.setblocking(False)
         puts, calls = FrameReader(max_frame_bytes=1 << 20), FrameReader(max_frame_bytes=1 << 20)
-        (ready,) = await frames_from(loop, puts_link, puts)
+        (ready,) = await _frames_from(loop, puts_link, puts)
         assert ready.kind is Kind.READY, ready
         await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=1, method=put, body=_put_raw("s", b"\x08\x07"))))
-        (reply,) = await frames_from(loop, puts_link, puts)
+        (reply,) = await _frames_from(loop, puts_link, puts)
         assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 1, 0), reply
 
         ((hold_input, release_input),) = holds
@@ -353,13 +352,13 @@ def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypat
         await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=2, method=put, body=_put_raw("s", b"\x08\x08"))))
         get_s = service_pb2.GetRequest(session_id="s").SerializeToString()
         await loop.sock_sendall(calls_link, encode(Frame(Kind.CALL, tag=1, method=get, body=get_s)))
-        (got,) = await asyncio.wait_for(frames_from(loop, calls_link, calls), 10)
+        (got,) = await asyncio.wait_for(_frames_from(loop, calls_link, calls), 10)
         assert (got.kind, got.tag, got.status) == (Kind.REPLY, 1, 0), got
         assert service_pb2.GetResponse.FromString(got.body).state == b"\x08\x07"
         with pytest.raises(TimeoutError):  # the Put waits, unread, until the input is released
-            await asyncio.wait_for(frames_from(loop, puts_link, puts), 0.3)
+            await asyncio.wait_for(_frames_from(loop, puts_link, puts), 0.3)
         release_input()
-        (reply,) = await asyncio.wait_for(frames_from(loop, puts_link, puts), 10)
+        (reply,) = await asyncio.wait_for(_frames_from(loop, puts_link, puts), 10)
         assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 2, 0), reply
         assert service_pb2.PutResponse.FromString(reply.body).version == 2
 
