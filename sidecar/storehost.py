@@ -62,13 +62,14 @@ class _Context:
 class _HostProtocol(LinkProtocol):
     peer = "the sidecar's gRPC process"
 
-    def __init__(self, *, max_message_bytes: int) -> None:
+    def __init__(self, *, max_message_bytes: int, closed: asyncio.Event | None = None) -> None:
+        """``closed``: the event another link sets when it closes (either link closing ends the serving)."""
         super().__init__(max_frame_bytes=link_frame_bytes(max_message_bytes))
         #: The gRPC process sends no message larger (--max-message-bytes), and takes no link frame
         #: larger than one such message and its status: a larger reply is refused here, as gRPC would.
         self.max_message_bytes = max_message_bytes
         self.dispatch: list[UnaryHandler] = []
-        self.closed = asyncio.Event()
+        self.closed = asyncio.Event() if closed is None else closed
         self.calls: set[asyncio.Task[None]] = set()
         self.service: CheckpointService | None = None
         #: Answer BENCH_LINK_ECHO calls (ckpt serve --bench-echo).
@@ -225,8 +226,7 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None, unheld_fd: i
     await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
     protocols = [protocol]
     if unheld_fd is not None:
-        unheld = _HostProtocol(max_message_bytes=config.max_message_bytes)
-        unheld.closed = protocol.closed  # either link closing ends this process's serving
+        unheld = _HostProtocol(max_message_bytes=config.max_message_bytes, closed=protocol.closed)
         await loop.connect_accepted_socket(lambda: unheld, socket.socket(fileno=unheld_fd))
         protocols.append(unheld)
 

@@ -372,6 +372,38 @@ def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypat
         calls_link.close()
 
 
+def test_the_other_link_closing_alone_ends_the_store_process_serving(tmp_path: Path) -> None:
+    """The two links end together: the store process serves until either closes (a gRPC process that
+    closed one is going away), then closes the store, committing what it took, and returns 0."""
+    config = ServeConfig(data_dir=tmp_path / "data")
+    puts_link, theirs = socket.socketpair()
+    calls_link, theirs_unheld = socket.socketpair()
+    put = UNARY_METHODS.index("Put")
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        hosting = asyncio.ensure_future(
+            storehost.host(config, theirs.detach(), worker=None, unheld_fd=theirs_unheld.detach())
+        )
+        puts_link.setblocking(False)
+        puts = FrameReader(max_frame_bytes=1 << 20)
+        (ready,) = await _frames_from(loop, puts_link, puts)
+        assert ready.kind is Kind.READY, ready
+        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=1, method=put, body=_put_raw("s", b"\x08\x07"))))
+        (reply,) = await _frames_from(loop, puts_link, puts)
+        assert (reply.kind, reply.status) == (Kind.REPLY, 0), reply
+        calls_link.close()  # the Puts' link stays open
+        return await asyncio.wait_for(hosting, 30)
+
+    try:
+        assert asyncio.run(run()) == 0
+    finally:
+        puts_link.close()
+        calls_link.close()
+    with Store(config.store_config()) as store:  # closed (its lock released), the write committed
+        assert store.get("s").state == b"\x08\x07"
+
+
 # What a reply over --max-message-bytes does: gRPC refuses to send it (RESOURCE_EXHAUSTED, that call only).
 # With a store process, the store side must refuse it the same way: the gRPC process takes no link frame
 # larger than one message, and took a larger one for a broken link, stopping the sidecar (exit 1).
