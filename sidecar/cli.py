@@ -234,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
         "--durability",
         [mode.value for mode in Durability],
         defaults["durability"].value,
-        "sync: fsync every commit; no-meta-sync: faster, an OS crash may undo the last commits",
+        "sync: fsync every commit; no-meta-sync: one fsync a commit instead of two, an OS crash may undo"
+        " the last commits",
         shown=defaults["durability"].value,
     )
     env_option(
