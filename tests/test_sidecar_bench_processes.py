@@ -7,6 +7,7 @@ make them wrong.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from bench import sidecar_bench, workers_bench
 from bench.output import proc_cpu_seconds
+from sidecar.client import AsyncCheckpointClient
 from sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD
 
 
@@ -85,3 +87,53 @@ def test_the_link_echo_crosses_to_the_store_process_and_back_only_where_there_is
             assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
     finally:
         assert alone.stop() == 0, alone.log(tail_chars=2000)
+
+
+def test_the_asyncio_reading_counts_each_merge_it_makes_once(tmp_path: Path) -> None:
+    """The judged unary merge rate is 64 asyncio tasks' (bench.sidecar_bench.run_tasks): every merge they
+    count landed, once, and the echo reading by the same load generator returns the bytes it sent."""
+    sidecar = sidecar_bench._start(tmp_path, "tasks")
+    try:
+        bench = sidecar_bench.Bench(sidecar, quick=True)
+        try:
+            bench.seed()
+            sessions = [f"bench-merge-{i:03d}" for i in range(sidecar_bench.CLIENTS)]
+            before = [bench.client.get(s).version for s in sessions]
+
+            async def merges() -> sidecar_bench.Throughput:
+                async with AsyncCheckpointClient(sidecar.targets[0]) as client:
+                    return await sidecar_bench.run_tasks(bench.merge_tasks(client), 0.5, [sidecar.pid])
+
+            t = asyncio.run(merges())
+            assert t.calls > 0 and math.isfinite(t.server_cpu_us_per_call) and t.client_cpu_us_per_call > 0
+            after = [bench.client.get(s).version for s in sessions]
+            assert sum(a - b for a, b in zip(after, before, strict=True)) == t.calls
+            assert all(a > b for a, b in zip(after, before, strict=True))  # every task merged
+            echo = bench.measure_tasks("echo", seeded=False, pids=[sidecar.pid])
+            assert echo.calls > 0 and echo.rate > 0
+        finally:
+            bench.close()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log(tail_chars=2000)
+
+
+def test_run_tasks_stops_the_other_tasks_and_raises_when_one_fails() -> None:
+    async def failing(stop: asyncio.Event) -> int:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("the sidecar went away")
+
+    async def looping(stop: asyncio.Event) -> int:
+        n = 0
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            n += 1
+        return n
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(RuntimeError, match="the sidecar went away"):
+            await sidecar_bench.run_tasks([failing, looping, looping], 60, [])
+        return loop.time() - began
+
+    assert asyncio.run(run()) < 10  # not the 60 s asked: the failure ended the reading
