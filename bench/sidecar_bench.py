@@ -67,7 +67,6 @@ import grpc
 
 from ckpt.v1 import service_pb2
 from sidecar.client import AsyncCheckpointClient, CheckpointClient
-from sidecar.errors import Unavailable
 from sidecar.process import SidecarProcess, start_sidecar_process
 from sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD, event_loop_factory
 
@@ -325,11 +324,7 @@ class Bench:
         """:meth:`measure` with 64 asyncio tasks on one event loop (uvloop, as the sidecar's; made for
         this reading, on this thread) instead of 64 threads. ``kind``: "echo" (the merge request's size)
         or "merge" (the AsyncCheckpointClient's)."""
-        try:
-            loop_factory = event_loop_factory("uvloop")
-        except Unavailable:
-            loop_factory = asyncio.new_event_loop
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory("uvloop")) as runner:
             return runner.run(self._tasks_reading(kind, seeded=seeded, pids=pids))
 
     async def _tasks_reading(self, kind: str, *, seeded: bool, pids: Sequence[int]) -> Throughput:

@@ -27,7 +27,7 @@ from sidecar import storehost
 from sidecar.client import CheckpointClient, CheckpointError, ResourceExhaustedError
 from sidecar.config import MAX_STREAM_BATCH_PUTS, StoreConfig
 from sidecar.link import MAX_TAG, Frame, FrameReader, Kind, encode
-from sidecar.server import UNARY_METHODS, ServeConfig, StoreSide
+from sidecar.server import PUT_METHOD, UNARY_METHODS, ServeConfig, StoreSide
 from sidecar.status import CURRENT_VERSION_KEY
 from sidecar.store import OFF_LOOP_PATCH_BYTES, Store
 from sidecar.storelink import StoreLink
@@ -253,12 +253,13 @@ def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_p
     async def run() -> list[tuple[int, int]]:
         link = await StoreLink.start(ServeConfig(data_dir=tmp_path / "data"), worker=None)
         try:
-            put = UNARY_METHODS.index("Put")
             link._last_tag = MAX_TAG - 1
             link._protocol.pending[1] = asyncio.get_running_loop().create_future()  # in use
             tags = []
             for i in range(3):
-                status, meta, body = await link.call(put, _put_raw("s", b"\x08\x01", request_id=f"r{i}"), batched=True)
+                status, meta, body = await link.call(
+                    PUT_METHOD, _put_raw("s", b"\x08\x01", request_id=f"r{i}"), batched=True
+                )
                 assert status == 0, meta
                 tags.append((link._last_tag, service_pb2.PutResponse.FromString(body).version))
             link._protocol.pending.pop(1)
@@ -297,7 +298,7 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
         ours.setblocking(False)
         frames = await _frames_from(loop, ours, FrameReader(max_frame_bytes=1 << 20))
         assert frames[0].kind is Kind.READY, frames
-        put, get = UNARY_METHODS.index("Put"), UNARY_METHODS.index("Get")
+        put, get = PUT_METHOD, UNARY_METHODS.index("Get")
         request = service_pb2.GetRequest(session_id="s").SerializeToString()
         await loop.sock_sendall(ours, encode(Frame(Kind.CALL, tag=1, method=get, body=request)))
         await loop.sock_sendall(ours, encode(Frame(Kind.CALL, tag=2, method=put, body=_put_raw("s", b"\x08\x07"))))
@@ -316,6 +317,30 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
         assert store.get("s").state == b"\x08\x07"
 
 
+async def _host_on_two_links(
+    config: ServeConfig,
+    theirs: socket.socket,
+    theirs_unheld: socket.socket,
+    puts_link: socket.socket,
+    puts: FrameReader,
+) -> asyncio.Future[int]:
+    """storehost.host on the far ends of two socketpairs, once it is READY and has answered a first Put
+    (b"\x08\x07" to session "s", tag 1) on the Puts' link; its result is host()'s."""
+    loop = asyncio.get_running_loop()
+    hosting = asyncio.ensure_future(
+        storehost.host(config, theirs.detach(), worker=None, unheld_fd=theirs_unheld.detach())
+    )
+    puts_link.setblocking(False)
+    (ready,) = await _frames_from(loop, puts_link, puts)
+    assert ready.kind is Kind.READY, ready
+    await loop.sock_sendall(
+        puts_link, encode(Frame(Kind.CALL, tag=1, method=PUT_METHOD, body=_put_raw("s", b"\x08\x07")))
+    )
+    (reply,) = await _frames_from(loop, puts_link, puts)
+    assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 1, 0), reply
+    return hosting
+
+
 def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a batch of Puts gathers and commits, the store process stops reading the link Puts come on
     (Store.write_on_loop): a Get sent on it waited up to a gather and a commit (~30 ms at most). Every call
@@ -331,26 +356,18 @@ def test_a_get_is_answered_while_the_puts_link_is_held(tmp_path: Path, monkeypat
     config = ServeConfig(data_dir=tmp_path / "data")
     puts_link, theirs = socket.socketpair()
     calls_link, theirs_unheld = socket.socketpair()
-    put, get = UNARY_METHODS.index("Put"), UNARY_METHODS.index("Get")
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        hosting = asyncio.ensure_future(
-            storehost.host(config, theirs.detach(), worker=None, unheld_fd=theirs_unheld.detach())
-        )
-        for sock in (puts_link, calls_link):
-            sock.setblocking(False)
         puts, calls = FrameReader(max_frame_bytes=1 << 20), FrameReader(max_frame_bytes=1 << 20)
-        (ready,) = await _frames_from(loop, puts_link, puts)
-        assert ready.kind is Kind.READY, ready
-        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=1, method=put, body=_put_raw("s", b"\x08\x07"))))
-        (reply,) = await _frames_from(loop, puts_link, puts)
-        assert (reply.kind, reply.tag, reply.status) == (Kind.REPLY, 1, 0), reply
+        hosting = await _host_on_two_links(config, theirs, theirs_unheld, puts_link, puts)
+        calls_link.setblocking(False)
 
         ((hold_input, release_input),) = holds
         hold_input()  # as a batch of writes does while it gathers and commits
-        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=2, method=put, body=_put_raw("s", b"\x08\x08"))))
-        get_s = service_pb2.GetRequest(session_id="s").SerializeToString()
+        put2 = Frame(Kind.CALL, tag=2, method=PUT_METHOD, body=_put_raw("s", b"\x08\x08"))
+        await loop.sock_sendall(puts_link, encode(put2))
+        get, get_s = UNARY_METHODS.index("Get"), service_pb2.GetRequest(session_id="s").SerializeToString()
         await loop.sock_sendall(calls_link, encode(Frame(Kind.CALL, tag=1, method=get, body=get_s)))
         (got,) = await asyncio.wait_for(_frames_from(loop, calls_link, calls), 10)
         assert (got.kind, got.tag, got.status) == (Kind.REPLY, 1, 0), got
@@ -378,20 +395,11 @@ def test_the_other_link_closing_alone_ends_the_store_process_serving(tmp_path: P
     config = ServeConfig(data_dir=tmp_path / "data")
     puts_link, theirs = socket.socketpair()
     calls_link, theirs_unheld = socket.socketpair()
-    put = UNARY_METHODS.index("Put")
 
     async def run() -> int:
-        loop = asyncio.get_running_loop()
-        hosting = asyncio.ensure_future(
-            storehost.host(config, theirs.detach(), worker=None, unheld_fd=theirs_unheld.detach())
+        hosting = await _host_on_two_links(
+            config, theirs, theirs_unheld, puts_link, FrameReader(max_frame_bytes=1 << 20)
         )
-        puts_link.setblocking(False)
-        puts = FrameReader(max_frame_bytes=1 << 20)
-        (ready,) = await _frames_from(loop, puts_link, puts)
-        assert ready.kind is Kind.READY, ready
-        await loop.sock_sendall(puts_link, encode(Frame(Kind.CALL, tag=1, method=put, body=_put_raw("s", b"\x08\x07"))))
-        (reply,) = await _frames_from(loop, puts_link, puts)
-        assert (reply.kind, reply.status) == (Kind.REPLY, 0), reply
         calls_link.close()  # the Puts' link stays open
         return await asyncio.wait_for(hosting, 30)
 
