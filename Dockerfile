@@ -12,7 +12,7 @@ COPY proto/ proto/
 COPY ckpt/ ckpt/
 COPY codec/ codec/
 COPY sidecar/ sidecar/
-COPY bench/__init__.py bench/__init__.py
+COPY bench/ bench/
 RUN pip install --no-cache-dir . && rm -rf /root/.cache
 
 USER ckpt
@@ -28,6 +28,6 @@ ENV CKPT_DATA_DIR=/data \
 STOPSIGNAL SIGTERM
 # The standard grpc.health.v1 check, through the sidecar's own Python client stack.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["python", "-c", "import sys; from sidecar.server import wait_until_serving; wait_until_serving('unix:/run/ckpt/ckpt.sock', 2)"]
+    CMD ["python", "-c", "import sys; from ckpt.sidecar.server import wait_until_serving; wait_until_serving('unix:/run/ckpt/ckpt.sock', 2)"]
 ENTRYPOINT ["ckpt"]
 CMD ["serve"]

@@ -33,7 +33,7 @@ test: lint
 
 # The scale benchmark at 100,000 sessions here (set CKPT_BENCH_SESSIONS to change it); 1M is make bench-scale.
 bench: $(STAMP)
-	CKPT_BENCH_SESSIONS=$${CKPT_BENCH_SESSIONS:-100000} $(PY) -m pytest -q -m benchmark -s -o timeout=0 bench/
+	CKPT_BENCH_SESSIONS=$${CKPT_BENCH_SESSIONS:-100000} $(PY) -m pytest -q -m benchmark -s -o timeout=0 tests/bench/
 
 report: $(STAMP)
 	$(VENV)/bin/ckpt bench run --out bench

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind, decode
-from codec import _zstd as stdzstd
-from codec.frame import HEADER_SIZE
-
+from ..codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind, decode
+from ..codec import _zstd as stdzstd
+from ..codec.frame import HEADER_SIZE
 from . import synthetic, trajectories
 from .output import finish
 from .trajectories import Step

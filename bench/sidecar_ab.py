@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.process import SidecarProcess
-
+from ..sidecar.server import SidecarProcess
 from .output import finish, process_and_children
 from .sidecar_bench import Bench, _start, _stop, data_root, machine_info
 

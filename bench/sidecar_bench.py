@@ -66,10 +66,9 @@ from typing import Any
 import grpc
 
 from ckpt.v1 import service_pb2
-from sidecar.client import AsyncCheckpointClient, CheckpointClient
-from sidecar.process import SidecarProcess, start_sidecar_process
-from sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD, event_loop_factory
 
+from ..sidecar.client import AsyncCheckpointClient, CheckpointClient
+from ..sidecar.server import ECHO_METHOD, LINK_ECHO_METHOD, SidecarProcess, event_loop_factory, start_sidecar_process
 from .checkpoint_states import make_patches, make_state
 from .output import finish, proc_cpu_seconds, process_and_children
 from .stats import percentile

@@ -100,9 +100,9 @@ from typing import Any
 import lmdb
 
 from ckpt.v1 import checkpoint_pb2 as pb
-from codec import ChainEncoder, ChainPolicy, FrameKind, decode
-from sidecar import PutRequest, PutResult, Store, StoreConfig, WriteMode
 
+from ..codec import ChainEncoder, ChainPolicy, FrameKind, decode
+from ..sidecar import PutRequest, PutResult, Store, StoreConfig, WriteMode
 from . import synthetic, trajectories
 from .checkpoint_states import make_patches, make_state
 from .output import finish

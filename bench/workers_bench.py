@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.process import SidecarProcess, start_sidecar_process
-
+from ..sidecar.server import SidecarProcess, start_sidecar_process
 from .output import child_pids, finish, process_and_children
 from .sidecar_bench import CLIENTS, Bench, Throughput, data_root, machine_info
 from .stats import percentile

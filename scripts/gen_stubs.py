@@ -32,7 +32,7 @@ def generate(out_root: Path) -> list[Path]:
     """Run protoc on every file under proto/ and write the stubs under out_root.
 
     protoc writes into a fresh temporary directory first; only the generated
-    `ckpt/` package is then copied to out_root (replacing the old one), so
+    sub-packages of `ckpt/` are then copied to out_root (replacing the old ones), so
     stale stubs of deleted .proto files do not survive a regeneration.
     """
     from grpc_tools import protoc  # dev-only dependency, imported lazily
@@ -52,14 +52,18 @@ def generate(out_root: Path) -> list[Path]:
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed; see its message above")
         package = tmp_dir / PACKAGE
-        for d in [package, *(p for p in package.rglob("*") if p.is_dir())]:
-            (d / "__init__.py").write_text(PACKAGE_INIT)
-        (package / "py.typed").write_text("")  # PEP 561: the .pyi stubs are read once installed
-        target = out_root / PACKAGE
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(package, target)
-    return sorted(p for p in target.rglob("*") if p.is_file())
+        written: list[Path] = []
+        # ckpt/ itself is hand-written (the namespace's __init__, py.typed, the links to codec/, sidecar/
+        # and bench/): only its generated sub-packages (v1/, store/) are replaced.
+        for generated in sorted(d for d in package.iterdir() if d.is_dir()):
+            for d in [generated, *(p for p in generated.rglob("*") if p.is_dir())]:
+                (d / "__init__.py").write_text(PACKAGE_INIT)
+            target = out_root / PACKAGE / generated.name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(generated, target)
+            written += (p for p in target.rglob("*") if p.is_file())
+    return sorted(written)
 
 
 def main(argv: list[str] | None = None) -> int:

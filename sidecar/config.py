@@ -10,7 +10,8 @@ from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from ckpt.v1 import checkpoint_pb2  # noqa: F401  # registers ckpt.v1.Checkpoint for merge_message_type
-from codec import ChainPolicy
+
+from ..codec import ChainPolicy
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

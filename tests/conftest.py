@@ -55,7 +55,7 @@ def _write_standin_corpus(directory: Path, trajectories: int = 24) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def trajectory_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from bench import trajectories
+    from ckpt.bench import trajectories
 
     found = trajectories.find_corpus()
     if found is not None and found.is_dir():
@@ -84,3 +84,27 @@ def signal_dispositions() -> Iterator[None]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+# The opt-in benchmarks' corpus (tests/bench/test_*_bench.py, `make bench`).
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from ckpt.bench import trajectories
+
+    parser.addoption(
+        "--trajectories",
+        default=None,
+        help=f"trajectory corpus directory (default: ${trajectories.ENV_VAR}, else {trajectories.DEFAULT_DIR})",
+    )
+
+
+@pytest.fixture(scope="session")
+def trajectory_dir(request: pytest.FixtureRequest) -> str | None:
+    from ckpt.bench import trajectories
+
+    path: str | None = request.config.getoption("--trajectories")
+    if trajectories.find_corpus(path) is None:
+        pytest.fail(
+            f"no trajectory corpus: pass --trajectories DIR or set {trajectories.ENV_VAR}"
+            f" (default {trajectories.DEFAULT_DIR} does not exist)"
+        )
+    return path

@@ -13,9 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
+from ckpt.codec import ChainPolicy
+from ckpt.sidecar import NotFound, Store, StoreConfig, WriteMode
 from ckpt.v1 import checkpoint_pb2 as pb
-from codec import ChainPolicy
-from sidecar import NotFound, Store, StoreConfig, WriteMode
 
 
 def replace_state(session: str, version: int) -> bytes:

@@ -9,7 +9,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.process import SidecarProcess, start_sidecar_process
+from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codec import _zstd
-
+from ...codec import _zstd
 from ..stats import percentile
 from ..trajectories import Step
 from . import systems as systems_mod

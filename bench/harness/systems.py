@@ -54,13 +54,14 @@ from typing import TYPE_CHECKING, Any, cast
 import lmdb
 from google.protobuf import json_format
 
-from bench.output import proc_cpu_seconds
-from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2
-from sidecar import Store, StoreConfig, WriteMode
-from sidecar.client import CheckpointClient
-from sidecar.process import SidecarProcess, start_sidecar_process
-from sidecar.rwlock import RWLock
+
+from ...sidecar import Store, StoreConfig, WriteMode
+from ...sidecar.client import CheckpointClient
+from ...sidecar.server import SidecarProcess, start_sidecar_process
+from ...sidecar.store import RWLock
+from ..output import proc_cpu_seconds
+from ..trajectories import Step
 
 if sys.version_info >= (3, 14):
     from compression import zstd

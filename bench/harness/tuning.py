@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codec import ChainPolicy
-from sidecar import Durability, PutRequest, Store, StoreConfig, WriteMode
-
+from ...codec import ChainPolicy
+from ...sidecar import Durability, PutRequest, Store, StoreConfig, WriteMode
 from ..stats import percentile
 from ..trajectories import Step
 from .systems import same_checkpoint

@@ -53,9 +53,10 @@ from dataclasses import dataclass
 
 import xxhash
 
-from bench import trajectories
-from bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2 as pb
+
+from .. import trajectories
+from ..trajectories import Step
 
 __all__ = ["WORKLOADS", "WorkloadInfo", "generate"]
 

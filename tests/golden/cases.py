@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ckpt.codec import ChainEncoder, ChainPolicy, FrameHeader, FrameKind
 from ckpt.v1 import checkpoint_pb2 as pb
-from codec import ChainEncoder, ChainPolicy, FrameHeader, FrameKind
 
 GOLDEN = Path(__file__).with_name("frames.json")
 

@@ -1,0 +1,1 @@
+"""The `ckpt` command line."""

@@ -1,0 +1,290 @@
+"""The gRPC process's end of the link to its store process (``ckpt serve --store-process``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pickle
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+from ..errors import Unavailable
+from .exitstatus import exit_status
+from .inflight import InFlight
+from .link import MAX_TAG, Frame, Kind
+from .linkprotocol import LinkProtocol, link_frame_bytes
+
+if TYPE_CHECKING:
+    from .service import ServeConfig
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+_EXITED = "the sidecar's store process exited; retry with the same request_id"
+_STOPPING = "the sidecar is stopping; retry with the same request_id"
+
+
+async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: Mapping[str, Any]) -> NoReturn:
+    """End a call with the status (and its details and trailers) the store process answered."""
+    trailers = tuple((str(k), str(v)) for k, v in meta.get("trailers", ()))
+    await context.abort(_STATUS_BY_VALUE[status], str(meta.get("details", "")), trailing_metadata=trailers)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+class _LinkProtocol(LinkProtocol):
+    peer = "the store process"
+
+    def __init__(self, *, max_frame_bytes: int) -> None:
+        super().__init__(max_frame_bytes=max_frame_bytes)
+        self.first: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+        self.pending: dict[int, asyncio.Future[tuple[int, Mapping[str, Any], bytes]]] = {}
+        #: Each open stream's frames from the store process (WANT, OUT, END), by tag.
+        self.streams: dict[int, asyncio.Queue[Frame]] = {}
+        self.on_writes_stopped: Callable[[str], None] = lambda reason: None
+        self.on_lost: Callable[[], None] = lambda: None
+
+    def not_frames(self) -> None:
+        assert self.transport is not None
+        self.transport.abort()
+
+    def frame_received(self, frame: Frame) -> None:
+        if frame.kind is Kind.REPLY:
+            future = self.pending.pop(frame.tag, None)
+            if future is not None and not future.done():  # not if its call was cancelled
+                future.set_result((frame.status, frame.meta, frame.body))
+        elif frame.kind in (Kind.READY, Kind.FAILED):
+            if not self.first.done():
+                self.first.set_result(frame)
+        elif frame.kind in (Kind.STREAM_WANT, Kind.STREAM_OUT, Kind.STREAM_END):
+            stream = self.streams.get(frame.tag)
+            if stream is not None:  # not if the client went away meanwhile
+                stream.put_nowait(frame)
+        elif frame.kind is Kind.WRITES_STOPPED:
+            self.on_writes_stopped(str(frame.meta.get("reason", "")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.first.done():
+            self.first.set_result(None)
+        for future in self.pending.values():
+            if not future.done():
+                future.set_result((_UNAVAILABLE, {"details": _EXITED}, b""))
+        self.pending.clear()
+        for stream in self.streams.values():
+            stream.put_nowait(Frame(Kind.STREAM_END, status=_UNAVAILABLE, meta={"details": _EXITED}))
+        self.on_lost()
+
+
+class StoreLink:
+    """Calls to the CheckpointService in the store process, and that process's life."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        protocol: _LinkProtocol,
+        unheld: _LinkProtocol,
+        metrics_address: str | None,
+    ) -> None:
+        self._process = process
+        #: Puts, streams and everything but the other unary calls. The store process stops reading it
+        #: while a batch of writes gathers and commits (Store.write_on_loop).
+        self._protocol = protocol
+        #: Every other unary call (reads, forks, deletes, listings): its reading is never held, so that a
+        #: Get under write load is not kept waiting for a batch of Puts.
+        self._unheld = unheld
+        self._last_tag = 0
+        self._closing = False
+        #: Where the store process serves /metrics (None: off).
+        self.metrics_address = metrics_address
+        #: The store stopped taking writes, or its process ended unasked: the sidecar stops, exit 1.
+        self.failed = False
+        #: Called once, when ``failed`` becomes true.
+        self.on_failed: Callable[[], None] = lambda: None
+        #: Calls and streams forwarded and not yet answered.
+        self.calls = InFlight()
+        protocol.on_writes_stopped = self._writes_stopped
+        protocol.on_lost = unheld.on_lost = self._lost
+
+    @classmethod
+    async def start(cls, config: ServeConfig, *, worker: int | None, lock_fd: int | None = None) -> StoreLink:
+        """Start the store process and wait until it serves; Unavailable with its reason if it cannot.
+
+        ``lock_fd``: the data directory's locked file, which a worker inherited from its parent: the
+        store process keeps it open too, so that the lock is held while any process of the server
+        lives, this store process (which may outlive its worker, finishing its commits) included.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours_unheld, theirs_unheld = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command = [sys.executable, "-m", "ckpt.sidecar.server.storehost", str(theirs.fileno())]
+        command += ["--unheld-fd", str(theirs_unheld.fileno())]
+        if worker is not None:
+            command += ["--worker", str(worker)]
+        fds = (theirs.fileno(), theirs_unheld.fileno())
+        try:
+            # A session of its own: a terminal's Ctrl-C reaches the gRPC process only, which
+            # stops the store process in order (after gRPC's grace), not at once.
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                pass_fds=fds if lock_fd is None else (*fds, lock_fd),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+            theirs_unheld.close()
+        assert process.stdin is not None
+        with process.stdin:
+            process.stdin.write(pickle.dumps(config))
+        loop = asyncio.get_running_loop()
+        max_frame_bytes = link_frame_bytes(config.max_message_bytes)
+        protocol = _LinkProtocol(max_frame_bytes=max_frame_bytes)
+        unheld = _LinkProtocol(max_frame_bytes=max_frame_bytes)
+        await loop.connect_accepted_socket(lambda: protocol, ours)
+        await loop.connect_accepted_socket(lambda: unheld, ours_unheld)
+        # The link closes when the process dies, whatever killed it: then first is None.
+        first = await protocol.first
+        if first is None or first.kind is Kind.FAILED:
+            unheld.close()
+            code = await loop.run_in_executor(None, process.wait)
+            if first is None:
+                raise Unavailable(f"the store process {exit_status(code)} before it served; see the log above")
+            raise Unavailable(str(first.meta.get("error", "the store process could not start")))
+        return cls(process, protocol, unheld, first.meta.get("metrics_address"))
+
+    async def call(self, method: int, request: bytes, *, batched: bool) -> tuple[int, Mapping[str, Any], bytes]:
+        """Forward one unary call: (0, {}, reply bytes) or (gRPC status code, {"details", "trailers"}, b"").
+
+        ``batched``: a write the store process gathers into batches (a Put), sent on the link whose
+        reading it holds meanwhile; every other call goes on the link it always reads.
+        """
+        protocol = self._protocol if batched else self._unheld
+        if not protocol.is_open():
+            return _UNAVAILABLE, {"details": _STOPPING}, b""
+        tag = self._next_tag(protocol)
+        future: asyncio.Future[tuple[int, Mapping[str, Any], bytes]] = asyncio.get_running_loop().create_future()
+        protocol.pending[tag] = future
+        self.calls.began()
+        try:
+            protocol.send(Frame(Kind.CALL, tag=tag, method=method, body=request))
+            return await future
+        finally:
+            protocol.pending.pop(tag, None)
+            self.calls.ended()
+
+    async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        """Forward one PutStream: the client's messages as the store process asks for them, its answers back."""
+        if not self._protocol.is_open():
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
+            )
+        tag = self._next_tag(self._protocol)
+        frames: asyncio.Queue[Frame] = asyncio.Queue()
+        self._protocol.streams[tag] = frames
+        self.calls.began()
+        ended = False
+        wants: asyncio.Queue[None] = asyncio.Queue()
+
+        async def pump() -> None:
+            # The client's next message only when asked: the store side bounds what it reads ahead.
+            try:
+                while True:
+                    await wants.get()
+                    try:
+                        message = await anext(aiter(requests), None)
+                    except grpc.RpcError:
+                        self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
+                        return
+                    if message is None:
+                        self._send(Frame(Kind.STREAM_HALF_CLOSE, tag=tag))
+                        return
+                    self._send(Frame(Kind.STREAM_IN, tag=tag, body=message))
+            except asyncio.CancelledError:
+                pass
+
+        reader = asyncio.create_task(pump())
+        try:
+            self._send(Frame(Kind.STREAM_OPEN, tag=tag))
+            while True:
+                frame = await frames.get()
+                if frame.kind is Kind.STREAM_WANT:
+                    wants.put_nowait(None)
+                elif frame.kind is Kind.STREAM_OUT:
+                    yield frame.body
+                else:
+                    ended = True
+                    if frame.status:
+                        await abort_with(context, frame.status, frame.meta)
+                    return
+        finally:
+            reader.cancel()
+            if not ended:
+                self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
+            self._protocol.streams.pop(tag, None)
+            self.calls.ended()
+
+    def _next_tag(self, protocol: _LinkProtocol) -> int:
+        """A tag no call or stream under way on ``protocol``'s link has: 1 to MAX_TAG, then from 1 again.
+
+        A frame's tag is a u32, and a sidecar forwarding 5,000 calls a second
+        uses them all up in ten days: counting on past the last made every
+        forwarded call fail from then on (the header would not pack). A stream
+        may stay open for as long as its client likes, so a tag still in use
+        when the count comes round again is skipped.
+        """
+        while True:
+            self._last_tag = tag = self._last_tag % MAX_TAG + 1
+            if tag not in protocol.pending and tag not in protocol.streams:
+                return tag
+
+    def served(self, method: int, seconds: float, state_bytes: int) -> None:
+        """Tell the store process's metrics of a call this process answered itself."""
+        self._send(Frame(Kind.SERVED, method=method, meta={"seconds": seconds, "state_bytes": state_bytes}))
+
+    def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int) -> None:
+        """Tell the store process's metrics the size of this process's reply cache."""
+        self._send(
+            Frame(
+                Kind.GAUGES,
+                meta={"reply_cache_bytes": reply_cache_bytes, "reply_cache_entries": reply_cache_entries},
+            )
+        )
+
+    def stop_streams(self) -> None:
+        """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""
+        self._send(Frame(Kind.STOP_STREAMS))
+
+    def _send(self, frame: Frame) -> None:
+        self._protocol.send(frame)
+
+    async def close(self) -> int:
+        """Tell the store process to finish its calls, commit and exit; its exit code."""
+        self._closing = True
+        self._send(Frame(Kind.CLOSE))
+        code = await asyncio.get_running_loop().run_in_executor(None, self._process.wait)
+        self._protocol.close()
+        self._unheld.close()
+        if code:
+            self._fail()
+            log.error("the store process %s", exit_status(code))
+        return code
+
+    def _writes_stopped(self, reason: str) -> None:
+        log.error("the store process stopped taking writes: %s", reason)
+        self._fail()
+
+    def _lost(self) -> None:
+        if not self._closing:
+            log.error("the store process ended; the sidecar stops (exit 1) for its supervisor to restart it")
+            self._fail()
+
+    def _fail(self) -> None:
+        if not self.failed:
+            self.failed = True
+            with contextlib.suppress(Exception):
+                self.on_failed()

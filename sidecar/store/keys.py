@@ -1,0 +1,190 @@
+"""LMDB key layout and request validation (ids, labels).
+
+Tables (named LMDB databases):
+
+    frames      session \\0 version(u64 BE)            -> u16 LE len + VersionRecord + frame
+    sessions    session                               -> SessionRecord
+    requests    \\1 request_id \\0 session            -> RequestRecord
+                (store layout 1: session \\0 request_id; still read)
+    req_expiry  expires_ns(u64 BE) + its requests key  -> b""
+    labels      key \\0 value \\0 session                -> b""
+    updated     updated_ns(u64 BE) session            -> b""
+
+Session ids cannot contain NUL (or any control character), so ``session \\0``
+is a prefix no other session shares, and big-endian versions sort
+numerically: one session's frames are one contiguous, ordered key range.
+
+A request id's record is keyed by the request id first. The clients generate
+time-ordered ids (UUIDv7), so a commit's records land side by side after the ones
+before them: a page or two for the whole commit. Keyed by session first (store
+layout 1), each session's records were a key range of their own, and each
+write dirtied a page of its session's range: about one more 4 KB page written
+per write. Neither id may hold a control character, so the leading \\1 tells
+the two key forms apart (no session id starts with it) and sorts every
+current key before every layout-1 one.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+from ..errors import InvalidArgument
+
+MAX_SESSION_ID_BYTES = 256
+MAX_REQUEST_ID_BYTES = 128
+#: Per write and per session (a session's labels are those of all its writes).
+MAX_LABELS = 64
+MAX_LABEL_KEY_BYTES = 63
+#: The label index key is key NUL value NUL session: 63 + 1 + 128 + 1 + 256 =
+#: 449 bytes, under LMDB's 511-byte key limit.
+MAX_LABEL_VALUE_BYTES = 128
+
+_U64 = struct.Struct(">Q")
+SEP = b"\x00"
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+# What ids and labels are refused for (the README states the same rule).
+_HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
+
+
+#: How many characters of a client's string over its limit an error message quotes (a label key, a
+#: page token): a request may carry megabytes there, and a status's details travel as one HTTP/2
+#: header, which a client refuses past 16 KiB (and the store process's link past a message's size).
+QUOTED_CHARS = 64
+
+
+def quoted(text: str) -> str:
+    """``repr(text)``, cut to its first QUOTED_CHARS characters (saying how long it was) if longer."""
+    if len(text) <= QUOTED_CHARS:
+        return repr(text)
+    return f"{text[:QUOTED_CHARS]!r}... ({len(text)} characters)"
+
+
+def _has_control(text: str) -> bool:
+    return _CONTROL.search(text) is not None  # ~7x faster than a per-character loop; runs on every write
+
+
+def session_key(session_id: str, *, field: str = "session_id") -> bytes:
+    """Validate a session id and return its key bytes."""
+    if not isinstance(session_id, str):
+        raise InvalidArgument(f"{field} must be a string, not {type(session_id).__name__}")
+    raw = session_id.encode("utf-8", "surrogatepass")
+    if not raw:
+        raise InvalidArgument(f"{field} is empty; it must be 1-{MAX_SESSION_ID_BYTES} bytes of UTF-8")
+    if len(raw) > MAX_SESSION_ID_BYTES:
+        raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
+    if _has_control(session_id):
+        raise InvalidArgument(f"{field} {session_id!r} {_HAS_CONTROL}")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} {session_id!r} is not valid UTF-8 (lone surrogate)") from None
+    return raw
+
+
+#: The first byte of every current request key (see the module's docstring).
+REQUEST_KEY_MARK = b"\x01"
+#: No current request key sorts at or after this, and every layout-1 one does (a session id's
+#: first byte is not a control character).
+LAYOUT1_REQUEST_KEYS_START = b"\x02"
+
+
+def request_key(sid: bytes, request_id: str) -> bytes:
+    """The requests table's key of a session's request id (validated)."""
+    raw = request_id.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_REQUEST_ID_BYTES:
+        raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
+    if _has_control(request_id):
+        raise InvalidArgument(f"request_id {request_id!r} {_HAS_CONTROL}")
+    return REQUEST_KEY_MARK + raw + SEP + sid
+
+
+def layout1_request_key(key: bytes) -> bytes:
+    """The key store layout 1 gave the same request (``key`` from :func:`request_key`)."""
+    raw, _, sid = key[1:].partition(SEP)
+    return sid + SEP + raw
+
+
+def request_key_parts(key: bytes) -> tuple[bytes, bytes] | None:
+    """(session id, request id) of a requests key of either form; None if it is neither."""
+    if key.startswith(REQUEST_KEY_MARK):
+        raw, sep, sid = key[1:].partition(SEP)
+    else:
+        sid, sep, raw = key.partition(SEP)
+    if not sep or not sid or not raw:
+        return None
+    return sid, raw
+
+
+def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(f"{field} has {len(labels)} entries; the limit is {MAX_LABELS}")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(f"{field} must map str to str; entry {key!r}: {value!r} does not")
+        try:
+            kb, vb = key.encode(), value.encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{field} entry {key!r} is not valid UTF-8 (lone surrogate)") from None
+        if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
+            raise InvalidArgument(f"{field} key {quoted(key)} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
+        if len(vb) > MAX_LABEL_VALUE_BYTES:
+            raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
+        if _has_control(key):
+            raise InvalidArgument(f"{field} key {key!r} {_HAS_CONTROL}")
+        if _has_control(value):
+            raise InvalidArgument(f"{field}[{key!r}] value {value!r} {_HAS_CONTROL}")
+
+
+def frame_key(sid: bytes, version: int) -> bytes:
+    return sid + SEP + _U64.pack(version)
+
+
+def frame_version(key: bytes, sid: bytes) -> int:
+    return int(_U64.unpack_from(key, len(sid) + 1)[0])
+
+
+def label_key(key: str, value: str, sid: bytes) -> bytes:
+    return key.encode() + SEP + value.encode() + SEP + sid
+
+
+def label_prefix(key: str, value: str) -> bytes:
+    return key.encode() + SEP + value.encode() + SEP
+
+
+#: The updated-time index records each session under its update time rounded
+#: down to this many nanoseconds (2**30, about 1.07 s). A session writing many
+#: versions a second (an agent's burst) moves its index entry once a second,
+#: not on every write; listings check the exact time in the session record.
+UPDATED_INDEX_GRANULE_NANOS = 1 << 30
+
+
+def updated_granule(nanos: int) -> int:
+    """The time the updated-time index keys ``nanos`` under (rounded down to the granule)."""
+    return max(nanos, 0) & ~(UPDATED_INDEX_GRANULE_NANOS - 1)
+
+
+def updated_key(nanos: int, sid: bytes) -> bytes:
+    """Key of a session in the updated-time index (time rounded down to the granule)."""
+    return time_key(updated_granule(nanos), sid)
+
+
+def same_updated_granule(a: int, b: int) -> bool:
+    """Whether two update times share one index key (no index move needed)."""
+    return updated_granule(a) == updated_granule(b)
+
+
+#: Times are keyed as unsigned 64-bit nanoseconds since the Unix epoch (to 2554).
+MAX_TIME_NANOS = 2**64 - 1
+
+
+def time_key(nanos: int, rest: bytes) -> bytes:
+    return _U64.pack(max(nanos, 0)) + rest
+
+
+def time_of(key: bytes) -> int:
+    return int(_U64.unpack_from(key)[0])

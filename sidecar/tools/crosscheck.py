@@ -1,0 +1,391 @@
+"""`ckpt verify`'s cross-checks: the session records against the frames table and the index tables.
+
+What the store keeps true (sidecar/store.py), and so what is checked, in one
+read transaction (one snapshot: nothing a running sidecar does in between can
+look like damage):
+
+- frames: every session with frames has a record (a delete removes both in one
+  transaction). Not the reverse: a record without its frames is a missing
+  version, which the per-session check names.
+- updated: a record's update time is indexed under exactly one key,
+  ``keys.updated_key(updated_unix_nanos, sid)`` (a write inside the same
+  granule keeps the entry; one past it moves the entry); every entry names a
+  session with a record, at the granule of its update time (in a store without
+  a layout stamp, the exact update time is accepted too: the first builds
+  keyed it so, and the store's first writable open rewrites such entries).
+- labels: each label of a record has its entry ``keys.label_key(k, v, sid)``
+  (a write changing a label's value moves it), and every entry is a label of
+  its session's record.
+- requests: a request record names a version at or below its session's head.
+  One keyed as store layout 1 did (session first) belongs to a session with a
+  record: a delete removes those with their session. A current one (request id
+  first) stays after a delete until it expires, answering nothing: one naming
+  a session with no record, or an earlier session of the same id (its
+  session_created_unix_nanos), is not checked against a head. But one whose
+  session_created_unix_nanos is 0 names no session (every write stores its
+  session's creation time): while its session has a record, a retry of its
+  write would be written again, and it is reported. A record may
+  name a version retention has since removed, may have expired and not been
+  swept yet, and a fork has none: none of that is reported.
+- req_expiry: each request record has its entry ``keys.time_key(expires,
+  request key)`` and every entry names a request record expiring then.
+
+A record that does not parse is the per-session check's to report: entries
+naming its session are not checked. Memory stays flat however large the
+store: no pass collects keys. Each index is checked both ways by lookups in
+one snapshot: a pass over the records (or the request records) looks up the
+entry each one implies, then a pass over the index looks up the record each
+entry names (``get`` on a warm page cache: ~1-2 us). An index's pass reads only
+that index and the table it indexes, so a table whose pages make LMDB abort is
+the one named. The sessions table is read whole first, so that a damaged one
+is reported as itself rather than by the first pass to re-read it. Named
+sessions restrict every check to entries of those sessions (each index is
+still read whole: its keys do not start with the session), and skip the
+frames table (a named session without a record is already reported as not
+existing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import lmdb
+from google.protobuf.message import DecodeError as DecodeProtoError
+
+from ckpt.store.v1 import records_pb2
+
+from ..errors import DataLoss
+from ..store import Store, keys, request_of_session
+
+#: The passes after the sessions table's, in the order they run.
+TABLES = ("frames", "updated", "labels", "requests", "req_expiry")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, found in ``table``."""
+
+    table: str
+    #: The session it concerns (its key), None when the entry's key cannot be split.
+    session: bytes | None
+    #: The session exists (has a record; for the frames table, has frames): it fails as a session.
+    #: False: an entry names a session that does not exist.
+    exists: bool
+    text: str
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _keys(cur: lmdb.Cursor) -> Iterator[bytes]:
+    return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+
+def _items(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
+    return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
+
+
+def _when(nanos: int) -> str:
+    """A time in nanoseconds since the Unix epoch, readable and exact."""
+    try:
+        text = datetime.fromtimestamp(nanos // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{nanos} ns"
+    return f"{text} ({nanos} ns)"
+
+
+_MISSING: Any = object()  # a session with no record, in the lookup cache
+
+
+class CrossCheck:
+    """The cross-checks over one read transaction of ``store``; ``wanted``: the sessions to check (None: all)."""
+
+    def __init__(self, store: Store, txn: lmdb.Transaction, wanted: frozenset[bytes] | None) -> None:
+        self._store = store
+        self._txn = txn
+        # An id no session can have (empty, too long) is the per-session check's to report;
+        # looking it up would fail on LMDB's key size instead.
+        self._wanted = (
+            None if wanted is None else frozenset(w for w in wanted if 0 < len(w) <= keys.MAX_SESSION_ID_BYTES)
+        )
+        self._cached_sid: bytes | None = None
+        self._cached_record: records_pb2.SessionRecord | None = None
+
+    # -- the sessions table ----------------------------------------------------------
+
+    def read_sessions(self) -> None:
+        """Read every record once: a sessions table LMDB cannot read fails here, named as itself."""
+        for _ in self._records():
+            pass
+
+    def _records(self) -> Iterator[tuple[bytes, records_pb2.SessionRecord]]:
+        """Each session's record that parses, in key order (of the named sessions only, if any)."""
+        txn, db = self._txn, self._store._sessions
+        items: Iterable[tuple[bytes, Any]]
+        if self._wanted is None:
+            items = _items(txn.cursor(db=db))
+        else:
+            items = ((sid, txn.get(sid, db=db)) for sid in sorted(self._wanted))
+        parse = records_pb2.SessionRecord.FromString
+        for sid, raw in items:
+            if raw is None:
+                continue
+            try:
+                yield sid, parse(raw)
+            except DecodeProtoError:
+                continue  # the per-session check names it
+
+    def run(self, table: str) -> Iterator[Problem]:
+        passes: dict[str, Callable[[], Iterator[Problem]]] = {
+            "frames": self._frames,
+            "updated": self._updated_index,
+            "labels": self._label_index,
+            "requests": self._requests,
+            "req_expiry": self._expiry_index,
+        }
+        return passes[table]()
+
+    def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
+        """A session's record (_MISSING: none; None: it does not parse), for checking an entry."""
+        if sid != self._cached_sid:
+            raw = self._txn.get(sid, db=self._store._sessions)
+            try:
+                self._cached_record = _MISSING if raw is None else records_pb2.SessionRecord.FromString(bytes(raw))
+            except DecodeProtoError:
+                self._cached_record = None
+            self._cached_sid = sid
+        return self._cached_record
+
+    def _skipped(self, sid: bytes) -> bool:
+        return self._wanted is not None and sid not in self._wanted
+
+    # -- frames ----------------------------------------------------------------------
+
+    def _frames(self) -> Iterator[Problem]:
+        """Sessions with frames but no record: one seek per session (frame keys are session NUL version)."""
+        if self._wanted is not None:
+            return
+        cur = self._txn.cursor(db=self._store._frames)
+        sessions = self._store._sessions
+        after = b""
+        while cur.set_range(after + b"\x01") if after else cur.first():
+            sid = bytes(cur.key()).partition(keys.SEP)[0]
+            if sid <= after:
+                raise DataLoss(f"the frames table has keys out of order after {_text(after)!r}")
+            if self._txn.get(sid, db=sessions) is None:
+                yield Problem("sessions", sid, True, "no record, but the frames table holds its versions")
+            after = sid
+
+    # -- updated -----------------------------------------------------------------------
+
+    def _updated_index(self) -> Iterator[Problem]:
+        txn, updated = self._txn, self._store._updated
+        updated_key = keys.updated_key
+        # A store without a layout stamp may hold the first builds' entries, at the exact update time; its
+        # first writable open rewrites them (store._index_updated_by_granule).
+        exact_too = not self._store._layout_stamped
+        for key in _keys(txn.cursor(db=updated)):
+            if len(key) <= 8:
+                yield Problem("updated", None, False, f"key {key!r} is not a time and a session id")
+                continue
+            sid = key[8:]
+            if self._skipped(sid):
+                continue
+            rec = self._record(sid)
+            when = keys.time_of(key)
+            if rec is _MISSING:
+                yield Problem("updated", sid, False, f"an entry at {_when(when)} names a session with no record")
+            elif (
+                rec is not None
+                and updated_key(rec.updated_unix_nanos, sid) != key
+                and not (exact_too and keys.time_key(rec.updated_unix_nanos, sid) == key)
+            ):
+                yield Problem(
+                    "updated",
+                    sid,
+                    True,
+                    f"a stale entry at {_when(when)}: the record's update time {_when(rec.updated_unix_nanos)} is"
+                    f" indexed at {_when(keys.updated_granule(rec.updated_unix_nanos))}",
+                )
+        for sid, rec in self._records():
+            key = updated_key(rec.updated_unix_nanos, sid)
+            if txn.get(key, db=updated) is None and not (
+                exact_too and txn.get(keys.time_key(rec.updated_unix_nanos, sid), db=updated) is not None
+            ):
+                yield Problem(
+                    "updated",
+                    sid,
+                    True,
+                    f"no entry for the record's update time (expected at {_when(keys.time_of(key))}): listings by"
+                    " update time miss the session",
+                )
+
+    # -- labels ------------------------------------------------------------------------
+
+    def _label_index(self) -> Iterator[Problem]:
+        txn, labels = self._txn, self._store._labels
+        label_key = keys.label_key
+        for key in _keys(txn.cursor(db=labels)):
+            parts = key.split(keys.SEP)
+            if len(parts) != 3 or not parts[0] or not parts[2]:
+                yield Problem("labels", None, False, f"key {key!r} is not label NUL value NUL session id")
+                continue
+            label, value, sid = parts
+            if self._skipped(sid):
+                continue
+            rec = self._record(sid)
+            what = f"label {_text(label)!r}={_text(value)!r}"
+            if rec is _MISSING:
+                yield Problem("labels", sid, False, f"an entry for {what} names a session with no record")
+            elif rec is not None:
+                have = rec.labels.get(_text(label))
+                if have is not None and label_key(_text(label), have, sid) == key:
+                    continue
+                yield Problem(
+                    "labels",
+                    sid,
+                    True,
+                    f"a stray entry for {what}: the record has no label {_text(label)!r}"
+                    if have is None
+                    else f"a stale entry for {what}: the record says {_text(label)!r}={have!r}",
+                )
+        for sid, rec in self._records():
+            labelled = rec.labels
+            if not labelled:
+                continue
+            for k, v in sorted(labelled.items()):
+                if txn.get(label_key(k, v, sid), db=labels) is None:
+                    yield Problem(
+                        "labels",
+                        sid,
+                        True,
+                        f"no entry for its label {k!r}={v!r}: listings by that label miss the session",
+                    )
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _request_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """The requests table's (key, record) pairs: all, or those of the sessions checked. A current key
+        names its session last (keys.request_key), so for named sessions every current key is read;
+        store layout 1's keys are found by a seek per session."""
+        cur = self._txn.cursor(db=self._store._requests)
+        if self._wanted is None:
+            yield from _items(cur)
+            return
+        for key, value in _items(cur):
+            if not key.startswith(keys.REQUEST_KEY_MARK):
+                break
+            parts = keys.request_key_parts(key)
+            if parts is None or parts[0] in self._wanted:
+                yield key, value
+        for sid in sorted(self._wanted):
+            prefix = sid + keys.SEP
+            if not cur.set_range(prefix):
+                return
+            for key, value in _items(cur):
+                if not key.startswith(prefix):
+                    break
+                yield key, value
+
+    def _requests(self) -> Iterator[Problem]:
+        parse = records_pb2.RequestRecord.FromString
+        for key, value in self._request_items():
+            parts = keys.request_key_parts(key)
+            if parts is None:
+                text = f"key {key!r} is neither \\1 request id NUL session id nor session id NUL request id"
+                yield Problem("requests", None, False, text)
+                continue
+            sid, rid = parts
+            rec = self._record(sid)
+            what = f"request_id {_text(rid)!r}"
+            try:
+                done = parse(value)
+            except DecodeProtoError as exc:
+                yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
+                continue
+            version = done.version
+            session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
+            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, session):
+                if done.session_created_unix_nanos == 0 and session is not None:
+                    # Every write stores its session's creation time (never 0): this record names no
+                    # session, so a retry of its write to the session, which lives, is written again.
+                    yield Problem(
+                        "requests",
+                        sid,
+                        True,
+                        f"the record of {what} (version {version}) names no session (session_created_unix_nanos"
+                        " is 0): a retry of that write would be written again",
+                    )
+                continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
+            head = -1 if session is None else session.head_version
+            if head >= version >= 1:
+                continue
+            if rec is _MISSING:
+                yield Problem(
+                    "requests", sid, False, f"the record of {what} (version {version}) names a session with no record"
+                )
+            elif rec is not None:
+                yield Problem(
+                    "requests",
+                    sid,
+                    True,
+                    f"the record of {what} says the write made version {version}, but the head is version {head}",
+                )
+
+    def _expiry_index(self) -> Iterator[Problem]:
+        txn, requests, expiry = self._txn, self._store._requests, self._store._req_expiry
+        parse = records_pb2.RequestRecord.FromString
+        time_key = keys.time_key
+        for key in _keys(txn.cursor(db=expiry)):
+            request = key[8:]
+            parts = keys.request_key_parts(request) if len(key) > 8 else None
+            if parts is None:
+                yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a requests key")
+                continue
+            sid, rid = parts
+            if self._skipped(sid):
+                continue
+            raw = txn.get(request, db=requests)
+            when = keys.time_of(key)
+            if raw is None:
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    self._record(sid) is not _MISSING,
+                    f"an entry at {_when(when)} names request_id {_text(rid)!r}, which has no record",
+                )
+                continue
+            try:
+                done = parse(bytes(raw))
+            except DecodeProtoError:
+                continue  # the requests pass names it
+            if time_key(done.expires_unix_nanos, request) == key:
+                continue
+            yield Problem(
+                "req_expiry",
+                sid,
+                self._record(sid) is not _MISSING,
+                f"a stale entry at {_when(when)} for request_id {_text(rid)!r}: its record expires at"
+                f" {_when(done.expires_unix_nanos)}",
+            )
+        for key, value in self._request_items():
+            try:
+                expires = parse(value).expires_unix_nanos
+            except DecodeProtoError:
+                continue  # the requests pass names it
+            if txn.get(time_key(expires, key), db=expiry) is None:
+                parts = keys.request_key_parts(key)
+                if parts is None:
+                    continue  # the requests pass names it
+                sid, rid = parts
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    self._record(sid) is not _MISSING,
+                    f"no entry for request_id {_text(rid)!r} (its record expires at {_when(expires)}): the sweep"
+                    " never removes it",
+                )

@@ -1,0 +1,88 @@
+"""decode()/iter_versions() with max_state_bytes.
+
+Frames from an untrusted source cannot make the reader allocate past the caller's limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import ckpt.codec.decoder
+from ckpt.codec import ChainEncoder, DecodeError, StateTooLargeError, decode, iter_versions
+
+
+def _chain(*states: bytes) -> list[bytes]:
+    """One chain (a FULL frame, then deltas) through ``states``."""
+    enc = ChainEncoder()
+    frames = [enc.replace(s) for s in states]
+    assert [f.kind.name for f in frames[1:]] == ["DELTA"] * (len(states) - 1)  # not a second chain
+    return [f.data for f in frames]
+
+
+@pytest.mark.parametrize(
+    ("limit", "refused"),
+    [(None, None), (10_000, None), (9_999, (2, 10_000)), (99, (1, 100)), (0, (1, 100))],
+)
+def test_every_state_of_the_chain_is_checked_against_the_limit(
+    limit: int | None, refused: tuple[int, int] | None
+) -> None:
+    state = b"checkpoint " * 909 + b"x"  # 10,000 bytes
+    assert len(state) == 10_000
+    frames = _chain(state[:100], state)
+    if refused is None:
+        assert decode(frames, max_state_bytes=limit) == state
+        return
+    version, size = refused
+    with pytest.raises(StateTooLargeError) as info:
+        decode(frames, max_state_bytes=limit)
+    assert str(info.value) == f"frame of version {version} declares a {size}-byte state; max_state_bytes is {limit}"
+    assert (info.value.version, info.value.state_size, info.value.limit) == (version, size, limit)
+    assert isinstance(info.value, DecodeError)
+
+
+def test_an_oversize_earlier_version_is_refused_before_anything_is_decompressed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frames = _chain(b"big " * 100, b"big " * 5_000, b"big " * 4_000)
+    calls: list[Any] = []
+    real = ckpt.codec.decoder._decompress
+
+    def counting(*args: Any) -> bytes:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ckpt.codec.decoder, "_decompress", counting)
+    with pytest.raises(StateTooLargeError, match="version 2 declares a 20000-byte state"):
+        decode(frames, max_state_bytes=1_000)
+    assert calls == []
+    assert decode(frames, max_state_bytes=20_000) == b"big " * 4_000
+    assert calls  # the same counter sees a decode that is allowed
+
+
+def test_iter_versions_yields_up_to_the_first_oversize_version() -> None:
+    frames = _chain(b"step " * 200, b"step " * 300, b"step " * 500)
+    seen: list[int] = []
+    with pytest.raises(StateTooLargeError, match="version 3 declares a 2500-byte state; max_state_bytes is 2000"):
+        for decoded in iter_versions(frames, max_state_bytes=2_000):
+            seen.append(decoded.version)
+    assert seen == [1, 2]
+    assert [d.state for d in iter_versions(frames, max_state_bytes=2_500)][-1] == b"step " * 500
+
+
+@pytest.mark.parametrize(
+    ("limit", "error", "message"),
+    [
+        (-1, ValueError, "max_state_bytes must be >= 0, got -1"),
+        ("10", TypeError, "max_state_bytes must be an int or None, not str"),
+        (True, TypeError, "max_state_bytes must be an int or None, not bool"),
+        (1.5, TypeError, "max_state_bytes must be an int or None, not float"),
+    ],
+)
+def test_a_bad_limit_is_misuse(limit: Any, error: type[Exception], message: str) -> None:
+    frames = _chain(b"state")
+    with pytest.raises(error, match=message):
+        decode(frames, max_state_bytes=limit)
+    with pytest.raises(error, match=message):
+        list(iter_versions(frames, max_state_bytes=limit))

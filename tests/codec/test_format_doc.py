@@ -1,0 +1,386 @@
+"""codec/FORMAT.md is enough to read frames: a reader written from it alone.
+
+The reader below uses only struct, xxhash and the standard zstd API; it does
+not import codec.frame or codec.decoder. It must return exactly the states the
+encoder holds, for every version of every chain shape the encoder writes.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame
+
+if sys.version_info >= (3, 14):
+    from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict
+else:
+    from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict
+
+FORMAT_MD = Path(__file__).parents[2] / "codec" / "FORMAT.md"
+
+
+# -- the independent reader, from FORMAT.md §2-§6 --------------------------------
+
+
+class FormatError(Exception):
+    pass
+
+
+FIELDS = struct.Struct("<4sBBBBQQIIIIQQ")  # offsets 0..55
+FULL, DELTA, PATCH = 1, 2, 3
+CONTINUES_STREAM = 0x01
+
+
+@dataclass(frozen=True)
+class Header:
+    kind: int
+    flags: int
+    window_log: int
+    version: int
+    base_version: int
+    state_size: int
+    base_size: int
+    payload_size: int
+    prefix_size: int
+    state_xxh3: int
+    base_xxh3: int
+
+    @property
+    def continues(self) -> bool:
+        return bool(self.flags & CONTINUES_STREAM)
+
+    @property
+    def content_size(self) -> int:
+        return self.state_size - self.base_size if self.kind == PATCH else self.state_size
+
+
+def read_frame(frame: bytes) -> tuple[Header, bytes]:
+    if len(frame) < 64:
+        raise FormatError("truncated header")
+    magic, fmt, *fields = FIELDS.unpack_from(frame)
+    if magic != b"CKPF" or fmt != 1:
+        raise FormatError("magic or format")
+    h = Header(*fields)
+    if len(frame) != 64 + h.payload_size:
+        raise FormatError("frame length")
+    (stored,) = struct.unpack_from("<Q", frame, 56)
+    if xxhash.xxh3_64_intdigest(frame[:56] + frame[64:]) != stored:
+        raise FormatError("frame checksum")
+    if h.kind not in (FULL, DELTA, PATCH) or h.flags & ~CONTINUES_STREAM:
+        raise FormatError("kind or flags")
+    if not 10 <= h.window_log <= 31 or h.version < 1:
+        raise FormatError("window_log or version")
+    if h.kind == FULL:
+        if h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues:
+            raise FormatError("FULL fields")
+    else:
+        ok = h.base_version == h.version - 1 and not (h.continues and h.prefix_size)
+        ok = ok and (h.prefix_size == 0 or h.prefix_size >= 8)
+        if h.kind == DELTA:
+            ok = ok and h.prefix_size in (0, h.base_size)
+        else:
+            ok = ok and h.state_size >= h.base_size and h.prefix_size <= h.base_size
+        if not ok:
+            raise FormatError("DELTA/PATCH fields")
+    return h, frame[64:]
+
+
+def check_link(prev: Header | None, h: Header) -> None:
+    if prev is None:
+        if h.kind != FULL:
+            raise FormatError("chain must start FULL")
+        return
+    if h.kind == FULL:
+        raise FormatError("FULL inside a chain")
+    if (h.base_version, h.base_size, h.base_xxh3) != (prev.version, prev.state_size, prev.state_xxh3):
+        raise FormatError("link")
+    if h.continues and h.window_log != prev.window_log:
+        raise FormatError("window_log of a continuing frame")
+
+
+def new_stream(h: Header, base: bytes) -> ZstdDecompressor:
+    options: dict[int, int] = {DecompressionParameter.window_log_max: h.window_log}
+    if h.prefix_size == 0:
+        return ZstdDecompressor(options=options)
+    prefix = base[len(base) - h.prefix_size :]
+    return ZstdDecompressor(options=options, zstd_dict=ZstdDict(prefix, is_raw=True).as_prefix)
+
+
+def decompress(dec: ZstdDecompressor, data: bytes, size: int) -> bytes:
+    out = dec.decompress(data, max_length=size + 1)
+    if len(out) != size:
+        raise FormatError("content size")
+    return out
+
+
+def verify(h: Header, state: bytes) -> bytes:
+    if len(state) != h.state_size or xxhash.xxh3_64_intdigest(state) != h.state_xxh3:
+        raise FormatError("state check")
+    return state
+
+
+def read_versions(frames: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Every version of one chain, as §6 "Every version" describes."""
+    prev: Header | None = None
+    state = b""
+    dec: ZstdDecompressor | None = None
+    for frame in frames:
+        h, payload = read_frame(frame)
+        check_link(prev, h)
+        if not h.continues:
+            dec = new_stream(h, state)
+        assert dec is not None
+        content = decompress(dec, payload, h.content_size)
+        state = verify(h, state + content if h.kind == PATCH else content)
+        yield h.version, state
+        prev = h
+
+
+def hydrate(frames: Iterable[bytes]) -> bytes:
+    """The latest state of one chain, one zstd call per stream (§6 "Latest state only")."""
+    parsed = [read_frame(f) for f in frames]
+    prev: Header | None = None
+    for h, _ in parsed:
+        check_link(prev, h)
+        prev = h
+    streams: list[list[tuple[Header, bytes]]] = []
+    for h, payload in parsed:
+        if not h.continues:
+            streams.append([])
+        streams[-1].append((h, payload))
+    state = b""
+    for stream in streams:
+        dec = new_stream(stream[0][0], state)
+        out = decompress(dec, b"".join(p for _, p in stream), sum(h.content_size for h, _ in stream))
+        start, offset = None, 0
+        for h, _ in stream:
+            if h.kind != PATCH:
+                start = offset
+            offset += h.content_size
+        state = verify(stream[-1][0], state + out if start is None else out[start:])
+    return state
+
+
+def split_chains(frames: list[bytes]) -> list[list[bytes]]:
+    chains: list[list[bytes]] = []
+    for frame in frames:
+        if frame[5] == FULL:
+            chains.append([])
+        chains[-1].append(frame)
+    return chains
+
+
+# -- sessions written by the real encoder ------------------------------------------
+
+
+def agent_state(step: int) -> bytes:
+    """A protobuf-like state (field 1, length-delimited) of about 16 KB that grows by a line per step.
+
+    Big enough that the default policy keeps DELTA and PATCH frames rather than
+    starting a new chain at every write.
+    """
+    lines = [f"step {i}: ran pytest on tests/test_mod{i * 7 % 13}.py, {i * 37 % 101} failures" for i in range(250)]
+    lines += [f"agent step {i}: edited codec/file{i}.py" for i in range(step)]
+    data = "\n".join(lines).encode()
+    return b"\x0a" + _varint(len(data)) + data
+
+
+def tool_patch(step: int) -> bytes:
+    data = f"tool output {step}: ".encode() + b"ok " * (step % 7 + 3)
+    return b"\x12" + _varint(len(data)) + data
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class Session:
+    """Drives a ChainEncoder; records each stored frame and the encoder's state after it."""
+
+    def __init__(self, enc: ChainEncoder) -> None:
+        self.enc = enc
+        self.frames: list[EncodedFrame] = []
+        self.states: dict[int, bytes] = {}
+
+    def store(self, frame: EncodedFrame) -> None:
+        assert frame.version == self.enc.version
+        self.frames.append(frame)
+        self.states[frame.version] = self.enc.state
+
+    def replace(self, state: bytes) -> None:
+        self.store(self.enc.replace(state))
+
+    def merge(self, patch: bytes) -> None:
+        self.store(self.enc.merge(patch))
+
+    def refused(self, frame: EncodedFrame) -> None:
+        """The write of ``frame`` failed: it is not stored, and the encoder forgets it."""
+        assert frame.version == self.enc.version
+        self.enc.rollback()
+
+    def resume(self, policy: ChainPolicy | None = None) -> None:
+        chain = split_chains([f.data for f in self.frames])[-1]
+        headers = [f.header for f in self.frames[-len(chain) :]]
+        self.enc = ChainEncoder.resume(self.enc.state, headers, policy=policy or self.enc.policy)
+
+
+def mixed() -> Session:
+    s = Session(ChainEncoder())
+    s.replace(agent_state(1))
+    s.replace(agent_state(2))
+    s.merge(tool_patch(3))
+    s.merge(tool_patch(4))
+    s.replace(s.enc.state + agent_state(5)[-40:])
+    s.merge(tool_patch(6))
+    return s
+
+
+def patch_stream_after_rollback() -> Session:
+    s = Session(ChainEncoder())
+    s.replace(agent_state(3))
+    s.merge(tool_patch(4))
+    s.refused(s.enc.merge(tool_patch(99)))  # drops the live stream
+    s.merge(tool_patch(5))  # a PATCH starting a stream on a prefix
+    s.merge(tool_patch(6))
+    s.refused(s.enc.replace(agent_state(98)))
+    s.replace(s.enc.state + b"\x08\x07")  # a DELTA starting a stream on the whole base
+    s.merge(tool_patch(8))
+    return s
+
+
+def patch_stream_after_resume() -> Session:
+    s = Session(ChainEncoder())
+    s.replace(agent_state(2))
+    s.merge(tool_patch(3))
+    s.resume()
+    s.merge(tool_patch(4))  # starts a new stream: the old one is gone
+    s.merge(b"")  # empty content, continuing
+    s.merge(tool_patch(5))
+    s.resume(ChainPolicy(patch_window_bytes=0))
+    s.merge(b"")  # a stream starting with an empty payload and no prefix
+    s.merge(tool_patch(6))  # carries the zstd frame header
+    s.resume(ChainPolicy(patch_window_bytes=4096))
+    s.merge(tool_patch(7))  # a PATCH starting a stream on the last 4096 bytes of its base
+    s.merge(tool_patch(8))
+    return s
+
+
+def tiny_states() -> Session:
+    """States under 8 bytes: no prefix at all."""
+    s = Session(ChainEncoder(policy=ChainPolicy(frame_cost_bytes=0)))
+    s.replace(b"\x08\x01")
+    s.merge(b"\x10\x02")
+    s.refused(s.enc.merge(b"\x18\x03"))
+    s.merge(b"\x18\x04")
+    s.refused(s.enc.replace(b"\x08\x09"))
+    s.replace(b"\x0a\x20" + b"abcd" * 8)  # a DELTA starting a stream on a 6-byte base: no prefix
+    return s
+
+
+def restarting() -> Session:
+    """Long enough that max_depth=3 starts new chains with FULL frames."""
+    s = Session(ChainEncoder(policy=ChainPolicy(max_depth=3)))
+    for step in range(1, 15):
+        if step % 3 == 0:
+            s.replace(agent_state(step))
+        else:
+            s.merge(tool_patch(step))
+    return s
+
+
+SESSIONS = [mixed, patch_stream_after_rollback, patch_stream_after_resume, tiny_states, restarting]
+
+
+@pytest.mark.parametrize("make", SESSIONS, ids=lambda f: f.__name__)
+def test_independent_reader_returns_the_encoders_states(make: Callable[[], Session]) -> None:
+    s = make()
+    for f in s.frames:  # the reader sees the header the encoder wrote
+        h, payload = read_frame(f.data)
+        e = f.header
+        assert (h.kind, h.continues, h.window_log, h.version, h.base_version) == (
+            e.kind,
+            e.continues_stream,
+            e.window_log,
+            e.version,
+            e.base_version,
+        )
+        assert (h.state_size, h.base_size, h.prefix_size, h.state_xxh3, h.base_xxh3) == (
+            e.state_size,
+            e.base_size,
+            e.prefix_size,
+            e.state_xxh3,
+            e.base_xxh3,
+        )
+        assert len(payload) == h.payload_size == e.payload_size
+    got: dict[int, bytes] = {}
+    for chain in split_chains([f.data for f in s.frames]):
+        got.update(read_versions(chain))
+        assert hydrate(chain) == got[max(got)]
+        for n in range(1, len(chain)):  # the latest state of every prefix of the chain
+            assert hydrate(chain[:n]) == got[read_frame(chain[n - 1])[0].version]
+    assert got == s.states
+    assert sorted(got) == list(range(1, len(s.frames) + 1))
+
+
+def test_sessions_cover_every_frame_shape() -> None:
+    shapes: set[tuple[object, ...]] = set()
+    for make in SESSIONS:
+        for f in make().frames:
+            h = f.header
+            shapes.add((h.kind.name, h.continues_stream, h.prefix_size > 0 and h.prefix_size == h.base_size))
+            if h.kind.name == "PATCH" and not h.continues_stream:
+                shapes.add(("PATCH new stream", h.prefix_size > 0, h.payload_size > 0))
+                if 0 < h.prefix_size < h.base_size:
+                    shapes.add(("PATCH new stream", "prefix = tail of base"))
+    assert {
+        ("FULL", False, False),
+        ("DELTA", True, False),
+        ("DELTA", False, True),  # new stream, prefix = whole base
+        ("DELTA", False, False),  # new stream, base under 8 bytes: no prefix
+        ("PATCH", True, False),
+        ("PATCH new stream", True, True),
+        ("PATCH new stream", False, False),  # empty payload, no prefix
+        ("PATCH new stream", "prefix = tail of base"),
+    } <= shapes
+    assert sum(f.header.kind.name == "FULL" for f in restarting().frames) >= 3
+
+
+def test_independent_reader_checks_the_frame_checksum() -> None:
+    frames = split_chains([f.data for f in mixed().frames])[0]
+    assert len(frames) >= 4
+    assert len(list(read_versions(frames))) == len(frames)
+    for i, frame in enumerate(frames):
+        for pos in range(len(frame)):
+            bad = bytearray(frame)
+            bad[pos] ^= 0x40
+            damaged = [*frames[:i], bytes(bad), *frames[i + 1 :]]
+            if pos < 5:
+                expected = "magic or format"  # checked before the checksum
+            elif 32 <= pos < 36:
+                expected = "frame length"  # payload_size no longer matches the frame's length
+            else:
+                expected = "frame checksum"
+            with pytest.raises(FormatError, match=expected):
+                list(read_versions(damaged))
+
+
+def test_worked_example_matches_the_encoder() -> None:
+    blocks = re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())
+    enc = ChainEncoder()
+    state = b"hello " * 1000
+    assert blocks == [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
+    frames = [bytes.fromhex(b) for b in blocks]
+    assert list(read_versions(frames)) == [(1, state), (2, state + b"\x08\x01")]

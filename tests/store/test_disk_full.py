@@ -1,0 +1,123 @@
+"""A full disk, as a user meets it: a real sidecar whose data file cannot grow.
+
+The sidecar's file size limit (RLIMIT_FSIZE, set on the running process with
+prlimit) stands in for a full filesystem: LMDB's page writes then fail with
+EFBIG where a full disk gives ENOSPC, through the same commit path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ckpt.bench.output import process_and_children
+from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError, ResourceExhaustedError
+from ckpt.sidecar.store.engine import _disk_full
+from tests.sidecar_proc import ROOT, start_sidecar
+
+STATE_BYTES = 64 * 1024
+
+
+@pytest.mark.parametrize("mode", [("--no-store-process",), ("--store-process",)], ids=["in-process", "store-process"])
+def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path, mode: tuple[str, ...]) -> None:
+    data_dir = tmp_path / "data"
+    sidecar = start_sidecar(data_dir, *mode)
+    kept: dict[str, bytes] = {}
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            for i in range(4):  # acknowledged before the disk fills
+                kept[f"kept-{i}"] = os.urandom(STATE_BYTES)  # random: stored at full size
+                client.put(f"kept-{i}", kept[f"kept-{i}"])
+            limit = os.path.getsize(data_dir / "lmdb" / "data.mdb") + 2 * 1024 * 1024
+            for pid in process_and_children(sidecar.process.pid):  # the store process writes, when there is one
+                resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, limit))
+
+            filled: list[str] = []
+            refused: ResourceExhaustedError | None = None
+            for i in range(200):  # 2 MiB of room: about 30 writes fit
+                session, state = f"fill-{i}", os.urandom(STATE_BYTES)
+                try:
+                    client.put(session, state, request_id=f"fill-{i}")
+                except ResourceExhaustedError as exc:
+                    refused = exc
+                    break
+                kept[session] = state
+                filled.append(session)
+            assert refused is not None, "200 writes of 64 KiB fit under a 2 MiB file size limit"
+            assert f"no space to write under {data_dir}" in str(refused), refused
+            assert "file size limit (RLIMIT_FSIZE" in str(refused)
+            assert "nothing was written" in str(refused)
+            assert filled, "no write fit before the disk was full"
+
+            # The refused write left nothing behind; every acknowledged one reads back.
+            with pytest.raises(NotFoundError, match="does not exist"):
+                client.get(f"fill-{len(filled)}")
+            for session, state in kept.items():
+                assert client.get(session).state == state
+
+            # Deleting frees pages inside the file: the refused write now fits, under its own request id.
+            for session in filled[: len(filled) // 2]:
+                client.delete(session)
+                del kept[session]
+            retried = os.urandom(STATE_BYTES)
+            response = client.put(f"fill-{len(filled)}", retried, request_id=f"fill-{len(filled)}")
+            assert response.version == 1
+            kept[f"fill-{len(filled)}"] = retried
+        assert sidecar.stop() == 0
+    finally:
+        sidecar.stop()
+
+    # Reopened without the limit: everything acknowledged is there, and every frame checks.
+    verify = subprocess.run(
+        [sys.executable, "-m", "ckpt.sidecar.cli", "verify", "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    sidecar = start_sidecar(data_dir)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            for session, state in kept.items():
+                assert client.get(session).state == state
+    finally:
+        sidecar.stop()
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("mdb_txn_commit: " + os.strerror(errno.ENOSPC), "the disk is full: " + os.strerror(errno.ENOSPC)),
+        ("mdb_txn_commit: " + os.strerror(errno.EDQUOT), "the disk is full: " + os.strerror(errno.EDQUOT)),
+        ("mdb_txn_commit: " + os.strerror(errno.EFBIG), "the disk is full: " + os.strerror(errno.EFBIG)),
+        ("mdb_txn_commit: " + os.strerror(errno.EIO), None),  # plenty of free space: a real I/O error
+        ("mdb_txn_commit: " + os.strerror(errno.EACCES), None),
+    ],
+)
+def test_which_commit_failures_are_a_full_disk(tmp_path: Path, message: str, reason: str | None) -> None:
+    data_file = tmp_path / "data.mdb"
+    data_file.write_bytes(b"\0" * 4096)
+    free = shutil.disk_usage(tmp_path).free
+    assert free > 64 * 1024 * 1024, "this test needs a disk with room to spare"
+    assert _disk_full(lmdb.Error(message), data_file, 4096) == reason
+
+
+def test_an_io_error_on_a_nearly_full_disk_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LMDB reports a page write cut short by a full disk as EIO; the free space tells them apart."""
+    data_file = tmp_path / "data.mdb"
+    data_file.write_bytes(b"\0" * 4096)
+    real = os.statvfs(tmp_path)
+    nearly_full = os.statvfs_result((real.f_bsize, 4096, real.f_blocks, 3, 3, *real[5:]))
+    monkeypatch.setattr(os, "statvfs", lambda path: nearly_full)
+    eio = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
+    assert _disk_full(eio, data_file, 4096) == "the disk is full: 12288 bytes free"
+    assert _disk_full(lmdb.MapFullError("mdb_put: MDB_MAP_FULL"), data_file, 4096) is None

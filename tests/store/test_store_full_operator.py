@@ -1,0 +1,85 @@
+"""What an operator sees of a store filling up: gauges to alert on before it is full,
+a count of the writes refused once it is, and a log line saying so.
+
+Before, /metrics had nothing on the store's size (only `ckpt stats`, run by hand,
+said how much of the map was in use), a full store showed only as
+RESOURCE_EXHAUSTED among the Put errors, the same as a client's too-large state,
+and the sidecar logged nothing while refusing every write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from ckpt.sidecar import PutRequest, Store, StoreConfig, StoreFull
+from ckpt.sidecar.client.clients import CheckpointClient, ResourceExhaustedError
+from ckpt.sidecar.tools.backup import backup
+from tests.sidecar_proc import Sidecar, free_port, metrics_text, start_sidecar
+
+MAP_CAP = 4 << 20
+
+
+def scrape(sidecar: Sidecar) -> dict[str, float]:
+    """Every unlabelled ckpt sample of one scrape."""
+    return {name: float(value) for name, value in re.findall(r"^(ckpt_\S+) (\S+)$", metrics_text(sidecar), re.M)}
+
+
+@pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
+def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Path, mode: str) -> None:
+    port = free_port()
+    sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(port), "--max-map-size-bytes", str(MAP_CAP), mode)
+    sidecar.metrics_port = port  # type: ignore[attr-defined]
+    try:
+        empty = scrape(sidecar)
+        assert empty["ckpt_sessions"] == 0 and empty["ckpt_versions"] == 0
+        assert empty["ckpt_store_max_map_size_bytes"] == MAP_CAP
+        assert 0 < empty["ckpt_store_used_bytes"] <= empty["ckpt_store_map_size_bytes"] <= MAP_CAP
+        assert empty["ckpt_store_full_writes_total"] == 0
+        written, refused = 0, 0
+        with CheckpointClient(sidecar.unix_target) as c:
+            while refused < 3:
+                assert written < 1000, "the store never filled"
+                try:
+                    c.put(f"fill-{written}", os.urandom(20_000))  # incompressible: ~20 KB a frame
+                    written += 1
+                except ResourceExhaustedError as exc:
+                    assert "the store is full" in str(exc)
+                    refused += 1
+        full = scrape(sidecar)
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+    assert full["ckpt_sessions"] == written and full["ckpt_versions"] == written
+    assert full["ckpt_store_full_writes_total"] == refused
+    assert "ckpt_map_resizes_total" in full
+    assert full["ckpt_store_map_size_bytes"] == MAP_CAP
+    # What an alert on used / max would have seen coming.
+    assert 0.8 * MAP_CAP < full["ckpt_store_used_bytes"] <= MAP_CAP
+    # Logged once, not once per refused write (then at most once a minute, with the count).
+    warnings = [line for line in sidecar.log().splitlines() if "the store is full" in line]
+    assert len(warnings) == 1, sidecar.log()
+    assert "WARNING" in warnings[0] and "refused 1 write: the store is full" in warnings[0]
+    assert "--max-map-size-bytes" in warnings[0]
+
+
+def test_a_data_file_over_a_lowered_map_cap_is_named_as_such(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A store grown under a larger --max-map-size-bytes, reopened under a smaller one, maps its file's
+    size and cannot grow. The refusal said the map 'reached max_map_size_bytes (1048576)' beside a 3 MB
+    data.mdb, and the open said nothing (operator walk, helper-18: a 13 MB backup served under a 4 MiB cap)."""
+    with Store(StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20)) as store:
+        store.put_many([PutRequest(f"s{n}", os.urandom(100_000)) for n in range(30)])
+        backup(store, tmp_path / "copy")  # compacted: no free pages, so the next write needs the map to grow
+    size = (tmp_path / "copy" / "lmdb" / "data.mdb").stat().st_size
+    assert size > 2 << 20
+    lowered = StoreConfig(data_dir=tmp_path / "copy", map_size_bytes=1 << 20, max_map_size_bytes=1 << 20)
+    with caplog.at_level(logging.WARNING, logger="ckpt.store"), Store(lowered) as store:
+        assert len(store.get("s7").state) == 100_000
+        with pytest.raises(StoreFull) as refused:
+            store.put("s7", os.urandom(100_000))
+    over = f"the LMDB map is {size} bytes, the size of {tmp_path / 'copy' / 'lmdb' / 'data.mdb'}, already over"
+    assert str(refused.value).startswith(f"the store is full: {over} max_map_size_bytes (1048576;")
+    assert any(over in record.getMessage() and "cannot grow" in record.getMessage() for record in caplog.records)

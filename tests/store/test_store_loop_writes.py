@@ -1,0 +1,270 @@
+"""Store.write_on_loop: asyncio writes applied and committed on their event loop's own thread (the store process)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckpt.sidecar.store.engine as store_module
+from ckpt.sidecar import Overloaded, PutRequest, Store, StoreConfig, WriteMode
+
+from .test_store import CHAINS, patch_of, state_of
+
+
+def _config(tmp_path: Path, **overrides: Any) -> StoreConfig:
+    return StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600, **overrides)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(_config(tmp_path)) as s:
+        yield s
+
+
+class _Input:
+    """What write_on_loop holds and releases, as a log."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def hold(self) -> None:
+        self.calls.append("hold")
+
+    def release(self) -> None:
+        self.calls.append("release")
+
+
+def _merges(store: Store, session: str, versions: int) -> list[PutRequest]:
+    first = PutRequest(session, state_of(session, 1), request_id=f"{session}-1")
+    return [first] + [
+        PutRequest(session, patch_of(v), WriteMode.MERGE, expected_version=v - 1, request_id=f"{session}-{v}")
+        for v in range(2, versions + 1)
+    ]
+
+
+def _merged(session: str, versions: int) -> bytes:
+    return state_of(session, 1) + b"".join(patch_of(v) for v in range(2, versions + 1))
+
+
+def test_the_loops_writes_commit_in_order_in_whole_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    settled: list[int] = []  # outcomes handed back to the loop, per hand-over
+    real = store_module._settle_on
+
+    def settle_on(loop: asyncio.AbstractEventLoop, outcomes: list[Any]) -> None:
+        settled.append(len(outcomes))
+        real(loop, outcomes)
+
+    monkeypatch.setattr(store_module, "_settle_on", settle_on)
+    batches: list[int] = []
+    real_run = store._run_batch
+
+    def run_batch(ops: list[Any], **kwargs: Any) -> None:
+        batches.append(len(ops))
+        real_run(ops, **kwargs)
+
+    monkeypatch.setattr(store, "_run_batch", run_batch)
+    sessions, versions = 16, 8
+
+    async def writer(session: str) -> list[int]:
+        return [(await store.awrite(req)).version for req in _merges(store, session, versions)]
+
+    async def main() -> list[list[int]]:
+        store.write_on_loop(asyncio.get_running_loop())
+        return await asyncio.gather(*(writer(f"s{i}") for i in range(sessions)))
+
+    assert asyncio.run(main()) == [list(range(1, versions + 1))] * sessions
+    # Every write of each round of the 16 writers in one commit, answered with one wake-up of the loop.
+    assert batches == [sessions] * versions
+    assert settled == batches
+    for i in range(sessions):
+        assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
+
+
+def test_a_lone_writer_commits_at_the_end_of_the_loops_turn_without_waiting(store: Store) -> None:
+    held = _Input()
+
+    async def main() -> None:
+        store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+        for req in _merges(store, "alone", 20):
+            await store.awrite(req)
+
+    asyncio.run(main())
+    assert store.get("alone").state == _merged("alone", 20)
+    assert store.commits == 20
+    assert store.commit_delays == 0
+    assert held.calls == []  # no other writer's requests to hold back
+
+
+def _gathers_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch of concurrent writes gathers (up to max_commit_delay_seconds), however slow the machine: a
+    batch goes at once when the gather's time passed since the last was handed over."""
+    monkeypatch.setattr(store_module, "_LOOP_GATHER_COMMITS", 1000)
+
+
+def test_concurrent_writers_wait_for_each_other_with_the_input_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _gathers_long(monkeypatch)
+    store = Store(_config(tmp_path, max_commit_delay_seconds=0.02))
+    held = _Input()
+    sessions, versions = 8, 10
+
+    async def writer(session: str) -> None:
+        for req in _merges(store, session, versions):
+            await store.awrite(req)
+
+    async def main() -> None:
+        store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+        await asyncio.gather(*(writer(f"s{i}") for i in range(sessions)))
+
+    with store:
+        asyncio.run(main())
+        # Every round after the first waited for the others.
+        assert store.commit_delays == versions - 1
+        assert store.commit_delay_seconds > 0
+        # Every hold is released before the next, and none is left held.
+        assert held.calls == ["hold", "release"] * (len(held.calls) // 2)
+        assert len(held.calls) >= 2 * store.commit_delays
+        assert store.commits == versions  # each round of the writers in one commit
+        for i in range(sessions):
+            assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
+
+
+def test_writes_of_other_threads_go_on_meanwhile(store: Store) -> None:
+    versions = 12
+    errors: list[BaseException] = []
+
+    def blocking_writer(session: str) -> None:
+        try:
+            for req in _merges(store, session, versions):
+                store.write(req)
+        except BaseException as exc:
+            errors.append(exc)
+
+    async def writer(session: str) -> None:
+        for req in _merges(store, session, versions):
+            await store.awrite(req)
+
+    async def main() -> None:
+        store.write_on_loop(asyncio.get_running_loop())
+        threads = [threading.Thread(target=blocking_writer, args=(f"t{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        await asyncio.gather(*(writer(f"a{i}") for i in range(8)))
+        for t in threads:
+            await asyncio.get_running_loop().run_in_executor(None, t.join)
+
+    asyncio.run(main())
+    assert not errors
+    for session in [f"t{i}" for i in range(4)] + [f"a{i}" for i in range(8)]:
+        assert store.get(session).state == _merged(session, versions)
+
+
+def test_close_commits_the_writes_still_waiting_on_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _gathers_long(monkeypatch)
+    store = Store(_config(tmp_path, max_commit_delay_seconds=1.0))
+    held = _Input()
+
+    async def main() -> list[asyncio.Future[Any]]:
+        store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+        # Two writers once, so that the next batch waits for more.
+        await asyncio.gather(*(store.awrite(PutRequest(f"w{i}", state_of(f"w{i}", 1))) for i in range(2)))
+        held.calls.clear()
+        futures = [store.asubmit(PutRequest(f"w{i}", patch_of(2), WriteMode.MERGE)) for i in range(2)]
+        assert held.calls == ["hold"]  # the batch is waiting for more
+        store.close()
+        await asyncio.wait_for(asyncio.gather(*futures), 5)  # answered once the loop runs again
+        return futures
+
+    futures = asyncio.run(main())
+    assert [f.result().version for f in futures] == [2, 2]
+    with Store(_config(tmp_path)) as reopened:
+        for i in range(2):
+            assert reopened.get(f"w{i}").state == state_of(f"w{i}", 1) + patch_of(2)
+
+
+def test_the_write_backlog_bound_holds_on_the_loop(tmp_path: Path) -> None:
+    state = state_of("a", 1)
+    with Store(_config(tmp_path, max_queued_write_bytes=len(state) + 10)) as store:
+
+        async def main() -> None:
+            store.write_on_loop(asyncio.get_running_loop())
+            first = store.asubmit(PutRequest("a", state, request_id="a1"))
+            # Both in one turn of the loop: the first is still queued, so the second does not fit.
+            with pytest.raises(Overloaded, match="max_queued_write_bytes"):
+                store.asubmit(PutRequest("b", state_of("b", 1), request_id="b1"))
+            assert (await first).version == 1
+            # Answered, its bytes no longer count: the retry lands.
+            assert (await store.asubmit(PutRequest("b", state_of("b", 1), request_id="b1"))).version == 1
+
+        asyncio.run(main())
+        assert store.queued_write_bytes == 0
+
+
+def test_a_read_only_store_refuses_to_write_on_a_loop(tmp_path: Path) -> None:
+    with Store(_config(tmp_path)) as writer:
+        writer.put("a", state_of("a", 1))
+    with Store(_config(tmp_path), readonly=True) as store, pytest.raises(ValueError, match="read-only"):
+        asyncio.run(_attach(store))
+
+
+async def _attach(store: Store) -> None:
+    store.write_on_loop(asyncio.get_running_loop())
+
+
+def test_a_stalled_commit_holds_the_input_only_briefly(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = _Input()
+    real_run = store._run_batch
+
+    def stalled_run(ops: list[Any], **kwargs: Any) -> None:
+        time.sleep(0.5)  # a disk that stalls, or another process holding LMDB's write lock
+        real_run(ops, **kwargs)
+
+    monkeypatch.setattr(store, "_run_batch", stalled_run)
+
+    async def main() -> None:
+        store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+        writes = [store.asubmit(PutRequest(s, state_of(s, 1))) for s in ("a", "b")]  # one batch of two
+        await asyncio.sleep(0.2)
+        # Reading goes on (so the loop can refuse writes past the backlog bound, and serve reads).
+        assert held.calls == ["hold", "release"]
+        assert not any(w.done() for w in writes)
+        assert [(await asyncio.wait_for(w, 5)).version for w in writes] == [1, 1]
+
+    asyncio.run(main())
+    assert held.calls == ["hold", "release"]
+
+
+def test_a_batch_whose_gather_time_passed_during_the_last_commit_goes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _Input()
+    with Store(_config(tmp_path, max_commit_delay_seconds=0.005)) as store:
+        real_run = store._run_batch
+
+        def slow_run(ops: list[Any], **kwargs: Any) -> None:
+            time.sleep(0.03)  # each commit outlasts the longest gather (5 ms)
+            real_run(ops, **kwargs)
+
+        monkeypatch.setattr(store, "_run_batch", slow_run)
+
+        async def writer(session: str) -> None:
+            for req in _merges(store, session, 5):
+                await store.awrite(req)
+
+        async def main() -> None:
+            store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
+            await asyncio.gather(*(writer(f"s{i}") for i in range(4)))
+
+        asyncio.run(main())
+        # The writers' next writes, read once a commit answered them, went at once: no batch waited.
+        assert store.commit_delays == 0
+        assert store.commits == 5
+        for i in range(4):
+            assert store.get(f"s{i}").state == _merged(f"s{i}", 5)
