@@ -1,10 +1,11 @@
-"""Store configuration: frozen dataclasses, units in field names."""
+"""Configuration: the store's and the sidecar's, frozen dataclasses with units in field names."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import Message
@@ -12,6 +13,10 @@ from google.protobuf.message import Message
 from ckpt.v1 import checkpoint_pb2  # noqa: F401  # registers ckpt.v1.Checkpoint for merge_message_type
 
 from ..codec import ChainPolicy
+from . import tls
+
+if TYPE_CHECKING:
+    import grpc
 
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -225,3 +230,189 @@ class StoreConfig:
                 " process (import its _pb2 module first; ckpt.v1.Checkpoint is always known)"
             ) from None
         return message_factory.GetMessageClass(descriptor)
+
+
+#: The event loops `ckpt serve` can run on (ServeConfig.event_loop).
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeConfig:
+    """How `ckpt serve` runs. Every field has a CKPT_* environment variable (see cli.py)."""
+
+    data_dir: Path
+    #: "unix:/path" or "host:port"; default: a unix socket in the data directory.
+    listen: tuple[str, ...] = ()
+    #: Largest message received or sent, both directions. States may be up
+    #: to this less MESSAGE_ENVELOPE_BYTES (64 KiB), so a Get can return any
+    #: state a Put stored.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Threads for store calls that may block: reads the state cache misses,
+    #: listings, forks, deletes. RPCs themselves run on one event loop, and
+    #: writes wait for their group commit without holding a thread.
+    threads: int = 16
+    #: Seconds in-flight RPCs get to finish on SIGTERM/SIGINT.
+    grace_seconds: float = 10.0
+    #: The event loop every RPC runs on: "uvloop" (libuv's, in C; a separate
+    #: package, installed with ckpt except on Windows) or "asyncio" (the
+    #: standard library's). See EVENT_LOOPS.
+    event_loop: str = "uvloop"
+    #: Sidecar processes serving the data directory on the same TCP ports
+    #: (the kernel spreads connections over them); each has its own event
+    #: loop, writer and caches. Needs TCP addresses: gRPC cannot share a unix
+    #: socket between processes. See workers.py.
+    workers: int = 1
+    #: TLS on every host:port listener (tls.py): this PEM certificate chain
+    #: and its key. Unix sockets stay plaintext (their file's permissions guard them).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    #: With TLS: take only clients whose certificate this PEM CA signed (mutual TLS).
+    tls_client_ca_file: Path | None = None
+    #: Serve Prometheus metrics on METRICS_ADDRESS:PORT (None = off).
+    metrics_port: int | None = None
+    #: Where /metrics listens: 127.0.0.1 (this host only), or 0.0.0.0 / ::
+    #: for a Prometheus outside the sidecar's container.
+    metrics_address: str = "127.0.0.1"
+    durability: Durability = Durability.SYNC
+    cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES
+    encoder_cache_bytes: int = DEFAULT_ENCODER_CACHE_BYTES
+    #: With store_process: serialized replies to latest-version Gets that the
+    #: gRPC process keeps and answers again while LMDB's committed head is
+    #: still their version (replycache.py), without the store process. 0 = off.
+    reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES
+    max_map_size_bytes: int = DEFAULT_MAX_MAP_SIZE_BYTES
+    #: Most bytes of states waiting for the writer (StoreConfig.max_queued_write_bytes).
+    max_queued_write_bytes: int = DEFAULT_MAX_QUEUED_WRITE_BYTES
+    #: Longest a commit waits for the writers it expects (StoreConfig.max_commit_delay_seconds).
+    max_commit_delay_seconds: float = DEFAULT_MAX_COMMIT_DELAY_SECONDS
+    retention: Retention = field(default_factory=Retention)
+    #: Every this many seconds, if the sidecar served anything since the last
+    #: time, return the C heap's free memory to the OS (glibc malloc_trim; see
+    #: heap.py). 0 = never.
+    heap_trim_interval_seconds: float = 30.0
+    #: Rewrite a quiet session's head as a FULL frame (StoreConfig.keyframe_after_quiet_seconds).
+    keyframe_after_quiet_seconds: float | None = None
+    #: How long a request id deduplicates retries (StoreConfig.request_id_ttl_seconds).
+    request_id_ttl_seconds: float = DEFAULT_REQUEST_ID_TTL_SECONDS
+    #: How often the sweeper runs (StoreConfig.sweep_interval_seconds).
+    sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
+    chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
+    #: Compact MERGE states as this protobuf message type (see StoreConfig).
+    merge_message_type: str | None = None
+    #: Also serve the benchmark echo method (bench/ only).
+    bench_echo: bool = False
+    #: Run the store (and the CheckpointService on it) in a process of its own,
+    #: this one forwarding each call's bytes (storehost.py): the store's writer
+    #: then has a GIL of its own, not the one gRPC's event loop turns on.
+    #: False: everything in this one process.
+    store_process: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.max_message_bytes < 2 * MESSAGE_ENVELOPE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be >= {2 * MESSAGE_ENVELOPE_BYTES} (twice the {MESSAGE_ENVELOPE_BYTES}-byte"
+                f" envelope kept for ids and labels), got {self.max_message_bytes}"
+            )
+        if self.max_message_bytes > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be <= {MAX_MESSAGE_BYTES} (2 GiB - 1, gRPC's limit),"
+                f" got {self.max_message_bytes}"
+            )
+        if self.max_map_size_bytes < 1024 * 1024:
+            raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.reply_cache_bytes < 0:
+            raise ValueError(f"reply_cache_bytes must be >= 0 (0 = off), got {self.reply_cache_bytes}")
+        if self.grace_seconds < 0:
+            raise ValueError(f"grace_seconds must be >= 0, got {self.grace_seconds}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
+        if self.workers > 1:
+            for address in self.addresses:
+                _, sep, port = address.rpartition(":")
+                if address.startswith("unix:") or not sep or not port.isdigit() or int(port) == 0:
+                    raise ValueError(
+                        f"workers > 1 needs TCP listen addresses with a fixed port (host:port), got {address!r}:"
+                        " gRPC cannot share a unix socket between processes, and every worker binds the same port"
+                    )
+        if not self.heap_trim_interval_seconds >= 0:
+            raise ValueError(
+                f"heap_trim_interval_seconds must be >= 0 (0 = never), got {self.heap_trim_interval_seconds}"
+            )
+        check_duration("grace_seconds", self.grace_seconds)
+        check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+        if self.metrics_address.startswith("[") and self.metrics_address.endswith("]"):  # as in --listen [::1]:N
+            object.__setattr__(self, "metrics_address", self.metrics_address[1:-1])
+        if not self.metrics_address or self.metrics_address != self.metrics_address.strip():
+            raise ValueError(f"metrics_address must be an IP address or host name, got {self.metrics_address!r}")
+        self._check_tls()
+        self.store_config()  # its checks fail now, before anything is bound
+
+    def _check_tls(self) -> None:
+        for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.tls_cert_file is None and self.tls_key_file is None:
+            if self.tls_client_ca_file is not None:
+                raise ValueError(
+                    "tls_client_ca_file needs tls_cert_file and tls_key_file (the sidecar's own certificate)"
+                )
+            return
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            raise ValueError("tls_cert_file and tls_key_file go together: give both or neither")
+        if all(address.startswith("unix:") for address in self.addresses):
+            raise ValueError(
+                "tls_cert_file is set, but every listen address is a unix socket, which is served without TLS:"
+                " add a host:port address"
+            )
+        self.server_credentials()  # a bad file fails now, naming its field
+
+    @property
+    def tls_mode(self) -> str:
+        """What the start-up log says of the host:port listeners: off, on, or mutual (client certificates)."""
+        if self.tls_cert_file is None:
+            return "off"
+        return "on" if self.tls_client_ca_file is None else "mutual"
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials for the host:port listeners (None: plaintext)."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return tls.server_credentials(
+            cert_file=self.tls_cert_file, key_file=self.tls_key_file, client_ca_file=self.tls_client_ca_file
+        )
+
+    @property
+    def max_state_bytes(self) -> int:
+        """Largest state a Put may store or a MERGE may grow to."""
+        return self.max_message_bytes - MESSAGE_ENVELOPE_BYTES
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            data_dir=self.data_dir,
+            durability=self.durability,
+            cache_size_bytes=self.cache_size_bytes,
+            encoder_cache_bytes=self.encoder_cache_bytes,
+            # The initial map shrinks to a small cap rather than refusing it.
+            map_size_bytes=min(DEFAULT_MAP_SIZE_BYTES, self.max_map_size_bytes),
+            max_map_size_bytes=self.max_map_size_bytes,
+            max_queued_write_bytes=self.max_queued_write_bytes,
+            max_commit_delay_seconds=self.max_commit_delay_seconds,
+            max_state_bytes=self.max_state_bytes,
+            retention=self.retention,
+            keyframe_after_quiet_seconds=self.keyframe_after_quiet_seconds,
+            request_id_ttl_seconds=self.request_id_ttl_seconds,
+            sweep_interval_seconds=self.sweep_interval_seconds,
+            chain_policy=self.chain_policy,
+            merge_message_type=self.merge_message_type,
+        )

@@ -44,9 +44,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ...codec import DecodeError, FrameKind, iter_versions
 from ..client import CheckpointClient, CheckpointError, UnavailableError
-from ..config import DEFAULT_MAX_MESSAGE_BYTES, Durability, Retention, StoreConfig
+from ..config import DEFAULT_MAX_MESSAGE_BYTES, EVENT_LOOPS, Durability, Retention, ServeConfig, StoreConfig
 from ..errors import DataLoss, InvalidArgument, NotFound, StoreError
-from ..server import EVENT_LOOPS, ServeConfig, serve
+from ..server import serve
 from ..store import SessionInfo, Store, VersionInfo, keys
 from ..tls import ClientTLS
 from ..tools import Problem, isolated, write_backup

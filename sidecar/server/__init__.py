@@ -3,9 +3,7 @@
 from .process import SidecarProcess, start_sidecar_process
 from .service import (
     ECHO_METHOD,
-    EVENT_LOOPS,
     LINK_ECHO_METHOD,
-    ServeConfig,
     event_loop_factory,
     serve,
     wait_until_serving,
@@ -13,9 +11,7 @@ from .service import (
 
 __all__ = [
     "ECHO_METHOD",
-    "EVENT_LOOPS",
     "LINK_ECHO_METHOD",
-    "ServeConfig",
     "SidecarProcess",
     "event_loop_factory",
     "serve",

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from ..config import ServeConfig
 from ..errors import StoreError
 from .gctune import serving_gc
 from .link import BENCH_LINK_ECHO, Frame, Kind
@@ -33,7 +34,6 @@ from .service import (
     PUT_METHOD,
     UNARY_METHODS,
     CheckpointService,
-    ServeConfig,
     StoreSide,
     UnaryHandler,
     event_loop_factory,

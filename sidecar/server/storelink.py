@@ -21,7 +21,7 @@ from .link import MAX_TAG, Frame, Kind
 from .linkprotocol import LinkProtocol, link_frame_bytes
 
 if TYPE_CHECKING:
-    from .service import ServeConfig
+    from ..config import ServeConfig
 
 log = logging.getLogger(__name__)
 

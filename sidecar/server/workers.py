@@ -50,10 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..config import ServeConfig
 from ..errors import StoreError, Unavailable
 from ..store import Store, check_not_truncated, lock_data_dir
 from .exitstatus import exit_status
-from .service import SERVING_LOG, ServeConfig, event_loop_factory, serve_async, tcp_addresses_of
+from .service import SERVING_LOG, event_loop_factory, serve_async, tcp_addresses_of
 
 log = logging.getLogger("ckpt")
 

@@ -21,9 +21,9 @@ import pytest
 
 from ckpt.bench import synthetic
 from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError
-from ckpt.sidecar.config import StoreConfig
+from ckpt.sidecar.config import ServeConfig, StoreConfig
 from ckpt.sidecar.server.replycache import ReplyCache
-from ckpt.sidecar.server.service import ServeConfig, version_info_pb
+from ckpt.sidecar.server.service import version_info_pb
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping

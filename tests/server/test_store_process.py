@@ -23,10 +23,10 @@ import pytest
 
 from ckpt.bench.output import child_pids
 from ckpt.sidecar.client.clients import CheckpointClient, CheckpointError, ResourceExhaustedError
-from ckpt.sidecar.config import MAX_STREAM_BATCH_PUTS, StoreConfig
+from ckpt.sidecar.config import MAX_STREAM_BATCH_PUTS, ServeConfig, StoreConfig
 from ckpt.sidecar.server import storehost
 from ckpt.sidecar.server.link import MAX_TAG, Frame, FrameReader, Kind, encode
-from ckpt.sidecar.server.service import PUT_METHOD, UNARY_METHODS, ServeConfig, StoreSide
+from ckpt.sidecar.server.service import PUT_METHOD, UNARY_METHODS, StoreSide
 from ckpt.sidecar.server.storelink import StoreLink
 from ckpt.sidecar.status import CURRENT_VERSION_KEY
 from ckpt.sidecar.store.engine import OFF_LOOP_PATCH_BYTES, Store

@@ -14,8 +14,9 @@ import pytest
 import trustme
 
 from ckpt.sidecar.client.clients import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
+from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.process import start_sidecar_process
-from ckpt.sidecar.server.service import ServeConfig, reachable_from_other_hosts, wait_until_serving
+from ckpt.sidecar.server.service import reachable_from_other_hosts, wait_until_serving
 from tests.client.test_node_client import node_command
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 

@@ -20,8 +20,8 @@ import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, Unavailable, WriteMode
 from ckpt.sidecar.client.clients import AsyncCheckpointClient, UnavailableError
+from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server import service as server_module
-from ckpt.sidecar.server.service import ServeConfig
 from tests.store.test_store import patch_of, state_of
 from tests.store.test_write_backlog import writer_held
 
