@@ -3,7 +3,7 @@
 ckpt bench run [--quick] [--workload W ...] [--systems S ...] [--mode merge|replace]
                [--concurrency N ...] [--sessions N] [--steps N] [--no-tuning] --out DIR
 ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json)
-ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: bench.store_bench --only scale)
+ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: python -m ckpt.bench.store_bench --only scale)
 """
 
 from __future__ import annotations
