@@ -14,7 +14,15 @@ from ..stats import percentile
 
 ENV_DIR = "CKPT_BENCH_DIR"
 ENV_SESSIONS = "CKPT_BENCH_SESSIONS"
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".bench-data"
+# The repository root, in a source checkout (ckpt/bench links to bench/, so the resolved path is the checkout's).
+_CHECKOUT = Path(__file__).resolve().parents[2]
+# A checkout keeps the stores at its root (git-ignored); an installed package has no checkout to hold them
+# and its site-packages may not be writable, so it uses the user's cache directory.
+DEFAULT_DIR = (
+    _CHECKOUT / ".bench-data"
+    if (_CHECKOUT / "pyproject.toml").is_file()
+    else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ckpt-bench"
+)
 DEFAULT_SESSIONS = 1_000_000
 
 
