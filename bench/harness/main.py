@@ -50,7 +50,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cold-rounds", type=int, default=3, help="reopen-and-read rounds for cold latencies")
     r.add_argument("--no-tuning", action="store_true", help="skip the zstd level / chain policy sweep")
     r.add_argument("--trajectories", type=Path, help="trajectory corpus (default $CKPT_TRAJECTORIES or ../shared)")
-    scratch_help = "scratch directory for the stores (default: $CKPT_BENCH_DIR or .bench-data/; removed after)"
+    scratch_help = (
+        "scratch directory for the stores (default: $CKPT_BENCH_DIR, else .bench-data/ in a source checkout,"
+        " ~/.cache/ckpt-bench in an installed one; removed after)"
+    )
     r.add_argument("--data-dir", type=Path, help=scratch_help)
     r.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     rep = bsub.add_parser("report", help="re-render REPORT.md and plots from results.json")
@@ -96,10 +99,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from .. import store_bench
+    from .. import store_bench, trajectories
     from . import runner, systems, tuning, workloads
 
     chosen_workloads = tuple(args.workload or workloads.WORKLOADS)
+    skipped: dict[str, str] = {}
+    if "trajectories" in chosen_workloads or not args.no_tuning:
+        problem = trajectories.corpus_problem(args.trajectories)
+        if problem is not None:
+            if args.trajectories is not None or "trajectories" in (args.workload or ()):
+                raise ValueError(problem)  # asked for by name: a mistake to report, not to skip past
+            # A machine without the corpus (a plain install) still measures the synthetic workloads.
+            print(f"ckpt bench run: skipping the trajectories workload: {problem}", file=sys.stderr)
+            skipped["trajectories"] = problem
+            chosen_workloads = tuple(w for w in chosen_workloads if w not in skipped)
     chosen_systems = tuple(args.systems or systems.SYSTEMS)
     # Scratch stores go where the other benchmarks put theirs (real disk, git-ignored), not into --out.
     scratch = args.data_dir or store_bench.data_root() / f"harness-{os.getpid()}"
@@ -124,6 +137,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # state grows by every patch) pull the chain policy in different directions.
             doc["tuning"] = []
             for tuning_workload, tuning_size in TUNING_WORKLOADS.items():
+                if tuning_workload in skipped:
+                    continue
                 sessions, steps = config.size_of(tuning_workload)
                 if tuning_size is not None and not args.quick:
                     sessions, steps = args.sessions or tuning_size[0], args.steps or tuning_size[1]
@@ -143,6 +158,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if args.data_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
+    if skipped:
+        doc["skipped_workloads"] = skipped
     doc["duration_seconds"] = time.time() - started
     doc["command"] = "ckpt bench " + " ".join(shlex.quote(a) for a in args.argv)
     return doc

@@ -133,3 +133,31 @@ def test_unknown_system_is_refused_with_its_name(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "nope" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [("--workload", "trajectories"), ("--workload", "chat", "--trajectories", "no-such-corpus")],
+    ids=["the-workload-by-name", "a-corpus-by-path"],
+)
+def test_asking_for_trajectories_without_a_corpus_is_refused_in_one_line(
+    tmp_path: Path, asked: tuple[str, ...]
+) -> None:
+    """Without a corpus the trajectories workload is skipped (tests/bench/test_bench_installed.py), unless
+    the command line asked for it: then the run stops before measuring anything and says why."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt.sidecar.cli", "bench", "run", "--quick", *asked, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CKPT_TRAJECTORIES": str(empty)},
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("ckpt bench run: no *.jsonl files in trajectory corpus")
+    assert "--trajectories DIR" in line and "$CKPT_TRAJECTORIES" in line
+    assert not (out / "results.json").exists()

@@ -67,3 +67,20 @@ def test_synthetic_sessions_are_reproducible_and_edit_in_place() -> None:
     assert_patches_merge_to_states(steps)
     # in-place edits: concatenated patches outgrow the canonical state
     assert sum(len(s.patch) for s in steps) > 1.2 * len(steps[-1].state)
+
+
+def test_a_missing_corpus_is_explained_with_how_to_point_at_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(trajectories.ENV_VAR, raising=False)
+    # The default sits beside the checkout; pointed elsewhere so that the test does not depend on it.
+    monkeypatch.setattr(trajectories, "DEFAULT_DIR", tmp_path / "absent")
+    problem = trajectories.corpus_problem()
+    assert problem is not None and problem.startswith("no trajectory corpus")
+    assert "point --trajectories DIR or $CKPT_TRAJECTORIES at a folder of *.jsonl trajectories" in problem
+    with pytest.raises(FileNotFoundError) as raised:
+        trajectories.load()
+    assert str(raised.value) == problem
+    write_corpus(tmp_path)
+    assert trajectories.corpus_problem(tmp_path) is None
+    assert [t.id for t in trajectories.load(tmp_path)] == ["test/one"]
