@@ -77,7 +77,7 @@ def test_quick_run_measures_every_system_on_every_workload(quick_run: Path) -> N
         depths = sorted((p["value"], p["bytes_per_version"]) for p in sweep["points"] if p["knob"] == "max_depth")
         assert depths[0][1] >= depths[-1][1]
     # Compaction never costs bytes (it runs at chain starts, which the quick run's short sessions may not
-    # reach; tests/test_store.py shows the saving on long ones).
+    # reach; tests/store/test_store.py shows the saving on long ones).
     factual = next(sweep["points"] for sweep in doc["tuning"] if sweep["workload"] == "factual")
     compacted = next(p for p in factual if p["knob"] == "merge_message_type")
     default = next(p for p in factual if p["default"])

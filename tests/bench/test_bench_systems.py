@@ -110,7 +110,7 @@ def test_versions_round_trip_hot_and_cold(system: systems.System, tmp_path: Path
         system.get("beta")
 
 
-def test_concurrent_writers(system: systems.System, tmp_path: Path) -> None:
+def test_concurrent_writers_all_read_back_their_sessions(system: systems.System, tmp_path: Path) -> None:
     system.open(tmp_path / "data")
     sessions = {f"s{i}": session_steps(i) for i in range(8)}
     values = {sid: [system.prepare(step) for step in steps] for sid, steps in sessions.items()}
@@ -153,7 +153,7 @@ def test_make_rejects_unknown_names_and_modes() -> None:
         assert s.name == name and s.label
 
 
-def test_prepare_values() -> None:
+def test_prepare_hands_each_system_the_value_its_application_holds() -> None:
     steps = SESSIONS["alpha"]
     assert systems.make("ckpt-embedded").prepare(steps[1]) == steps[1].patch
     assert systems.make("ckpt-embedded", mode="replace").prepare(steps[1]) == steps[1].state

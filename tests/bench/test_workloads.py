@@ -39,7 +39,7 @@ def assert_patches_merge_to_states(steps: list[trajectories.Step]) -> None:
         assert pb.Checkpoint.FromString(merged) == pb.Checkpoint.FromString(step.state)
 
 
-def test_trajectory_replay(tmp_path: Path) -> None:
+def test_trajectory_replay_appends_one_message_a_step(tmp_path: Path) -> None:
     write_corpus(tmp_path)
     [traj] = trajectories.load(tmp_path)
     steps = list(trajectories.replay(traj))
@@ -51,7 +51,9 @@ def test_trajectory_replay(tmp_path: Path) -> None:
     assert_patches_merge_to_states(steps)
 
 
-def test_corpus_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_corpus_is_an_explicit_path_else_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_corpus(tmp_path)
     monkeypatch.setenv(trajectories.ENV_VAR, str(tmp_path))
     assert trajectories.find_corpus() == tmp_path
