@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     b = argparse.ArgumentParser(
         prog="ckpt bench",
         description="Replay agent workloads through ckpt and the stores people use today, side by side, and "
-        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt[bench]'.",
+        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt-sidecar[bench]'.",
     )
     bsub = b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     r = bsub.add_parser("run", help="run workloads x systems and write the report", description=__doc__,
@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
 
-        from . import runner  # noqa: F401  (imports the LangGraph savers)
+        from . import runner  # noqa: F401  (and what it imports; LangGraph's savers load when their systems open)
     except ImportError as exc:
-        print(f"ckpt bench: {exc.name} is missing; install the bench extra: pip install 'ckpt[bench]'", file=sys.stderr)
+        install = "pip install 'ckpt-sidecar[bench]'"
+        print(f"ckpt bench: {exc.name} is missing; install the bench extra: {install}", file=sys.stderr)
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
