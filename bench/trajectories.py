@@ -60,16 +60,28 @@ def find_corpus(path: str | os.PathLike[str] | None = None) -> Path | None:
     return DEFAULT_DIR if DEFAULT_DIR.is_dir() else None
 
 
-def load(path: str | os.PathLike[str] | None = None) -> list[Trajectory]:
-    """Load every trajectory of every ``*.jsonl`` file in the corpus directory."""
+def corpus_problem(path: str | os.PathLike[str] | None = None) -> str | None:
+    """Why no trajectory can be loaded, and how to point at a corpus, in one line; None when there are some."""
     corpus = find_corpus(path)
     if corpus is None:
-        raise FileNotFoundError(
-            f"no trajectory corpus: set {ENV_VAR} or pass a path (default {DEFAULT_DIR} does not exist)"
-        )
+        found = f"no trajectory corpus (${ENV_VAR} is not set and the default {DEFAULT_DIR} does not exist)"
+    elif not any(corpus.glob("*.jsonl")):
+        found = f"no *.jsonl files in trajectory corpus {corpus}"
+    else:
+        return None
+    return f"{found}; point --trajectories DIR or ${ENV_VAR} at a folder of *.jsonl trajectories"
+
+
+def load(path: str | os.PathLike[str] | None = None) -> list[Trajectory]:
+    """Load every trajectory of every ``*.jsonl`` file in the corpus directory.
+
+    Raises FileNotFoundError, saying what :func:`corpus_problem` says, when there is none.
+    """
+    problem = corpus_problem(path)
+    corpus = find_corpus(path)
+    if problem is not None or corpus is None:
+        raise FileNotFoundError(problem)
     files = sorted(corpus.glob("*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no *.jsonl files in trajectory corpus {corpus}")
     out = []
     for file in files:
         with file.open(encoding="utf-8") as fh:

@@ -3,7 +3,7 @@
 ckpt bench run [--quick] [--workload W ...] [--systems S ...] [--mode merge|replace]
                [--concurrency N ...] [--sessions N] [--steps N] [--no-tuning] --out DIR
 ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json)
-ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: bench.store_bench --only scale)
+ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: python -m ckpt.bench.store_bench --only scale)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     b = argparse.ArgumentParser(
         prog="ckpt bench",
         description="Replay agent workloads through ckpt and the stores people use today, side by side, and "
-        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt[bench]'.",
+        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt-sidecar[bench]'.",
     )
     bsub = b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     r = bsub.add_parser("run", help="run workloads x systems and write the report", description=__doc__,
@@ -50,7 +50,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cold-rounds", type=int, default=3, help="reopen-and-read rounds for cold latencies")
     r.add_argument("--no-tuning", action="store_true", help="skip the zstd level / chain policy sweep")
     r.add_argument("--trajectories", type=Path, help="trajectory corpus (default $CKPT_TRAJECTORIES or ../shared)")
-    scratch_help = "scratch directory for the stores (default: $CKPT_BENCH_DIR or .bench-data/; removed after)"
+    scratch_help = (
+        "scratch directory for the stores (default: $CKPT_BENCH_DIR, else .bench-data/ in a source checkout,"
+        " ~/.cache/ckpt-bench in an installed one; removed after)"
+    )
     r.add_argument("--data-dir", type=Path, help=scratch_help)
     r.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     rep = bsub.add_parser("report", help="re-render REPORT.md and plots from results.json")
@@ -74,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import matplotlib  # noqa: F401
 
-        from . import runner  # noqa: F401  (imports the LangGraph savers)
+        from . import runner  # noqa: F401  (and what it imports; LangGraph's savers load when their systems open)
     except ImportError as exc:
-        print(f"ckpt bench: {exc.name} is missing; install the bench extra: pip install 'ckpt[bench]'", file=sys.stderr)
+        install = "pip install 'ckpt-sidecar[bench]'"
+        print(f"ckpt bench: {exc.name} is missing; install the bench extra: {install}", file=sys.stderr)
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -96,10 +100,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from .. import store_bench
+    from .. import store_bench, trajectories
     from . import runner, systems, tuning, workloads
 
     chosen_workloads = tuple(args.workload or workloads.WORKLOADS)
+    skipped: dict[str, str] = {}
+    if "trajectories" in chosen_workloads or not args.no_tuning:
+        problem = trajectories.corpus_problem(args.trajectories)
+        if problem is not None:
+            if args.trajectories is not None or "trajectories" in (args.workload or ()):
+                raise ValueError(problem)  # asked for by name: a mistake to report, not to skip past
+            # A machine without the corpus (a plain install) still measures the synthetic workloads.
+            print(f"ckpt bench run: skipping the trajectories workload: {problem}", file=sys.stderr)
+            skipped["trajectories"] = problem
+            chosen_workloads = tuple(w for w in chosen_workloads if w not in skipped)
     chosen_systems = tuple(args.systems or systems.SYSTEMS)
     # Scratch stores go where the other benchmarks put theirs (real disk, git-ignored), not into --out.
     scratch = args.data_dir or store_bench.data_root() / f"harness-{os.getpid()}"
@@ -124,6 +138,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # state grows by every patch) pull the chain policy in different directions.
             doc["tuning"] = []
             for tuning_workload, tuning_size in TUNING_WORKLOADS.items():
+                if tuning_workload in skipped:
+                    continue
                 sessions, steps = config.size_of(tuning_workload)
                 if tuning_size is not None and not args.quick:
                     sessions, steps = args.sessions or tuning_size[0], args.steps or tuning_size[1]
@@ -143,6 +159,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if args.data_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
+    if skipped:
+        doc["skipped_workloads"] = skipped
     doc["duration_seconds"] = time.time() - started
     doc["command"] = "ckpt bench " + " ".join(shlex.quote(a) for a in args.argv)
     return doc

@@ -136,6 +136,8 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         " the whole state each step, as it requires.",
         "",
     ]
+    for workload, why in doc.get("skipped_workloads", {}).items():
+        out += [f"**Skipped:** the {workload} workload: {why}.", ""]
     # Headline.
     head_wl = "trajectories" if "trajectories" in res.workloads else res.workloads[0]
     rows = headline(res, head_wl)

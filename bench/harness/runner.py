@@ -374,9 +374,10 @@ def machine_info(data_dir: Path) -> dict[str, Any]:
         "memory_gib": mem_gib,
         "data_dir_fs": _filesystem_of(data_dir),
         "libzstd": _zstd.zstd.zstd_version,
+        # ckpt is distributed as ckpt-sidecar ("ckpt" on PyPI is another project); reported as ckpt.
         "versions": {
-            d: version(d)
-            for d in (
+            name: version("ckpt-sidecar" if name == "ckpt" else name)
+            for name in (
                 "ckpt",
                 "grpcio",
                 "protobuf",

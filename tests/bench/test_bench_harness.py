@@ -77,7 +77,7 @@ def test_quick_run_measures_every_system_on_every_workload(quick_run: Path) -> N
         depths = sorted((p["value"], p["bytes_per_version"]) for p in sweep["points"] if p["knob"] == "max_depth")
         assert depths[0][1] >= depths[-1][1]
     # Compaction never costs bytes (it runs at chain starts, which the quick run's short sessions may not
-    # reach; tests/test_store.py shows the saving on long ones).
+    # reach; tests/store/test_store.py shows the saving on long ones).
     factual = next(sweep["points"] for sweep in doc["tuning"] if sweep["workload"] == "factual")
     compacted = next(p for p in factual if p["knob"] == "merge_message_type")
     default = next(p for p in factual if p["default"])
@@ -133,3 +133,31 @@ def test_unknown_system_is_refused_with_its_name(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "nope" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [("--workload", "trajectories"), ("--workload", "chat", "--trajectories", "no-such-corpus")],
+    ids=["the-workload-by-name", "a-corpus-by-path"],
+)
+def test_asking_for_trajectories_without_a_corpus_is_refused_in_one_line(
+    tmp_path: Path, asked: tuple[str, ...]
+) -> None:
+    """Without a corpus the trajectories workload is skipped (tests/bench/test_bench_installed.py), unless
+    the command line asked for it: then the run stops before measuring anything and says why."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt.sidecar.cli", "bench", "run", "--quick", *asked, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CKPT_TRAJECTORIES": str(empty)},
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("ckpt bench run: no *.jsonl files in trajectory corpus")
+    assert "--trajectories DIR" in line and "$CKPT_TRAJECTORIES" in line
+    assert not (out / "results.json").exists()

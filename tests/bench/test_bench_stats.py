@@ -30,7 +30,7 @@ HUNDRED = [float(i) for i in range(1, 101)]  # 1..100: the q-th percentile is q 
         ([1.0, 2.0, 3.0, 4.0], 75, 3.0),
     ],
 )
-def test_nearest_rank(values: list[float], q: float, expected: float) -> None:
+def test_percentile_is_the_nearest_rank_of_any_order(values: list[float], q: float, expected: float) -> None:
     shuffled = list(values)
     random.Random(len(values)).shuffle(shuffled)
     assert percentile(values, q) == expected

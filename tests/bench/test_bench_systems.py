@@ -1,5 +1,5 @@
 """The benchmark's systems store and return every version correctly, hot, cold
-after reopen, and under concurrent writers (bench/harness/systems.py)."""
+after reopen, and under concurrent writers (bench/harness/systems/)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.bench.harness import systems
+from ckpt.bench.harness.systems.langgraph_savers import checkpoint_id
 from ckpt.bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2 as pb
 
@@ -109,7 +110,7 @@ def test_versions_round_trip_hot_and_cold(system: systems.System, tmp_path: Path
         system.get("beta")
 
 
-def test_concurrent_writers(system: systems.System, tmp_path: Path) -> None:
+def test_concurrent_writers_all_read_back_their_sessions(system: systems.System, tmp_path: Path) -> None:
     system.open(tmp_path / "data")
     sessions = {f"s{i}": session_steps(i) for i in range(8)}
     values = {sid: [system.prepare(step) for step in steps] for sid, steps in sessions.items()}
@@ -152,7 +153,7 @@ def test_make_rejects_unknown_names_and_modes() -> None:
         assert s.name == name and s.label
 
 
-def test_prepare_values() -> None:
+def test_prepare_hands_each_system_the_value_its_application_holds() -> None:
     steps = SESSIONS["alpha"]
     assert systems.make("ckpt-embedded").prepare(steps[1]) == steps[1].patch
     assert systems.make("ckpt-embedded", mode="replace").prepare(steps[1]) == steps[1].state
@@ -166,7 +167,7 @@ def test_prepare_values() -> None:
 
 
 def test_checkpoint_ids_sort_by_version() -> None:
-    ids = [systems._checkpoint_id(v) for v in (0, 1, 2, 9, 10, 4095, 4096, 16384, 10**6)]
+    ids = [checkpoint_id(v) for v in (0, 1, 2, 9, 10, 4095, 4096, 16384, 10**6)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(len(i) == 36 and i[14] == "6" for i in ids)  # UUIDv6-shaped, like LangGraph's
 

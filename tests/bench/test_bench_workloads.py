@@ -54,7 +54,7 @@ def assert_lifecycle(session: list[Step]) -> None:
     assert session[0].patch == session[0].state
 
 
-def test_registry() -> None:
+def test_every_workload_is_registered_with_a_one_line_description_and_its_sizes() -> None:
     assert list(workloads.WORKLOADS) == ["trajectories", "chat", "coding", "factual", "large"]
     for key, info in workloads.WORKLOADS.items():
         assert info.name == key
@@ -65,7 +65,7 @@ def test_registry() -> None:
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_synthetic_reproducible_and_merges(name: str) -> None:
+def test_synthetic_workloads_repeat_per_seed_and_their_patches_merge_to_the_states(name: str) -> None:
     a = workloads.generate(name, sessions=3, steps=6, seed=7)
     assert a == workloads.generate(name, sessions=3, steps=6, seed=7)
     assert a != workloads.generate(name, sessions=3, steps=6, seed=8)
@@ -76,8 +76,8 @@ def test_synthetic_reproducible_and_merges(name: str) -> None:
         assert_lifecycle(session)
 
 
-@pytest.mark.parametrize("name", SMALL)  # large: in test_large_reproducible
-def test_one_step_sessions(name: str) -> None:
+@pytest.mark.parametrize("name", SMALL)  # large: in test_large_repeats_per_seed
+def test_a_one_step_session_starts_and_finishes_in_that_step(name: str) -> None:
     [session] = workloads.generate(name, sessions=1, steps=1)
     assert len(session) == 1
     assert_lifecycle(session)
@@ -101,7 +101,7 @@ def test_chat_turns_are_short_and_alternate() -> None:
     assert len(session[-1].state) < 20_000
 
 
-def test_coding_sizes() -> None:
+def test_coding_rewrites_one_file_a_step_with_kilobytes_of_tool_output() -> None:
     [session] = workloads.generate("coding", sessions=1, steps=8, seed=2)
     last = pb.Checkpoint.FromString(session[-1].state)
     tool_messages = [m for m in last.messages if m.role == pb.ROLE_TOOL]
@@ -130,7 +130,7 @@ def test_factual_stays_about_10_kb() -> None:
         assert sum(len(step.patch) for step in session) > 2 * len(session[-1].state)
 
 
-def test_large(large: list[list[Step]]) -> None:
+def test_large_starts_over_20_mib_and_changes_by_kilobytes(large: list[list[Step]]) -> None:
     [session] = large
     assert len(session) == 2
     assert all(len(step.state) >= 20 * 1024 * 1024 for step in session)
@@ -142,14 +142,14 @@ def test_large(large: list[list[Step]]) -> None:
     assert 3 <= ratio <= 6
 
 
-def test_large_reproducible(large: list[list[Step]]) -> None:
+def test_large_repeats_per_seed(large: list[list[Step]]) -> None:
     assert workloads.generate("large", sessions=1, steps=2) == large
     [other] = workloads.generate("large", sessions=1, steps=1, seed=1)
     assert len(other) == 1 and other[0].state != large[0][0].state
     assert_lifecycle(other)
 
 
-def test_trajectories_replay_richer_state() -> None:
+def test_trajectories_replay_opens_plan_steps_and_caches_tool_results() -> None:
     corpus = trajectories.load(corpus_dir())
     sessions = workloads.generate("trajectories", sessions=4, steps=500)
     assert sessions == workloads.generate("trajectories", sessions=4, steps=500, seed=99)  # real data: no seed
@@ -173,7 +173,7 @@ def test_trajectories_replay_richer_state() -> None:
     assert any(pb.Checkpoint.FromString(s[-1].state).tool_cache for s in sessions)
 
 
-def test_trajectories_truncate_and_cycle() -> None:
+def test_trajectories_are_cut_to_the_steps_and_cycled_for_more_sessions() -> None:
     corpus = trajectories.load(corpus_dir())
     sessions = workloads.generate("trajectories", sessions=len(corpus) + 2, steps=3, trajectories_dir=corpus_dir())
     assert len(sessions) == len(corpus) + 2
@@ -183,7 +183,7 @@ def test_trajectories_truncate_and_cycle() -> None:
     assert sessions[len(corpus)][-1].state != sessions[0][-1].state
 
 
-def test_trajectories_corpus_missing(tmp_path: Path) -> None:
+def test_trajectories_without_a_corpus_raise_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         workloads.generate("trajectories", sessions=1, steps=1, trajectories_dir=tmp_path)
 
@@ -198,7 +198,7 @@ def test_trajectories_corpus_missing(tmp_path: Path) -> None:
         ("large", 1, -3, "steps"),
     ],
 )
-def test_invalid_arguments(name: str, sessions: int, steps: int, match: str) -> None:
+def test_unknown_workloads_and_sizes_below_one_are_refused(name: str, sessions: int, steps: int, match: str) -> None:
     with pytest.raises(ValueError, match=match) as err:
         workloads.generate(name, sessions=sessions, steps=steps)
     assert name in str(err.value)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckpt.bench.store_bench import _memory_root, damon_pageout, group_commit, render_group_commit
+from ckpt.bench.store_bench.commits import group_commit, render_group_commit, tmpfs_root
+from ckpt.bench.store_bench.common import damon_pageout
 
 
 def _scheme(root: Path, *, state: str, action: str, aggr_us: int, min_age: int, max_accesses: int) -> None:
@@ -39,7 +40,7 @@ def test_the_group_commit_report_gives_the_ceiling_tmpfs_allows(tmp_path: Path) 
     # and the report states the ceiling beside the checked ratio.
     r = group_commit(tmp_path, threads=3, versions=2, rounds=1)
     assert set(r["writes_per_s"]) >= {"group", "per_put", "group_asyncio", "per_put_asyncio"}
-    memory_root = _memory_root()
+    memory_root = tmpfs_root()
     if memory_root is None:  # no writable /dev/shm: reported as absent, not guessed
         assert r["speedup_ceiling"] is None
         assert "ceiling" not in render_group_commit(r)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.bench import store_bench
+from ckpt.bench.store_bench import scale_reads
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig, StoreError
 
 
@@ -90,15 +91,16 @@ def test_reads_from_disk_take_turns_between_the_sizes(tmp_path: Path, monkeypatc
         return real_get(self, session_id, version, **kw)
 
     evicted: list[Path] = []
-    real_evict = store_bench._evict_from_page_cache
+    real_evict = scale_reads.evict_from_page_cache
     monkeypatch.setattr(Store, "get", recording_get)
 
     def recording_evict(path: Path) -> None:
         evicted.append(path)
         real_evict(path)
 
-    monkeypatch.setattr(store_bench, "_evict_from_page_cache", recording_evict)
-    opened, results = store_bench._each_read_from_disk(stores, data, 4, seed=9)
+    # Recorded, not replaced: which file each get found evicted is not visible from outside.
+    monkeypatch.setattr(scale_reads, "evict_from_page_cache", recording_evict)
+    opened, results = scale_reads.each_read_from_disk(stores, data, 4, seed=9)
     try:
         assert [g[0] for g in gets] == [5, 5, 12, 12, 12, 12, 5, 5] * 2  # latest, then an older version
         assert all(int(sid[1:]) < n for n, sid, _ in gets)  # each store's picks among its own sessions
@@ -127,10 +129,11 @@ def test_the_pre_read_pass_leaves_reads_that_waited_on_the_disk_out_of_its_perce
 
     with Store(StoreConfig(data_dir=tmp_path / "s", cache_size_bytes=0)) as store:
         store.put_many(data.requests(0, 10))
-        monkeypatch.setattr(store_bench, "_majflt", majflt)
-        every = store_bench._pass(store, data, 10, 40, seed=3)
+        # The kernel decides which reads fault; the count is replaced to make some do.
+        monkeypatch.setattr(scale_reads, "major_faults", majflt)
+        every = scale_reads.read_pass(store, data, 10, 40, seed=3)
         calls = 0
-        cached = store_bench._pass(store, data, 10, 40, seed=3, cached_only=True)
+        cached = scale_reads.read_pass(store, data, 10, 40, seed=3, cached_only=True)
     for result in (every, cached):
         assert (result["latest_reads_with_major_fault"], result["old_reads_with_major_fault"]) == (20, 0)
         assert result["mismatches"] == 0

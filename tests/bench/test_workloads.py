@@ -39,7 +39,7 @@ def assert_patches_merge_to_states(steps: list[trajectories.Step]) -> None:
         assert pb.Checkpoint.FromString(merged) == pb.Checkpoint.FromString(step.state)
 
 
-def test_trajectory_replay(tmp_path: Path) -> None:
+def test_trajectory_replay_appends_one_message_a_step(tmp_path: Path) -> None:
     write_corpus(tmp_path)
     [traj] = trajectories.load(tmp_path)
     steps = list(trajectories.replay(traj))
@@ -51,7 +51,9 @@ def test_trajectory_replay(tmp_path: Path) -> None:
     assert_patches_merge_to_states(steps)
 
 
-def test_corpus_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_corpus_is_an_explicit_path_else_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_corpus(tmp_path)
     monkeypatch.setenv(trajectories.ENV_VAR, str(tmp_path))
     assert trajectories.find_corpus() == tmp_path
@@ -67,3 +69,20 @@ def test_synthetic_sessions_are_reproducible_and_edit_in_place() -> None:
     assert_patches_merge_to_states(steps)
     # in-place edits: concatenated patches outgrow the canonical state
     assert sum(len(s.patch) for s in steps) > 1.2 * len(steps[-1].state)
+
+
+def test_a_missing_corpus_is_explained_with_how_to_point_at_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(trajectories.ENV_VAR, raising=False)
+    # The default sits beside the checkout; pointed elsewhere so that the test does not depend on it.
+    monkeypatch.setattr(trajectories, "DEFAULT_DIR", tmp_path / "absent")
+    problem = trajectories.corpus_problem()
+    assert problem is not None and problem.startswith("no trajectory corpus")
+    assert "point --trajectories DIR or $CKPT_TRAJECTORIES at a folder of *.jsonl trajectories" in problem
+    with pytest.raises(FileNotFoundError) as raised:
+        trajectories.load()
+    assert str(raised.value) == problem
+    write_corpus(tmp_path)
+    assert trajectories.corpus_problem(tmp_path) is None
+    assert [t.id for t in trajectories.load(tmp_path)] == ["test/one"]
