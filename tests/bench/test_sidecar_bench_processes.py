@@ -29,6 +29,9 @@ def test_the_workers_bench_spreads_merges_over_every_worker_and_counts_their_cpu
         assert len(target.workers) == 2
         # The parent, its workers and each worker's store process: all the server's CPU.
         assert target.pids[0] == sidecar.pid and len(target.pids) == 5 and set(target.workers) < set(target.pids)
+        with grpc.insecure_channel(sidecar.targets[0]) as channel:  # every worker serves the echo extension
+            for method in (ECHO_METHOD, LINK_ECHO_METHOD):
+                assert channel.unary_unary(method)(b"w", timeout=10) == b"w"
         bench = target.bench
         bench.seed()
         cpu_before = [proc_cpu_seconds(p) for p in target.workers]
