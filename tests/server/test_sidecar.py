@@ -29,7 +29,7 @@ from ckpt.sidecar.client.clients import (
     _retry_delay_seconds,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
-from ckpt.v1 import service_pb2
+from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 
 
@@ -177,9 +177,9 @@ def test_bad_input_gets_precise_statuses(sidecar: Sidecar) -> None:
             c.put("big", b"\x00" * (5 << 20))  # over the server's 4 MiB receive limit
         with pytest.raises(NotFoundError, match="has no version 9"):
             c.get("m", 9)
-        stub_call = c._stub.ListVersions  # a token the server never issued
-        with pytest.raises(grpc.RpcError) as info:
-            stub_call(service_pb2.ListVersionsRequest(session_id="m", page_token="@@"))
+        with grpc.insecure_channel(sidecar.unix_target) as channel, pytest.raises(grpc.RpcError) as info:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)  # a token the server never issued
+            stub.ListVersions(service_pb2.ListVersionsRequest(session_id="m", page_token="@@"))
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert c.get("m").state == state(1)  # still serving, nothing lost
 

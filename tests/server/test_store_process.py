@@ -253,7 +253,8 @@ def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_p
     # A frame's tag is a u32: a sidecar that forwarded 2**32 - 1 calls (ten
     # days at 5,000 a second) failed every call after (the header did not
     # pack). Set the count where those calls would have left it, with tag 1
-    # still in use (a stream left open since the count last started).
+    # still in use (a stream left open since the count last started): a
+    # private hook, as 2**32 calls cannot be made in a test.
     async def run() -> list[tuple[int, int]]:
         link = await StoreLink.start(ServeConfig(data_dir=tmp_path / "data"), worker=None)
         try:
@@ -289,6 +290,7 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
     (a PutStream whose end was lost to a shutdown race, fixed apart) kept it, and the data directory's
     lock, alive for ever, and each restart was refused as 'in use'. It now gives them --grace-seconds."""
 
+    # A private hook: no request makes a call hang on purpose.
     async def stuck(self: object, frame: Frame) -> None:  # any call that never ends
         await asyncio.Event().wait()
 
@@ -331,6 +333,7 @@ def test_a_store_process_whose_commit_failed_answers_unavailable_says_so_and_exi
 
     def failing_store(*args: Any, **kwargs: Any) -> Store:
         store = real_store(*args, **kwargs)
+        # A private hook: no request makes LMDB's commit fail (the I/O error it stands for).
         store._env = FailingCommits(store._env, failures=1)  # type: ignore[assignment]
         return store
 
