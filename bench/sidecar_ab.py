@@ -7,8 +7,9 @@ On the project's 2-core VMs one build's unary merges/s move ~20% between
 runs of `python -m bench.sidecar_bench`, more than most changes move them, so
 a change is judged against its baseline measured in the same minutes. REF (a
 commit, branch or tag of this repository) is checked out into a temporary git
-worktree, removed when done; each build serves as its own
-``ckpt serve --bench-echo`` process on its defaults (fsync on; data under
+worktree, removed when done; each build serves as its own echo sidecar
+(``bench.echo_sidecar``, or ``ckpt serve --bench-echo`` for a build from
+before that launcher) on its defaults (fsync on; data under
 ``$CKPT_BENCH_DIR``, else ``.bench-data/``), both started before anything is
 measured. Each round measures each build in turn, the one going first
 alternating round by round: 64 client threads echoing a merge request's size,
@@ -24,7 +25,7 @@ ratios above 1 in most rounds. Nothing is checked: it exits 0.
 ``--baseline-args`` and ``--this-args`` add ``ckpt serve`` options to one
 build (a shell-quoted string): with REF = HEAD, that compares two settings
 of one build, e.g. ``--this-args '--max-commit-delay-seconds 0'`` (a single
-option, with no value after a space, needs the ``=`` form: ``--this-args=--no-store-process``).
+option, with no value after a space, needs the ``=`` form: ``--this-args=--event-loop=asyncio``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from ..sidecar.server import SidecarProcess
+from .echo_sidecar import start_echo_sidecar, stop_echo_sidecar
 from .output import finish, process_and_children
-from .sidecar_bench import Bench, _start, _stop, data_root, machine_info
+from .sidecar_bench import data_root, machine_info
+from .sidecar_load import Bench
 
 REPO = Path(__file__).resolve().parent.parent
 BUILDS = ("baseline", "this")
@@ -104,10 +107,10 @@ def run(
         try:
             # One at a time: if the second cannot start, the first is stopped below.
             options = extra or {}
-            sidecars["baseline"] = _start(
+            sidecars["baseline"] = start_echo_sidecar(
                 base, f"ab-baseline-{os.getpid()}", source=source, extra=options.get("baseline", ())
             )
-            sidecars["this"] = _start(base, f"ab-this-{os.getpid()}", extra=options.get("this", ()))
+            sidecars["this"] = start_echo_sidecar(base, f"ab-this-{os.getpid()}", extra=options.get("this", ()))
             params: dict[str, Any] = {
                 "baseline_ref": ref,
                 "baseline_commit": baseline_commit,
@@ -131,7 +134,7 @@ def run(
             ok = True
         finally:
             for sidecar in sidecars.values():
-                _stop(sidecar, ok=ok)
+                stop_echo_sidecar(sidecar, ok=ok)
     paired = {
         m: [t / b for t, b in zip(results["this"][m], results["baseline"][m], strict=True)]
         for m in ("merge", "merge_vs_echo")

@@ -2,7 +2,7 @@
 
     python -m bench.workers_bench [--workers N] [--rounds R] [--quick] [--json FILE]
 
-Two sidecars serve at once, each with ``--bench-echo``, its own data directory
+Two echo sidecars (``bench.echo_sidecar``) serve at once, each with its own data directory
 (as sidecar_bench's, fsync on) and a free TCP port on 127.0.0.1: one process,
 and ``--workers N``. The 64 client threads share 16 connections
 (``CheckpointClient(own_connection=True)``, as 16 agent processes would have):
@@ -33,9 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sidecar.server import SidecarProcess, start_sidecar_process
+from ..sidecar.server import SidecarProcess
+from .echo_sidecar import start_echo_sidecar
 from .output import child_pids, finish, process_and_children
-from .sidecar_bench import CLIENTS, Bench, Throughput, data_root, machine_info
+from .sidecar_bench import data_root, machine_info
+from .sidecar_load import CLIENTS, Bench, Throughput
 from .stats import percentile
 
 CONNECTIONS = 16
@@ -103,14 +105,11 @@ def _free_port() -> int:
 
 
 def _start(base: Path, name: str, workers: int) -> SidecarProcess:
-    data_dir = base / name
-    return start_sidecar_process(
-        data_dir,
-        "--bench-echo",
-        *(["--workers", str(workers)] if workers > 1 else []),
-        listen=[f"127.0.0.1:{_free_port()}"],
-        log_path=base / f"{name}.log",
-        inherit_ckpt_env=False,
+    return start_echo_sidecar(
+        base,
+        name,
+        extra=("--workers", str(workers)) if workers > 1 else (),
+        listen=f"127.0.0.1:{_free_port()}",
     )
 
 

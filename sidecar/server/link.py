@@ -1,10 +1,10 @@
 """Frames between the sidecar's gRPC process and its store process (sans-IO).
 
-By default (``ckpt serve --store-process``) the gRPC process forwards each
-CheckpointService call's request bytes to a child process that owns the Store
-and runs the same CheckpointService on it, and answers with the reply's bytes.
-The point is the GIL: the store's writer thread and the gRPC event loop no
-longer take turns on one (unary merges/s 1.3-1.6x one process's on 2 cores).
+The sidecar's gRPC process forwards each CheckpointService call's request
+bytes to a child process that owns the Store and runs the CheckpointService
+on it, and answers with the reply's bytes. The point is the GIL: the store's
+writer thread and the gRPC event loop do not take turns on one (unary
+merges/s were 1.3-1.6x those of one process serving both, on 2 cores).
 
 A frame is a 16-byte header (little-endian: kind u8, method u8, status u8, a
 zero byte, tag u32, meta length u32, body length u32), the meta (UTF-8 JSON:
@@ -32,7 +32,8 @@ MAX_TAG = 2**32 - 1
 
 class Kind(enum.IntEnum):
     #: gRPC process -> store process: ``tag`` names the call, ``method`` the
-    #: CheckpointService method (an index of METHODS), the body is the request.
+    #: CheckpointService method (an index of methods.UNARY_METHODS) or a server
+    #: extension's (numbered down from methods.LAST_LINK_METHOD), the body is the request.
     CALL = 1
     #: store -> gRPC: the call ``tag`` ended; status 0 and the reply's bytes,
     #: or a gRPC status code with meta {"details": str, "trailers": [[k, v], ...]}.
@@ -71,11 +72,6 @@ class Kind(enum.IntEnum):
 
 
 _KINDS = {kind.value: kind for kind in Kind}
-
-#: The ``method`` of a CALL for the benchmarks' link echo (``ckpt serve --bench-echo``): the
-#: store process answers with the body as it came, doing nothing else. No CheckpointService
-#: method has this number.
-BENCH_LINK_ECHO = 255
 
 
 class LinkError(StoreError):

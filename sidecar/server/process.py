@@ -19,8 +19,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .service import SERVING_LOG, wait_until_serving
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ..tls import ClientTLS, open_channel
+from .frontend import SERVING_LOG
 
 
 @dataclass
@@ -59,6 +64,7 @@ def start_sidecar_process(
     inherit_ckpt_env: bool = True,
     timeout_seconds: float = 30.0,
     cwd: Path | None = None,
+    module: str | None = None,
 ) -> SidecarProcess:
     """Start ``ckpt serve`` on ``listen`` and return once it serves: it logged that it serves, and
     the first address answers SERVING.
@@ -70,16 +76,23 @@ def start_sidecar_process(
     environment, so the sidecar runs on its defaults plus ``extra_args``.
     Raises RuntimeError with the log's tail if the process exits or does not
     serve within ``timeout_seconds`` (it is killed then). ``cwd``: run it
-    there; ``python -m`` imports the ``sidecar`` package of that directory
+    there; ``python -m`` imports the ``ckpt`` package of that directory
     first (another checkout's build, for side-by-side benchmarks).
+    ``module``: run ``python -m module`` with ``ckpt serve``'s arguments
+    instead of ``ckpt serve`` (a launcher that adds a server extension, such
+    as the benchmarks' ``ckpt.bench.echo_sidecar``).
     """
     if not listen:
         raise ValueError("listen needs at least one address")
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_path or data_dir / "sidecar.log"
     # A checkout from before the ckpt namespace (a baseline build of bench.sidecar_ab) has sidecar/ on top.
-    cli = "ckpt.sidecar.cli" if cwd is None or (Path(cwd) / "ckpt" / "sidecar").exists() else "sidecar.cli"
-    cmd = [sys.executable, "-m", cli, "serve", "--data-dir", str(data_dir)]
+    if module is None:
+        cli = "ckpt.sidecar.cli" if cwd is None or (Path(cwd) / "ckpt" / "sidecar").exists() else "sidecar.cli"
+        cmd = [sys.executable, "-m", cli, "serve"]
+    else:
+        cmd = [sys.executable, "-m", module]
+    cmd += ["--data-dir", str(data_dir)]
     for address in listen:
         cmd += ["--listen", address]
     cmd += extra_args
@@ -114,3 +127,20 @@ def _logged_serving(log_path: Path, start: int, own_pid: bytes) -> bool:
         return False
     serving = f" {SERVING_LOG} ".encode()
     return any(serving in line and line.endswith(own_pid) for line in text.splitlines(keepends=True))
+
+
+def wait_until_serving(target: str, timeout_seconds: float = 10.0, *, tls: ClientTLS | None = None) -> None:
+    """Block until the health service at target answers SERVING (for tests and tools)."""
+    deadline = time.monotonic() + timeout_seconds
+    with open_channel(target, tls, [], aio=False) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply: Any = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no serving sidecar at {target} after {timeout_seconds} s")
+            time.sleep(0.05)

@@ -1,4 +1,4 @@
-"""Replies to Gets that the gRPC process answers itself (``ckpt serve --store-process``).
+"""Replies to Gets that the gRPC process answers itself, without its store process.
 
 Forwarded, a Get's state crosses the link to the store process and back:
 for a ~300 KB state that made a hot Get ~0.7 ms slower than in one process

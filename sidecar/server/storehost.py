@@ -1,6 +1,7 @@
-"""The store process of ``ckpt serve --store-process``: the store and the CheckpointService, called over a link.
+"""The sidecar's store process: the store and the CheckpointService, called over a link.
 
-    python -m sidecar.storehost FD [--unheld-fd FD] [--worker N]   (the ServeConfig, pickled, on stdin)
+    python -m ckpt.sidecar.server.storehost FD [--unheld-fd FD] [--worker N]
+    (a StoreHostSpec, pickled, on stdin: the ServeConfig and the server extension, if any)
 
 Started by the sidecar's gRPC process (storelink.py), never by hand. It
 ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group): it
@@ -27,19 +28,15 @@ import grpc
 
 from ..config import ServeConfig
 from ..errors import StoreError
+from .convert import stream_request_parser
+from .extension import LinkMethod, ServerExtension, link_method_numbers
 from .gctune import serving_gc
-from .link import BENCH_LINK_ECHO, Frame, Kind
-from .linkprotocol import LinkProtocol, link_frame_bytes
-from .service import (
-    PUT_METHOD,
-    UNARY_METHODS,
-    CheckpointService,
-    StoreSide,
-    UnaryHandler,
-    event_loop_factory,
-    stream_request_parser,
-    unary_dispatch,
-)
+from .link import Frame, Kind
+from .linkprotocol import LinkProtocol, StoreHostSpec, link_frame_bytes
+from .loops import event_loop_factory
+from .methods import PUT_METHOD, UNARY_METHODS
+from .service import CheckpointService, UnaryHandler, unary_handlers
+from .storeside import StoreSide
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +48,7 @@ class _Aborted(Exception):
 
 
 class _Context:
-    """What CheckpointService uses of grpc.aio.ServicerContext: abort."""
+    """A call's context as CheckpointService uses it (service.CallContext): abort raises _Aborted."""
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple[tuple[str, str], ...] = ()
@@ -68,12 +65,12 @@ class _HostProtocol(LinkProtocol):
         #: The gRPC process sends no message larger (--max-message-bytes), and takes no link frame
         #: larger than one such message and its status: a larger reply is refused here, as gRPC would.
         self.max_message_bytes = max_message_bytes
-        self.dispatch: list[UnaryHandler] = []
+        self.dispatch: dict[int, UnaryHandler] = {}
+        #: A server extension's link methods, by number (extension.link_method_numbers).
+        self.link_methods: dict[int, LinkMethod] = {}
         self.closed = asyncio.Event() if closed is None else closed
         self.calls: set[asyncio.Task[None]] = set()
         self.service: CheckpointService | None = None
-        #: Answer BENCH_LINK_ECHO calls (ckpt serve --bench-echo).
-        self.bench_echo = False
         #: Each open stream's messages from the gRPC process (STREAM_IN, HALF_CLOSE, CANCEL), by tag.
         self.streams: dict[int, asyncio.Queue[Frame]] = {}
 
@@ -82,9 +79,11 @@ class _HostProtocol(LinkProtocol):
 
     def frame_received(self, frame: Frame) -> None:
         if frame.kind is Kind.CALL:
-            if frame.method == BENCH_LINK_ECHO and self.bench_echo:
-                self.send(Frame(Kind.REPLY, tag=frame.tag, body=frame.body))
-            elif frame.method != PUT_METHOD or not self._put(frame):
+            if frame.method == PUT_METHOD:
+                self._put(frame)
+            elif (answer := self.link_methods.get(frame.method)) is not None:
+                self._answer(frame.tag, answer, frame.body)
+            else:
                 self._start(self._call(frame))
         elif frame.kind is Kind.STREAM_OPEN:
             self.streams[frame.tag] = asyncio.Queue()
@@ -127,8 +126,8 @@ class _HostProtocol(LinkProtocol):
         for stream in self.streams.values():  # nobody is left to send them anything
             stream.put_nowait(Frame(Kind.STREAM_CANCEL))
 
-    def _put(self, frame: Frame) -> bool:
-        """A Put answered from a callback (most writes): no Task; False if it must take _call."""
+    def _put(self, frame: Frame) -> None:
+        """A Put, answered from a callback (no Task)."""
         assert self.service is not None
         tag = frame.tag
 
@@ -140,7 +139,17 @@ class _HostProtocol(LinkProtocol):
             else:
                 self.send(_failed(Kind.REPLY, tag, code, details, trailers))
 
-        return self.service.put_with_callback(frame.body, answer)
+        self.service.put(frame.body, answer)
+
+    def _answer(self, tag: int, method: LinkMethod, body: bytes) -> None:
+        """A call of an extension's link method, answered at once."""
+        try:
+            reply = method(body)
+        except Exception:
+            log.exception("a forwarded call failed")
+            self.send(_failed(Kind.REPLY, tag, grpc.StatusCode.INTERNAL, _FAILED_INSIDE, ()))
+        else:
+            self.send(Frame(Kind.REPLY, tag=tag, body=reply))
 
     async def _call(self, frame: Frame) -> None:
         try:
@@ -219,8 +228,16 @@ class _ClientGone(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
 _parse_stream_request = stream_request_parser()
 
 
-async def host(config: ServeConfig, fd: int, *, worker: int | None, unheld_fd: int | None = None) -> int:
-    """Serve the link on ``fd`` (and the one on ``unheld_fd``, whose reading is never held) until it closes."""
+async def host(
+    config: ServeConfig,
+    fd: int,
+    *,
+    worker: int | None,
+    unheld_fd: int | None = None,
+    extension: ServerExtension | None = None,
+) -> int:
+    """Serve the link on ``fd`` (and the one on ``unheld_fd``, whose reading is never held) until it
+    closes; with ``extension``, its link methods too."""
     loop = asyncio.get_running_loop()
     protocol = _HostProtocol(max_message_bytes=config.max_message_bytes)
     await loop.connect_accepted_socket(lambda: protocol, socket.socket(fileno=fd))
@@ -245,10 +262,12 @@ async def host(config: ServeConfig, fd: int, *, worker: int | None, unheld_fd: i
         protocol.send(Frame(Kind.FAILED, meta={"error": str(exc)}))
         return 1
     try:
-        dispatch = unary_dispatch(side.service)
+        dispatch = unary_handlers(side.service)
+        numbers = link_method_numbers(extension)
+        link_methods = {numbers[name]: method for name, method in extension.link_methods().items()} if extension else {}
         for each in protocols:
             each.dispatch = dispatch
-            each.bench_echo = config.bench_echo
+            each.link_methods = link_methods
             each.service = side.service
         # The writes come in on this loop and it has little else to do: it gathers each batch and hands it
         # to the writer whole, reading no more Puts meanwhile (the calls on the unheld link are read).
@@ -289,16 +308,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    parser = argparse.ArgumentParser(prog="python -m sidecar.storehost")
+    parser = argparse.ArgumentParser(prog="python -m ckpt.sidecar.server.storehost")
     parser.add_argument("fd", type=int)
     parser.add_argument("--unheld-fd", type=int)
     parser.add_argument("--worker", type=int)
     args = parser.parse_args(argv)
-    config = pickle.load(sys.stdin.buffer)
-    if not isinstance(config, ServeConfig):
-        raise TypeError(f"stdin must hold a pickled ServeConfig, not {type(config).__name__}")
+    spec = pickle.load(sys.stdin.buffer)
+    if not isinstance(spec, StoreHostSpec):
+        raise TypeError(f"stdin must hold a pickled StoreHostSpec, not {type(spec).__name__}")
+    config = spec.config
     with asyncio.Runner(loop_factory=event_loop_factory(config.event_loop)) as runner:
-        return runner.run(host(config, args.fd, worker=args.worker, unheld_fd=args.unheld_fd))
+        return runner.run(host(config, args.fd, worker=args.worker, unheld_fd=args.unheld_fd, extension=spec.extension))
 
 
 if __name__ == "__main__":

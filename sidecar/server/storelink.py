@@ -1,4 +1,4 @@
-"""The gRPC process's end of the link to its store process (``ckpt serve --store-process``)."""
+"""The gRPC process's end of the link to its store process: starting it, forwarding calls, its life."""
 
 from __future__ import annotations
 
@@ -10,32 +10,26 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ..errors import Unavailable
 from .exitstatus import exit_status
+from .failures import abort_with
 from .inflight import InFlight
 from .link import MAX_TAG, Frame, Kind
-from .linkprotocol import LinkProtocol, link_frame_bytes
+from .linkprotocol import LinkProtocol, StoreHostSpec, link_frame_bytes
 
 if TYPE_CHECKING:
     from ..config import ServeConfig
+    from .extension import ServerExtension
 
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
-_STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 _EXITED = "the sidecar's store process exited; retry with the same request_id"
 _STOPPING = "the sidecar is stopping; retry with the same request_id"
-
-
-async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: Mapping[str, Any]) -> NoReturn:
-    """End a call with the status (and its details and trailers) the store process answered."""
-    trailers = tuple((str(k), str(v)) for k, v in meta.get("trailers", ()))
-    await context.abort(_STATUS_BY_VALUE[status], str(meta.get("details", "")), trailing_metadata=trailers)
-    raise AssertionError("unreachable: context.abort raises")
 
 
 class _LinkProtocol(LinkProtocol):
@@ -112,8 +106,17 @@ class StoreLink:
         protocol.on_lost = unheld.on_lost = self._lost
 
     @classmethod
-    async def start(cls, config: ServeConfig, *, worker: int | None, lock_fd: int | None = None) -> StoreLink:
+    async def start(
+        cls,
+        config: ServeConfig,
+        *,
+        worker: int | None,
+        lock_fd: int | None = None,
+        extension: ServerExtension | None = None,
+    ) -> StoreLink:
         """Start the store process and wait until it serves; Unavailable with its reason if it cannot.
+
+        ``extension``: the store process serves its link methods (extension.py).
 
         ``lock_fd``: the data directory's locked file, which a worker inherited from its parent: the
         store process keeps it open too, so that the lock is held while any process of the server
@@ -140,7 +143,7 @@ class StoreLink:
             theirs_unheld.close()
         assert process.stdin is not None
         with process.stdin:
-            process.stdin.write(pickle.dumps(config))
+            process.stdin.write(pickle.dumps(StoreHostSpec(config, extension)))
         loop = asyncio.get_running_loop()
         max_frame_bytes = link_frame_bytes(config.max_message_bytes)
         protocol = _LinkProtocol(max_frame_bytes=max_frame_bytes)

@@ -1,12 +1,13 @@
 """``ckpt serve --workers N``: N sidecar processes on one data directory and the same TCP ports.
 
-One process serves every RPC on one event loop beside its writer thread, all
-under one GIL. With N processes each has its own loop, writer and caches; the
-kernel spreads client connections over them (SO_REUSEPORT), LMDB's write lock
-orders their commits, and every write checks the session's head inside its
-transaction as with one process, so two workers can never both write against
-the same head. What a worker caches it checks against LMDB before use
-(``Store(shared=True)``).
+A sidecar's gRPC process serves every RPC on one event loop, and its store
+process commits every write. With N workers, each worker is such a pair, with
+its own loops, writer and caches; the kernel spreads client connections over
+them (SO_REUSEPORT), LMDB's write lock orders their commits, and every write
+checks the session's head inside its transaction as with one process, so two
+workers can never both write against the same head. What a worker's store
+process caches it checks against LMDB before use (``Store(shared=True)``): the
+validation a store shared by sidecars on several hosts needs as well.
 
 The parent serves nothing itself. It
 
@@ -20,9 +21,9 @@ The parent serves nothing itself. It
 - checks that nothing listens on the ports yet: the workers bind them with
   SO_REUSEPORT, which would let another server that sets it too share them
   silently;
-- starts the workers (``python -m sidecar.workers``, the config pickled on
-  their stdin), waits until every one serves, then logs the one serving line
-  (``sidecar.process`` waits for it);
+- starts the workers (``python -m ckpt.sidecar.server.workers``, the config
+  pickled on their stdin), waits until every one serves, then logs the one
+  serving line (``process.py`` waits for it);
 - on SIGTERM/SIGINT stops them (each finishes and commits its in-flight
   writes) and exits 0 if they all did; if a worker exits on its own, it stops
   the others and exits 1, for a supervisor to restart the lot.
@@ -42,7 +43,6 @@ import os
 import pickle
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -51,10 +51,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..config import ServeConfig
-from ..errors import StoreError, Unavailable
+from ..errors import StoreError
 from ..store import Store, check_not_truncated, lock_data_dir
 from .exitstatus import exit_status
-from .service import SERVING_LOG, event_loop_factory, serve_async, tcp_addresses_of
+from .extension import ServerExtension
+from .frontend import SERVING_LOG
+from .listening import check_port_free
+from .loops import event_loop_factory
+from .serving import serve_async
 
 log = logging.getLogger("ckpt")
 
@@ -75,10 +79,15 @@ class _WorkerSpec:
     ready_fd: int
     #: The data directory's locked file, inherited (and passed on to the worker's store process).
     lock_fd: int
+    #: Served beside the CheckpointService by every worker (extension.py).
+    extension: ServerExtension | None = None
 
 
-def serve_workers(config: ServeConfig) -> int:
-    """Run ``config.workers`` serving processes until SIGTERM/SIGINT; the exit code as :func:`serve`'s."""
+def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = None) -> int:
+    """Run ``config.workers`` serving processes until SIGTERM/SIGINT; the exit code as :func:`serve`'s.
+
+    ``extension``: every worker serves it (extension.py).
+    """
     stop: list[int] = []
 
     def request_stop(signum: int, frame: Any) -> None:
@@ -93,7 +102,7 @@ def serve_workers(config: ServeConfig) -> int:
             log.error("ckpt cannot start: %s", exc)
             return 1
         try:
-            return _run(config, lock, stop)
+            return _run(config, lock, stop, extension)
         finally:
             lock.close()
     finally:
@@ -114,42 +123,14 @@ def _prepare(config: ServeConfig) -> IO[str]:
         check_not_truncated(data_dir / "lmdb" / "data.mdb", extend=True)
         Store(config.store_config(), shared=True, sweeper=False).close()
         for address in config.addresses:
-            _check_port_free(address)
+            check_port_free(address)
     except BaseException:
         lock.close()
         raise
     return lock
 
 
-def _check_port_free(address: str) -> None:
-    """Unavailable if any address ``host:port`` stands for is bound by another socket.
-
-    Probed without SO_REUSEPORT, so a socket that set it (another server's
-    workers) counts as taken too.
-    """
-    host, _, port_text = address.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    port = int(port_text)
-    for family, ip_text in tcp_addresses_of(host, port):
-        try:
-            probe = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue  # no IPv6 here: gRPC skips it as well
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-            probe.bind((ip_text, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise Unavailable(
-                    f"cannot listen on {address}: {ip_text}:{port} is in use by another process"
-                ) from None
-            if exc.errno != errno.EADDRNOTAVAIL:
-                raise Unavailable(f"cannot listen on {address}: {exc.strerror or exc}") from None
-        finally:
-            probe.close()
-
-
-def _run(config: ServeConfig, lock: IO[str], stop: list[int]) -> int:
+def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerExtension | None) -> int:
     ready_r, ready_w = os.pipe()
     workers: list[subprocess.Popen[bytes]] = []
     try:
@@ -164,7 +145,8 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int]) -> int:
             )
             workers.append(worker)
             assert worker.stdin is not None
-            worker.stdin.write(pickle.dumps(_WorkerSpec(config, index, os.getpid(), ready_w, lock.fileno())))
+            spec = _WorkerSpec(config, index, os.getpid(), ready_w, lock.fileno(), extension)
+            worker.stdin.write(pickle.dumps(spec))
             worker.stdin.close()
         os.close(ready_w)
         ready_w = -1
@@ -277,7 +259,9 @@ def main() -> int:
 
     # The parent made the same check before starting any worker (_prepare).
     with asyncio.Runner(loop_factory=event_loop_factory(spec.config.event_loop)) as runner:
-        return runner.run(serve_async(spec.config, worker=spec.index, serving=serving, lock_fd=spec.lock_fd))
+        return runner.run(
+            serve_async(spec.config, worker=spec.index, serving=serving, lock_fd=spec.lock_fd, extension=spec.extension)
+        )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.bench import sidecar_ab, sidecar_bench
-from ckpt.sidecar.server.process import SidecarProcess
+from ckpt.bench import echo_sidecar, sidecar_ab
+from ckpt.sidecar.server import SidecarProcess
 
 
 def _worktrees() -> str:
@@ -42,16 +42,16 @@ def test_an_unknown_ref_is_refused_before_anything_starts(tmp_path: Path, capsys
 
 def test_a_build_that_cannot_start_leaves_no_server_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[SidecarProcess] = []
-    real_start = sidecar_bench._start
+    real_start = echo_sidecar.start_echo_sidecar
 
     def start(base: Path, name: str, *, source: Path | None = None, extra: tuple[str, ...] = ()) -> SidecarProcess:
-        if started:  # the second build fails, as a baseline without --bench-echo would
+        if started:  # the second build fails to start
             raise RuntimeError("ckpt serve did not start")
         sidecar = real_start(base, name, source=source, extra=extra)
         started.append(sidecar)
         return sidecar
 
-    monkeypatch.setattr(sidecar_ab, "_start", start)
+    monkeypatch.setattr(sidecar_ab, "start_echo_sidecar", start)
     before = _worktrees()
     with pytest.raises(RuntimeError, match="did not start"):
         sidecar_ab.run("HEAD", rounds=1, seconds=0.1, root=tmp_path)
@@ -62,14 +62,14 @@ def test_a_build_that_cannot_start_leaves_no_server_running(tmp_path: Path, monk
 def test_each_build_gets_its_own_serve_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # HEAD against itself with one setting changed: the way to compare two settings of one build.
     commands: dict[str, list[str]] = {}
-    real_start = sidecar_bench._start
+    real_start = echo_sidecar.start_echo_sidecar
 
     def start(base: Path, name: str, *, source: Path | None = None, extra: tuple[str, ...] = ()) -> SidecarProcess:
         sidecar = real_start(base, name, source=source, extra=extra)
         commands[name] = Path(f"/proc/{sidecar.pid}/cmdline").read_bytes().decode().split("\0")
         return sidecar
 
-    monkeypatch.setattr(sidecar_ab, "_start", start)
+    monkeypatch.setattr(sidecar_ab, "start_echo_sidecar", start)
     report = sidecar_ab.run(
         "HEAD",
         rounds=1,

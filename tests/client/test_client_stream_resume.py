@@ -33,7 +33,7 @@ from ckpt.sidecar.client.clients import (
 )
 from ckpt.v1 import service_pb2
 from tests.client.test_client_review import alist
-from tests.server.test_stream_shutdown_review import stop_within_bound
+from tests.server.test_put_stream_and_shutdown import stop_within_bound
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 from tests.store.test_write_backlog import BUDGET_BYTES, lmdb_write_lock_held, queued_write_bytes, state
 

@@ -13,7 +13,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from ckpt.sidecar.server.service import wait_until_serving
+from ckpt.sidecar.server import wait_until_serving
 from tests.sidecar_proc import ROOT, free_port
 
 

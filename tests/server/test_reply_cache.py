@@ -22,8 +22,8 @@ import pytest
 from ckpt.bench import synthetic
 from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError
 from ckpt.sidecar.config import ServeConfig, StoreConfig
+from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.replycache import ReplyCache
-from ckpt.sidecar.server.service import version_info_pb
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
@@ -97,20 +97,19 @@ def test_the_reply_caches_size_reaches_the_metrics(sidecar: Sidecar) -> None:
 
 
 def test_a_sidecar_without_a_reply_cache_reports_no_size(tmp_path: Path) -> None:
-    for options in (("--no-store-process",), ("--reply-cache-bytes", "0")):
-        port = free_port()
-        s = start_sidecar(tmp_path / f"data{len(options)}", "--metrics-port", str(port), *options)
-        try:
-            s.metrics_port = port  # type: ignore[attr-defined]
-            with CheckpointClient(s.unix_target) as client:
-                client.put("a", _state(1))
-                client.get("a")
-                client.get("a")
-            assert metric(s, "ckpt_reply_cache_hits_total") == 0.0
-            text = _scrape(s)
-            assert "reply_cache_entries" not in text and 'cache="reply_cache"' not in text
-        finally:
-            assert s.stop() == 0, s.log()
+    port = free_port()
+    s = start_sidecar(tmp_path / "data", "--metrics-port", str(port), "--reply-cache-bytes", "0")
+    try:
+        s.metrics_port = port  # type: ignore[attr-defined]
+        with CheckpointClient(s.unix_target) as client:
+            client.put("a", _state(1))
+            client.get("a")
+            client.get("a")
+        assert metric(s, "ckpt_reply_cache_hits_total") == 0.0
+        text = _scrape(s)
+        assert "reply_cache_entries" not in text and 'cache="reply_cache"' not in text
+    finally:
+        assert s.stop() == 0, s.log()
 
 
 def test_a_kept_reply_is_never_answered_once_the_head_moved(sidecar: Sidecar) -> None:

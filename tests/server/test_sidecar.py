@@ -29,7 +29,7 @@ from ckpt.sidecar.client.clients import (
     _retry_delay_seconds,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
-from ckpt.v1 import service_pb2
+from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 
 
@@ -44,16 +44,11 @@ def patch(n: int) -> bytes:
     return pb.Checkpoint(step=n, messages=[pb.Message(content=f"patch {n} " + "p" * 100)]).SerializeToString()
 
 
-@pytest.fixture(params=["in-process", "store-process"])
-def sidecar(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sidecar]:
-    """Every test here runs against both ways of serving: the store in the sidecar's process, or in its own."""
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
     metrics_port = free_port()
-    mode = ("--store-process",) if request.param == "store-process" else ("--no-store-process",)
-    s = start_sidecar(
-        tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20), *mode
-    )
+    s = start_sidecar(tmp_path / "data", "--metrics-port", str(metrics_port), "--max-message-bytes", str(4 << 20))
     s.metrics_port = metrics_port  # type: ignore[attr-defined]
-    s.store_process = request.param == "store-process"  # type: ignore[attr-defined]
     yield s
     assert s.stop() == 0, s.log()
 
@@ -182,9 +177,9 @@ def test_bad_input_gets_precise_statuses(sidecar: Sidecar) -> None:
             c.put("big", b"\x00" * (5 << 20))  # over the server's 4 MiB receive limit
         with pytest.raises(NotFoundError, match="has no version 9"):
             c.get("m", 9)
-        stub_call = c._stub.ListVersions  # a token the server never issued
-        with pytest.raises(grpc.RpcError) as info:
-            stub_call(service_pb2.ListVersionsRequest(session_id="m", page_token="@@"))
+        with grpc.insecure_channel(sidecar.unix_target) as channel, pytest.raises(grpc.RpcError) as info:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)  # a token the server never issued
+            stub.ListVersions(service_pb2.ListVersionsRequest(session_id="m", page_token="@@"))
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert c.get("m").state == state(1)  # still serving, nothing lost
 
@@ -355,7 +350,6 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         streamed = (service_pb2.PutRequest(session_id=f"streamed-{i}", state=state(1)) for i in range(5))
         assert len(list(c.put_stream(streamed, batch_size=2))) == 5  # 3 batches
     port = sidecar.metrics_port  # type: ignore[attr-defined]
-    store_process = sidecar.store_process  # type: ignore[attr-defined]
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     for needle in (
         'ckpt_requests_total{rpc="Put"} 1.0',
@@ -365,8 +359,8 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         "ckpt_request_seconds_bucket",
         "ckpt_stored_bytes_total",
         # The store process answered the first Get; its gRPC process the second, from its reply cache.
-        "ckpt_state_cache_hits_total 1.0" if store_process else "ckpt_state_cache_hits_total 2.0",
-        "ckpt_reply_cache_hits_total 1.0" if store_process else "ckpt_reply_cache_hits_total 0.0",
+        "ckpt_state_cache_hits_total 1.0",
+        "ckpt_reply_cache_hits_total 1.0",
         "ckpt_group_commit_writes_bucket",
         "ckpt_commit_delays_total",
         "ckpt_commit_delay_seconds_total",
@@ -381,9 +375,8 @@ def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:
     same_dir = start_or_fail(tmp_path / "data", sidecar.unix_target, sidecar.tcp_target)
     # It names the process to stop: `ckpt serve`, never its store process.
     assert f"data directory {tmp_path / 'data'} is in use by pid {sidecar.process.pid}" in same_dir, same_dir
-    if sidecar.store_process:  # type: ignore[attr-defined]
-        assert f"(ckpt serve; its store process is pid {sidecar.process.pid}" not in same_dir
-        assert "(ckpt serve; its store process is pid " in same_dir
+    assert f"(ckpt serve; its store process is pid {sidecar.process.pid}" not in same_dir
+    assert "(ckpt serve; its store process is pid " in same_dir
     other = tmp_path / "other"
     same_socket = start_or_fail(other, sidecar.unix_target, f"127.0.0.1:{free_port()}")
     assert f"another server is listening on {sidecar.unix_target}" in same_socket
@@ -417,12 +410,11 @@ def test_a_host_name_with_one_of_its_addresses_taken_is_refused(tmp_path: Path) 
         assert sidecar.stop() == 0
 
 
-@pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
-def test_a_data_directory_that_is_a_file_is_refused_in_one_line(tmp_path: Path, mode: str) -> None:
+def test_a_data_directory_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
     """The store process used to die with a traceback here (NotADirectoryError is no StoreError)."""
     path = tmp_path / "data"
     path.write_text("a file")
-    refused = start_or_fail(path, f"unix:{tmp_path / 'a.sock'}", f"127.0.0.1:{free_port()}", mode)
+    refused = start_or_fail(path, f"unix:{tmp_path / 'a.sock'}", f"127.0.0.1:{free_port()}")
     assert f"the data directory is not a directory: '{path}'" in refused
     assert "Traceback" not in refused and "ckpt serving" not in refused
     assert path.read_text() == "a file"

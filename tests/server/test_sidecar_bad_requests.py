@@ -17,7 +17,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ckpt.codec import count_fields
 from ckpt.sidecar.config import MAX_STREAM_BATCH_PUTS
 from ckpt.sidecar.errors import InvalidArgument
-from ckpt.sidecar.server.service import MAX_DETAILS_BYTES, bounded_details, labels_arg, put_request
+from ckpt.sidecar.server.convert import labels_arg, put_request
+from ckpt.sidecar.server.failures import MAX_DETAILS_BYTES, bounded_details
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, start_sidecar
 
@@ -300,9 +301,8 @@ def _assert_short_invalid(channel: grpc.Channel, method: str, field: str, raw: b
     assert len(details.encode()) < 1000, details[:200]
 
 
-@pytest.mark.parametrize("store_process", [True, False], ids=["store-process", "one-process"])
-def test_an_error_quotes_a_huge_string_cut_short(tmp_path: Any, store_process: bool) -> None:
-    s = start_sidecar(tmp_path / "data", *([] if store_process else ["--no-store-process"]))
+def test_an_error_quotes_a_huge_string_cut_short(tmp_path: Any) -> None:
+    s = start_sidecar(tmp_path / "data")
     try:
         with grpc.insecure_channel(s.unix_target) as channel:
             stub = service_pb2_grpc.CheckpointServiceStub(channel)
@@ -352,12 +352,11 @@ def test_status_details_are_bounded_whatever_quotes_what(char: str) -> None:
     assert cut.endswith(f"... (cut: {len(text.encode())} bytes)")
 
 
-@pytest.mark.parametrize("store_process", [True, False], ids=["store-process", "one-process"])
-def test_a_stream_message_of_too_many_writes_ends_the_stream(tmp_path: Any, store_process: bool) -> None:
+def test_a_stream_message_of_too_many_writes_ends_the_stream(tmp_path: Any) -> None:
     """Each write of a message cost ~2-4 KB under way, whatever its size: a 400 KB message of 200,000
     empty writes took 770 MB (answered with 12 MB), so one of 64 MiB would have taken ~120 GB. A message
     of more than MAX_STREAM_BATCH_PUTS writes is refused, unparsed; the batches before it are answered."""
-    s = start_sidecar(tmp_path / "data", *([] if store_process else ["--no-store-process"]))
+    s = start_sidecar(tmp_path / "data")
     try:
         with grpc.insecure_channel(s.unix_target) as channel:
             at_limit = service_pb2.PutStreamRequest(

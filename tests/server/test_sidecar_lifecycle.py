@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from ckpt.sidecar.client.clients import CheckpointClient
 from ckpt.sidecar.config import ServeConfig
-from ckpt.sidecar.server.service import serve_async
+from ckpt.sidecar.server.serving import serve_async
 from tests.sidecar_proc import ROOT, free_port, start_sidecar
 from tests.store.test_write_backlog import lmdb_write_lock_held
 

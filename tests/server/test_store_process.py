@@ -1,7 +1,7 @@
-"""``ckpt serve --store-process``: the store in a child process, and what that adds to the sidecar's promises.
+"""The store process: the store in a child of ``ckpt serve``, and what that adds to the sidecar's promises.
 
-What the sidecar serves is checked in both modes by test_sidecar.py; here: the
-processes themselves, and what happens when either one dies.
+What the sidecar serves is checked by test_sidecar.py; here: the processes
+themselves, the link between them, and what happens when either one dies.
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ import pytest
 from ckpt.bench.output import child_pids
 from ckpt.sidecar.client.clients import CheckpointClient, CheckpointError, ResourceExhaustedError
 from ckpt.sidecar.config import MAX_STREAM_BATCH_PUTS, ServeConfig, StoreConfig
-from ckpt.sidecar.server import storehost
+from ckpt.sidecar.server import storehost, storeside
 from ckpt.sidecar.server.link import MAX_TAG, Frame, FrameReader, Kind, encode
-from ckpt.sidecar.server.service import PUT_METHOD, UNARY_METHODS, StoreSide
+from ckpt.sidecar.server.methods import PUT_METHOD, UNARY_METHODS
 from ckpt.sidecar.server.storelink import StoreLink
 from ckpt.sidecar.status import CURRENT_VERSION_KEY
 from ckpt.sidecar.store.engine import OFF_LOOP_PATCH_BYTES, Store
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.store.test_commit_failure import _Env as FailingCommits  # an LMDB env whose next commits fail
 
 
 def _store_process(sidecar: Sidecar) -> int:
@@ -71,7 +72,7 @@ def _stored_versions(data_dir: Path, session: str) -> list[bytes]:
 @pytest.mark.parametrize("reply_cache", ["default", "off"])
 def test_the_store_lives_in_a_child_process_that_ends_with_the_sidecar(tmp_path: Path, reply_cache: str) -> None:
     extra = ("--reply-cache-bytes", "0") if reply_cache == "off" else ()
-    sidecar = start_sidecar(tmp_path / "data", "--store-process", *extra)
+    sidecar = start_sidecar(tmp_path / "data", *extra)
     child = _store_process(sidecar)
     try:
         with CheckpointClient(sidecar.unix_target) as client:
@@ -87,7 +88,7 @@ def test_the_store_lives_in_a_child_process_that_ends_with_the_sidecar(tmp_path:
 
 
 def test_a_store_process_that_dies_stops_the_sidecar_with_exit_1(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data", "--store-process")
+    sidecar = start_sidecar(tmp_path / "data")
     states = [b"\x08" + bytes([i]) for i in range(1, 21)]
     with CheckpointClient(sidecar.unix_target, retries=0) as client:
         for state in states:
@@ -103,14 +104,14 @@ def test_a_store_process_that_dies_stops_the_sidecar_with_exit_1(tmp_path: Path)
 
 
 def test_a_killed_sidecar_leaves_no_store_process_behind(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data", "--store-process")
+    sidecar = start_sidecar(tmp_path / "data")
     child = _store_process(sidecar)
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("s", b"\x08\x01")
     sidecar.process.kill()
     sidecar.process.wait()
     _wait_gone(child)  # the link closed: it committed what it had and exited
-    restarted = start_sidecar(tmp_path / "data", "--store-process")
+    restarted = start_sidecar(tmp_path / "data")
     try:
         with CheckpointClient(restarted.unix_target) as client:
             assert client.get("s").state == b"\x08\x01"
@@ -119,7 +120,7 @@ def test_a_killed_sidecar_leaves_no_store_process_behind(tmp_path: Path) -> None
 
 
 def test_sigterm_under_concurrent_writes_keeps_every_acknowledged_one(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data", "--store-process")
+    sidecar = start_sidecar(tmp_path / "data")
     acknowledged: dict[str, list[bytes]] = {f"w{i}": [] for i in range(8)}
     stop = threading.Event()
 
@@ -148,7 +149,7 @@ def test_sigterm_under_concurrent_writes_keeps_every_acknowledged_one(tmp_path: 
         assert _stored_versions(tmp_path / "data", session)[: len(states)] == states
 
 
-# -- Puts answered from callbacks (the store process's path for most writes) ---------------------
+# -- Puts, answered from callbacks (no Task a write) ----------------------------------------------
 
 
 def _put_raw(session: str, state: bytes, **fields: object) -> bytes:
@@ -160,21 +161,22 @@ class _Host:
 
     def __init__(self, data_dir: Path) -> None:
         self.loop = asyncio.new_event_loop()
-        self.side = StoreSide(ServeConfig(data_dir=data_dir), worker=None, on_writes_stopped=lambda reason: None)
+        self.side = storeside.StoreSide(
+            ServeConfig(data_dir=data_dir), worker=None, on_writes_stopped=lambda reason: None
+        )
         self.side.start()
         self.service, self.store = self.side.service, self.side.store
 
-    def put(self, raw: bytes) -> tuple[bool, list[tuple[object, ...]]]:
-        """One put_with_callback, run until answered (or declined): its return, and its answers."""
+    def put(self, raw: bytes) -> list[tuple[object, ...]]:
+        """One Put, run until answered: its answers (one, if all is well)."""
         answers: list[tuple[object, ...]] = []
 
-        async def run() -> bool:
-            taken = self.service.put_with_callback(raw, lambda *answer: answers.append(answer))
-            if taken:
-                await self.service.calls.idle.wait()
-            return taken
+        async def run() -> None:
+            self.service.put(raw, lambda *answer: answers.append(answer))
+            await self.service.calls.idle.wait()
 
-        return self.loop.run_until_complete(run()), answers
+        self.loop.run_until_complete(run())
+        return answers
 
     def close(self) -> None:
         self.side.close()
@@ -190,33 +192,33 @@ def host(tmp_path: Path) -> Iterator[_Host]:
         host.close()
 
 
-def test_a_put_answered_from_a_callback_replies_as_put_does(host: _Host) -> None:
-    taken, answers = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
-    assert taken and len(answers) == 1
+def test_a_put_is_answered_with_its_version_and_a_retry_is_replayed(host: _Host) -> None:
+    answers = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
+    assert len(answers) == 1
     code, details, trailers, body = answers[0]
     assert (code, details, trailers) == (None, "", ())
     reply = service_pb2.PutResponse.FromString(body)  # type: ignore[arg-type]
     assert reply.version == 1 and reply.state_size == 2 and not reply.replayed
     # The same request id again: replayed, nothing written.
-    _, (again,) = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
+    (again,) = host.put(_put_raw("s", b"\x08\x01", request_id="r1"))
     assert service_pb2.PutResponse.FromString(again[3]).replayed  # type: ignore[arg-type]
     assert host.store.get("s").version == 1
     assert host.service.calls.idle.is_set()
 
 
-def test_a_conflict_answered_from_a_callback_carries_the_head(host: _Host) -> None:
+def test_a_put_conflict_carries_the_head_in_a_trailer(host: _Host) -> None:
     host.put(_put_raw("s", b"\x08\x01"))
-    _, ((code, details, trailers, body),) = host.put(_put_raw("s", b"\x08\x02", expected_version=7))
+    ((code, details, trailers, body),) = host.put(_put_raw("s", b"\x08\x02", expected_version=7))
     assert code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION)
     assert "7" in str(details) and (CURRENT_VERSION_KEY, "1") in trailers and body == b""  # type: ignore[operator]
 
 
-def test_a_bad_put_answered_from_a_callback_names_the_field(host: _Host) -> None:
-    _, ((code, details, _, _),) = host.put(_put_raw("", b"\x08\x01"))
+def test_a_bad_put_names_the_field(host: _Host) -> None:
+    ((code, details, _, _),) = host.put(_put_raw("", b"\x08\x01"))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "session" in str(details)
 
 
-def test_a_bug_under_a_callback_put_answers_internal_and_the_next_put_works(
+def test_a_bug_under_a_put_answers_internal_and_the_next_put_works(
     host: _Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(request: object) -> object:
@@ -224,32 +226,35 @@ def test_a_bug_under_a_callback_put_answers_internal_and_the_next_put_works(
 
     with monkeypatch.context() as patched:
         patched.setattr(host.store, "asubmit", broken)
-        _, ((code, details, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
+        ((code, details, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
     assert code is grpc.StatusCode.INTERNAL and details == "Put failed inside the sidecar; see its log"
     assert host.service.calls.idle.is_set()  # counted as ended: shutdown does not wait for it
-    _, ((code, _, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
+    ((code, _, _, _),) = host.put(_put_raw("s", b"\x08\x01"))
     assert code is None
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b"\xff\xff",  # not a PutRequest: Put's path answers INVALID_ARGUMENT
-        # A MERGE patch checked on a thread (Store.aenqueue), not on the loop:
-        _put_raw("s", b"\x10\x01" * (OFF_LOOP_PATCH_BYTES // 2), mode=service_pb2.WRITE_MODE_MERGE),
-    ],
-    ids=["unparsable", "large-merge-patch"],
-)
-def test_what_a_callback_put_declines_is_left_to_put(host: _Host, raw: bytes) -> None:
-    taken, answers = host.put(raw)
-    assert not taken and answers == [] and host.store.stats()["commits"] == 0
+def test_a_put_that_does_not_parse_is_answered_invalid_argument_and_counted(host: _Host) -> None:
+    ((code, details, _, body),) = host.put(b"\xff\xff")
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "not a valid ckpt.v1.PutRequest" in str(details)
+    assert body == b"" and host.store.stats()["commits"] == 0
+    assert host.service.calls.idle.is_set()
+
+
+def test_a_large_merge_patch_is_checked_off_the_loop_and_written(host: _Host) -> None:
+    assert host.put(_put_raw("s", b"\x08\x01"))[0][0] is None
+    patch = b"\x10\x01" * (OFF_LOOP_PATCH_BYTES // 2)
+    ((code, _, _, body),) = host.put(_put_raw("s", patch, mode=service_pb2.WRITE_MODE_MERGE))
+    assert code is None
+    assert service_pb2.PutResponse.FromString(body).version == 2  # type: ignore[arg-type]
+    assert host.store.get("s").state == b"\x08\x01" + patch
 
 
 def test_call_tags_wrap_past_the_u32_a_frame_carries_skipping_those_in_use(tmp_path: Path) -> None:
     # A frame's tag is a u32: a sidecar that forwarded 2**32 - 1 calls (ten
     # days at 5,000 a second) failed every call after (the header did not
     # pack). Set the count where those calls would have left it, with tag 1
-    # still in use (a stream left open since the count last started).
+    # still in use (a stream left open since the count last started): a
+    # private hook, as 2**32 calls cannot be made in a test.
     async def run() -> list[tuple[int, int]]:
         link = await StoreLink.start(ServeConfig(data_dir=tmp_path / "data"), worker=None)
         try:
@@ -285,6 +290,7 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
     (a PutStream whose end was lost to a shutdown race, fixed apart) kept it, and the data directory's
     lock, alive for ever, and each restart was refused as 'in use'. It now gives them --grace-seconds."""
 
+    # A private hook: no request makes a call hang on purpose.
     async def stuck(self: object, frame: Frame) -> None:  # any call that never ends
         await asyncio.Event().wait()
 
@@ -315,6 +321,51 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
     assert "still under way 0.5 s (--grace-seconds) after the link to the gRPC process closed" in caplog.text
     with Store(config.store_config()) as store:  # closed, lock released, and the write it had was committed
         assert store.get("s").state == b"\x08\x07"
+
+
+def test_a_store_process_whose_commit_failed_answers_unavailable_says_so_and_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails (an I/O error) stops the store's writes until it is reopened: the store process
+    tells the gRPC process (WRITES_STOPPED: it stops, exit 1, for its supervisor to restart the sidecar),
+    and exits 1 itself once told to close."""
+    real_store = Store
+
+    def failing_store(*args: Any, **kwargs: Any) -> Store:
+        store = real_store(*args, **kwargs)
+        # A private hook: no request makes LMDB's commit fail (the I/O error it stands for).
+        store._env = FailingCommits(store._env, failures=1)  # type: ignore[assignment]
+        return store
+
+    monkeypatch.setattr(storeside, "Store", failing_store)
+    config = ServeConfig(data_dir=tmp_path / "data")
+    ours, theirs = socket.socketpair()
+
+    async def run() -> tuple[list[Frame], int]:
+        loop = asyncio.get_running_loop()
+        hosting = asyncio.ensure_future(storehost.host(config, theirs.detach(), worker=None))
+        ours.setblocking(False)
+        reader = FrameReader(max_frame_bytes=1 << 20)
+        (ready,) = await _frames_from(loop, ours, reader)
+        assert ready.kind is Kind.READY, ready
+        put = Frame(Kind.CALL, tag=1, method=PUT_METHOD, body=_put_raw("s", b"\x08\x01"))
+        await loop.sock_sendall(ours, encode(put))
+        frames: list[Frame] = []
+        while {f.kind for f in frames} != {Kind.REPLY, Kind.WRITES_STOPPED}:
+            frames += await asyncio.wait_for(_frames_from(loop, ours, reader), 10)
+        await loop.sock_sendall(ours, encode(Frame(Kind.CLOSE)))
+        return frames, await asyncio.wait_for(hosting, 30)
+
+    try:
+        frames, code = asyncio.run(run())
+    finally:
+        ours.close()
+    (reply,) = (f for f in frames if f.kind is Kind.REPLY)
+    assert reply.status == grpc.StatusCode.UNAVAILABLE.value[0], reply
+    assert "a commit failed" in reply.meta["details"]
+    (stopped,) = (f for f in frames if f.kind is Kind.WRITES_STOPPED)
+    assert "a commit failed" in stopped.meta["reason"]
+    assert code == 1
 
 
 async def _host_on_two_links(
@@ -413,17 +464,11 @@ def test_the_other_link_closing_alone_ends_the_store_process_serving(tmp_path: P
 
 
 # What a reply over --max-message-bytes does: gRPC refuses to send it (RESOURCE_EXHAUSTED, that call only).
-# With a store process, the store side must refuse it the same way: the gRPC process takes no link frame
-# larger than one message, and took a larger one for a broken link, stopping the sidecar (exit 1).
-_MODES = ["--store-process", "--no-store-process"]
-
-
-@pytest.mark.parametrize("mode", _MODES)
-def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidecar_serves_on(
-    tmp_path: Path, mode: str
-) -> None:
+# The store process must refuse it the same way: the gRPC process takes no link frame larger than one
+# message, and took a larger one for a broken link, stopping the sidecar (exit 1).
+def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidecar_serves_on(tmp_path: Path) -> None:
     big = os.urandom(2 << 20)
-    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(4 << 20))
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(4 << 20))
     try:
         with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20) as client:
             client.put("big", big)
@@ -432,7 +477,7 @@ def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidec
         assert sidecar.stop() == 0, sidecar.log()
     # The operator lowers the limit: the state is over it now, by more than a link frame's room for a status.
     limit = 256 << 10
-    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(limit))
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(limit))
     try:
         with CheckpointClient(sidecar.unix_target, max_message_bytes=4 << 20, retries=0) as client:
             with pytest.raises(ResourceExhaustedError, match=f"over the sidecar's message limit .* = {limit}"):
@@ -448,12 +493,9 @@ def test_a_state_stored_under_a_larger_message_limit_fails_its_get_and_the_sidec
     assert _stored_versions(tmp_path / "data", "big-copy") == [big]
 
 
-@pytest.mark.parametrize("mode", _MODES)
-def test_a_put_stream_batch_whose_results_pass_the_message_limit_ends_that_stream_only(
-    tmp_path: Path, mode: str
-) -> None:
+def test_a_put_stream_batch_whose_results_pass_the_message_limit_ends_that_stream_only(tmp_path: Path) -> None:
     limit = 128 << 10  # the least --max-message-bytes allowed; states up to 64 KiB
-    sidecar = start_sidecar(tmp_path / "data", mode, "--max-message-bytes", str(limit))
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(limit))
     try:
         with CheckpointClient(sidecar.unix_target, retries=0) as client:
             client.put("full", b"\x0a\x80\x80\x03" + b"x" * (limit - (64 << 10) - 10))  # 6 bytes under

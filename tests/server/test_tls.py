@@ -15,8 +15,8 @@ import trustme
 
 from ckpt.sidecar.client.clients import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
 from ckpt.sidecar.config import ServeConfig
-from ckpt.sidecar.server.process import start_sidecar_process
-from ckpt.sidecar.server.service import reachable_from_other_hosts, wait_until_serving
+from ckpt.sidecar.server.listening import reachable_from_other_hosts
+from ckpt.sidecar.server.process import start_sidecar_process, wait_until_serving
 from tests.client.test_node_client import node_command
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 

@@ -2,16 +2,14 @@
 
 The failure is injected at the commit of a real LMDB write transaction (the
 transaction is aborted, as LMDB leaves it when a page write or fsync fails),
-once; everything else is the real store, and the sidecar test runs the real
-server loop.
+once; everything else is the real store. What the sidecar does then is checked
+in tests/server/test_store_process.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +17,6 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, Unavailable, WriteMode
-from ckpt.sidecar.client.clients import AsyncCheckpointClient, UnavailableError
-from ckpt.sidecar.config import ServeConfig
-from ckpt.sidecar.server import service as server_module
 from tests.store.test_store import patch_of, state_of
 from tests.store.test_write_backlog import writer_held
 
@@ -89,36 +84,3 @@ def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: 
         assert store.get("s").version == 1
         assert store.put("s", patch_of(2), mode=WriteMode.MERGE).version == 2
         assert store.get("s").state == state_of("s", 1) + patch_of(2)
-
-
-def test_a_sidecar_whose_store_stopped_writing_exits_1(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_dispositions: None
-) -> None:
-    # Its supervisor restarts it (Docker's restart policy, systemd): the restart reopens the store.
-    real_store = Store
-
-    def failing_store(*args: Any, **kwargs: Any) -> Store:
-        store = real_store(*args, **kwargs)
-        store._env = _Env(store._env, failures=1)  # type: ignore[assignment]
-        return store
-
-    monkeypatch.setattr(server_module, "Store", failing_store)
-    socket_path = tmp_path / "ckpt.sock"
-    # In this process, where the patched Store is: the store process would import its own.
-    config = ServeConfig(data_dir=tmp_path / "data", listen=(f"unix:{socket_path}",), store_process=False)
-    outcome: dict[str, Any] = {}
-
-    async def run() -> None:
-        serving = asyncio.create_task(server_module.serve_async(config))
-        while not socket_path.exists():
-            assert not serving.done(), serving.result()
-            await asyncio.sleep(0.01)
-        async with AsyncCheckpointClient(f"unix:{socket_path}", retries=0) as client:
-            with pytest.raises(UnavailableError, match="the store stopped taking writes"):
-                await client.put("s", b"\x08\x01")
-        outcome["exit"] = await asyncio.wait_for(serving, 60)
-
-    # _serve installs signal handlers: run it on this (the main) thread's loop.
-    assert threading.current_thread() is threading.main_thread()
-    asyncio.run(run())
-    assert outcome["exit"] == 1

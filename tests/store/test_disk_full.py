@@ -26,10 +26,9 @@ from tests.sidecar_proc import ROOT, start_sidecar
 STATE_BYTES = 64 * 1024
 
 
-@pytest.mark.parametrize("mode", [("--no-store-process",), ("--store-process",)], ids=["in-process", "store-process"])
-def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path, mode: tuple[str, ...]) -> None:
+def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    sidecar = start_sidecar(data_dir, *mode)
+    sidecar = start_sidecar(data_dir)
     kept: dict[str, bytes] = {}
     try:
         with CheckpointClient(sidecar.unix_target) as client:
@@ -37,7 +36,7 @@ def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path, mod
                 kept[f"kept-{i}"] = os.urandom(STATE_BYTES)  # random: stored at full size
                 client.put(f"kept-{i}", kept[f"kept-{i}"])
             limit = os.path.getsize(data_dir / "lmdb" / "data.mdb") + 2 * 1024 * 1024
-            for pid in process_and_children(sidecar.process.pid):  # the store process writes, when there is one
+            for pid in process_and_children(sidecar.process.pid):  # the store process writes
                 resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, limit))
 
             filled: list[str] = []

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from ckpt.codec import FrameKind
-from ckpt.sidecar.server.service import session_info_pb, version_info_pb
+from ckpt.sidecar.server.convert import session_info_pb, version_info_pb
 from ckpt.sidecar.store.engine import SessionInfo, VersionInfo, WriteMode, session_info_bytes, version_info_bytes
 from ckpt.sidecar.store.keys import MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, MAX_LABELS, MAX_SESSION_ID_BYTES
 from ckpt.v1 import service_pb2, service_pb2_grpc

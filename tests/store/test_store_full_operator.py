@@ -29,10 +29,9 @@ def scrape(sidecar: Sidecar) -> dict[str, float]:
     return {name: float(value) for name, value in re.findall(r"^(ckpt_\S+) (\S+)$", metrics_text(sidecar), re.M)}
 
 
-@pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
-def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Path, mode: str) -> None:
+def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Path) -> None:
     port = free_port()
-    sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(port), "--max-map-size-bytes", str(MAP_CAP), mode)
+    sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(port), "--max-map-size-bytes", str(MAP_CAP))
     sidecar.metrics_port = port  # type: ignore[attr-defined]
     try:
         empty = scrape(sidecar)

@@ -9,8 +9,6 @@ import random
 import time
 from pathlib import Path
 
-import pytest
-
 from ckpt.sidecar import Retention, Store, StoreConfig
 from ckpt.sidecar.client.clients import CheckpointClient
 from tests.sidecar_proc import free_port, start_sidecar
@@ -38,8 +36,7 @@ def test_a_sweep_counts_what_it_did(tmp_path: Path) -> None:
         assert store.last_sweep_unix_seconds is not None and store.last_sweep_unix_seconds >= before
 
 
-@pytest.mark.parametrize("mode", ["--store-process", "--no-store-process"])
-def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path, mode: str) -> None:
+def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path) -> None:
     port = free_port()
     sidecar = start_sidecar(
         tmp_path / "data",
@@ -49,7 +46,6 @@ def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path, m
         "1",
         "--sweep-interval-seconds",
         "0.2",
-        mode,
     )
     sidecar.metrics_port = port  # type: ignore[attr-defined]
     try:

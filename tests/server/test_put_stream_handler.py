@@ -1,27 +1,68 @@
-"""PutStream's handler, in-process on a real store: what happens when a stream ends early.
+"""PutStream's handler (CheckpointService.PutStream) on a real store: streams that end early, read-ahead, bugs.
 
 The sidecar tests drive PutStream through a real process; ending a stream at
 a chosen point between the reader and the answers needs the handler itself.
+Where a test needs the writer held or a write to fail on a bug, the handler
+is given a store that wraps the real one (it uses Store.aenqueue alone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from ckpt.sidecar import Store, StoreConfig
+from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
-from ckpt.sidecar.store.engine import _Op
 from ckpt.v1 import service_pb2
 from tests.store.test_store import CHAINS, state_of
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What PutStream uses of a grpc.aio.ServicerContext: abort, which raises."""
+
+    async def abort(self, code: object, details: str = "", trailing_metadata: object = ()) -> None:
+        raise _Aborted(code, details)
+
+
+class _WrappedStore:
+    """The real store, as PutStream uses it (aenqueue), with its writes held or failing as a test says."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        #: Until set, every write queued waits before it reaches the real store.
+        self.released = asyncio.Event()
+        self.released.set()
+        #: Session ids whose write raises before it is queued, and whose queued write fails.
+        self.bug_queueing: set[str] = set()
+        self.bug_in_writer: set[str] = set()
+
+    async def aenqueue(self, request: PutRequest, *, wait_for_room: bool = False) -> asyncio.Future[PutResult]:
+        if request.session_id in self.bug_queueing:
+            raise RuntimeError("a bug before the writer")
+        if request.session_id in self.bug_in_writer:
+            failed: asyncio.Future[PutResult] = asyncio.get_running_loop().create_future()
+            failed.set_exception(RuntimeError("a bug in the writer"))
+            return failed
+
+        async def write() -> PutResult:
+            await self.released.wait()
+            return await (await self._store.aenqueue(request, wait_for_room=wait_for_room))
+
+        return asyncio.ensure_future(write())
+
+    def service(self, pool: ThreadPoolExecutor, **options: Any) -> CheckpointService:
+        return CheckpointService(cast(Store, self), Metrics(), pool, **options)
 
 
 def test_an_abandoned_stream_commits_its_queued_writes_and_logs_nothing(tmp_path: Path) -> None:
@@ -51,7 +92,7 @@ def test_an_abandoned_stream_commits_its_queued_writes_and_logs_nothing(tmp_path
 
         with ThreadPoolExecutor(2) as pool:
             service = CheckpointService(store, Metrics(), pool)
-            answers = service.PutStream(requests(), None)
+            answers = service.PutStream(requests(), _Context())
             first = await answers.__anext__()
             assert [r.response.version for r in first.results] == [1]
             await second_sent.wait()
@@ -76,11 +117,6 @@ def test_a_stream_reads_ahead_of_its_answers_by_a_bounded_number_of_bytes(tmp_pa
     # batch larger than the whole budget is still read when it is alone.
     config = StoreConfig(data_dir=tmp_path / "data", chain_policy=CHAINS, sweep_interval_seconds=3600)
     batch_bytes = 100_000
-    held, running = threading.Event(), threading.Event()
-
-    def hold_the_writer(batch: object, txn: object) -> None:
-        running.set()
-        assert held.wait(30)
 
     async def main(store: Store) -> None:
         pulled: list[int] = []
@@ -94,17 +130,17 @@ def test_a_stream_reads_ahead_of_its_answers_by_a_bounded_number_of_bytes(tmp_pa
                     batch_id=b, puts=[service_pb2.PutRequest(session_id=f"s{b}", state=state)]
                 )
 
+        wrapped = _WrappedStore(store)
+        wrapped.released.clear()  # nothing commits
         with ThreadPoolExecutor(2) as pool:
-            service = CheckpointService(store, Metrics(), pool, stream_bytes_ahead=3 * batch_bytes)
-            store._submit(_Op(hold_the_writer))
-            assert running.wait(10)
-            answers = service.PutStream(requests(), None)
+            service = wrapped.service(pool, stream_bytes_ahead=3 * batch_bytes)
+            answers = service.PutStream(requests(), _Context())
             first = asyncio.ensure_future(answers.__anext__())
             for _ in range(50):  # let the reader run as far as it may
                 await asyncio.sleep(0.01)
             assert pulled == [0, 1, 2, 3], pulled
             assert not first.done()
-            held.set()
+            wrapped.released.set()
             got = [await first] + [a async for a in answers]
         assert [a.batch_id for a in got] == list(range(10))
         assert all(a.results[0].response.version == 1 for a in got)
@@ -123,21 +159,9 @@ def test_a_bug_in_one_stream_write_fails_that_write_alone(tmp_path: Path) -> Non
         return service_pb2.PutRequest(session_id=session, state=state_of(session, 1))
 
     async def main(store: Store) -> list[service_pb2.PutStreamResponse]:
-        put_op = store._put_op
-
-        def buggy_put_op(req: Any) -> _Op:
-            if req.session_id == "bug-queueing":
-                raise RuntimeError("a bug before the writer")
-            op = put_op(req)
-            if req.session_id == "bug-in-writer":
-
-                def apply(batch: Any, txn: Any) -> Any:
-                    raise RuntimeError("a bug in the writer")
-
-                op.apply = apply
-            return op
-
-        store._put_op = buggy_put_op  # type: ignore[method-assign]
+        wrapped = _WrappedStore(store)
+        wrapped.bug_queueing.add("bug-queueing")
+        wrapped.bug_in_writer.add("bug-in-writer")
 
         async def requests() -> AsyncIterator[service_pb2.PutStreamRequest]:
             yield service_pb2.PutStreamRequest(
@@ -146,8 +170,7 @@ def test_a_bug_in_one_stream_write_fails_that_write_alone(tmp_path: Path) -> Non
             yield service_pb2.PutStreamRequest(batch_id=2, puts=[put("d")])
 
         with ThreadPoolExecutor(2) as pool:
-            service = CheckpointService(store, Metrics(), pool)
-            return [answer async for answer in service.PutStream(requests(), None)]
+            return [answer async for answer in wrapped.service(pool).PutStream(requests(), _Context())]
 
     with Store(config) as store:
         answers = asyncio.run(main(store))
@@ -160,17 +183,6 @@ def test_a_bug_in_one_stream_write_fails_that_write_alone(tmp_path: Path) -> Non
         assert answers[1].results[0].response.version == 1
         for session in ("a", "b", "c", "d"):
             assert store.get(session).state == state_of(session, 1)
-
-
-class _Aborted(Exception):
-    pass
-
-
-class _Context:
-    """What PutStream uses of a grpc.aio.ServicerContext: abort, which raises."""
-
-    async def abort(self, code: object, details: str = "", trailing_metadata: object = ()) -> None:
-        raise _Aborted(code, details)
 
 
 def test_a_stream_opened_as_shutdown_begins_still_ends(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ def test_unary_writes_refused_at_shutdown_are_unavailable_and_retried(tmp_path: 
         assert restarted.stop() == 0, restarted.log()
 
 
-# -- streams (these held up; kept as regression tests) -------------------------------------------------------
+# -- streams -------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,0 +1,124 @@
+"""The gRPC process's handlers: each call's bytes forwarded to the store process, a Get answered from the
+reply cache when it can be, and a server extension's methods."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+import grpc.aio
+from google.protobuf.message import DecodeError
+
+from ckpt.v1 import service_pb2
+
+from .extension import BytesHandler, ServerExtension, link_method_numbers
+from .failures import abort_with
+from .methods import GET_METHOD, PUT_METHOD, SERVICE_NAME, UNARY_METHODS
+from .replycache import ReplyCache
+from .storelink import StoreLink
+
+
+def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: ReplyCache | None = None) -> None:
+    """Serve the CheckpointService by forwarding each call's bytes to the store process;
+    with ``replies``, a Get it holds the answer to is answered here."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i, batched=i == PUT_METHOD))
+        for i, name in enumerate(UNARY_METHODS)
+    }
+    if replies is not None:
+        gauges = _ReplyCacheGauges(link, replies)
+        handlers["Get"] = grpc.unary_unary_rpc_method_handler(
+            _cached_get(_forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed)
+        )
+    handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def _forwarder(
+    link: StoreLink, method: int, *, batched: bool
+) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    """A unary handler that sends the request's bytes to the store process as a call of ``method``
+    (an index of UNARY_METHODS, or an extension's link method) and answers with its reply or status.
+    ``batched``: on the link Puts take, whose reading the store process holds while a batch gathers."""
+
+    async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        status, meta, body = await link.call(method, raw, batched=batched)
+        if status:
+            await abort_with(context, status, meta)
+        return body
+
+    return forward
+
+
+class _ReplyCacheGauges:
+    """Reports the reply cache's size to the store process's metrics: at once, then at most once every
+    ``interval_seconds`` after a Get that may have changed it, and only if it did."""
+
+    def __init__(self, link: StoreLink, replies: ReplyCache, *, interval_seconds: float = 1.0) -> None:
+        self._link = link
+        self._replies = replies
+        self._interval_seconds = interval_seconds
+        self._sent: tuple[int, int] | None = None
+        self._pending: asyncio.TimerHandle | None = None
+        self._send()
+
+    def changed(self) -> None:
+        if self._pending is None:
+            self._pending = asyncio.get_running_loop().call_later(self._interval_seconds, self._send)
+
+    def _send(self) -> None:
+        self._pending = None
+        size = (self._replies.size_bytes, len(self._replies))
+        if size != self._sent:
+            self._sent = size
+            self._link.gauges(reply_cache_bytes=size[0], reply_cache_entries=size[1])
+
+
+def _cached_get(
+    forward: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
+    link: StoreLink,
+    replies: ReplyCache,
+    changed: Callable[[], None],
+) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    """A Get ``replies`` answers, else ``forward``ed (and its reply kept when it asked for the latest);
+    ``changed`` is called after each Get that may have changed what ``replies`` holds."""
+
+    async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        start = time.perf_counter()
+        try:
+            request = service_pb2.GetRequest.FromString(raw)
+        except DecodeError:
+            request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
+        if request is not None:
+            hit = replies.answer(request.session_id, request.version)
+            if hit is not None:
+                body, state_bytes = hit
+                link.served(GET_METHOD, time.perf_counter() - start, state_bytes)
+                return body
+        try:
+            body = await forward(raw, context)
+        finally:
+            # A miss may have dropped a stale reply, and one may be kept next; the report reads
+            # the size a while later, after both, even if the forwarded call failed.
+            changed()
+        if request is not None and not request.version:
+            replies.remember(request.session_id, body)
+        return body
+
+    return get
+
+
+def add_extension(extension: ServerExtension, link: StoreLink, server: grpc.aio.Server) -> None:
+    """Serve ``extension``'s gRPC handlers, their ``forward`` reaching its link methods (extension.py)."""
+    numbers = link_method_numbers(extension)
+
+    def forward(name: str) -> BytesHandler:
+        if name not in numbers:
+            raise ValueError(f"{name!r} is not one of the extension's link methods ({', '.join(numbers)})")
+        # On the Puts' link: what it measures or does crosses the hop a write makes.
+        return _forwarder(link, numbers[name], batched=True)
+
+    server.add_generic_rpc_handlers(tuple(extension.grpc_handlers(forward)))

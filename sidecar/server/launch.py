@@ -1,0 +1,34 @@
+"""``serve()``: what ``ckpt serve`` runs, one serving process or the parent of ``--workers``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..config import ServeConfig
+from ..errors import Unavailable
+from .extension import ServerExtension, current_extension
+from .loops import event_loop_factory
+from .serving import serve_async
+from .workers import serve_workers
+
+log = logging.getLogger("ckpt")
+
+
+def serve(config: ServeConfig, *, extension: ServerExtension | None = None) -> int:
+    """Run until SIGTERM or SIGINT (exit code 0), or until the store stops taking writes (1).
+
+    ``extension``: methods served beside the CheckpointService (extension.py); by default, the one
+    an enclosing ``extended_serving`` names, if any.
+    """
+    if extension is None:
+        extension = current_extension()
+    if config.workers > 1:
+        return serve_workers(config, extension=extension)
+    try:
+        loop_factory = event_loop_factory(config.event_loop)
+    except Unavailable as exc:
+        log.error("ckpt cannot start: %s", exc)
+        return 1
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(serve_async(config, extension=extension))

@@ -1,0 +1,18 @@
+"""The CheckpointService's methods by name, and the numbers that name them in a link frame."""
+
+from __future__ import annotations
+
+from ckpt.v1 import service_pb2
+
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"]
+SERVICE_NAME = SERVICE.full_name
+#: The CheckpointService's unary methods, in the order the link numbers them (0, 1, ...).
+UNARY_METHODS = tuple(m.name for m in SERVICE.methods if not m.client_streaming and not m.server_streaming)
+#: Put's index in UNARY_METHODS: the method a link frame names for a forwarded Put.
+PUT_METHOD = UNARY_METHODS.index("Put")
+GET_METHOD = UNARY_METHODS.index("Get")
+#: A server extension's link methods are numbered down from here (the last a frame's u8 holds), so
+#: that they never meet the CheckpointService's, numbered up from 0.
+LAST_LINK_METHOD = 255
+#: How many link methods an extension may add.
+MAX_EXTENSION_METHODS = LAST_LINK_METHOD + 1 - len(UNARY_METHODS)
