@@ -199,7 +199,8 @@ class ServeConfig:
     @classmethod
     def from_options(cls, values: Mapping[str, Any]) -> ServeConfig:
         """The configuration its options give, by field name, as `ckpt serve` reads them: one flat namespace,
-        the store's options beside the sidecar's. An option absent or None keeps its field's default."""
+        the store's options beside the sidecar's. ``data_dir`` is needed; any other option absent or None keeps
+        its field's default."""
         store_values = option_values(StoreConfig, values)
         store = StoreConfig(
             data_dir=values["data_dir"],
