@@ -1,0 +1,127 @@
+"""The commands that talk to a running sidecar: put, get, history, sessions, fork, delete."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from ..client import CheckpointClient
+from ..errors import InvalidArgument
+from ..store import keys
+from ..tls import ClientTLS
+from .output import print_json
+from .parser import in_option_terms
+
+
+def _client(args: argparse.Namespace) -> CheckpointClient:
+    # Ids are checked here, by the sidecar's own rules, so that a bad one is a
+    # bad command line (exit 2), said at once: not an error from the sidecar,
+    # nor, with none running, retried for ~2.6 s and reported as a connection failure.
+    for name, field in (("session", "SESSION"), ("new_session", "NEW_SESSION")):
+        value = getattr(args, name, None)
+        if value is not None:
+            try:
+                keys.session_key(value, field=field)
+            except InvalidArgument as exc:
+                raise ValueError(str(exc)) from None
+    target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
+    try:
+        return CheckpointClient(target, max_message_bytes=args.max_message_bytes, tls=_client_tls(args))
+    except ValueError as exc:
+        raise ValueError(in_option_terms(str(exc), args)) from None
+
+
+def _client_tls(args: argparse.Namespace) -> ClientTLS | bool:
+    files = (args.tls_ca_file, args.tls_client_cert_file, args.tls_client_key_file)
+    if all(f is None for f in files):
+        if args.tls_server_name is not None:
+            raise ValueError("--tls-server-name needs --tls-ca-file (or the client certificate options)")
+        return False
+    return ClientTLS.from_files(
+        ca_file=args.tls_ca_file,
+        cert_file=args.tls_client_cert_file,
+        key_file=args.tls_client_key_file,
+        server_name=args.tls_server_name,
+    )
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {pair!r} is not KEY=VALUE (a non-empty KEY)")
+        out[key] = value
+    try:
+        keys.check_labels(out, field="--label")
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
+    return out
+
+
+def put(args: argparse.Namespace) -> int:
+    labels = _labels(args.label)
+    if args.file == "-" and sys.stdin.isatty():
+        raise ValueError("no FILE given and stdin is a terminal: name a FILE, or pipe the state in")
+    with _client(args) as c:  # the ids are checked before the state is read
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        write = c.merge if args.merge else c.put
+        r = write(args.session, data, expected_version=args.expected_version, request_id=args.request_id, labels=labels)
+    print_json(r)
+    return 0
+
+
+def get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.get(args.session, args.version)
+    if args.out:
+        args.out.write_bytes(r.state)
+        print(f"version {r.version}: {len(r.state)} bytes -> {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(r.state)
+        sys.stdout.flush()
+    return 0
+
+
+def history(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for info in c.history(args.session):
+            print_json(info)
+    return 0
+
+
+def _time_arg(option: str, text: str | None) -> datetime.datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{option} {text!r} is not an ISO 8601 time (e.g. 2026-11-21T09:30:00Z)") from None
+    if when.tzinfo is None:
+        raise ValueError(f"{option} {text!r} has no UTC offset; add Z or e.g. +01:00")
+    return when
+
+
+def sessions(args: argparse.Namespace) -> int:
+    labels = _labels(args.label)
+    after = _time_arg("--updated-after", args.updated_after)
+    before = _time_arg("--updated-before", args.updated_before)
+    with _client(args) as c:
+        for info in c.sessions(labels=labels, updated_after=after, updated_before=before):
+            print_json(info)
+    return 0
+
+
+def fork(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print_json(c.fork(args.session, args.new_session, version=args.version))
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        print(json.dumps({"deleted_versions": c.delete(args.session)}))
+    return 0

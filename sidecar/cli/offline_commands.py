@@ -1,0 +1,116 @@
+"""The commands that read a data directory themselves, read-only: inspect, stats, backup (verify: verify_command.py).
+
+Each reads in a child process (sidecar/tools/isolated.py): a damaged page can make LMDB abort().
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from ...codec import FrameKind
+from ..config import StoreConfig
+from ..errors import DataLoss
+from ..store import SessionInfo, Store, VersionInfo
+from ..tools import isolated, write_backup
+from .output import utc
+
+#: What reading a damaged LMDB file raises through the store besides its own errors: the commands
+#: report it (exit 1), not a traceback.
+DAMAGE_ERRORS: tuple[type[Exception], ...] = (lmdb.Error,)
+
+
+def open_readonly(data_dir: Path) -> Store:
+    try:  # the store refuses a truncated data file itself (reading it could end in SIGBUS)
+        return Store(StoreConfig(data_dir=data_dir), readonly=True)
+    except DAMAGE_ERRORS as exc:
+        raise DataLoss(f"{data_dir / 'lmdb' / 'data.mdb'} cannot be opened as an LMDB database: {exc}") from None
+
+
+def starts_chain(frame: bytes) -> bool:
+    """Whether a stored frame is FULL, by its kind byte alone (read raw: its header may fail its checks)."""
+    return len(frame) > 5 and frame[5] == FrameKind.FULL
+
+
+def inspect(args: argparse.Namespace) -> int:
+    info, frames = isolated.call(
+        args.data_dir, open_readonly, partial(_frame_list, session=args.session), f"reading session {args.session!r}"
+    )
+    print(
+        f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
+        f"{info.stored_bytes} bytes stored"
+    )
+    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (UTC)")
+    depth = 0
+    for version, vinfo, frame_bytes, full in frames:
+        # A corrupt frame still holds its place in its chain (by its raw kind byte, as verify reads it).
+        depth = 0 if full else depth + 1
+        if isinstance(vinfo, DataLoss):
+            print(f"{version:>8} CORRUPT {depth:>4} {frame_bytes:>9}  (run `ckpt verify` for details)")
+            continue
+        print(
+            f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
+            f"{vinfo.state_size:>10}  {utc(vinfo.created_unix_nanos)}"
+        )
+    return 0
+
+
+def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:
+    """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL."""
+    info, frames = store.frames_of(session)
+    return info, [(version, vinfo, len(frame), starts_chain(frame)) for version, vinfo, frame in frames]
+
+
+# What the data directory holds. The rest of Store.stats() counts what one
+# open store did (commits, cache hits): always zero in this read-only opening.
+_ON_DISK_STATS = ("sessions", "versions", "map_size_bytes", "used_bytes")
+
+
+def stats(args: argparse.Namespace) -> int:
+    found = isolated.call(args.data_dir, open_readonly, _on_disk_stats, "reading the store's statistics")
+    found["data_mdb_bytes"] = (args.data_dir / "lmdb" / "data.mdb").stat().st_size
+    print(json.dumps(found, indent=1, default=str))
+    return 0
+
+
+def _on_disk_stats(store: Store) -> dict[str, Any]:
+    everything = store.stats()
+    return {name: everything[name] for name in _ON_DISK_STATS}
+
+
+def backup(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    lmdb_dir = (args.data_dir / "lmdb").resolve()
+    if args.dest.parent.resolve().is_relative_to(lmdb_dir):
+        raise ValueError(f"DEST {args.dest} is inside LMDB's own directory {lmdb_dir}; put the backup elsewhere")
+    # A backup stopped by SIGTERM/SIGHUP (timeout, systemd, a closed terminal) removes its partial copy,
+    # as ^C does: the exception unwinds through write_backup's cleanup.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+
+    def copy(lmdb_dir: Path) -> tuple[int, int]:
+        return isolated.call(
+            args.data_dir, open_readonly, partial(Store.copy_to, lmdb_dir=lmdb_dir), f"copying it into {args.dest}"
+        )
+
+    result = write_backup(args.dest, copy)
+    summary = {
+        "backup": str(result.path),
+        "sessions": result.sessions,
+        "versions": result.versions,
+        "data_mdb_bytes": result.data_mdb_bytes,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,24 @@
+"""`ckpt serve`: the sidecar's configuration from its options (flags, else CKPT_* variables), then serve."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..config import ServeConfig
+from ..server import serve
+from .parser import in_option_terms, serve_options
+
+
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The configuration `ckpt serve`'s parsed command line (``args``) gives, its errors in the options' terms."""
+    try:
+        return ServeConfig.from_options(serve_options(args))
+    except ValueError as exc:
+        raise ValueError(in_option_terms(str(exc), args)) from None
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return serve(serve_config(args))

@@ -1,0 +1,137 @@
+"""`ckpt verify`: every frame, chain and session record, then the index tables against them; exit 1 on any failure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from ...codec import DecodeError, iter_versions
+from ..errors import DataLoss, NotFound, StoreError
+from ..store import Store
+from ..tools import Problem, isolated
+from .offline_commands import DAMAGE_ERRORS, open_readonly, starts_chain
+
+# A session whose record or B-tree page is damaged: reported, and the others checked.
+_REPORTED: tuple[type[Exception], ...] = (StoreError, *DAMAGE_ERRORS)
+
+
+def verify(args: argparse.Namespace) -> int:
+    def fail(subject: str, problem: str) -> None:
+        print(f"FAIL {subject}: {problem}", file=sys.stderr)
+
+    # The tables are cross-checked in another child, beside the per-session checks (tools/crosscheck.py).
+    cross = isolated.CrossChecks(args.data_dir, args.sessions, open_readonly)
+    try:
+        # Every session is read in a child process (tools/isolated.py): a damaged page can make
+        # LMDB abort() or crash; that session is then reported and a new child checks the rest.
+        counts = isolated.verify(
+            args.data_dir,
+            args.sessions,
+            open_readonly,
+            # A session listed here may be deleted by a running sidecar before it is read:
+            # gone is not damaged. A session named on the command line must exist.
+            lambda store, session, vanished_ok: verify_session(store, session, vanished_ok=vanished_ok),
+            fail,
+        )
+        checked, failures = counts.checked, counts.failed
+        others = 0
+        if counts.listing_failures:  # the cross-checks need every record: a sessions table that cannot be listed
+            print("ckpt verify: the tables are not cross-checked (listing the sessions failed)", file=sys.stderr)
+        else:
+            checked, failures, others = _cross_check(cross, counts.failed_sessions, checked, failures, fail)
+    finally:
+        cross.cancel()
+    listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
+    more = f"; {others} more problem{'s' if others > 1 else ''} cross-checking the tables (see above)" if others else ""
+    sessions = "session" if checked == 1 else "sessions"
+    print(f"verified {checked} {sessions}: {checked - failures} ok, {failures} failed{listing}{more}")
+    return 1 if failures or counts.listing_failures or others else 0
+
+
+def _cross_check(
+    cross: isolated.CrossChecks, failed: set[str], checked: int, failures: int, fail: Callable[[str, str], None]
+) -> tuple[int, int, int]:
+    """Cross-check the tables (tools/crosscheck.py); the counts of sessions checked and failed, and of other problems.
+
+    A session whose entries are wrong fails (one with frames but no record
+    counts as checked too, as when the sessions are listed from the frames
+    table); an entry naming a session that does not exist, or an index table
+    that cannot be read, is one of the other problems. The frames and
+    sessions tables failing here are not: the per-session checks read them.
+    """
+    others = 0
+
+    def problem(p: Problem) -> None:
+        nonlocal checked, failures, others
+        if p.session is None:
+            fail(f"{p.table} table", p.text)
+            others += 1
+            return
+        session = isolated.session_id(p.session)
+        fail(f"session {session!r}", f"{p.table} table: {p.text}")
+        if not p.exists:
+            others += 1
+        elif session not in failed:
+            failed.add(session)
+            failures += 1
+            checked += p.table == "sessions"  # found by its frames: not listed before
+
+    broken = cross.finish(problem, fail)
+    others += sum(table not in ("sessions", "frames") for table in broken)
+    return checked, failures, others
+
+
+def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:
+    """Every frame's checksum and link, every version's metadata, every version decoded; the problems found.
+
+    None if the session does not exist and ``vanished_ok`` (it was deleted since it was listed).
+    """
+    try:
+        info, frames = store.frames_of(session)
+    except NotFound as exc:
+        return None if vanished_ok else [str(exc)]
+    except _REPORTED as exc:  # a damaged record or B-tree page: report it, check the others
+        return [str(exc)]
+    # Said under the session's name already: its own "session 'x': " prefix goes.
+    problems = [
+        str(vinfo).removeprefix(f"session {session!r}: ") for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)
+    ]
+    corrupt = {version for version, vinfo, _ in frames if isinstance(vinfo, DataLoss)}
+    chain: list[bytes] = []
+    chain_versions: list[int] = []
+    expected = info.first_version
+    for version, _info, frame in [*frames, (None, None, None)]:
+        if version is not None and version != expected:
+            problems.append(f"version {expected} is missing (next stored is {version})")
+            expected = version
+        # The kind byte is read raw: a frame whose header is corrupt still splits chains.
+        if version is None or (frame is not None and starts_chain(frame)):
+            if chain:
+                decoded = 0
+                try:
+                    for _ in iter_versions(chain):
+                        decoded += 1
+                except DecodeError as exc:
+                    # The frame after the last one decoded failed; name it if the codec could not.
+                    failed = chain_versions[decoded]
+                    if failed not in corrupt:  # reported once, above
+                        text = str(exc)
+                        problems.append(text if f"version {failed}" in text else f"version {failed}: {text}")
+            chain, chain_versions = [], []
+        if version is None:
+            break
+        assert frame is not None
+        chain.append(frame)
+        chain_versions.append(version)
+        expected += 1
+    if expected - 1 != info.head_version:
+        problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
+    # Where a cold read of the head starts decoding, as the record says: a wrong one fails every read and write.
+    starts = [v for v, _i, frame in frames if starts_chain(frame) and v <= info.head_version]
+    if starts and info.chain_start_version != starts[-1]:
+        problems.append(
+            f"the session record says the head's chain starts at version {info.chain_start_version},"
+            f" but its last FULL frame is version {starts[-1]}"
+        )
+    return problems

@@ -1,0 +1,39 @@
+"""Limits and defaults the configuration, the server and the clients share."""
+
+from __future__ import annotations
+
+#: Largest gRPC message, both directions, on the server and the clients alike.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The most max_message_bytes may be: gRPC takes its message size options as C ints.
+MAX_MESSAGE_BYTES = 2**31 - 1
+#: What a gRPC message may carry besides its state: a PutRequest's session id
+#: (256 B), request id (128 B) and labels (64 x ~330 B), or a GetResponse's
+#: VersionInfo and labels. ~22 KiB at most; the sidecar keeps this much of
+#: every message for them, so any state it accepts can be read back.
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
+#: The most writes one PutStreamRequest may hold (service.proto). Each write costs the sidecar
+#: ~2-4 KB while it is under way, whatever its size, and its result may outweigh it: a 400 KB
+#: message of 200,000 empty writes took 770 MB and was answered with 12 MB, so one of the 64 MiB
+#: a message may be would have taken ~120 GB.
+MAX_STREAM_BATCH_PUTS = 1000
+#: The store's memory budgets, map sizes, write backlog and timings.
+DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
+DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024
+#: ``ckpt serve`` only: Get replies its gRPC process keeps (replycache.py).
+DEFAULT_REPLY_CACHE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_MAP_SIZE_BYTES = 64 * 1024**3
+DEFAULT_MAP_SIZE_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_QUEUED_WRITE_BYTES = 256 * 1024 * 1024
+DEFAULT_REQUEST_ID_TTL_SECONDS = 24 * 3600.0
+DEFAULT_SWEEP_INTERVAL_SECONDS = 60.0
+DEFAULT_MAX_COMMIT_DELAY_SECONDS = 0.010
+#: Longest duration a *_seconds setting takes: 100 years. Durations become
+#: nanosecond times (now + duration); inf, NaN and anything far longer
+#: cannot be one, and made every write or sweep that used them fail.
+MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
+
+
+def check_duration(name: str, seconds: float | None) -> None:
+    """ValueError naming ``name`` unless ``seconds`` is None or at most MAX_DURATION_SECONDS (NaN is not)."""
+    if seconds is not None and not seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"{name} must be at most {MAX_DURATION_SECONDS} seconds (100 years), got {seconds}")

@@ -1,0 +1,275 @@
+"""The store's configuration: StoreConfig, its durability and retention, and the options `ckpt serve` sets them by."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+from ckpt.v1 import checkpoint_pb2  # noqa: F401  # registers ckpt.v1.Checkpoint for merge_message_type
+
+from ...codec import ChainPolicy
+from .limits import (
+    DEFAULT_CACHE_SIZE_BYTES,
+    DEFAULT_ENCODER_CACHE_BYTES,
+    DEFAULT_MAP_SIZE_BYTES,
+    DEFAULT_MAX_COMMIT_DELAY_SECONDS,
+    DEFAULT_MAX_MAP_SIZE_BYTES,
+    DEFAULT_MAX_QUEUED_WRITE_BYTES,
+    DEFAULT_REQUEST_ID_TTL_SECONDS,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
+    check_duration,
+)
+from .option import option, options_of
+
+
+class Durability(enum.Enum):
+    """When a commit is acknowledged relative to the disk.
+
+    SYNC (default): every commit is fsynced (data and LMDB meta page) before
+    the write is acknowledged. Nothing acknowledged is ever lost.
+
+    NO_META_SYNC: data pages are fsynced, the meta page that makes a commit
+    visible is not (LMDB's MDB_NOMETASYNC). A process crash loses nothing; an
+    OS crash or power failure may undo the last committed transaction(s), but
+    never corrupts the database. About one fsync per commit instead of two.
+    """
+
+    SYNC = "sync"
+    NO_META_SYNC = "no-meta-sync"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retention:
+    """What the background sweeper removes. The head version is always kept.
+
+    Versions are removed a whole chain at a time (never a delta without the
+    FULL frame it needs), so a session keeps *at least* what is asked: up to
+    one chain more.
+    """
+
+    #: Keep at least the newest N versions of each session (None = all).
+    keep_last_versions: int | None = field(
+        default=None, metadata=option("retention: keep at least the newest N versions", parse=int)
+    )
+    #: Drop versions older than this many seconds (None = never).
+    max_version_age_seconds: float | None = field(
+        default=None, metadata=option("retention: drop versions older than this", parse=float)
+    )
+
+    def __post_init__(self) -> None:
+        if self.keep_last_versions is not None and self.keep_last_versions < 1:
+            raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
+        if self.max_version_age_seconds is not None and self.max_version_age_seconds <= 0:
+            raise ValueError(f"max_version_age_seconds must be > 0 or None, got {self.max_version_age_seconds}")
+        check_duration("max_version_age_seconds", self.max_version_age_seconds)
+
+    @property
+    def enabled(self) -> bool:
+        return self.keep_last_versions is not None or self.max_version_age_seconds is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    """Everything the store needs; the defaults suit a laptop.
+
+    The fields declared with ``option(...)`` are options of ``ckpt serve`` too (option.py).
+    """
+
+    #: Directory holding the LMDB environment (created if missing).
+    data_dir: Path
+    #: Initial LMDB map size. The map doubles when full, up to the cap.
+    map_size_bytes: int = DEFAULT_MAP_SIZE_BYTES
+    #: The map never grows past this; a write that needs more fails with
+    #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing.
+    max_map_size_bytes: int = field(
+        default=DEFAULT_MAX_MAP_SIZE_BYTES, metadata=option("cap on the LMDB map", parse=int)
+    )
+    durability: Durability = field(
+        default=Durability.SYNC,
+        metadata=option(
+            "sync: fsync every commit; no-meta-sync: one fsync a commit instead of two, an OS crash may undo the"
+            " last commits",
+            choices=tuple(mode.value for mode in Durability),
+            convert=Durability,
+        ),
+    )
+    #: Memory for latest states of recently used sessions (the hot path when
+    #: an agent restarts but the sidecar did not). Each entry counts its state
+    #: and ~0.7 KB besides (id, metadata, labels), so tiny states fit fewer
+    #: entries than the bytes of their states alone would suggest.
+    cache_size_bytes: int = field(
+        default=DEFAULT_CACHE_SIZE_BYTES, metadata=option("memory for latest states", parse=int)
+    )
+    #: Sessions whose encoder (head state and live zstd stream) is kept
+    #: between writes, so the next write continues the chain's stream instead
+    #: of reading the chain back from LMDB.
+    encoder_cache_entries: int = 1024
+    #: Memory for those encoders, by ChainEncoder.memory_bytes (an estimate,
+    #: 0.99-1.75x their RSS: ~0.2 MiB for a 6 KB state, ~3.5 MiB for a 300 KB
+    #: one, ~5 MiB for 1 MB). Without it, 1,024 encoders of 300 KB states would hold ~2.8 GiB.
+    #: A group commit keeps at most this much again (and as many entries) of
+    #: its writes' encoders until it commits; it drops the others then, as if
+    #: evicted, so one batch of large writes cannot hold an encoder per write.
+    encoder_cache_bytes: int = field(
+        default=DEFAULT_ENCODER_CACHE_BYTES,
+        metadata=option(
+            "memory for recently written sessions' encoders (head state and zstd stream), so their next write"
+            " needs no LMDB read",
+            parse=int,
+        ),
+    )
+    chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
+    retention: Retention = field(default_factory=Retention, metadata=options_of(Retention))
+    #: Once a session has written nothing for this many seconds, the sweeper
+    #: rewrites its head's frame, if a DELTA or PATCH, as a FULL frame of the
+    #: same state (same version, same bytes), so the cold read that resumes it
+    #: decodes one frame instead of a chain, and its next write starts a new
+    #: chain. Costs a FULL frame less a delta per quiet period on disk, and
+    #: the writer a decode and a compress per session going quiet. None: off.
+    keyframe_after_quiet_seconds: float | None = field(
+        default=None,
+        metadata=option(
+            "once a session has written nothing this long, rewrite its head as a FULL frame (same state), so the"
+            " cold read that resumes it decodes one frame",
+            parse=float,
+            shown="off",
+        ),
+    )
+    #: How long a request id deduplicates retries: a retry later than this
+    #: after the first write is a new write. Exact (checked on every put);
+    #: the sweeper only frees the records' space.
+    request_id_ttl_seconds: float = field(
+        default=DEFAULT_REQUEST_ID_TTL_SECONDS,
+        metadata=option(
+            "how long a write's request id answers its retries with the first result; a retry later than this"
+            " writes again, so make it longer than any client keeps retrying",
+            parse=float,
+            shown=f"{DEFAULT_REQUEST_ID_TTL_SECONDS:g}, a day",
+        ),
+    )
+    #: How often the sweeper runs: retention, request-id expiry, quiet keyframes.
+    sweep_interval_seconds: float = field(
+        default=DEFAULT_SWEEP_INTERVAL_SECONDS,
+        metadata=option(
+            "how often the background sweeper applies retention, frees expired request ids and writes quiet keyframes",
+            parse=float,
+        ),
+    )
+    #: Largest state (REPLACE) or resulting state (MERGE) accepted.
+    max_state_bytes: int = 64 * 1024 * 1024
+    #: Most writes committed in one LMDB transaction.
+    max_batch_writes: int = 512
+    #: Longest the writer waits before a commit for the writers it expects:
+    #: as many as the last commit let go on (a put_many counts once; a
+    #: PutStream batch or a thread pipelining submit() counts as its writes)
+    #: plus the writes queued while it ran. Writers a commit answers usually
+    #: write again at once, and a commit's flush costs about the same for 60
+    #: writes as for 30; without the wait, 64 writer threads settle into two
+    #: half-size batches taking turns, two flushes where one would do. The
+    #: wait ends as soon as they are queued, and is at most the last
+    #: commit's duration (plus the OS's timer slack, ~0.1-0.3 ms on a busy
+    #: VM), so a write waits at most about as long again as its commit takes;
+    #: there is none while writers wait for room under
+    #: max_queued_write_bytes (they could not queue). A lone writer waits
+    #: only once, on its first write after a burst of others ends. 0: commit
+    #: whatever is queued at once.
+    max_commit_delay_seconds: float = field(
+        default=DEFAULT_MAX_COMMIT_DELAY_SECONDS,
+        metadata=option(
+            "longest a commit waits for the writers the last one answered (at most that commit's duration), so"
+            " more writes share one flush; 0 = commit what is queued at once, for the lowest latency",
+            parse=float,
+        ),
+    )
+    #: Most bytes of states queued for the writer and not yet answered (the
+    #: write backlog's memory). Past it, blocking writes (put, submit,
+    #: put_many) wait for room and asyncio writes (asubmit, so the sidecar's
+    #: unary Puts) fail at once with Overloaded (UNAVAILABLE: retry with the
+    #: same request_id). A write is always taken when nothing is queued, so
+    #: one larger than this still goes, alone.
+    max_queued_write_bytes: int = field(
+        default=DEFAULT_MAX_QUEUED_WRITE_BYTES,
+        metadata=option(
+            "most bytes of states waiting for the writer; past it a unary Put fails UNAVAILABLE at once (clients"
+            " retry) and a PutStream waits",
+            parse=int,
+        ),
+    )
+    #: LMDB reader slots: concurrent read transactions across threads.
+    max_readers: int = 512
+    #: Full name of the protobuf message type that MERGE states hold (e.g.
+    #: "ckpt.v1.Checkpoint"; its _pb2 module must be imported). Set, the FULL
+    #: frame starting each chain of a MERGE session holds the state compacted:
+    #: parsed and re-serialized, so fields later patches overwrote are dropped
+    #: (when that saves >= 10%); and every MERGE patch must parse as that type.
+    #: None (default): a MERGE state is all its patches concatenated, so a
+    #: session that rewrites the same fields grows by every patch, without bound.
+    merge_message_type: str | None = field(
+        default=None,
+        metadata=option(
+            "compact MERGE states as this protobuf message type (e.g. ckpt.v1.Checkpoint) at each chain start, so"
+            " fields that later patches overwrite do not pile up; MERGE patches must then parse as TYPE",
+            metavar="TYPE",
+            shown="off: a MERGE state is every patch concatenated",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.max_map_size_bytes < 1024 * 1024:
+            raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
+        if self.map_size_bytes < 1024 * 1024:
+            raise ValueError(f"map_size_bytes must be >= 1 MiB, got {self.map_size_bytes}")
+        if self.max_map_size_bytes < self.map_size_bytes:
+            raise ValueError(
+                f"max_map_size_bytes ({self.max_map_size_bytes}) must be >= map_size_bytes, the initial map size"
+                f" ({self.map_size_bytes})"
+            )
+        if not isinstance(self.durability, Durability):
+            raise TypeError(f"durability must be a Durability, not {type(self.durability).__name__}")
+        if not isinstance(self.chain_policy, ChainPolicy):
+            raise TypeError(f"chain_policy must be a ChainPolicy, not {type(self.chain_policy).__name__}")
+        if not isinstance(self.retention, Retention):
+            raise TypeError(f"retention must be a Retention, not {type(self.retention).__name__}")
+        if isinstance(self.max_readers, bool) or not isinstance(self.max_readers, int):
+            raise TypeError(f"max_readers must be an int, not {type(self.max_readers).__name__}")
+        if self.max_readers < 1:
+            raise ValueError(f"max_readers must be >= 1, got {self.max_readers}")
+        for name in ("cache_size_bytes", "encoder_cache_entries", "encoder_cache_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("request_id_ttl_seconds", "sweep_interval_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            check_duration(name, getattr(self, name))
+        if not 1 <= self.max_state_bytes <= 0xFFFF_FFFF:
+            raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
+        if self.max_batch_writes < 1:
+            raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")
+        if not 0 <= self.max_commit_delay_seconds <= 1:
+            raise ValueError(f"max_commit_delay_seconds must be in 0..1, got {self.max_commit_delay_seconds}")
+        if self.keyframe_after_quiet_seconds is not None and not self.keyframe_after_quiet_seconds > 0:
+            raise ValueError(
+                f"keyframe_after_quiet_seconds must be > 0 or None, got {self.keyframe_after_quiet_seconds}"
+            )
+        check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
+        if self.max_queued_write_bytes < 1:
+            raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
+        self.merge_message_class()  # fails now, naming the field, not at the first MERGE
+
+    def merge_message_class(self) -> type[Message] | None:
+        """The class named by ``merge_message_type`` (None if unset)."""
+        if self.merge_message_type is None:
+            return None
+        try:
+            descriptor = descriptor_pool.Default().FindMessageTypeByName(self.merge_message_type)
+        except KeyError:
+            raise ValueError(
+                f"merge_message_type {self.merge_message_type!r} is not a protobuf message type known to this"
+                " process (import its _pb2 module first; ckpt.v1.Checkpoint is always known)"
+            ) from None
+        return message_factory.GetMessageClass(descriptor)

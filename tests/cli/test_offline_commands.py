@@ -1,0 +1,52 @@
+"""The commands that read a data directory themselves (inspect, verify, stats), beside a sidecar and after it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lmdb
+
+from tests.cli.command import ckpt
+from tests.sidecar_proc import Sidecar, start_sidecar
+
+
+def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    ckpt("put", "v", *t, stdin=b"\x2a\x80\x50" + b"agent notes " * 853 + b"....")  # a 10 KB goal
+    for n in range(2, 8):
+        ckpt("put", "v", "--merge", *t, stdin=b"\x0a\x40" + bytes([65 + n]) * 64)
+    d = ("--data-dir", str(sidecar.data_dir))
+    inspect = ckpt("inspect", "v", *d).stdout.decode()
+    assert "versions 1..7" in inspect and "FULL" in inspect and "PATCH" in inspect
+    # Each version's creation time, as history gives it (RFC 3339, UTC, to the nanosecond).
+    created = [json.loads(line)["created_at"] for line in ckpt("history", "v", *t).stdout.decode().splitlines()]
+    rows = [line.split() for line in inspect.splitlines()[2:]]
+    assert [row[-1] for row in reversed(rows)] == created
+    ok = ckpt("verify", *d)
+    assert ok.returncode == 0 and b"verified 1 session: 1 ok, 0 failed" in ok.stdout
+    stats = json.loads(ckpt("stats", *d).stdout)
+    assert stats["sessions"] == 1 and stats["versions"] == 7
+    # Only what the directory holds: the read-only opening's own counters (commits,
+    # cache hits) would read 0 beside a busy sidecar.
+    assert set(stats) == {"sessions", "versions", "map_size_bytes", "used_bytes", "data_mdb_bytes"}
+
+
+def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    for n in range(1, 5):
+        ckpt("put", "bad", "--merge", "--target", sidecar.unix_target, stdin=b"\x0a\x40" + bytes([65 + n]) * 64)
+    ckpt("put", "good", "--target", sidecar.unix_target, stdin=b"\x08\x01")
+    assert sidecar.stop() == 0
+    env = lmdb.open(str(tmp_path / "data" / "lmdb"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"frames", txn=txn)
+        key = b"bad\x00" + (3).to_bytes(8, "big")
+        value = bytearray(txn.get(key, db=db) or b"")
+        value[-2] ^= 0xFF
+        txn.put(key, bytes(value), db=db)
+    env.close()
+    result = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert b"FAIL session 'bad': frame checksum mismatch for version 3" in result.stderr
+    assert b"verified 2 sessions: 1 ok, 1 failed" in result.stdout
