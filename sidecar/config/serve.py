@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from .. import tls
 from .limits import (
@@ -18,7 +18,7 @@ from .limits import (
     check_duration,
 )
 from .option import option, option_values, options_of
-from .store import Durability, Retention, StoreConfig
+from .store import Retention, StoreConfig
 
 if TYPE_CHECKING:
     import grpc
@@ -142,12 +142,6 @@ class ServeConfig:
     #: max_message_bytes less the envelope, so any state it stores can be read back.
     store: StoreConfig = field(default_factory=_store_defaults, metadata=options_of(StoreConfig))
 
-    # Not options: the sidecar always runs its store in a process of its own,
-    # and the benchmarks' echo lives in bench/. server/ reads these two until
-    # its code for the other ways is gone; delete them with those reads.
-    store_process: ClassVar[bool] = True
-    bench_echo: ClassVar[bool] = False
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.max_message_bytes < 2 * MESSAGE_ENVELOPE_BYTES:
@@ -255,12 +249,3 @@ class ServeConfig:
     @property
     def addresses(self) -> tuple[str, ...]:
         return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
-
-    @property
-    def durability(self) -> Durability:
-        """The store's (``store.durability``), as the start-up log says it."""
-        return self.store.durability
-
-    def store_config(self) -> StoreConfig:
-        """The store's configuration: ``store``."""
-        return self.store

@@ -62,7 +62,7 @@ class SidecarServer:
         self.replies: ReplyCache | None = None
         if config.reply_cache_bytes:
             # Read-only, beside the store process, which created the directory's LMDB before it said READY.
-            self.replies = ReplyCache(Store(config.store_config(), readonly=True), config.reply_cache_bytes)
+            self.replies = ReplyCache(Store(config.store, readonly=True), config.reply_cache_bytes)
         # gRPC's own memory (received messages) is this process's.
         self.heap_trimmer = (
             HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls.started)
@@ -126,7 +126,7 @@ class SidecarServer:
             + " listen=%s data_dir=%s durability=%s tls=%s metrics=%s pid=%d",
             ",".join(self.listening),
             self.config.data_dir.resolve(),
-            self.config.durability.value,
+            self.config.store.durability.value,
             self.config.tls_mode,
             self.metrics_address or "off",
             os.getpid(),

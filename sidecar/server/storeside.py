@@ -31,7 +31,7 @@ class StoreSide:
         """``lock_holder``: who a second server on the data directory is told holds it (Store's)."""
         self.config = config
         self.store = Store(
-            config.store_config(),
+            config.store,
             on_writes_stopped=on_writes_stopped,
             shared=worker is not None,
             sweeper=not worker,  # one sweeper for all: worker 0's

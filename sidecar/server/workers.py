@@ -121,7 +121,7 @@ def _prepare(config: ServeConfig) -> IO[str]:
     lock: IO[str] = lock_data_dir(data_dir)
     try:
         check_not_truncated(data_dir / "lmdb" / "data.mdb", extend=True)
-        Store(config.store_config(), shared=True, sweeper=False).close()
+        Store(config.store, shared=True, sweeper=False).close()
         for address in config.addresses:
             check_port_free(address)
     except BaseException:
@@ -163,7 +163,7 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerE
                 SERVING_LOG + " listen=%s data_dir=%s durability=%s tls=%s metrics=%s workers=%d pid=%d",
                 ",".join(config.addresses),
                 config.data_dir.resolve(),
-                config.durability.value,
+                config.store.durability.value,
                 config.tls_mode,
                 metrics,
                 config.workers,

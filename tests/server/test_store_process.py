@@ -319,7 +319,7 @@ def test_a_call_stuck_when_the_link_closes_does_not_keep_the_store_process_or_it
     assert code == 0
     assert seconds >= 0.5 * 0.9  # the calls got their grace
     assert "still under way 0.5 s (--grace-seconds) after the link to the gRPC process closed" in caplog.text
-    with Store(config.store_config()) as store:  # closed, lock released, and the write it had was committed
+    with Store(config.store) as store:  # closed, lock released, and the write it had was committed
         assert store.get("s").state == b"\x08\x07"
 
 
@@ -459,7 +459,7 @@ def test_the_other_link_closing_alone_ends_the_store_process_serving(tmp_path: P
     finally:
         puts_link.close()
         calls_link.close()
-    with Store(config.store_config()) as store:  # closed (its lock released), the write committed
+    with Store(config.store) as store:  # closed (its lock released), the write committed
         assert store.get("s").state == b"\x08\x07"
 
 
