@@ -57,7 +57,7 @@ def _replace_session(i: int) -> str:
     return f"bench-replace-{i:03d}"
 
 
-# -- measurement helpers -----------------------------------------------------------
+# -- measuring --------------------------------------------------------------------
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:

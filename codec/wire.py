@@ -81,7 +81,7 @@ def count_fields(data: bytes, field_number: int, *, stop: int) -> int:
 
 
 def _scan(data: bytes) -> None:
-    """Walk the top-level fields; raise at the first malformed one."""
+    """Read the top-level fields in order; raise at the first malformed one."""
     for _ in _fields(data):
         pass
 

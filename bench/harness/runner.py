@@ -8,7 +8,7 @@ For each workload, every system gets the same steps (converted untimed by its
    their steps in order, each ``put`` timed. When there are fewer sessions
    than agents, sessions are repeated under new ids so every agent has work.
    Throughput is puts over wall time; CPU is this process's CPU time plus any
-   helper process's (the sidecar), per put.
+   server process's (the sidecar), per put.
 2. Reads, on the single-agent store (its inserts are sequential, as one agent
    writes): disk and stored bytes; hot latest reads (store still open, caches
    warm); then, per round, the store is closed and reopened (in-process
@@ -173,13 +173,13 @@ def _write_phase(
     for t in threads:
         t.start()
     gc.collect()
-    cpu0, helper0 = time.process_time(), system.helper_cpu_seconds()
+    cpu0, server0 = time.process_time(), system.server_cpu_seconds()
     start_gate.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0 + system.helper_cpu_seconds() - helper0
+    cpu = time.process_time() - cpu0 + system.server_cpu_seconds() - server0
     if errors:
         raise RuntimeError(f"{system.name}: a write failed with {agents} agents") from errors[0]
     return wall, [v for part in latencies for v in part], cpu

@@ -4,12 +4,12 @@ CPython collects its youngest generation whenever tracked allocations exceed
 deallocations by 700. A unary write keeps ~40 tracked objects alive until its
 group commit answers it (request, op, closures, futures, gRPC's call state),
 and 64 clients keep that many writes in flight, so at 700 nearly every young
-collection found live objects only: it walked them, promoted them, and they
+collection found live objects only: it traversed them, promoted them, and they
 died in the next generation. Measured on a real sidecar (64 clients, unary
 merges of ~300 B patches, gc.callbacks timing every collection): 226 young
 collections in 4,227 merges, 33 us of collector time per merge, against 4.8 us
 per call of the echo method. At 10,000 most of what a collection would
-have walked is freed by reference counting before the threshold is reached:
+have traversed is freed by reference counting before the threshold is reached:
 4-6 collections per ~4,000-5,000 merges, ~3 us per merge. What the higher
 threshold costs is memory for up to 10,000 young objects (gRPC leaves ~5.4
 small cyclic objects per RPC to the collector, ~450 bytes: under 1 MB
@@ -18,7 +18,7 @@ rarer pause (~3 ms here).
 
 ``gc.freeze()`` moves everything allocated at start-up (imports, protobuf
 descriptors, the store; ~33,000 objects) out of the collector's sight, so the
-rare full collections no longer walk them.
+rare full collections no longer traverse them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def test_serving_gc_raises_the_young_threshold_and_freezes_then_restores() -> No
     with serving_gc():
         assert gc.get_threshold() == (SERVING_GEN0_THRESHOLD, *before[1:])
         assert gc.get_freeze_count() > 0
-        # Frozen: no collection walks it, so the collector does not report it among its objects.
+        # Frozen: no collection traverses it, so the collector does not report it among its objects.
         assert not any(o is kept for o in gc.get_objects())
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0

@@ -96,6 +96,6 @@ class System(abc.ABC):
         """Logical bytes of stored checkpoint payloads, if the system can tell."""
         return None
 
-    def helper_cpu_seconds(self) -> float:
-        """CPU seconds (user + sys) used so far by helper processes; 0.0 without any."""
+    def server_cpu_seconds(self) -> float:
+        """CPU seconds (user + sys) used so far by the system's server processes; 0.0 without any."""
         return 0.0

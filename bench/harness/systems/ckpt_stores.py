@@ -184,7 +184,7 @@ class CkptSidecar(_Ckpt):
     def stored_bytes(self) -> int:
         return sum(s.stored_bytes for s in self._require().sessions(page_size=1000))
 
-    def helper_cpu_seconds(self) -> float:
+    def server_cpu_seconds(self) -> float:
         live = _proc_cpu_seconds(self._sidecar.pid) if self._sidecar is not None else 0.0
         return self._stopped_cpu + live
 
