@@ -19,7 +19,7 @@ import pytest
 from ckpt.sidecar import Store, StoreConfig
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
-from ckpt.sidecar.store.engine import _Op
+from ckpt.sidecar.store.ops import Op as _Op
 from ckpt.v1 import service_pb2
 from tests.store.test_store import CHAINS, state_of
 

@@ -29,7 +29,7 @@ from ckpt.sidecar.server.link import MAX_TAG, Frame, FrameReader, Kind, encode
 from ckpt.sidecar.server.service import PUT_METHOD, UNARY_METHODS, StoreSide
 from ckpt.sidecar.server.storelink import StoreLink
 from ckpt.sidecar.status import CURRENT_VERSION_KEY
-from ckpt.sidecar.store.engine import OFF_LOOP_PATCH_BYTES, Store
+from ckpt.sidecar.store import OFF_LOOP_PATCH_BYTES, Store
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, start_sidecar
 
