@@ -182,7 +182,8 @@ class Store(WriteEntryPoints):
         check_version_arg(version)
         if use_cache and (hit := self._cached(sid, version)) is not None:
             return hit
-        with self._read() as txn:
+        self._check_open_for_reads()
+        with self._storage.read() as txn:  # not self._read(): a call less on the cold read
             state, info = read_state(txn, self._tables, sid, session_id, version)
         return GetResult(info.version, state, info)
 
