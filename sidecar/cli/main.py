@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from ..client import CheckpointError, UnavailableError
 from ..errors import StoreError
 from . import client_commands, offline_commands
-from .offline_commands import DAMAGE_ERRORS
 from .output import sentence
 from .parser import parse_args
 from .serve_command import serve_command
@@ -48,9 +47,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + 13  # killed by SIGPIPE, as the shell would report it
     except (CheckpointError, StoreError, OSError) as exc:
         print(f"ckpt {args.command}: {_failure(exc, args)}", file=sys.stderr)
-        return 1
-    except DAMAGE_ERRORS as exc:  # a damaged LMDB file (inspect/verify/stats): say so, no traceback
-        print(f"ckpt {args.command}: the LMDB database in {args.data_dir} is damaged: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"ckpt {args.command}: {exc}", file=sys.stderr)

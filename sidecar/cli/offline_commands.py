@@ -13,8 +13,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import lmdb
-
 from ...codec import FrameKind
 from ..config import StoreConfig
 from ..errors import DataLoss
@@ -22,16 +20,11 @@ from ..store import SessionInfo, Store, VersionInfo
 from ..tools import isolated, write_backup
 from .output import utc
 
-#: What reading a damaged LMDB file raises through the store besides its own errors: the commands
-#: report it (exit 1), not a traceback.
-DAMAGE_ERRORS: tuple[type[Exception], ...] = (lmdb.Error,)
-
 
 def open_readonly(data_dir: Path) -> Store:
-    try:  # the store refuses a truncated data file itself (reading it could end in SIGBUS)
-        return Store(StoreConfig(data_dir=data_dir), readonly=True)
-    except DAMAGE_ERRORS as exc:
-        raise DataLoss(f"{data_dir / 'lmdb' / 'data.mdb'} cannot be opened as an LMDB database: {exc}") from None
+    """The store, read-only. A damaged or truncated data file is DataLoss from the storage seam (a
+    truncated one is refused before it is read: reading it could end in SIGBUS)."""
+    return Store(StoreConfig(data_dir=data_dir), readonly=True)
 
 
 def starts_chain(frame: bytes) -> bool:

@@ -10,10 +10,9 @@ from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
 from ..store import Store
 from ..tools import Problem, isolated
-from .offline_commands import DAMAGE_ERRORS, open_readonly, starts_chain
+from .offline_commands import open_readonly, starts_chain
 
 # A session whose record or B-tree page is damaged: reported, and the others checked.
-_REPORTED: tuple[type[Exception], ...] = (StoreError, *DAMAGE_ERRORS)
 
 
 def verify(args: argparse.Namespace) -> int:
@@ -91,7 +90,9 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
         info, frames = store.frames_of(session)
     except NotFound as exc:
         return None if vanished_ok else [str(exc)]
-    except _REPORTED as exc:  # a damaged record or B-tree page: report it, check the others
+    except (
+        StoreError
+    ) as exc:  # a damaged record or B-tree page (DataLoss from the storage seam): report it, check the others
         return [str(exc)]
     # Said under the session's name already: its own "session 'x': " prefix goes.
     problems = [

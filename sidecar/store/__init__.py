@@ -1,22 +1,23 @@
 """The store engine: writes and group commit, reads and chains, request ids, retention, indexes, caches."""
 
+from ..storage import RWLock, check_not_truncated
 from .cache import LRU
-from .engine import (
+from .dirlock import lock_data_dir
+from .engine import Store
+from .records import request_of_session
+from .types import (
     OFF_LOOP_PATCH_BYTES,
     GetResult,
     PutRequest,
     PutResult,
     SessionInfo,
-    Store,
     SweepResult,
     VersionInfo,
     WriteMode,
-    check_not_truncated,
-    lock_data_dir,
-    request_of_session,
 )
-from .rwlock import RWLock
 
+# RWLock and check_not_truncated live in sidecar/storage (the LMDB side of the seam); re-exported for
+# the rooms that import them from here (bench.harness.systems, server.workers).
 __all__ = [
     "LRU",
     "OFF_LOOP_PATCH_BYTES",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from ...codec import StateSnapshot
-    from .engine import VersionInfo
+    from .types import VersionInfo
 
 V = TypeVar("V")
 
@@ -43,7 +43,7 @@ class StateCache:
     The writer thread puts a state only after its transaction committed, and
     before acknowledging the write; deletes and forks evict. So a hit is
     always the committed head as of the moment of the lookup. The version's
-    metadata is kept beside it, so a hit needs no LMDB read at all.
+    metadata is kept beside it, so a hit needs no storage read at all.
 
     An entry weighs its state plus what it keeps besides (``entry_bytes``),
     so the budget bounds the cache's memory whatever the states' sizes.

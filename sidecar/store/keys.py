@@ -1,6 +1,6 @@
-"""LMDB key layout and request validation (ids, labels).
+"""The tables' key layout (docs/storage.md) and request validation (ids, labels).
 
-Tables (named LMDB databases):
+Tables (the storage seam's named tables; LMDB databases today):
 
     frames      session \\0 version(u64 BE)            -> u16 LE len + VersionRecord + frame
     sessions    session                               -> SessionRecord

@@ -1,6 +1,6 @@
 """`ckpt verify`'s cross-checks: the session records against the frames table and the index tables.
 
-What the store keeps true (sidecar/store.py), and so what is checked, in one
+What the store keeps true (sidecar/store), and so what is checked, in one
 read transaction (one snapshot: nothing a running sidecar does in between can
 look like damage):
 
@@ -50,14 +50,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-import lmdb
 from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss
+from ..storage import ReadTxn
 from ..store import Store, keys, request_of_session
 
 #: The passes after the sessions table's, in the order they run.
@@ -81,14 +81,6 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def _keys(cur: lmdb.Cursor) -> Iterator[bytes]:
-    return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
-
-
-def _items(cur: lmdb.Cursor) -> Iterator[tuple[bytes, bytes]]:
-    return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
-
-
 def _when(nanos: int) -> str:
     """A time in nanoseconds since the Unix epoch, readable and exact."""
     try:
@@ -102,13 +94,15 @@ _MISSING: Any = object()  # a session with no record, in the lookup cache
 
 
 class CrossCheck:
-    """The cross-checks over one read transaction of ``store``; ``wanted``: the sessions to check (None: all)."""
+    """The cross-checks over one read transaction of ``store`` (Store.read); ``wanted``: the sessions to check
+    (None: all)."""
 
-    def __init__(self, store: Store, txn: lmdb.Transaction, wanted: frozenset[bytes] | None) -> None:
+    def __init__(self, store: Store, txn: ReadTxn, wanted: frozenset[bytes] | None) -> None:
         self._store = store
+        self._tables = store.tables
         self._txn = txn
         # An id no session can have (empty, too long) is the per-session check's to report;
-        # looking it up would fail on LMDB's key size instead.
+        # looking it up would fail on the storage's key size instead.
         self._wanted = (
             None if wanted is None else frozenset(w for w in wanted if 0 < len(w) <= keys.MAX_SESSION_ID_BYTES)
         )
@@ -124,12 +118,11 @@ class CrossCheck:
 
     def _records(self) -> Iterator[tuple[bytes, records_pb2.SessionRecord]]:
         """Each session's record that parses, in key order (of the named sessions only, if any)."""
-        txn, db = self._txn, self._store._sessions
-        items: Iterable[tuple[bytes, Any]]
-        if self._wanted is None:
-            items = _items(txn.cursor(db=db))
-        else:
-            items = ((sid, txn.get(sid, db=db)) for sid in sorted(self._wanted))
+        txn, db = self._txn, self._tables.sessions
+        wanted = self._wanted
+        items: Iterable[tuple[bytes, Any]] = (
+            txn.scan(db) if wanted is None else ((sid, txn.get(sid, db=db)) for sid in sorted(wanted))
+        )
         parse = records_pb2.SessionRecord.FromString
         for sid, raw in items:
             if raw is None:
@@ -152,7 +145,7 @@ class CrossCheck:
     def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
         """A session's record (_MISSING: none; None: it does not parse), for checking an entry."""
         if sid != self._cached_sid:
-            raw = self._txn.get(sid, db=self._store._sessions)
+            raw = self._txn.get(sid, db=self._tables.sessions)
             try:
                 self._cached_record = _MISSING if raw is None else records_pb2.SessionRecord.FromString(bytes(raw))
             except DecodeProtoError:
@@ -169,11 +162,10 @@ class CrossCheck:
         """Sessions with frames but no record: one seek per session (frame keys are session NUL version)."""
         if self._wanted is not None:
             return
-        cur = self._txn.cursor(db=self._store._frames)
-        sessions = self._store._sessions
+        frames, sessions = self._tables.frames, self._tables.sessions
         after = b""
-        while cur.set_range(after + b"\x01") if after else cur.first():
-            sid = bytes(cur.key()).partition(keys.SEP)[0]
+        while (key := next(self._txn.scan_keys(frames, after + b"\x01" if after else b""), None)) is not None:
+            sid = key.partition(keys.SEP)[0]
             if sid <= after:
                 raise DataLoss(f"the frames table has keys out of order after {_text(after)!r}")
             if self._txn.get(sid, db=sessions) is None:
@@ -183,12 +175,12 @@ class CrossCheck:
     # -- updated -----------------------------------------------------------------------
 
     def _updated_index(self) -> Iterator[Problem]:
-        txn, updated = self._txn, self._store._updated
+        txn, updated = self._txn, self._tables.updated
         updated_key = keys.updated_key
         # A store without a layout stamp may hold the first builds' entries, at the exact update time; its
-        # first writable open rewrites them (store._index_updated_by_granule).
-        exact_too = not self._store._layout_stamped
-        for key in _keys(txn.cursor(db=updated)):
+        # first writable open rewrites them (store/layout.py).
+        exact_too = not self._store.layout_stamped
+        for key in txn.scan_keys(updated):
             if len(key) <= 8:
                 yield Problem("updated", None, False, f"key {key!r} is not a time and a session id")
                 continue
@@ -227,9 +219,9 @@ class CrossCheck:
     # -- labels ------------------------------------------------------------------------
 
     def _label_index(self) -> Iterator[Problem]:
-        txn, labels = self._txn, self._store._labels
+        txn, labels = self._txn, self._tables.labels
         label_key = keys.label_key
-        for key in _keys(txn.cursor(db=labels)):
+        for key in txn.scan_keys(labels):
             parts = key.split(keys.SEP)
             if len(parts) != 3 or not parts[0] or not parts[2]:
                 yield Problem("labels", None, False, f"key {key!r} is not label NUL value NUL session id")
@@ -272,11 +264,11 @@ class CrossCheck:
         """The requests table's (key, record) pairs: all, or those of the sessions checked. A current key
         names its session last (keys.request_key), so for named sessions every current key is read;
         store layout 1's keys are found by a seek per session."""
-        cur = self._txn.cursor(db=self._store._requests)
+        txn, requests = self._txn, self._tables.requests
         if self._wanted is None:
-            yield from _items(cur)
+            yield from txn.scan(requests)
             return
-        for key, value in _items(cur):
+        for key, value in txn.scan(requests):
             if not key.startswith(keys.REQUEST_KEY_MARK):
                 break
             parts = keys.request_key_parts(key)
@@ -284,9 +276,7 @@ class CrossCheck:
                 yield key, value
         for sid in sorted(self._wanted):
             prefix = sid + keys.SEP
-            if not cur.set_range(prefix):
-                return
-            for key, value in _items(cur):
+            for key, value in txn.scan(requests, prefix):
                 if not key.startswith(prefix):
                     break
                 yield key, value
@@ -337,10 +327,10 @@ class CrossCheck:
                 )
 
     def _expiry_index(self) -> Iterator[Problem]:
-        txn, requests, expiry = self._txn, self._store._requests, self._store._req_expiry
+        txn, requests, expiry = self._txn, self._tables.requests, self._tables.req_expiry
         parse = records_pb2.RequestRecord.FromString
         time_key = keys.time_key
-        for key in _keys(txn.cursor(db=expiry)):
+        for key in txn.scan_keys(expiry):
             request = key[8:]
             parts = keys.request_key_parts(request) if len(key) > 8 else None
             if parts is None:

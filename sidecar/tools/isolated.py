@@ -1,48 +1,43 @@
-"""The offline tools' LMDB reads, in a child process that damage may kill.
+"""The offline tools' reads of a data directory, each in a child process that damage may kill (child.py).
 
-The LMDB C library (bundled with py-lmdb) checks some invariants of its
-B-tree pages with assertions, not errors: a leaf page whose flags no longer
-say leaf, a branch page left with fewer than two keys, a node offset pointing
-past the end of data.mdb make it abort() the process (SIGABRT, "mdb.c:NNNN:
-Assertion ... failed") or read past the mapped file (SIGBUS), where other
-damage gets MDB_CORRUPTED. `ckpt verify` is run exactly when damage is
-suspected, so such pages must be reported like any other damage.
-
-So the tools read in a forked child. The parent never opens LMDB; it watches
-the child through a shared progress record (the session the child is
-reading, or the last it finished, and its counts), written without a system
-call, so an undamaged directory costs little more than before (10,000
-sessions: 0.63 -> 0.65 s). When the child dies of a signal, the parent
-reports what it was reading, with LMDB's assertion text from the child's
-stderr, and (verify) starts a new child past that session.
-
-fork, not spawn: the parent has everything imported and runs a single thread,
-so a child costs ~4 ms where a fresh interpreter costs ~150 ms. That matters
-when every session behind one damaged page aborts: one child each (10,000
-sessions behind a damaged frames root: 42 s).
+`ckpt verify` is run exactly when damage is suspected, so pages that make
+LMDB abort() or crash must be reported like any other damage. The parent
+never opens the storage; it watches each child through a shared progress
+record (the session the child is reading, or the last it finished, and its
+counts), so an undamaged directory costs little more than reading it in
+process (10,000 sessions: 0.63 -> 0.65 s). When the child dies of a signal,
+the parent reports what it was reading, with LMDB's assertion text from the
+child's stderr, and (verify) starts a new child past that session.
 """
 
 from __future__ import annotations
 
 import contextlib
-import mmap
-import os
 import pickle
-import re
-import resource
-import signal
-import struct
-import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
-
-import lmdb
+from typing import IO, TypeVar
 
 from ..errors import DataLoss, StoreError
 from ..store import Store
+from .child import (
+    AFTER_FAILED,
+    AFTER_OK,
+    AFTER_VANISHED,
+    CROSS,
+    DONE,
+    LISTING,
+    LISTING_CHUNK,
+    OPENING,
+    READING,
+    Child,
+    Progress,
+    exited,
+    run,
+    send,
+    send_error,
+)
 from .crosscheck import TABLES, CrossCheck, Problem
 
 T = TypeVar("T")
@@ -51,198 +46,6 @@ T = TypeVar("T")
 Opener = Callable[[Path], Store]
 #: verify's check of one session: its problems, or None if it vanished (and may).
 Check = Callable[[Store, str, bool], "list[str] | None"]
-
-_OPENING, _READING, _DONE = 0, 1, 2
-# Between sessions, listing the next: the session before finished so (it is not in the counts yet).
-_AFTER_OK, _AFTER_FAILED, _AFTER_VANISHED, _LISTING = 3, 4, 5, 6
-# Cross-checking the tables (sidecar/crosscheck.py); the key names the table being read.
-_CROSS = 7
-_LISTING_CHUNK = 1000
-# Room for a key in the progress record: LMDB keys are at most 511 bytes,
-# but a damaged page can claim a longer one.
-_KEY_ROOM = 1 << 16
-
-
-class _Progress:
-    """What the child is doing, in memory shared with the parent (MAP_SHARED, inherited by fork).
-
-    The phase, the counts (sessions finished, checked, failed) and a key: the
-    session being read, or (listing) the last one finished. The child writes
-    it between LMDB calls only, so it is whole whenever LMDB kills the child;
-    per session one header and key before the read and one byte after it.
-    """
-
-    _HEAD = struct.Struct("<B7xQQQI")
-
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, self._HEAD.size + _KEY_ROOM)
-
-    def set(self, phase: int, key: bytes = b"", finished: int = 0, checked: int = 0, failed: int = 0) -> None:
-        key = key[:_KEY_ROOM]
-        self._map[self._HEAD.size : self._HEAD.size + len(key)] = key
-        self._HEAD.pack_into(self._map, 0, phase, finished, checked, failed, len(key))
-
-    def done_with(self, outcome: int) -> None:
-        """The session being read finished: _AFTER_OK, _AFTER_FAILED or _AFTER_VANISHED."""
-        self._map[0] = outcome
-
-    def read(self) -> tuple[int, int, int, int, bytes]:
-        """Phase, finished, checked, failed (the last finished session counted), key."""
-        phase, finished, checked, failed, key_len = self._HEAD.unpack_from(self._map)
-        key = self._map[self._HEAD.size : self._HEAD.size + min(key_len, _KEY_ROOM)]
-        if phase in (_AFTER_OK, _AFTER_FAILED, _AFTER_VANISHED):
-            finished += 1
-            checked += phase != _AFTER_VANISHED
-            failed += phase == _AFTER_FAILED
-            phase = _LISTING
-        return phase, finished, checked, failed, key
-
-
-@dataclass(frozen=True)
-class Death:
-    """How a child died: the signal, and LMDB's assertion if it printed one."""
-
-    signal: int
-    assertion: str
-
-    def describe(self, data_mdb: Path) -> str:
-        name = _signal_name(self.signal)
-        if self.signal == signal.SIGABRT and self.assertion:
-            return f"{data_mdb}: LMDB aborted ({name}: {self.assertion})"
-        if self.signal == signal.SIGBUS:
-            return f"{data_mdb}: LMDB crashed ({name}: a damaged page points past the end of the file)"
-        if self.signal in (signal.SIGSEGV, signal.SIGABRT):
-            return f"{data_mdb}: LMDB crashed ({name})"
-        return f"{data_mdb}: the process reading it was killed ({name})"
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-# What LMDB prints before abort(): "<path>/mdb.c:6273: Assertion 'IS_LEAF(mp)' failed in mdb_cursor_next()".
-_ASSERTION = re.compile(r"^(?:.*/)?(mdb\.c:\d+: Assertion .*)$", re.MULTILINE)
-
-
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-
-
-class _Child:
-    """One forked child: its pid, its event pipe (read end) and its stderr (a temporary file)."""
-
-    def __init__(self, body: Callable[[IO[bytes]], None]) -> None:
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by wait() or kill())
-        read_fd, write_fd = os.pipe()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()  # nothing buffered twice
-        parent = os.getpid()
-        # Held back over the fork: a handler that raises (^C, ckpt backup's SIGTERM) must not run in
-        # os.fork's at-fork callbacks, where its exception would be printed and dropped.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            status = 70  # EX_SOFTWARE: body raised past its own handler
-            try:
-                os.close(read_fd)
-                _child_setup(self.stderr.fileno(), parent)
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                with os.fdopen(write_fd, "wb") as events:
-                    body(events)
-                status = 0
-            except BrokenPipeError:
-                status = 0  # the parent went away
-            except BaseException:
-                with contextlib.suppress(BaseException):
-                    import traceback
-
-                    traceback.print_exc()
-                    sys.stderr.flush()
-            finally:
-                os._exit(status)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(write_fd)
-        self.pid = pid
-        self.events = os.fdopen(read_fd, "rb")
-        self.status: int | None = None
-
-    def recv(self) -> Iterator[tuple[Any, ...]]:
-        """The child's events until it closes its pipe (a truncated last event is dropped: it died writing)."""
-        while True:
-            try:
-                event = pickle.load(self.events)
-            except (EOFError, pickle.UnpicklingError):
-                return
-            yield event
-
-    def wait(self) -> Death | None:
-        """Reap the child; forward what it wrote to stderr. How it died, if a signal killed it."""
-        self.events.close()
-        _, self.status = os.waitpid(self.pid, 0)
-        self.stderr.seek(0)
-        text = self.stderr.read().decode("utf-8", "replace")
-        self.stderr.close()
-        death = None
-        if os.WIFSIGNALED(self.status):
-            found = _ASSERTION.findall(text)
-            death = Death(os.WTERMSIG(self.status), found[-1].strip() if found else "")
-            text = _ASSERTION.sub("", text).strip("\n")
-            text = text + "\n" if text else ""
-        if text:
-            sys.stderr.write(text)
-            sys.stderr.flush()
-        return death
-
-    def kill(self) -> None:
-        """Stop a child the parent no longer waits for (an error or ^C in the parent)."""
-        if self.status is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0)
-            self.status = -1
-        self.events.close()
-        self.stderr.close()
-
-
-def _child_setup(stderr_fd: int, parent: int) -> None:
-    """In a new child: stderr to the parent's file, no core dumps, ^C left to the parent, gone with the parent."""
-    os.dup2(stderr_fd, 2)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # not the parent's handlers (ckpt backup's cleanup)
-        signal.signal(signum, signal.SIG_DFL)
-    # An abort() here is expected and reported: no core file (in the working
-    # directory, or a crash handler taking seconds per child).
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    if sys.platform.startswith("linux"):
-        import ctypes  # here: only children need it
-
-        with contextlib.suppress(OSError, AttributeError):
-            prctl = ctypes.CDLL(None, use_errno=True).prctl
-            prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no core through a core_pattern pipe either (systemd-coredump)
-            prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: a killed verify does not leave its child reading
-    if os.getppid() != parent:  # the parent died before that
-        os._exit(1)
-
-
-def _send(events: IO[bytes], *event: Any) -> None:
-    pickle.dump(event, events, protocol=pickle.HIGHEST_PROTOCOL)
-    events.flush()
-
-
-def _send_error(events: IO[bytes], exc: BaseException) -> None:
-    """An exception for the parent to raise as its own (StoreError, lmdb.Error, OSError: the CLI reports those)."""
-    try:
-        payload = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(payload)
-    except Exception:
-        payload = pickle.dumps(StoreError(f"{type(exc).__name__}: {exc}"))
-    events.write(pickle.dumps(("error", payload), protocol=pickle.HIGHEST_PROTOCOL))
-    events.flush()
 
 
 # -- one call -----------------------------------------------------------------
@@ -255,21 +58,21 @@ def call(data_dir: Path, opener: Opener, fn: Callable[[Store], T], what: str) ->
     DataLoss naming the signal, LMDB's assertion and ``what`` it was doing
     (e.g. "reading session 'x'").
     """
-    progress = _Progress()
+    progress = Progress()
 
     def body(events: IO[bytes]) -> None:
-        progress.set(_OPENING)
+        progress.set(OPENING)
         try:
             with opener(data_dir) as store:
-                progress.set(_READING)
+                progress.set(READING)
                 result = fn(store)
-                progress.set(_DONE)
+                progress.set(DONE)
         except Exception as exc:
-            _send_error(events, exc)
+            send_error(events, exc)
             return
-        _send(events, "result", result)
+        send(events, "result", result)
 
-    received, death, status = _run(body)
+    received, death, status = run(body)
     for event in received:
         if event[0] == "error":
             raise pickle.loads(event[1])
@@ -278,27 +81,10 @@ def call(data_dir: Path, opener: Opener, fn: Callable[[Store], T], what: str) ->
             return result
     data_mdb = data_dir / "lmdb" / "data.mdb"
     if death is None:
-        raise _exited(data_mdb, status)
+        raise exited(data_mdb, status)
     _clear_dead_readers(data_dir, opener)
-    doing = "while opening it" if progress.read()[0] == _OPENING else f"while {what}"
+    doing = "while opening it" if progress.read()[0] == OPENING else f"while {what}"
     raise DataLoss(f"{death.describe(data_mdb)} {doing}")
-
-
-def _run(body: Callable[[IO[bytes]], None]) -> tuple[list[tuple[Any, ...]], Death | None, int | None]:
-    """Run ``body`` in a child: the events it sent, how it died (if a signal killed it), its wait status."""
-    child = _Child(body)
-    try:
-        received = list(child.recv())
-        death = child.wait()
-    finally:
-        child.kill()
-    return received, death, child.status
-
-
-def _exited(data_mdb: Path, status: int | None) -> StoreError:
-    """A child that exited without its result: its traceback was forwarded to stderr."""
-    code = os.waitstatus_to_exitcode(status) if status is not None and status >= 0 else status
-    return StoreError(f"the process reading {data_mdb} failed (exit status {code}, see above)")
 
 
 def _clear_dead_readers(data_dir: Path, opener: Opener) -> None:
@@ -309,7 +95,7 @@ def _clear_dead_readers(data_dir: Path, opener: Opener) -> None:
             store.forget_dead_readers()
 
     with contextlib.suppress(Exception):
-        _run(body)
+        run(body)
 
 
 # -- verify -------------------------------------------------------------------
@@ -357,15 +143,15 @@ def verify(
     counts = VerifyCounts()
     plan = _Plan(named=tuple(sessions) if sessions else None)
     data_mdb = data_dir / "lmdb" / "data.mdb"
-    progress = _Progress()
+    progress = Progress()
     while True:
-        progress.set(_OPENING)
+        progress.set(OPENING)
         listing_error: str | None = None
 
         def body(events: IO[bytes], plan: _Plan = plan) -> None:
             _verify_child(events, progress, data_dir, opener, check, plan)
 
-        child = _Child(body)
+        child = Child(body)
         try:
             for event in child.recv():
                 if event[0] == "fail":
@@ -382,11 +168,11 @@ def verify(
         counts.checked += checked
         counts.failed += failed
         if death is None and child.status != 0:
-            raise _exited(data_mdb, child.status)
-        if death is not None and phase == _OPENING:
+            raise exited(data_mdb, child.status)
+        if death is not None and phase == OPENING:
             _clear_dead_readers(data_dir, opener)
             raise DataLoss(f"{death.describe(data_mdb)} while opening it")
-        if death is not None and phase == _READING:
+        if death is not None and phase == READING:
             session = plan.named[plan.start + finished] if plan.named is not None else session_id(key)
             fail(f"session {session!r}", f"{death.describe(data_mdb)} while reading session {session!r}")
             counts.checked += 1
@@ -395,7 +181,7 @@ def verify(
             # The next child frees this one's reader slot (and reports nothing if no session is left).
             plan = replace(plan, start=plan.start + finished + 1, after=key, after_death=True)
             continue
-        if listing_error is None and (death is None or phase == _DONE):
+        if listing_error is None and (death is None or phase == DONE):
             return counts
         # Listing the sessions after `key` failed.
         why = death.describe(data_mdb) if death is not None else listing_error
@@ -416,14 +202,14 @@ def session_id(key: bytes) -> str:
 
 
 def _open_in_child(
-    events: IO[bytes], progress: _Progress, data_dir: Path, opener: Opener, *, after_death: bool
+    events: IO[bytes], progress: Progress, data_dir: Path, opener: Opener, *, after_death: bool
 ) -> Store | None:
     """The store a child's pass reads; None once the error opening it went to the parent."""
-    progress.set(_OPENING)
+    progress.set(OPENING)
     try:
         store = opener(data_dir)
     except Exception as exc:
-        _send_error(events, exc)
+        send_error(events, exc)
         return None
     if after_death:
         store.forget_dead_readers()
@@ -431,14 +217,14 @@ def _open_in_child(
 
 
 def _verify_child(
-    events: IO[bytes], progress: _Progress, data_dir: Path, opener: Opener, check: Check, plan: _Plan
+    events: IO[bytes], progress: Progress, data_dir: Path, opener: Opener, check: Check, plan: _Plan
 ) -> None:
     store = _open_in_child(events, progress, data_dir, opener, after_death=plan.after_death)
     if store is None:
         return
     with store:
         finished = checked = failed = 0
-        progress.set(_LISTING, plan.after)
+        progress.set(LISTING, plan.after)
         if plan.named is not None:
             keys: Iterator[bytes] = (s.encode("utf-8", "surrogateescape") for s in plan.named[plan.start :])
         elif plan.from_frames:
@@ -448,27 +234,27 @@ def _verify_child(
         while True:
             try:
                 key = next(keys, None)
-            except (StoreError, lmdb.Error) as exc:  # MDB_CORRUPTED, page not found: the listing cannot go on
-                _send(events, "listing", str(exc))  # the progress record keeps the session it listed after
+            except StoreError as exc:  # DataLoss (MDB_CORRUPTED, page not found): the listing cannot go on
+                send(events, "listing", str(exc))  # the progress record keeps the session it listed after
                 return
             if key is None:
                 break
             session = plan.named[plan.start + finished] if plan.named is not None else session_id(key)
-            progress.set(_READING, key, finished, checked, failed)
+            progress.set(READING, key, finished, checked, failed)
             problems = check(store, session, plan.named is None)
             if problems is None and plan.from_frames:
                 problems = _orphan_problems(store, key)
             finished += 1
             if problems is None:
-                progress.done_with(_AFTER_VANISHED)
+                progress.done_with(AFTER_VANISHED)
                 continue
             checked += 1
             if problems:
                 failed += 1
                 for problem in problems:
-                    _send(events, "fail", f"session {session!r}", problem, session)
-            progress.done_with(_AFTER_FAILED if problems else _AFTER_OK)
-        progress.set(_DONE, b"", finished, checked, failed)
+                    send(events, "fail", f"session {session!r}", problem, session)
+            progress.done_with(AFTER_FAILED if problems else AFTER_OK)
+        progress.set(DONE, b"", finished, checked, failed)
 
 
 def _session_keys(store: Store, after: bytes) -> Iterator[bytes]:
@@ -476,30 +262,32 @@ def _session_keys(store: Store, after: bytes) -> Iterator[bytes]:
 
     Only ever forward: a damaged page's key out of order is skipped, so a listing always ends.
     """
+    sessions = store.tables.sessions
     while True:
         chunk: list[bytes] = []
-        with store._read() as txn:
-            cur = txn.cursor(db=store._sessions)
-            found = cur.set_range(after) if after else cur.first()
-            while found and len(chunk) < _LISTING_CHUNK:
-                key = bytes(cur.key())
+        more = False
+        with store.read() as txn:
+            for key in txn.scan_keys(sessions, after):
+                if len(chunk) == LISTING_CHUNK:
+                    more = True
+                    break
                 if key > (chunk[-1] if chunk else after):
                     chunk.append(key)
-                found = cur.next()
         yield from chunk
-        if not found:
+        if not more:
             return
         after = chunk[-1]  # the chunk is full
 
 
 def _frame_sessions(store: Store, after: bytes) -> Iterator[bytes]:
     """Session keys after ``after`` that have frames: one seek each in the frames table (keys: session NUL version)."""
+    frames = store.tables.frames
     while True:
-        with store._read() as txn:
-            cur = txn.cursor(db=store._frames)
-            if not (cur.set_range(after + b"\x01") if after else cur.first()):
-                return
-            key = bytes(cur.key()).partition(b"\x00")[0]
+        with store.read() as txn:
+            found = next(txn.scan_keys(frames, after + b"\x01" if after else b""), None)
+        if found is None:
+            return
+        key = found.partition(b"\x00")[0]
         if key <= after:
             raise DataLoss(f"the frames table has keys out of order after {session_id(after)!r}")
         yield key
@@ -511,14 +299,15 @@ def _orphan_problems(store: Store, key: bytes) -> list[str] | None:
 
     (A delete removes a session's record and frames in one transaction.) None: it vanished whole.
     """
+    tables = store.tables
     try:
-        with store._read() as txn:
-            if txn.get(key, db=store._sessions) is not None:
+        with store.read() as txn:
+            if txn.get(key, db=tables.sessions) is not None:
                 return None
-            cur = txn.cursor(db=store._frames)
-            if not (cur.set_range(key + b"\x00") and bytes(cur.key()).startswith(key + b"\x00")):
+            found = next(txn.scan_keys(tables.frames, key + b"\x00"), None)
+            if found is None or not found.startswith(key + b"\x00"):
                 return None
-    except (StoreError, lmdb.Error) as exc:
+    except StoreError as exc:
         return [str(exc)]
     return ["its frames are stored but its session record is missing"]
 
@@ -527,7 +316,7 @@ def _orphan_problems(store: Store, key: bytes) -> list[str] | None:
 
 
 class CrossChecks:
-    """The cross-checks of sidecar/crosscheck.py (of ``sessions`` only, if any are named), in a child.
+    """The cross-checks of crosscheck.py (of ``sessions`` only, if any are named), in a child.
 
     The first child starts at once, so that it runs beside verify's
     per-session children (on another core); its problems are read, in order,
@@ -541,15 +330,15 @@ class CrossChecks:
         self._data_dir = data_dir
         self._opener = opener
         self._wanted = frozenset(s.encode("utf-8", "surrogateescape") for s in sessions) if sessions else None
-        self._progress = _Progress()
-        self._child: _Child | None = self._start(list(TABLES), after_death=False)
+        self._progress = Progress()
+        self._child: Child | None = self._start(list(TABLES), after_death=False)
 
-    def _start(self, todo: list[str], *, after_death: bool) -> _Child:
+    def _start(self, todo: list[str], *, after_death: bool) -> Child:
         def body(events: IO[bytes]) -> None:
             _cross_check_child(events, self._progress, self._data_dir, self._opener, self._wanted, todo, after_death)
 
-        self._progress.set(_OPENING)
-        return _Child(body)
+        self._progress.set(OPENING)
+        return Child(body)
 
     def cancel(self) -> None:
         """Stop the child (verify ended early, or cannot use its findings)."""
@@ -580,12 +369,12 @@ class CrossChecks:
             finally:
                 self.cancel()
             if death is None and child.status != 0:
-                raise _exited(data_mdb, child.status)
+                raise exited(data_mdb, child.status)
             phase, _, _, _, key = self._progress.read()
-            if death is not None and phase == _OPENING:
+            if death is not None and phase == OPENING:
                 _clear_dead_readers(self._data_dir, self._opener)
                 raise DataLoss(f"{death.describe(data_mdb)} while opening it")
-            if death is not None and phase == _CROSS:
+            if death is not None and phase == CROSS:
                 table = key.decode("ascii", "replace")
                 why = f"{death.describe(data_mdb)} while reading the {table} table"
                 after_death = True
@@ -609,7 +398,7 @@ class CrossChecks:
 
 def _cross_check_child(
     events: IO[bytes],
-    progress: _Progress,
+    progress: Progress,
     data_dir: Path,
     opener: Opener,
     wanted: frozenset[bytes] | None,
@@ -622,15 +411,15 @@ def _cross_check_child(
     with store:
         table = "sessions"
         try:
-            with store._read() as txn:  # one snapshot for every pass
-                progress.set(_CROSS, table.encode())
+            with store.read() as txn:  # one snapshot for every pass
+                progress.set(CROSS, table.encode())
                 check = CrossCheck(store, txn, wanted)
                 check.read_sessions()
                 for table in todo:
-                    progress.set(_CROSS, table.encode())
+                    progress.set(CROSS, table.encode())
                     for found in check.run(table):
-                        _send(events, "problem", found)
-                    _send(events, "done", table)
-        except (StoreError, lmdb.Error) as exc:  # MDB_CORRUPTED, page not found: this table cannot be read
-            _send(events, "table", table, str(exc))
-        progress.set(_DONE)
+                        send(events, "problem", found)
+                    send(events, "done", table)
+        except StoreError as exc:  # DataLoss (MDB_CORRUPTED, page not found): this table cannot be read
+            send(events, "table", table, str(exc))
+        progress.set(DONE)

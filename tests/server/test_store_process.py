@@ -29,10 +29,10 @@ from ckpt.sidecar.server.link import MAX_TAG, Frame, FrameReader, Kind, encode
 from ckpt.sidecar.server.methods import PUT_METHOD, UNARY_METHODS
 from ckpt.sidecar.server.storelink import StoreLink
 from ckpt.sidecar.status import CURRENT_VERSION_KEY
-from ckpt.sidecar.store.engine import OFF_LOOP_PATCH_BYTES, Store
+from ckpt.sidecar.store import OFF_LOOP_PATCH_BYTES, Store
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, start_sidecar
-from tests.store.test_commit_failure import _Env as FailingCommits  # an LMDB env whose next commits fail
+from tests.store.test_commit_failure import _FailingCommits as FailingCommits  # storage whose next commits fail
 
 
 def _store_process(sidecar: Sidecar) -> int:
@@ -333,8 +333,8 @@ def test_a_store_process_whose_commit_failed_answers_unavailable_says_so_and_exi
 
     def failing_store(*args: Any, **kwargs: Any) -> Store:
         store = real_store(*args, **kwargs)
-        # A private hook: no request makes LMDB's commit fail (the I/O error it stands for).
-        store._env = FailingCommits(store._env, failures=1)  # type: ignore[assignment]
+        # A private hook: no request makes the storage's commit fail (the I/O error it stands for).
+        FailingCommits(store, failures=1)
         return store
 
     monkeypatch.setattr(storeside, "Store", failing_store)

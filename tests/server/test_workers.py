@@ -29,7 +29,7 @@ from ckpt.sidecar.client.clients import CheckpointClient, ConflictError, NotFoun
 from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
-from ckpt.sidecar.store.engine import Store, lock_data_dir
+from ckpt.sidecar.store import Store, lock_data_dir
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import free_port
 

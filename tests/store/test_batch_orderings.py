@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from ckpt.sidecar import Store, StoreConfig, WriteMode
-from tests.store.test_store import CHAINS, patch_of, state_of
-from tests.store.test_write_backlog import writer_held
+from tests.store.support import CHAINS, patch_of, queued_ops, state_of, writer_held
 
 
 def _queued(store: Store, calls: list[Callable[[], Any]]) -> list[Future[Any]]:
@@ -27,7 +26,7 @@ def _queued(store: Store, calls: list[Callable[[], Any]]) -> list[Future[Any]]:
     futures: list[Future[Any]] = []
     for call in calls:
         future: Future[Any] = Future()
-        queued = store._queue.qsize()
+        queued = queued_ops(store)
 
         def run(call: Callable[[], Any] = call, future: Future[Any] = future) -> None:
             try:
@@ -37,7 +36,7 @@ def _queued(store: Store, calls: list[Callable[[], Any]]) -> list[Future[Any]]:
 
         threading.Thread(target=run, daemon=True).start()
         deadline = time.monotonic() + 10
-        while store._queue.qsize() == queued:
+        while queued_ops(store) == queued:
             assert time.monotonic() < deadline, "the op was never queued"
             time.sleep(0.001)
         futures.append(future)

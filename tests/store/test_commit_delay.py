@@ -14,51 +14,21 @@ import pytest
 
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.client.clients import CheckpointClient
-from ckpt.sidecar.store.engine import _Op
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.store.support import hold_writer, room_waiters, sleeping_op, submit_op, wait_queued
 
 WRITERS = 8
-
-
-def _sleeping_op(seconds: float) -> _Op:
-    """An op that makes its batch's commit take ``seconds`` (which bounds the next commit's delay)."""
-
-    def apply(batch: object, txn: object) -> None:
-        time.sleep(seconds)
-
-    return _Op(apply, fails_clean=True)
-
-
-def _hold_writer(store: Store, *, then_seconds: float = 0.0) -> threading.Event:
-    """Block the writer in an op of its own until the returned gate is set (then sleep ``then_seconds``)."""
-    running, gate = threading.Event(), threading.Event()
-
-    def hold(batch: object, txn: object) -> None:
-        running.set()
-        gate.wait(10)
-        time.sleep(then_seconds)
-
-    store._submit(_Op(hold, fails_clean=True), wait=False)
-    assert running.wait(10)
-    return gate
-
-
-def _queued(store: Store, n: int) -> None:
-    deadline = time.monotonic() + 10
-    while store._queue.qsize() < n:
-        assert time.monotonic() < deadline, f"{store._queue.qsize()} of {n} ops queued"
-        time.sleep(0.001)
 
 
 def _answered_together(store: Store, threads: list[threading.Thread], *, commit_seconds: float = 0.0) -> None:
     """Run ``threads`` to the end, their first writes queued behind a held writer so that one commit
     answers them all; with ``commit_seconds``, that commit takes so long (bounding the next delay)."""
-    gate = _hold_writer(store)
+    gate = hold_writer(store)
     for t in threads:
         t.start()
-    _queued(store, len(threads))
+    wait_queued(store, len(threads))
     if commit_seconds:
-        store._submit(_sleeping_op(commit_seconds), wait=False)
+        submit_op(store, sleeping_op(commit_seconds), wait=False)
     gate.set()
     for t in threads:
         t.join(30)
@@ -91,7 +61,7 @@ def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None
 
 def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
-        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
+        submit_op(store, sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
         for v in range(1, 31):
             assert store.put("alone", bytes([8, v])).version == v
         assert store.commit_delays == 0
@@ -117,7 +87,7 @@ def test_put_many_is_one_writer(tmp_path: Path) -> None:
     # is not held back for writers that never come (its caller waits for it).
     config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_batch_writes=100)
     with Store(config) as store:
-        store._submit(_sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
+        submit_op(store, sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
         for round_ in range(3):
             results = store.put_many([PutRequest(f"s{i}", bytes([8, round_ + 1])) for i in range(1050)])
             assert [r.version for r in results if isinstance(r, PutResult)] == [round_ + 1] * 1050
@@ -130,13 +100,13 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
     # would wait for it. The commit after the held one must not wait.
     config = StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0, max_queued_write_bytes=100)
     with Store(config) as store:
-        gate = _hold_writer(store, then_seconds=0.4)  # a slow commit: the next may wait 0.4 s, were it to wait
+        gate = hold_writer(store, then_seconds=0.4)  # a slow commit: the next may wait 0.4 s, were it to wait
         writers = [threading.Thread(target=store.put, args=(name, b"\x0a\x4e" + b"x" * 78)) for name in "ab"]
         writers[0].start()
-        _queued(store, 1)
+        wait_queued(store, 1)
         writers[1].start()
         deadline = time.monotonic() + 10
-        while store._room_waiters < 1:
+        while room_waiters(store) < 1:
             assert time.monotonic() < deadline
             time.sleep(0.001)
         gate.set()

@@ -2,8 +2,8 @@
 
 The failure is injected at the commit of a real LMDB write transaction (the
 transaction is aborted, as LMDB leaves it when a page write or fsync fails),
-once; everything else is the real store. What the sidecar does then is checked
-in tests/server/test_store_process.py.
+once; everything else is the real store, and the sidecar test runs the real
+server loop.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, Unavailable, WriteMode
-from tests.store.test_store import patch_of, state_of
-from tests.store.test_write_backlog import writer_held
+from tests.store.support import patch_of, state_of, storage_of, writer_held
 
 EIO = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
 
@@ -26,36 +25,37 @@ EIO = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
 class _FailingCommit:
     """A write transaction whose commit fails: aborted, then EIO."""
 
-    def __init__(self, txn: lmdb.Transaction) -> None:
-        self._txn = txn
+    def __init__(self, scope: Any) -> None:
+        self._scope = scope
 
-    def __enter__(self) -> lmdb.Transaction:
-        return self._txn.__enter__()
+    def __enter__(self) -> Any:
+        return self._scope.__enter__()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
-            self._txn.__exit__(exc_type, exc, tb)
+            self._scope.__exit__(exc_type, exc, tb)
             return
-        self._txn.abort()
+        self._scope.__exit__(type(EIO), EIO, None)  # aborted, as LMDB leaves a transaction whose commit failed
         raise EIO
 
 
-class _Env:
-    """The store's LMDB environment, with the next ``failures`` write commits failing."""
+class _FailingCommits:
+    """The next ``failures`` write commits of a store's storage fail (a private hook: a disk that fails a
+    write cannot be had on demand)."""
 
-    def __init__(self, env: lmdb.Environment, failures: int) -> None:
-        self._env = env
+    def __init__(self, store: Store, failures: int) -> None:
         self.failures = failures
+        storage = storage_of(store)
+        real_write = storage.write
 
-    def begin(self, *args: Any, **kwargs: Any) -> Any:
-        txn = self._env.begin(*args, **kwargs)
-        if kwargs.get("write") and kwargs.get("parent") is None and self.failures:
-            self.failures -= 1
-            return _FailingCommit(txn)
-        return txn
+        def write() -> Any:
+            scope = real_write()
+            if self.failures:
+                self.failures -= 1
+                return _FailingCommit(scope)
+            return scope
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
+        storage.write = write
 
 
 def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: Path) -> None:
@@ -65,8 +65,7 @@ def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: 
     stopped: list[str] = []
     with Store(config, on_writes_stopped=stopped.append) as store:
         store.put("s", state_of("s", 1))
-        env = _Env(store._env, failures=1)
-        store._env = env  # type: ignore[assignment]
+        failing = _FailingCommits(store, failures=1)
         with writer_held(store):
             failed = store.submit(PutRequest("s", patch_of(2), mode=WriteMode.MERGE))
             behind = store.submit(PutRequest("s", patch_of(3), mode=WriteMode.MERGE))
@@ -75,7 +74,7 @@ def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: 
         with pytest.raises(Unavailable, match="the store stopped taking writes") as refused:
             behind.result(10)
         assert "nothing after it was written" in str(refused.value)
-        assert env.failures == 0 and stopped == [store.writes_stopped]
+        assert failing.failures == 0 and stopped == [store.writes_stopped]
         with pytest.raises(Unavailable, match="the store stopped taking writes"):
             store.put("other", state_of("other", 1))
         assert store.get("s").state == state_of("s", 1)  # reads go on, from the last commit

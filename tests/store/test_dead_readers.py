@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar.config import StoreConfig
-from ckpt.sidecar.store import engine as store_module
-from ckpt.sidecar.store.engine import Store
+from ckpt.sidecar.storage import lmdb_storage
+from ckpt.sidecar.store import Store
+from tests.store.support import storage_of
 
 # A reader that opens the store's LMDB read-only, begins a read transaction and waits to be killed.
 _READER = """
@@ -41,7 +42,7 @@ def _kill_a_reader_mid_transaction(lmdb_dir: Path) -> int:
 
 
 def _reader_pids(store: Store) -> set[int]:
-    table = store._env.readers()  # "    pid     thread     txnid" then one line per slot
+    table = storage_of(store).readers()  # "    pid     thread     txnid" then one line per slot
     return {int(line.split()[0]) for line in table.splitlines()[1:] if line.strip()}
 
 
@@ -65,7 +66,8 @@ def test_a_growing_file_frees_a_dead_readers_slot_before_the_next_sweep(
     # (a minute by default; a 104 MB data.mdb reached 2.8 GB in one such wait).
     # The writer looks once the file grows (here at every growth, not at most
     # once a second): no sweep runs in this test.
-    monkeypatch.setattr(store_module, "READER_CHECK_INTERVAL_SECONDS", 0.0, raising=False)
+    # A private hook: how often the file's growth may look is a constant of the LMDB storage.
+    monkeypatch.setattr(lmdb_storage, "READER_CHECK_INTERVAL_SECONDS", 0.0)
     with Store(StoreConfig(data_dir=tmp_path, sweep_interval_seconds=3600)) as store:
         store.put("s", b"\x08\x01")
         dead = _kill_a_reader_mid_transaction(tmp_path / "lmdb")

@@ -20,7 +20,7 @@ import pytest
 
 from ckpt.bench.output import process_and_children
 from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError, ResourceExhaustedError
-from ckpt.sidecar.store.engine import _disk_full
+from ckpt.sidecar.storage import LmdbStorage
 from tests.sidecar_proc import ROOT, start_sidecar
 
 STATE_BYTES = 64 * 1024
@@ -92,6 +92,12 @@ def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path) -> 
         sidecar.stop()
 
 
+def _storage(tmp_path: Path) -> LmdbStorage:
+    return LmdbStorage(
+        tmp_path, readonly=False, map_size_bytes=1 << 20, max_map_size_bytes=1 << 20, max_readers=8, meta_sync=True
+    )
+
+
 @pytest.mark.parametrize(
     ("message", "reason"),
     [
@@ -103,20 +109,24 @@ def test_a_full_disk_is_resource_exhausted_and_loses_nothing(tmp_path: Path) -> 
     ],
 )
 def test_which_commit_failures_are_a_full_disk(tmp_path: Path, message: str, reason: str | None) -> None:
-    data_file = tmp_path / "data.mdb"
-    data_file.write_bytes(b"\0" * 4096)
+    storage = _storage(tmp_path)
     free = shutil.disk_usage(tmp_path).free
     assert free > 64 * 1024 * 1024, "this test needs a disk with room to spare"
-    assert _disk_full(lmdb.Error(message), data_file, 4096) == reason
+    try:
+        assert storage.why_full(lmdb.Error(message), 4096) == reason
+    finally:
+        storage.close()
 
 
 def test_an_io_error_on_a_nearly_full_disk_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """LMDB reports a page write cut short by a full disk as EIO; the free space tells them apart."""
-    data_file = tmp_path / "data.mdb"
-    data_file.write_bytes(b"\0" * 4096)
+    storage = _storage(tmp_path)
     real = os.statvfs(tmp_path)
     nearly_full = os.statvfs_result((real.f_bsize, 4096, real.f_blocks, 3, 3, *real[5:]))
     monkeypatch.setattr(os, "statvfs", lambda path: nearly_full)
     eio = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
-    assert _disk_full(eio, data_file, 4096) == "the disk is full: 12288 bytes free"
-    assert _disk_full(lmdb.MapFullError("mdb_put: MDB_MAP_FULL"), data_file, 4096) is None
+    try:
+        assert storage.why_full(eio, 4096) == "the disk is full: 12288 bytes free"
+        assert storage.why_full(lmdb.MapFullError("mdb_put: MDB_MAP_FULL"), 4096) is None
+    finally:
+        storage.close()

@@ -17,9 +17,10 @@ from ckpt.codec import ChainEncoder, FrameKind, decode, keyframe, parse
 from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client.clients import CheckpointClient
-from ckpt.sidecar.store import engine as store_module
+from ckpt.sidecar.store.keyframes import QuietKeyframes
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import ROOT, start_sidecar_sweeping
+from tests.store.support import queued_ops, storage_of, writer_held
 
 QUIET_SECONDS = 60.0
 FULL = service_pb2.FRAME_KIND_FULL
@@ -202,13 +203,14 @@ def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
         assert store.sweep(now_nanos=start + LATER).keyframes_written == needing > 20
     looked: list[bytes] = []
     with Store(config) as store:
-        keyframe_op = store._keyframe_op
+        # A private hook: which sessions a sweep reads from the index shows only at its keyframe ops.
+        keyframe_op = QuietKeyframes.op
 
-        def counting(sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
+        def counting(self: QuietKeyframes, sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
             looked.extend(sids)
-            return keyframe_op(sids, quiet_since)
+            return keyframe_op(self, sids, quiet_since)
 
-        monkeypatch.setattr(store, "_keyframe_op", counting)
+        monkeypatch.setattr(QuietKeyframes, "op", counting)
         clock[0] = start + 10 * 10**9
         for s in replace_states(300, steps=6):
             store.put("late", s)
@@ -222,8 +224,8 @@ def test_a_clock_step_no_sweep_sees_is_caught_by_the_writes_it_makes_across_a_re
     tmp_path: Path, clock: list[int]
 ) -> None:
     """The clock steps back 45 s (more than the 30 s quiet period, less than a sweep interval), a session
-    is written below the kept bound, and the store restarts before any sweep: it is still keyframed
-    (helper-24: the kept bound made it wait for its next write)."""
+    is written below the kept bound, and the store restarts before any sweep: it is still keyframed,
+    not left for its next write."""
     config = StoreConfig(data_dir=tmp_path / "data", keyframe_after_quiet_seconds=30, sweep_interval_seconds=3600)
     start = clock[0]
     with Store(config) as store:
@@ -242,22 +244,25 @@ def test_a_clock_step_no_sweep_sees_is_caught_by_the_writes_it_makes_across_a_re
 
 
 def test_idle_sweeps_commit_nothing(config: StoreConfig, clock: list[int]) -> None:
-    """Keeping the sweep's bound commits only when a sweep read index entries (helper-24: an idle store
-    with quiet keyframes on made a durable commit every sweep)."""
+    """Keeping the sweep's bound commits only when a sweep read index entries: an idle store with quiet
+    keyframes on makes no durable commit per sweep."""
     with Store(config) as store:
         for s in replace_states(3, steps=6):
             store.put("a", s)
         clock[0] += LATER
         assert store.sweep().keyframes_written == 1
-        txn_id = store._env.info()["last_txnid"]
+        # A private hook: LMDB's last transaction id, which a commit that writes nothing leaves as it is
+        # (store.commits counts every write transaction, each sweep's request-id expiry among them).
+        env = storage_of(store).env
+        txn_id = env.info()["last_txnid"]
         for _ in range(3):
             clock[0] += 60 * 10**9
             assert store.sweep().keyframes_written == 0
-        assert store._env.info()["last_txnid"] == txn_id
+        assert env.info()["last_txnid"] == txn_id
 
 
 def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
-    """A write and the keyframe of the version it made share one group commit (found by helper-20).
+    """A write and the keyframe of the version it made share one group commit.
 
     The write's encoder, continuing the old chain's zstd stream, went back into
     the encoder cache after the commit, so the writes after the new FULL frame
@@ -269,21 +274,15 @@ def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_strea
     with Store(config) as store:
         for state in states[:4]:  # versions 1-4: FULL, DELTA, DELTA, FULL (the default chain policy)
             store.put("s", state)
-        holding, release = threading.Event(), threading.Event()
-
-        def hold_the_writer(batch: object, txn: object) -> None:
-            holding.set()
-            release.wait(10)
-
-        store._submit(store_module._Op(hold_the_writer))
-        assert holding.wait(10)
-        v5 = store.submit(PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
-        keyframing = threading.Thread(target=store._keyframe_quiet_sessions, args=(time.time_ns() + LATER,))
-        keyframing.start()
-        deadline = time.monotonic() + 10
-        while store._queue.qsize() < 2 and time.monotonic() < deadline:  # the write, then the keyframe op
-            time.sleep(0.001)
-        release.set()
+        with writer_held(store):
+            v5 = store.submit(PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
+            # A private hook: the sweep's keyframe pass alone. A whole sweep queues its request-id
+            # expiry first, so its keyframe op would come only after the write's commit.
+            keyframing = threading.Thread(target=store._keyframes.sweep, args=(time.time_ns() + LATER,))
+            keyframing.start()
+            deadline = time.monotonic() + 10
+            while queued_ops(store) < 2 and time.monotonic() < deadline:  # the write, then the keyframe op
+                time.sleep(0.001)
         assert v5.result(timeout=10).version == 5
         keyframing.join(10)
         assert store.stats()["batch_sizes"].get(2) == 1  # the two shared a commit
@@ -300,28 +299,20 @@ def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_strea
 def test_sessions_written_after_the_clock_steps_back_are_still_keyframed(
     config: StoreConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The sweep scans from the last sweep's bound; after a step back, writes index below it (helper-20)."""
+    """The sweep scans from the last sweep's bound; after a step back, writes index below it."""
     stepped_back_nanos = 0
-
-    class SteppedClock:
-        def __getattr__(self, name: str) -> object:
-            return getattr(time, name)
-
-        @staticmethod
-        def time_ns() -> int:
-            return time.time_ns() - stepped_back_nanos
-
-    monkeypatch.setattr(store_module, "time", SteppedClock())
+    real_time_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() - stepped_back_nanos)
     states = replace_states(3, steps=5)
     with Store(config) as store:
         for state in states:
             store.put("before", state)
-        assert store.sweep(now_nanos=time.time_ns() + LATER).keyframes_written == 1
+        assert store.sweep(now_nanos=real_time_ns() + LATER).keyframes_written == 1
         stepped_back_nanos = 3600 * 10**9  # NTP steps the clock back an hour
         for state in states:
             store.put("after", state)
         assert kinds(store, "after")[-1] is FrameKind.DELTA
-        assert store.sweep(now_nanos=time.time_ns() - stepped_back_nanos + LATER).keyframes_written == 1
+        assert store.sweep(now_nanos=real_time_ns() - stepped_back_nanos + LATER).keyframes_written == 1
         assert kinds(store, "after")[-1] is FrameKind.FULL
         assert every_version(store, "after") == states
 

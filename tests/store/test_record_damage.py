@@ -1,9 +1,8 @@
-"""Damage a chaos walk injected (2026-11-26) that `ckpt verify` missed and a read did not refuse.
+"""Damage whose checksums all stay valid: `ckpt verify` names it and a read refuses it.
 
-Every checksum stays valid: a session record whose chain start is wrong, and a
-sound FULL frame stored under another version's key. The first failed every
-read and write of the session while verify said "ok"; the second was served
-as the wrong version, verify passing. Each test failed on the build before.
+A session record whose chain start is wrong fails every read and write of
+the session, so verify must not say "ok"; a sound FULL frame stored under
+another version's key must never be served as that version.
 """
 
 from __future__ import annotations

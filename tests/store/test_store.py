@@ -30,25 +30,11 @@ from ckpt.sidecar import (
     WriteMode,
 )
 from ckpt.sidecar.store.cache import LRU
+from ckpt.sidecar.store.requestids import RequestIds
 from ckpt.v1 import checkpoint_pb2 as pb
-
-# Small test states would always be FULL frames under the default per-frame
-# cost; these tests want real chains.
-CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=8)
-
-
-def state_of(session: str, version: int, size: int = 600) -> bytes:
-    """A deterministic state per (session, version): a growing agent log."""
-    cp = pb.Checkpoint(schema_version=1, step=version, goal=f"goal of {session}")
-    for i in range(1, version + 1):
-        cp.messages.add(role=pb.ROLE_ASSISTANT, content=f"{session} step {i} " + "x" * (size // 10))
-    return cp.SerializeToString(deterministic=True)
-
-
-def patch_of(version: int) -> bytes:
-    return pb.Checkpoint(
-        step=version, messages=[pb.Message(content=f"merged step {version} " + "y" * 50)]
-    ).SerializeToString()
+from tests.store.support import CHAINS as CHAINS  # re-exported: other test folders import them from here
+from tests.store.support import patch_of as patch_of
+from tests.store.support import state_of as state_of
 
 
 @pytest.fixture
@@ -328,10 +314,8 @@ def test_list_sessions_filters_by_label_and_time(store: Store) -> None:
 
 
 def _updated_index(store: Store) -> list[tuple[int, bytes]]:
-    # LMDB allows one environment handle per process: read through the store's.
-    with store._env.begin() as txn:
-        keys_ = txn.cursor(db=store._updated).iternext(values=False)
-        return [(int.from_bytes(k[:8], "big"), bytes(k[8:])) for k in keys_]
+    with store.read() as txn:
+        return [(int.from_bytes(k[:8], "big"), k[8:]) for k in txn.scan_keys(store.tables.updated)]
 
 
 def test_updated_index_moves_once_per_granule_and_listings_stay_exact(
@@ -718,14 +702,15 @@ def test_an_unexpected_failure_mid_write_fails_alone_and_leaves_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Puts share the batch transaction; one that breaks after writing must not leak its writes."""
-    real = Store._remember_request
+    real = RequestIds.remember
 
-    def broken(self: Store, txn: lmdb.Transaction, rid_key: bytes, *args: object) -> None:
+    # A private hook: a failure after a put's first writes cannot be caused through the store's API.
+    def broken(self: RequestIds, txn: object, rid_key: bytes, *args: object) -> None:
         if b"boom" in rid_key:
             raise RuntimeError("disk gremlin")  # after the frame and session record were written
         real(self, txn, rid_key, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Store, "_remember_request", broken)
+    monkeypatch.setattr(RequestIds, "remember", broken)
     requests = [PutRequest(f"ok-{i}", state_of(f"ok-{i}", 1), request_id=f"r{i}") for i in range(4)]
     requests.insert(2, PutRequest("bad", state_of("bad", 1), request_id="boom"))
     futures = [store.submit(r) for r in requests]  # queued at once: they share group commits

@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-import ckpt.sidecar.store.engine as store_module
 from ckpt.sidecar import InvalidArgument, PutRequest, Store, StoreConfig, VersionConflict, WriteMode
-
-from .test_store import CHAINS, patch_of, state_of
+from tests.store.support import CHAINS, patch_of, state_of
 
 
 @pytest.fixture
@@ -23,17 +21,8 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
 
 
-def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wake_ups: list[int] = []
-    real_settle = store_module._settle
-
-    def counting_settle(outcomes: list[Any]) -> None:
-        wake_ups.append(len(outcomes))
-        real_settle(outcomes)
-
-    monkeypatch.setattr(store_module, "_settle", counting_settle)
+def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit(store: Store) -> None:
+    wake_ups: list[int] = []  # the writes each wake-up of the loop resolves
     sessions, versions = 16, 8
 
     async def session_writer(i: int) -> list[int]:
@@ -44,6 +33,14 @@ def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit
         return got
 
     async def main() -> list[list[int]]:
+        loop = asyncio.get_running_loop()
+        wake = loop.call_soon_threadsafe
+
+        def counting_wake(callback: Any, *args: Any) -> Any:
+            wake_ups.append(len(args[0]))
+            return wake(callback, *args)
+
+        loop.call_soon_threadsafe = counting_wake  # type: ignore[method-assign,assignment]
         return await asyncio.gather(*(session_writer(i) for i in range(sessions)))
 
     assert asyncio.run(main()) == [list(range(1, versions + 1))] * sessions

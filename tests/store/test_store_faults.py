@@ -18,11 +18,13 @@ import pytest
 from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable, WriteMode
 from ckpt.sidecar.client.clients import CheckpointClient
-from ckpt.sidecar.store import engine as store_module
+from ckpt.sidecar.storage import StorageFailure
+from ckpt.sidecar.store import requestids
+from ckpt.sidecar.store.encoders import Encoders
 from ckpt.store.v1 import records_pb2
 from tests.cli.test_cli import ckpt
 from tests.sidecar_proc import ROOT, start_sidecar
-from tests.store.test_store import state_of
+from tests.store.support import state_of, storage_of, storage_write_lock_held
 
 CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=3)
 
@@ -59,8 +61,8 @@ def test_a_submitted_write_cannot_be_cancelled_and_commits(store: Store) -> None
 
 def test_a_timed_out_wait_on_a_submitted_write_leaves_the_writer_serving(store: Store) -> None:
     async def give_up() -> None:
-        # LMDB's write lock, held here, keeps the writes queued while their callers give up.
-        with store._env.begin(write=True):
+        # The storage's write lock, held here, keeps the writes queued while their callers give up.
+        with storage_write_lock_held(store):
             waits = [asyncio.wrap_future(store.submit(PutRequest("to", state_of("to", v)))) for v in range(1, 50)]
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits), timeout=0.05)
@@ -74,17 +76,18 @@ def test_an_error_outside_any_write_fails_the_batch_and_the_writer_goes_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.put("bug", state_of("bug", 1))
-    real = Store._after_write
+    real = Encoders.after_write
     calls = 0
 
-    def after_write_failing_once(self: Store, *args: object) -> None:
+    # A private hook: a bug between a commit and its answers cannot be caused through the store's API.
+    def after_write_failing_once(self: Encoders, *args: object) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise RuntimeError("injected bug after commit")
         real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Store, "_after_write", after_write_failing_once)
+    monkeypatch.setattr(Encoders, "after_write", after_write_failing_once)
     with pytest.raises(Unavailable, match=r"may not have been committed .*injected bug"):
         store.put("bug", state_of("bug", 2))
     # It did commit; the caches were dropped, so reads and the next write go to LMDB.
@@ -145,7 +148,7 @@ def test_the_background_sweeper_outlives_a_failed_sweep(config: StoreConfig, mon
 
 
 def test_a_backlog_of_expired_request_ids_goes_in_chunks(config: StoreConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_module, "_EXPIRE_CHUNK", 7)
+    monkeypatch.setattr(requestids, "EXPIRE_CHUNK", 7)  # a private hook: the chunk is a constant of the module
     with Store(replace(config, request_id_ttl_seconds=1)) as store:
         for v in range(1, 31):
             store.put("rid", state_of("rid", v), request_id=f"r{v}")
@@ -198,11 +201,14 @@ def test_a_read_that_waited_for_the_lock_while_the_store_closed_is_unavailable(s
             outcome.append(exc)
 
     reader = threading.Thread(target=read)
-    with store._rw.exclusive():  # as close() holds it to close LMDB
+    # A private hook: the LMDB storage's resize lock, held as its close() holds it, so that the read
+    # waits for it exactly while LMDB closes (no public call stops a read there).
+    storage = storage_of(store)
+    with storage._rw.exclusive():
         reader.start()
         time.sleep(0.2)  # the reader waits for the lock
-        store._env.close()
-        store._env_closed = True
+        storage.env.close()
+        storage._closed = True
     reader.join(10)
     assert len(outcome) == 1 and isinstance(outcome[0], Unavailable), outcome
     assert str(outcome[0]) == "the store is closed"
@@ -217,7 +223,7 @@ def test_a_data_dir_that_is_a_file_is_named_as_such(config: StoreConfig) -> None
 def test_a_store_that_fails_to_open_releases_its_directory(config: StoreConfig) -> None:
     config.data_dir.mkdir(parents=True)
     (config.data_dir / "lmdb").write_text("not a directory")  # LMDB cannot open here
-    with pytest.raises(lmdb.Error):
+    with pytest.raises(StorageFailure, match=r"lmdb/data.mdb cannot be opened as an LMDB database: "):
         Store(config)
     (config.data_dir / "lmdb").unlink()
     with Store(config) as store:  # not "in use by" the failed attempt

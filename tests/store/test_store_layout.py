@@ -14,9 +14,8 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import DataLoss, IncompatibleStore, InvalidArgument, PutRequest, Store, StoreConfig
-from ckpt.sidecar.store import engine as store_engine
-from ckpt.sidecar.store import keys
-from ckpt.sidecar.store.engine import LAYOUT_VERSION
+from ckpt.sidecar.store import keys, layout
+from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.sidecar.tools.backup import backup
 from ckpt.store.v1 import records_pb2
 from tests.cli.test_cli import ckpt
@@ -110,7 +109,7 @@ def test_a_stamp_that_is_not_a_number_is_damage(data: Path) -> None:
 
 def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stamped(tmp_path: Path) -> None:
     """A compacted copy has no free pages, so its map is full: stamping it at open must grow the map
-    (helper-24: a backup of a store the previous release wrote, over 256 MiB, failed with MDB_MAP_FULL)."""
+    (a backup of a store the previous release wrote, over 256 MiB, failed with MDB_MAP_FULL)."""
     config = StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20)
     with Store(config) as store:
         store.put_many([PutRequest(f"s{n}", os.urandom(100_000)) for n in range(30)])  # ~3 MB: the map grew
@@ -126,7 +125,7 @@ def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stampe
 
 def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) -> None:
     """A newer layout may drop a table: the tools name the layout (not MDB_NOTFOUND), and a writable open
-    recreates nothing (helper-24)."""
+    recreates nothing."""
     set_stamp(data, b"3")
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     with env.begin(write=True) as txn:
@@ -181,7 +180,7 @@ def _listed_by_update_time(store: Store) -> list[str]:
 
 def test_a_store_the_first_builds_wrote_is_indexed_by_granule_on_its_first_writable_open(tmp_path: Path) -> None:
     """The first builds indexed a session at its exact update time; this one keys, moves and deletes the
-    entry at its ~1 s granule. Found upgrading such a store (operator walk, helper-18): `ckpt verify`
+    entry at its ~1 s granule. Upgrading such a store, `ckpt verify`
     failed every session ('no entry for the record's update time') and, once written by this build, each
     session kept its old entry beside the new one, listed twice by update time for good."""
     data = tmp_path / "data"
@@ -280,11 +279,12 @@ def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_st
 
 @contextlib.contextmanager
 def _layout_version(version: int) -> Iterator[None]:
-    """The store code reading only layouts up to ``version``: an older ckpt, as far as the stamp goes."""
+    """The store code reading only layouts up to ``version``: an older ckpt, as far as the stamp goes.
+    (A private hook: the layout this code reads is a constant of its module.)"""
 
-    before = store_engine.LAYOUT_VERSION
-    store_engine.LAYOUT_VERSION = version
+    before = layout.LAYOUT_VERSION
+    layout.LAYOUT_VERSION = version
     try:
         yield
     finally:
-        store_engine.LAYOUT_VERSION = before
+        layout.LAYOUT_VERSION = before

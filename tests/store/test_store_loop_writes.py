@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-import ckpt.sidecar.store.engine as store_module
 from ckpt.sidecar import Overloaded, PutRequest, Store, StoreConfig, WriteMode
-
-from .test_store import CHAINS, patch_of, state_of
+from ckpt.sidecar.store import loopwrites
+from tests.store.support import CHAINS, patch_of, state_of, storage_of
 
 
 def _config(tmp_path: Path, **overrides: Any) -> StoreConfig:
@@ -52,38 +51,44 @@ def _merged(session: str, versions: int) -> bytes:
     return state_of(session, 1) + b"".join(patch_of(v) for v in range(2, versions + 1))
 
 
-def test_the_loops_writes_commit_in_order_in_whole_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    settled: list[int] = []  # outcomes handed back to the loop, per hand-over
-    real = store_module._settle_on
-
-    def settle_on(loop: asyncio.AbstractEventLoop, outcomes: list[Any]) -> None:
-        settled.append(len(outcomes))
-        real(loop, outcomes)
-
-    monkeypatch.setattr(store_module, "_settle_on", settle_on)
-    batches: list[int] = []
-    real_run = store._run_batch
-
-    def run_batch(ops: list[Any], **kwargs: Any) -> None:
-        batches.append(len(ops))
-        real_run(ops, **kwargs)
-
-    monkeypatch.setattr(store, "_run_batch", run_batch)
+def test_the_loops_writes_commit_in_order_in_whole_batches(store: Store) -> None:
+    settled: list[int] = []  # outcomes handed back to the loop, per wake-up of it
     sessions, versions = 16, 8
 
     async def writer(session: str) -> list[int]:
         return [(await store.awrite(req)).version for req in _merges(store, session, versions)]
 
     async def main() -> list[list[int]]:
-        store.write_on_loop(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        wake = loop.call_soon_threadsafe
+
+        def counting_wake(callback: Any, *args: Any) -> Any:
+            settled.append(len(args[0]))
+            return wake(callback, *args)
+
+        loop.call_soon_threadsafe = counting_wake  # type: ignore[method-assign,assignment]
+        store.write_on_loop(loop)
         return await asyncio.gather(*(writer(f"s{i}") for i in range(sessions)))
 
     assert asyncio.run(main()) == [list(range(1, versions + 1))] * sessions
     # Every write of each round of the 16 writers in one commit, answered with one wake-up of the loop.
-    assert batches == [sessions] * versions
-    assert settled == batches
+    assert dict(store.batch_sizes) == {sessions: versions}
+    assert settled == [sessions] * versions
     for i in range(sessions):
         assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
+
+
+def _slow_storage(store: Store, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Each write transaction waits ``seconds`` to begin: a disk that stalls, or another process holding the
+    storage's write lock (a private hook: the store's storage)."""
+    storage = storage_of(store)
+    real_write = storage.write
+
+    def slow_write() -> Any:
+        time.sleep(seconds)
+        return real_write()
+
+    monkeypatch.setattr(storage, "write", slow_write)
 
 
 def test_a_lone_writer_commits_at_the_end_of_the_loops_turn_without_waiting(store: Store) -> None:
@@ -103,8 +108,9 @@ def test_a_lone_writer_commits_at_the_end_of_the_loops_turn_without_waiting(stor
 
 def _gathers_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every batch of concurrent writes gathers (up to max_commit_delay_seconds), however slow the machine: a
-    batch goes at once when the gather's time passed since the last was handed over."""
-    monkeypatch.setattr(store_module, "_LOOP_GATHER_COMMITS", 1000)
+    batch goes at once when the gather's time passed since the last was handed over. (A private hook: how
+    many commits' durations a batch gathers for is a constant of the module.)"""
+    monkeypatch.setattr(loopwrites, "LOOP_GATHER_COMMITS", 1000)
 
 
 def test_concurrent_writers_wait_for_each_other_with_the_input_held(
@@ -220,13 +226,7 @@ async def _attach(store: Store) -> None:
 
 def test_a_stalled_commit_holds_the_input_only_briefly(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     held = _Input()
-    real_run = store._run_batch
-
-    def stalled_run(ops: list[Any], **kwargs: Any) -> None:
-        time.sleep(0.5)  # a disk that stalls, or another process holding LMDB's write lock
-        real_run(ops, **kwargs)
-
-    monkeypatch.setattr(store, "_run_batch", stalled_run)
+    _slow_storage(store, monkeypatch, 0.5)
 
     async def main() -> None:
         store.write_on_loop(asyncio.get_running_loop(), hold_input=held.hold, release_input=held.release)
@@ -246,13 +246,7 @@ def test_a_batch_whose_gather_time_passed_during_the_last_commit_goes_at_once(
 ) -> None:
     held = _Input()
     with Store(_config(tmp_path, max_commit_delay_seconds=0.005)) as store:
-        real_run = store._run_batch
-
-        def slow_run(ops: list[Any], **kwargs: Any) -> None:
-            time.sleep(0.03)  # each commit outlasts the longest gather (5 ms)
-            real_run(ops, **kwargs)
-
-        monkeypatch.setattr(store, "_run_batch", slow_run)
+        _slow_storage(store, monkeypatch, 0.03)  # each commit outlasts the longest gather (5 ms)
 
         async def writer(session: str) -> None:
             for req in _merges(store, session, 5):

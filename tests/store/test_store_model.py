@@ -99,7 +99,7 @@ class StoreModel(RuleBasedStateMachine):
                 self.store.close()
             shutil.rmtree(self.root, ignore_errors=True)
 
-    # -- helpers -------------------------------------------------------------
+    # -- reading the store back -------------------------------------------------
 
     @property
     def s(self) -> Store:

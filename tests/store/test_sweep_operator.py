@@ -12,7 +12,7 @@ from pathlib import Path
 from ckpt.sidecar import Retention, Store, StoreConfig
 from ckpt.sidecar.client.clients import CheckpointClient
 from tests.sidecar_proc import free_port, start_sidecar
-from tests.store.test_store_full_operator import scrape
+from tests.store.test_store_full import scrape
 
 
 def test_a_sweep_counts_what_it_did(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A store whose commits left data.mdb shorter than its last page reopens (found by a chaos walk, 2026-11-26).
+"""A store whose commits left data.mdb shorter than its last page reopens.
 
 LMDB never writes pages a transaction allocated and freed again: a 4 MB state
 put and its session deleted in one group commit leave ~1,000 unwritten pages
@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, WriteMode
+from tests.store.support import queued_ops, storage_write_lock_held
 
 
-def _pages(store: Store) -> tuple[int, int]:
-    """(pages the last commit's meta page says are in use, pages data.mdb holds)."""
-    last, page = store._env.info()["last_pgno"] + 1, store._env.stat()["psize"]
-    return last, (store.config.data_dir / "lmdb" / "data.mdb").stat().st_size // page
+def _bytes(store: Store) -> tuple[int, int]:
+    """(bytes of the pages the last commit's meta page says are in use, bytes data.mdb holds)."""
+    return store.stats()["used_bytes"], (store.config.data_dir / "lmdb" / "data.mdb").stat().st_size
 
 
 def test_a_large_put_and_its_delete_in_one_commit_leave_a_store_that_reopens(tmp_path: Path) -> None:
@@ -30,25 +30,24 @@ def test_a_large_put_and_its_delete_in_one_commit_leave_a_store_that_reopens(tmp
         store.put("other", b"kept")
         rng = random.Random(8)
         store.put_many([PutRequest(f"warm{i}", rng.randbytes(300_000)) for i in range(20)])
-        # Hold LMDB's writer lock so that the writer stops at its next batch (a first write), while the
-        # put and the delete queue behind it: released, they share the following commit.
-        held = store._env.begin(write=True)
-        first = store.submit(PutRequest("first", b"x", WriteMode.REPLACE, None, "", {}))
-        while store._queue.qsize():  # the writer took the first write and waits for the lock
-            time.sleep(0.001)
-        doomed = store.submit(PutRequest("doomed", big, WriteMode.REPLACE, None, "", {}))
-        deleted: list[int] = []
-        deleting = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
-        deleting.start()
-        while store._queue.qsize() < 2:
-            time.sleep(0.001)
-        commits = store.commits
-        held.abort()
+        # Hold the storage's write lock so that the writer stops at its next batch (a first write), while
+        # the put and the delete queue behind it: released, they share the following commit.
+        with storage_write_lock_held(store):
+            first = store.submit(PutRequest("first", b"x", WriteMode.REPLACE, None, "", {}))
+            while queued_ops(store):  # the writer took the first write and waits for the lock
+                time.sleep(0.001)
+            doomed = store.submit(PutRequest("doomed", big, WriteMode.REPLACE, None, "", {}))
+            deleted: list[int] = []
+            deleting = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
+            deleting.start()
+            while queued_ops(store) < 2:
+                time.sleep(0.001)
+            commits = store.commits
         deleting.join()
         assert first.result().version == 1 and doomed.result().version == 1 and deleted == [1]
         assert store.commits == commits + 2  # the first write's commit, then the put's and the delete's together
-        last, in_file = _pages(store)
-        assert in_file >= last, f"data.mdb holds {in_file} pages, its meta page uses {last}"
+        used, in_file = _bytes(store)
+        assert in_file >= used, f"data.mdb holds {in_file} bytes, its meta page uses {used}"
     finally:
         store.close()
     with Store(StoreConfig(data_dir=data_dir)) as reopened:

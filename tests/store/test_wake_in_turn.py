@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import Store, StoreConfig
-from ckpt.sidecar.store.engine import _Op, _wake_in_turn
-from tests.store.test_commit_delay import _hold_writer, _queued
+from ckpt.sidecar.store.ops import Op, wake_in_turn
+from tests.store.support import hold_writer, wait_queued
 
 
 class _Interrupted(Exception):
     pass
 
 
-def _op() -> _Op:
-    return _Op(lambda batch, txn: None, fails_clean=True, wakes_in_turn=True)
+def _op() -> Op:
+    return Op(lambda batch, txn: None, fails_clean=True, wakes_in_turn=True)
 
 
-def _waiters(ops: list[_Op], skip: set[int]) -> tuple[list[threading.Thread], dict[int, object]]:
+def _waiters(ops: list[Op], skip: set[int]) -> tuple[list[threading.Thread], dict[int, object]]:
     got: dict[int, object] = {}
 
     def wait(i: int) -> None:
@@ -45,7 +45,7 @@ def test_every_waiter_is_woken_though_some_left(abandoned: set[int]) -> None:
     for i in abandoned:
         ops[i]._abandoned = True
     threads, got = _waiters(ops, skip=abandoned)
-    _wake_in_turn([(op, f"result {i}", None) for i, op in enumerate(ops)])
+    wake_in_turn([(op, f"result {i}", None) for i, op in enumerate(ops)])
     for t in threads:
         t.join(10)
         assert not t.is_alive(), "a waiter was never woken"
@@ -70,7 +70,7 @@ def test_a_wait_abandoned_after_its_wake_still_wakes_the_next() -> None:
     ops = [_op() for _ in range(3)]
     ops[0]._done = _InterruptedLock()  # type: ignore[assignment]
     threads, got = _waiters(ops, skip={0})
-    _wake_in_turn([(op, i, None) for i, op in enumerate(ops)])
+    wake_in_turn([(op, i, None) for i, op in enumerate(ops)])
     with pytest.raises(_Interrupted):
         ops[0].wait()
     for t in threads:
@@ -93,7 +93,7 @@ def test_an_error_reaches_its_own_waiter_only() -> None:
     for t in threads:
         t.start()
     error = ValueError("conflict")
-    _wake_in_turn([(ops[0], "a", None), (ops[1], None, error), (ops[2], "c", None)])
+    wake_in_turn([(ops[0], "a", None), (ops[1], None, error), (ops[2], "c", None)])
     for t in threads:
         t.join(10)
     assert outcomes == {0: "a", 1: error, 2: "c"}
@@ -107,7 +107,7 @@ def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: 
     # thread's write is answered on its own), and the interrupted write still
     # commits (a queued write cannot be withdrawn).
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
-        gate = _hold_writer(store)
+        gate = hold_writer(store)
         done: dict[int, int] = {}
 
         def writer(i: int) -> None:
@@ -116,10 +116,10 @@ def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: 
         threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(16)]
 
         def start_the_others_behind_main() -> None:
-            _queued(store, 1)
+            wait_queued(store, 1)
             for t in threads:
                 t.start()
-            _queued(store, 17)
+            wait_queued(store, 17)
             signal.setitimer(signal.ITIMER_REAL, 0.05)
 
         def interrupt(signum: int, frame: object) -> None:
@@ -148,16 +148,17 @@ def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: 
 def test_a_signal_between_queueing_and_waiting_in_the_main_thread_leaves_no_writer_waiting(tmp_path: Path) -> None:
     # A signal handler raising in the main thread just after its write is
     # queued, before it waits: were that write woken in turn, nobody would
-    # wake the writers queued behind it (found by review: helper-7).
+    # wake the writers queued behind it.
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
-        gate = _hold_writer(store)
+        gate = hold_writer(store)
         main = threading.get_ident()
-        queue = store._queue
+        # A private hook: a signal landing between queueing and waiting has no public way in.
+        queue = store._writer.queue
 
         class SignalledAfterPut:
             armed = True
 
-            def put(self, item: _Op | None) -> None:
+            def put(self, item: Op | None) -> None:
                 queue.put(item)
                 if self.armed and threading.get_ident() == main and item is not None:
                     self.armed = False
@@ -171,11 +172,11 @@ def test_a_signal_between_queueing_and_waiting_in_the_main_thread_leaves_no_writ
 
         old = signal.signal(signal.SIGUSR1, interrupt)
         try:
-            store._queue = SignalledAfterPut()  # type: ignore[assignment]
+            store._writer.queue = SignalledAfterPut()  # type: ignore[assignment]
             with pytest.raises(_Interrupted):
                 store.put("main", b"\x08\x01")
         finally:
-            store._queue = queue
+            store._writer.queue = queue
             signal.signal(signal.SIGUSR1, old)
         done: dict[int, int] = {}
 
@@ -185,7 +186,7 @@ def test_a_signal_between_queueing_and_waiting_in_the_main_thread_leaves_no_writ
         threads = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(8)]
         for t in threads:
             t.start()
-        _queued(store, 9)
+        wait_queued(store, 9)
         gate.set()
         for t in threads:
             t.join(10)
@@ -197,9 +198,10 @@ def test_a_signal_between_queueing_and_waiting_in_the_main_thread_leaves_no_writ
 def test_writes_from_worker_threads_wake_in_turn_and_the_main_threads_do_not(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
         seen: list[bool] = []
+        # A private hook: which ops wake in turn is decided as they are queued, and shows nowhere else.
         submit = store._submit
 
-        def recording(op: _Op, *, wait: bool = True) -> _Op:
+        def recording(op: Op, *, wait: bool = True) -> Op:
             seen.append(op.wakes_in_turn)
             return submit(op, wait=wait)
 

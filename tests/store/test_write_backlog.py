@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +24,9 @@ from ckpt.sidecar import Overloaded, PutRequest, PutResult, Store, StoreConfig, 
 from ckpt.sidecar.client.clients import AsyncCheckpointClient, CheckpointClient, UnavailableError
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
-from ckpt.sidecar.store.engine import _Op
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar
+from tests.store.support import writer_held
 
 STATE_BYTES = 100_000
 BUDGET_BYTES = 3 * STATE_BYTES  # three states fit, the fourth waits
@@ -35,23 +34,6 @@ BUDGET_BYTES = 3 * STATE_BYTES  # three states fit, the fourth waits
 
 def state(i: int, size: int = STATE_BYTES) -> bytes:
     return bytes([i % 251]) * (size - 8) + i.to_bytes(8, "big")
-
-
-@contextlib.contextmanager
-def writer_held(store: Store) -> Iterator[threading.Event]:
-    """The store's writer blocked in an op of ours until the block ends (or the event is set)."""
-    running, gate = threading.Event(), threading.Event()
-
-    def hold(batch: object, txn: object) -> None:
-        running.set()
-        gate.wait(30)
-
-    store._submit(_Op(hold))
-    assert running.wait(10)
-    try:
-        yield gate
-    finally:
-        gate.set()
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 """`ckpt verify` cross-checks the session records against the frames table and the index tables.
 
-Before (sidecar/crosscheck.py), verify read each listed session's record and
-frames only: a session whose record was gone but whose frames were left was
-invisible (unless listing the sessions table itself failed), and the
-updated-time index, the label index, the request records and their expiry
-index were never read. Every damage test here exited 0 then.
+Reading each listed session's record and frames alone, verify would miss a
+session whose record is gone but whose frames are left (unless listing the
+sessions table itself failed), and damage to the updated-time index, the
+label index, the request records and their expiry index.
 
 A directory is written through the public Store API (labels, request ids,
 MERGE writes, forks, deletes, retention, expired request ids, index entries
@@ -349,7 +348,7 @@ def test_a_cross_check_pass_lmdb_aborts_on_is_reported_and_the_other_tables_are_
 
 def _cross_check_peak_bytes(data: Path) -> tuple[int, int]:
     """Problems found and the peak of Python allocations while every cross-check pass runs in-process."""
-    with Store(StoreConfig(data_dir=data), readonly=True) as store, store._read() as txn:
+    with Store(StoreConfig(data_dir=data), readonly=True) as store, store.read() as txn:
         tracemalloc.start()
         try:
             check = CrossCheck(store, txn, None)

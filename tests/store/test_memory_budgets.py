@@ -1,15 +1,14 @@
-"""Memory stays within the configured budgets over many sessions (memory review).
+"""Memory stays within the configured budgets over many sessions.
 
-Each test failed before its fix: the state cache counted only state bytes, so
-tiny or empty states let it keep every session ever written; and a group
-commit kept every write's encoder (head state and zstd stream) alive until
-the commit, whatever encoder_cache_bytes said.
+The state cache weighs what each entry keeps, not only its state's bytes
+(tiny or empty states must not let it keep every session ever written); a
+group commit keeps no more encoders (head state and zstd stream) alive until
+the commit than encoder_cache_bytes allows.
 """
 
 from __future__ import annotations
 
 import gc
-import threading
 import time
 import tracemalloc
 import weakref
@@ -21,10 +20,11 @@ import pytest
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, StateSnapshot
 from ckpt.sidecar import Store, StoreConfig
 from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.store import PutRequest, VersionInfo, WriteMode
 from ckpt.sidecar.store.cache import StateCache
-from ckpt.sidecar.store.engine import PutRequest, VersionInfo, WriteMode, _Op
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import start_sidecar
+from tests.store.support import writer_held
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def test_store_state_cache_of_empty_states_is_bounded(config: StoreConfig) -> No
         for start in range(0, 5000, 500):
             store.put_many([PutRequest(f"s-{i}", b"") for i in range(start, start + 500)])
         assert store.memory_bytes["state_cache"] <= budget
-        assert len(store._states) <= budget // 600, len(store._states)  # ~100 entries, not 5,000
+        cached = sum(store.get_cached(f"s-{i}") is not None for i in range(5000))
+        assert cached <= budget // 600, cached  # ~100 entries, not 5,000
         assert store.get("s-0").state == b"" and store.get("s-4999").state == b""
 
 
@@ -90,7 +91,9 @@ def test_a_group_commit_keeps_no_more_encoders_than_the_budget(config: StoreConf
     live: weakref.WeakSet[ChainEncoder] = weakref.WeakSet()
     at_commit: list[int] = []
     with Store(replace(config, encoder_cache_bytes=budget, cache_size_bytes=0)) as store:
-        new_encoder, after_write = store._new_encoder, store._after_write
+        # A private hook: which encoders are alive when a batch commits shows only at the encoder cache.
+        encoders = store._encoders
+        new_encoder, after_write = encoders.new, encoders.after_write
 
         def tracked() -> ChainEncoder:
             encoder = new_encoder()
@@ -103,18 +106,11 @@ def test_a_group_commit_keeps_no_more_encoders_than_the_budget(config: StoreConf
                 at_commit.append(sum(e.memory_bytes for e in live))
             after_write(sid, encoder, head, info)
 
-        def hold_the_writer(batch: object, txn: object) -> bool:
-            running.set()
-            return gate.wait(10)
-
-        store._new_encoder = tracked  # type: ignore[method-assign]
-        store._after_write = first_after_write  # type: ignore[method-assign]
+        encoders.new = tracked  # type: ignore[method-assign]
+        encoders.after_write = first_after_write  # type: ignore[method-assign]
         # Hold the writer so that all 200 writes are queued, and committed, together.
-        running, gate = threading.Event(), threading.Event()
-        store._submit(_Op(hold_the_writer))
-        assert running.wait(10)
-        futures = [store.submit(PutRequest(f"big-{i}", state)) for i in range(200)]
-        gate.set()
+        with writer_held(store):
+            futures = [store.submit(PutRequest(f"big-{i}", state)) for i in range(200)]
         for future in futures:
             assert future.result(30).frame_kind is FrameKind.FULL
         assert store.batch_sizes[200] == 1

@@ -1,23 +1,18 @@
-"""Crash safety and the offline tools, driven as users drive them: real `ckpt serve` processes
-killed with SIGKILL under mixed load, real LMDB directories damaged on purpose, the real `ckpt` CLI.
-
-Docstrings starting "Before:" say what the store did before it was fixed (those tests failed then).
-"""
+"""Damaged data, driven as users meet it: a copy of a real sidecar's data directory damaged on purpose
+(frames, records, B-tree pages, a truncated file), served by a real `ckpt serve` and checked by the real
+`ckpt` CLI. Damage is DATA_LOSS naming what it affects; the undamaged sessions keep serving."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
@@ -31,312 +26,9 @@ from ckpt.sidecar.client.clients import (
     NotFoundError,
 )
 from ckpt.sidecar.store import keys
-from ckpt.v1 import checkpoint_pb2 as pb
-from ckpt.v1 import service_pb2
 from tests.cli.test_cli import ckpt
 from tests.sidecar_proc import ROOT, Sidecar, start_sidecar, start_sidecar_sweeping
-
-# -- states ------------------------------------------------------------------
-
-
-def _body(session: str, size: int = 3000) -> str:
-    rnd = random.Random(session)
-    return "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(size))
-
-
-def replace_state(session: str, version: int) -> bytes:
-    """A whole state: a fixed ~3 KB body (so REPLACE writes become DELTA frames) plus a step."""
-    return pb.Checkpoint(
-        step=version, goal=_body(session), messages=[pb.Message(content=f"{session} replaced at {version}")]
-    ).SerializeToString()
-
-
-def merge_patch(session: str, version: int) -> bytes:
-    return pb.Checkpoint(step=version, messages=[pb.Message(content=f"{session} patch {version}")]).SerializeToString()
-
-
-def stream_state(session: str, version: int) -> bytes:
-    """Stream sessions only ever MERGE ``merge_patch(session, v)`` as version v."""
-    return b"".join(merge_patch(session, v) for v in range(1, version + 1))
-
-
-# -- SIGKILL under mixed load, then restart ------------------------------------------
-
-
-@dataclass
-class Model:
-    """What clients were told (acknowledged) and what was in flight when the sidecar died."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    #: unary sessions: every version's state, as written (acknowledged or resolved after restart)
-    states: dict[str, dict[int, bytes]] = field(default_factory=dict)
-    #: unary writes in flight at the kill: (session, version, request id, mode, payload)
-    pending_writes: list[tuple[str, int, str, int, bytes]] = field(default_factory=list)
-    #: stream sessions: highest acknowledged version
-    stream_acked: dict[str, int] = field(default_factory=dict)
-    #: fork target -> its version 1's state (acknowledged forks not yet deleted)
-    forks: dict[str, bytes] = field(default_factory=dict)
-    deleted: set[str] = field(default_factory=set)
-    #: forks / deletes in flight at the kill: target -> state it would hold
-    pending_forks: dict[str, bytes] = field(default_factory=dict)
-    pending_deletes: dict[str, bytes] = field(default_factory=dict)
-    #: unary sessions: the oldest version kept at the last check
-    first: dict[str, int] = field(default_factory=dict)
-    #: acknowledged unary writes, forks and deletes; and stream writes
-    acks: int = 0
-    stream_acks: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def head(self, session: str) -> int:
-        return max(self.states.get(session, {}), default=0)
-
-
-UNARY = [f"u{n}" for n in range(3)]
-STREAMS = {n: [f"p{n}_{k}" for k in range(3)] for n in range(2)}
-
-
-def _unary_writer(target: str, session: str, model: Model, stop: threading.Event) -> None:
-    with CheckpointClient(target, retries=0) as c:
-        while not stop.is_set():
-            with model.lock:
-                head = model.head(session)
-                base = model.states.get(session, {}).get(head, b"")
-            v = head + 1
-            merge = v % 3 != 1  # REPLACE, MERGE, MERGE, REPLACE, ...
-            payload = merge_patch(session, v) if merge else replace_state(session, v)
-            expected = base + payload if merge else payload
-            rid = f"{session}:{v}"
-            write = c.merge if merge else c.put
-            try:
-                r = write(session, payload, expected_version=head, request_id=rid)
-            except CheckpointError as exc:
-                with model.lock:
-                    if exc.code.name != "UNAVAILABLE":
-                        model.errors.append(f"{session} v{v}: {exc.code.name} {exc}")
-                    mode = service_pb2.WRITE_MODE_MERGE if merge else service_pb2.WRITE_MODE_REPLACE
-                    model.pending_writes.append((session, v, rid, mode, payload))
-                    model.states.setdefault(session, {})  # the pending write's base is states[session][head]
-                return
-            with model.lock:
-                if r.version != v:
-                    model.errors.append(f"{session}: acknowledged version {r.version}, expected {v}")
-                model.states.setdefault(session, {})[v] = expected
-                model.acks += 1
-
-
-def _stream_writer(target: str, n: int, model: Model, stop: threading.Event) -> None:
-    sessions = STREAMS[n]
-    with model.lock:
-        heads = {s: model.stream_acked.get(s, 0) for s in sessions}
-    sent: list[tuple[str, int]] = []
-
-    def puts() -> Iterator[service_pb2.PutRequest]:
-        i = 0
-        while not stop.is_set():
-            s = sessions[i % len(sessions)]
-            i += 1
-            if i % 8 == 0:
-                stop.wait(0.002)  # leave the unary writers (same process, same GIL) their share
-            v = heads[s] + 1
-            heads[s] = v
-            sent.append((s, v))
-            yield service_pb2.PutRequest(
-                session_id=s,
-                state=merge_patch(s, v),
-                mode=service_pb2.WRITE_MODE_MERGE,
-                expected_version=v - 1,
-                request_id=f"{s}:{v}",
-            )
-
-    with CheckpointClient(target, retries=0) as c:
-        try:
-            for k, result in enumerate(c.put_stream(puts(), batch_size=8)):
-                s, v = sent[k]
-                with model.lock:
-                    if result.WhichOneof("outcome") != "response" or result.response.version != v:
-                        model.errors.append(f"stream {s} v{v}: {result}")
-                        return
-                    model.stream_acked[s] = v
-                    model.stream_acks += 1
-        except CheckpointError as exc:
-            if exc.code.name != "UNAVAILABLE":
-                with model.lock:
-                    model.errors.append(f"stream {n}: {exc.code.name} {exc}")
-
-
-def _fork_deleter(target: str, run: int, model: Model, stop: threading.Event) -> None:
-    rnd = random.Random(run)
-    with CheckpointClient(target, retries=0) as c:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            with model.lock:
-                live = sorted(model.forks)
-                source = rnd.choice(UNARY)
-                version = model.head(source)
-                state = model.states.get(source, {}).get(version)
-            if i % 3 == 0 and live:
-                victim = live[0]
-                try:
-                    c.delete(victim)
-                except CheckpointError as exc:
-                    with model.lock:
-                        if exc.code.name == "UNAVAILABLE":
-                            model.pending_deletes[victim] = model.forks.pop(victim)
-                        else:
-                            model.errors.append(f"delete {victim}: {exc.code.name} {exc}")
-                    return
-                with model.lock:
-                    model.deleted.add(victim)
-                    del model.forks[victim]
-                    model.acks += 1
-                continue
-            if state is None:
-                stop.wait(0.005)
-                continue
-            new = f"f{run}_{i}"
-            try:
-                c.fork(source, new, version=version)
-            except NotFoundError:
-                continue  # retention removed that version meanwhile: nothing was written
-            except CheckpointError as exc:
-                with model.lock:
-                    if exc.code.name == "UNAVAILABLE":
-                        model.pending_forks[new] = state
-                    else:
-                        model.errors.append(f"fork {source}@{version}: {exc.code.name} {exc}")
-                return
-            with model.lock:
-                model.forks[new] = state
-                model.acks += 1
-
-
-def _resolve_and_check(c: CheckpointClient, model: Model, keep_last: int | None) -> None:
-    """On the restarted sidecar: settle what was in flight, then compare everything with the model."""
-    # Writes in flight: committed whole or not at all. A retry with the same request id tells which.
-    for session, v, rid, mode, payload in model.pending_writes:
-        head = _head_or_zero(c, session)
-        assert head in (v - 1, v), f"{session}: head {head} after a kill with version {v} in flight"
-        write = c.merge if mode == service_pb2.WRITE_MODE_MERGE else c.put
-        r = write(session, payload, expected_version=v - 1, request_id=rid)
-        assert (r.version, r.replayed) == (v, head == v), f"{session} v{v}: {r}"
-        base = model.states[session].get(v - 1, b"")
-        model.states[session][v] = base + payload if mode == service_pb2.WRITE_MODE_MERGE else payload
-    model.pending_writes.clear()
-
-    for fork, state in list(model.pending_forks.items()):
-        try:
-            got = c.get(fork)
-        except NotFoundError:
-            continue
-        assert (got.version, got.state) == (1, state), f"fork {fork} in flight is not whole"
-        model.forks[fork] = state
-    model.pending_forks.clear()
-    for victim, state in list(model.pending_deletes.items()):
-        try:
-            got = c.get(victim)
-        except NotFoundError:
-            model.deleted.add(victim)
-            continue
-        assert (got.version, got.state) == (1, state), f"{victim}: a delete in flight left it half-deleted"
-        model.forks[victim] = state
-    model.pending_deletes.clear()
-
-    listed = {s.session_id: s for s in c.sessions()}
-    for session, states in model.states.items():
-        if not states:
-            continue
-        head = max(states)
-        info = listed[session]
-        assert info.head_version == head, f"{session}: listed head {info.head_version}, acknowledged {head}"
-        history = list(c.history(session))
-        versions = [h.version for h in history]
-        first = versions[-1]
-        assert versions == list(range(head, first - 1, -1)), f"{session}: history {versions}"
-        assert info.version_count == len(versions)
-        if keep_last is not None:  # keeps at least the newest N (earlier runs may have pruned by age)
-            kept_before = model.first.get(session, 1)
-            assert first <= max(kept_before, head - keep_last + 1), f"{session}: retention kept only {first}..{head}"
-        model.first[session] = first
-        for h in history:
-            assert h.state_size == len(states[h.version]), f"{session} v{h.version}"
-            assert c.get(session, h.version).state == states[h.version], f"{session} v{h.version}"
-        if first > 1:
-            with pytest.raises(NotFoundError, match="removed by retention"):
-                c.get(session, first - 1)
-    for session, acked in model.stream_acked.items():
-        head = listed[session].head_version
-        assert head >= acked, f"{session}: acknowledged {acked}, head {head}"
-        for h in c.history(session):
-            assert c.get(session, h.version).state == stream_state(session, h.version), f"{session} v{h.version}"
-        model.stream_acked[session] = head  # committed, unacknowledged stream writes were whole: keep them
-    for fork, state in model.forks.items():
-        assert fork in listed, f"acknowledged fork {fork} is not listed"
-        got = c.get(fork)
-        assert (got.version, got.state) == (1, state), fork
-    for victim in model.deleted:
-        assert victim not in listed, f"deleted {victim} is listed"
-        with pytest.raises(NotFoundError):
-            c.get(victim)
-
-
-def _head_or_zero(c: CheckpointClient, session: str) -> int:
-    try:
-        return int(c.get(session).version)
-    except NotFoundError:
-        return 0
-
-
-# (unary writes, forks and deletes acknowledged before the kill, retention flags):
-# kill points spread from "just started" to "busy".
-KILL_POINTS = [
-    (1, ("--keep-last-versions", "4")),
-    (25, ("--keep-last-versions", "4")),
-    (60, ("--keep-last-versions", "6", "--max-version-age-seconds", "0.3")),
-    (10, ("--max-version-age-seconds", "0.2")),
-    (100, ("--keep-last-versions", "3")),
-    (3, ("--keep-last-versions", "2", "--max-version-age-seconds", "0.1")),
-    (40, ("--keep-last-versions", "5")),
-]
-
-
-def test_sigkill_under_mixed_load_keeps_every_acknowledged_write_fork_and_delete(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    model = Model()
-    for run, (kill_after, retention) in enumerate(KILL_POINTS):
-        sidecar = start_sidecar_sweeping(data, 0.02, *retention)
-        stop = threading.Event()
-        threads = [threading.Thread(target=_unary_writer, args=(sidecar.unix_target, s, model, stop)) for s in UNARY]
-        threads += [
-            threading.Thread(target=_stream_writer, args=(sidecar.unix_target, n, model, stop)) for n in STREAMS
-        ]
-        threads.append(threading.Thread(target=_fork_deleter, args=(sidecar.unix_target, run, model, stop)))
-        start_acks = model.acks
-        for t in threads:
-            t.start()
-        while model.acks - start_acks < kill_after and all(t.is_alive() for t in threads):
-            stop.wait(0.002)
-        assert sidecar.stop(signal.SIGKILL) == -signal.SIGKILL
-        stop.set()
-        for t in threads:
-            t.join(30)
-        assert not model.errors, model.errors
-        # Offline, before anything reopens it: the directory as the kill left it.
-        verify = ckpt("verify", "--data-dir", str(data))
-        assert verify.returncode == 0, verify.stderr.decode()
-        assert b" 0 failed" in verify.stdout and b"Traceback" not in verify.stderr
-        keep_last = int(retention[1]) if retention[0] == "--keep-last-versions" and len(retention) == 2 else None
-        checker = start_sidecar(data)  # no retention: nothing moves while we look
-        try:
-            with CheckpointClient(checker.unix_target) as c:
-                _resolve_and_check(c, model, keep_last)
-        finally:
-            assert checker.stop() == 0, checker.log(tail_chars=3000)
-    assert model.acks > sum(k for k, _ in KILL_POINTS)
-    assert model.deleted and model.forks  # the load did fork and delete
-
-
-# -- damage injected into a copy of a real data directory ------------------------------
+from tests.store.support import merge_patch, replace_state
 
 SESSIONS = ("a", "b", "c", "d")  # a, c: REPLACE (DELTA chains); b, d: MERGE (PATCH chains)
 VERSIONS = 14
@@ -550,7 +242,7 @@ def test_every_verify_failure_names_the_version(damaged: Path) -> None:
     ok_fails(verify)
     lines = verify.stderr.decode().splitlines()
     assert verify.returncode == 1 and lines
-    for line in lines:  # before: "frame is 0 bytes, shorter than the 64-byte header", with no version
+    for line in lines:  # not "frame is 0 bytes, shorter than the 64-byte header", with no version
         assert "version 5" in line, line
 
 
@@ -597,7 +289,7 @@ def test_readonly_tools_beside_a_sidecar_deleting_and_pruning_report_no_false_fa
     assert stats.returncode == 0 and json.loads(stats.stdout)["sessions"] >= 150
 
 
-# -- defects in sidecar/store.py, left failing for its owners ----------------------------
+# -- a sidecar serving damaged data ----------------------------------------------------
 
 
 def serve_damaged(data: Path) -> Sidecar:
@@ -605,12 +297,11 @@ def serve_damaged(data: Path) -> Sidecar:
 
 
 def test_a_frame_without_its_bytes_is_data_loss(damaged: Path) -> None:
-    """Before: store.py Store._chain_start indexes ``_frame_of(value)[_FRAME_KIND_OFFSET]`` unchecked: a stored
-    value too short to hold a frame header (here: its metadata length prefix overruns the value) raises
-    IndexError, so Get of that version or a later one in its chain, and Fork from it, answer INTERNAL
-    ("failed inside the sidecar") instead of DATA_LOSS naming the session and version."""
+    """A stored value too short to hold a frame header (here: its metadata length prefix overruns the
+    value) is DATA_LOSS naming the session and version, for Get of that version or a later one in its
+    chain and for Fork from it (not INTERNAL, "failed inside the sidecar")."""
     starts = chain_starts(damaged, "a")
-    broken = starts[0] + 1  # inside a's first chain: reached by _chain_start's walk back, not the head's hint
+    broken = starts[0] + 1  # inside a's first chain: reached by the read back from a later version
     cut_frame_bytes(damaged, "a", broken)
     sidecar = serve_damaged(damaged)
     try:
@@ -629,14 +320,12 @@ def test_a_frame_without_its_bytes_is_data_loss(damaged: Path) -> None:
 
 
 def test_a_frame_without_its_bytes_does_not_stop_retention_of_the_others(damaged: Path) -> None:
-    """Before: store.py Store._prune_op skips damaged sessions only for (StoreError, CodecError, DecodeProtoError),
-    but _retention_start -> _chain_start raises IndexError on a value too short for a frame header: the
-    whole prune op (a chunk of up to 1,000 sessions) fails, every sweep, so retention stops for every
-    session in the chunk, and Store.sweep() raises."""
+    """Retention skips a session whose chain holds a value too short for a frame header, and prunes the
+    others of its chunk (a prune op covers up to 1,000 sessions): the sweep goes on, every time."""
     starts = chain_starts(damaged, "a")
     broken = max(set(range(1, VERSIONS + 1)) - set(starts))  # not a chain start
     cut_frame_bytes(damaged, "a", broken)
-    # Keep the newest versions from `broken` on: the sweep walks back from it to its chain start.
+    # Keep the newest versions from `broken` on: the sweep reads back from it to its chain start.
     retention = Retention(keep_last_versions=VERSIONS - broken + 1)
     config = StoreConfig(data_dir=damaged, retention=retention, sweep_interval_seconds=3600)
     with Store(config) as store:
@@ -648,9 +337,8 @@ def test_a_frame_without_its_bytes_does_not_stop_retention_of_the_others(damaged
 
 
 def test_one_corrupt_session_record_does_not_fail_listings(damaged: Path) -> None:
-    """Before: store.py Store.list_sessions calls _record() on every session it lists: one record that does not
-    parse makes ListSessions answer DATA_LOSS, so no undamaged session can be listed at all (the
-    sweeper and verify skip such a session; the listing should too, or name it without failing)."""
+    """A session record that does not parse is left out of ListSessions (as the sweeper and verify skip
+    it), so the undamaged sessions are still listed."""
     corrupt_session_record(damaged, "b")
     sidecar = serve_damaged(damaged)
     try:
@@ -663,9 +351,8 @@ def test_one_corrupt_session_record_does_not_fail_listings(damaged: Path) -> Non
 
 
 def test_a_session_with_a_corrupt_record_can_be_deleted(damaged: Path) -> None:
-    """Before: store.py Store.delete_session parses the session record (for its labels and updated-index key) before
-    deleting anything, so a session whose record is corrupt answers DATA_LOSS to DeleteSession for ever:
-    the operator's one way to drop a damaged session and start it over is refused."""
+    """DeleteSession removes a session whose record does not parse (its index entries found by a scan):
+    it is the operator's one way to drop a damaged session and start it over."""
     corrupt_session_record(damaged, "b")
     sidecar = serve_damaged(damaged)
     try:
@@ -683,12 +370,10 @@ def test_a_session_with_a_corrupt_record_can_be_deleted(damaged: Path) -> None:
 
 
 def test_a_corrupt_request_record_is_data_loss_and_does_not_block_delete(damaged: Path) -> None:
-    """store.py: the put op parses a remembered request (records_pb2.RequestRecord.FromString in
-    Store._put_op's apply) and Store._delete_requests parsed every request record of a session (now
-    only those of store layout 1, keyed by session: a delete leaves current ones to expire), both
-    unguarded: protobuf's DecodeError is no StoreError, so a retry with that request id and
-    DeleteSession of that session answer INTERNAL (not DATA_LOSS), and the session cannot be deleted.
-    `ckpt verify` names the record that does not parse (requests table) since it cross-checks the tables."""
+    """A request record that does not parse is DATA_LOSS for a retry with its request id (whether that write
+    was made is unknown), not INTERNAL; DeleteSession of its session still works (a delete leaves current
+    request records to expire, and removes only store layout 1's, keyed by session). `ckpt verify` names
+    the record (requests table) when it cross-checks the tables."""
     corrupt_request_record(damaged, "c", "c:3")
     sidecar = serve_damaged(damaged)
     try:
@@ -702,9 +387,8 @@ def test_a_corrupt_request_record_is_data_loss_and_does_not_block_delete(damaged
 
 
 def test_lmdb_page_corruption_is_data_loss(damaged: Path) -> None:
-    """Before: store.py lets lmdb.CorruptedError (MDB_CORRUPTED, a damaged B-tree page) out of every read and write;
-    the server maps it to INTERNAL ("see its log"), where the README promises DATA_LOSS for stored data that
-    fails its checks."""
+    """A damaged B-tree page (MDB_CORRUPTED) is DATA_LOSS for reads and writes, as the README promises for
+    stored data that fails its checks (not INTERNAL, "see its log")."""
     corrupt_root_page(damaged, "frames")
     sidecar = serve_damaged(damaged)
     try:
@@ -719,10 +403,9 @@ def test_lmdb_page_corruption_is_data_loss(damaged: Path) -> None:
 
 
 def test_a_sidecar_on_a_truncated_data_file_refuses_to_start_or_survives(damaged: Path) -> None:
-    """Before: store.py Store._open_lmdb opens a data.mdb shorter than the pages its meta page says are in use
-    without a check: the sidecar answers SERVING, then the first read of a missing page kills it with
-    SIGBUS (exit -7), dropping every client. It should refuse to start, naming the file (as
-    `ckpt verify` now does), or answer DATA_LOSS and keep serving."""
+    """A data.mdb shorter than the pages its meta page says are in use is refused at the start, naming the
+    file (as `ckpt verify` names it), or answered DATA_LOSS while the sidecar keeps serving: never a read
+    of a missing page that kills the sidecar with SIGBUS and drops every client."""
     data_mdb = damaged / "lmdb" / "data.mdb"
     with data_mdb.open("r+b") as f:
         f.truncate(data_mdb.stat().st_size // 2)
@@ -742,9 +425,8 @@ def test_a_sidecar_on_a_truncated_data_file_refuses_to_start_or_survives(damaged
 
 
 def test_a_session_key_that_is_not_utf8_is_reported_not_fatal(damaged: Path) -> None:
-    """Before: store.py Store.session_ids and Store.list_sessions decode every session key strictly (``k.decode()``):
-    one key that is not UTF-8 makes ListSessions answer INTERNAL and stops `ckpt verify` (exit 2, "bad
-    command line", the sessions after it never checked), and makes every sweep of its chunk fail."""
+    """A session key that is not UTF-8 is reported by `ckpt verify`, which checks the sessions after it; it
+    fails neither ListSessions nor the sweeps of its chunk."""
     db = Lmdb(damaged)
     with db as txn:
         txn.put(b"\xff\xfe", txn.get(b"a", db=db.db["sessions"]) or b"", db=db.db["sessions"])
@@ -760,10 +442,8 @@ def test_a_session_key_that_is_not_utf8_is_reported_not_fatal(damaged: Path) -> 
 
 
 def test_history_names_a_missing_version(damaged: Path) -> None:
-    """Before: store.py Store.list_versions walks the frames that exist: a version whose frame is gone is silently
-    left out (13 of 14 versions listed, while the session's version_count says 14 and Get of it answers
-    DATA_LOSS). History should not disagree with the session quietly: it should answer DATA_LOSS naming
-    the missing version, as Get does."""
+    """History answers DATA_LOSS naming a version whose frame is gone, as Get does, rather than list the
+    versions that remain and disagree with the session's version_count quietly."""
     delete_frame(damaged, "d", 9)
     sidecar = serve_damaged(damaged)
     try:

@@ -67,8 +67,8 @@ def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Pa
 
 def test_a_data_file_over_a_lowered_map_cap_is_named_as_such(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A store grown under a larger --max-map-size-bytes, reopened under a smaller one, maps its file's
-    size and cannot grow. The refusal said the map 'reached max_map_size_bytes (1048576)' beside a 3 MB
-    data.mdb, and the open said nothing (operator walk, helper-18: a 13 MB backup served under a 4 MiB cap)."""
+    size and cannot grow: the open warns, and a refusal names the file's size, not a map that 'reached
+    max_map_size_bytes (1048576)' beside a 3 MB data.mdb (as when a 13 MB backup is served under a 4 MiB cap)."""
     with Store(StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20)) as store:
         store.put_many([PutRequest(f"s{n}", os.urandom(100_000)) for n in range(30)])
         backup(store, tmp_path / "copy")  # compacted: no free pages, so the next write needs the map to grow

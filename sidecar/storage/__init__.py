@@ -1,0 +1,20 @@
+"""The storage seam (an ordered, transactional key-value store with named tables) and its LMDB implementation."""
+
+from .files import in_use_in_this_process
+from .lmdb_storage import LmdbStorage, check_not_truncated, open_lmdb
+from .rwlock import RWLock
+from .seam import NativeErrors, ReadTxn, Storage, StorageFailure, Table, WriteTxn
+
+__all__ = [
+    "LmdbStorage",
+    "NativeErrors",
+    "RWLock",
+    "ReadTxn",
+    "Storage",
+    "StorageFailure",
+    "Table",
+    "WriteTxn",
+    "check_not_truncated",
+    "in_use_in_this_process",
+    "open_lmdb",
+]

@@ -1,0 +1,56 @@
+"""What the LMDB storage does to its files besides LMDB's own work: growing them, and telling a full disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+from pathlib import Path
+
+from ..errors import Unavailable
+
+# What a commit's page writes fail with when the file cannot grow: no space,
+# a quota, or a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ).
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# Below this much free space, a commit failing with EIO is taken for a full disk.
+_LOW_FREE_BYTES = 16 * 1024 * 1024
+
+
+def disk_full_reason(text: str, data_file: Path, needed_bytes: int) -> str | None:
+    """Why a commit that failed with the system error ``text`` could not write, if the disk (or a limit)
+    is full; None for any other failure.
+
+    py-lmdb's message for a system error ends in the C library's strerror
+    text. LMDB reports a short page write as EIO, which is how a disk that
+    fills mid-write usually shows; so for EIO the file size limit and the
+    free space decide.
+    """
+    for code in _DISK_FULL_ERRNOS:
+        if text.endswith(os.strerror(code)):
+            return f"the disk is full: {os.strerror(code)}"
+    if not text.endswith(os.strerror(errno.EIO)):
+        return None
+    try:
+        size = data_file.stat().st_size
+        fs = os.statvfs(data_file.parent)
+    except OSError:
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and size + needed_bytes > limit:
+        return f"the data file is {size} bytes, at this process's file size limit (RLIMIT_FSIZE {limit})"
+    free = (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize
+    if free < max(_LOW_FREE_BYTES, 2 * needed_bytes):
+        return f"the disk is full: {free} bytes free"
+    return None
+
+
+def grow_file(path: Path, size_bytes: int) -> None:
+    """Grow ``path`` to ``size_bytes`` with zeros (never shrink it: checked on the open file), synced."""
+    with path.open("r+b") as f:
+        if os.fstat(f.fileno()).st_size < size_bytes:
+            f.truncate(size_bytes)
+            os.fsync(f.fileno())
+
+
+def in_use_in_this_process(data_dir: os.PathLike[str]) -> Unavailable:
+    return Unavailable(f"data directory {data_dir} is in use by another Store in this process (close it first)")

@@ -1,0 +1,490 @@
+"""The storage seam on LMDB: one environment (a data.mdb and its lock.mdb), one named database per table.
+
+The only module that imports lmdb. Transactions hand out py-lmdb's own
+bound methods and cursor iterators (no Python frame per key on the cold
+read or in a group commit); errors are translated where they leave a read
+transaction or an open (see seam.py).
+
+LMDB requires that no transaction is open anywhere in the process while
+the map is resized: every read transaction holds an RWLock shared and a
+resize holds it exclusive. The one write transaction is the writer
+thread's, which is also the only one that grows the map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import lmdb
+
+from ..errors import DataLoss, Unavailable
+from .files import disk_full_reason, grow_file, in_use_in_this_process
+from .rwlock import RWLock
+from .seam import NativeErrors, ReadTxn, StorageFailure, Table
+
+log = logging.getLogger("ckpt.store")
+
+#: While data.mdb grows, dead readers' slots are looked for at most this often (besides before each sweep).
+READER_CHECK_INTERVAL_SECONDS = 1.0
+# Named databases: the store's seven tables, and a spare.
+_MAX_TABLES = 8
+
+# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
+# MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
+# LMDB marks the transaction failed without saying why, and the first cursor
+# operation raises BadTxnError. The store never reuses a failed transaction,
+# so here it means damage, not misuse.
+DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
+# What opening a file that is no LMDB database (or a damaged one) fails with.
+_NOT_LMDB: tuple[type[lmdb.Error], ...] = (*DAMAGE, lmdb.InvalidError, lmdb.VersionMismatchError)
+ERRORS = NativeErrors(full=(lmdb.MapFullError,), damage=DAMAGE)
+
+
+class _ReadTxn:
+    """A read transaction: py-lmdb's ``get`` itself, and scans that return py-lmdb's cursor iterators.
+
+    Every transaction is opened with buffers=False, so LMDB hands back bytes.
+    """
+
+    __slots__ = ("_txn", "get")
+
+    get: Callable[..., Any]
+
+    def __init__(self, txn: lmdb.Transaction) -> None:
+        self._txn = txn
+        self.get = txn.get
+
+    def scan(self, db: Table, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        cur = self._txn.cursor(db=db)
+        if not cur.set_range(start):
+            return iter(())
+        return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
+
+    def scan_keys(self, db: Table, start: bytes = b"") -> Iterator[bytes]:
+        cur = self._txn.cursor(db=db)
+        if not cur.set_range(start):
+            return iter(())
+        return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
+
+    def scan_back(self, db: Table, before: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        cur = self._txn.cursor(db=db)
+        if not (cur.prev() if before is not None and cur.set_range(before) else cur.last()):
+            return iter(())
+        return cast(Iterator[tuple[bytes, bytes]], cur.iterprev(keys=True, values=True))
+
+    def keys_after(self, db: Table, after: bytes, limit: int) -> list[bytes]:
+        out: list[bytes] = []
+        for key in self.scan_keys(db, after):
+            if key == after:
+                continue
+            out.append(key)
+            if len(out) == limit:
+                break
+        return out
+
+    def count(self, db: Table) -> int:
+        return self._txn.stat(db)["entries"]
+
+
+class _WriteTxn(_ReadTxn):
+    """A write transaction: py-lmdb's ``put`` and ``delete`` themselves."""
+
+    __slots__ = ("_env", "delete", "put")
+
+    put: Callable[..., bool]
+    delete: Callable[..., bool]
+
+    def __init__(self, env: lmdb.Environment, txn: lmdb.Transaction) -> None:
+        super().__init__(txn)
+        self._env = env
+        self.put = txn.put
+        self.delete = txn.delete
+
+    def delete_range(self, db: Table, start: bytes, stop: bytes) -> int:
+        cur = self._txn.cursor(db=db)
+        removed = 0
+        if not cur.set_range(start):
+            return 0
+        while cast(bytes, cur.key()) < stop:
+            cur.delete()  # moves to the next item
+            removed += 1
+            if not cur.key():  # that was the last one
+                break
+        return removed
+
+    def nested(self) -> _Nested:
+        return _Nested(self._env, self._txn)
+
+
+class _Nested:
+    """A child transaction of a write transaction (LMDB's nested transactions)."""
+
+    __slots__ = ("_env", "_txn")
+
+    def __init__(self, env: lmdb.Environment, parent: lmdb.Transaction) -> None:
+        self._env = env
+        self._txn = env.begin(write=True, parent=parent)
+
+    def __enter__(self) -> _WriteTxn:
+        return _WriteTxn(self._env, self._txn)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._txn.commit()
+        else:
+            self._txn.abort()
+
+
+class _WriteScope:
+    """:meth:`LmdbStorage.write`: LMDB's write lock from begin to commit (or abort)."""
+
+    __slots__ = ("_storage", "_txn")
+
+    def __init__(self, storage: LmdbStorage) -> None:
+        self._storage = storage
+
+    def __enter__(self) -> _WriteTxn:
+        env = self._storage.env
+        while True:
+            try:
+                self._txn = env.begin(write=True)
+            except lmdb.MapResizedError:
+                # Another process (a --workers sibling) grew the map: adopt its size and begin again.
+                self._storage.adopt_size()
+                continue
+            return _WriteTxn(env, self._txn)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._txn.commit()
+        else:
+            self._txn.abort()
+
+
+class LmdbStorage:
+    """An open LMDB environment behind the seam (:class:`~.seam.Storage`); make one with :func:`open_lmdb`."""
+
+    errors = ERRORS
+
+    def __init__(
+        self,
+        lmdb_dir: Path,
+        *,
+        readonly: bool,
+        map_size_bytes: int,
+        max_map_size_bytes: int,
+        max_readers: int,
+        meta_sync: bool,
+    ) -> None:
+        self.readonly = readonly
+        self.data_file = lmdb_dir / "data.mdb"
+        self.location = str(self.data_file)
+        self._max_map_size = max_map_size_bytes
+        self.resizes = 0
+        self._rw = RWLock()
+        self._closed = False  # set under the exclusive lock, as LMDB closes
+        self.env = lmdb.open(
+            str(lmdb_dir),
+            map_size=map_size_bytes,
+            max_dbs=_MAX_TABLES,
+            max_readers=max_readers,
+            sync=True,
+            metasync=meta_sync,
+            readahead=False,  # random reads of small values; readahead only pollutes the page cache
+            subdir=True,
+            readonly=readonly,
+        )
+        # Opened at the size the file already has (it may have grown before).
+        self._map_size = max(map_size_bytes, self.env.info()["map_size"])
+        self._page_bytes = int(self.env.stat()["psize"])
+        # The highest page the writer has seen committed, and when it may next look for dead readers.
+        self._last_pgno_seen = 0 if readonly else self.env.info()["last_pgno"]
+        self._next_reader_check = 0.0
+
+    # -- tables and transactions --------------------------------------------------
+
+    def table(self, name: str, *, create: bool) -> Table | None:
+        try:
+            return self.env.open_db(name.encode(), create=create)
+        except lmdb.NotFoundError:
+            return None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        while True:
+            with self._rw.shared():
+                if self._closed:  # closed while this reader waited for the lock
+                    raise Unavailable("the store is closed")
+                try:
+                    txn = self.env.begin()
+                except lmdb.MapResizedError:
+                    # Another process grew the map past ours (only a read-only
+                    # store meets this: our own writer grows it under the lock).
+                    txn = None
+                except lmdb.Error as exc:
+                    raise self._failure(exc) from None
+                if txn is not None:
+                    with txn:
+                        try:
+                            yield _ReadTxn(txn)
+                        except DAMAGE as exc:
+                            raise self.damaged(exc) from None
+                        except lmdb.Error as exc:
+                            raise self._failure(exc) from None
+                    return
+            with self._rw.exclusive():
+                self.env.set_mapsize(0)  # adopt the size the file now has
+
+    def write(self) -> _WriteScope:
+        return _WriteScope(self)
+
+    def damaged(self, exc: BaseException) -> DataLoss:
+        return DataLoss(f"the LMDB data file is damaged ({exc}); `ckpt verify` names what it affects")
+
+    def _failure(self, exc: lmdb.Error) -> StorageFailure:
+        return StorageFailure(f"LMDB failed on {self.data_file}: {exc}")
+
+    # -- map growth and full stores ---------------------------------------------------
+
+    @property
+    def over_cap(self) -> bool:
+        """Whether the map is already larger than max_map_size_bytes (a data file grown under a larger cap)."""
+        return self._map_size > self._max_map_size
+
+    def grow(self) -> bool:
+        if self._map_size >= self._max_map_size:
+            return False
+        new_size = min(self._map_size * 2, self._max_map_size)
+        with self._rw.exclusive():
+            self.env.set_mapsize(new_size)
+        self._map_size = new_size
+        self.resizes += 1
+        return True
+
+    def adopt_size(self) -> None:
+        """Map the size another process grew the map to."""
+        with self._rw.exclusive():
+            self.env.set_mapsize(0)  # the size the file's meta page now gives
+        self._map_size = max(self._map_size, self.env.info()["map_size"])
+
+    def cap_reached(self) -> str:
+        cap = f"max_map_size_bytes ({self._max_map_size}; ckpt serve --max-map-size-bytes)"
+        if self.over_cap:
+            return f"the LMDB map is {self._map_size} bytes, the size of {self.data_file}, already over {cap}"
+        return f"the LMDB map reached {cap}"
+
+    def why_full(self, exc: BaseException, needed_bytes: int) -> str | None:
+        # py-lmdb raises a plain lmdb.Error for system errors.
+        if type(exc) is not lmdb.Error:
+            return None
+        return disk_full_reason(str(exc), self.data_file, needed_bytes)
+
+    # -- upkeep --------------------------------------------------------------------
+
+    def committed(self) -> None:
+        """After a commit: grow data.mdb to the committed last page if LMDB left it shorter.
+
+        LMDB never writes pages a transaction allocated and freed again (a large
+        state put and its session deleted in one group commit: a thousand pages
+        for 4 MB), so the file can end far before its last page number, and a
+        reopen would take the gap for a truncated copy (check_not_truncated) and
+        refuse the store. Grown with zeros (free pages: nothing reads them) and
+        synced, under LMDB's writer lock, so no other worker's pages past the
+        end can be cut. One stat per commit when nothing is missing.
+        """
+        try:
+            page_bytes = self._page_bytes
+            last_pgno = self.env.info()["last_pgno"]
+            if last_pgno > self._last_pgno_seen:
+                self._last_pgno_seen = last_pgno
+                self._check_readers_on_growth()
+            if os.stat(self.data_file).st_size >= (last_pgno + 1) * page_bytes:
+                return
+            txn = self.env.begin(write=True)  # LMDB's writer lock: no --workers sibling writes meanwhile
+            try:
+                grow_file(self.data_file, (self.env.info()["last_pgno"] + 1) * page_bytes)
+            finally:
+                txn.abort()
+        except (OSError, lmdb.Error) as exc:  # the commit stands; a reopen may then refuse a large gap
+            log.warning("could not grow %s to its last page after a commit: %s", self.data_file, exc)
+
+    def _check_readers_on_growth(self) -> None:
+        """The file grew: free dead readers' slots now, at most once every READER_CHECK_INTERVAL_SECONDS.
+
+        A slot left by a process killed inside a read transaction pins its
+        snapshot: every page written since is new, none freed is reused, so
+        the file grows by all the pages the writes copy (under a steady churn
+        of small writes here, ~50 MB a second: one such slot, kept until the
+        next sweep, grew a 104 MB data.mdb to 2.8 GB), and LMDB never shrinks
+        it. Growing is the sign; the check costs a look at the reader table.
+        """
+        now = time.monotonic()
+        if now >= self._next_reader_check:
+            self._next_reader_check = now + READER_CHECK_INTERVAL_SECONDS
+            self.forget_dead_readers()
+
+    def forget_dead_readers(self) -> None:
+        """Free the LMDB reader slots of processes that died inside a read transaction.
+
+        mdb_reader_check clears only slots whose process is gone; data.mdb is not touched.
+        """
+        with self._rw.shared():
+            if not self._closed:
+                try:
+                    self.env.reader_check()
+                except lmdb.Error as exc:
+                    log.warning("could not check LMDB's reader table: %s", exc)
+
+    def readers(self) -> str:
+        """LMDB's reader table as mdb_reader_list prints it (a header, then pid, thread and txnid per slot)."""
+        with self._rw.shared():
+            return self.env.readers()
+
+    def sizes(self) -> tuple[int, int]:
+        with self._rw.shared():  # info() reads the map: not while it is resized
+            info = self.env.info()
+        return info["map_size"], (info["last_pgno"] + 1) * self._page_bytes
+
+    def copy_to(self, dest: Path, txn: ReadTxn) -> None:
+        assert isinstance(txn, _ReadTxn)
+        try:
+            # compact: free pages are left out, so the copy is the size of the live data.
+            self.env.copy(str(dest), compact=True, txn=txn._txn)
+        except DAMAGE as exc:
+            raise self.damaged(exc) from None
+        except lmdb.Error as exc:
+            # LMDB reports a write that failed (no space, a file size limit) and some page damage
+            # alike, e.g. as EINVAL or MDB_INCOMPATIBLE.
+            raise OSError(
+                f"copying the store failed: {exc} (the copy could not be written, or the"
+                " store is damaged: `ckpt verify` tells which)"
+            ) from None
+
+    def close(self) -> None:
+        with self._rw.exclusive():
+            self.env.close()
+            self._closed = True
+
+
+_T = TypeVar("_T")
+
+
+def open_lmdb(
+    lmdb_dir: Path,
+    *,
+    readonly: bool,
+    map_size_bytes: int,
+    max_map_size_bytes: int,
+    max_readers: int,
+    meta_sync: bool,
+    prepare: Callable[[LmdbStorage], _T],
+) -> tuple[LmdbStorage, _T]:
+    """Open the environment in ``lmdb_dir`` and ``prepare(storage)`` it (open the tables, check the layout).
+
+    Read-only, the open is begun again on a fresh environment while LMDB
+    refuses it with MDB_MAP_RESIZED (see :func:`_retry_map_resized`). An error
+    of LMDB's is DataLoss if the file is no LMDB database (or a damaged one),
+    else StorageFailure; both name the file.
+    """
+
+    def once() -> tuple[LmdbStorage, _T]:
+        storage = LmdbStorage(
+            lmdb_dir,
+            readonly=readonly,
+            map_size_bytes=map_size_bytes,
+            max_map_size_bytes=max_map_size_bytes,
+            max_readers=max_readers,
+            meta_sync=meta_sync,
+        )
+        try:
+            return storage, prepare(storage)
+        except BaseException:
+            storage.env.close()
+            raise
+
+    try:
+        opened = _retry_map_resized(once) if readonly else once()
+    except lmdb.Error as exc:
+        text = f"{lmdb_dir / 'data.mdb'} cannot be opened as an LMDB database: {exc}"
+        raise (DataLoss(text) if isinstance(exc, _NOT_LMDB) else StorageFailure(text)) from None
+    storage = opened[0]
+    if not readonly and storage.over_cap:
+        log.warning(
+            "%s: the map cannot grow, so writes are refused once its free pages are used: raise"
+            " max_map_size_bytes to at least the file's size",
+            storage.cap_reached(),
+        )
+    return opened
+
+
+# Opens retried when MDB_MAP_RESIZED (see _retry_map_resized); each retry maps
+# the size the file has by then, so more than a couple are never expected.
+_MAP_RESIZED_OPEN_ATTEMPTS = 50
+
+
+def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
+    """``open_env()``, again while it fails with MDB_MAP_RESIZED.
+
+    A read-only open beside a running sidecar maps the file at the size its
+    meta page gives; py-lmdb then begins a transaction (in lmdb.open and in
+    open_db). Should the sidecar grow the map and write past the old end in
+    between, LMDB refuses that transaction (MDB_MAP_RESIZED) although nothing
+    is wrong: opening again maps the new size. ``open_env`` must close what
+    it opened before raising.
+    """
+    for attempt in range(1, _MAP_RESIZED_OPEN_ATTEMPTS + 1):
+        try:
+            return open_env()
+        except lmdb.MapResizedError:
+            if attempt == _MAP_RESIZED_OPEN_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+# How many pages data.mdb may fall short of its last page without being called
+# truncated: LMDB counts pages a transaction allocated and freed again but never
+# writes them, so the file can end a page or so before its last page number
+# (seen after a SIGKILL under forks, deletes and retention).
+_UNWRITTEN_TAIL_PAGES = 64
+
+
+def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
+    """DataLoss if data.mdb is clearly shorter than the pages its meta page says are in use.
+
+    LMDB maps the file: reading a page past its end kills the process with
+    SIGBUS, so a truncated file (a partial copy or restore) must be caught
+    before anything reads the B-trees. A short tail (pages LMDB never wrote)
+    is normal; with ``extend`` (the writer, holding the directory) the file is
+    grown to its last page with zeros, so should such a page be one a damaged
+    copy lost, reading it is MDB_CORRUPTED (DataLoss), not SIGBUS. The meta
+    pages are read before the size: a writer beside us extends the file
+    before its meta page points into the new pages.
+    """
+    if not data_mdb.is_file():
+        return  # a new store, or (read-only) reported as missing by the caller
+    try:
+        env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
+    except lmdb.Error as exc:
+        if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
+            raise in_use_in_this_process(data_mdb.parent.parent) from None
+        raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
+    try:
+        pages, page_bytes = env.info()["last_pgno"] + 1, env.stat()["psize"]
+    finally:
+        env.close()
+    needed, size = pages * page_bytes, data_mdb.stat().st_size
+    if size >= needed:
+        return
+    if needed - size > page_bytes * max(2, min(_UNWRITTEN_TAIL_PAGES, pages // 8)):
+        raise DataLoss(
+            f"{data_mdb} is truncated: {size} bytes, but its database uses {needed}"
+            f" ({needed - size} bytes missing); nothing in it can be read safely (restore it from a copy)"
+        )
+    if extend:
+        grow_file(data_mdb, needed)

@@ -1,0 +1,183 @@
+"""Opening a store's tables, and the layout stamp that keeps an older ckpt off a newer store's data.
+
+The tables' keys and records (keys.py, records.py) are this code's own
+layout, stamped as a number in the ``meta`` table: a ckpt rolled back to an
+older release must not read (or write on) a layout it does not know.
+Stores written before the stamp existed are layout 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from ..errors import DataLoss, IncompatibleStore, StoreFull
+from ..storage import ReadTxn, Storage, Table, WriteTxn
+from . import keys
+
+log = logging.getLogger("ckpt.store")
+
+#: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
+#: 2: request records keyed by request id first (keys.request_key); layout 1's are still read.
+LAYOUT_VERSION = 2
+LAYOUT_KEY = b"layout_version"
+#: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
+LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
+#: The quiet-keyframe sweep's bound (QuietKeyframes.before_nanos).
+KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
+# Keys the updated-time index rewrite reads per step of its scan.
+_REWRITE_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The store's tables (keys.py gives their keys); ``meta`` is None in a read-only store never stamped."""
+
+    frames: Table
+    sessions: Table
+    requests: Table
+    req_expiry: Table
+    labels: Table
+    updated: Table
+    meta: Table | None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A store's tables as opened, and what its layout says."""
+
+    tables: Tables
+    #: Whether the store carries a layout stamp. One without is layout 1 as the first builds
+    #: wrote it, whose updated-time index may hold exact update times: `ckpt verify` accepts those.
+    stamped: bool
+    #: Whether the requests table still holds records keyed as layout 1 did (see has_layout1_requests).
+    layout1_requests: bool
+
+
+def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> Layout:
+    """Check (writable: stamp) the layout, then open (writable: create) the tables."""
+    # First: the other tables of a newer layout are not for this code to open, let alone create.
+    meta, stamped = _check_layout(storage, writable=writable, max_map_size_bytes=max_map_size_bytes)
+    names = ("frames", "sessions", "requests", "req_expiry", "labels", "updated")
+    opened = {name: storage.table(name, create=writable) for name in names}
+    for name, table in opened.items():
+        if table is None:
+            raise DataLoss(f"{storage.location} cannot be opened as a ckpt store: its {name!r} table is missing")
+    tables = Tables(meta=meta, **opened)
+    with storage.read() as txn:
+        layout1 = has_layout1_requests(txn, tables)
+    return Layout(tables, stamped, layout1)
+
+
+def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> tuple[Table | None, bool]:
+    """Refuse a store a newer ckpt wrote; stamp an older (or unstamped) one, opened writable, with this
+    code's layout. The meta table (None if a read-only store has none), and whether the store is stamped."""
+    while True:
+        moved = 0
+        try:
+            meta = storage.table("meta", create=writable)
+            if meta is None:  # read-only, and never stamped: layout 1
+                return None, False
+            # Opened before the stamp's transaction: in it, the index is rewritten only if it exists.
+            updated = storage.table("updated", create=False) if writable else None
+            if not writable:
+                with storage.read() as txn:
+                    raw = txn.get(LAYOUT_KEY, db=meta)
+                break
+            with storage.write() as wtxn:
+                raw = wtxn.get(LAYOUT_KEY, db=meta)
+                if raw is None:
+                    # In the stamp's transaction: a store is stamped only with its index rewritten.
+                    if updated is not None:
+                        moved = _index_updated_by_granule(wtxn, updated)
+                    wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
+                elif raw.isdigit() and int(raw) < LAYOUT_VERSION:
+                    # Layout 1 to 2 rewrites nothing (its request records are read where they are),
+                    # but an older ckpt must no longer open the store: it would not find the records
+                    # this one writes, and a retry across the downgrade would write twice.
+                    wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
+                if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
+                    # The sweep schedule's start (Sweeper.first_delay): once, when first opened.
+                    wtxn.put(LAST_SWEEP_KEY, b"%d" % time.time_ns(), db=meta)
+            break
+        except storage.errors.full:
+            # A compacted copy (ckpt backup) has no free pages: its map is
+            # full until grown, which the writer does only later.
+            if not storage.grow():
+                raise StoreFull(
+                    f"the store is full: {storage.location} fills max_map_size_bytes"
+                    f" ({max_map_size_bytes}; ckpt serve --max-map-size-bytes), and opening it"
+                    " needs a page more: raise it"
+                ) from None
+    if moved:
+        log.info(
+            "%s: the updated-time index held %d entries at exact update times (an older ckpt's); rewritten"
+            " under the ~1 s granules this ckpt reads",
+            storage.location,
+            moved,
+        )
+    if raw is None:
+        return meta, writable
+    try:
+        found = int(raw)
+    except ValueError:
+        raise DataLoss(f"{storage.location}: the store's layout version {raw!r} is not a number") from None
+    if found > LAYOUT_VERSION:
+        raise IncompatibleStore(
+            f"{storage.location} was written by a newer ckpt (store layout {found}; this ckpt reads layout"
+            f" {LAYOUT_VERSION}): run that ckpt or a later one, or restore a backup this version wrote"
+        )
+    return meta, True
+
+
+def _index_updated_by_granule(txn: WriteTxn, updated: Table) -> int:
+    """Key the updated-time index by granule where it holds exact times; the number of entries moved.
+
+    The first builds (before the layout stamp) keyed each session at its exact
+    update time. This code keys it at the granule (keys.updated_key) and moves
+    or deletes only that key, so such an entry would stay behind as a stale
+    duplicate once the session is written, deleted or forked onto: listings by
+    update time gave the session twice, and `ckpt verify` failed every session.
+    A store is stamped once this has run (in the stamp's transaction), so it
+    runs once per store. An entry moves to an earlier key, behind the scan.
+    """
+    moved = 0
+    after = b""
+    while chunk := txn.keys_after(updated, after, _REWRITE_CHUNK):
+        for key in chunk:
+            when = keys.time_of(key) if len(key) > 8 else 0
+            if keys.updated_granule(when) == when:
+                continue
+            txn.delete(key, db=updated)
+            txn.put(keys.updated_key(when, key[8:]), b"", db=updated)
+            moved += 1
+        after = chunk[-1]
+    return moved
+
+
+def has_layout1_requests(txn: ReadTxn, tables: Tables) -> bool:
+    """Whether the requests table holds records keyed as store layout 1 did (session first).
+
+    Such keys sort after every current one (see keys.py). Writes look them up only while
+    some remain: no ckpt writes them any more (an older one cannot open this layout),
+    and the sweeper expires them within request_id_ttl_seconds of the last one written.
+    """
+    return next(txn.scan_keys(tables.requests, keys.LAYOUT1_REQUEST_KEYS_START), None) is not None
+
+
+def meta_int(read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, key: bytes) -> int:
+    """A number the meta table holds under ``key``; 0 if it holds none (or an unreadable one)."""
+    if tables.meta is None:
+        return 0
+    with read() as txn:
+        found = txn.get(key, db=tables.meta)
+    if found is None:
+        return 0
+    try:
+        return int(found)
+    except ValueError:
+        log.warning("the meta table's %r is not a number (%r): taken as 0", key, found)
+        return 0

@@ -1,0 +1,232 @@
+"""Listings: a session's versions and the sessions (by label or update time), a page at a time.
+
+A page ends with the token of the next: the listing's kind, a hash of its
+scope and the key to resume at. Filtered listings read an index (labels,
+updated) instead of every session.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import xxhash
+
+from ..errors import DataLoss, InvalidArgument, NotFound
+from ..storage import ReadTxn
+from . import keys
+from .layout import Tables
+from .records import printable, record, session_info, version_info
+from .types import SessionInfo, VersionInfo
+
+log = logging.getLogger("ckpt.store")
+
+_MAX_PAGE_SIZE = 1000
+_DEFAULT_PAGE_SIZE = 100
+_MAX_SCAN_PER_PAGE = 10_000
+
+Read = Callable[[], AbstractContextManager[ReadTxn]]
+
+
+def list_versions(
+    read: Read, tables: Tables, session_id: str, *, page_size: int, page_token: str, max_page_bytes: int
+) -> tuple[list[VersionInfo], str]:
+    """A page of a session's versions, newest first, and the next page's token (Store.list_versions)."""
+    sid = keys.session_key(session_id)
+    size = _page_size(page_size)
+    with read() as txn:
+        raw = txn.get(sid, db=tables.sessions)
+        if raw is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        rec = record(raw)
+        # The session as created then: a token of one deleted since must not
+        # resume the versions of a new session under the same id.
+        scope = sid + keys.SEP + str(rec.created_unix_nanos).encode()
+        start = _decode_token(page_token, b"v", scope)
+        top = rec.head_version
+        if start:
+            if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
+                raise InvalidArgument(
+                    f"page_token {keys.quoted(page_token)} is not a token this server issued for this listing"
+                )
+            top = min(top, int(start))
+        out: list[VersionInfo] = []
+        if top < rec.first_version:
+            return out, ""
+        # Versions first_version..head are consecutive keys: one that is not
+        # there is damage, named as Get names it, not quietly left out.
+        expected = top
+        page_bytes = 0
+        prefix = sid + keys.SEP
+        for key, value in txn.scan_back(tables.frames, keys.frame_key(sid, top) + b"\x00"):
+            if not key.startswith(prefix) or expected < rec.first_version:
+                break
+            version = keys.frame_version(key, sid)
+            if version != expected:
+                break
+            if len(out) == size:
+                return out, _encode_token(b"v", scope, str(version).encode())
+            info = version_info(session_id, version, value)
+            if max_page_bytes:
+                page_bytes += version_info_bytes(info)
+                if out and page_bytes > max_page_bytes:
+                    return out, _encode_token(b"v", scope, str(version).encode())
+            out.append(info)
+            expected -= 1
+        if expected >= rec.first_version:
+            raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+        return out, ""
+
+
+def list_sessions(
+    read: Read,
+    tables: Tables,
+    *,
+    page_size: int,
+    page_token: str,
+    label_filter: dict[str, str] | None,
+    updated_after_nanos: int | None,
+    updated_before_nanos: int | None,
+    max_page_bytes: int,
+) -> tuple[list[SessionInfo], str]:
+    """A page of sessions matching every filter, and the next page's token (Store.list_sessions)."""
+    size = _page_size(page_size)
+    labels = dict(label_filter or {})
+    keys.check_labels(labels, field="label_filter")
+    for name, nanos in (
+        ("updated_after_nanos", updated_after_nanos),
+        ("updated_before_nanos", updated_before_nanos),
+    ):
+        if nanos is not None and nanos > keys.MAX_TIME_NANOS:
+            raise InvalidArgument(f"{name} is {nanos}; the latest time the store indexes is {keys.MAX_TIME_NANOS}")
+    after = updated_after_nanos if updated_after_nanos is not None else 0
+    before = updated_before_nanos if updated_before_nanos is not None else 2**63
+    # Swapped bounds are a mistake, not a listing: say so rather than list none.
+    if updated_after_nanos is not None and updated_before_nanos is not None and after > before:
+        raise InvalidArgument(
+            f"updated_after ({updated_after_nanos} ns) is later than updated_before ({updated_before_nanos} ns):"
+            " no session could match; the listing is of sessions last written at or after updated_after"
+            " and before updated_before"
+        )
+    kind = b"s" + (
+        b"l" if labels else b"t" if updated_after_nanos is not None or updated_before_nanos is not None else b""
+    )
+    # A token resumes the listing it came from only: same index, same filters.
+    scope = repr((sorted(labels.items()), updated_after_nanos, updated_before_nanos)).encode()
+    resume = _decode_token(page_token, kind, scope)
+    if labels:
+        first_key = min(labels)
+        prefix = keys.label_prefix(first_key, labels[first_key])
+        db, lo, hi = tables.labels, prefix, prefix + b"\xff"
+
+        def sid_of(key: bytes) -> bytes:
+            return key[len(prefix) :]
+    elif updated_after_nanos is not None or updated_before_nanos is not None:
+        # Index entries hold times rounded down (keys.updated_key): start at
+        # the granule holding ``after``; the exact check below does the rest.
+        db, lo, hi = tables.updated, keys.updated_key(after, b""), keys.time_key(before, b"")
+
+        def sid_of(key: bytes) -> bytes:
+            return key[8:]
+    else:
+        db, lo, hi = tables.sessions, b"", b"\xff" * (keys.MAX_SESSION_ID_BYTES + 1)
+
+        def sid_of(key: bytes) -> bytes:
+            return key
+
+    out: list[SessionInfo] = []
+    with read() as txn:
+        scanned = page_bytes = 0
+        for key in txn.scan_keys(db, max(lo, resume)):
+            if key >= hi:
+                return out, ""
+            if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
+                # The next page resumes *at* this key: it was not returned yet.
+                return out, _encode_token(kind, scope, key)
+            scanned += 1
+            sid = sid_of(key)
+            raw = txn.get(sid, db=tables.sessions)
+            if raw is None:
+                continue
+            try:
+                session_id = sid.decode()
+                rec = record(raw)
+            except (DataLoss, UnicodeDecodeError) as exc:
+                # One damaged session must not hide the others; `ckpt verify` names it.
+                log.warning("listing skipped session %r: %s", printable(sid), exc)
+                continue
+            if not after <= rec.updated_unix_nanos < before:
+                continue
+            if any(rec.labels.get(k) != v for k, v in labels.items()):
+                continue
+            info = session_info(session_id, rec)
+            if max_page_bytes:
+                page_bytes += session_info_bytes(info)
+                if out and page_bytes > max_page_bytes:
+                    return out, _encode_token(kind, scope, key)
+            out.append(info)
+    return out, ""
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 0:
+        raise InvalidArgument(f"page_size must be >= 0, got {page_size}")
+    return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
+
+
+# What one listed entry can take in a reply, past its ids and labels: every
+# integer field at its longest varint (10 bytes) with its tag, timestamps as
+# sub-messages, the entry's own tag and length (ListVersionsResponse.versions,
+# ListSessionsResponse.sessions).
+_VERSION_INFO_FIXED_BYTES = 96
+_SESSION_INFO_FIXED_BYTES = 144
+# Per label (a map entry): its tag and length (2 bytes: an entry is < 16 KiB), the key's tag and
+# length (1: <= 63 bytes), the value's (1 + 2: <= 128 bytes).
+_LABEL_ENTRY_BYTES = 8
+
+
+def _labels_bytes(labels: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) + _LABEL_ENTRY_BYTES for k, v in labels.items())
+
+
+def version_info_bytes(info: VersionInfo) -> int:
+    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.VersionInfo)."""
+    return _VERSION_INFO_FIXED_BYTES + _labels_bytes(info.labels)
+
+
+def session_info_bytes(info: SessionInfo) -> int:
+    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.SessionInfo)."""
+    ids = len(info.session_id.encode("utf-8", "surrogateescape")) + len(info.forked_from_session_id.encode())
+    return _SESSION_INFO_FIXED_BYTES + ids + _labels_bytes(info.labels)
+
+
+def _encode_token(kind: bytes, scope: bytes, raw: bytes) -> str:
+    """A page token: the listing's kind, a hash of its scope (the session, or the filters), the resume key."""
+    return base64.urlsafe_b64encode(kind + b":" + xxhash.xxh3_64_digest(scope) + raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
+    """The resume key in a page token issued for this listing (kind and scope); InvalidArgument for any other.
+
+    Tokens are not signed: the checks keep a token of one listing (another
+    session's versions, other filters) from quietly resuming another one
+    part-way and making it look complete.
+    """
+    if not token:
+        return b""
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    head = kind + b":"
+    if not raw.startswith(head) or len(raw) < len(head) + 8:
+        raise InvalidArgument(f"page_token {keys.quoted(token)} is not a token this server issued for this listing")
+    if raw[len(head) : len(head) + 8] != xxhash.xxh3_64_digest(scope):
+        raise InvalidArgument(
+            f"page_token {keys.quoted(token)} was issued for another listing (another session, one deleted since under"
+            " the same id, or other filters); a listing resumes only with the tokens it returned"
+        )
+    return raw[len(head) + 8 :]

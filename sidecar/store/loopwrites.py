@@ -1,0 +1,133 @@
+"""Writes gathered on an event loop and handed to the writer a batch at a time (Store.write_on_loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from ..config import StoreConfig
+from .ops import Op
+from .writer import Writer
+
+#: Longest a loop reads no requests while its batch of writes commits.
+HOLD_INPUT_MAX_SECONDS = 0.02
+#: A loop's batch of concurrent writes closes this many of the last commit's durations after the last
+#: batch was handed over (at most max_commit_delay_seconds).
+LOOP_GATHER_COMMITS = 3
+
+
+def _nothing() -> None:
+    pass
+
+
+class LoopBatches:
+    """The asyncio writes of one event loop, kept until their batch is complete (see Store.write_on_loop)."""
+
+    def __init__(self, config: StoreConfig, writer: Writer) -> None:
+        self._config = config
+        self._writer = writer
+        #: The loop whose asyncio writes are gathered here (None: none is).
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # What its writes wait in (guarded by the writer's room lock), the call that hands them to the
+        # writer next, and the size of the last batch it handed over.
+        self._ops: list[Op] = []
+        self._run: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._gather_began: float | None = None  # monotonic, while the batch waits for more
+        self._last_batch = 0
+        self._last_hand_over = 0.0  # monotonic
+        self._hold_input: Callable[[], object] = _nothing
+        self._release_input: Callable[[], object] = _nothing
+        # While the input is held: the call that releases it at the latest.
+        self._input_held: asyncio.TimerHandle | None = None
+
+    def attach(
+        self, loop: asyncio.AbstractEventLoop, hold_input: Callable[[], object], release_input: Callable[[], object]
+    ) -> None:
+        self.loop = loop
+        self._hold_input = hold_input
+        self._release_input = release_input
+        self._writer.gathers = False  # the loop's writers queue here: none would come to the writer
+
+    def take_pending(self) -> list[Op]:
+        """The batch gathering now (handed to the writer by a closing store); under the writer's room lock."""
+        ops, self._ops = self._ops, []
+        return ops
+
+    def submit(self, op: Op, loop: asyncio.AbstractEventLoop) -> None:
+        """Keep an asyncio write for the loop's next batch; Overloaded past max_queued_write_bytes."""
+        with self._writer.room:
+            self._writer.admit(op, wait=False)
+            self._ops.append(op)  # under the lock: a closing store hands over what it finds
+            count = len(self._ops)
+        if self._run is not None:
+            if count >= self._config.max_batch_writes and self._gather_began is not None:
+                self._run.cancel()  # a full batch goes now
+                self._run = loop.call_soon(self._hand_over)
+            return
+        if self._last_batch < 2:
+            # A lone writer's: after this turn of the loop (the writes it reads meanwhile join it).
+            self._run = loop.call_soon(self._hand_over)
+            return
+        # Concurrent writers: the batch closes a while after the last was handed over. Counted from
+        # then, not from now: writes read only after the last commit (the input held) waited for it.
+        gather = min(self._config.max_commit_delay_seconds, LOOP_GATHER_COMMITS * self._writer.last_commit_seconds)
+        now = time.monotonic()
+        delay = gather - (now - self._last_hand_over)
+        if delay > 0:
+            self._gather_began = now
+            self._run = loop.call_later(delay, self._close_batch)
+            self._hold(loop)
+        else:
+            self._close_batch()
+
+    def _close_batch(self) -> None:
+        """Read what came while the batch gathered (the input held), then hand the batch over."""
+        self._release()
+        assert self.loop is not None
+        # The loop polls for I/O between this turn's callbacks and the next turn's: one turn more.
+        self._run = self.loop.call_soon(self._hand_over_after_reading)
+
+    def _hand_over_after_reading(self) -> None:
+        assert self.loop is not None
+        self._run = self.loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """The loop's batch to the writer, in pieces of at most max_batch_writes."""
+        self._run = None
+        writer = self._writer
+        self._last_hand_over = now = time.monotonic()
+        if self._gather_began is not None:
+            writer.commit_delays += 1
+            writer.commit_delay_seconds += now - self._gather_began
+            self._gather_began = None
+        with writer.room:
+            ops, self._ops = self._ops, []
+            limit = self._config.max_batch_writes
+            for start in range(0, len(ops), limit):
+                writer.queue.put(ops[start : start + limit])
+        self._last_batch = len(ops)
+        if len(ops) < 2:  # a lone writer's: nobody else's requests to keep off the GIL
+            self._release()
+            return
+        assert self.loop is not None
+        self._hold(self.loop)
+        # The writer answers in order: once the last is answered, so are the others.
+        last = ops[-1].afuture
+        assert last is not None
+        last.add_done_callback(lambda _: self._release())
+
+    def _hold(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._input_held is None:
+            self._hold_input()
+        else:
+            self._input_held.cancel()
+        # Not for ever: a commit stalled on the disk, or on another process's write lock, must
+        # not stop the loop from refusing writes past the backlog bound or serving reads.
+        self._input_held = loop.call_later(HOLD_INPUT_MAX_SECONDS, self._release)
+
+    def _release(self) -> None:
+        if self._input_held is not None:
+            self._input_held.cancel()
+            self._input_held = None
+            self._release_input()

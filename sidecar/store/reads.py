@@ -1,0 +1,196 @@
+"""Reading chains: a version's state from the frames table, the frames behind it, a session's frames.
+
+A session's frames are one contiguous key range (keys.frame_key), so a
+version's chain is a backward scan from its frame to the FULL frame that
+starts it: one read of the storage, then one decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from itertools import chain
+from typing import NoReturn
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import DecodeError, FrameKind, decode
+from ..errors import DataLoss, InvalidArgument, NotFound
+from ..storage import ReadTxn, Table, WriteTxn
+from . import keys
+from .layout import Tables
+from .records import FRAME_KIND_OFFSET, frame_of, record, session_info, version_info
+from .types import SessionInfo, VersionInfo
+
+# The byte after keys.SEP: a session's frame keys all sort before sid + AFTER_SEP.
+AFTER_SEP = bytes([keys.SEP[0] + 1])
+# Session ids read per read transaction when every one is listed.
+_IDS_CHUNK = 1000
+
+
+def check_version_arg(version: int) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise InvalidArgument(f"version must be an integer >= 0 (0 = latest), got {version!r}")
+
+
+def read_state(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, version: int) -> tuple[bytes, VersionInfo]:
+    """The state of ``version`` (0: the head) and what its stored value says, verified."""
+    found = chain_back(txn, tables.frames, sid, session_id, version)
+    if found is None:  # no frame stored for it: the session record says why
+        refuse_unstored(txn, tables.sessions, sid, session_id, version)
+    target, value, frames = found
+    try:
+        state = decode(frames)
+    except DecodeError as exc:
+        raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
+    return state, version_info(session_id, target, value)
+
+
+def chain_back(
+    txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, version: int
+) -> tuple[int, bytes, list[memoryview]] | None:
+    """``version`` (0: the session's last frame, its head), its stored value and its chain's frames, read
+    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it.
+
+    The frames table alone answers: retention and delete remove frames and
+    update the session record in one transaction, so the frames stored are
+    exactly versions first_version..head. A cold read then makes one B-tree
+    descent (of the frames table) instead of two: its pages are what a read
+    from disk waits for, and the sessions table's descent grows with the
+    number of sessions.
+    """
+    prefix = sid + keys.SEP
+    wanted = b""
+    if version:
+        wanted = keys.frame_key(sid, version)
+        items = txn.scan_back(frames_table, wanted + b"\x00")  # from the key itself
+    else:
+        items = txn.scan_back(frames_table, sid + AFTER_SEP)
+    first = next(items, None)
+    if first is None:
+        return None  # no key at all before the session's range
+    key, value = first
+    if (key != wanted) if version else not key.startswith(prefix):
+        return None
+    target = keys.frame_version(key, sid)
+    frames: list[memoryview] = []
+    expected = target
+    for key, stored in chain((first,), items):
+        if not key.startswith(prefix):
+            break
+        if keys.frame_version(key, sid) != expected:
+            raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+        frame = frame_of(stored)
+        if len(frame) <= FRAME_KIND_OFFSET:
+            raise DataLoss(
+                f"session {session_id!r} version {expected}: the stored value"
+                f" ({len(stored)} bytes) is too short to hold a frame header"
+            )
+        frames.append(frame)
+        if frame[FRAME_KIND_OFFSET] == FrameKind.FULL:
+            frames.reverse()
+            return target, value, frames
+        expected -= 1
+    raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+
+def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, version: int) -> NoReturn:
+    """Raise what a read of a version with no frame stored gets: NotFound naming why, or DataLoss."""
+    raw = txn.get(sid, db=sessions)
+    if raw is None:
+        raise NotFound(f"session {session_id!r} does not exist")
+    rec = record(raw)
+    target = version or rec.head_version
+    if target > rec.head_version:
+        raise NotFound(f"session {session_id!r} has no version {target}; the head is version {rec.head_version}")
+    if target < rec.first_version:
+        raise NotFound(
+            f"session {session_id!r} version {target} was removed by retention;"
+            f" the oldest kept is version {rec.first_version}"
+        )
+    raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
+
+
+def chain_start(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, target: int) -> int:
+    """Version of the FULL frame whose chain holds ``target`` (DataLoss if that chain is broken)."""
+    found = chain_back(txn, frames_table, sid, session_id, target)
+    if found is None:
+        raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
+    return target - len(found[2]) + 1
+
+
+def chain_frames(
+    txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, rec: records_pb2.SessionRecord, target: int
+) -> list[memoryview]:
+    """The frames from target's chain start to target, read in one transaction."""
+    start = rec.chain_start_version if target >= rec.chain_start_version else None
+    if start is None:
+        start = chain_start(txn, tables.frames, sid, session_id, target)
+    frames: list[memoryview] = []
+    want = target - start + 1
+    start_key = key = keys.frame_key(sid, start)
+    # Versions are consecutive keys, so the chain is the next `want` values;
+    # checking the last key once proves none is missing (keys are unique and
+    # sorted), without parsing every key on the cold path.
+    for key, value in txn.scan(tables.frames, start_key):
+        if not frames and key != start_key:
+            break
+        frames.append(frame_of(value))
+        if len(frames) == want:
+            break
+    if len(frames) != want or key != keys.frame_key(sid, target):
+        raise DataLoss(f"session {session_id!r} version {target}: a frame of its chain {start}..{target} is missing")
+    return frames
+
+
+def delete_frames(txn: WriteTxn, frames_table: Table, sid: bytes, *, below: int | None) -> tuple[int, int]:
+    """Delete a session's frames (all, or those below a version); return how many and their frame bytes."""
+    start = sid + keys.SEP
+    stop = keys.frame_key(sid, below) if below is not None else sid + AFTER_SEP
+    removed = freed = 0
+    for key, value in txn.scan(frames_table, start):
+        if key >= stop:
+            break
+        freed += len(frame_of(value))
+        removed += 1
+    if removed:
+        txn.delete_range(frames_table, start, stop)
+    return removed, freed
+
+
+def frames_of(
+    read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, session_id: str
+) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
+    """A session's record and every stored frame, oldest first, read in one transaction (Store.frames_of)."""
+    sid = keys.session_key(session_id)
+    frames: list[tuple[int, VersionInfo | DataLoss, bytes]] = []
+    with read() as txn:
+        raw = txn.get(sid, db=tables.sessions)
+        if raw is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        info = session_info(session_id, record(raw))
+        prefix = sid + keys.SEP
+        for key, value in txn.scan(tables.frames, prefix):
+            if not key.startswith(prefix):
+                break
+            version = keys.frame_version(key, sid)
+            try:
+                vinfo: VersionInfo | DataLoss = version_info(session_id, version, value)
+            except DataLoss as exc:
+                vinfo = exc
+            frames.append((version, vinfo, bytes(frame_of(value))))
+    return info, frames
+
+
+def session_ids(read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables) -> Iterator[str]:
+    """Every session id, in key order; read a chunk at a time, holding no transaction between chunks."""
+    after = b""
+    while True:
+        with read() as txn:
+            chunk = txn.keys_after(tables.sessions, after, _IDS_CHUNK)
+        # A key that is not UTF-8 is damage: yielded undecoded-as-surrogates, so
+        # that verify names it (every lookup of it is refused as not UTF-8).
+        yield from (k.decode("utf-8", "surrogateescape") for k in chunk)
+        if len(chunk) < _IDS_CHUNK:
+            return
+        after = chunk[-1]

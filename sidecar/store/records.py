@@ -1,0 +1,112 @@
+"""The stored values: session records, request records, and a frame's value (its metadata, then the frame).
+
+A frames-table value is a u16 LE length, that many bytes of VersionRecord
+(the write's time, mode and labels), then the codec's frame (codec/FORMAT.md).
+Everything here parses what a read found; a value that does not parse is
+DataLoss naming the session and version.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from google.protobuf.message import DecodeError as DecodeProtoError
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import DecodeError, parse
+from ..errors import DataLoss
+from .types import SessionInfo, VersionInfo, WriteMode
+
+META_LEN = struct.Struct("<H")
+FRAME_KIND_OFFSET = 5  # byte offset of `kind` in a frame header (FORMAT.md)
+
+
+def record(raw: Any) -> records_pb2.SessionRecord:
+    """A session record; DataLoss if it does not parse."""
+    try:
+        return records_pb2.SessionRecord.FromString(bytes(raw))
+    except DecodeProtoError as exc:
+        raise DataLoss(f"a session record ({len(raw)} bytes) does not parse: {exc}") from None
+
+
+def meta_of(value: Any) -> records_pb2.VersionRecord:
+    (n,) = META_LEN.unpack_from(value)
+    return records_pb2.VersionRecord.FromString(bytes(value[META_LEN.size : META_LEN.size + n]))
+
+
+def frame_of(value: Any) -> memoryview:
+    # A value too short for its length prefix yields no frame (decoding it then fails, naming the version).
+    (n,) = META_LEN.unpack_from(value) if len(value) >= META_LEN.size else (len(value),)
+    return memoryview(value)[META_LEN.size + n :]
+
+
+def version_info(session_id: str, version: int, value: Any) -> VersionInfo:
+    """What a stored version's metadata and frame header say; DataLoss naming it if they do not parse."""
+    try:
+        meta = meta_of(value)
+        mode = WriteMode(meta.mode)
+    except (struct.error, DecodeProtoError, ValueError) as exc:
+        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    try:
+        header, _ = parse(frame_of(value))
+    except DecodeError as exc:  # the frame, not the metadata: its checksum or header
+        text = str(exc)
+        where = (
+            f"session {session_id!r}" if f"version {version}" in text else f"session {session_id!r} version {version}"
+        )
+        raise DataLoss(f"{where}: {text}") from None
+    if header.version != version:  # a sound frame under another version's key: never served as this one
+        raise DataLoss(
+            f"session {session_id!r} version {version}: the frame stored there is version {header.version}'s"
+        )
+    return VersionInfo(
+        version=version,
+        parent_version=version - 1 if mode != WriteMode.FORK else 0,
+        created_unix_nanos=meta.created_unix_nanos,
+        frame_kind=header.kind,
+        stored_bytes=header.frame_size,
+        state_size=header.state_size,
+        labels=dict(meta.labels),
+        mode=mode,
+    )
+
+
+def session_info(session_id: str, rec: records_pb2.SessionRecord) -> SessionInfo:
+    return SessionInfo(
+        session_id=session_id,
+        head_version=rec.head_version,
+        first_version=rec.first_version,
+        created_unix_nanos=rec.created_unix_nanos,
+        updated_unix_nanos=rec.updated_unix_nanos,
+        labels=dict(rec.labels),
+        stored_bytes=rec.stored_bytes,
+        version_count=rec.version_count,
+        forked_from_session_id=rec.forked_from_session_id,
+        forked_from_version=rec.forked_from_version,
+        chain_start_version=rec.chain_start_version,
+    )
+
+
+def expiry_of(raw: Any) -> int | None:
+    """A request record's expiry time; None if the record does not parse."""
+    try:
+        return records_pb2.RequestRecord.FromString(bytes(raw)).expires_unix_nanos
+    except DecodeProtoError:
+        return None
+
+
+def request_of_session(done: records_pb2.RequestRecord, rec: records_pb2.SessionRecord | None) -> bool:
+    """Whether a current request record was written to the session ``rec`` is now (None: there is none).
+
+    Records outlive a deleted session (keys.request_key) and name the session they were written to by
+    its creation time: one of an earlier session of the same id answers nothing (RequestIds.remembered),
+    and is no damage (`ckpt verify`).
+    """
+    return rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos
+
+
+def printable(sid: bytes) -> str:
+    """A session key for messages, even if it is not UTF-8 (damage)."""
+    return sid.decode("utf-8", "backslashreplace")

@@ -1,0 +1,291 @@
+"""The write ops: a put, a fork, a delete, as the writer applies them inside its transaction.
+
+A request is checked on the caller's thread (ids, sizes, labels, a MERGE
+patch's wire format) before it is queued; checks against the head
+(compare-and-set, request-id replays) happen inside the writer's
+transaction, so two writers can never both succeed against one head.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import EncodedFrame, EncodeError, FrameKind, WireFormatError, check_patch
+from ..config import StoreConfig
+from ..errors import AlreadyExists, DataLoss, InvalidArgument, NotFound, StateTooLarge, VersionConflict
+from ..storage import WriteTxn
+from . import keys
+from .coherence import Coherence
+from .encoders import Encoders
+from .keyframes import QuietKeyframes
+from .layout import Tables
+from .ops import Batch, Op
+from .reads import check_version_arg, delete_frames, read_state
+from .records import META_LEN, record, session_info
+from .requestids import RequestIds, write_fingerprint
+from .types import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode
+
+
+class WriteOps:
+    """Builds the ops the writer applies; what they change besides storage goes into their Batch."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        tables: Tables,
+        encoders: Encoders,
+        requests: RequestIds,
+        keyframes: QuietKeyframes,
+        coherence: Coherence | None,
+    ) -> None:
+        self._config = config
+        self._tables = tables
+        self._encoders = encoders
+        self._requests = requests
+        self._keyframes = keyframes
+        self._coherence = coherence
+
+    def put_op(self, req: PutRequest) -> Op:
+        """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued."""
+        sid = keys.session_key(req.session_id)
+        try:
+            mode = WriteMode(req.mode)
+        except ValueError:
+            raise InvalidArgument(f"mode must be REPLACE (1) or MERGE (2), got {req.mode!r}") from None
+        if mode is WriteMode.FORK:
+            raise InvalidArgument("mode must be REPLACE (1) or MERGE (2), got FORK (3)")
+        if not isinstance(req.state, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"state must be bytes, not {type(req.state).__name__}")
+        config = self._config
+        if len(req.state) > config.max_state_bytes:
+            raise StateTooLarge(
+                f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {config.max_state_bytes}"
+            )
+        if not isinstance(req.labels, dict):
+            raise InvalidArgument(f"labels must be a dict of str to str, not {type(req.labels).__name__}")
+        keys.check_labels(req.labels)
+        if req.expected_version is not None and (
+            isinstance(req.expected_version, bool) or not isinstance(req.expected_version, int)
+        ):
+            raise InvalidArgument(f"expected_version must be an int or None, not {type(req.expected_version).__name__}")
+        if not isinstance(req.request_id, str):
+            raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
+        if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
+            raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
+        rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
+        asked = write_fingerprint(req, mode) if rid_key is not None else 0
+        state = bytes(req.state)
+        encoders, requests, coherence = self._encoders, self._requests, self._coherence
+        if mode is WriteMode.MERGE:
+            # Checked here, on the caller's thread: it needs no state, and the
+            # writer thread is the store's one serial path.
+            try:
+                check_patch(state, message_type=encoders.merge_type)
+            except WireFormatError as exc:
+                raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
+        sessions = self._tables.sessions
+
+        def apply(batch: Batch, txn: WriteTxn) -> PutResult:
+            raw = txn.get(sid, db=sessions)
+            rec = record(raw) if raw is not None else None
+            expired_rid: records_pb2.RequestRecord | None = None
+            if rid_key is not None:
+                done, live = requests.remembered(txn, rid_key, rec, req)
+                if live:
+                    assert done is not None
+                    if done.write_xxh3 and done.write_xxh3 != asked:
+                        raise InvalidArgument(
+                            f"request_id {req.request_id!r} was used for a different write to session"
+                            f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
+                            " write, and a new write needs a new request_id"
+                        )
+                    return PutResult(
+                        done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
+                    )
+                expired_rid = done
+            head = rec.head_version if rec else 0
+            if req.expected_version is not None and req.expected_version != head:
+                raise VersionConflict(req.session_id, req.expected_version, head)
+            if rec is not None and req.labels:
+                _check_session_labels(req.session_id, rec, req.labels)
+            encoder = encoders.for_session(txn, sid, req.session_id, rec)
+            if mode is WriteMode.MERGE and encoder.state_size + len(state) > config.max_state_bytes:
+                raise StateTooLarge(
+                    f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
+                    f" max_state_bytes ({config.max_state_bytes})"
+                )
+            batch.touched_encoders.add(sid)
+            try:
+                # The patch was checked in put_op, before queueing.
+                frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
+            except EncodeError as exc:
+                raise InvalidArgument(f"state cannot be encoded: {exc}") from None
+            try:
+                now = time.time_ns()
+                if rec is None:
+                    rec = records_pb2.SessionRecord(created_unix_nanos=now)
+                    old_updated = None
+                    if coherence is not None:
+                        coherence.note_encoder(encoder, now)
+                else:
+                    old_updated = rec.updated_unix_nanos
+                info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated)
+                result = PutResult(
+                    frame.version, frame.stored_bytes, frame.kind, encoder.state_size, chain_depth=encoder.chain.depth
+                )
+                if rid_key is not None:
+                    expires = now + int(config.request_id_ttl_seconds * 1e9)
+                    requests.remember(txn, rid_key, result, expires, expired_rid, asked, rec.created_unix_nanos)
+            except BaseException:
+                encoder.rollback()
+                raise
+            # Stored in the transaction: from here a failure drops the encoder (the
+            # batch's, or the commit's), never rolls it back, so the previous state can go.
+            encoder.commit()
+            snapshot = encoder.snapshot()  # not a copy: a merge stays O(patch)
+            kept = encoders.hold(batch, sid, encoder)  # the closure must not keep `encoder` itself
+            batch.after_commit.append(lambda: encoders.after_write(sid, kept, snapshot, info))
+            return result
+
+        return Op(apply, fails_clean=True, size_bytes=len(state))
+
+    def fork_op(self, session_id: str, version: int, new_session_id: str, labels: dict[str, str]) -> Op:
+        """The op making ``new_session_id`` whose version 1 is ``version`` (0 = latest) of ``session_id``."""
+        sid = keys.session_key(session_id)
+        new_sid = keys.session_key(new_session_id, field="new_session_id")
+        keys.check_labels(labels)
+        check_version_arg(version)
+        tables, encoders, coherence = self._tables, self._encoders, self._coherence
+
+        def apply(batch: Batch, txn: WriteTxn) -> SessionInfo:
+            if txn.get(new_sid, db=tables.sessions) is not None:
+                raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
+            state, _ = read_state(txn, tables, sid, session_id, version)
+            src = record(txn.get(sid, db=tables.sessions))
+            resolved = version or src.head_version
+            encoder = encoders.new()
+            frame = encoder.replace(state)
+            now = time.time_ns()
+            rec = records_pb2.SessionRecord(
+                created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
+            )
+            info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
+            encoder.commit()
+            if coherence is not None:
+                coherence.note_encoder(encoder, now)
+            encoders.lru.put(new_sid, encoder)  # a write later in this batch continues this chain
+            batch.touched_encoders.add(new_sid)
+            snapshot = encoder.snapshot()
+            kept = encoders.hold(batch, new_sid, encoder)  # the closure must not keep `encoder` itself
+            batch.after_commit.append(lambda: encoders.after_write(new_sid, kept, snapshot, info))
+            return session_info(new_session_id, rec)
+
+        return Op(apply, fails_clean=True)
+
+    def delete_op(self, session_id: str) -> Op:
+        """The op removing a session, every version and every index entry: it returns the versions removed."""
+        sid = keys.session_key(session_id)
+        tables, encoders, requests = self._tables, self._encoders, self._requests
+
+        def apply(batch: Batch, txn: WriteTxn) -> int:
+            raw = txn.get(sid, db=tables.sessions)
+            if raw is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            try:
+                rec: records_pb2.SessionRecord | None = record(raw)
+            except DataLoss:
+                rec = None  # damaged: deleting it is how an operator starts the session over
+            removed, _ = delete_frames(txn, tables.frames, sid, below=None)
+            if requests.layout1:
+                requests.delete_layout1(txn, sid)
+            if rec is not None:
+                for key, value in rec.labels.items():
+                    txn.delete(keys.label_key(key, value, sid), db=tables.labels)
+                txn.delete(keys.updated_key(rec.updated_unix_nanos, sid), db=tables.updated)
+            else:  # which index entries are its own is unknown: look through both indexes
+                self._delete_index_entries(txn, sid)
+            txn.delete(sid, db=tables.sessions)
+            # Dropped now, not only after the commit: a fork onto this id later
+            # in the batch starts at version 1 again, and a write after it
+            # would take a cached encoder of the deleted session at version 1
+            # for the fork's.
+            encoders.discard(sid)
+            batch.touched_encoders.add(sid)
+            batch.after_commit.append(lambda: encoders.forget(sid))
+            return removed
+
+        return Op(apply, fails_clean=True)
+
+    def _append(
+        self,
+        txn: WriteTxn,
+        sid: bytes,
+        rec: records_pb2.SessionRecord,
+        frame: EncodedFrame,
+        mode: WriteMode,
+        labels: dict[str, str],
+        now: int,
+        old_updated: int | None,
+    ) -> VersionInfo:
+        """Store the next frame of a session, update its record and indexes; return what was stored."""
+        tables = self._tables
+        version = rec.head_version + 1
+        meta_pb = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode)
+        if labels:  # most writes carry none; an empty map still costs a Python-level update()
+            meta_pb.labels.update(labels)
+        meta = meta_pb.SerializeToString()
+        value = META_LEN.pack(len(meta)) + meta + frame.data
+        if not txn.put(keys.frame_key(sid, version), value, db=tables.frames, overwrite=False):
+            raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
+        rec.head_version = version
+        if frame.kind is FrameKind.FULL:
+            rec.chain_start_version = version
+        if not rec.first_version:
+            rec.first_version = version
+        rec.stored_bytes += frame.stored_bytes
+        rec.version_count += 1
+        for key, value_ in labels.items():
+            old = rec.labels.get(key)
+            if old != value_:
+                if old is not None:
+                    txn.delete(keys.label_key(key, old, sid), db=tables.labels)
+                txn.put(keys.label_key(key, value_, sid), b"", db=tables.labels)
+                rec.labels[key] = value_
+        rec.updated_unix_nanos = now
+        self._keyframes.note_write(txn, now)
+        if old_updated is None or not keys.same_updated_granule(old_updated, now):
+            if old_updated is not None:
+                txn.delete(keys.updated_key(old_updated, sid), db=tables.updated)
+            txn.put(keys.updated_key(now, sid), b"", db=tables.updated)
+        txn.put(sid, rec.SerializeToString(), db=tables.sessions)
+        return VersionInfo(
+            version=version,
+            parent_version=0 if mode is WriteMode.FORK else version - 1,
+            created_unix_nanos=now,
+            frame_kind=frame.kind,
+            stored_bytes=frame.stored_bytes,
+            state_size=frame.header.state_size,
+            labels=dict(labels),
+            mode=mode,
+        )
+
+    def _delete_index_entries(self, txn: WriteTxn, sid: bytes) -> None:
+        """Remove a session's label and updated-time index entries without its record: a scan of both."""
+        tables = self._tables
+        # Label keys are key SEP value SEP sid (ids hold no SEP); updated keys are a u64 time + sid.
+        doomed = [(tables.labels, k) for k in txn.scan_keys(tables.labels) if k.endswith(keys.SEP + sid)]
+        doomed += [(tables.updated, k) for k in txn.scan_keys(tables.updated) if k[8:] == sid]
+        for db, key in doomed:
+            txn.delete(key, db=db)
+
+
+def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, labels: dict[str, str]) -> None:
+    """A session keeps every label its writes ever gave: bound the union, not just each write's."""
+    total = len(rec.labels) + sum(1 for key in labels if key not in rec.labels)
+    if total > keys.MAX_LABELS:
+        raise InvalidArgument(
+            f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
+            f" over the limit of {keys.MAX_LABELS} per session"
+        )

@@ -1,0 +1,135 @@
+"""What the store's tests share: states to write, and the few private hooks some behaviours need.
+
+Every private hook of the store's tests is here, each saying why no public
+way reaches the behaviour it serves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ckpt.codec import ChainPolicy
+from ckpt.sidecar import Store
+from ckpt.sidecar.store.ops import Op
+from ckpt.v1 import checkpoint_pb2 as pb
+
+# Small test states would always be FULL frames under the default per-frame
+# cost; these tests want real chains.
+CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=8)
+
+
+def state_of(session: str, version: int, size: int = 600) -> bytes:
+    """A deterministic state per (session, version): a growing agent log."""
+    cp = pb.Checkpoint(schema_version=1, step=version, goal=f"goal of {session}")
+    for i in range(1, version + 1):
+        cp.messages.add(role=pb.ROLE_ASSISTANT, content=f"{session} step {i} " + "x" * (size // 10))
+    return cp.SerializeToString(deterministic=True)
+
+
+def patch_of(version: int) -> bytes:
+    return pb.Checkpoint(
+        step=version, messages=[pb.Message(content=f"merged step {version} " + "y" * 50)]
+    ).SerializeToString()
+
+
+def _body(session: str, size: int = 3000) -> str:
+    rnd = random.Random(session)
+    return "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(size))
+
+
+def replace_state(session: str, version: int) -> bytes:
+    """A whole state: a fixed ~3 KB body (so REPLACE writes become DELTA frames) plus a step."""
+    return pb.Checkpoint(
+        step=version, goal=_body(session), messages=[pb.Message(content=f"{session} replaced at {version}")]
+    ).SerializeToString()
+
+
+def merge_patch(session: str, version: int) -> bytes:
+    return pb.Checkpoint(step=version, messages=[pb.Message(content=f"{session} patch {version}")]).SerializeToString()
+
+
+# -- private hooks ---------------------------------------------------------------------
+#
+# The writer's batches are made of whatever is queued when it looks: to make
+# several writes share one commit (or not), a test holds the writer inside an
+# op of its own, queues what it wants, and lets go. No public call makes the
+# writer wait in the middle of a batch, and no public number says how many
+# writes are queued behind it (queued_write_bytes counts bytes, and forks and
+# deletes have none).
+
+
+def submit_op(store: Store, op: Op, *, wait: bool = True) -> Op:
+    """Queue an op of the test's own for the writer (see above)."""
+    return store._submit(op, wait=wait)
+
+
+def hold_writer(store: Store, *, then_seconds: float = 0.0) -> threading.Event:
+    """Block the writer in an op of the test's own until the returned gate is set (then sleep ``then_seconds``)."""
+    running, gate = threading.Event(), threading.Event()
+
+    def hold(batch: object, txn: object) -> None:
+        running.set()
+        gate.wait(30)
+        time.sleep(then_seconds)
+
+    submit_op(store, Op(hold, fails_clean=True), wait=False)
+    assert running.wait(10)
+    return gate
+
+
+@contextlib.contextmanager
+def writer_held(store: Store) -> Iterator[threading.Event]:
+    """The store's writer blocked in an op of the test's own until the block ends (or the event is set)."""
+    gate = hold_writer(store)
+    try:
+        yield gate
+    finally:
+        gate.set()
+
+
+def sleeping_op(seconds: float) -> Op:
+    """An op that makes its batch's commit take ``seconds`` (which bounds the next commit's delay)."""
+
+    def apply(batch: object, txn: object) -> None:
+        time.sleep(seconds)
+
+    return Op(apply, fails_clean=True)
+
+
+def queued_ops(store: Store) -> int:
+    """Ops queued for the writer and not yet taken into a batch (see above)."""
+    return store._writer.queue.qsize()
+
+
+def wait_queued(store: Store, n: int) -> None:
+    """Wait until at least ``n`` ops are queued for the writer."""
+    deadline = time.monotonic() + 10
+    while queued_ops(store) < n:
+        assert time.monotonic() < deadline, f"{queued_ops(store)} of {n} ops queued"
+        time.sleep(0.001)
+
+
+def room_waiters(store: Store) -> int:
+    """Writers waiting for room under max_queued_write_bytes (no public number says how many wait)."""
+    return store._writer.room_waiters
+
+
+@contextlib.contextmanager
+def storage_write_lock_held(store: Store) -> Iterator[None]:
+    """Hold the storage's write lock in this thread, as another process writing the same data would.
+
+    In this process the store's own storage is the only handle to it (LMDB allows
+    one environment per file and process); a sidecar test takes it from outside.
+    """
+    with store._storage.write():
+        yield
+
+
+def storage_of(store: Store) -> Any:
+    """The store's storage (sidecar/storage), for tests of what only the LMDB implementation does."""
+    return store._storage
