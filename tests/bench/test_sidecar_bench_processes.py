@@ -16,7 +16,7 @@ import pytest
 
 from ckpt.bench import sidecar_bench, workers_bench
 from ckpt.bench.output import proc_cpu_seconds
-from ckpt.sidecar.client.clients import AsyncCheckpointClient
+from ckpt.sidecar.client import AsyncCheckpointClient
 from ckpt.sidecar.server.service import ECHO_METHOD, LINK_ECHO_METHOD
 
 

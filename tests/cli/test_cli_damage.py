@@ -25,7 +25,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient, DataLossError
+from ckpt.sidecar.client import CheckpointClient, DataLossError
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.cli.test_cli import ckpt
 from tests.sidecar_proc import start_sidecar

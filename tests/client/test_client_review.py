@@ -25,7 +25,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     DEFAULT_RETRIES,
     AsyncCheckpointClient,
     CheckpointClient,
@@ -33,8 +33,8 @@ from ckpt.sidecar.client.clients import (
     DeadlineExceededError,
     NotFoundError,
     UnavailableError,
-    _ReadAhead,
 )
+from ckpt.sidecar.client.sync_stream import ReadAhead as _ReadAhead
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, start_sidecar
 

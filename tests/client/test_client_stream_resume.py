@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     AsyncCheckpointClient,
     CheckpointClient,
     DeadlineExceededError,

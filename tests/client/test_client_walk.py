@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     AsyncCheckpointClient,
     CheckpointClient,
     CheckpointError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import lmdb
 
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import keys
 from tests.sidecar_proc import ROOT, start_sidecar
 

@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     AlreadyExistsError,
     AsyncCheckpointClient,
     CheckpointClient,
@@ -26,8 +26,8 @@ from ckpt.sidecar.client.clients import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
-    _retry_delay_seconds,
 )
+from ckpt.sidecar.client.policy import retry_delay_seconds as _retry_delay_seconds
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from ckpt.sidecar.client.clients import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
+from ckpt.sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.process import start_sidecar_process
 from ckpt.sidecar.server.service import reachable_from_other_hosts, wait_until_serving

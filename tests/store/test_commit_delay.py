@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.engine import _Op
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 

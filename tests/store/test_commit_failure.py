@@ -19,7 +19,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, Unavailable, WriteMode
-from ckpt.sidecar.client.clients import AsyncCheckpointClient, UnavailableError
+from ckpt.sidecar.client import AsyncCheckpointClient, UnavailableError
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server import service as server_module
 from tests.store.test_store import patch_of, state_of

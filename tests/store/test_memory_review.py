@@ -20,7 +20,7 @@ import pytest
 
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, StateSnapshot
 from ckpt.sidecar import Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.cache import StateCache
 from ckpt.sidecar.store.engine import PutRequest, VersionInfo, WriteMode, _Op
 from ckpt.v1 import service_pb2

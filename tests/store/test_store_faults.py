@@ -17,7 +17,7 @@ import pytest
 
 from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable, WriteMode
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import engine as store_module
 from ckpt.store.v1 import records_pb2
 from tests.cli.test_cli import ckpt

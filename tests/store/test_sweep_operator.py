@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import Retention, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from tests.sidecar_proc import free_port, start_sidecar
 from tests.store.test_store_full_operator import scrape
 
