@@ -265,8 +265,12 @@ class StreamLedger:
             return self._batches[self._cursor - 1].request
         if self.end is not None:
             return Hold.END
-        ahead = self._built - self._first
-        if ahead and (ahead >= self._limits.batches_ahead or self._bytes >= self._limits.bytes_ahead):
+        # A batch whose last results are held back is answered but for them (see answered): it does not
+        # count, or a stream whose sidecar goes on would wait for room that only its next answer makes.
+        held = self._batches[self._first] if self._held else None
+        ahead = self._built - self._first - (held is not None)
+        nbytes = self._bytes - (held.nbytes if held is not None else 0)
+        if ahead and (ahead >= self._limits.batches_ahead or nbytes >= self._limits.bytes_ahead):
             return Hold.ROOM
         return Hold.INPUT
 
