@@ -65,6 +65,12 @@ class Loop:
             self.ledger.built(batches, self.builder.end, self.now)
         return step
 
+    def batch(self, stream: int) -> service_pb2.PutStreamRequest:
+        """The next batch the stream sends (there must be one)."""
+        step = self.send(stream)
+        assert isinstance(step, service_pb2.PutStreamRequest), step
+        return step
+
 
 @dataclass
 class Sidecar:
@@ -82,7 +88,9 @@ class Sidecar:
             response=service_pb2.PutResponse(version=self.versions[put.request_id], replayed=replayed)
         )
 
-    def answer(self, batch: service_pb2.PutStreamRequest, *, queued: int | None = None) -> service_pb2.PutStreamResponse:
+    def answer(
+        self, batch: service_pb2.PutStreamRequest, *, queued: int | None = None
+    ) -> service_pb2.PutStreamResponse:
         """The batch's answer; with ``queued``, a stopping sidecar's: the writes after it UNAVAILABLE, not written."""
         results = [
             self.commit(put)
@@ -153,7 +161,7 @@ def test_a_break_mid_batch_resends_the_unanswered_batches_first_in_order_with_th
     loop = Loop.of(writes(10, ids=False), StreamLimits(batch_size=3, max_message_bytes=1 << 20))
     sidecar = Sidecar()
     first = loop.ledger.open_stream(0.0)
-    sent = [loop.send(first) for _ in range(3)]
+    sent = [loop.batch(first) for _ in range(3)]
     assert [states(b) for b in sent] == [[b"0", b"1", b"2"], [b"3", b"4", b"5"], [b"6", b"7", b"8"]]
     given = loop.ledger.answered(sidecar.answer(sent[0]), 1.0)
     sidecar.answer(sent[1])  # committed, its answer lost in the break

@@ -1,0 +1,42 @@
+"""What a user imports: the clients' package names every public class, and the packages are typed."""
+
+from __future__ import annotations
+
+import importlib.resources
+import tomllib
+
+import ckpt.sidecar.client as client
+from tests.sidecar_proc import ROOT
+
+
+def test_the_client_package_exports_the_clients_their_errors_and_options() -> None:
+    assert set(client.__all__) == {
+        "AlreadyExistsError",
+        "AsyncCheckpointClient",
+        "CheckpointClient",
+        "CheckpointError",
+        "ClientClosedError",
+        "ClientTLS",
+        "ConflictError",
+        "DEFAULT_RETRIES",
+        "DataLossError",
+        "DeadlineExceededError",
+        "ENV_VARS",
+        "InvalidArgumentError",
+        "NotFoundError",
+        "ResourceExhaustedError",
+        "UnavailableError",
+    }
+    for name in client.__all__:
+        assert getattr(client, name) is not None, name
+    errors = [getattr(client, name) for name in client.__all__ if name.endswith("Error")]
+    assert all(issubclass(e, client.CheckpointError) for e in errors if e is not client.ClientClosedError)
+    assert issubclass(client.ClientClosedError, ValueError)
+
+
+def test_the_packages_are_marked_typed_for_type_checkers() -> None:
+    for package in ("ckpt.sidecar", "ckpt.codec", "ckpt"):
+        assert importlib.resources.files(package).joinpath("py.typed").is_file(), package
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package in ("ckpt.sidecar", "ckpt.codec", "ckpt"):
+        assert "py.typed" in data.get(package, []), package
