@@ -15,7 +15,7 @@ import functools
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
@@ -267,7 +267,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         request.page_token = page.next_page_token
         return True
 
-    def _stream_run(self, puts: Iterable[Any] | Any, limits: StreamLimits) -> StreamRun:
+    def _stream_run(self, puts: Any, limits: StreamLimits) -> StreamRun:
         return StreamRun(
             limits=limits,
             owned=not isinstance(puts, Sequence),  # a sequence's writes are the caller's; a reader's, copies

@@ -16,16 +16,7 @@ import grpc
 
 from ckpt.v1 import service_pb2
 
-from ..errors import (
-    AlreadyExists,
-    DataLoss,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-    StoreError,
-    Unavailable,
-    VersionConflict,
-)
+from .. import errors as store
 from ..status import CURRENT_VERSION_KEY, STATUS_OF
 
 
@@ -107,19 +98,19 @@ class DeadlineExceededError(CheckpointError):
 
 # The client's error for each store error the sidecar answers with (by the status
 # sidecar/status.py gives it); a conflict is answered with the head, so it is built apart.
-_OF_STORE_ERROR: dict[type[StoreError], type[CheckpointError]] = {
-    InvalidArgument: InvalidArgumentError,
-    NotFound: NotFoundError,
-    AlreadyExists: AlreadyExistsError,
-    ResourceExhausted: ResourceExhaustedError,
-    DataLoss: DataLossError,
-    Unavailable: UnavailableError,
+_OF_STORE_ERROR: dict[type[store.StoreError], type[CheckpointError]] = {
+    store.InvalidArgument: InvalidArgumentError,
+    store.NotFound: NotFoundError,
+    store.AlreadyExists: AlreadyExistsError,
+    store.ResourceExhausted: ResourceExhaustedError,
+    store.DataLoss: DataLossError,
+    store.Unavailable: UnavailableError,
 }
 _ERRORS: dict[grpc.StatusCode, type[CheckpointError]] = {
-    **{STATUS_OF[store]: client for store, client in _OF_STORE_ERROR.items()},
+    **{STATUS_OF[error]: client for error, client in _OF_STORE_ERROR.items()},
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,  # the client's own deadline
 }
-_CONFLICT = {STATUS_OF[VersionConflict], grpc.StatusCode.FAILED_PRECONDITION}
+_CONFLICT = {STATUS_OF[store.VersionConflict], grpc.StatusCode.FAILED_PRECONDITION}
 
 # grpc-aio's words when a message could not be sent because the call had
 # already ended: it reports INTERNAL with these details instead of the
