@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ResourceExhaustedError
 from ckpt.v1 import service_pb2
 from tests.client.support import FLAVOURS, PATCH, alist, merge, open_client, states
 from tests.sidecar_proc import Sidecar
@@ -114,6 +114,27 @@ def test_every_write_given_before_the_callers_error_is_sent_and_answered_first(s
         with pytest.raises(TypeError, match=r"puts\[1\] is a dict"):
             list(c.put_stream(mixed))
         assert c.get("mixed").version == 1
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_write_too_big_for_the_clients_limit_is_named_after_the_writes_before_it_are_answered(
+    sidecar: Sidecar, flavour: str
+) -> None:
+    """gRPC failed the whole stream while sending such a write: the answers of the writes before it were
+    lost, and the error named the first unanswered write, not the one too big. The async client, which
+    read ``puts`` whole first, raised before writing anything."""
+    limit = 128 << 10
+    puts = [merge("s"), service_pb2.PutRequest(session_id="s", state=b"x" * limit, request_id="too-big"), merge("s")]
+    taken: list[service_pb2.PutResult] = []
+    with open_client(flavour, sidecar.unix_target, max_message_bytes=limit) as c:
+        with pytest.raises(ResourceExhaustedError) as raised:
+            taken.extend(c.put_stream(iter(puts)))
+        assert [r.response.version for r in taken] == [1]  # the write before it: sent and answered
+        assert raised.value.request_id == "too-big"
+        needs = service_pb2.PutStreamRequest(puts=[puts[1]], batch_id=1).ByteSize()
+        assert f"puts[1] (request_id 'too-big') needs a {needs}-byte PutStream message" in str(raised.value)
+        assert f"over this client's message limit (max_message_bytes = {limit})" in str(raised.value)
+        assert c.get("s").version == 1  # nothing after it was sent
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
