@@ -1,5 +1,37 @@
-"""Python clients of the sidecar: CheckpointClient (sync) and AsyncCheckpointClient."""
+"""Python clients of the sidecar: CheckpointClient (sync) and AsyncCheckpointClient, and their errors."""
 
-from .clients import AsyncCheckpointClient, CheckpointClient, CheckpointError, UnavailableError
+from ..tls import ClientTLS
+from .async_client import AsyncCheckpointClient
+from .channel import ENV_VARS
+from .errors import (
+    AlreadyExistsError,
+    CheckpointError,
+    ClientClosedError,
+    ConflictError,
+    DataLossError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+from .policy import DEFAULT_RETRIES
+from .sync_client import CheckpointClient
 
-__all__ = ["AsyncCheckpointClient", "CheckpointClient", "CheckpointError", "UnavailableError"]
+__all__ = [
+    "DEFAULT_RETRIES",
+    "ENV_VARS",
+    "AlreadyExistsError",
+    "AsyncCheckpointClient",
+    "CheckpointClient",
+    "CheckpointError",
+    "ClientClosedError",
+    "ClientTLS",
+    "ConflictError",
+    "DataLossError",
+    "DeadlineExceededError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "ResourceExhaustedError",
+    "UnavailableError",
+]

@@ -18,7 +18,7 @@ from ckpt.bench import sidecar_load, workers_bench
 from ckpt.bench.echo import ECHO_METHOD, LINK_ECHO_METHOD
 from ckpt.bench.echo_sidecar import start_echo_sidecar
 from ckpt.bench.output import child_pids, proc_cpu_seconds
-from ckpt.sidecar.client.clients import AsyncCheckpointClient
+from ckpt.sidecar.client import AsyncCheckpointClient
 from ckpt.sidecar.server import start_sidecar_process
 
 

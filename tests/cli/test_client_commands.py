@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from tests.cli.command import ckpt
 from tests.sidecar_proc import ROOT, Sidecar
 

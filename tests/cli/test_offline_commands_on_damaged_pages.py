@@ -24,7 +24,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient, DataLossError
+from ckpt.sidecar.client import CheckpointClient, DataLossError
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.cli.command import ckpt
 from tests.cli.lmdb_pages import HEADER, IS_LEAF, NUMKEYS, Pages

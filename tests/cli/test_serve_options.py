@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sidecar.client.clients import CheckpointClient, InvalidArgumentError
+from ckpt.sidecar.client import CheckpointClient, InvalidArgumentError
 from ckpt.sidecar.config import ServeConfig
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.cli.command import ckpt

@@ -14,7 +14,7 @@ from typing import Any
 
 import lmdb
 
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import keys
 from tests.sidecar_proc import ROOT, start_sidecar
 
@@ -197,7 +197,7 @@ def test_node_put_stream_answers_each_write_in_order_and_replays_a_resent_one(tm
 
 
 def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp_path: Path) -> None:
-    from tests.client.test_client_stream_resume import Fleet
+    from tests.client.support import Fleet
 
     fleet = Fleet(tmp_path / "data")
     n = 240

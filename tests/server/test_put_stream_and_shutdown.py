@@ -19,7 +19,7 @@ from typing import cast
 import grpc
 import pytest
 
-from ckpt.sidecar.client.clients import CheckpointClient, UnavailableError
+from ckpt.sidecar.client import CheckpointClient, UnavailableError
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, start_sidecar
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ckpt.bench import synthetic
-from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError
+from ckpt.sidecar.client import CheckpointClient, NotFoundError
 from ckpt.sidecar.config import ServeConfig, StoreConfig
 from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.replycache import ReplyCache

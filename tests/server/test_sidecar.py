@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     AlreadyExistsError,
     AsyncCheckpointClient,
     CheckpointClient,
@@ -26,8 +26,8 @@ from ckpt.sidecar.client.clients import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
-    _retry_delay_seconds,
 )
+from ckpt.sidecar.client.policy import retry_delay_seconds as _retry_delay_seconds
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.sidecar_proc import Sidecar, free_port, start_sidecar
@@ -249,7 +249,7 @@ def test_put_stream_names_a_write_too_big_for_the_clients_message_limit(sidecar:
 
     asyncio.run(run())
     with CheckpointClient(sidecar.unix_target) as c:
-        assert c.get("s").version == 1  # the async client reads puts whole first: it wrote nothing
+        assert c.get("s").version == 2  # the async client streams its input too: the write before it landed
 
 
 def test_put_stream_keeps_order_and_reports_each_write(sidecar: Sidecar) -> None:

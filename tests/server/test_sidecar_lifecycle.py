@@ -25,7 +25,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.serving import serve_async
 from tests.sidecar_proc import ROOT, free_port, start_sidecar

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from ckpt.sidecar import PutRequest, WriteMode
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     AlreadyExistsError,
     CheckpointClient,
     ConflictError,

@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from ckpt.bench.output import child_pids
-from ckpt.sidecar.client.clients import CheckpointClient, CheckpointError, ResourceExhaustedError
+from ckpt.sidecar.client import CheckpointClient, CheckpointError, ResourceExhaustedError
 from ckpt.sidecar.config import MAX_STREAM_BATCH_PUTS, ServeConfig, StoreConfig
 from ckpt.sidecar.server import storehost, storeside
 from ckpt.sidecar.server.link import MAX_TAG, Frame, FrameReader, Kind, encode

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from ckpt.sidecar.client.clients import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
+from ckpt.sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClient, ClientTLS, UnavailableError
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.listening import reachable_from_other_hosts
 from ckpt.sidecar.server.process import start_sidecar_process, wait_until_serving

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.codec.frame import FrameKind, parse
-from ckpt.sidecar.client.clients import CheckpointClient, ConflictError, NotFoundError
+from ckpt.sidecar.client import CheckpointClient, ConflictError, NotFoundError
 from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process

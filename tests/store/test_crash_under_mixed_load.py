@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     CheckpointClient,
     CheckpointError,
     NotFoundError,

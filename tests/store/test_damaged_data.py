@@ -19,7 +19,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import Retention, Store, StoreConfig
-from ckpt.sidecar.client.clients import (
+from ckpt.sidecar.client import (
     CheckpointClient,
     CheckpointError,
     DataLossError,

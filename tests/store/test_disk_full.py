@@ -19,7 +19,7 @@ import lmdb
 import pytest
 
 from ckpt.bench.output import process_and_children
-from ckpt.sidecar.client.clients import CheckpointClient, NotFoundError, ResourceExhaustedError
+from ckpt.sidecar.client import CheckpointClient, NotFoundError, ResourceExhaustedError
 from ckpt.sidecar.storage import LmdbStorage
 from tests.sidecar_proc import ROOT, start_sidecar
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.server.heap import HeapTrimmer, anonymous_resident_bytes
 from tests.sidecar_proc import start_sidecar
 

@@ -19,7 +19,7 @@ import pytest
 
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, StateSnapshot
 from ckpt.sidecar import Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import PutRequest, VersionInfo, WriteMode
 from ckpt.sidecar.store.cache import StateCache
 from ckpt.v1 import service_pb2

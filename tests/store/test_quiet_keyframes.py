@@ -16,7 +16,7 @@ from ckpt.bench import synthetic
 from ckpt.codec import ChainEncoder, FrameKind, decode, keyframe, parse
 from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietKeyframes
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import ROOT, start_sidecar_sweeping

@@ -17,7 +17,7 @@ import pytest
 
 from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable, WriteMode
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.storage import StorageFailure
 from ckpt.sidecar.store import requestids
 from ckpt.sidecar.store.encoders import Encoders

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, StoreFull
-from ckpt.sidecar.client.clients import CheckpointClient, ResourceExhaustedError
+from ckpt.sidecar.client import CheckpointClient, ResourceExhaustedError
 from ckpt.sidecar.tools.backup import backup
 from tests.sidecar_proc import Sidecar, free_port, metrics_text, start_sidecar
 

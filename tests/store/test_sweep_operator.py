@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ckpt.sidecar import Retention, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from tests.sidecar_proc import free_port, start_sidecar
 from tests.store.test_store_full import scrape
 

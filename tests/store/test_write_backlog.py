@@ -21,7 +21,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import Overloaded, PutRequest, PutResult, Store, StoreConfig, Unavailable
-from ckpt.sidecar.client.clients import AsyncCheckpointClient, CheckpointClient, UnavailableError
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, UnavailableError
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
 from ckpt.v1 import service_pb2

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig
-from ckpt.sidecar.client.clients import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.tools.backup import backup, write_backup
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.cli.test_cli import ckpt

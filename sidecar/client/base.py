@@ -1,0 +1,310 @@
+"""What the two clients share: every public method, its arguments, requests and meaning, written once.
+
+CheckpointClient and AsyncCheckpointClient differ only in their I/O: how a
+unary call is made and retried, how pages are fetched, how a put_stream's
+streams are driven, and how the channel is closed. Those are this class's
+hooks; the type parameters are what each method returns in each client (a
+response, or an awaitable of one; an iterator, or an async one).
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import functools
+import operator
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
+
+import grpc
+
+from ckpt.v1 import service_pb2, service_pb2_grpc
+
+from ..config import DEFAULT_MAX_MESSAGE_BYTES
+from ..tls import ClientTLS, open_channel
+from .arguments import (
+    check_client_options,
+    check_put_stream,
+    check_str,
+    delete_request,
+    fork_request,
+    get_request,
+    history_request,
+    put_request,
+    sessions_request,
+)
+from .channel import channel_options, from_environment, tls_of
+from .errors import Unknown, closed_during, unknown_write
+from .ledger import StreamLimits
+from .policy import DEFAULT_RETRIES, Attempts
+from .stream import StreamRun
+
+PutT = TypeVar("PutT")
+GetT = TypeVar("GetT")
+ForkT = TypeVar("ForkT")
+CountT = TypeVar("CountT")
+VersionsT = TypeVar("VersionsT")
+SessionsT = TypeVar("SessionsT")
+PutsT = TypeVar("PutsT")
+ResultsT = TypeVar("ResultsT")
+
+
+@dataclass(frozen=True)
+class Unary:
+    """One unary call: the stub's method, its request (built when the call starts, so that an async
+    call refuses bad arguments when awaited), whether it is retried, and what of its response is returned.
+    A write's request id goes on its errors."""
+
+    method: str
+    build: Callable[[], Any]
+    retry: bool
+    writes: bool = False
+    pick: Callable[[Any], Any] | None = None
+
+    def start(self, client: ClientBase[Any, Any, Any, Any, Any, Any, Any, Any]) -> tuple[Any, Any, Attempts]:
+        """The stub's method, the request, and the call's attempts (refused if the client is closed)."""
+        request = self.build()
+        client._check_open()
+        attempts = Attempts(client._timeout, client._retries, self.retry, request.request_id if self.writes else None)
+        return getattr(client._stub, self.method), request, attempts
+
+    def result(self, response: Any) -> Any:
+        return response if self.pick is None else self.pick(response)
+
+
+class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, SessionsT, PutsT, ResultsT]):
+    _AIO: ClassVar[bool]
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout_seconds: float = 30.0,
+        retries: int = DEFAULT_RETRIES,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        own_connection: bool = False,
+        tls: ClientTLS | bool = False,
+    ) -> None:
+        check_str("target", target)
+        check_client_options(timeout_seconds, retries, max_message_bytes)
+        tls_config = tls_of(target, tls)
+        self._bind()
+        options = channel_options(max_message_bytes, own_connection=own_connection)
+        self._channel = open_channel(target, tls_config, options, aio=self._AIO)
+        self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
+        self._timeout = float(timeout_seconds)
+        self._max_message_bytes = max_message_bytes
+        self._retries = retries
+        self._closed = False
+        # The put_streams under way: close() stops their reading of ``puts``, so
+        # that one waiting for its next write is let go.
+        self._streams: set[Any] = set()
+        self._streams_lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Self:
+        """A client set up as the ``ckpt`` command line is, from the environment (an async one in async code).
+
+        ``CKPT_TARGET`` (required unless ``target=`` is given), ``CKPT_MAX_MESSAGE_BYTES``,
+        and for TLS ``CKPT_TLS_CA_FILE``, ``CKPT_TLS_CLIENT_CERT_FILE``,
+        ``CKPT_TLS_CLIENT_KEY_FILE``, ``CKPT_TLS_SERVER_NAME`` (see :class:`ClientTLS`).
+        ``options`` are this class's keyword arguments, and win over the environment.
+        Raises ValueError naming the variable that is missing or wrong.
+        """
+        return cls(**from_environment(os.environ, options))
+
+    def put(
+        self,
+        session_id: str,
+        state: bytes,
+        *,
+        expected_version: int | None = None,
+        request_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> PutT:
+        """Write the whole new state (REPLACE)."""
+        return self._write(session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels)
+
+    def merge(
+        self,
+        session_id: str,
+        patch: bytes,
+        *,
+        expected_version: int | None = None,
+        request_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> PutT:
+        """Write a partial message merged onto the latest state (MERGE)."""
+        return self._write(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+
+    def _write(
+        self,
+        session_id: str,
+        data: bytes,
+        mode: int,
+        expected_version: int | None,
+        request_id: str | None,
+        labels: Mapping[str, str] | None,
+    ) -> PutT:
+        # The request (and so its request id) is built once: retries resend it unchanged.
+        build = functools.partial(put_request, session_id, data, mode, expected_version, request_id, labels)
+        return cast(PutT, self._unary(Unary("Put", build, retry=True, writes=True)))
+
+    def get(self, session_id: str, version: int = 0) -> GetT:
+        """Read a version (0 = the latest)."""
+        return cast(GetT, self._unary(Unary("Get", functools.partial(get_request, session_id, version), retry=True)))
+
+    def history(self, session_id: str, *, page_size: int = 100) -> VersionsT:
+        """Every version of a session, newest first (pages fetched as needed)."""
+        return cast(VersionsT, self._pages("ListVersions", history_request(session_id, page_size), "versions"))
+
+    def sessions(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime.datetime | None = None,
+        updated_before: datetime.datetime | None = None,
+        page_size: int = 100,
+    ) -> SessionsT:
+        """Every session carrying all of ``labels`` and last written at or after
+        ``updated_after`` and before ``updated_before`` (aware datetimes), if given;
+        pages fetched as needed."""
+        request = sessions_request(labels, page_size, updated_after, updated_before)
+        return cast(SessionsT, self._pages("ListSessions", request, "sessions"))
+
+    def fork(
+        self, session_id: str, new_session_id: str, *, version: int = 0, labels: Mapping[str, str] | None = None
+    ) -> ForkT:
+        """Create ``new_session_id`` whose version 1 is ``version`` (0 = the latest) of ``session_id``."""
+        build = functools.partial(fork_request, session_id, new_session_id, version, labels)
+        return cast(ForkT, self._unary(Unary("Fork", build, retry=False, pick=operator.attrgetter("session"))))
+
+    def delete(self, session_id: str) -> CountT:
+        """Remove a session and all its versions; returns how many versions were removed."""
+        build = functools.partial(delete_request, session_id)
+        pick = operator.attrgetter("deleted_versions")
+        return cast(CountT, self._unary(Unary("DeleteSession", build, retry=False, pick=pick)))
+
+    def put_stream(self, puts: PutsT, *, batch_size: int = 64) -> ResultsT:
+        """Send many writes on one stream, ``batch_size`` per message; yield one result per write, in order.
+
+        ``puts`` is an iterable of ckpt.v1.PutRequest (for AsyncCheckpointClient,
+        an async iterable too), read as the stream goes, never whole first. A
+        message holds fewer writes when ``batch_size`` of them would pass
+        ``max_message_bytes``, or when no further write of ``puts`` is ready
+        yet: a write is sent at once, not held for others to join it (an
+        iterator is read a few writes ahead, on a thread or a task of its own; a
+        sequence is batched whole). A failed write is a PutResult with ``error``
+        set; the others go on. If reading ``puts`` raises (or it gives
+        something that is not a PutRequest), every write it gave before is sent
+        and answered, then that exception is raised (unless the stream gives up
+        on those writes first: then its error is, with that exception as its
+        cause). A write without a request id is sent with a new one (the
+        caller's message is not changed).
+
+        The stream outlasts sidecar restarts: when it breaks with a status the
+        unary writes retry (UNAVAILABLE, CANCELLED), a new stream is opened
+        after the same backoff and every write sent but not answered is sent
+        again, in order, with the same request id, then the rest of ``puts``
+        (so are the writes a stopping sidecar answered UNAVAILABLE without
+        queuing them, the last of their batch: they were not written).
+        Each write still yields exactly one result, in order; one the sidecar
+        had committed before the break comes back with ``replayed=True``.
+        ``retries`` bounds the reconnects of one run of failures (a stream
+        that gets an answer starts the count afresh) and so does
+        ``timeout_seconds`` from the failure; a stream broken while idle is
+        reopened when ``puts`` gives its next write. Only the writes in
+        flight are kept for this, not ``puts``: at most 128 messages, or
+        128 MiB of them, are sent ahead of their answers. Giving up raises the
+        error (UnavailableError after a restart that outlasted the retries)
+        with the number of writes answered in its message and, as
+        ``unanswered``, the writes sent without a result (perhaps committed),
+        in order, with the request ids they were sent with (``request_id``:
+        the first's): resend them as they are, then ``puts`` from index
+        answered + len(unanswered) on, and each write lands once. Writes sent
+        when iteration stops early may be committed too; none gets a result.
+        ``timeout_seconds`` also bounds each wait for an answer while writes
+        are in flight (counted from the wait's start or the last answer,
+        whichever is later): past it the stream is cancelled and
+        DeadlineExceededError raised, likewise naming the progress. Other
+        statuses end the stream at once, as before, naming the progress too.
+        Once every write is answered and ``puts`` has ended, the stream's own
+        end is not waited for.
+        """
+        limits = StreamLimits(
+            batch_size=check_put_stream(puts, batch_size, aio=self._AIO), max_message_bytes=self._max_message_bytes
+        )
+        self._check_open()
+        return cast(ResultsT, self._put_stream(puts, limits))
+
+    # -- what the clients' I/O shares
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"this {type(self).__name__} is closed")
+
+    def _retry_delay(self, error: grpc.RpcError, attempts: Attempts) -> float:
+        """The wait before a failed call's next attempt (translating ``error`` if there is none)."""
+        if self._closed:  # close() cancelled it
+            raise self._closed_during(unknown_write(attempts.request_id)) from None
+        return attempts.delay_or_raise(error)
+
+    def _check_not_closed_during(self, attempts: Attempts) -> None:
+        if self._closed:
+            raise self._closed_during(unknown_write(attempts.request_id))
+
+    def _closed_during(self, unknown: Unknown | None) -> ValueError:
+        return closed_during(type(self).__name__, unknown)
+
+    @staticmethod
+    def _next_page(request: Any, page: Any) -> bool:
+        """Whether there is a page after ``page``; if so, ``request`` now asks for it."""
+        if not page.next_page_token:
+            return False
+        request.page_token = page.next_page_token
+        return True
+
+    def _stream_run(self, puts: Any, limits: StreamLimits) -> StreamRun:
+        return StreamRun(
+            limits=limits,
+            owned=not isinstance(puts, Sequence),  # a sequence's writes are the caller's; a reader's, copies
+            timeout_seconds=self._timeout,
+            retries=self._retries,
+            client_name=type(self).__name__,
+        )
+
+    def _streaming(self, feed: Any, *, under_way: bool) -> None:
+        """Record a put_stream's feed as under way, or no longer."""
+        with self._streams_lock:
+            if under_way:
+                self._streams.add(feed)
+            else:
+                self._streams.discard(feed)
+
+    def _stop_reading(self) -> None:
+        """Stop every put_stream's reading of ``puts`` (close()'s last step)."""
+        with self._streams_lock:
+            feeds = list(self._streams)
+        for feed in feeds:
+            feed.stop_reading()
+
+    # -- each client's I/O
+
+    @abc.abstractmethod
+    def _bind(self) -> None:
+        """Anything the client needs before its channel is opened."""
+
+    @abc.abstractmethod
+    def _unary(self, call: Unary) -> Any:
+        """Make ``call``, retried by the policy: its result (or, async, an awaitable of it)."""
+
+    @abc.abstractmethod
+    def _pages(self, method: str, request: Any, field: str) -> Any:
+        """The items of ``field`` of every page of a listing, fetched as needed."""
+
+    @abc.abstractmethod
+    def _put_stream(self, puts: Any, limits: StreamLimits) -> Any:
+        """The results of a put_stream, driving its StreamRun (see sync_stream and async_stream)."""

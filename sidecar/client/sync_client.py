@@ -1,0 +1,137 @@
+"""CheckpointClient: the blocking client (its I/O; what it shares with the async one is base.ClientBase)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import grpc
+
+from ckpt.v1 import service_pb2
+
+from .base import ClientBase, Unary
+from .channel import warn_not_closed
+from .errors import unknown_write
+from .ledger import StreamLimits
+from .stream import Move
+from .sync_stream import SyncFeed
+
+
+class CheckpointClient(
+    ClientBase[
+        service_pb2.PutResponse,
+        service_pb2.GetResponse,
+        service_pb2.SessionInfo,
+        int,
+        Iterator[service_pb2.VersionInfo],
+        Iterator[service_pb2.SessionInfo],
+        Iterable[service_pb2.PutRequest],
+        Iterator[service_pb2.PutResult],
+    ]
+):
+    """Synchronous client. Thread-safe; one per process is enough.
+
+    Clients of one process to the same target share one connection, unless
+    ``own_connection=True``: each connection is served by one worker of a
+    ``ckpt serve --workers N``, so a process putting many threads' writes
+    through one sidecar spreads them over its workers with a few clients of
+    their own connections.
+
+    ``timeout_seconds`` bounds each call, its retries included. Put, merge,
+    get and the listings retry UNAVAILABLE up to ``retries`` times (writes
+    resend the same request id, so a write lands once); fork and delete are
+    not retried (a resent fork whose reply was lost would fail with
+    ALREADY_EXISTS). ``put_stream`` reopens a broken stream and resends its
+    unanswered writes (see there); ``timeout_seconds`` bounds each wait for
+    one of its answers, not the stream.
+
+    ``tls``: for a host:port target served with ``ckpt serve --tls-cert-file``,
+    a :class:`ClientTLS` (the CA to trust; this client's certificate when the
+    sidecar requires one), or True to trust the system's CAs. Unix sockets are
+    always plaintext.
+    """
+
+    _AIO = False
+
+    def _bind(self) -> None:
+        pass
+
+    def close(self) -> None:
+        """Close the channel (idempotent); calls after it raise ValueError.
+
+        Waits at most ``timeout_seconds`` for gRPC to end the channel's calls (see _close_within).
+        """
+        self._closed = True
+        _close_within(self._channel.close, self._timeout)
+        self._stop_reading()
+
+    def __enter__(self) -> CheckpointClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _unary(self, call: Unary) -> Any:
+        method, request, attempts = call.start(self)
+        while True:
+            try:
+                return call.result(method(request, timeout=attempts.remaining()))
+            except grpc.RpcError as exc:
+                delay = self._retry_delay(exc, attempts)
+            except ValueError:
+                if self._closed:  # gRPC's "Cannot invoke RPC on closed channel!": close() came first
+                    raise self._closed_during(unknown_write(attempts.request_id)) from None
+                raise
+            time.sleep(delay)
+            self._check_not_closed_during(attempts)
+
+    def _pages(self, method: str, request: Any, field: str) -> Iterator[Any]:
+        while True:
+            page = self._unary(Unary(method, lambda: request, retry=True))
+            yield from getattr(page, field)
+            if not self._next_page(request, page):
+                return
+
+    def _put_stream(self, puts: Iterable[service_pb2.PutRequest], limits: StreamLimits) -> Iterator[Any]:
+        feed = SyncFeed(puts, self._stream_run(puts, limits), limits)
+        self._streaming(feed, under_way=True)
+        try:
+            if self._closed:  # close() came between the check in put_stream and here
+                feed.stop_reading()
+            while True:
+                self._check_open()
+                error: grpc.RpcError | None = None
+                try:
+                    for results in feed.answers(feed.open(self._stub.PutStream)):
+                        yield from results
+                except grpc.RpcError as exc:
+                    error = exc
+                move = feed.after_stream(error, closed=self._closed)
+                if move is Move.WAIT_FOR_WRITE:
+                    assert error is not None
+                    feed.wait_for_write()
+                    move = feed.after_wait(error, closed=self._closed)
+                if move is Move.DONE:
+                    return
+                time.sleep(move)
+                feed.check_closed(self._closed)
+        finally:
+            feed.close()
+            self._streaming(feed, under_way=False)
+
+
+def _close_within(close: Callable[[], object], seconds: float) -> None:
+    """Run a sync channel's ``close``, waiting for it ``seconds`` at most; past that it ends in the background.
+
+    gRPC's close cancels the channel's calls and then waits until each has ended. A
+    PutStream whose sidecar froze mid-stream (SIGSTOP, its socket full) stayed under
+    way after the cancel, and close() waited until the sidecar ran again: for ever,
+    had it never. The caller gets control back; the channel is freed when gRPC is done.
+    """
+    closing = threading.Thread(target=close, name="ckpt-client-close", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    if closing.is_alive():
+        warn_not_closed(seconds)

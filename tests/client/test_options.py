@@ -1,0 +1,66 @@
+"""A client's own options are refused by name when wrong; an async client belongs to the loop it was made in."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckpt.sidecar.client import AsyncCheckpointClient
+from tests.client.support import FLAVOURS, open_client
+from tests.sidecar_proc import Sidecar
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"timeout_seconds": 0},
+            ValueError,
+            r"timeout_seconds must be > 0 and at most 3153600000 \(100 years\), got 0",
+        ),
+        # gRPC's deadline overflows past ~7.4e9 s: every call then failed at once as DEADLINE_EXCEEDED.
+        (
+            {"timeout_seconds": 1e10},
+            ValueError,
+            r"timeout_seconds must be > 0 and at most 3153600000 .*got 10000000000.0",
+        ),
+        ({"timeout_seconds": float("inf")}, ValueError, "at most 3153600000 .*got inf"),
+        ({"timeout_seconds": float("nan")}, ValueError, "at most 3153600000 .*got nan"),
+        ({"timeout_seconds": "5"}, TypeError, "timeout_seconds must be a number"),
+        ({"retries": -1}, ValueError, "retries must be >= 0, got -1"),
+        ({"max_message_bytes": 100}, ValueError, "max_message_bytes must be >= 1024, got 100"),
+        ({"max_message_bytes": 2**31}, ValueError, "max_message_bytes must be <= 2147483647, got 2147483648"),
+        ({"tls": "yes"}, TypeError, "tls must be a ClientTLS, True or False, not str"),
+        ({"tls": True}, ValueError, "tls is for host:port targets"),
+    ],
+)
+def test_bad_client_options_are_refused(
+    tmp_path: Path, flavour: str, kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        open_client(flavour, f"unix:{tmp_path / 'x.sock'}", **kwargs)
+
+
+def test_an_async_client_belongs_to_the_loop_it_was_made_in(sidecar: Sidecar) -> None:
+    """Used from another loop, every call failed with asyncio's "attached to a different loop"."""
+    with pytest.raises(RuntimeError, match="must be created in the event loop that uses it"):
+        AsyncCheckpointClient(sidecar.unix_target)
+
+    async def make() -> AsyncCheckpointClient:
+        c = AsyncCheckpointClient(sidecar.unix_target)
+        await c.put("loop", b"first")
+        return c
+
+    kept = asyncio.run(make())
+
+    async def reuse() -> None:
+        with pytest.raises(RuntimeError, match="belongs to the event loop it was created in, not this one"):
+            await kept.get("loop")
+        with pytest.raises(RuntimeError, match="belongs to the event loop it was created in, not this one"):
+            kept.put_stream([])
+
+    asyncio.run(reuse())
