@@ -1,6 +1,6 @@
 # ckpt sidecar image. Build: docker build -t ckpt .
 # Run:   docker run -v ckpt-data:/data -v ckpt-sock:/run/ckpt -p 127.0.0.1:50051:50051 ckpt
-#        (this host only: the port is plaintext; to publish it further, serve TLS, see README "TLS on TCP")
+#        (this host only: the port is plaintext; to publish it further, serve TLS, see docs/operations.md, "TLS on TCP")
 FROM python:3.11-slim
 
 RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin ckpt \

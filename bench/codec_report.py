@@ -1,6 +1,6 @@
 """Codec benchmark: stored bytes, encode time and decode time, side by side in one run.
 
-    python -m bench.codec_report [--trajectories DIR] [--quick] [--json FILE]
+    python -m ckpt.bench.codec_report [--trajectories DIR] [--quick] [--json FILE]
 
 Workloads: the real agent trajectories (``bench.trajectories``; skipped with a
 note when the corpus is absent) and a synthetic in-place-edit agent

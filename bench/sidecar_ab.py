@@ -1,10 +1,10 @@
 """Two builds of the sidecar side by side: this checkout against another commit.
 
-    python -m bench.sidecar_ab REF [--rounds N] [--seconds S] [--json FILE]
+    python -m ckpt.bench.sidecar_ab REF [--rounds N] [--seconds S] [--json FILE]
                                [--baseline-args ARGS] [--this-args ARGS]
 
 On the project's 2-core VMs one build's unary merges/s move ~20% between
-runs of `python -m bench.sidecar_bench`, more than most changes move them, so
+runs of `python -m ckpt.bench.sidecar_bench`, more than most changes move them, so
 a change is judged against its baseline measured in the same minutes. REF (a
 commit, branch or tag of this repository) is checked out into a temporary git
 worktree, removed when done; each build serves as its own echo sidecar
@@ -14,7 +14,7 @@ before that launcher) on its defaults (fsync on; data under
 measured. Each round measures each build in turn, the one going first
 alternating round by round: 64 client threads echoing a merge request's size,
 then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states), each
-after a short warm-up of its own kind, with ``python -m bench.sidecar_bench``'s
+after a short warm-up of its own kind, with ``python -m ckpt.bench.sidecar_bench``'s
 own ``Bench.measure``.
 
 The report gives each build's medians (merges/s, echo calls/s, merge/echo,

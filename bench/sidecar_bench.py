@@ -1,6 +1,6 @@
 """Sidecar benchmark: a real `ckpt serve` process, measured against its own echo method.
 
-    python -m bench.sidecar_bench [--quick] [--json FILE]
+    python -m ckpt.bench.sidecar_bench [--quick] [--json FILE]
 
 One sidecar subprocess is started by ``bench.echo_sidecar`` (``ckpt serve``
 serving the echo methods too; fsync on: the default ``sync`` durability), its data directory on real disk under
@@ -36,7 +36,7 @@ measured against that one server, over its unix socket, in this run:
 4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
    gRPC process's reply cache) against echoing the same number of bytes, calls
    alternating on one client thread; p50/p99 of each, and the p50 ratio;
-What ``ckpt serve --workers N`` changes is measured by ``python -m bench.workers_bench``.
+What ``ckpt serve --workers N`` changes is measured by ``python -m ckpt.bench.workers_bench``.
 
 Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
 same kind, with the kinds interleaved round by round (echo, merge, stream,

@@ -1,6 +1,6 @@
 """``ckpt serve --workers N`` against one process, side by side: echo and unary MERGE over TCP.
 
-    python -m bench.workers_bench [--workers N] [--rounds R] [--quick] [--json FILE]
+    python -m ckpt.bench.workers_bench [--workers N] [--rounds R] [--quick] [--json FILE]
 
 Two echo sidecars (``bench.echo_sidecar``) serve at once, each with its own data directory
 (as sidecar_bench's, fsync on) and a free TCP port on 127.0.0.1: one process,

@@ -14,7 +14,7 @@ class ChainPolicy:
     state, every whole state a DELTA carries, every PATCH's patch) plus a fixed
     cost per frame. The encoder starts a new chain (a FULL frame) as soon as
     any bound would be exceeded. The defaults come from a sweep on the trajectory
-    workload (``python -m bench.codec_report``; the trade-off table is in the README).
+    workload (``python -m ckpt.bench.codec_report``; the trade-off table is in docs/performance.md).
     """
 
     #: Most frames after the FULL frame in one chain.

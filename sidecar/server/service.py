@@ -155,7 +155,7 @@ class CheckpointService:
 
         The store process answers every call of a group commit in one loop turn; without a
         Task and four coroutines per call, a unary merge took ~7% less server CPU (759 against
-        812 us, both processes, ``python -m bench.sidecar_ab``, with the link's per-turn writes).
+        812 us, both processes, ``python -m ckpt.bench.sidecar_ab``, with the link's per-turn writes).
         A large MERGE patch alone takes a Task: the store checks it off the loop (Store.awrite).
         """
         requests, latency = self._metrics.per_rpc("Put")

@@ -47,7 +47,7 @@ SEP = b"\x00"
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
-# What ids and labels are refused for (the README states the same rule).
+# What ids and labels are refused for (docs/errors.md states the same rule).
 _HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
 
 

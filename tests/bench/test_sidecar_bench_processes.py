@@ -1,6 +1,6 @@
 """The benchmarks' readings of several server processes: merges reach every worker, CPU counts them all.
 
-bench.workers_bench is the measurement behind the README's figures for
+bench.workers_bench is the measurement behind docs/performance.md's figures for
 `--workers`, so a bench that silently sent every merge to one worker would
 make them wrong.
 """

@@ -387,7 +387,7 @@ def test_a_corrupt_request_record_is_data_loss_and_does_not_block_delete(damaged
 
 
 def test_lmdb_page_corruption_is_data_loss(damaged: Path) -> None:
-    """A damaged B-tree page (MDB_CORRUPTED) is DATA_LOSS for reads and writes, as the README promises for
+    """A damaged B-tree page (MDB_CORRUPTED) is DATA_LOSS for reads and writes, as docs/errors.md promises for
     stored data that fails its checks (not INTERNAL, "see its log")."""
     corrupt_root_page(damaged, "frames")
     sidecar = serve_damaged(damaged)
