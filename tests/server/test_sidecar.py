@@ -110,7 +110,7 @@ def test_sessions_filtered_by_update_time(sidecar: Sidecar) -> None:
 
 
 def test_a_session_written_while_paging_by_update_time_comes_again_as_documented(sidecar: Sidecar) -> None:
-    """What docs/embedded.md and ListSessionsResponse say of listings read page by page while writes go on."""
+    """What docs/clients.md and ListSessionsResponse say of listings read page by page while writes go on."""
     epoch = datetime.datetime.fromtimestamp(0, datetime.UTC)
     with CheckpointClient(sidecar.unix_target) as c:
         for sid in ("p-a", "p-b"):
