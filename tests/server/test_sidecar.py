@@ -225,33 +225,6 @@ def test_put_stream_splits_batches_that_would_pass_the_message_limit(sidecar: Si
         assert [c.get(f"b{n}").state for n in range(3)] == [big[9], big[7], big[8]]
 
 
-def test_put_stream_names_a_write_too_big_for_the_clients_message_limit(sidecar: Sidecar) -> None:
-    # gRPC failed the whole stream while sending such a write: the answers of the writes before it
-    # were lost, and the error named the first unanswered write, not the one too big.
-    limit = 128 << 10
-    puts = [service_pb2.PutRequest(session_id="s", state=state(1)) for _ in range(3)]
-    puts[1] = service_pb2.PutRequest(session_id="s", state=b"x" * limit, request_id="too-big")
-    taken: list[service_pb2.PutResult] = []
-    with CheckpointClient(sidecar.unix_target, max_message_bytes=limit) as c:
-        with pytest.raises(ResourceExhaustedError) as raised:
-            taken.extend(c.put_stream(iter(puts)))
-        assert [r.response.version for r in taken] == [1]  # the write before it: sent and answered
-        assert raised.value.request_id == "too-big"
-        needs = service_pb2.PutStreamRequest(puts=[puts[1]], batch_id=1).ByteSize()
-        assert f"puts[1] (request_id 'too-big') needs a {needs}-byte PutStream message" in str(raised.value)
-        assert f"over this client's message limit (max_message_bytes = {limit})" in str(raised.value)
-
-    async def run() -> None:
-        async with AsyncCheckpointClient(sidecar.unix_target, max_message_bytes=limit) as ac:
-            with pytest.raises(ResourceExhaustedError, match=r"puts\[1\] \(request_id 'too-big'\)"):
-                async for _ in ac.put_stream(puts):
-                    pass
-
-    asyncio.run(run())
-    with CheckpointClient(sidecar.unix_target) as c:
-        assert c.get("s").version == 2  # the async client streams its input too: the write before it landed
-
-
 def test_put_stream_keeps_order_and_reports_each_write(sidecar: Sidecar) -> None:
     puts = []
     for n in range(1, 201):
