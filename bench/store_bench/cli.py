@@ -15,7 +15,7 @@ repetitions, and compared configurations run side by side, alternating.
    commits) against ``max_batch_writes=1`` (one transaction, so one fsync
    pair, per put), alternating rounds on fresh directories; writes/s, the
    ratio (checked), and the batch sizes the writer committed. The same pair
-   again with 64 asyncio tasks awaiting ``Store.awrite`` on one event loop,
+   again with 64 asyncio tasks awaiting ``Store.asubmit`` on one event loop,
    the way the sidecar writes (reported, not checked). The flush latency of
    the disk under the data directory is printed too: the ratio depends on it.
    So is the ceiling (reported): the default config again with its data on

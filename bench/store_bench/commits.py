@@ -78,12 +78,12 @@ def _concurrent_writes(config: StoreConfig, states: list[list[bytes]]) -> tuple[
 
 
 def _concurrent_awrites(config: StoreConfig, states: list[list[bytes]]) -> tuple[float, Counter[int], int]:
-    """:func:`_concurrent_writes` with asyncio tasks on one event loop (``Store.awrite``, the sidecar's path)."""
+    """:func:`_concurrent_writes` with asyncio tasks on one event loop (``Store.asubmit``, the sidecar's path)."""
     with Store(config) as store:
 
         async def writer(t: int) -> None:
             for state in states[t]:
-                await store.awrite(PutRequest(f"writer-{t:03d}", state))
+                await store.asubmit(PutRequest(f"writer-{t:03d}", state))
 
         async def all_writers() -> float:
             t0 = time.perf_counter()
@@ -136,7 +136,7 @@ def group_commit(root: Path, *, threads: int = 64, versions: int = 60, rounds: i
     """Writes/s with group commit (default config) against one commit per put, alternating rounds.
 
     Writers are threads calling ``Store.put`` (the checked figure), and again
-    asyncio tasks awaiting ``Store.awrite`` on one loop, as the sidecar writes
+    asyncio tasks awaiting ``Store.asubmit`` on one loop, as the sidecar writes
     (reported): 64 blocked threads cost a GIL hand-off and a wake-up each per
     write, where the loop is woken once per commit.
     """

@@ -163,31 +163,32 @@ class StoreConfig:
     max_state_bytes: int = 64 * 1024 * 1024
     #: Most writes committed in one LMDB transaction.
     max_batch_writes: int = 512
-    #: Longest the writer waits before a commit for the writers it expects:
+    #: Longest a batch waits before its commit for the writers it expects:
     #: as many as the last commit let go on (a put_many counts once; a
-    #: PutStream batch or a thread pipelining submit() counts as its writes)
-    #: plus the writes queued while it ran. Writers a commit answers usually
-    #: write again at once, and a commit's flush costs about the same for 60
-    #: writes as for 30; without the wait, 64 writer threads settle into two
-    #: half-size batches taking turns, two flushes where one would do. The
-    #: wait ends as soon as they are queued, and is at most the last
-    #: commit's duration (plus the OS's timer slack, ~0.1-0.3 ms on a busy
-    #: VM), so a write waits at most about as long again as its commit takes;
-    #: there is none while writers wait for room under
-    #: max_queued_write_bytes (they could not queue). A lone writer waits
-    #: only once, on its first write after a burst of others ends. 0: commit
-    #: whatever is queued at once.
+    #: PutStream batch counts as its writes) plus the writes queued while
+    #: it ran. Writers a commit answers usually write again at once, and a
+    #: commit's flush costs about the same for 60 writes as for 30; without
+    #: the wait, 64 writer threads settle into two half-size batches taking
+    #: turns, two flushes where one would do. The wait ends as soon as they
+    #: are queued, and at the latest three of the last commit's durations
+    #: after the last batch went to commit (gather.close_in; plus the OS's
+    #: timer slack, ~0.1-0.3 ms on a busy VM), so a write waits at most
+    #: about twice as long again as its commit takes; there is none while
+    #: writers wait for room under max_queued_write_bytes (they could not
+    #: queue). A lone writer waits only once, on its first write after a
+    #: burst of others ends. 0: commit whatever is queued at once.
     max_commit_delay_seconds: float = field(
         default=DEFAULT_MAX_COMMIT_DELAY_SECONDS,
         metadata=option(
-            "longest a commit waits for the writers the last one answered (at most that commit's duration), so"
-            " more writes share one flush; 0 = commit what is queued at once, for the lowest latency",
+            "longest a commit waits for the writers the last one answered (at most three of that commit's"
+            " durations after it began), so more writes share one flush; 0 = commit what is queued at once, for"
+            " the lowest latency",
             parse=float,
         ),
     )
     #: Most bytes of states queued for the writer and not yet answered (the
-    #: write backlog's memory). Past it, blocking writes (put, submit,
-    #: put_many) wait for room and asyncio writes (asubmit, so the sidecar's
+    #: write backlog's memory). Past it, blocking writes (put, put_many)
+    #: wait for room and asyncio writes (asubmit, so the sidecar's
     #: unary Puts) fail at once with Overloaded (UNAVAILABLE: retry with the
     #: same request_id). A write is always taken when nothing is queued, so
     #: one larger than this still goes, alone.

@@ -1,12 +1,12 @@
 """The checkpoint store: the codec's chains on the storage seam, with one group-committing writer.
 
 Store is the facade; the work is done by its collaborators, one job each:
-the writer thread and its queue (writer.py, loopwrites.py), the write ops
-(writeops.py) and their entry points (writes.py), chain reads (reads.py),
-listings (listings.py), request ids (requestids.py), retention and the
-sweeper (retention.py), quiet keyframes (keyframes.py), the caches
-(cache.py, encoders.py) and their checks against shared storage
-(coherence.py). Storage is reached only through the seam (sidecar/storage).
+the writer thread and its queue (writer.py, loopwrites.py, gather.py), the
+write ops (writeops.py) and their entry points (writes.py, checkline.py),
+chain reads (reads.py), listings (listings.py), request ids
+(requestids.py), retention and the sweeper (retention.py), quiet keyframes
+(keyframes.py), the caches (cache.py, encoders.py) and their checks against
+shared storage (coherence.py). Storage is reached only through the seam (sidecar/storage).
 
 Reads run in their own read transactions, concurrently with the writer.
 No gRPC here: the server maps StoreError subclasses to status codes.
@@ -29,6 +29,7 @@ from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, open_lmdb
 from . import keys
 from .cache import StateCache
+from .checkline import CheckLine
 from .coherence import Coherence
 from .dirlock import lock_data_dir
 from .encoders import Encoders
@@ -123,6 +124,7 @@ class Store(WriteEntryPoints):
             config, self._storage, self._encoders, readonly=readonly, on_writes_stopped=on_writes_stopped
         )
         self._loop = LoopBatches(config, self._writer)
+        self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
         submit = self._writer.submit
         self._keyframes = QuietKeyframes(config, self._tables, self._encoders, self._read, submit)
         self._ops = WriteOps(config, self._tables, self._encoders, self._requests, self._keyframes, validate)
@@ -144,7 +146,8 @@ class Store(WriteEntryPoints):
             if self._closed:
                 return
             self._closed = True
-        self._writer.stop(self._loop.take_pending)  # a batch gathering on the loop commits too
+        # A batch gathering on the loop commits too, and the checked writes in line.
+        self._writer.stop(lambda: self._loop.take_pending() + self._line.take_locked())
         if self._sweeper is not None:
             self._sweeper.join()
         self._storage.close()
@@ -164,11 +167,11 @@ class Store(WriteEntryPoints):
     ) -> SessionInfo:
         """A new session whose version 1 is ``version`` (0 = latest) of another."""
         op = self._ops.fork_op(session_id, version, new_session_id, dict(labels or {}))
-        return self._submit(op).wait()  # type: ignore[no-any-return]
+        return self._writer.submit(op).wait()  # type: ignore[no-any-return]
 
     def delete_session(self, session_id: str) -> int:
         """Remove a session, every version and every index entry; returns versions removed."""
-        return self._submit(self._ops.delete_op(session_id)).wait()  # type: ignore[no-any-return]
+        return self._writer.submit(self._ops.delete_op(session_id)).wait()  # type: ignore[no-any-return]
 
     # -- reads -----------------------------------------------------------------
 

@@ -7,14 +7,12 @@ import time
 from collections.abc import Callable
 
 from ..config import StoreConfig
+from .gather import close_in
 from .ops import Op
 from .writer import Writer
 
 #: Longest a loop reads no requests while its batch of writes commits.
 HOLD_INPUT_MAX_SECONDS = 0.02
-#: A loop's batch of concurrent writes closes this many of the last commit's durations after the last
-#: batch was handed over (at most max_commit_delay_seconds).
-LOOP_GATHER_COMMITS = 3
 
 
 def _nothing() -> None:
@@ -34,6 +32,7 @@ class LoopBatches:
         self._ops: list[Op] = []
         self._run: asyncio.Handle | asyncio.TimerHandle | None = None
         self._gather_began: float | None = None  # monotonic, while the batch waits for more
+        self._gathering = False  # _run is the timer closing a gathering batch
         self._last_batch = 0
         self._last_hand_over = 0.0  # monotonic
         self._hold_input: Callable[[], object] = _nothing
@@ -54,35 +53,45 @@ class LoopBatches:
         ops, self._ops = self._ops, []
         return ops
 
-    def submit(self, op: Op, loop: asyncio.AbstractEventLoop) -> None:
-        """Keep an asyncio write for the loop's next batch; Overloaded past max_queued_write_bytes."""
-        with self._writer.room:
-            self._writer.admit(op, wait=False)
-            self._ops.append(op)  # under the lock: a closing store hands over what it finds
-            count = len(self._ops)
-        if self._run is not None:
-            if count >= self._config.max_batch_writes and self._gather_began is not None:
-                self._run.cancel()  # a full batch goes now
-                self._run = loop.call_soon(self._hand_over)
+    def add_locked(self, op: Op) -> int:
+        """Keep an admitted asyncio write for the loop's next batch (under the writer's room lock,
+        so that a closing store hands over what it finds); how many the batch holds now."""
+        self._ops.append(op)
+        return len(self._ops)
+
+    def gather(self, loop: asyncio.AbstractEventLoop, gathered: int) -> None:
+        """After a write joined the batch (``gathered`` long now): hand it over now, or keep gathering."""
+        if self._run is not None and not self._gathering:
+            return  # handed over within a turn or two already
+        now = time.monotonic()
+        wait = close_in(
+            gathered=gathered,
+            expected=min(self._last_batch, self._config.max_batch_writes),
+            last_commit_seconds=self._writer.last_commit_seconds,
+            since_hand_over_seconds=now - self._last_hand_over,
+            max_commit_delay_seconds=self._config.max_commit_delay_seconds,
+        )
+        if self._run is not None:  # gathering
+            if wait <= 0:  # the writes expected are here
+                self._run.cancel()
+                self._close_batch()
             return
         if self._last_batch < 2:
             # A lone writer's: after this turn of the loop (the writes it reads meanwhile join it).
             self._run = loop.call_soon(self._hand_over)
-            return
-        # Concurrent writers: the batch closes a while after the last was handed over. Counted from
-        # then, not from now: writes read only after the last commit (the input held) waited for it.
-        gather = min(self._config.max_commit_delay_seconds, LOOP_GATHER_COMMITS * self._writer.last_commit_seconds)
-        now = time.monotonic()
-        delay = gather - (now - self._last_hand_over)
-        if delay > 0:
+        elif wait > 0:
+            # Concurrent writers: the input held, the batch gathers; writes read only after the
+            # last commit (the input held) waited for it already.
             self._gather_began = now
-            self._run = loop.call_later(delay, self._close_batch)
+            self._gathering = True
+            self._run = loop.call_later(wait, self._close_batch)
             self._hold(loop)
         else:
             self._close_batch()
 
     def _close_batch(self) -> None:
         """Read what came while the batch gathered (the input held), then hand the batch over."""
+        self._gathering = False
         self._release()
         assert self.loop is not None
         # The loop polls for I/O between this turn's callbacks and the next turn's: one turn more.

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +27,8 @@ class Op:
     outcome is known: one futex wake-up, where a Future's condition variable
     costs several lock round trips on the writer's critical path. The blocked
     callers of one commit are woken in turn (:func:`wake_in_turn`), not all
-    at once. ``submit()`` callers get a Future instead (``future`` set), and
-    asyncio callers an asyncio future on their loop (``loop`` and ``afuture``
-    set).
+    at once. Asyncio callers get an asyncio future on their loop instead
+    (``loop`` and ``afuture`` set).
     """
 
     apply: Callable[[Batch, WriteTxn], Any]
@@ -41,7 +39,9 @@ class Op:
     size_bytes: int = 0
     #: Its size_bytes while it counts against max_queued_write_bytes (0 once answered).
     queued_bytes: int = 0
-    future: Future[Any] | None = None
+    #: A check still to pass before the op may be queued (a large MERGE patch's, run on a
+    #: thread: checkline.py); None once passed, or if there is none.
+    check: Callable[[], None] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     afuture: asyncio.Future[Any] | None = None
     _done: threading.Lock = field(default_factory=_held_lock)
@@ -51,7 +51,7 @@ class Op:
     #: Its outcome lets its caller go on (and perhaps write again): false for
     #: all but the last write of a put_many, whose caller waits for them all.
     releases_caller: bool = True
-    #: Its caller waits for it alone, at once, in :meth:`wait` (Store.write
+    #: Its caller waits for it alone, at once, in :meth:`wait` (Store.put
     #: off the main thread), so it may be woken in turn: an op in the line
     #: that nobody waits for would leave every op after it waiting. Not
     #: put_many's writes: one caller waits for many, and an interrupted wait
@@ -69,11 +69,6 @@ class Op:
         self.resolved = True
         if self.loop is not None:
             settle_on(self.loop, [(self, result, error)])
-        elif self.future is not None:
-            if error is None:
-                self.future.set_result(result)
-            else:
-                self.future.set_exception(error)
         else:
             self._result, self._error = result, error
             _wake_in_order(self)

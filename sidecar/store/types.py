@@ -94,6 +94,6 @@ class SweepResult:
         )
 
 
-#: A MERGE patch this big or bigger is checked on a thread, not the event loop (Store.aenqueue).
+#: A MERGE patch this big or bigger is checked on a thread, not the event loop (Store.asubmit).
 #: Below it the check takes at most ~10 ms here; a thread costs ~0.1 ms either way.
 OFF_LOOP_PATCH_BYTES = 16 * 1024

@@ -47,8 +47,12 @@ class WriteOps:
         self._keyframes = keyframes
         self._coherence = coherence
 
-    def put_op(self, req: PutRequest) -> Op:
-        """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued."""
+    def put_op(self, req: PutRequest, *, defer_patch_check: bool = False) -> Op:
+        """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued.
+
+        ``defer_patch_check``: a MERGE patch's check is left to ``op.check``
+        (run on a thread before the op is queued, see checkline.py).
+        """
         sid = keys.session_key(req.session_id)
         try:
             mode = WriteMode(req.mode)
@@ -78,13 +82,18 @@ class WriteOps:
         asked = write_fingerprint(req, mode) if rid_key is not None else 0
         state = bytes(req.state)
         encoders, requests, coherence = self._encoders, self._requests, self._coherence
-        if mode is WriteMode.MERGE:
-            # Checked here, on the caller's thread: it needs no state, and the
-            # writer thread is the store's one serial path.
+        merge_type = encoders.merge_type
+
+        def check() -> None:
+            # On the caller's thread (or one of its loop's): it needs no state,
+            # and the writer thread is the store's one serial path.
             try:
-                check_patch(state, message_type=encoders.merge_type)
+                check_patch(state, message_type=merge_type)
             except WireFormatError as exc:
                 raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
+
+        if mode is WriteMode.MERGE and not defer_patch_check:
+            check()
         sessions = self._tables.sessions
 
         def apply(batch: Batch, txn: WriteTxn) -> PutResult:
@@ -149,7 +158,8 @@ class WriteOps:
             batch.after_commit.append(lambda: encoders.after_write(sid, kept, snapshot, info))
             return result
 
-        return Op(apply, fails_clean=True, size_bytes=len(state))
+        deferred = check if mode is WriteMode.MERGE and defer_patch_check else None
+        return Op(apply, fails_clean=True, size_bytes=len(state), check=deferred)
 
     def fork_op(self, session_id: str, version: int, new_session_id: str, labels: dict[str, str]) -> Op:
         """The op making ``new_session_id`` whose version 1 is ``version`` (0 = latest) of ``session_id``."""

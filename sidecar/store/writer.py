@@ -23,6 +23,7 @@ from ..config import StoreConfig
 from ..errors import DataLoss, InvalidArgument, Overloaded, StoreError, StoreFull, Unavailable
 from ..storage import Storage
 from .encoders import Encoders
+from .gather import close_in
 from .ops import Batch, Op, Outcome, settle_on, wake_in_turn
 
 log = logging.getLogger("ckpt.store")
@@ -80,10 +81,11 @@ class Writer:
         #: that was last logged (monotonic; -inf: never) with the count then.
         self.store_full_refusals = 0
         self._store_full_logged = (-math.inf, 0)
-        #: What the commit delay goes by (_take_batch): the last commit's duration, and the
+        #: What the commit delay goes by (gather.close_in): the last commit's duration, and the
         #: writers seen around it.
         self.last_commit_seconds = 0.0
         self._expected_writers = 1
+        self._handed_over = 0.0  # monotonic: when the last batch stopped gathering
         # Set by submit once _gather_target writes are queued (0: the writer is not waiting).
         self._gather_target = 0
         # Submitters waiting for room under max_queued_write_bytes: while any
@@ -119,15 +121,19 @@ class Writer:
 
     # -- queueing ------------------------------------------------------------------
 
-    def submit(self, op: Op, *, wait: bool = True) -> Op:
-        """Queue ``op``; past max_queued_write_bytes, wait for room (or raise Overloaded)."""
+    def submit(self, op: Op) -> Op:
+        """Queue ``op``; past max_queued_write_bytes, wait for room."""
         with self.room:
-            self.admit(op, wait=wait)
-            self.queue.put(op)
-            target = self._gather_target
-            if target and self.queue.qsize() >= target:
-                self._gathered.set()
+            self.admit(op, wait=True)
+            self.put_locked(op)
         return op
+
+    def put_locked(self, op: Op) -> None:
+        """Queue an admitted ``op``; under room."""
+        self.queue.put(op)
+        target = self._gather_target
+        if target and self.queue.qsize() >= target:
+            self._gathered.set()
 
     def admit(self, op: Op, *, wait: bool) -> None:
         """Count ``op`` against max_queued_write_bytes, waiting for room (or raising Overloaded); under room."""
@@ -163,13 +169,17 @@ class Writer:
         at once finds the room its last write left. Idempotent per op.
         """
         with self.room:
-            size = 0
-            for op in ops:
-                size += op.queued_bytes
-                op.queued_bytes = 0
-            if size:
-                self.queued_bytes -= size
-                self.room.notify_all()
+            self.release_locked(ops)
+
+    def release_locked(self, ops: list[Op]) -> None:
+        """:meth:`_answered`, under room (also for ops admitted and then refused before they were queued)."""
+        size = 0
+        for op in ops:
+            size += op.queued_bytes
+            op.queued_bytes = 0
+        if size:
+            self.queued_bytes -= size
+            self.room.notify_all()
 
     # -- the thread ------------------------------------------------------------------
 
@@ -212,26 +222,30 @@ class Writer:
             return [], True
         batch = first if isinstance(first, list) else [first]
         stop = self._drain(batch)
-        expected = min(self._expected_writers, self._config.max_batch_writes)
-        delay = min(self._config.max_commit_delay_seconds, self.last_commit_seconds)
-        if self.gathers and len(batch) < expected and not stop and delay > 0 and not self.room_waiters:
-            # Writers the last commit answered are likely preparing their next
-            # write: a commit's flush costs about the same for 30 writes as
-            # for 60, so waiting briefly for them saves flushes. (Without it,
-            # 64 threads settle into two half-size batches taking turns.) Up
-            # to a whole commit's duration: half of one cut off 64 threads'
-            # gathering at ~56. (The sidecar's unary merges, measured side by
-            # side, did not change either way.) One wake-up when they are all
-            # queued (submit), not one per write.
-            self._gathered.clear()
-            self._gather_target = expected - len(batch)
-            if self.queue.qsize() < self._gather_target:
-                began = time.monotonic()
-                self._gathered.wait(delay)
-                self.commit_delays += 1
-                self.commit_delay_seconds += time.monotonic() - began
-            self._gather_target = 0
-            stop = self._drain(batch)
+        if self.gathers and not stop:
+            # Writers the last commit answered are likely preparing their next write
+            # (gather.close_in). Without the wait, 64 threads settle into two half-size
+            # batches taking turns. While writers wait for room, none can queue: no wait.
+            expected = 0 if self.room_waiters else min(self._expected_writers, self._config.max_batch_writes)
+            began = time.monotonic()
+            wait = close_in(
+                gathered=len(batch),
+                expected=expected,
+                last_commit_seconds=self.last_commit_seconds,
+                since_hand_over_seconds=began - self._handed_over,
+                max_commit_delay_seconds=self._config.max_commit_delay_seconds,
+            )
+            if wait > 0:
+                # One wake-up when they are all queued (put_locked), not one per write.
+                self._gathered.clear()
+                self._gather_target = expected - len(batch)
+                if self.queue.qsize() < self._gather_target:
+                    self._gathered.wait(wait)
+                    self.commit_delays += 1
+                    self.commit_delay_seconds += time.monotonic() - began
+                self._gather_target = 0
+                stop = self._drain(batch)
+        self._handed_over = time.monotonic()
         return batch, stop
 
     def _drain(self, batch: list[Op]) -> bool:
@@ -416,7 +430,7 @@ def _answer(outcomes: list[Outcome]) -> None:
         op = outcome[0]
         if op.loop is not None:
             by_loop.setdefault(op.loop, []).append(outcome)
-        elif op.future is None and op.wakes_in_turn:
+        elif op.wakes_in_turn:
             in_turn.append(outcome)
         else:
             op.resolve(outcome[1], outcome[2])

@@ -3,7 +3,7 @@
 The sidecar tests drive PutStream through a real process; ending a stream at
 a chosen point between the reader and the answers needs the handler itself.
 Where a test needs the writer held or a write to fail on a bug, the handler
-is given a store that wraps the real one (it uses Store.aenqueue alone).
+is given a store that wraps the real one (it uses Store.asubmit alone).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class _Context:
 
 
 class _WrappedStore:
-    """The real store, as PutStream uses it (aenqueue), with its writes held or failing as a test says."""
+    """The real store, as PutStream uses it (asubmit), with its writes held or failing as a test says."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -47,7 +47,7 @@ class _WrappedStore:
         self.bug_queueing: set[str] = set()
         self.bug_in_writer: set[str] = set()
 
-    async def aenqueue(self, request: PutRequest, *, wait_for_room: bool = False) -> asyncio.Future[PutResult]:
+    def asubmit(self, request: PutRequest) -> asyncio.Future[PutResult]:
         if request.session_id in self.bug_queueing:
             raise RuntimeError("a bug before the writer")
         if request.session_id in self.bug_in_writer:
@@ -57,7 +57,7 @@ class _WrappedStore:
 
         async def write() -> PutResult:
             await self.released.wait()
-            return await (await self._store.aenqueue(request, wait_for_room=wait_for_room))
+            return await self._store.asubmit(request)
 
         return asyncio.ensure_future(write())
 

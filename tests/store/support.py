@@ -11,10 +11,11 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from ckpt.codec import ChainPolicy
-from ckpt.sidecar import Store
+from ckpt.sidecar import PutRequest, PutResult, Store
 from ckpt.sidecar.store.ops import Op
 from ckpt.v1 import checkpoint_pb2 as pb
 
@@ -53,6 +54,32 @@ def merge_patch(session: str, version: int) -> bytes:
     return pb.Checkpoint(step=version, messages=[pb.Message(content=f"{session} patch {version}")]).SerializeToString()
 
 
+def put_request(store: Store, request: PutRequest) -> PutResult:
+    """``store.put`` of a PutRequest's fields."""
+    return store.put(
+        request.session_id,
+        request.state,
+        mode=request.mode,
+        expected_version=request.expected_version,
+        request_id=request.request_id,
+        labels=request.labels,
+    )
+
+
+def put_later(store: Store, request: PutRequest) -> Future[PutResult]:
+    """``store.put`` of ``request`` on a thread of its own, its outcome in the returned future."""
+    future: Future[PutResult] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(put_request(store, request))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
 # -- private hooks ---------------------------------------------------------------------
 #
 # The writer's batches are made of whatever is queued when it looks: to make
@@ -63,9 +90,9 @@ def merge_patch(session: str, version: int) -> bytes:
 # deletes have none).
 
 
-def submit_op(store: Store, op: Op, *, wait: bool = True) -> Op:
+def submit_op(store: Store, op: Op) -> Op:
     """Queue an op of the test's own for the writer (see above)."""
-    return store._submit(op, wait=wait)
+    return store._writer.submit(op)
 
 
 def hold_writer(store: Store, *, then_seconds: float = 0.0) -> threading.Event:
@@ -77,7 +104,7 @@ def hold_writer(store: Store, *, then_seconds: float = 0.0) -> threading.Event:
         gate.wait(30)
         time.sleep(then_seconds)
 
-    submit_op(store, Op(hold, fails_clean=True), wait=False)
+    submit_op(store, Op(hold, fails_clean=True))
     assert running.wait(10)
     return gate
 

@@ -17,7 +17,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, Unavailable, WriteMode
-from tests.store.support import patch_of, state_of, storage_of, writer_held
+from tests.store.support import patch_of, put_later, state_of, storage_of, wait_queued, writer_held
 
 EIO = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
 
@@ -67,8 +67,10 @@ def test_writes_stop_after_a_failed_commit_and_resume_after_reopening(tmp_path: 
         store.put("s", state_of("s", 1))
         failing = _FailingCommits(store, failures=1)
         with writer_held(store):
-            failed = store.submit(PutRequest("s", patch_of(2), mode=WriteMode.MERGE))
-            behind = store.submit(PutRequest("s", patch_of(3), mode=WriteMode.MERGE))
+            failed = put_later(store, PutRequest("s", patch_of(2), mode=WriteMode.MERGE))
+            wait_queued(store, 1)
+            behind = put_later(store, PutRequest("s", patch_of(3), mode=WriteMode.MERGE))
+            wait_queued(store, 2)
         with pytest.raises(Unavailable, match=r"a commit failed \(Error\('mdb_txn_commit: Input/output error'"):
             failed.result(10)
         with pytest.raises(Unavailable, match="the store stopped taking writes") as refused:

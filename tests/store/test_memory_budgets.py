@@ -12,6 +12,7 @@ import gc
 import time
 import tracemalloc
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,11 +21,11 @@ import pytest
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, StateSnapshot
 from ckpt.sidecar import Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.sidecar.store import PutRequest, VersionInfo, WriteMode
+from ckpt.sidecar.store import PutRequest, PutResult, VersionInfo, WriteMode
 from ckpt.sidecar.store.cache import StateCache
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import start_sidecar
-from tests.store.support import writer_held
+from tests.store.support import wait_queued, writer_held
 
 
 @pytest.fixture
@@ -109,10 +110,11 @@ def test_a_group_commit_keeps_no_more_encoders_than_the_budget(config: StoreConf
         encoders.new = tracked  # type: ignore[method-assign]
         encoders.after_write = first_after_write  # type: ignore[method-assign]
         # Hold the writer so that all 200 writes are queued, and committed, together.
-        with writer_held(store):
-            futures = [store.submit(PutRequest(f"big-{i}", state)) for i in range(200)]
-        for future in futures:
-            assert future.result(30).frame_kind is FrameKind.FULL
+        with writer_held(store), ThreadPoolExecutor(1) as pool:
+            writing = pool.submit(store.put_many, [PutRequest(f"big-{i}", state) for i in range(200)])
+            wait_queued(store, 200)
+        for result in writing.result(30):
+            assert isinstance(result, PutResult) and result.frame_kind is FrameKind.FULL
         assert store.batch_sizes[200] == 1
         assert at_commit[0] <= 2 * budget, (at_commit[0], budget)
         assert store.memory_bytes["encoder_cache"] <= budget

@@ -20,7 +20,7 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietKeyframes
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import ROOT, start_sidecar_sweeping
-from tests.store.support import queued_ops, storage_of, writer_held
+from tests.store.support import put_later, queued_ops, storage_of, wait_queued, writer_held
 
 QUIET_SECONDS = 60.0
 FULL = service_pb2.FRAME_KIND_FULL
@@ -275,7 +275,8 @@ def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_strea
         for state in states[:4]:  # versions 1-4: FULL, DELTA, DELTA, FULL (the default chain policy)
             store.put("s", state)
         with writer_held(store):
-            v5 = store.submit(PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
+            v5 = put_later(store, PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
+            wait_queued(store, 1)
             # A private hook: the sweep's keyframe pass alone. A whole sweep queues its request-id
             # expiry first, so its keyframe op would come only after the write's commit.
             keyframing = threading.Thread(target=store._keyframes.sweep, args=(time.time_ns() + LATER,))

@@ -34,6 +34,7 @@ from ckpt.sidecar.store.requestids import RequestIds
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.store.support import CHAINS as CHAINS  # re-exported: other test folders import them from here
 from tests.store.support import patch_of as patch_of
+from tests.store.support import put_later, wait_queued, writer_held
 from tests.store.support import state_of as state_of
 
 
@@ -494,9 +495,9 @@ def test_put_many_reports_each_write(store: Store) -> None:
 def test_a_put_of_the_wrong_types_is_invalid_argument_naming_the_field(
     store: Store, request_: PutRequest, message: str
 ) -> None:
-    with pytest.raises(InvalidArgument) as raised:
-        store.write(request_)
-    assert str(raised.value) == message
+    (outcome,) = store.put_many([request_])
+    assert isinstance(outcome, InvalidArgument)
+    assert str(outcome) == message
     with pytest.raises(NotFound):
         store.get("s")
 
@@ -577,7 +578,7 @@ def test_readers_only_ever_see_committed_heads(store: Store, mode: WriteMode) ->
         t.start()
     for v in range(2, 60):
         data = expected[v] if mode is WriteMode.REPLACE else patch_of(v)
-        r = store.write(PutRequest(session_id="rw", state=data, mode=mode))
+        r = store.put("rw", data, mode=mode)
         assert store.get("rw").version == r.version  # acknowledged means visible
     stop.set()
     for t in readers:
@@ -713,7 +714,9 @@ def test_an_unexpected_failure_mid_write_fails_alone_and_leaves_nothing(
     monkeypatch.setattr(RequestIds, "remember", broken)
     requests = [PutRequest(f"ok-{i}", state_of(f"ok-{i}", 1), request_id=f"r{i}") for i in range(4)]
     requests.insert(2, PutRequest("bad", state_of("bad", 1), request_id="boom"))
-    futures = [store.submit(r) for r in requests]  # queued at once: they share group commits
+    with writer_held(store):  # queued behind it: they share the next commit
+        futures = [put_later(store, r) for r in requests]
+        wait_queued(store, len(requests))
     outcomes = [type(f.exception(timeout=30) or f.result()).__name__ for f in futures]
     assert outcomes == ["PutResult", "PutResult", "RuntimeError", "PutResult", "PutResult"]
     with pytest.raises(NotFound):
@@ -740,7 +743,7 @@ def test_merge_compaction_bounds_a_state_edited_in_place(config: StoreConfig, me
     with Store(config) as store:
         for v in range(1, 81):
             patch = _edit_in_place(v)
-            store.write(PutRequest("edits", patch.SerializeToString(), mode=WriteMode.MERGE))
+            store.put("edits", patch.SerializeToString(), mode=WriteMode.MERGE)
             sizes.append(len(store.get("edits").state))
     patch_bytes = _edit_in_place(80).ByteSize()
     with Store(config) as store:  # cold: every version from LMDB
@@ -760,12 +763,12 @@ def test_merge_compaction_config_names_the_type(config: StoreConfig) -> None:
     with pytest.raises(ValueError, match=r"merge_message_type 'no\.such\.Type' is not a protobuf message type"):
         replace(config, merge_message_type="no.such.Type")
     # framing fine, but field 16 (messages) holds a broken nested message
-    broken = PutRequest("m", b"\x82\x01\x01\x08", mode=WriteMode.MERGE)
+    broken = b"\x82\x01\x01\x08"
     with (
         Store(replace(config, merge_message_type="ckpt.v1.Checkpoint")) as store,
         pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"),
     ):
-        store.write(broken)
+        store.put("m", broken, mode=WriteMode.MERGE)
 
 
 def test_cached_encoders_stay_within_their_memory_budget(config: StoreConfig) -> None:

@@ -1,4 +1,4 @@
-"""The store's asyncio write path (Store.awrite / Store.asubmit), on real LMDB directories."""
+"""The store's asyncio write path (Store.asubmit), on real LMDB directories."""
 
 from __future__ import annotations
 
@@ -11,8 +11,18 @@ from typing import Any
 
 import pytest
 
-from ckpt.sidecar import InvalidArgument, PutRequest, Store, StoreConfig, VersionConflict, WriteMode
-from tests.store.support import CHAINS, patch_of, state_of
+from ckpt.sidecar import (
+    InvalidArgument,
+    Overloaded,
+    PutRequest,
+    Store,
+    StoreConfig,
+    Unavailable,
+    VersionConflict,
+    WriteMode,
+)
+from ckpt.sidecar.store import OFF_LOOP_PATCH_BYTES
+from tests.store.support import CHAINS, patch_of, state_of, writer_held
 
 
 @pytest.fixture
@@ -26,10 +36,10 @@ def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit
     sessions, versions = 16, 8
 
     async def session_writer(i: int) -> list[int]:
-        got = [(await store.awrite(PutRequest(f"s{i}", state_of(f"s{i}", 1)))).version]
+        got = [(await store.asubmit(PutRequest(f"s{i}", state_of(f"s{i}", 1)))).version]
         for v in range(2, versions + 1):
             req = PutRequest(f"s{i}", patch_of(v), WriteMode.MERGE, expected_version=v - 1, request_id=f"r{i}-{v}")
-            got.append((await store.awrite(req)).version)
+            got.append((await store.asubmit(req)).version)
         return got
 
     async def main() -> list[list[int]]:
@@ -54,9 +64,9 @@ def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit
 
 def test_errors_reach_the_awaiting_task(store: Store) -> None:
     async def main() -> None:
-        await store.awrite(PutRequest("a", state_of("a", 1)))
+        await store.asubmit(PutRequest("a", state_of("a", 1)))
         with pytest.raises(VersionConflict) as conflict:
-            await store.awrite(PutRequest("a", state_of("a", 2), expected_version=0))
+            await store.asubmit(PutRequest("a", state_of("a", 2), expected_version=0))
         assert conflict.value.current_version == 1
         # Validation happens before queueing: asubmit raises, nothing is queued.
         with pytest.raises(InvalidArgument, match="session_id is empty"):
@@ -73,7 +83,7 @@ def test_a_cancelled_wait_does_not_withdraw_the_write(store: Store) -> None:
         future = store.asubmit(PutRequest("kept", state_of("kept", 1), request_id="once"))
         future.cancel()
         # The writer is FIFO: once a later write is committed, so is the first.
-        await store.awrite(PutRequest("later", state_of("later", 1)))
+        await store.asubmit(PutRequest("later", state_of("later", 1)))
         assert future.cancelled()
 
     asyncio.run(main())
@@ -103,3 +113,69 @@ def test_the_idle_writer_keeps_no_settled_write_alive(store: Store) -> None:
     settled = asyncio.run(main())
     gc.collect()
     assert settled() is None
+
+
+def _large_patch(version: int) -> bytes:
+    """A well-formed MERGE patch of at least OFF_LOOP_PATCH_BYTES (checked off the loop)."""
+    patch = patch_of(version)
+    return patch * (OFF_LOOP_PATCH_BYTES // len(patch) + 1)
+
+
+def test_a_large_patch_is_checked_off_the_loop_and_its_error_reaches_the_future(store: Store) -> None:
+    async def main() -> None:
+        await store.asubmit(PutRequest("a", state_of("a", 1)))
+        broken = store.asubmit(PutRequest("a", _large_patch(2) + b"\xff", WriteMode.MERGE))
+        with pytest.raises(InvalidArgument, match="not a valid MERGE patch"):
+            await broken
+        assert (await store.asubmit(PutRequest("a", patch_of(2), WriteMode.MERGE))).version == 2
+
+    asyncio.run(main())
+    assert store.queued_write_bytes == 0  # the refused patch no longer counts against the backlog
+
+
+def test_writes_after_a_large_patch_commit_after_it(store: Store) -> None:
+    """The writes submitted behind a patch being checked off the loop wait for it: the order stands."""
+
+    async def main() -> list[int]:
+        await store.asubmit(PutRequest("a", state_of("a", 1)))
+        large = PutRequest("a", _large_patch(2), WriteMode.MERGE, expected_version=1)
+        futures = [store.asubmit(large)]
+        for v in range(3, 8):
+            futures.append(store.asubmit(PutRequest("a", patch_of(v), WriteMode.MERGE, expected_version=v - 1)))
+        return [(await f).version for f in futures]
+
+    assert asyncio.run(main()) == list(range(2, 8))
+    assert store.get("a").state == state_of("a", 1) + _large_patch(2) + b"".join(patch_of(v) for v in range(3, 8))
+
+
+def test_a_large_patch_past_the_backlog_is_refused_at_once(tmp_path: Path) -> None:
+    config = StoreConfig(data_dir=tmp_path / "data", max_queued_write_bytes=OFF_LOOP_PATCH_BYTES)
+
+    async def main(store: Store) -> None:
+        await store.asubmit(PutRequest("a", state_of("a", 1)))
+        with writer_held(store) as gate:
+            first = store.asubmit(PutRequest("b", _large_patch(1), WriteMode.MERGE))  # nothing queued: taken
+            with pytest.raises(Overloaded):
+                store.asubmit(PutRequest("a", _large_patch(2), WriteMode.MERGE))
+            gate.set()
+            assert (await first).version == 1
+
+    with Store(config) as store:
+        asyncio.run(main(store))
+        assert store.session("a").head_version == 1
+
+
+def test_closing_refuses_a_large_patch_still_being_checked_and_commits_the_rest(tmp_path: Path) -> None:
+    store = Store(StoreConfig(data_dir=tmp_path / "data"))
+
+    async def main() -> None:
+        large = store.asubmit(PutRequest("a", _large_patch(1), WriteMode.MERGE))
+        behind = store.asubmit(PutRequest("b", state_of("b", 1)))
+        store.close()  # before the loop runs the check's answer
+        with pytest.raises(Unavailable, match="closing"):
+            await large
+        assert (await behind).version == 1
+
+    asyncio.run(main())
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as reopened:
+        assert list(reopened.session_ids()) == ["b"]

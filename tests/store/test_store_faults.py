@@ -24,7 +24,7 @@ from ckpt.sidecar.store.encoders import Encoders
 from ckpt.store.v1 import records_pb2
 from tests.cli.test_cli import ckpt
 from tests.sidecar_proc import ROOT, start_sidecar
-from tests.store.support import state_of, storage_of, storage_write_lock_held
+from tests.store.support import put_request, state_of, storage_of, storage_write_lock_held
 
 CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=3)
 
@@ -52,18 +52,11 @@ def put_answers_within(store: Store, session: str, seconds: float = 10.0) -> boo
     return done.wait(seconds)
 
 
-def test_a_submitted_write_cannot_be_cancelled_and_commits(store: Store) -> None:
-    futures = [store.submit(PutRequest("sub", state_of("sub", v))) for v in range(1, 30)]
-    assert not any(f.cancel() for f in futures)  # queued writes commit; cancel() says so
-    assert [f.result(timeout=10).version for f in futures] == list(range(1, 30))
-    assert put_answers_within(store, "after")
-
-
 def test_a_timed_out_wait_on_a_submitted_write_leaves_the_writer_serving(store: Store) -> None:
     async def give_up() -> None:
         # The storage's write lock, held here, keeps the writes queued while their callers give up.
         with storage_write_lock_held(store):
-            waits = [asyncio.wrap_future(store.submit(PutRequest("to", state_of("to", v)))) for v in range(1, 50)]
+            waits = [store.asubmit(PutRequest("to", state_of("to", v))) for v in range(1, 50)]
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits), timeout=0.05)
 
@@ -392,10 +385,10 @@ def test_a_read_only_store_reads_on_after_another_process_grows_the_map(config: 
     ],
 )
 def test_a_request_id_reused_for_another_write_is_refused(store: Store, other: PutRequest) -> None:
-    first = store.write(PutRequest("idem", b"\x08\x01", request_id="r1"))
-    assert store.write(PutRequest("idem", b"\x08\x01", request_id="r1")).replayed  # a true retry
+    first = store.put("idem", b"\x08\x01", request_id="r1")
+    assert store.put("idem", b"\x08\x01", request_id="r1").replayed  # a true retry
     with pytest.raises(InvalidArgument, match=r"request_id 'r1' was used for a different write .* made version 1"):
-        store.write(other)
+        put_request(store, other)
     assert store.session("idem").head_version == first.version == 1  # nothing written
 
 

@@ -51,6 +51,7 @@ from tests.store.store_model import (
     Model,
     batches,
 )
+from tests.store.support import put_request
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -144,7 +145,7 @@ class StoreModel(RuleBasedStateMachine):
 
     def write(self, req: PutRequest) -> None:
         try:
-            outcome: PutResult | StoreError = self.s.write(req)
+            outcome: PutResult | StoreError = put_request(self.s, req)
         except StoreError as exc:
             outcome = exc
         self.check_write(req, outcome)

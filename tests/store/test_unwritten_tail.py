@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from ckpt.sidecar import PutRequest, Store, StoreConfig, WriteMode
-from tests.store.support import queued_ops, storage_write_lock_held
+from ckpt.sidecar import PutRequest, Store, StoreConfig
+from tests.store.support import put_later, queued_ops, storage_write_lock_held, wait_queued
 
 
 def _bytes(store: Store) -> tuple[int, int]:
@@ -33,10 +33,11 @@ def test_a_large_put_and_its_delete_in_one_commit_leave_a_store_that_reopens(tmp
         # Hold the storage's write lock so that the writer stops at its next batch (a first write), while
         # the put and the delete queue behind it: released, they share the following commit.
         with storage_write_lock_held(store):
-            first = store.submit(PutRequest("first", b"x", WriteMode.REPLACE, None, "", {}))
-            while queued_ops(store):  # the writer took the first write and waits for the lock
+            first = put_later(store, PutRequest("first", b"x"))
+            while not store.queued_write_bytes or queued_ops(store):  # the writer took it, waits for the lock
                 time.sleep(0.001)
-            doomed = store.submit(PutRequest("doomed", big, WriteMode.REPLACE, None, "", {}))
+            doomed = put_later(store, PutRequest("doomed", big))
+            wait_queued(store, 1)  # before the delete
             deleted: list[int] = []
             deleting = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
             deleting.start()

@@ -199,13 +199,14 @@ def test_writes_from_worker_threads_wake_in_turn_and_the_main_threads_do_not(tmp
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
         seen: list[bool] = []
         # A private hook: which ops wake in turn is decided as they are queued, and shows nowhere else.
-        submit = store._submit
+        writer = store._writer
+        submit = writer.submit
 
-        def recording(op: Op, *, wait: bool = True) -> Op:
+        def recording(op: Op) -> Op:
             seen.append(op.wakes_in_turn)
-            return submit(op, wait=wait)
+            return submit(op)
 
-        store._submit = recording  # type: ignore[method-assign]
+        writer.submit = recording  # type: ignore[method-assign]
         store.put("main", b"")
         worker = threading.Thread(target=store.put, args=("worker", b""))
         worker.start()

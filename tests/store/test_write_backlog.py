@@ -26,7 +26,7 @@ from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
 from ckpt.v1 import service_pb2
 from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar
-from tests.store.support import writer_held
+from tests.store.support import put_later, queued_ops, room_waiters, wait_queued, writer_held
 
 STATE_BYTES = 100_000
 BUDGET_BYTES = 3 * STATE_BYTES  # three states fit, the fourth waits
@@ -49,20 +49,14 @@ def test_max_queued_write_bytes_must_be_positive(tmp_path: Path) -> None:
 
 def test_blocking_writes_wait_for_room_then_all_commit(store: Store) -> None:
     with writer_held(store) as gate, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        submitted: list[concurrent.futures.Future[PutResult]] = []
-
-        def submit_ten() -> None:
-            for i in range(10):
-                submitted.append(store.submit(PutRequest(f"s{i}", state(i))))
-
-        done = pool.submit(submit_ten)
+        done = pool.submit(store.put_many, [PutRequest(f"s{i}", state(i)) for i in range(10)])
         time.sleep(0.3)
-        # Three states fill the budget exactly; the fourth submit waits for room.
-        assert len(submitted) == 3 and not done.done()
+        # Three states fill the budget exactly; the fourth write waits for room.
+        assert queued_ops(store) == 3 and room_waiters(store) == 1 and not done.done()
         assert store.queued_write_bytes == BUDGET_BYTES
         gate.set()
-        done.result(30)
-    assert [f.result(30).version for f in submitted] == [1] * 10
+        results = done.result(30)
+    assert [r.version for r in results if isinstance(r, PutResult)] == [1] * 10
     assert store.queued_write_bytes == 0
     assert all(store.get(f"s{i}").state == state(i) for i in range(10))
 
@@ -81,8 +75,8 @@ def test_asyncio_writes_past_the_budget_are_refused_and_a_retry_lands_once(store
             assert "same request_id" in message
             gate.set()
             assert [(await f).version for f in queued] == [1, 1, 1]
-        retried = await store.awrite(PutRequest("s3", state(3), request_id="r3"))
-        again = await store.awrite(PutRequest("s3", state(3), request_id="r3"))
+        retried = await store.asubmit(PutRequest("s3", state(3), request_id="r3"))
+        again = await store.asubmit(PutRequest("s3", state(3), request_id="r3"))
         assert (retried.version, retried.replayed, again.replayed) == (1, False, True)
 
     asyncio.run(main())
@@ -100,7 +94,7 @@ def test_a_write_larger_than_the_budget_goes_alone(store: Store) -> None:
                 store.asubmit(PutRequest("small", b"x"))  # anything behind it waits its turn
             gate.set()
             assert (await first).version == 1
-        assert (await store.awrite(PutRequest("small", b"x"))).version == 1
+        assert (await store.asubmit(PutRequest("small", b"x"))).version == 1
 
     asyncio.run(main())
     assert store.get("big").state == big
@@ -110,7 +104,8 @@ def test_close_refuses_writes_waiting_for_room_and_commits_the_queued(tmp_path: 
     config = StoreConfig(data_dir=tmp_path / "data", max_queued_write_bytes=BUDGET_BYTES)
     store = Store(config)
     with concurrent.futures.ThreadPoolExecutor(2) as pool, writer_held(store) as gate:
-        queued = [store.submit(PutRequest(f"s{i}", state(i))) for i in range(3)]
+        queued = [put_later(store, PutRequest(f"s{i}", state(i))) for i in range(3)]
+        wait_queued(store, 3)
         waiting = pool.submit(store.put, "s3", state(3))
         time.sleep(0.2)
         assert not waiting.done()

@@ -1,0 +1,84 @@
+"""Asyncio writes in line behind a large MERGE patch whose check runs on a thread (Store.asubmit).
+
+The check reads every field in Python (~1 us each): on the event loop, one
+16 MiB patch of small fields held every other call of a sidecar for ~10 s.
+So a patch of OFF_LOOP_PATCH_BYTES or more is checked on the loop's default
+executor, and the writes submitted on that loop after it wait in line until
+it is checked, so that they still commit in the order they were submitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from ..errors import Unavailable
+from .ops import Op
+from .writer import Writer
+
+_CLOSING = "the store is closing; no new writes are accepted"
+
+
+class CheckLine:
+    """Per event loop, the admitted writes waiting for a patch check ahead of them (or their own)."""
+
+    def __init__(self, writer: Writer, queue_locked: Callable[[Op], int], gather: Callable[[int], None]) -> None:
+        self._writer = writer
+        # Queues an admitted op under the room lock (how many the loop's batch holds, 0 if none
+        # gathers), and what to do after, outside the lock.
+        self._queue_locked = queue_locked
+        self._gather = gather
+        self._lines: dict[asyncio.AbstractEventLoop, deque[Op]] = {}
+
+    def busy_locked(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether writes on ``loop`` wait in line (a new one must join them); under room."""
+        return loop in self._lines
+
+    def join_locked(self, op: Op, loop: asyncio.AbstractEventLoop) -> None:
+        """Put an admitted op at the end of ``loop``'s line; under room. Then :meth:`start`."""
+        self._lines.setdefault(loop, deque()).append(op)
+
+    def start(self, op: Op, loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``op``'s check (if it has one) on ``loop``'s executor; on the loop."""
+        check = op.check
+        if check is not None:
+            loop.run_in_executor(None, check).add_done_callback(lambda done: self._checked(op, loop, done))
+
+    def _checked(self, op: Op, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]) -> None:
+        error = done.exception() if not done.cancelled() else Unavailable(_CLOSING)
+        room = self._writer.room
+        with room:
+            line = self._lines.get(loop)
+            if line is None or op not in line:
+                return  # a closing store took it
+            op.check = None
+            if error is not None:
+                line.remove(op)
+                self._writer.release_locked([op])
+            gathered = 0
+            while line and line[0].check is None:
+                gathered = self._queue_locked(line.popleft()) or gathered
+            if not line:
+                del self._lines[loop]
+        if error is not None:
+            op.resolve(None, error)
+        if gathered:
+            self._gather(gathered)
+
+    def take_locked(self) -> list[Op]:
+        """For a closing store (under room): the writes in line that are checked, to commit.
+
+        Those still being checked are refused, as a write submitted while the
+        store closes is: nothing of them was written.
+        """
+        ready: list[Op] = []
+        refused: list[Op] = []
+        for line in self._lines.values():
+            for op in line:
+                (refused if op.check is not None else ready).append(op)
+        self._lines.clear()
+        self._writer.release_locked(refused)
+        for op in refused:
+            op.resolve(None, Unavailable(_CLOSING))
+        return ready
