@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar.client import CheckpointClient
-from tests.cli.command import ckpt
-from tests.sidecar_proc import ROOT, Sidecar
+from tests.support import ROOT, Sidecar, ckpt
 
 
 def test_put_get_history_fork_delete(sidecar: Sidecar, tmp_path: Path) -> None:

@@ -6,8 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.command import ckpt
-from tests.sidecar_proc import ROOT, Sidecar
+from tests.support import ROOT, Sidecar, ckpt
 
 
 def test_errors_go_to_stderr_with_a_non_zero_exit(sidecar: Sidecar) -> None:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import lmdb
 
-from tests.cli.command import ckpt
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, ckpt, start_sidecar
 
 
 def test_inspect_verify_and_stats_beside_a_running_sidecar(sidecar: Sidecar) -> None:

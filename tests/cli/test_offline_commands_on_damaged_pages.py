@@ -26,9 +26,7 @@ import pytest
 from ckpt.sidecar import PutRequest, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient, DataLossError
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.cli.command import ckpt
-from tests.cli.lmdb_pages import HEADER, IS_LEAF, NUMKEYS, Pages
-from tests.sidecar_proc import start_sidecar
+from tests.support import HEADER, IS_LEAF, NUMKEYS, Pages, ckpt, start_sidecar
 
 SESSIONS = [f"s{n:04d}" for n in range(300)]
 VERSIONS = 4

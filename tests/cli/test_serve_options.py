@@ -10,8 +10,7 @@ import pytest
 from ckpt.sidecar.client import CheckpointClient, InvalidArgumentError
 from ckpt.sidecar.config import ServeConfig
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.cli.command import ckpt
-from tests.sidecar_proc import free_port, start_sidecar
+from tests.support import ckpt, free_port, start_sidecar
 
 
 def test_serve_compacts_merge_states_of_the_type_it_is_told(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.client.support import Fleet
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ import grpc.aio
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, NotFoundError
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.server.test_put_stream_and_shutdown import stop_within_bound
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ import pytest
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.v1 import service_pb2
 from tests.client.support import FLAVOURS, PATCH, merge, open_client, versions
-from tests.sidecar_proc import Sidecar
+from tests.support import Sidecar
 
 BAD_CALLS: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
     ("state None", lambda c: c.put("args", None), TypeError, "state must be bytes, not NoneType"),

@@ -17,7 +17,7 @@ import pytest
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ClientClosedError
 from ckpt.v1 import service_pb2
 from tests.client.support import CLIENT_NAMES, FLAVOURS, PATCH, alist, merge, open_client
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

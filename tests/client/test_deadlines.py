@@ -13,7 +13,7 @@ import pytest
 from ckpt.sidecar.client import CheckpointError, DeadlineExceededError
 from ckpt.v1 import service_pb2
 from tests.client.support import FLAVOURS, CountCalls, Expected, check_results, open_client, write
-from tests.sidecar_proc import Sidecar
+from tests.support import Sidecar
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

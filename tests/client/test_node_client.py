@@ -16,7 +16,7 @@ import lmdb
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import keys
-from tests.sidecar_proc import ROOT, start_sidecar
+from tests.support import ROOT, start_sidecar
 
 NODE_CLIENT = ROOT / "clients" / "node"
 _NOT_INSTALLED = "node is not installed: `make test` (or .ci/run) installs what the tests need"

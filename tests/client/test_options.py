@@ -10,7 +10,7 @@ import pytest
 
 from ckpt.sidecar.client import AsyncCheckpointClient
 from tests.client.support import FLAVOURS, open_client
-from tests.sidecar_proc import Sidecar
+from tests.support import Sidecar
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

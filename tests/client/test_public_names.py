@@ -6,7 +6,7 @@ import importlib.resources
 import tomllib
 
 import ckpt.sidecar.client as client
-from tests.sidecar_proc import ROOT
+from tests.support import ROOT
 
 
 def test_the_client_package_exports_the_clients_their_errors_and_options() -> None:

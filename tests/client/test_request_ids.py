@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.client.support import FLAVOURS, PATCH, CountCalls, LoseFirstReply, open_client, versions
-from tests.sidecar_proc import Sidecar
+from tests.support import Sidecar
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -23,7 +23,7 @@ from tests.client.support import (
     open_client,
     versions,
 )
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -15,7 +15,7 @@ import pytest
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ResourceExhaustedError
 from ckpt.v1 import service_pb2
 from tests.client.support import FLAVOURS, PATCH, alist, merge, open_client, states
-from tests.sidecar_proc import Sidecar
+from tests.support import Sidecar
 
 
 def refilled(session: str, n: int) -> Iterator[service_pb2.PutRequest]:

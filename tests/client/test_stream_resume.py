@@ -43,8 +43,8 @@ from tests.client.support import (
     wait_for,
     write,
 )
-from tests.sidecar_proc import Sidecar, free_port
 from tests.store.test_write_backlog import BUDGET_BYTES, lmdb_write_lock_held, queued_write_bytes, state
+from tests.support import Sidecar, free_port
 
 # -- restarts mid-stream ---------------------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ from ckpt.codec import (
     iter_versions,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
+from tests.codec.strategies import big_checkpoints, checkpoints, serialize
 from tests.golden.cases import GOLDEN_POLICY
-from tests.strategies import big_checkpoints, checkpoints, serialize
 
 # Hypothesis states are small; the default per-frame cost would keep their
 # chains at one frame, so every policy but the default sets it to 0.

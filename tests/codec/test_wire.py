@@ -7,7 +7,7 @@ from hypothesis import given
 
 from ckpt.codec import ChainEncoder, WireFormatError, check_patch
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.strategies import checkpoints, serialize
+from tests.codec.strategies import checkpoints, serialize
 
 BAD = [
     (b"\x08", 1, "truncated field 1 value varint at offset 1"),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.sidecar_proc import ROOT
+from tests.support import ROOT
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))

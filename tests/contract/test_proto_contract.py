@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from ckpt.sidecar import config
 from ckpt.sidecar.status import STATUS_OF
 from ckpt.sidecar.store import keys
-from tests.sidecar_proc import ROOT, Sidecar, start_sidecar
+from tests.support import ROOT, Sidecar, start_sidecar
 
 SERVICE_PROTO = "ckpt/v1/service.proto"
 

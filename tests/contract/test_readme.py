@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.sidecar_proc import ROOT, start_sidecar
+from tests.support import ROOT, start_sidecar
 
 README = ROOT / "README.md"
 

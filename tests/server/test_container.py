@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from ckpt.sidecar.server import wait_until_serving
-from tests.sidecar_proc import ROOT, free_port
+from tests.support import ROOT, free_port
 
 
 def dockerfile() -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ import pytest
 
 from ckpt.sidecar.client import CheckpointClient, UnavailableError
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 PATCH = b"\x10\x01"  # field 2 (varint) = 1: a well-formed MERGE patch
 # Far longer than any test waits: a stream or call that shutdown waits out shows as a timeout.

@@ -26,7 +26,7 @@ from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.replycache import ReplyCache
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
+from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
 
 FULL = service_pb2.FRAME_KIND_FULL
 

@@ -30,7 +30,7 @@ from ckpt.sidecar.client import (
 from ckpt.sidecar.client.policy import retry_delay_seconds as _retry_delay_seconds
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.support import Sidecar, free_port, start_sidecar
 
 
 def state(n: int) -> bytes:

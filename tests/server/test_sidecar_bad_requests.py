@@ -20,7 +20,7 @@ from ckpt.sidecar.errors import InvalidArgument
 from ckpt.sidecar.server.convert import labels_arg, put_request
 from ckpt.sidecar.server.failures import MAX_DETAILS_BYTES, bounded_details
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, start_sidecar
 
 SERVICE = "/ckpt.v1.CheckpointService/"
 MAX_TIME_NANOS = 2**64 - 1  # the store keys times as unsigned 64-bit nanoseconds

@@ -28,8 +28,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.serving import serve_async
-from tests.sidecar_proc import ROOT, free_port, start_sidecar
 from tests.store.test_write_backlog import lmdb_write_lock_held
+from tests.support import ROOT, free_port, start_sidecar
 
 #: tgkill(2)'s number by machine: a signal to one thread of another process (os.kill picks the thread itself).
 _SYS_TGKILL = {"x86_64": 234, "aarch64": 131}

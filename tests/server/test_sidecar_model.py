@@ -29,7 +29,6 @@ from ckpt.sidecar.client import (
     NotFoundError,
 )
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import start_sidecar
 from tests.store.store_model import (
     ANY_SESSION,
     EXPECT,
@@ -42,6 +41,7 @@ from tests.store.store_model import (
     Model,
     batches,
 )
+from tests.support import start_sidecar
 
 _WIRE_MODE = {WriteMode.REPLACE: service_pb2.WRITE_MODE_REPLACE, WriteMode.MERGE: service_pb2.WRITE_MODE_MERGE}
 

@@ -31,8 +31,8 @@ from ckpt.sidecar.server.storelink import StoreLink
 from ckpt.sidecar.status import CURRENT_VERSION_KEY
 from ckpt.sidecar.store import OFF_LOOP_PATCH_BYTES, Store
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import Sidecar, start_sidecar
 from tests.store.test_commit_failure import _FailingCommits as FailingCommits  # storage whose next commits fail
+from tests.support import Sidecar, start_sidecar
 
 
 def _store_process(sidecar: Sidecar) -> int:

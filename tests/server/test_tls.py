@@ -18,7 +18,7 @@ from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.listening import reachable_from_other_hosts
 from ckpt.sidecar.server.process import start_sidecar_process, wait_until_serving
 from tests.client.test_node_client import node_command
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar
+from tests.support import Sidecar, free_port, start_sidecar
 
 
 @pytest.fixture(scope="module")

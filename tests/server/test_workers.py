@@ -31,7 +31,7 @@ from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
 from ckpt.sidecar.store import Store, lock_data_dir
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import free_port
+from tests.support import free_port
 
 CONNECTIONS = 24  # all on one worker by chance: 2 in 2**24
 

@@ -14,8 +14,8 @@ import pytest
 
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
-from tests.sidecar_proc import Sidecar, free_port, start_sidecar
 from tests.store.support import hold_writer, room_waiters, sleeping_op, submit_op, wait_queued
+from tests.support import Sidecar, free_port, start_sidecar
 
 WRITERS = 8
 

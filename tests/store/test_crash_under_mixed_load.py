@@ -18,9 +18,8 @@ from ckpt.sidecar.client import (
     NotFoundError,
 )
 from ckpt.v1 import service_pb2
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import start_sidecar, start_sidecar_sweeping
 from tests.store.support import merge_patch, replace_state
+from tests.support import ckpt, start_sidecar, start_sidecar_sweeping
 
 
 def stream_state(session: str, version: int) -> bytes:

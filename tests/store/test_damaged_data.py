@@ -26,9 +26,8 @@ from ckpt.sidecar.client import (
     NotFoundError,
 )
 from ckpt.sidecar.store import keys
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import ROOT, Sidecar, start_sidecar, start_sidecar_sweeping
 from tests.store.support import merge_patch, replace_state
+from tests.support import ROOT, Sidecar, ckpt, start_sidecar, start_sidecar_sweeping
 
 SESSIONS = ("a", "b", "c", "d")  # a, c: REPLACE (DELTA chains); b, d: MERGE (PATCH chains)
 VERSIONS = 14

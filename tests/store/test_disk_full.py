@@ -21,7 +21,7 @@ import pytest
 from ckpt.bench.output import process_and_children
 from ckpt.sidecar.client import CheckpointClient, NotFoundError, ResourceExhaustedError
 from ckpt.sidecar.storage import LmdbStorage
-from tests.sidecar_proc import ROOT, start_sidecar
+from tests.support import ROOT, start_sidecar
 
 STATE_BYTES = 64 * 1024
 

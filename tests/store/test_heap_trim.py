@@ -18,7 +18,7 @@ import pytest
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.server.heap import HeapTrimmer, anonymous_resident_bytes
-from tests.sidecar_proc import start_sidecar
+from tests.support import start_sidecar
 
 MIB = 1024 * 1024
 WRITERS = 64

@@ -21,8 +21,7 @@ from ckpt.sidecar.store import SessionInfo, VersionInfo, WriteMode
 from ckpt.sidecar.store.keys import MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, MAX_LABELS, MAX_SESSION_ID_BYTES
 from ckpt.sidecar.store.listings import session_info_bytes, version_info_bytes
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import Sidecar, start_sidecar
+from tests.support import Sidecar, ckpt, start_sidecar
 
 LIMIT = 128 * 1024  # the smallest --max-message-bytes allowed
 U64_MAX = 2**64 - 1

@@ -24,8 +24,8 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import PutRequest, PutResult, VersionInfo, WriteMode
 from ckpt.sidecar.store.cache import StateCache
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import start_sidecar
 from tests.store.support import wait_queued, writer_held
+from tests.support import start_sidecar
 
 
 @pytest.fixture

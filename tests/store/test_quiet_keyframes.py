@@ -19,8 +19,8 @@ from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietKeyframes
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import ROOT, start_sidecar_sweeping
 from tests.store.support import put_later, queued_ops, storage_of, wait_queued, writer_held
+from tests.support import ROOT, start_sidecar_sweeping
 
 QUIET_SECONDS = 60.0
 FULL = service_pb2.FRAME_KIND_FULL

@@ -20,7 +20,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import Store, StoreConfig
-from tests.sidecar_proc import ROOT
+from tests.support import ROOT
 
 # A writer in another process: grows the map (1 MiB at first) by writing
 # incompressible states past its end, as a busy sidecar does.

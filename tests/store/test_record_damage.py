@@ -16,7 +16,7 @@ import pytest
 from ckpt.sidecar import DataLoss, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import keys
 from ckpt.store.v1 import records_pb2
-from tests.cli.test_cli import ckpt
+from tests.support import ckpt
 
 
 def _write(data_dir: Path, table: bytes, key: bytes, value: bytes) -> None:

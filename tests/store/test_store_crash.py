@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ckpt.codec import ChainPolicy
 from ckpt.sidecar import Store, StoreConfig
-from tests.crash_writer import expected_state
+from tests.store.crash_writer import expected_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_sigkill_mid_load_keeps_every_acknowledged_write(tmp_path: Path) -> None
     acked: dict[str, int] = {}
     for round_ in range(2):  # the second round resumes sessions written before the first kill
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.crash_writer", str(data), "8"],
+            [sys.executable, "-m", "tests.store.crash_writer", str(data), "8"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,

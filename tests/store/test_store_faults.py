@@ -22,9 +22,8 @@ from ckpt.sidecar.storage import StorageFailure
 from ckpt.sidecar.store import requestids
 from ckpt.sidecar.store.encoders import Encoders
 from ckpt.store.v1 import records_pb2
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import ROOT, start_sidecar
 from tests.store.support import put_request, state_of, storage_of, storage_write_lock_held
+from tests.support import ROOT, ckpt, start_sidecar
 
 CHAINS = ChainPolicy(frame_cost_bytes=0, max_depth=3)
 

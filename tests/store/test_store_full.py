@@ -19,7 +19,7 @@ import pytest
 from ckpt.sidecar import PutRequest, Store, StoreConfig, StoreFull
 from ckpt.sidecar.client import CheckpointClient, ResourceExhaustedError
 from ckpt.sidecar.tools.backup import backup
-from tests.sidecar_proc import Sidecar, free_port, metrics_text, start_sidecar
+from tests.support import Sidecar, free_port, metrics_text, start_sidecar
 
 MAP_CAP = 4 << 20
 

@@ -18,8 +18,7 @@ from ckpt.sidecar.store import keys, layout
 from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.sidecar.tools.backup import backup
 from ckpt.store.v1 import records_pb2
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import ROOT
+from tests.support import ROOT, ckpt
 
 
 def stamp(data: Path) -> bytes | None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ckpt.sidecar import Retention, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
-from tests.sidecar_proc import free_port, start_sidecar
 from tests.store.test_store_full import scrape
+from tests.support import free_port, start_sidecar
 
 
 def test_a_sweep_counts_what_it_did(tmp_path: Path) -> None:

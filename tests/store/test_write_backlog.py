@@ -25,8 +25,8 @@ from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, Unavail
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
 from ckpt.v1 import service_pb2
-from tests.sidecar_proc import Sidecar, free_port, metric, start_sidecar
 from tests.store.support import put_later, queued_ops, room_waiters, wait_queued, writer_held
+from tests.support import Sidecar, free_port, metric, start_sidecar
 
 STATE_BYTES = 100_000
 BUDGET_BYTES = 3 * STATE_BYTES  # three states fit, the fourth waits

@@ -18,8 +18,7 @@ from ckpt.sidecar import PutRequest, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.tools.backup import backup, write_backup
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.cli.test_cli import ckpt
-from tests.sidecar_proc import ROOT, start_sidecar
+from tests.support import ROOT, ckpt, start_sidecar
 
 SESSIONS = [f"agent-{n:02d}" for n in range(24)]
 

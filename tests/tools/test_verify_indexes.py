@@ -29,8 +29,7 @@ from ckpt.sidecar.store.keys import label_key, request_key, time_key, updated_ke
 from ckpt.sidecar.tools.crosscheck import TABLES, CrossCheck
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.cli.test_cli import ckpt
-from tests.cli.test_cli_damage import IS_LEAF, Pages
+from tests.support import IS_LEAF, Pages, ckpt
 
 _U64 = struct.Struct(">Q")
 

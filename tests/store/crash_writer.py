@@ -1,6 +1,6 @@
 """Child process for tests/test_store_crash.py: writes until killed.
 
-    python -m tests.crash_writer DATA_DIR THREADS
+    python -m tests.store.crash_writer DATA_DIR THREADS
 
 Each thread owns one session and writes versions 1, 2, 3, ... (even threads
 REPLACE, odd threads MERGE); after each put returns (= committed), it prints
