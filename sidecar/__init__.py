@@ -1,4 +1,4 @@
-"""ckpt's sidecar: the LMDB store (this package's core), the gRPC server, the clients and the `ckpt` CLI."""
+"""ckpt's sidecar: the store engine behind its storage seam, the gRPC server, the clients, the `ckpt` CLI, the tools."""
 
 from .config import Durability, Retention, StoreConfig
 from .errors import (
