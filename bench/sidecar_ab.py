@@ -13,13 +13,16 @@ before that launcher) on its defaults (fsync on; data under
 ``$CKPT_BENCH_DIR``, else ``.bench-data/``), both started before anything is
 measured. Each round measures each build in turn, the one going first
 alternating round by round: 64 client threads echoing a merge request's size,
-then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states), each
-after a short warm-up of its own kind, with ``python -m ckpt.bench.sidecar_bench``'s
-own ``Bench.measure``.
+then 64 threads of unary MERGE (sessions re-seeded with ~10 KB states), then
+PutStream MERGE writes, each after a short warm-up of its own kind, with
+``python -m ckpt.bench.sidecar_bench``'s own ``Bench.measure``; then the hot
+Get of a ~300 KB cached state against an echo of as many bytes (p50 of 300
+alternating pairs, ``Bench.hot_get``).
 
 The report gives each build's medians (merges/s, echo calls/s, merge/echo,
-server CPU per call) and, round by round, this build's merges/s and
-merge/echo ratio over the baseline's: a change that helps shows up as paired
+server CPU per call, PutStream writes/s, hot Get and echo p50) and, round by
+round, this build's merges/s, merge/echo, PutStream and hot Get p50 over the
+baseline's: a change that helps shows up as paired
 ratios above 1 in most rounds. Nothing is checked: it exits 0.
 
 ``--baseline-args`` and ``--this-args`` add ``ckpt serve`` options to one
@@ -52,7 +55,18 @@ from .sidecar_load import Bench
 
 REPO = Path(__file__).resolve().parent.parent
 BUILDS = ("baseline", "this")
-METRICS = ("echo", "merge", "merge_vs_echo", "echo_cpu_us", "merge_cpu_us")
+METRICS = (
+    "echo",
+    "merge",
+    "merge_vs_echo",
+    "echo_cpu_us",
+    "merge_cpu_us",
+    "stream",
+    "hot_get_p50_us",
+    "hot_echo_p50_us",
+)
+#: What the paired ratios (this build / the baseline, round by round) are given for.
+PAIRED = ("merge", "merge_vs_echo", "stream", "hot_get_p50_us")
 
 
 @dataclass
@@ -135,10 +149,7 @@ def run(
         finally:
             for sidecar in sidecars.values():
                 stop_echo_sidecar(sidecar, ok=ok)
-    paired = {
-        m: [t / b for t, b in zip(results["this"][m], results["baseline"][m], strict=True)]
-        for m in ("merge", "merge_vs_echo")
-    }
+    paired = {m: [t / b for t, b in zip(results["this"][m], results["baseline"][m], strict=True)] for m in PAIRED}
     return Report(machine=machine_info(), params=params, builds=results, paired=paired)
 
 
@@ -153,6 +164,12 @@ def _round(bench: Bench, out: dict[str, list[float]], seconds: float, warmup: fl
     out["merge_vs_echo"].append(merge.rate / echo.rate)
     out["echo_cpu_us"].append(echo.server_cpu_us_per_call)
     out["merge_cpu_us"].append(merge.server_cpu_us_per_call)
+    out["stream"].append(
+        bench.measure(bench.stream_workers, seeded=True, pids=one, seconds=seconds, warmup=warmup).rate
+    )
+    hot = bench.hot_get()  # a ~300 KB cached state's latest-version Get against an echo of as many bytes
+    out["hot_get_p50_us"].append(hot["get_p50_us"])
+    out["hot_echo_p50_us"].append(hot["echo_p50_us"])
 
 
 def render(report: Report) -> str:
@@ -164,23 +181,32 @@ def render(report: Report) -> str:
         *(f"{b}: ckpt serve {shlex.join(p['serve_options'][b])}" for b in BUILDS if p.get("serve_options", {}).get(b)),
         f"{p['rounds']} rounds x {p['seconds']:g} s per measurement, each build in turn, first one alternating",
         "",
-        "| build | merges/s | echo calls/s | merge/echo | server CPU us/merge (both processes) | server CPU us/echo |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| build | merges/s | echo calls/s | merge/echo | server CPU us/merge (both processes) | server CPU us/echo"
+        " | PutStream writes/s | hot 300 KB Get p50 us | its echo p50 us |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for b in BUILDS:
         med = {m: statistics.median(r[b][m]) for m in METRICS}
         lines.append(
             f"| {b} | {med['merge']:,.0f} | {med['echo']:,.0f} | {med['merge_vs_echo']:.2f} | "
-            f"{med['merge_cpu_us']:.0f} | {med['echo_cpu_us']:.0f} |"
+            f"{med['merge_cpu_us']:.0f} | {med['echo_cpu_us']:.0f} | {med['stream']:,.0f} | "
+            f"{med['hot_get_p50_us']:.0f} | {med['hot_echo_p50_us']:.0f} |"
         )
-    lines += ["", "| round | merges/s this / baseline | merge/echo this / baseline |", "|---:|---:|---:|"]
-    for i, (m, ratio) in enumerate(zip(report.paired["merge"], report.paired["merge_vs_echo"], strict=True)):
-        lines.append(f"| {i + 1} | {m:.3f} | {ratio:.3f} |")
+    lines += [
+        "",
+        "| round | merges/s this / baseline | merge/echo this / baseline | PutStream writes/s this / baseline"
+        " | hot Get p50 this / baseline |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for i, row in enumerate(zip(*(report.paired[m] for m in PAIRED), strict=True)):
+        lines.append(f"| {i + 1} | " + " | ".join(f"{x:.3f}" for x in row) + " |")
     above = sum(1 for x in report.paired["merge"] if x > 1)
     lines.append(
         f"\nmedian of the paired merges/s ratios: {statistics.median(report.paired['merge']):.3f}"
         f" (above 1 in {above} of {len(report.paired['merge'])} rounds); of the paired merge/echo ratios:"
-        f" {statistics.median(report.paired['merge_vs_echo']):.3f}"
+        f" {statistics.median(report.paired['merge_vs_echo']):.3f}; of PutStream writes/s:"
+        f" {statistics.median(report.paired['stream']):.3f}; of hot Get p50 (below 1: faster):"
+        f" {statistics.median(report.paired['hot_get_p50_us']):.3f}"
     )
     return "\n".join(lines)
 

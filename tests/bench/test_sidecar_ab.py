@@ -28,8 +28,10 @@ def test_two_builds_are_measured_from_their_own_checkouts(tmp_path: Path) -> Non
     assert report.paired["merge"] == [
         t / b for t, b in zip(report.builds["this"]["merge"], report.builds["baseline"]["merge"], strict=True)
     ]
+    assert set(report.paired) == set(sidecar_ab.PAIRED) and all(len(v) == 2 for v in report.paired.values())
     text = sidecar_ab.render(report)
     assert "| baseline |" in text and "| this |" in text and "median of the paired merges/s ratios" in text
+    assert "of PutStream writes/s" in text and "of hot Get p50" in text
     assert list(tmp_path.iterdir()) == []  # data directories, logs and sockets removed after clean stops
 
 
