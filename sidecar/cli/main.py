@@ -35,8 +35,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        return _bench(argv[1:])
+    if argv[:1] == ["bench"]:  # listed in --help; the `ckpt` command (ckpt/command.py) hands it to bench/
+        print("ckpt bench: run it as `ckpt bench` (or `python -m ckpt bench`)", file=sys.stderr)
+        return 2
     args = parse_args(argv)
     try:
         return int(COMMANDS[args.command](args))
@@ -69,19 +70,6 @@ def _failure(exc: Exception, args: argparse.Namespace) -> str:
     if isinstance(exc, CheckpointError):  # the client's limit, as this command sets it
         message = message.replace("max_message_bytes", "--max-message-bytes")
     return message + hint
-
-
-def _bench(argv: list[str]) -> int:
-    """`ckpt bench ...`, handed whole to the benchmark harness: the one place the sidecar reaches into bench/."""
-    try:
-        from ...bench.harness.main import main as bench_main
-    except ModuleNotFoundError as exc:  # an installed image ships the sidecar, not bench/
-        print(
-            f"ckpt bench: the benchmark harness is not installed here ({exc}); run it from a source checkout",
-            file=sys.stderr,
-        )
-        return 1
-    return bench_main(argv)
 
 
 if __name__ == "__main__":

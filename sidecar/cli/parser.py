@@ -207,8 +207,8 @@ def _commands(sub: Any) -> None:
     p["inspect"].add_argument("session")
     p["verify"].add_argument("sessions", nargs="*", help="sessions to check (default: all)")
     p["backup"].add_argument("dest", type=_backup_dest, help="the backup's directory (must not exist; its parent must)")
-    # `ckpt bench ...` is handed whole to the harness (bench/harness/main.py), which has its own --help;
-    # listed here for the overview only (main.py runs it before any parsing).
+    # `ckpt bench ...` is handed whole to the harness (bench/harness/main.py) by the `ckpt` command
+    # (ckpt/command.py) before any parsing; listed here for the overview only.
     sub.add_parser("bench", help="benchmark harness: ckpt against other stores (ckpt bench --help)", add_help=False)
 
 

@@ -27,7 +27,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench-quick")
     proc = subprocess.run(
-        [sys.executable, "-m", "ckpt.sidecar.cli", "bench", "run", "--quick", "--no-progress", "--out", str(out)],
+        [sys.executable, "-m", "ckpt", "bench", "run", "--quick", "--no-progress", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -102,7 +102,7 @@ def test_quick_run_writes_the_report_and_plots(quick_run: Path) -> None:
 def test_report_rerenders_from_results_alone(quick_run: Path, tmp_path: Path) -> None:
     (tmp_path / "results.json").write_bytes((quick_run / "results.json").read_bytes())
     proc = subprocess.run(
-        [sys.executable, "-m", "ckpt.sidecar.cli", "bench", "report", "--out", str(tmp_path)],
+        [sys.executable, "-m", "ckpt", "bench", "report", "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -117,7 +117,7 @@ def test_unknown_system_is_refused_with_its_name(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ckpt.sidecar.cli",
+            "ckpt",
             "bench",
             "run",
             "--quick",
@@ -149,7 +149,7 @@ def test_asking_for_trajectories_without_a_corpus_is_refused_in_one_line(
     empty.mkdir()
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "ckpt.sidecar.cli", "bench", "run", "--quick", *asked, "--out", str(out)],
+        [sys.executable, "-m", "ckpt", "bench", "run", "--quick", *asked, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -73,10 +73,9 @@ def test_version_is_the_installed_one() -> None:
 
 
 def test_bench_without_the_harness_says_so(tmp_path: Path) -> None:
-    # The container image installs the sidecar without bench/'s harness; `ckpt bench` ended in a traceback there.
+    # An install without the bench extra's packages: `ckpt bench` ended in a traceback there.
     script = (
-        "import sys; sys.modules['ckpt.bench.harness'] = None;"
-        " from ckpt.sidecar.cli.main import main; sys.exit(main(['bench']))"
+        "import sys; sys.modules['ckpt.bench.harness'] = None; from ckpt.command import main; sys.exit(main(['bench']))"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and b"Traceback" not in out.stderr
