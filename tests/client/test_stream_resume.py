@@ -445,10 +445,11 @@ def test_an_async_stream_whose_read_is_never_completed_after_it_ended_is_still_r
     waiters and done callbacks, not a read. So a read lost so waited out the answer's bound,
     timeout_seconds (30 s by default), and put_stream then gave up with DeadlineExceededError, its
     unanswered writes named but not resent, where the end should have reopened the stream. Here the
-    first stream's read is lost at its end and a SIGTERM restart ends it: put_stream sees the end
-    anyway, reopens and resends what was unanswered, well within timeout_seconds (60 s here), every
-    write answered once, in order. (2000 writes in batches of 8: the sidecar's read-ahead, 64 batches,
-    is well short of those left at the restart.)"""
+    first stream's read is lost at its end and a killed sidecar's restart ends it: put_stream sees the
+    end anyway, reopens and resends what was unanswered, well within timeout_seconds (60 s here), every
+    write answered once, in order. (2000 writes in batches of 8. Killed, not stopped: a stopping sidecar
+    answers every write it read before it ends the stream, and the client reads no further once all it
+    sent is answered, so no read was under way to be lost when the sender had fallen behind.)"""
     n = 2000
     sidecars = fleet()
     results: list[service_pb2.PutResult] = []
@@ -464,8 +465,7 @@ def test_an_async_stream_whose_read_is_never_completed_after_it_ended_is_still_r
                     async for result in ac.put_stream([write(i) for i in range(n)], batch_size=8):
                         results.append(result)
                         if len(results) == 200:
-                            sidecars[-1].process.send_signal(signal.SIGTERM)
-                            restarting = loop.run_in_executor(None, sidecars.restart, signal.SIGTERM)
+                            restarting = loop.run_in_executor(None, sidecars.restart, signal.SIGKILL)
         finally:
             for call in lost:
                 call.release.set()
