@@ -369,7 +369,7 @@ def check_store(target: str, expected: Expected, *, prefix: bool = False) -> Non
 class Fleet:
     """The sidecars a test starts on one data directory and socket, in order; ``[-1]`` is the current one.
 
-    Restarts may run on a thread reading ``puts`` or on a helper thread, and can still be under way when
+    Restarts may run on a thread reading ``puts`` or on a thread of their own, and can still be under way when
     a failing test ends: ``close`` waits for them, refuses any later one, and kills every sidecar still
     running, so a failed test leaves no process behind. (A passing test stops its last sidecar itself
     with SIGTERM and checks that it exits 0.)
