@@ -59,7 +59,7 @@ class QuietKeyframes:
     def note_write(self, txn: WriteTxn, now: int) -> None:
         """A write at ``now`` (in ``txn``): one indexed below the bound makes the next sweep read it all."""
         if now < self.before_nanos:
-            # The clock stepped back behind the bound: this session indexes below
+            # The clock stepped back behind the bound: the session indexes below
             # it, where no sweep would look. The next sweep reads the whole index;
             # a restart before it must too.
             self._rescan = True

@@ -101,7 +101,7 @@ def request_of_session(done: records_pb2.RequestRecord, rec: records_pb2.Session
     """Whether a current request record was written to the session ``rec`` is now (None: there is none).
 
     Records outlive a deleted session (keys.request_key) and name the session they were written to by
-    its creation time: one of an earlier session of the same id answers nothing (RequestIds.remembered),
+    its creation time: one of a deleted, earlier holder of the same id answers nothing (RequestIds.remembered),
     and is no damage (`ckpt verify`).
     """
     return rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos

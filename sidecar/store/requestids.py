@@ -47,8 +47,8 @@ class RequestIds:
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record stored under ``rid_key`` (None if none) and whether it answers this write's retry.
 
-        It answers while it has not expired and names the session as it is now: one naming an
-        earlier session of the same id (deleted since; the records outlive it) does not, so the
+        It answers while it has not expired and names the session as it is now: one naming a
+        deleted, earlier holder of the same id (the records outlive it) does not, so the
         write is made anew and its record replaces that one. A record of store layout 1 is looked
         up under its own key, and returned only if it answers (the sweeper expires it where it is).
         """
@@ -74,7 +74,7 @@ class RequestIds:
             ) from None
         live = done.expires_unix_nanos > time.time_ns()
         if layout1:
-            # A delete removed layout 1's records with their session: one found is this session's.
+            # A delete removed layout 1's records with their session: one found belongs to the session as it is now.
             return (done, True) if live else (None, False)
         return done, live and request_of_session(done, rec)
 

@@ -119,7 +119,7 @@ class Retention:
                 try:
                     rec = record(raw)
                     start = self._retention_start(txn, sid, rec, now)
-                except Exception as exc:  # only reads so far: nothing of this session to undo
+                except Exception as exc:  # only reads so far: nothing of the session's to undo
                     # Keep the damaged session as it is (verify names it) and prune the others.
                     log.warning("retention skipped session %r: %s", printable(sid), exc)
                     continue

@@ -20,7 +20,7 @@ look like damage):
   One keyed as store layout 1 did (session first) belongs to a session with a
   record: a delete removes those with their session. A current one (request id
   first) stays after a delete until it expires, answering nothing: one naming
-  a session with no record, or an earlier session of the same id (its
+  a session with no record, or a deleted, earlier holder of the same id (its
   session_created_unix_nanos), is not checked against a head. But one whose
   session_created_unix_nanos is 0 names no session (every write stores its
   session's creation time): while its session has a record, a retry of its
@@ -310,7 +310,7 @@ class CrossCheck:
                         f"the record of {what} (version {version}) names no session (session_created_unix_nanos"
                         " is 0): a retry of that write would be written again",
                     )
-                continue  # written to an earlier session of that id, deleted since: it answers nothing, and expires
+                continue  # written to a deleted, earlier holder of that id: it answers nothing, and expires
             head = -1 if session is None else session.head_version
             if head >= version >= 1:
                 continue

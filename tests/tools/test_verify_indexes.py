@@ -58,7 +58,7 @@ def build(data: Path) -> None:
         # Its record, frames, labels and updated entry go with it; its request ids' records stay until they
         # expire, answering nothing (the session they name is gone).
         assert store.delete_session("gone") == 8
-        # And it starts over: the earlier session's record of gone:1 is replaced; gone:2-8 are left.
+        # And it starts over: the deleted holder's record of gone:1 is replaced; gone:2-8 are left.
         assert not store.put("gone", state("gone", 1), request_id="gone:1").replayed
         assert store.sweep().sessions_pruned >= 3  # retention: request records of pruned versions stay
         time.sleep(1.2)  # past the updated-time index's granule: the next writes move their entries
@@ -275,7 +275,7 @@ def test_the_summary_counts_damaged_sessions_and_entries_of_no_session(data: Pat
 
 def test_a_request_record_naming_no_session_is_damage_while_its_session_lives(data: Path) -> None:
     """A current request record with session_created_unix_nanos 0 matches no session, so a retry of its
-    write would be written again: verify passed it over as if written to an earlier session of the id.
+    write would be written again: verify passed it over as if written to a deleted, earlier holder of the id.
     Once its session is deleted it answers nothing anyway, like every record of a deleted session, and
     is no damage (nor is one of store layout 1, which has no such time)."""
     with tables(data) as (txn, dbs):

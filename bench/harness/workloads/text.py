@@ -74,7 +74,7 @@ class Text:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self._log_ms = rng.randrange(86_400_000)
-        # Sentences this session already said: agents repeat themselves ("let me
+        # Sentences the agent already said: agents repeat themselves ("let me
         # run the tests again"), which is much of why real transcripts compress.
         self._stock: list[str] = []
 
