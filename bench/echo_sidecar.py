@@ -31,10 +31,11 @@ def start_echo_sidecar(
     source: Path | None = None,
     extra: tuple[str, ...] = (),
     listen: str | None = None,
+    keep_data: bool = False,
 ) -> SidecarProcess:
     """An echo sidecar on its defaults (no CKPT_* variable reaches it) and ``extra`` options: its data
     directory ``base/name`` (emptied first), its log ``base/name.log``, listening on ``listen``
-    (default: the unix socket ``base/name.sock``).
+    (default: the unix socket ``base/name.sock``). ``keep_data``: serve the directory as it is (a restart).
 
     ``source``: run that checkout's build. A checkout from before this launcher (the
     baseline of ``bench.sidecar_ab`` for builds of that time) serves the same echo methods
@@ -42,7 +43,8 @@ def start_echo_sidecar(
     """
     base = base.resolve()  # the sidecar may run in another directory
     data_dir = base / name
-    shutil.rmtree(data_dir, ignore_errors=True)
+    if not keep_data:
+        shutil.rmtree(data_dir, ignore_errors=True)
     module: str | None = MODULE
     if source is not None and not (source / "bench" / "echo_sidecar.py").exists():
         module, extra = None, ("--bench-echo", *extra)
@@ -55,6 +57,15 @@ def start_echo_sidecar(
         cwd=source,
         module=module,
     )
+
+
+def restart_echo_sidecar(sidecar: SidecarProcess) -> SidecarProcess:
+    """Stop ``sidecar`` (SIGTERM; RuntimeError if it exits non-zero), then start the launcher again on its
+    data directory, socket and log, as :func:`start_echo_sidecar` started it without ``extra``."""
+    code = sidecar.stop()
+    if code != 0:
+        raise RuntimeError(f"sidecar exited with {code} on SIGTERM:\n{sidecar.log(tail_chars=2000)}")
+    return start_echo_sidecar(sidecar.data_dir.parent, sidecar.data_dir.name, keep_data=True)
 
 
 def stop_echo_sidecar(sidecar: SidecarProcess, *, ok: bool) -> None:

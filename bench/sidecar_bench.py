@@ -36,6 +36,12 @@ measured against that one server, over its unix socket, in this run:
 4. hot get: ``get`` of the latest version of a ~300 KB state (served from the
    gRPC process's reply cache) against echoing the same number of bytes, calls
    alternating on one client thread; p50/p99 of each, and the p50 ratio;
+5. cold get (bench.sidecar_cold): 200 sessions (50 with --quick) written as a
+   ~10 KB REPLACE and 4 MERGEs each, the sidecar stopped (SIGTERM) and started
+   again on the same data directory, then each session's latest read once in a
+   shuffled order, each Get followed by an echo of as many bytes as its state;
+   p50/p99 of each and the p50 ratio. Its target (<= 1.3, issue 46) is reported,
+   not checked: today's build misses it, and a check would fail ``make bench``.
 What ``ckpt serve --workers N`` changes is measured by ``python -m ckpt.bench.workers_bench``.
 
 Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
@@ -59,6 +65,7 @@ import grpc
 
 from .echo_sidecar import start_echo_sidecar, stop_echo_sidecar
 from .output import finish
+from .sidecar_cold import cold_get
 from .sidecar_load import CLIENTS, REPS, STREAM_BATCH, STREAMS, Bench
 
 ENV_DIR = "CKPT_BENCH_DIR"
@@ -70,6 +77,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "stream_vs_unary_merge": (">=", 3.0),
     "hot_get_p50_vs_echo": ("<=", 1.5),
 }
+# Reported beside the checks, not failing the run: (ratio, comparison, bound).
+REPORTED_TARGETS: dict[str, tuple[str, float]] = {"cold_get_vs_echo_p50": ("<=", 1.3)}
 
 
 def data_root() -> Path:
@@ -86,6 +95,7 @@ class Report:
     throughput: dict[str, dict[str, Any]] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
+    cold: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -137,6 +147,7 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
             report.latency = bench.hot_get()
         finally:
             bench.close()
+        sidecar, report.cold = cold_get(sidecar, quick=quick)
         rate = {k: v["rate"] for k, v in report.throughput.items()}
         lat = report.latency
         # The echo's ceiling is the higher of the two load generators' readings; the unary merge
@@ -153,6 +164,8 @@ def run(*, quick: bool = False, root: Path | None = None) -> Report:
             "unary_replace_10k_vs_echo_10k": rate["unary_replace_10k"] / rate["echo_10k"],
             "hot_get_p50_vs_echo": lat["get_p50_us"] / lat["echo_p50_us"],
             "hot_get_p99_vs_echo": lat["get_p99_us"] / lat["echo_p99_us"],
+            "cold_get_vs_echo_p50": report.cold["get_p50_us"] / report.cold["echo_p50_us"],
+            "cold_get_vs_echo_p99": report.cold["get_p99_us"] / report.cold["echo_p99_us"],
             # What the rates' ratio would be if both filled the machine's cores: client and
             # server share them, so a call's CPU on both sides is what it costs.
             "unary_merge_vs_echo_request_size_if_cpu_bound": _cpu_per_call(by_name["echo_request_size_tasks"])
@@ -228,6 +241,15 @@ def render(report: Report) -> str:
     lines.append("|---|---:|---:|")
     lines.append(f"| get (cached) | {lat['get_p50_us']:.0f} | {lat['get_p99_us']:.0f} |")
     lines.append(f"| echo {lat['state_bytes']:,} B | {lat['echo_p50_us']:.0f} | {lat['echo_p99_us']:.0f} |")
+    cold = report.cold
+    lines.append(
+        f"\n## cold get: sidecar restarted, each of {cold['sessions']} sessions' latest read once "
+        f"(~{cold['state_bytes_median']:,} B, REPLACE + {cold['merges_per_session']} MERGEs)"
+    )
+    lines.append("| call | p50 us | p99 us |")
+    lines.append("|---|---:|---:|")
+    lines.append(f"| get (cold) | {cold['get_p50_us']:.0f} | {cold['get_p99_us']:.0f} |")
+    lines.append(f"| echo of the same bytes | {cold['echo_p50_us']:.0f} | {cold['echo_p99_us']:.0f} |")
     lines.append("\n## ratios")
     lines.append("| ratio | value | target | ok |")
     lines.append("|---|---:|---:|---|")
@@ -236,15 +258,16 @@ def render(report: Report) -> str:
         "stream_vs_unary_merge": "stream_vs_unary_merge",
         "hot_get_p50_vs_echo": "hot_get_p50_vs_echo",
     }
-    info_targets = {"unary_merge_vs_echo_10k": (">=", 0.7)}
+    info_targets = {"unary_merge_vs_echo_10k": (">=", 0.7), **REPORTED_TARGETS}
     for name, value in r.items():
         if name in check_of:
             c = report.checks[check_of[name]]
             lines.append(f"| {name} | {value:.2f} | {c['op']} {c['target']} | {'yes' if c['ok'] else 'NO'} |")
         elif name in info_targets:
             op, bound = info_targets[name]
-            met = value >= bound
-            lines.append(f"| {name} (other reading) | {value:.2f} | ({op} {bound}) | ({'yes' if met else 'no'}) |")
+            met = value >= bound if op == ">=" else value <= bound
+            kind = "reported, not checked" if name in REPORTED_TARGETS else "other reading"
+            lines.append(f"| {name} ({kind}) | {value:.2f} | ({op} {bound}) | ({'yes' if met else 'no'}) |")
         else:
             lines.append(f"| {name} | {value:.2f} | - | - |")
     lines.append(
