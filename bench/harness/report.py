@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 CKPT = "ckpt-embedded"
+SNAPSHOTS = "pbzstd-lmdb"
+#: The hydration goal: ckpt's cold latest read over the snapshot baseline's, as (percentile key, at most this ratio).
+COLD_TARGETS = (("p50_us", 1.0), ("p99_us", 1.5))
 PEERS = ("langgraph-sqlite", "json-sqlite")
 METRIC_LABELS = {
     "disk_bytes_per_checkpoint": "disk bytes / checkpoint",
@@ -111,6 +114,40 @@ def headline(res: Results, workload: str, *, peers: Iterable[str] = PEERS) -> li
             theirs = res.get(peer, workload, metric, agents=agents, key=key)
             rows.append({"peer": peer, "metric": label, "ckpt": ours, "peer_value": theirs, "better": better})
     return rows
+
+
+def cold_ratio_cells(res: Results, workload: str) -> list[str]:
+    """ckpt embedded's cold latest hydrate over the snapshot baseline's: per target, the ratio, the target, holds."""
+    missing = [s for s in (CKPT, SNAPSHOTS) if s not in res.systems]
+    if missing:
+        return [f"missing: {', '.join(missing)} not in this run"] + ["-"] * (3 * len(COLD_TARGETS) - 1)
+    cells: list[str] = []
+    for key, at_most in COLD_TARGETS:
+        ours = res.get(CKPT, workload, "hydrate_latest_cold", key=key)
+        theirs = res.get(SNAPSHOTS, workload, "hydrate_latest_cold", key=key)
+        target = f"<= {at_most:.1f}x"
+        if ours is None or theirs is None or theirs == 0:
+            absent = [s for s, v in ((CKPT, ours), (SNAPSHOTS, theirs)) if not v]
+            cells += [f"missing: no {', '.join(absent)} figure", target, "-"]
+        else:
+            cells += [_ratio(ours, theirs), target, "yes" if ours / theirs <= at_most else "no"]
+    return cells
+
+
+def _cold_ratio_header(first: str) -> list[str]:
+    return [first, *(c for key, _ in COLD_TARGETS for c in (f"{key[:3]} ratio", "target", "holds"))]
+
+
+def _cold_ratio_section(res: Results, labels: dict[str, str], skipped: dict[str, str]) -> list[str]:
+    title = f"{labels.get(CKPT, CKPT)} / {labels.get(SNAPSHOTS, SNAPSHOTS)}"
+    goal = " and ".join(f"{key[:3]} <= {at_most:.1f}x" for key, at_most in COLD_TARGETS)
+    out = [f"**Cold latest hydrate, {title}** (goal: {goal} on every workload)", ""]
+    rows = [[w, *cold_ratio_cells(res, w)] for w in res.workloads]
+    rows += [
+        [w, f"missing: workload skipped ({why})", *["-"] * (3 * len(COLD_TARGETS) - 1)] for w, why in skipped.items()
+    ]
+    out += _table(_cold_ratio_header("workload"), rows)
+    return [*out, ""]
 
 
 def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
@@ -307,6 +344,7 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
     out += ["## Hydrate latency", ""]
     if "cdf" in plots:
         out += [f"![cold hydrate latency CDFs]({plots['cdf']})", ""]
+    out += _cold_ratio_section(res, labels, doc.get("skipped_workloads", {}))
     for w in res.workloads:
         out += [f"**{w}**", ""]
         out += _table(
@@ -322,6 +360,11 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
                 ]
                 for s in res.systems
             ),
+        )
+        out += [""]
+        out += _table(
+            _cold_ratio_header("cold latest, ckpt embedded / pb+zstd snapshots in LMDB"),
+            [["ratio", *cold_ratio_cells(res, w)]],
         )
         out += [""]
     out += [
