@@ -122,17 +122,11 @@ class _WriteTxn(_ReadTxn):
         return _Nested(self._env, self._txn)
 
 
-class _Nested:
-    """A child transaction of a write transaction (LMDB's nested transactions)."""
+class _Committing:
+    """A write transaction's scope: committed when its block ends cleanly, aborted when it raises."""
 
-    __slots__ = ("_env", "_txn")
-
-    def __init__(self, env: lmdb.Environment, parent: lmdb.Transaction) -> None:
-        self._env = env
-        self._txn = env.begin(write=True, parent=parent)
-
-    def __enter__(self) -> _WriteTxn:
-        return _WriteTxn(self._env, self._txn)
+    __slots__ = ("_txn",)
+    _txn: lmdb.Transaction
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
@@ -141,10 +135,23 @@ class _Nested:
             self._txn.abort()
 
 
-class _WriteScope:
+class _Nested(_Committing):
+    """A child transaction of a write transaction (LMDB's nested transactions)."""
+
+    __slots__ = ("_env",)
+
+    def __init__(self, env: lmdb.Environment, parent: lmdb.Transaction) -> None:
+        self._env = env
+        self._txn = env.begin(write=True, parent=parent)
+
+    def __enter__(self) -> _WriteTxn:
+        return _WriteTxn(self._env, self._txn)
+
+
+class _WriteScope(_Committing):
     """:meth:`LmdbStorage.write`: LMDB's write lock from begin to commit (or abort)."""
 
-    __slots__ = ("_storage", "_txn")
+    __slots__ = ("_storage",)
 
     def __init__(self, storage: LmdbStorage) -> None:
         self._storage = storage
@@ -159,12 +166,6 @@ class _WriteScope:
                 self._storage.adopt_size()
                 continue
             return _WriteTxn(env, self._txn)
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._txn.commit()
-        else:
-            self._txn.abort()
 
 
 class LmdbStorage:
