@@ -96,7 +96,13 @@ def _cached_get(
             hit = replies.answer(request.session_id, request.version)
             if hit is not None:
                 body, state_bytes = hit
-                link.served(GET_METHOD, time.perf_counter() - start, state_bytes)
+                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=True)
+                return body
+            read = replies.read(request.session_id, request.version)
+            if read is not None:
+                body, state_bytes = read
+                changed()
+                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=False)
                 return body
         try:
             body = await forward(raw, context)

@@ -20,7 +20,9 @@ from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
+from ...codec import FrameKind
 from ..store import LRU, Store
+from .convert import version_info_pb
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 # ints, the key object's header and the LRU's node (339 B with a 16-byte id,
 # tracemalloc over 20,000 entries, CPython 3.11).
 _ENTRY_BYTES = 330
+#: The largest state a Get decodes in this process, on its event loop: ~0.3 ms of decoding at most, so
+#: other calls wait no longer than that. A larger one is forwarded, and the store process decodes it
+#: off its loop.
+INLINE_READ_MAX_STATE_BYTES = 256 * 1024
 
 
 class _Reply(NamedTuple):
@@ -77,6 +83,30 @@ class ReplyCache:
             self._replies.discard(key)
             return None
         return reply.body, reply.state_bytes
+
+    def read(self, session_id: str, version: int) -> tuple[bytes, int] | None:
+        """The reply to a Get read from LMDB in this process, and its state's size; None: forward it.
+
+        A Get the cache misses need not cross the link either: LMDB serves a read transaction in
+        this process the same committed data the store process would read, so a cold Get costs a
+        decode here rather than a hop to the store process and back with the state's bytes (measured
+        ~2.2x an echo of the same bytes forwarded, ~1.7x read here, on a 10 KB state). Only states up
+        to INLINE_READ_MAX_STATE_BYTES: this runs on the event loop. Anything else, and anything the
+        store refuses or finds wrong (an unknown session, damage), is forwarded, so the store process
+        answers it, with the status it always gave.
+        """
+        try:
+            got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
+        except Exception:  # let the store process read it (and report what is wrong)
+            return None
+        body = service_pb2.GetResponse(
+            version=got.version, state=got.state, info=version_info_pb(got.info)
+        ).SerializeToString()
+        if not version:  # kept as a forwarded reply would be, without parsing it back
+            info, key = got.info, session_id.encode()
+            full = info.frame_kind is FrameKind.FULL
+            self._replies.put(key, _Reply(got.version, info.created_unix_nanos, full, body, len(got.state), len(key)))
+        return body, len(got.state)
 
     def remember(self, session_id: str, body: bytes) -> None:
         """Keep the store process's reply to a Get of ``session_id``'s latest version."""

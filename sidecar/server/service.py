@@ -196,13 +196,15 @@ class CheckpointService:
         except Exception as exc:
             failed(exc)
 
-    def count_served(self, rpc: str, seconds: float, state_bytes: int) -> None:
-        """Count a Get the gRPC process answered from its reply cache (its metrics are this process's)."""
+    def count_served(self, rpc: str, seconds: float, state_bytes: int, *, cached: bool) -> None:
+        """Count a Get the gRPC process answered itself, from its reply cache (``cached``) or read from
+        LMDB there (its metrics are this process's)."""
         requests, latency = self._metrics.per_rpc(rpc)
         requests.inc()
         latency.observe(seconds)
         self._metrics.bytes_out.inc(state_bytes)
-        self._metrics.reply_cache_hits.inc()
+        if cached:
+            self._metrics.reply_cache_hits.inc()
 
     def reply_cache_size(self, size_bytes: int, entries: int) -> None:
         """The gRPC process's reply cache's size, as it last reported it (its metrics are this process's)."""

@@ -95,7 +95,9 @@ class _HostProtocol(LinkProtocol):
         elif frame.kind is Kind.SERVED:
             if self.service is not None:
                 meta = frame.meta
-                self.service.count_served(UNARY_METHODS[frame.method], meta["seconds"], meta["state_bytes"])
+                self.service.count_served(
+                    UNARY_METHODS[frame.method], meta["seconds"], meta["state_bytes"], cached=meta["cached"]
+                )
         elif frame.kind is Kind.GAUGES:
             if self.service is not None:
                 self.service.reply_cache_size(frame.meta["reply_cache_bytes"], frame.meta["reply_cache_entries"])

@@ -245,9 +245,11 @@ class StoreLink:
             if tag not in protocol.pending and tag not in protocol.streams:
                 return tag
 
-    def served(self, method: int, seconds: float, state_bytes: int) -> None:
-        """Tell the store process's metrics of a call this process answered itself."""
-        self._send(Frame(Kind.SERVED, method=method, meta={"seconds": seconds, "state_bytes": state_bytes}))
+    def served(self, method: int, seconds: float, state_bytes: int, *, cached: bool) -> None:
+        """Tell the store process's metrics of a call this process answered itself (``cached``: from
+        its reply cache; else read from LMDB here)."""
+        meta = {"seconds": seconds, "state_bytes": state_bytes, "cached": cached}
+        self._send(Frame(Kind.SERVED, method=method, meta=meta))
 
     def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int) -> None:
         """Tell the store process's metrics the size of this process's reply cache."""

@@ -175,11 +175,15 @@ class Store(WriteEntryPoints):
 
     # -- reads -----------------------------------------------------------------
 
-    def get(self, session_id: str, version: int = 0, *, use_cache: bool = True) -> GetResult:
+    def get(
+        self, session_id: str, version: int = 0, *, use_cache: bool = True, max_state_bytes: int | None = None
+    ) -> GetResult:
         """The state of ``version`` (0 = latest), verified.
 
         ``use_cache=False`` reads storage even if the state cache holds the
         answer: for a caller that just missed in :meth:`get_cached`.
+        ``max_state_bytes``: StateTooLarge, before anything is decompressed,
+        for a larger state (a caller bounding how long one read may take).
         """
         sid = keys.session_key(session_id)
         check_version_arg(version)
@@ -187,7 +191,7 @@ class Store(WriteEntryPoints):
             return hit
         self._check_open_for_reads()
         with self._storage.read() as txn:  # not self._read(): a call less on the cold read
-            state, info = read_state(txn, self._tables, sid, session_id, version)
+            state, info = read_state(txn, self._tables, sid, session_id, version, max_state_bytes=max_state_bytes)
         return GetResult(info.version, state, info)
 
     def get_cached(self, session_id: str, version: int = 0) -> GetResult | None:

@@ -14,8 +14,8 @@ from typing import NoReturn
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameKind, decode
-from ..errors import DataLoss, InvalidArgument, NotFound
+from ...codec import DecodeError, FrameKind, StateTooLargeError, decode
+from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .layout import Tables
@@ -33,14 +33,21 @@ def check_version_arg(version: int) -> None:
         raise InvalidArgument(f"version must be an integer >= 0 (0 = latest), got {version!r}")
 
 
-def read_state(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, version: int) -> tuple[bytes, VersionInfo]:
-    """The state of ``version`` (0: the head) and what its stored value says, verified."""
+def read_state(
+    txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, version: int, *, max_state_bytes: int | None = None
+) -> tuple[bytes, VersionInfo]:
+    """The state of ``version`` (0: the head) and what its stored value says, verified.
+
+    ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state.
+    """
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
     target, value, frames = found
     try:
-        state = decode(frames)
+        state = decode(frames, max_state_bytes=max_state_bytes)
+    except StateTooLargeError as exc:
+        raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
     except DecodeError as exc:
         raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
     return state, version_info(session_id, target, value)

@@ -23,7 +23,7 @@ from ckpt.bench import synthetic
 from ckpt.sidecar.client import CheckpointClient, NotFoundError
 from ckpt.sidecar.config import ServeConfig, StoreConfig
 from ckpt.sidecar.server.convert import version_info_pb
-from ckpt.sidecar.server.replycache import ReplyCache
+from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES, ReplyCache
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
 from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
@@ -63,15 +63,29 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 def test_a_repeated_get_is_answered_by_the_grpc_process_and_counted(sidecar: Sidecar) -> None:
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("s", _state(1))
-        first = client.get("s")  # forwarded: the store process's state cache answers, this process keeps it
+        first = client.get("s")  # read from LMDB by this process, which keeps the reply
         again = [client.get("s"), client.get("s", 1), client.get("s")]
     assert [g.SerializeToString() for g in again] == [first.SerializeToString()] * 3
     assert first.state == _state(1) and first.version == 1
     _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}') == 4.0)
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
-    assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
+    assert metric(sidecar, "ckpt_state_cache_hits_total") == 0.0  # the store process saw no Get
     assert metric(sidecar, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
     assert metric(sidecar, "ckpt_sent_bytes_total") == 4.0 * len(_state(1))
+
+
+def test_a_get_of_a_large_state_is_forwarded_to_the_store_process(sidecar: Sidecar) -> None:
+    """Read here, it would be decoded on the event loop every other call waits on."""
+    large = _state(1, INLINE_READ_MAX_STATE_BYTES + 8)
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("big", large)
+        client.put("small", _state(2))
+        assert client.get("big").state == large  # forwarded: the store process's state cache answers
+        assert client.get("small").state == _state(2)  # read here
+        assert client.get("big").state == large  # the kept reply
+    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}') == 3.0)
+    assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
+    assert metric(sidecar, "ckpt_reply_cache_hits_total") == 1.0
 
 
 def test_the_reply_caches_size_reaches_the_metrics(sidecar: Sidecar) -> None:
