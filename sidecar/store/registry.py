@@ -108,7 +108,7 @@ class Registry:
     def require_in(self, txn: ReadTxn, name: str) -> MessageClass:
         """:meth:`require` inside a write's transaction: the registry that transaction sees (one read of the
         generation when other processes write the store; none otherwise)."""
-        if self.shared:
+        if self.shared or self.current.generation < 0:  # < 0: it did not load; this names why
             self.sync(txn)
         cls = self.current.message_class(name)
         if cls is None:
