@@ -65,7 +65,7 @@ function descriptorSet(root, typeName) {
     const file = { name: fileName(ns), package: ns.fullName.slice(1), syntax: 'proto3', messageType: [], enumType: [] };
     files.set(ns, file);
     const imports = new Set();
-    const walk = (type) => {
+    const uses = (type) => {
       for (const field of type.fieldsArray) {
         if (!field.resolvedType) continue;
         const used = packageOf(field.resolvedType);
@@ -78,12 +78,12 @@ function descriptorSet(root, typeName) {
           add(used);
         }
       }
-      for (const nested of type.nestedArray) if (nested instanceof protobuf.Type) walk(nested);
+      for (const nested of type.nestedArray) if (nested instanceof protobuf.Type) uses(nested);
     };
     for (const nested of ns.nestedArray) {
       if (nested instanceof protobuf.Type) {
         file.messageType.push(nested.toDescriptor('proto3'));
-        walk(nested);
+        uses(nested);
       } else if (nested instanceof protobuf.Enum) {
         file.enumType.push(nested.toDescriptor());
       }
