@@ -75,7 +75,8 @@ class Encoders:
         if (
             cached is not None
             and cached.version == rec.head_version
-            and self._compacts.get(cached) is compact
+            # (an empty map first: a store without typed sessions pays no weak reference per write)
+            and (self._compacts.get(cached) if self._compacts else None) is compact
             and (self.coherence is None or self.coherence.continues_chain(cached, rec))
         ):
             return cached

@@ -95,16 +95,16 @@ class WriteOps:
             raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
         if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
             raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
-        named = req.message_type
-        if named:
-            check_type_name(named)
+        if req.message_type:
+            check_type_name(req.message_type)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
         asked = write_fingerprint(req, mode) if rid_key is not None else 0
         state = bytes(req.state)
-        encoders, requests, coherence, registry = self._encoders, self._requests, self._coherence, self._registry
-        # The class the state is checked against before queueing (FailedPrecondition if unknown).
-        checked = registry.require(named) if named else None
-        merge_type = self._merge_type
+        encoders, requests, coherence = self._encoders, self._requests, self._coherence
+        # The class the state is checked against before queueing (FailedPrecondition if unknown). The
+        # closures below read the rest of the typed path off ``req`` and ``self``: each variable they
+        # share is an object per write, which the collector traverses while writes wait for their commit.
+        checked = self._registry.require(req.message_type) if req.message_type else None
 
         def check() -> None:
             # On the caller's thread (or one of its loop's): it needs no state,
@@ -139,15 +139,16 @@ class WriteOps:
             if rec is not None and req.labels:
                 _check_session_labels(req.session_id, rec, req.labels)
             have = rec.message_type if rec is not None else ""
+            named = req.message_type
             if named and have and named != have:
                 raise FailedPrecondition(
                     f"session {req.session_id!r} holds {have} states; this put's message_type is {named}"
                     " (a session keeps the type it was first written with: write another session, or fork one)"
                 )
-            typed = named or have or (merge_type if mode is WriteMode.MERGE else "")
+            typed = named or have or (self._merge_type if mode is WriteMode.MERGE else "")
             compact: type[Message] | None = None
             if typed:
-                compact = registry.require_in(txn, typed)
+                compact = self._registry.require_in(txn, typed)
                 if compact is not checked:  # typed by the session (or the store's default), or registered again
                     check_state(state, mode, compact)
             encoder = encoders.for_session(txn, sid, req.session_id, rec, compact)
@@ -283,7 +284,9 @@ class WriteOps:
         """Store the next frame of a session, update its record and indexes; return what was stored."""
         tables = self._tables
         version = rec.head_version + 1
-        meta_pb = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode, message_type=message_type)
+        meta_pb = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode)
+        if message_type:  # set only when there is one, as labels: a keyword argument costs even when empty
+            meta_pb.message_type = message_type
         if labels:  # most writes carry none; an empty map still costs a Python-level update()
             meta_pb.labels.update(labels)
         meta = meta_pb.SerializeToString()
