@@ -197,7 +197,7 @@ def _state_and_type(name: str, data: object, message: object, message_type: str 
     which names its type): exactly one of them."""
     if message is None:
         if data is None:
-            raise TypeError(f"give {name} (bytes) or message (a protobuf message)")
+            raise TypeError(f"{name} must be bytes, not NoneType: give {name} (bytes) or message (a protobuf message)")
         return _bytes(name, data), "" if message_type is None else check_str("message_type", message_type)
     if data is not None:
         raise TypeError(f"give {name} or message, not both")

@@ -60,7 +60,7 @@ def test_typed_writes_round_trip_through_both_clients(tmp_path: Path) -> None:
                 parse_state(got, pb.Checkpoint)
             with pytest.raises(TypeError, match="give state or message, not both"):
                 client.put("agent", b"", message=first)
-            with pytest.raises(TypeError, match=r"give patch \(bytes\) or message"):
+            with pytest.raises(TypeError, match=r"patch must be bytes, not NoneType: give patch \(bytes\) or message"):
                 client.merge("agent")
             with pytest.raises(TypeError, match="message names its own type"):
                 client.merge("agent", message=first, message_type=AGENT_STATE)
