@@ -82,6 +82,12 @@ def test_a_typed_replace_must_parse_and_reads_back_byte_for_byte(config: StoreCo
         assert store.get("s").version == 1
         store.put("s", state_class(step=3).SerializeToString())  # a REPLACE of the session's type, unnamed
         assert store.get("s").info.message_type == AGENT_STATE
+        # The type is part of what a request id's retry must ask again.
+        again = state_class(step=4).SerializeToString()
+        assert store.put("s", again, message_type=AGENT_STATE, request_id="r").version == 3
+        assert store.put("s", again, message_type=AGENT_STATE, request_id="r").replayed
+        with pytest.raises(InvalidArgument, match="request_id 'r' was used for a different write"):
+            store.put("s", again, request_id="r")
 
 
 def test_a_put_naming_an_unregistered_type_is_refused_and_writes_nothing(config: StoreConfig) -> None:
