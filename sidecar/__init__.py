@@ -4,6 +4,7 @@ from .config import Durability, Retention, StoreConfig
 from .errors import (
     AlreadyExists,
     DataLoss,
+    FailedPrecondition,
     IncompatibleStore,
     InvalidArgument,
     NotFound,
@@ -21,6 +22,7 @@ __all__ = [
     "AlreadyExists",
     "DataLoss",
     "Durability",
+    "FailedPrecondition",
     "GetResult",
     "IncompatibleStore",
     "InvalidArgument",

@@ -21,6 +21,12 @@ class AlreadyExists(StoreError):
     """A session that must be new (a fork's target) exists."""
 
 
+class FailedPrecondition(StoreError):
+    """The request is well formed but the store is not in the state it needs: a put names a message
+    type that is not registered, or another than its session's; a re-registration changes a field
+    incompatibly. Nothing was written."""
+
+
 class VersionConflict(StoreError):
     """Compare-and-set failed: the head is not the expected version."""
 

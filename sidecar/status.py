@@ -7,6 +7,7 @@ import grpc
 from .errors import (
     AlreadyExists,
     DataLoss,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
@@ -22,6 +23,7 @@ STATUS_OF: dict[type[StoreError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     VersionConflict: grpc.StatusCode.ABORTED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DataLoss: grpc.StatusCode.DATA_LOSS,

@@ -13,8 +13,10 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmdb
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
 
@@ -140,3 +142,84 @@ class Pages:
 
     def write(self) -> None:
         self.path.write_bytes(self.buf)
+
+
+# -- a client's own message type ----------------------------------------------------------
+
+_F = descriptor_pb2.FieldDescriptorProto
+#: The agent state type of the typed-session tests, as a client registers it.
+AGENT_STATE = "acme.agent.v1.State"
+
+
+def agent_file(*, summary: bool = False, log_type: int = _F.TYPE_STRING) -> descriptor_pb2.FileDescriptorProto:
+    """acme/agent/v1/state.proto, built by hand as protoc would describe it:
+
+        message Entity { string name = 1; int64 score = 2; Note note = 3; message Note { string text = 1; } }
+        message State {
+          map<string, Entity> entities = 1;  // edited in place
+          repeated string log = 2;           // grows
+          optional int32 step = 3;           // may be set back to 0
+          Entity.Note last = 4;
+          string summary = 5;                // with summary=True: a compatible change
+        }
+
+    ``log_type`` gives field 2 another type: an incompatible change.
+    """
+    f = descriptor_pb2.FileDescriptorProto(name="acme/agent/v1/state.proto", package="acme.agent.v1", syntax="proto3")
+    entity = f.message_type.add(name="Entity")
+    entity.field.add(name="name", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    entity.field.add(name="score", number=2, type=_F.TYPE_INT64, label=_F.LABEL_OPTIONAL)
+    note = entity.nested_type.add(name="Note")
+    note.field.add(name="text", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    entity.field.add(
+        name="note", number=3, type=_F.TYPE_MESSAGE, type_name=".acme.agent.v1.Entity.Note", label=_F.LABEL_OPTIONAL
+    )
+    state = f.message_type.add(name="State")
+    entry = state.nested_type.add(name="EntitiesEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    entry.field.add(
+        name="value", number=2, type=_F.TYPE_MESSAGE, type_name=".acme.agent.v1.Entity", label=_F.LABEL_OPTIONAL
+    )
+    state.field.add(
+        name="entities",
+        number=1,
+        type=_F.TYPE_MESSAGE,
+        type_name=".acme.agent.v1.State.EntitiesEntry",
+        label=_F.LABEL_REPEATED,
+    )
+    state.field.add(name="log", number=2, type=log_type, label=_F.LABEL_REPEATED)
+    state.oneof_decl.add(name="_step")
+    state.field.add(
+        name="step", number=3, type=_F.TYPE_INT32, label=_F.LABEL_OPTIONAL, oneof_index=0, proto3_optional=True
+    )
+    state.field.add(
+        name="last", number=4, type=_F.TYPE_MESSAGE, type_name=".acme.agent.v1.Entity.Note", label=_F.LABEL_OPTIONAL
+    )
+    if summary:
+        state.field.add(name="summary", number=5, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    return f
+
+
+def descriptor_set_of(*files: descriptor_pb2.FileDescriptorProto) -> bytes:
+    return descriptor_pb2.FileDescriptorSet(file=list(files)).SerializeToString()
+
+
+def agent_state_class(f: descriptor_pb2.FileDescriptorProto | None = None) -> Any:
+    """acme.agent.v1.State's class (of ``f``, default agent_file()), from a pool of its own (a dynamic
+    class: its fields are typed Any)."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f or agent_file())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(AGENT_STATE))
+
+
+def agent_step(state_class: Any, step: int) -> Any:
+    """One step's MERGE patch: entity "e1" rewritten in place (same size every step), a log line appended,
+    the step set."""
+    patch = state_class()
+    entity = patch.entities["e1"]
+    entity.name = f"entity revision {step:04d} " + "x" * 200
+    entity.score = step
+    patch.log.append(f"step {step}")
+    patch.step = step
+    return patch

@@ -31,7 +31,7 @@ FRAME_KIND_DELTA: FrameKind
 FRAME_KIND_PATCH: FrameKind
 
 class PutRequest(_message.Message):
-    __slots__ = ("session_id", "state", "mode", "expected_version", "request_id", "labels")
+    __slots__ = ("session_id", "state", "mode", "expected_version", "request_id", "labels", "message_type")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -45,13 +45,15 @@ class PutRequest(_message.Message):
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     state: bytes
     mode: WriteMode
     expected_version: int
     request_id: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[bytes] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., expected_version: _Optional[int] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[bytes] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., expected_version: _Optional[int] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class PutResponse(_message.Message):
     __slots__ = ("version", "stored_bytes", "frame_kind", "replayed", "state_size")
@@ -76,14 +78,16 @@ class GetRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("version", "state", "info")
+    __slots__ = ("version", "state", "info", "message_type")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     version: int
     state: bytes
     info: VersionInfo
-    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
     __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode")
@@ -160,7 +164,7 @@ class ListSessionsResponse(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("session_id", "head_version", "created_at", "updated_at", "labels", "stored_bytes", "version_count", "forked_from_session_id", "forked_from_version")
+    __slots__ = ("session_id", "head_version", "created_at", "updated_at", "labels", "stored_bytes", "version_count", "forked_from_session_id", "forked_from_version", "message_type")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +181,7 @@ class SessionInfo(_message.Message):
     VERSION_COUNT_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     head_version: int
     created_at: _timestamp_pb2.Timestamp
@@ -186,7 +191,8 @@ class SessionInfo(_message.Message):
     version_count: int
     forked_from_session_id: str
     forked_from_version: int
-    def __init__(self, session_id: _Optional[str] = ..., head_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ...) -> None: ...
+    message_type: str
+    def __init__(self, session_id: _Optional[str] = ..., head_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class ForkRequest(_message.Message):
     __slots__ = ("session_id", "version", "new_session_id", "labels")
@@ -258,3 +264,15 @@ class PutError(_message.Message):
     message: str
     current_version: int
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., current_version: _Optional[int] = ...) -> None: ...
+
+class RegisterTypeRequest(_message.Message):
+    __slots__ = ("file_descriptor_set",)
+    FILE_DESCRIPTOR_SET_FIELD_NUMBER: _ClassVar[int]
+    file_descriptor_set: bytes
+    def __init__(self, file_descriptor_set: _Optional[bytes] = ...) -> None: ...
+
+class RegisterTypeResponse(_message.Message):
+    __slots__ = ("message_types",)
+    MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    message_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, message_types: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -41,6 +41,10 @@ class CheckpointServiceStub:
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
     ALREADY_EXISTS      a fork's new session exists;
+    FAILED_PRECONDITION a put names a message type that is not registered
+    (call RegisterType first), or one other than the
+    session's; a re-registration changes a field
+    incompatibly (nothing is stored);
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
@@ -91,6 +95,11 @@ class CheckpointServiceStub:
                 request_serializer=ckpt_dot_v1_dot_service__pb2.PutStreamRequest.SerializeToString,
                 response_deserializer=ckpt_dot_v1_dot_service__pb2.PutStreamResponse.FromString,
                 _registered_method=True)
+        self.RegisterType = channel.unary_unary(
+                '/ckpt.v1.CheckpointService/RegisterType',
+                request_serializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.SerializeToString,
+                response_deserializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -109,6 +118,10 @@ class CheckpointServiceServicer:
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
     ALREADY_EXISTS      a fork's new session exists;
+    FAILED_PRECONDITION a put names a message type that is not registered
+    (call RegisterType first), or one other than the
+    session's; a re-registration changes a field
+    incompatibly (nothing is stored);
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
@@ -178,6 +191,23 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterType(self, request, context):
+        """RegisterType stores message types, durably, so that sessions can be
+        typed: a put naming one is validated against it (and a MERGE session's
+        state compacted by it). Send a file and every file it imports that the
+        sidecar does not know yet (ckpt.v1.Checkpoint's files and google.protobuf's
+        well-known types are built in). Sending a file again with compatible
+        changes (fields or messages added) replaces it, for every session of its
+        types; a field number reused with another type or cardinality is
+        FAILED_PRECONDITION naming the message and the field. A set that does
+        not parse, is empty, is over 4 MiB, imports a file neither in it nor
+        known, or that protobuf refuses is INVALID_ARGUMENT. Either way nothing
+        is stored. Idempotent: sending the same set again changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -216,6 +246,11 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     request_deserializer=ckpt_dot_v1_dot_service__pb2.PutStreamRequest.FromString,
                     response_serializer=ckpt_dot_v1_dot_service__pb2.PutStreamResponse.SerializeToString,
             ),
+            'RegisterType': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterType,
+                    request_deserializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.FromString,
+                    response_serializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'ckpt.v1.CheckpointService', rpc_method_handlers)
@@ -240,6 +275,10 @@ class CheckpointService:
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
     ALREADY_EXISTS      a fork's new session exists;
+    FAILED_PRECONDITION a put names a message type that is not registered
+    (call RegisterType first), or one other than the
+    session's; a re-registration changes a field
+    incompatibly (nothing is stored);
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
@@ -428,6 +467,33 @@ class CheckpointService:
             '/ckpt.v1.CheckpointService/PutStream',
             ckpt_dot_v1_dot_service__pb2.PutStreamRequest.SerializeToString,
             ckpt_dot_v1_dot_service__pb2.PutStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterType(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ckpt.v1.CheckpointService/RegisterType',
+            ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.SerializeToString,
+            ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.FromString,
             options,
             channel_credentials,
             insecure,

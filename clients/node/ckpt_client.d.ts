@@ -33,6 +33,8 @@ export interface GetResponse {
   version: number;
   state: Buffer;
   info: VersionInfo | null;
+  /** The message type the state holds, if that version was written typed; '' for opaque bytes. */
+  message_type: string;
 }
 
 export interface SessionInfo {
@@ -45,6 +47,8 @@ export interface SessionInfo {
   version_count: number;
   forked_from_session_id: string;
   forked_from_version: number;
+  /** The session's message type; '' if untyped. */
+  message_type: string;
 }
 
 /** A PutRequest as sent (request_id filled in when none was given). */
@@ -55,6 +59,7 @@ export interface PutRequest {
   expected_version?: number;
   request_id: string;
   labels: Record<string, string>;
+  message_type: string;
 }
 
 export interface PutError {
@@ -75,6 +80,8 @@ export interface WriteOptions {
   /** Idempotency key (at most 128 bytes); one is generated when absent. */
   requestId?: string;
   labels?: Record<string, string>;
+  /** The registered message type the state holds (e.g. 'acme.agent.v1.State'); the session keeps it. */
+  messageType?: string;
 }
 
 /** One write of putStream. */
@@ -158,6 +165,11 @@ export class CheckpointClient {
   ): Promise<SessionInfo>;
   /** Resolves to the number of versions removed. */
   delete(sessionId: string): Promise<number>;
+  /**
+   * Register `typeName` of a protobufjs Root (its package's file and the files it uses) so that puts can
+   * name it in `messageType`; resolves to the full names of the message types registered.
+   */
+  registerType(root: import('protobufjs').Root, typeName: string): Promise<string[]>;
   putStream(
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },

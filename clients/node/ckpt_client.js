@@ -35,6 +35,65 @@ function loadService() {
   return grpc.loadPackageDefinition(definition).ckpt.v1.CheckpointService;
 }
 
+// google.protobuf's well-known types are built into the sidecar: a file using
+// one imports the sidecar's own file for it, by its usual name.
+const WELL_KNOWN_FILES = {
+  Any: 'any', Duration: 'duration', Empty: 'empty', FieldMask: 'field_mask', Struct: 'struct', Value: 'struct',
+  ListValue: 'struct', NullValue: 'struct', Timestamp: 'timestamp', DoubleValue: 'wrappers', FloatValue: 'wrappers',
+  Int64Value: 'wrappers', UInt64Value: 'wrappers', Int32Value: 'wrappers', UInt32Value: 'wrappers',
+  BoolValue: 'wrappers', StringValue: 'wrappers', BytesValue: 'wrappers',
+};
+
+// The serialized FileDescriptorSet RegisterType takes for `typeName` of a
+// protobufjs Root: one file per package the type reaches (named after the
+// package: acme.agent.v1 -> acme/agent/v1.proto), holding every message and
+// enum of that package and importing the files of the others it uses. Built
+// with protobufjs's descriptor extension (a dependency of @grpc/proto-loader).
+function descriptorSet(root, typeName) {
+  const protobuf = require('protobufjs');
+  const descriptor = require('protobufjs/ext/descriptor');
+  root.resolveAll();
+  const packageOf = (obj) => {
+    let ns = obj.parent;
+    while (ns instanceof protobuf.Type) ns = ns.parent;
+    return ns;
+  };
+  const fileName = (ns) => `${ns.fullName.slice(1).replace(/\./g, '/') || 'root'}.proto`;
+  const files = new Map();
+  const add = (ns) => {
+    if (files.has(ns)) return;
+    const file = { name: fileName(ns), package: ns.fullName.slice(1), syntax: 'proto3', messageType: [], enumType: [] };
+    files.set(ns, file);
+    const imports = new Set();
+    const uses = (type) => {
+      for (const field of type.fieldsArray) {
+        if (!field.resolvedType) continue;
+        const used = packageOf(field.resolvedType);
+        if (used.fullName === '.google.protobuf') {
+          let top = field.resolvedType;
+          while (top.parent instanceof protobuf.Type) top = top.parent;
+          imports.add(`google/protobuf/${WELL_KNOWN_FILES[top.name] || top.name.toLowerCase()}.proto`);
+        } else if (used !== ns) {
+          imports.add(fileName(used));
+          add(used);
+        }
+      }
+      for (const nested of type.nestedArray) if (nested instanceof protobuf.Type) uses(nested);
+    };
+    for (const nested of ns.nestedArray) {
+      if (nested instanceof protobuf.Type) {
+        file.messageType.push(nested.toDescriptor('proto3'));
+        uses(nested);
+      } else if (nested instanceof protobuf.Enum) {
+        file.enumType.push(nested.toDescriptor());
+      }
+    }
+    file.dependency = [...imports];
+  };
+  add(packageOf(root.lookupType(typeName)));
+  return Buffer.from(descriptor.FileDescriptorSet.encode({ file: [...files.values()] }).finish());
+}
+
 class ConflictError extends Error {
   constructor(message, currentVersion) {
     super(message);
@@ -196,24 +255,40 @@ class CheckpointClient {
     });
   }
 
-  put(sessionId, state, { expectedVersion, requestId, labels } = {}) {
-    return this.call('Put', this.request(sessionId, state, 'WRITE_MODE_REPLACE', expectedVersion, requestId, labels));
+  // messageType: the registered type `state` holds (e.g. 'acme.agent.v1.State'); the session keeps it.
+  put(sessionId, state, { expectedVersion, requestId, labels, messageType } = {}) {
+    return this.call(
+      'Put',
+      this.request(sessionId, state, 'WRITE_MODE_REPLACE', expectedVersion, requestId, labels, messageType),
+    );
   }
 
-  merge(sessionId, patch, { expectedVersion, requestId, labels } = {}) {
-    return this.call('Put', this.request(sessionId, patch, 'WRITE_MODE_MERGE', expectedVersion, requestId, labels));
+  merge(sessionId, patch, { expectedVersion, requestId, labels, messageType } = {}) {
+    return this.call(
+      'Put',
+      this.request(sessionId, patch, 'WRITE_MODE_MERGE', expectedVersion, requestId, labels, messageType),
+    );
   }
 
-  request(sessionId, state, mode, expectedVersion, requestId, labels) {
+  request(sessionId, state, mode, expectedVersion, requestId, labels, messageType) {
     const req = {
       session_id: sessionId,
       state: Buffer.from(state),
       mode,
       request_id: requestId || newRequestId(),
       labels: labels || {},
+      message_type: messageType || '',
     };
     if (expectedVersion !== undefined) req.expected_version = expectedVersion;
     return req;
+  }
+
+  // Register `typeName` of a protobufjs Root (protobuf.loadSync('state.proto'))
+  // with the sidecar, so that puts can name it (messageType); resolves to the
+  // full names of the message types registered. Registering again is harmless.
+  async registerType(root, typeName) {
+    const reply = await this.call('RegisterType', { file_descriptor_set: descriptorSet(root, typeName) });
+    return reply.message_types;
   }
 
   get(sessionId, version = 0) {
@@ -311,7 +386,9 @@ class CheckpointClient {
           }
           const put = next.value;
           const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
-          batch.push(this.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels));
+          batch.push(
+            this.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels, put.messageType),
+          );
         }
         if (batch.length === 0) break;
         for (let attempt = 0; ; attempt++) {

@@ -1,4 +1,4 @@
-"""The commands that talk to a running sidecar: put, get, history, sessions, fork, delete."""
+"""The commands that talk to a running sidecar: put, get, history, sessions, fork, delete, register-type."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..client import CheckpointClient
+from ..descriptors import check_type_name
 from ..errors import InvalidArgument
 from ..store import keys
 from ..tls import ClientTLS
@@ -64,12 +65,24 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def put(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
+    if args.message_type is not None:
+        try:
+            check_type_name(args.message_type, field="--type")
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
     if args.file == "-" and sys.stdin.isatty():
         raise ValueError("no FILE given and stdin is a terminal: name a FILE, or pipe the state in")
     with _client(args) as c:  # the ids are checked before the state is read
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         write = c.merge if args.merge else c.put
-        r = write(args.session, data, expected_version=args.expected_version, request_id=args.request_id, labels=labels)
+        r = write(
+            args.session,
+            data,
+            message_type=args.message_type,
+            expected_version=args.expected_version,
+            request_id=args.request_id,
+            labels=labels,
+        )
     print_json(r)
     return 0
 
@@ -124,4 +137,12 @@ def fork(args: argparse.Namespace) -> int:
 def delete(args: argparse.Namespace) -> int:
     with _client(args) as c:
         print(json.dumps({"deleted_versions": c.delete(args.session)}))
+    return 0
+
+
+def register_type(args: argparse.Namespace) -> int:
+    data = args.file.read_bytes()
+    with _client(args) as c:
+        names = c.register_type(data)
+    print(json.dumps({"message_types": names}))
     return 0

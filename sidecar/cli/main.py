@@ -26,6 +26,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sessions": client_commands.sessions,
     "fork": client_commands.fork,
     "delete": client_commands.delete,
+    "register-type": client_commands.register_type,
     "inspect": offline_commands.inspect,
     "verify": verify,
     "stats": offline_commands.stats,

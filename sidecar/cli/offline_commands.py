@@ -36,9 +36,10 @@ def inspect(args: argparse.Namespace) -> int:
     info, frames = isolated.call(
         args.data_dir, open_readonly, partial(_frame_list, session=args.session), f"reading session {args.session!r}"
     )
+    typed = f", message type {info.message_type}" if info.message_type else ""
     print(
         f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
-        f"{info.stored_bytes} bytes stored"
+        f"{info.stored_bytes} bytes stored{typed}"
     )
     print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (UTC)")
     depth = 0

@@ -1,18 +1,19 @@
 """The `ckpt` command line.
 
     ckpt serve [--data-dir DIR] [--listen ADDR ...]      run the sidecar
-    ckpt put SESSION [FILE] [--merge]                    write a version (FILE or stdin)
+    ckpt put SESSION [FILE] [--merge] [--type NAME]      write a version (FILE or stdin)
     ckpt get SESSION [--version N] [--out FILE]          read a version (to stdout or FILE)
     ckpt history SESSION                                 list versions, newest first
     ckpt sessions [--label K=V] [--updated-after T]      list sessions (filters: labels, update time)
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
+    ckpt register-type FILE                              register the message types of a FileDescriptorSet
     ckpt inspect SESSION [--data-dir DIR]                frames of a session: kinds, sizes, chains
     ckpt verify [SESSION ...] [--data-dir DIR]           check every frame, chain and index entry; exit 1 on failure
     ckpt stats [--data-dir DIR]                          store statistics as JSON
     ckpt backup DEST [--data-dir DIR]                    consistent copy of the data directory into DEST
 
-put/get/history/sessions/fork/delete talk to a running sidecar (--target, default the
+put/get/history/sessions/fork/delete/register-type talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats/backup read a data directory
 directly (read-only, safe beside a running sidecar). Every `serve` option,
 --data-dir and --target have an environment variable (shown in --help).
@@ -155,6 +156,12 @@ _COMMANDS = {
     ),
     "fork": ("fork a session", "Create NEW_SESSION from a version of SESSION."),
     "delete": ("delete a session", "Delete a session and all its versions."),
+    "register-type": (
+        "register message types",
+        "Register the message types a FileDescriptorSet defines (FILE, as `protoc --include_imports"
+        " --descriptor_set_out=FILE` or `buf build -o FILE` write it), so that puts can name them (put --type);"
+        " print their names as JSON.",
+    ),
     "inspect": (
         "show a session's frames",
         "Show a session's versions: frame kinds, sizes and chain positions (offline).",
@@ -174,7 +181,7 @@ _COMMANDS = {
         " what it holds as JSON.",
     ),
 }
-_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete")
+_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type")
 
 
 def _commands(sub: Any) -> None:
@@ -187,7 +194,7 @@ def _commands(sub: Any) -> None:
     for name in _TALK_TO_A_SIDECAR:
         for client_option in CLIENT_OPTIONS:
             add_option(p[name], client_option)
-        if name != "sessions":
+        if name not in ("sessions", "register-type"):
             p[name].add_argument("session")
 
     p["put"].add_argument("file", nargs="?", default="-", help="state bytes (default: stdin)")
@@ -196,6 +203,14 @@ def _commands(sub: Any) -> None:
     )
     p["put"].add_argument("--expected-version", type=int, default=None, help="compare-and-set on the head")
     p["put"].add_argument("--request-id", default=None, help="idempotency key (default: generated)")
+    p["put"].add_argument(
+        "--type",
+        default=None,
+        metavar="NAME",
+        dest="message_type",
+        help="the registered message type the input holds (e.g. acme.agent.v1.State): it is checked against it",
+    )
+    p["register-type"].add_argument("file", type=Path, help="a serialized google.protobuf.FileDescriptorSet")
     for name in ("put", "sessions"):
         p[name].add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     p["get"].add_argument("--version", type=int, default=0, help="version (default: latest)")

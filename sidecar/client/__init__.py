@@ -1,6 +1,7 @@
 """Python clients of the sidecar: CheckpointClient (sync) and AsyncCheckpointClient, and their errors."""
 
 from ..tls import ClientTLS
+from .arguments import parse_state
 from .async_client import AsyncCheckpointClient
 from .channel import ENV_VARS
 from .errors import (
@@ -10,6 +11,7 @@ from .errors import (
     ConflictError,
     DataLossError,
     DeadlineExceededError,
+    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
@@ -30,8 +32,10 @@ __all__ = [
     "ConflictError",
     "DataLossError",
     "DeadlineExceededError",
+    "FailedPreconditionError",
     "InvalidArgumentError",
     "NotFoundError",
     "ResourceExhaustedError",
     "UnavailableError",
+    "parse_state",
 ]

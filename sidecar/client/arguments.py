@@ -6,12 +6,15 @@ import datetime
 import os
 import time
 from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import TypeVar
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2
 
 from ..config import MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
+from ..descriptors import descriptor_set
 
 _UINT64_MAX = 2**64 - 1
 _MAX_PAGE_SIZE = 1000  # the sidecar's cap (service.proto)
@@ -110,19 +113,28 @@ def check_put_stream(puts: object, batch_size: object, *, aio: bool) -> int:
 
 def put_request(
     session_id: str,
-    state: bytes,
+    state: object,
     mode: int,
     expected_version: int | None,
     request_id: str | None,
     labels: Mapping[str, str] | None,
+    message: object = None,
+    message_type: str | None = None,
 ) -> service_pb2.PutRequest:
+    """A Put of ``state`` (bytes) or ``message`` (a protobuf message, sent with its type's name)."""
+    checked_id = check_str("session_id", session_id)
+    data, typed = _state_and_type(
+        "state" if mode == service_pb2.WRITE_MODE_REPLACE else "patch", state, message, message_type
+    )
     msg = service_pb2.PutRequest(
-        session_id=check_str("session_id", session_id),
-        state=_bytes("state" if mode == service_pb2.WRITE_MODE_REPLACE else "patch", state),
+        session_id=checked_id,
+        state=data,
         mode=mode,  # type: ignore[arg-type]
         # An empty id is none to the sidecar (no retry protection): one is generated, as put_stream does.
         request_id=(check_str("request_id", request_id) if request_id is not None else "") or new_request_id(),
     )
+    if typed:
+        msg.message_type = typed
     checked_labels = _labels("labels", labels)  # after the fields above, in the order they were always checked
     if checked_labels:  # an empty map passed to the constructor costs ~2 us, most of building a request
         msg.labels.update(checked_labels)
@@ -178,3 +190,40 @@ def sessions_request(
 
 def delete_request(session_id: str) -> service_pb2.DeleteSessionRequest:
     return service_pb2.DeleteSessionRequest(session_id=check_str("session_id", session_id))
+
+
+def _state_and_type(name: str, data: object, message: object, message_type: str | None) -> tuple[bytes, str]:
+    """A write's bytes and message type, from ``data`` (the bytes ``name``) or ``message`` (a protobuf message,
+    which names its type): exactly one of them."""
+    if message is None:
+        if data is None:
+            raise TypeError(f"{name} must be bytes, not NoneType: give {name} (bytes) or message (a protobuf message)")
+        return _bytes(name, data), "" if message_type is None else check_str("message_type", message_type)
+    if data is not None:
+        raise TypeError(f"give {name} or message, not both")
+    if not isinstance(message, Message):
+        raise TypeError(f"message must be a protobuf message, not {type(message).__name__}")
+    if message_type is not None:
+        raise TypeError("message names its own type: leave message_type out")
+    return message.SerializeToString(), message.DESCRIPTOR.full_name
+
+
+def register_request(message: object) -> service_pb2.RegisterTypeRequest:
+    """The RegisterType request of a message class (or message, or Descriptor), or of a serialized
+    FileDescriptorSet's bytes as they are."""
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        return service_pb2.RegisterTypeRequest(file_descriptor_set=bytes(message))
+    return service_pb2.RegisterTypeRequest(file_descriptor_set=descriptor_set(message))  # type: ignore[arg-type]
+
+
+M = TypeVar("M", bound=Message)
+
+
+def parse_state(response: service_pb2.GetResponse, message_class: type[M]) -> M:
+    """A Get's state as ``message_class``; ValueError if the version was written as another type."""
+    if not isinstance(response, service_pb2.GetResponse):
+        raise TypeError(f"response must be a ckpt.v1.GetResponse, not {type(response).__name__}")
+    name = message_class.DESCRIPTOR.full_name
+    if response.message_type and response.message_type != name:
+        raise ValueError(f"version {response.version} holds {response.message_type}, not {name}")
+    return message_class.FromString(response.state)

@@ -28,6 +28,7 @@ class AsyncCheckpointClient(
         AsyncIterator[service_pb2.SessionInfo],
         Iterable[service_pb2.PutRequest] | AsyncIterable[service_pb2.PutRequest],
         AsyncIterator[service_pb2.PutResult],
+        Awaitable[list[str]],
     ]
 ):
     """asyncio client with the same methods, arguments, errors and retries as CheckpointClient (awaitable).

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 import grpc
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
@@ -34,6 +36,7 @@ from .arguments import (
     get_request,
     history_request,
     put_request,
+    register_request,
     sessions_request,
 )
 from .channel import channel_options, from_environment, tls_of
@@ -50,6 +53,11 @@ VersionsT = TypeVar("VersionsT")
 SessionsT = TypeVar("SessionsT")
 PutsT = TypeVar("PutsT")
 ResultsT = TypeVar("ResultsT")
+TypesT = TypeVar("TypesT")
+
+
+def _message_types(response: service_pb2.RegisterTypeResponse) -> list[str]:
+    return list(response.message_types)
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class Unary:
     writes: bool = False
     pick: Callable[[Any], Any] | None = None
 
-    def start(self, client: ClientBase[Any, Any, Any, Any, Any, Any, Any, Any]) -> tuple[Any, Any, Attempts]:
+    def start(self, client: ClientBase[Any, Any, Any, Any, Any, Any, Any, Any, Any]) -> tuple[Any, Any, Attempts]:
         """The stub's method, the request, and the call's attempts (refused if the client is closed)."""
         request = self.build()
         client._check_open()
@@ -75,7 +83,7 @@ class Unary:
         return response if self.pick is None else self.pick(response)
 
 
-class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, SessionsT, PutsT, ResultsT]):
+class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, SessionsT, PutsT, ResultsT, TypesT]):
     _AIO: ClassVar[bool]
 
     def __init__(
@@ -119,39 +127,66 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
     def put(
         self,
         session_id: str,
-        state: bytes,
+        state: bytes | None = None,
         *,
+        message: Message | None = None,
+        message_type: str | None = None,
         expected_version: int | None = None,
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> PutT:
-        """Write the whole new state (REPLACE)."""
-        return self._write(session_id, state, service_pb2.WRITE_MODE_REPLACE, expected_version, request_id, labels)
+        """Write the whole new state (REPLACE): ``state`` bytes, or ``message``, a protobuf message sent
+        serialized with its type's name (register the type first: :meth:`register_type`). ``message_type``
+        names the type of ``state`` bytes. A typed state reads back byte for byte."""
+        mode = service_pb2.WRITE_MODE_REPLACE
+        return self._write(session_id, state, mode, expected_version, request_id, labels, message, message_type)
 
     def merge(
         self,
         session_id: str,
-        patch: bytes,
+        patch: bytes | None = None,
         *,
+        message: Message | None = None,
+        message_type: str | None = None,
         expected_version: int | None = None,
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> PutT:
-        """Write a partial message merged onto the latest state (MERGE)."""
-        return self._write(session_id, patch, service_pb2.WRITE_MODE_MERGE, expected_version, request_id, labels)
+        """Write a partial message merged onto the latest state (MERGE): ``patch`` bytes, or ``message``, a
+        protobuf message holding only what changed, sent with its type's name. A typed session's state
+        reads back equal as a message to every patch merged, not byte for byte (it is compacted)."""
+        mode = service_pb2.WRITE_MODE_MERGE
+        return self._write(session_id, patch, mode, expected_version, request_id, labels, message, message_type)
 
     def _write(
         self,
         session_id: str,
-        data: bytes,
+        data: bytes | None,
         mode: int,
         expected_version: int | None,
         request_id: str | None,
         labels: Mapping[str, str] | None,
+        message: Message | None,
+        message_type: str | None,
     ) -> PutT:
         # The request (and so its request id) is built once: retries resend it unchanged.
-        build = functools.partial(put_request, session_id, data, mode, expected_version, request_id, labels)
+        build = functools.partial(
+            put_request, session_id, data, mode, expected_version, request_id, labels, message, message_type
+        )
         return cast(PutT, self._unary(Unary("Put", build, retry=True, writes=True)))
+
+    def register_type(self, message: type[Message] | Message | Descriptor | bytes) -> TypesT:
+        """Register a message type with the sidecar, so that writes of it are typed; the full names of the
+        message types registered (nested ones too).
+
+        ``message``: a message class (or a message, or its Descriptor): its .proto file and every file
+        that file imports are sent, as a FileDescriptorSet; or such a set's bytes (``protoc
+        --descriptor_set_out``). Registering again is harmless; a changed file replaces the old one if the
+        change is compatible (FailedPreconditionError otherwise).
+        """
+        build = functools.partial(register_request, message)
+        pick = _message_types
+        return cast(TypesT, self._unary(Unary("RegisterType", build, retry=True, pick=pick)))
 
     def get(self, session_id: str, version: int = 0) -> GetT:
         """Read a version (0 = the latest)."""

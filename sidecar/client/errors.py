@@ -80,6 +80,11 @@ class ConflictError(CheckpointError):
         self.current_version = current_version
 
 
+class FailedPreconditionError(CheckpointError):
+    """A put named a message type the sidecar has not registered (register_type first), or another than
+    its session's; a register_type changed a field incompatibly. Nothing was written."""
+
+
 class ResourceExhaustedError(CheckpointError):
     pass
 
@@ -102,6 +107,7 @@ _OF_STORE_ERROR: dict[type[store.StoreError], type[CheckpointError]] = {
     store.InvalidArgument: InvalidArgumentError,
     store.NotFound: NotFoundError,
     store.AlreadyExists: AlreadyExistsError,
+    store.FailedPrecondition: FailedPreconditionError,
     store.ResourceExhausted: ResourceExhaustedError,
     store.DataLoss: DataLossError,
     store.Unavailable: UnavailableError,
@@ -110,7 +116,9 @@ _ERRORS: dict[grpc.StatusCode, type[CheckpointError]] = {
     **{STATUS_OF[error]: client for error, client in _OF_STORE_ERROR.items()},
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,  # the client's own deadline
 }
-_CONFLICT = {STATUS_OF[store.VersionConflict], grpc.StatusCode.FAILED_PRECONDITION}
+_CONFLICT = STATUS_OF[store.VersionConflict]
+#: The codes whose trailers may carry the session's head (a conflict's).
+_HEAD_CODES = {_CONFLICT, grpc.StatusCode.FAILED_PRECONDITION}
 
 # grpc-aio's words when a message could not be sent because the call had
 # already ended: it reports INTERNAL with these details instead of the
@@ -186,8 +194,10 @@ def translate(
     if attempts > 1:
         details = f"{details} (gave up after {attempts} attempts)"
     result: CheckpointError
-    if code in _CONFLICT:
-        trailers = dict(error.trailing_metadata() or ())
+    trailers = dict(error.trailing_metadata() or ()) if code in _HEAD_CODES else {}
+    # A conflict is ABORTED; FAILED_PRECONDITION is one too when it carries the head (as the clients always
+    # took it), else a message type's refusal.
+    if code is _CONFLICT or CURRENT_VERSION_KEY in trailers:
         try:
             head = int(trailers.get(CURRENT_VERSION_KEY, 0))
         except ValueError:

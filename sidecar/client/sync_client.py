@@ -29,6 +29,7 @@ class CheckpointClient(
         Iterator[service_pb2.SessionInfo],
         Iterable[service_pb2.PutRequest],
         Iterator[service_pb2.PutResult],
+        list[str],
     ]
 ):
     """Synchronous client. Thread-safe; one per process is enough.

@@ -6,12 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf import descriptor_pool, message_factory
-from google.protobuf.message import Message
-
-from ckpt.v1 import checkpoint_pb2  # noqa: F401  # registers ckpt.v1.Checkpoint for merge_message_type
-
 from ...codec import ChainPolicy
+from ..descriptors import is_built_in_type
 from .limits import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
@@ -202,18 +198,21 @@ class StoreConfig:
     )
     #: LMDB reader slots: concurrent read transactions across threads.
     max_readers: int = 512
-    #: Full name of the protobuf message type that MERGE states hold (e.g.
-    #: "ckpt.v1.Checkpoint"; its _pb2 module must be imported). Set, the FULL
-    #: frame starting each chain of a MERGE session holds the state compacted:
-    #: parsed and re-serialized, so fields later patches overwrote are dropped
-    #: (when that saves >= 10%); and every MERGE patch must parse as that type.
-    #: None (default): a MERGE state is all its patches concatenated, so a
-    #: session that rewrites the same fields grows by every patch, without bound.
+    #: The message type a MERGE that names none gives an untyped session: a
+    #: built-in type's full name ("ckpt.v1.Checkpoint"). The session is then
+    #: typed, as if the write had named it (PutRequest.message_type): the FULL
+    #: frame starting each chain holds its state compacted, parsed and
+    #: re-serialized, so fields later patches overwrote are dropped (when that
+    #: saves >= 10%), and its MERGE patches and REPLACE states must parse as
+    #: the type. A client's own registered types are named on its puts.
+    #: None (default): such a MERGE leaves the session untyped, its state all
+    #: its patches concatenated, growing by every patch that rewrites a field.
     merge_message_type: str | None = field(
         default=None,
         metadata=option(
-            "compact MERGE states as this protobuf message type (e.g. ckpt.v1.Checkpoint) at each chain start, so"
-            " fields that later patches overwrite do not pile up; MERGE patches must then parse as TYPE",
+            "the type a MERGE naming none gives an untyped session (a built-in type: ckpt.v1.Checkpoint): its states"
+            " are then compacted at each chain start, so fields that later patches overwrite do not pile up, and"
+            " must parse as TYPE",
             metavar="TYPE",
             shown="off: a MERGE state is every patch concatenated",
         ),
@@ -260,17 +259,11 @@ class StoreConfig:
         check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
         if self.max_queued_write_bytes < 1:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
-        self.merge_message_class()  # fails now, naming the field, not at the first MERGE
-
-    def merge_message_class(self) -> type[Message] | None:
-        """The class named by ``merge_message_type`` (None if unset)."""
-        if self.merge_message_type is None:
-            return None
-        try:
-            descriptor = descriptor_pool.Default().FindMessageTypeByName(self.merge_message_type)
-        except KeyError:
+        # Checked now, naming the field, not at the first MERGE. Only built-in types: a registered one
+        # is the store's to know, and a default that might not resolve would refuse writes later.
+        if self.merge_message_type is not None and not is_built_in_type(self.merge_message_type):
             raise ValueError(
-                f"merge_message_type {self.merge_message_type!r} is not a protobuf message type known to this"
-                " process (import its _pb2 module first; ckpt.v1.Checkpoint is always known)"
-            ) from None
-        return message_factory.GetMessageClass(descriptor)
+                f"merge_message_type {self.merge_message_type!r} is not a protobuf message type built into ckpt"
+                " (ckpt.v1.Checkpoint, google.protobuf's well-known types); a client's own types are registered"
+                " (RegisterType) and named on each put (message_type)"
+            )

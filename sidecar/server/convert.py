@@ -80,6 +80,7 @@ def session_info_pb(info: SessionInfo) -> service_pb2.SessionInfo:
         version_count=info.version_count,
         forked_from_session_id=info.forked_from_session_id,
         forked_from_version=info.forked_from_version,
+        message_type=info.message_type,
     )
 
 
@@ -107,6 +108,7 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
         expected_version=msg.expected_version if msg.HasField("expected_version") else None,
         request_id=msg.request_id,
         labels=labels_arg(msg.labels, "labels") if msg.labels else {},  # most writes carry none: skip a copy
+        message_type=msg.message_type,
     )
 
 

@@ -217,7 +217,12 @@ class CheckpointService:
             if got is None:
                 got = await self._off_loop(lambda: store.get(request.session_id, request.version, use_cache=False))
             self._metrics.bytes_out.inc(len(got.state))
-            return service_pb2.GetResponse(version=got.version, state=got.state, info=version_info_pb(got.info))
+            return service_pb2.GetResponse(
+                version=got.version,
+                state=got.state,
+                info=version_info_pb(got.info),
+                message_type=got.info.message_type,
+            )
 
         return await self._call("Get", context, run)
 
@@ -267,6 +272,15 @@ class CheckpointService:
             return service_pb2.DeleteSessionResponse(deleted_versions=self._store.delete_session(request.session_id))
 
         return await self._call("DeleteSession", context, lambda: self._off_loop(run))
+
+    async def RegisterType(
+        self, request: service_pb2.RegisterTypeRequest, context: CallContext
+    ) -> service_pb2.RegisterTypeResponse:
+        def run() -> service_pb2.RegisterTypeResponse:
+            names = self._store.register_types(request.file_descriptor_set)
+            return service_pb2.RegisterTypeResponse(message_types=names)
+
+        return await self._call("RegisterType", context, lambda: self._off_loop(run))
 
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: CallContext

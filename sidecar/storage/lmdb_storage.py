@@ -32,7 +32,7 @@ log = logging.getLogger("ckpt.store")
 
 #: While data.mdb grows, dead readers' slots are looked for at most this often (besides before each sweep).
 READER_CHECK_INTERVAL_SECONDS = 1.0
-# Named databases: the store's seven tables, and a spare.
+# Named databases: the store's eight tables (layout.py).
 _MAX_TABLES = 8
 
 # LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.

@@ -4,9 +4,18 @@ An encoder holds a session's head state and its chain's zstd stream, so the
 next write to the session encodes against it without reading storage. The
 encoder cache belongs to the writer thread. A batch that fails drops every
 encoder it touched; the session's next write resumes its chain from storage.
+
+A typed session's encoder compacts MERGE states with its type's message class
+(registry.py). A cached encoder built with another class (the session typed
+since, or its type registered again) is not used: the session's next write
+resumes its chain from storage with the current one.
 """
 
 from __future__ import annotations
+
+import weakref
+
+from google.protobuf.message import Message
 
 from ckpt.store.v1 import records_pb2
 
@@ -35,26 +44,39 @@ class Encoders:
         self.states = states
         #: Set when other processes write the same data (Store(shared=True)): what is cached is checked first.
         self.coherence = coherence
-        self.merge_type = config.merge_message_class()
         self.lru: LRU[ChainEncoder] = LRU(
             config.encoder_cache_entries, max_weight=config.encoder_cache_bytes, weigh=_encoder_memory
         )
+        # The class each encoder compacts MERGE states with (None: none).
+        self._compacts: weakref.WeakKeyDictionary[ChainEncoder, type[Message] | None] = weakref.WeakKeyDictionary()
 
-    def new(self) -> ChainEncoder:
-        return ChainEncoder(policy=self._config.chain_policy, compact_message_type=self.merge_type)
+    def new(self, compact: type[Message] | None = None) -> ChainEncoder:
+        """A new session's encoder, compacting MERGE states as ``compact`` (a typed session's class)."""
+        encoder = ChainEncoder(policy=self._config.chain_policy, compact_message_type=compact)
+        if compact is not None:
+            self._compacts[encoder] = compact
+        return encoder
 
     def for_session(
-        self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None
+        self,
+        txn: ReadTxn,
+        sid: bytes,
+        session_id: str,
+        rec: records_pb2.SessionRecord | None,
+        compact: type[Message] | None = None,
     ) -> ChainEncoder:
-        """The encoder continuing the session's stored chain (a new one for a new session), now cached."""
+        """The encoder continuing the session's stored chain (a new one for a new session), now cached,
+        compacting MERGE states as ``compact``."""
         if rec is None:
-            encoder = self.new()
+            encoder = self.new(compact)
             self.lru.put(sid, encoder)
             return encoder
         cached = self.lru.get(sid)
         if (
             cached is not None
             and cached.version == rec.head_version
+            # (an empty map first: a store without typed sessions pays no weak reference per write)
+            and (self._compacts.get(cached) if self._compacts else None) is compact
             and (self.coherence is None or self.coherence.continues_chain(cached, rec))
         ):
             return cached
@@ -64,9 +86,9 @@ class Encoders:
             headers = [parse(f)[0] for f in chain]
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {rec.head_version}: {exc}") from None
-        encoder = ChainEncoder.resume(
-            state, headers, policy=self._config.chain_policy, compact_message_type=self.merge_type
-        )
+        encoder = ChainEncoder.resume(state, headers, policy=self._config.chain_policy, compact_message_type=compact)
+        if compact is not None:
+            self._compacts[encoder] = compact
         if self.coherence is not None:
             self.coherence.note_encoder(encoder, rec.created_unix_nanos)
         # A batch that aborts drops every encoder it touched.

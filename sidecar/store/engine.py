@@ -5,8 +5,9 @@ the writer thread and its queue (writer.py, loopwrites.py, gather.py), the
 write ops (writeops.py) and their entry points (writes.py, checkline.py),
 chain reads (reads.py), listings (listings.py), request ids
 (requestids.py), retention and the sweeper (retention.py), quiet keyframes
-(keyframes.py), the caches (cache.py, encoders.py) and their checks against
-shared storage (coherence.py). Storage is reached only through the seam (sidecar/storage).
+(keyframes.py), registered message types (registry.py), the caches (cache.py,
+encoders.py) and their checks against shared storage (coherence.py).
+Storage is reached only through the seam (sidecar/storage).
 
 Reads run in their own read transactions, concurrently with the writer.
 No gRPC here: the server maps StoreError subclasses to status codes.
@@ -24,6 +25,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import Message
+
 from ..config import Durability, StoreConfig
 from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, open_lmdb
@@ -39,6 +42,7 @@ from .listings import list_sessions, list_versions
 from .loopwrites import LoopBatches
 from .reads import check_version_arg, frames_of, read_state, session_ids
 from .records import record, session_info
+from .registry import Registry
 from .requestids import RequestIds
 from .retention import Retention, Sweeper
 from .types import GetResult, SessionInfo, SweepResult, VersionInfo
@@ -120,6 +124,7 @@ class Store(WriteEntryPoints):
         validate = self._coherence if shared else None
         self._encoders = Encoders(config, self._tables, self._states, validate)
         self._requests = RequestIds(self._tables, layout1=layout.layout1_requests)
+        self._registry = Registry(self._tables, self._read, shared=shared)
         self._writer = Writer(
             config, self._storage, self._encoders, readonly=readonly, on_writes_stopped=on_writes_stopped
         )
@@ -127,7 +132,9 @@ class Store(WriteEntryPoints):
         self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
         submit = self._writer.submit
         self._keyframes = QuietKeyframes(config, self._tables, self._encoders, self._read, submit)
-        self._ops = WriteOps(config, self._tables, self._encoders, self._requests, self._keyframes, validate)
+        self._ops = WriteOps(
+            config, self._tables, self._encoders, self._requests, self._keyframes, validate, self._registry
+        )
         self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._keyframes)
         self._sweeper: Sweeper | None = None
         if not readonly:
@@ -172,6 +179,23 @@ class Store(WriteEntryPoints):
     def delete_session(self, session_id: str) -> int:
         """Remove a session, every version and every index entry; returns versions removed."""
         return self._writer.submit(self._ops.delete_op(session_id)).wait()  # type: ignore[no-any-return]
+
+    def register_types(self, file_descriptor_set: bytes) -> list[str]:
+        """Register the message types of a serialized FileDescriptorSet, durably; the full names it defines.
+
+        The set holds a file and every file it imports that the store does not know yet (built in:
+        ckpt.v1.Checkpoint's files, google.protobuf's well-known types; ``descriptors.descriptor_set(cls)``
+        builds one). A file registered before is replaced if its changes are compatible (fields and
+        messages added): FailedPrecondition names a field number given another type or cardinality, or a
+        message dropped. A set that does not parse, is empty or over 4 MiB, imports a file it lacks, or
+        that protobuf refuses: InvalidArgument. Nothing is stored unless all of it is.
+        """
+        return self._writer.submit(self._registry.register_op(file_descriptor_set)).wait()  # type: ignore[no-any-return]
+
+    def message_class(self, message_type: str) -> type[Message] | None:
+        """The dynamic message class of a registered or built-in type (None if the store knows none):
+        what typed sessions' states are parsed with."""
+        return self._registry.resolve(message_type)
 
     # -- reads -----------------------------------------------------------------
 

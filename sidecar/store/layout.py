@@ -22,19 +22,25 @@ log = logging.getLogger("ckpt.store")
 
 #: The layout of the tables (keys and records) this code reads and writes, stamped in the `meta` table.
 #: 2: request records keyed by request id first (keys.request_key); layout 1's are still read.
-LAYOUT_VERSION = 2
+#: 3: the `types` table (registered message types) and typed sessions (SessionRecord.message_type). An
+#: older ckpt would take a typed session's MERGE patches unchecked, and its REPLACEs of any bytes, and
+#: not compact them: every store opened writable is stamped 3, so no older ckpt writes one again.
+LAYOUT_VERSION = 3
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
 #: The quiet-keyframe sweep's bound (QuietKeyframes.before_nanos).
 KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
+#: Registrations that changed the `types` table (registry.py): another process reloads it when it moved.
+TYPES_GENERATION_KEY = b"types_generation"
 # Keys the updated-time index rewrite reads per step of its scan.
 _REWRITE_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    """The store's tables (keys.py gives their keys); ``meta`` is None in a read-only store never stamped."""
+    """The store's tables (keys.py gives their keys); ``meta`` is None in a read-only store never stamped,
+    ``types`` in a read-only store of layout 1 or 2."""
 
     frames: Table
     sessions: Table
@@ -43,6 +49,7 @@ class Tables:
     labels: Table
     updated: Table
     meta: Table | None
+    types: Table | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,10 @@ def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) ->
     for name, table in opened.items():
         if table is None:
             raise DataLoss(f"{storage.location} cannot be opened as a ckpt store: its {name!r} table is missing")
-    tables = Tables(meta=meta, **opened)
+    # Registered message types (registry.py): file name -> FileDescriptorProto. Layout 3's; a read-only
+    # store stamped earlier has none (and no typed session).
+    types = storage.table("types", create=writable)
+    tables = Tables(meta=meta, types=types, **opened)
     with storage.read() as txn:
         layout1 = has_layout1_requests(txn, tables)
     return Layout(tables, stamped, layout1)
@@ -97,7 +107,8 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                 elif raw.isdigit() and int(raw) < LAYOUT_VERSION:
                     # Layout 1 to 2 rewrites nothing (its request records are read where they are),
                     # but an older ckpt must no longer open the store: it would not find the records
-                    # this one writes, and a retry across the downgrade would write twice.
+                    # this one writes, and a retry across the downgrade would write twice. 2 to 3 adds
+                    # the types table, created below; an older ckpt would write typed sessions unchecked.
                     wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.

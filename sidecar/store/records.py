@@ -70,6 +70,7 @@ def version_info(session_id: str, version: int, value: Any) -> VersionInfo:
         state_size=header.state_size,
         labels=dict(meta.labels),
         mode=mode,
+        message_type=meta.message_type,
     )
 
 
@@ -86,6 +87,7 @@ def session_info(session_id: str, rec: records_pb2.SessionRecord) -> SessionInfo
         forked_from_session_id=rec.forked_from_session_id,
         forked_from_version=rec.forked_from_version,
         chain_start_version=rec.chain_start_version,
+        message_type=rec.message_type,
     )
 
 

@@ -162,5 +162,7 @@ def write_fingerprint(req: PutRequest, mode: WriteMode) -> int:
         h.update(struct.pack("<BQ", mode | 0x80, expected))
     for key, value in sorted(req.labels.items()):
         h.update(key.encode() + b"\0" + value.encode() + b"\0")
+    if req.message_type:  # hashed only when given, so that untyped writes' fingerprints stay what they were
+        h.update(b"\1" + req.message_type.encode() + b"\0")
     h.update(req.state)
     return h.intdigest() or 1

@@ -35,6 +35,8 @@ class VersionInfo:
     state_size: int
     labels: dict[str, str]
     mode: WriteMode
+    #: The message type the version's state holds (registry.py); "" for opaque bytes.
+    message_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,8 @@ class SessionInfo:
     forked_from_version: int
     #: The version whose FULL frame starts the head's chain: where a cold read of the head decodes from.
     chain_start_version: int = 0
+    #: The session's message type; "" if untyped.
+    message_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ class PutRequest:
     expected_version: int | None = None
     request_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    #: The message type ``state`` holds (a registered or built-in full name); "": the session's, if typed.
+    message_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,20 +1,32 @@
 """The write ops: a put, a fork, a delete, as the writer applies them inside its transaction.
 
 A request is checked on the caller's thread (ids, sizes, labels, a MERGE
-patch's wire format) before it is queued; checks against the head
-(compare-and-set, request-id replays) happen inside the writer's
-transaction, so two writers can never both succeed against one head.
+patch's wire format, a state against the message type it names) before it
+is queued; checks against the head (compare-and-set, request-id replays, the
+session's own message type) happen inside the writer's transaction, so two
+writers can never both succeed against one head.
 """
 
 from __future__ import annotations
 
 import time
 
+from google.protobuf.message import DecodeError, Message
+
 from ckpt.store.v1 import records_pb2
 
 from ...codec import EncodedFrame, EncodeError, FrameKind, WireFormatError, check_patch
 from ..config import StoreConfig
-from ..errors import AlreadyExists, DataLoss, InvalidArgument, NotFound, StateTooLarge, VersionConflict
+from ..descriptors import check_type_name, where_unparsed
+from ..errors import (
+    AlreadyExists,
+    DataLoss,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    StateTooLarge,
+    VersionConflict,
+)
 from ..storage import WriteTxn
 from . import keys
 from .coherence import Coherence
@@ -24,6 +36,7 @@ from .layout import Tables
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames, read_state
 from .records import META_LEN, record, session_info
+from .registry import Registry
 from .requestids import RequestIds, write_fingerprint
 from .types import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode
 
@@ -39,6 +52,7 @@ class WriteOps:
         requests: RequestIds,
         keyframes: QuietKeyframes,
         coherence: Coherence | None,
+        registry: Registry,
     ) -> None:
         self._config = config
         self._tables = tables
@@ -46,6 +60,9 @@ class WriteOps:
         self._requests = requests
         self._keyframes = keyframes
         self._coherence = coherence
+        self._registry = registry
+        #: The type a MERGE without one gives an untyped session (StoreConfig.merge_message_type; "": none).
+        self._merge_type = config.merge_message_type or ""
 
     def put_op(self, req: PutRequest, *, defer_patch_check: bool = False) -> Op:
         """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued.
@@ -78,21 +95,23 @@ class WriteOps:
             raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
         if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
             raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
+        if req.message_type:
+            check_type_name(req.message_type)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
         asked = write_fingerprint(req, mode) if rid_key is not None else 0
         state = bytes(req.state)
         encoders, requests, coherence = self._encoders, self._requests, self._coherence
-        merge_type = encoders.merge_type
+        # The class the state is checked against before queueing (FailedPrecondition if unknown). The
+        # closures below read the rest of the typed path off ``req`` and ``self``: each variable they
+        # share is an object per write, which the collector traverses while writes wait for their commit.
+        checked = self._registry.require(req.message_type) if req.message_type else None
 
         def check() -> None:
             # On the caller's thread (or one of its loop's): it needs no state,
             # and the writer thread is the store's one serial path.
-            try:
-                check_patch(state, message_type=merge_type)
-            except WireFormatError as exc:
-                raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
+            check_state(state, mode, checked)
 
-        if mode is WriteMode.MERGE and not defer_patch_check:
+        if (mode is WriteMode.MERGE or checked is not None) and not defer_patch_check:
             check()
         sessions = self._tables.sessions
 
@@ -119,7 +138,20 @@ class WriteOps:
                 raise VersionConflict(req.session_id, req.expected_version, head)
             if rec is not None and req.labels:
                 _check_session_labels(req.session_id, rec, req.labels)
-            encoder = encoders.for_session(txn, sid, req.session_id, rec)
+            have = rec.message_type if rec is not None else ""
+            named = req.message_type
+            if named and have and named != have:
+                raise FailedPrecondition(
+                    f"session {req.session_id!r} holds {have} states; this put's message_type is {named}"
+                    " (a session keeps the type it was first written with: write another session, or fork one)"
+                )
+            typed = named or have or (self._merge_type if mode is WriteMode.MERGE else "")
+            compact: type[Message] | None = None
+            if typed:
+                compact = self._registry.require_in(txn, typed)
+                if compact is not checked:  # typed by the session (or the store's default), or registered again
+                    check_state(state, mode, compact)
+            encoder = encoders.for_session(txn, sid, req.session_id, rec, compact)
             if mode is WriteMode.MERGE and encoder.state_size + len(state) > config.max_state_bytes:
                 raise StateTooLarge(
                     f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
@@ -134,13 +166,15 @@ class WriteOps:
             try:
                 now = time.time_ns()
                 if rec is None:
-                    rec = records_pb2.SessionRecord(created_unix_nanos=now)
+                    rec = records_pb2.SessionRecord(created_unix_nanos=now, message_type=typed)
                     old_updated = None
                     if coherence is not None:
                         coherence.note_encoder(encoder, now)
                 else:
                     old_updated = rec.updated_unix_nanos
-                info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated)
+                    if typed and not have:  # an untyped session takes the type of its first typed write
+                        rec.message_type = typed
+                info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated, typed)
                 result = PutResult(
                     frame.version, frame.stored_bytes, frame.kind, encoder.state_size, chain_depth=encoder.chain.depth
                 )
@@ -158,7 +192,7 @@ class WriteOps:
             batch.after_commit.append(lambda: encoders.after_write(sid, kept, snapshot, info))
             return result
 
-        deferred = check if mode is WriteMode.MERGE and defer_patch_check else None
+        deferred = check if (mode is WriteMode.MERGE or checked is not None) and defer_patch_check else None
         return Op(apply, fails_clean=True, size_bytes=len(state), check=deferred)
 
     def fork_op(self, session_id: str, version: int, new_session_id: str, labels: dict[str, str]) -> Op:
@@ -167,7 +201,7 @@ class WriteOps:
         new_sid = keys.session_key(new_session_id, field="new_session_id")
         keys.check_labels(labels)
         check_version_arg(version)
-        tables, encoders, coherence = self._tables, self._encoders, self._coherence
+        tables, encoders, coherence, registry = self._tables, self._encoders, self._coherence, self._registry
 
         def apply(batch: Batch, txn: WriteTxn) -> SessionInfo:
             if txn.get(new_sid, db=tables.sessions) is not None:
@@ -175,13 +209,20 @@ class WriteOps:
             state, _ = read_state(txn, tables, sid, session_id, version)
             src = record(txn.get(sid, db=tables.sessions))
             resolved = version or src.head_version
-            encoder = encoders.new()
+            typed = src.message_type  # the fork is of the same type
+            if typed and registry.shared:
+                registry.sync(txn)
+            # A type the registry lost (damage) leaves the fork uncompacted, not refused: it copies a state.
+            encoder = encoders.new(registry.resolve(typed) if typed else None)
             frame = encoder.replace(state)
             now = time.time_ns()
             rec = records_pb2.SessionRecord(
-                created_unix_nanos=now, forked_from_session_id=session_id, forked_from_version=resolved
+                created_unix_nanos=now,
+                forked_from_session_id=session_id,
+                forked_from_version=resolved,
+                message_type=typed,
             )
-            info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, old_updated=None)
+            info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, None, typed)
             encoder.commit()
             if coherence is not None:
                 coherence.note_encoder(encoder, now)
@@ -238,11 +279,14 @@ class WriteOps:
         labels: dict[str, str],
         now: int,
         old_updated: int | None,
+        message_type: str,
     ) -> VersionInfo:
         """Store the next frame of a session, update its record and indexes; return what was stored."""
         tables = self._tables
         version = rec.head_version + 1
         meta_pb = records_pb2.VersionRecord(created_unix_nanos=now, mode=mode)
+        if message_type:  # set only when there is one, as labels: a keyword argument costs even when empty
+            meta_pb.message_type = message_type
         if labels:  # most writes carry none; an empty map still costs a Python-level update()
             meta_pb.labels.update(labels)
         meta = meta_pb.SerializeToString()
@@ -279,6 +323,7 @@ class WriteOps:
             state_size=frame.header.state_size,
             labels=dict(labels),
             mode=mode,
+            message_type=message_type,
         )
 
     def _delete_index_entries(self, txn: WriteTxn, sid: bytes) -> None:
@@ -299,3 +344,32 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
             f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
             f" over the limit of {keys.MAX_LABELS} per session"
         )
+
+
+def check_state(state: bytes, mode: WriteMode, message_class: type[Message] | None) -> None:
+    """InvalidArgument unless ``state`` is a well-formed MERGE patch (one that parses as ``message_class``,
+    if given), or, for a REPLACE of a type, a state that parses as it; the message names the offset."""
+    if mode is WriteMode.MERGE:
+        try:
+            check_patch(state)  # the framing, which the parser does not fully check
+        except WireFormatError as exc:
+            raise InvalidArgument(f"state is not a valid MERGE patch: {exc}") from None
+    if message_class is None:
+        return
+    try:
+        message_class.FromString(state)
+    except DecodeError as exc:
+        name = message_class.DESCRIPTOR.full_name
+        where = ""
+        try:
+            if mode is not WriteMode.MERGE:
+                check_patch(state)  # checked above for a MERGE
+            where = where_unparsed(state, message_class)
+        except WireFormatError as framing:
+            where = str(framing)
+        where = where or str(exc).rpartition("': ")[2]
+        if mode is WriteMode.MERGE:
+            raise InvalidArgument(
+                f"state is not a valid MERGE patch: patch of {len(state)} bytes does not parse as {name}: {where}"
+            ) from None
+        raise InvalidArgument(f"state ({len(state)} bytes) does not parse as {name}: {where}") from None

@@ -42,12 +42,17 @@ class WriteEntryPoints:
         expected_version: int | None = None,
         request_id: str = "",
         labels: dict[str, str] | None = None,
+        message_type: str = "",
     ) -> PutResult:
         """Write the next version of a session; returns once it is committed.
 
-        Waits for room first when ``max_queued_write_bytes`` of writes are queued.
+        ``message_type``: the registered (or built-in) type ``state`` holds; the session takes it if it has
+        none (see PutRequest.message_type in service.proto). Waits for room first when
+        ``max_queued_write_bytes`` of writes are queued.
         """
-        op = self._ops.put_op(PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {})))
+        op = self._ops.put_op(
+            PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}), message_type)
+        )
         # Not the main thread's: a signal handler raising there (Ctrl-C, an
         # alarm) can leave it between queueing and waiting, or between its
         # wake and the next's, where no handler of ours runs; the callers in
@@ -100,9 +105,9 @@ class WriteEntryPoints:
         one wake-up of that loop. Overloaded raises here when
         ``max_queued_write_bytes`` of writes are already queued (the event loop
         must not wait for room: the write is not queued, submit it again
-        later), and so do validation errors, but for a MERGE patch of
-        ``OFF_LOOP_PATCH_BYTES`` or more: that is checked on the loop's
-        executor (checkline.py) and its errors come from the future. The
+        later), and so do validation errors, but for a MERGE patch (or a
+        typed state) of ``OFF_LOOP_PATCH_BYTES`` or more: that is checked on
+        the loop's executor (checkline.py) and its errors come from the future. The
         writes submitted on one loop commit in the order they were submitted.
         Cancelling the future does not withdraw the write: once queued it
         commits (retry with the same ``request_id`` to learn its outcome).
@@ -110,7 +115,7 @@ class WriteEntryPoints:
         loop = asyncio.get_running_loop()
         state = request.state
         off_loop = (
-            request.mode == WriteMode.MERGE
+            (request.mode == WriteMode.MERGE or bool(request.message_type))
             and isinstance(state, (bytes, bytearray, memoryview))
             and len(state) >= OFF_LOOP_PATCH_BYTES
         )

@@ -29,6 +29,9 @@ look like damage):
   swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
   request key)`` and every entry names a request record expiring then.
+- types: every registered file parses as a FileDescriptorProto and they all
+  build, with the built-in files, into one pool (what the store loads), and
+  each typed session's message type is defined there.
 
 A record that does not parse is the per-session check's to report: entries
 naming its session are not checked. Memory stays flat however large the
@@ -52,16 +55,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
-from ..errors import DataLoss
+from ..descriptors import build_pool
+from ..errors import DataLoss, InvalidArgument
 from ..storage import ReadTxn
 from ..store import Store, keys, request_of_session
 
 #: The passes after the sessions table's, in the order they run.
-TABLES = ("frames", "updated", "labels", "requests", "req_expiry")
+TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types")
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class CrossCheck:
             "labels": self._label_index,
             "requests": self._requests,
             "req_expiry": self._expiry_index,
+            "types": self._types,
         }
         return passes[table]()
 
@@ -379,3 +385,34 @@ class CrossCheck:
                     f"no entry for request_id {_text(rid)!r} (its record expires at {_when(expires)}): the sweep"
                     " never removes it",
                 )
+
+    # -- types -------------------------------------------------------------------------
+
+    def _types(self) -> Iterator[Problem]:
+        files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+        if self._tables.types is not None:
+            for key, value in self._txn.scan(self._tables.types):
+                try:
+                    files[_text(key)] = descriptor_pb2.FileDescriptorProto.FromString(bytes(value))
+                except DecodeProtoError as exc:
+                    yield Problem("types", None, False, f"file {_text(key)!r} does not parse ({exc})")
+        try:
+            pool = build_pool(files)
+        except InvalidArgument as exc:
+            yield Problem("types", None, False, f"the registered files do not build: {exc}; typed writes fail")
+            return  # which types they would define is unknown
+        for sid, rec in self._records():
+            name = rec.message_type
+            if not name:
+                continue
+            try:
+                pool.FindMessageTypeByName(name)
+                continue
+            except KeyError:
+                pass
+            yield Problem(
+                "types",
+                sid,
+                True,
+                f"the session's message type {name} is neither registered nor built in: its writes are refused",
+            )

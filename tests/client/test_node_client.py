@@ -272,6 +272,80 @@ def test_node_client_takes_the_message_limit_the_sidecar_was_given(tmp_path: Pat
     assert answers[str(1 << 20)] == {"code": 8}  # RESOURCE_EXHAUSTED: over the limit it was given
 
 
+_TYPED = """
+const path = require('path');
+const { CheckpointClient } = require(process.argv[1]);
+const protobuf = require(require.resolve('protobufjs', { paths: [path.dirname(process.argv[1])] }));
+const [target, protoFile] = process.argv.slice(2);
+(async () => {
+  const root = protobuf.loadSync(protoFile);
+  const State = root.lookupType('acme.agent.v1.State');
+  const client = new CheckpointClient(target);
+  const out = { registered: await client.registerType(root, 'acme.agent.v1.State') };
+  for (let step = 1; step <= 30; step++) {
+    const entity = { name: `entity revision ${step} ${'x'.repeat(200)}`, score: step };
+    const patch = State.encode(State.fromObject({ entities: { e1: entity }, log: [`step ${step}`], step })).finish();
+    await client.merge('node-typed', patch, { messageType: 'acme.agent.v1.State' });
+  }
+  const got = await client.get('node-typed');
+  out.message_type = got.message_type;
+  out.state_size = got.info.state_size;
+  out.state = State.toObject(State.decode(got.state), { longs: Number });
+  try {
+    await client.merge('node-typed', Buffer.from([0x12, 0x01, 0xff]));  // log: not UTF-8
+    out.bad = null;
+  } catch (err) {
+    out.bad = { code: err.code, details: err.details };
+  }
+  client.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+_STATE_PROTO = """syntax = "proto3";
+package acme.agent.v1;
+import "google/protobuf/timestamp.proto";
+message Entity {
+  string name = 1;
+  int64 score = 2;
+  message Note { string text = 1; }
+  Note note = 3;
+}
+message State {
+  map<string, Entity> entities = 1;
+  repeated string log = 2;
+  optional int32 step = 3;
+  Entity.Note last = 4;
+  google.protobuf.Timestamp at = 5;
+}
+"""
+
+
+def test_node_client_registers_a_type_from_its_proto_and_merges_typed_patches(tmp_path: Path) -> None:
+    proto = tmp_path / "state.proto"
+    proto.write_text(_STATE_PROTO)
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        proc = subprocess.run(
+            node_command(_TYPED, sidecar.unix_target, str(proto)), capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        with CheckpointClient(sidecar.unix_target) as c:  # the same session, read from Python
+            assert c.get("node-typed").message_type == "acme.agent.v1.State"
+    finally:
+        assert sidecar.stop() == 0
+    assert out["registered"] == ["acme.agent.v1.Entity", "acme.agent.v1.Entity.Note", "acme.agent.v1.State"]
+    assert out["message_type"] == "acme.agent.v1.State"
+    assert out["state"] == {
+        "entities": {"e1": {"name": f"entity revision 30 {'x' * 200}", "score": 30}},
+        "log": [f"step {n}" for n in range(1, 31)],
+        "step": 30,
+    }
+    assert out["state_size"] < 8 * 230, out["state_size"]  # compacted: not 30 copies of the entity
+    assert out["bad"]["code"] == 3 and "field 2 (log) at offset 0" in out["bad"]["details"]
+
+
 def test_the_typescript_declarations_cover_every_method_of_the_client() -> None:
     # The client had no types; its .d.ts (package.json "types") must not fall behind the code. tsc is not
     # a dependency here: the declarations were checked with it once, this keeps their list of methods whole.

@@ -25,13 +25,20 @@ from pathlib import Path
 import pytest
 
 from ckpt.codec.frame import FrameKind, parse
-from ckpt.sidecar.client import CheckpointClient, ConflictError, NotFoundError
+from ckpt.sidecar.client import (
+    CheckpointClient,
+    ConflictError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    parse_state,
+)
 from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
 from ckpt.sidecar.store import Store, lock_data_dir
 from ckpt.v1 import service_pb2
-from tests.support import free_port
+from tests.support import agent_file, agent_state_class, agent_step, free_port
 
 CONNECTIONS = 24  # all on one worker by chance: 2 in 2**24
 
@@ -426,3 +433,23 @@ def test_sigkill_of_every_worker_under_load_keeps_every_acknowledged_write(tmp_p
                     assert state == c.get(session, version=version - 1).state + data_bytes
     finally:
         assert checker.stop() == 0, checker.log(tail_chars=3000)
+
+
+def test_a_type_registered_through_one_worker_is_known_to_the_other(
+    two_workers: tuple[CheckpointClient, CheckpointClient],
+) -> None:
+    """A worker that does not know a type reloads the registry before refusing a put naming it; one whose
+    registry is behind (a re-registration by the other) reloads it in the write's transaction."""
+    a, b = two_workers
+    v1, v2 = agent_state_class(), agent_state_class(agent_file(summary=True))
+    with pytest.raises(FailedPreconditionError, match="is not registered"):
+        b.merge("s", message=agent_step(v1, 1))
+    a.register_type(v1)
+    assert b.merge("s", message=agent_step(v1, 1)).version == 1  # b had never heard of it: its encoder is v1's
+    with pytest.raises(InvalidArgumentError, match=r"field 2 \(log\)"):
+        b.merge("s", b"\x12\x01\xff")
+    a.register_type(v2)  # summary (field 5) added: b's registry is now behind
+    with pytest.raises(InvalidArgumentError, match=r"field 5 \(summary\) at offset 0"):
+        b.merge("s", b"\x2a\x01\xff")  # unknown to version 1, a string to version 2
+    assert b.merge("s", message=v2(summary="kept")).version == 2
+    assert parse_state(a.get("s"), v2).summary == "kept"

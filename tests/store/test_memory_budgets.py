@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
 
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, StateSnapshot
 from ckpt.sidecar import Store, StoreConfig
@@ -96,8 +97,8 @@ def test_a_group_commit_keeps_no_more_encoders_than_the_budget(config: StoreConf
         encoders = store._encoders
         new_encoder, after_write = encoders.new, encoders.after_write
 
-        def tracked() -> ChainEncoder:
-            encoder = new_encoder()
+        def tracked(compact: type[Message] | None = None) -> ChainEncoder:
+            encoder = new_encoder(compact)
             live.add(encoder)
             return encoder
 

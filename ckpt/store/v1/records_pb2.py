@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63kpt/store/v1/records.proto\x12\rckpt.store.v1\"\xe4\x02\n\rSessionRecord\x12\x14\n\x0chead_version\x18\x01 \x01(\x04\x12\x1b\n\x13\x63hain_start_version\x18\x02 \x01(\x04\x12\x15\n\rfirst_version\x18\x03 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x04 \x01(\x03\x12\x1a\n\x12updated_unix_nanos\x18\x05 \x01(\x03\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x15\n\rversion_count\x18\x07 \x01(\x04\x12\x38\n\x06labels\x18\x08 \x03(\x0b\x32(.ckpt.store.v1.SessionRecord.LabelsEntry\x12\x1e\n\x16\x66orked_from_session_id\x18\t \x01(\t\x12\x1b\n\x13\x66orked_from_version\x18\n \x01(\x04\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa2\x01\n\rVersionRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x38\n\x06labels\x18\x03 \x03(\x0b\x32(.ckpt.store.v1.VersionRecord.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb2\x01\n\rRequestRecord\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\x12\x12\n\nframe_kind\x18\x03 \x01(\r\x12\x12\n\nstate_size\x18\x04 \x01(\x04\x12\x1a\n\x12\x65xpires_unix_nanos\x18\x05 \x01(\x03\x12\x12\n\nwrite_xxh3\x18\x06 \x01(\x06\x12\"\n\x1asession_created_unix_nanos\x18\x07 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63kpt/store/v1/records.proto\x12\rckpt.store.v1\"\xfa\x02\n\rSessionRecord\x12\x14\n\x0chead_version\x18\x01 \x01(\x04\x12\x1b\n\x13\x63hain_start_version\x18\x02 \x01(\x04\x12\x15\n\rfirst_version\x18\x03 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x04 \x01(\x03\x12\x1a\n\x12updated_unix_nanos\x18\x05 \x01(\x03\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x15\n\rversion_count\x18\x07 \x01(\x04\x12\x38\n\x06labels\x18\x08 \x03(\x0b\x32(.ckpt.store.v1.SessionRecord.LabelsEntry\x12\x1e\n\x16\x66orked_from_session_id\x18\t \x01(\t\x12\x1b\n\x13\x66orked_from_version\x18\n \x01(\x04\x12\x14\n\x0cmessage_type\x18\x0b \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb8\x01\n\rVersionRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x38\n\x06labels\x18\x03 \x03(\x0b\x32(.ckpt.store.v1.VersionRecord.LabelsEntry\x12\x14\n\x0cmessage_type\x18\x04 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb2\x01\n\rRequestRecord\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\x12\x12\n\nframe_kind\x18\x03 \x01(\r\x12\x12\n\nstate_size\x18\x04 \x01(\x04\x12\x1a\n\x12\x65xpires_unix_nanos\x18\x05 \x01(\x03\x12\x12\n\nwrite_xxh3\x18\x06 \x01(\x06\x12\"\n\x1asession_created_unix_nanos\x18\x07 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,13 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VERSIONRECORD_LABELSENTRY']._loaded_options = None
   _globals['_VERSIONRECORD_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONRECORD']._serialized_start=47
-  _globals['_SESSIONRECORD']._serialized_end=403
-  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_start=358
-  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_end=403
-  _globals['_VERSIONRECORD']._serialized_start=406
-  _globals['_VERSIONRECORD']._serialized_end=568
-  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_start=358
-  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_end=403
-  _globals['_REQUESTRECORD']._serialized_start=571
-  _globals['_REQUESTRECORD']._serialized_end=749
+  _globals['_SESSIONRECORD']._serialized_end=425
+  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_start=380
+  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_end=425
+  _globals['_VERSIONRECORD']._serialized_start=428
+  _globals['_VERSIONRECORD']._serialized_end=612
+  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_start=380
+  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_end=425
+  _globals['_REQUESTRECORD']._serialized_start=615
+  _globals['_REQUESTRECORD']._serialized_end=793
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SessionRecord(_message.Message):
-    __slots__ = ("head_version", "chain_start_version", "first_version", "created_unix_nanos", "updated_unix_nanos", "stored_bytes", "version_count", "labels", "forked_from_session_id", "forked_from_version")
+    __slots__ = ("head_version", "chain_start_version", "first_version", "created_unix_nanos", "updated_unix_nanos", "stored_bytes", "version_count", "labels", "forked_from_session_id", "forked_from_version", "message_type")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class SessionRecord(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     head_version: int
     chain_start_version: int
     first_version: int
@@ -35,10 +36,11 @@ class SessionRecord(_message.Message):
     labels: _containers.ScalarMap[str, str]
     forked_from_session_id: str
     forked_from_version: int
-    def __init__(self, head_version: _Optional[int] = ..., chain_start_version: _Optional[int] = ..., first_version: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ...) -> None: ...
+    message_type: str
+    def __init__(self, head_version: _Optional[int] = ..., chain_start_version: _Optional[int] = ..., first_version: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
-    __slots__ = ("created_unix_nanos", "mode", "labels")
+    __slots__ = ("created_unix_nanos", "mode", "labels", "message_type")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,10 +51,12 @@ class VersionRecord(_message.Message):
     CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     created_unix_nanos: int
     mode: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    message_type: str
+    def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
     __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos")
