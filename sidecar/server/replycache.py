@@ -22,7 +22,7 @@ from ckpt.v1 import service_pb2
 
 from ...codec import FrameKind
 from ..store import LRU, Store
-from .convert import version_info_pb
+from .convert import get_response_pb
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,7 @@ class ReplyCache:
             got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
         except Exception:  # let the store process read it (and report what is wrong)
             return None
-        body = service_pb2.GetResponse(
-            version=got.version, state=got.state, info=version_info_pb(got.info)
-        ).SerializeToString()
+        body = get_response_pb(got).SerializeToString()
         if not version:  # kept as a forwarded reply would be, without parsing it back
             info, key = got.info, session_id.encode()
             full = info.frame_kind is FrameKind.FULL

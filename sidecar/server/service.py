@@ -25,6 +25,7 @@ from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
 from ..status import status_of
 from ..store import PutResult, Store
 from .convert import (
+    get_response_pb,
     labels_arg,
     put_request,
     put_response_pb,
@@ -217,12 +218,7 @@ class CheckpointService:
             if got is None:
                 got = await self._off_loop(lambda: store.get(request.session_id, request.version, use_cache=False))
             self._metrics.bytes_out.inc(len(got.state))
-            return service_pb2.GetResponse(
-                version=got.version,
-                state=got.state,
-                info=version_info_pb(got.info),
-                message_type=got.info.message_type,
-            )
+            return get_response_pb(got)
 
         return await self._call("Get", context, run)
 

@@ -32,8 +32,10 @@ log = logging.getLogger("ckpt.store")
 
 #: While data.mdb grows, dead readers' slots are looked for at most this often (besides before each sweep).
 READER_CHECK_INTERVAL_SECONDS = 1.0
-# Named databases: the store's eight tables (layout.py).
-_MAX_TABLES = 8
+# Named databases the environment can open: the store's eight tables (layout.py) and room for more. LMDB
+# scans its table handles linearly when opening one, and a later layout's tables must open in a store an
+# older build created: the limit is read at every open, not stored, so raising it costs nothing.
+_MAX_TABLES = 32
 
 # LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
 # MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
