@@ -169,8 +169,11 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         "",
         "**Versions:** " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v) + ".",
         "",
-        f"**Write mode:** ckpt writes {cfg['mode'].upper()} (the step's changed fields); every other system is handed"
-        " the whole state each step, as it requires.",
+        f"**Write mode:** ckpt writes {cfg['mode'].upper()} ("
+        + ("the step's changed fields" if cfg["mode"] == "merge" else "the whole state")
+        + ") naming the states' type, ckpt.v1.Checkpoint, as a client that registered its schema does (each write"
+        " validated against it, each chain's first frame compacted); every other system is handed the whole state"
+        " each step, as it requires.",
         "",
     ]
     for workload, why in doc.get("skipped_workloads", {}).items():

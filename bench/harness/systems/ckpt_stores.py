@@ -18,6 +18,11 @@ from ...trajectories import Step
 from .base import MODES, System, dir_bytes, same_checkpoint
 
 
+#: The type every workload's states hold (built in: no RegisterType needed). Named on every write, as a
+#: client that registered its schema does, so the store validates each patch and compacts each chain.
+MESSAGE_TYPE = "ckpt.v1.Checkpoint"
+
+
 class _Ckpt(System):
     def __init__(self, mode: str = "merge") -> None:
         if mode not in MODES:
@@ -58,7 +63,9 @@ class CkptEmbedded(_Ckpt):
         return self._store
 
     def put(self, session_id: str, version: int, value: Any) -> None:
-        self._require().put(session_id, value, mode=self._write_mode, expected_version=version - 1)
+        self._require().put(
+            session_id, value, mode=self._write_mode, expected_version=version - 1, message_type=MESSAGE_TYPE
+        )
 
     def get(self, session_id: str, version: int | None = None) -> bytes:
         return self._require().get(session_id, version or 0).state
@@ -158,9 +165,9 @@ class CkptSidecar(_Ckpt):
     def put(self, session_id: str, version: int, value: Any) -> None:
         client = self._require()
         if self.mode == "merge":
-            client.merge(session_id, value, expected_version=version - 1)
+            client.merge(session_id, value, expected_version=version - 1, message_type=MESSAGE_TYPE)
         else:
-            client.put(session_id, value, expected_version=version - 1)
+            client.put(session_id, value, expected_version=version - 1, message_type=MESSAGE_TYPE)
 
     def get(self, session_id: str, version: int | None = None) -> bytes:
         return bytes(self._require().get(session_id, version or 0).state)
