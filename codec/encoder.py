@@ -403,7 +403,7 @@ class ChainEncoder:
         decode_cost = materialized - (1.0 - p.delta_byte_cost) * delta_bytes + depth * p.frame_cost_bytes
         return (
             depth > p.max_depth
-            or decode_cost > p.max_decode_cost_ratio * max(new_state_size, 1)
+            or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
             or materialized > p.max_materialized_bytes
         )
 

@@ -48,6 +48,7 @@ def _patch(step: int, text: str) -> bytes:
 GOLDEN_POLICY = ChainPolicy(
     max_depth=32,
     max_decode_cost_ratio=6.0,
+    decode_floor_bytes=0,
     delta_byte_cost=1.0,
     frame_cost_bytes=0,
     max_materialized_bytes=256 * 1024 * 1024,
