@@ -104,7 +104,10 @@ def _kind_or_error(head: bytes) -> FrameKind:
         if head[2] == _V2_FORMAT_BYTE:
             if len(head) < 4:
                 raise TruncatedFrameError(f"frame is {len(head)} bytes; format 2 keeps its kind at offset 3")
-            raise UnsupportedFormatError(f"frame has unknown kind_flags {head[3]:#04x} at offset 3")
+            kind_flags = head[3]
+            if kind_flags & frame_v2.KIND_MASK and not kind_flags & ~frame_v2.KNOWN_BITS:
+                return KINDS_BY_NUMBER[kind_flags & frame_v2.KIND_MASK]
+            raise UnsupportedFormatError(f"frame has unknown kind_flags {kind_flags:#04x} at offset 3")
         if head[2] == _V1_FORMAT_BYTE:
             if len(head) < 6:
                 raise TruncatedFrameError(f"frame is {len(head)} bytes; format 1 keeps its kind at offset 5")

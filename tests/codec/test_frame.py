@@ -221,6 +221,9 @@ def test_frame_kind_reads_only_the_first_bytes() -> None:
         assert frame_kind(memoryview(delta)) is FrameKind.DELTA
         assert frame_kind(full[:6]) is FrameKind.FULL  # nothing past the kind is read
     assert frame_kind(with_fields(frames(2)[1], kind_flags=0x07)[:4]) is FrameKind.PATCH
+    padded = frames(2)[0][:40]  # buffers of other shapes are read as their bytes
+    for view in (memoryview(padded).cast("Q"), memoryview(padded).cast("B", shape=[5, 8]), bytearray(padded)):
+        assert frame_kind(view) is FrameKind.FULL
     for short in (b"", b"CK", b"CK\x02", b"CKPF\x01"):
         with pytest.raises(TruncatedFrameError):
             frame_kind(short)
