@@ -303,7 +303,7 @@ def test_decode_names_a_damaged_frame_checksum_when_the_state_fails(fmt: int) ->
         decode([full, bytes(damaged)])
 
 
-def test_v2_frame_layout_helper_matches_the_codec() -> None:
+def test_the_tests_format_2_layout_matches_the_codec() -> None:
     full, delta = frames(2)
     for frame in (full, delta):
         assert is_v2(frame)
