@@ -25,7 +25,7 @@ from ckpt.codec import (
 from tests.codec.layout import V2_VARINTS, is_v2, v2_fields, varint, with_fields
 from tests.golden.cases import GOLDEN_FILES, GOLDEN_POLICY, SYSTEM
 
-LONG = replace_policy = ChainPolicy(max_depth=64, max_decode_cost_ratio=1e9, frame_cost_bytes=0)
+LONG = ChainPolicy(max_depth=64, max_decode_cost_ratio=1e9, frame_cost_bytes=0)
 
 
 def golden_chains(fmt: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
