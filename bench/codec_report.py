@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind, decode
+from ..codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind, decode, parse
 from ..codec import _zstd as stdzstd
-from ..codec.frame import HEADER_SIZE
 from . import synthetic, trajectories
 from .output import finish
 from .trajectories import Step
@@ -135,7 +134,7 @@ def decode_samples(workload: Workload, mode: str, policy: ChainPolicy, reps: int
             data = [f.data for f in chain]
             state = decode(data)
             full = ChainEncoder(policy=ChainPolicy(max_depth=0, level=policy.level)).replace(state)
-            payload = full.data[HEADER_SIZE:]
+            payload = bytes(parse(full.data)[1])
             chain_s, full_s = interleaved(partial(decode, data), partial(decode, [full.data]), reps)
             raw_s = median_time(partial(raw_decompress, payload), reps)
             samples.append(DecodeSample(len(chain), len(state), chain_s, full_s, raw_s))

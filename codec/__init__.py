@@ -27,15 +27,25 @@ from .errors import (
     UnsupportedFormatError,
     WireFormatError,
 )
-from .frame import FORMAT_VERSION, HEADER_SIZE, MAX_STATE_SIZE, FrameHeader, FrameKind, parse, state_checksum
+from .frame import (
+    FORMAT_VERSION,
+    MAX_STATE_SIZE,
+    READABLE_FORMATS,
+    FrameHeader,
+    FrameKind,
+    frame_kind,
+    pack,
+    parse,
+    state_checksum,
+)
 from .policy import DEFAULT_POLICY, ChainPolicy
 from .wire import check_patch, count_fields
 
 __all__ = [
     "DEFAULT_POLICY",
     "FORMAT_VERSION",
-    "HEADER_SIZE",
     "MAX_STATE_SIZE",
+    "READABLE_FORMATS",
     "ChainEncoder",
     "ChainLinkError",
     "ChainPolicy",
@@ -57,8 +67,10 @@ __all__ = [
     "compact",
     "count_fields",
     "decode",
+    "frame_kind",
     "iter_versions",
     "keyframe",
+    "pack",
     "parse",
     "state_checksum",
 ]

@@ -11,7 +11,16 @@ from google.protobuf import message as _message
 from . import _zstd
 from .compaction import compact
 from .errors import EncodeError
-from .frame import MAX_STATE_SIZE, MIN_PREFIX_SIZE, FrameHeader, FrameKind, pack, state_checksum
+from .frame import (
+    FORMAT_VERSION,
+    MAX_STATE_SIZE,
+    MIN_PREFIX_SIZE,
+    READABLE_FORMATS,
+    FrameHeader,
+    FrameKind,
+    pack,
+    state_checksum,
+)
 from .policy import DEFAULT_POLICY, ChainPolicy
 from .wire import check_patch
 
@@ -149,12 +158,17 @@ class ChainEncoder:
         policy: ChainPolicy = DEFAULT_POLICY,
         compact_message_type: type[_message.Message] | None = None,
         compact_min_saving_ratio: float = 0.1,
+        format_version: int = FORMAT_VERSION,
     ) -> None:
         if not isinstance(policy, ChainPolicy):
             raise TypeError(f"policy must be a ChainPolicy, not {type(policy).__name__}")
         if not 0.0 <= compact_min_saving_ratio < 1.0:
             raise ValueError(f"compact_min_saving_ratio must be in [0, 1), got {compact_min_saving_ratio}")
+        _check_format(format_version)
         self._policy = policy
+        # Format 1 is for compatibility tests and tools; a chain may mix both
+        # (an encoder resumed on a format 1 chain appends format 2 frames).
+        self._format = format_version
         self._compact_type = compact_message_type
         self._compact_min_saving = compact_min_saving_ratio
         self._version = 0
@@ -176,6 +190,7 @@ class ChainEncoder:
         policy: ChainPolicy = DEFAULT_POLICY,
         compact_message_type: type[_message.Message] | None = None,
         compact_min_saving_ratio: float = 0.1,
+        format_version: int = FORMAT_VERSION,
     ) -> ChainEncoder:
         """An encoder continuing a stored session whose head has ``state``.
 
@@ -192,7 +207,10 @@ class ChainEncoder:
                 f" ({head.state_size} bytes, xxh3 {head.state_xxh3:#018x})"
             )
         enc = cls(
-            policy=policy, compact_message_type=compact_message_type, compact_min_saving_ratio=compact_min_saving_ratio
+            policy=policy,
+            compact_message_type=compact_message_type,
+            compact_min_saving_ratio=compact_min_saving_ratio,
+            format_version=format_version,
         )
         enc._version = head.version
         enc._set_state(bytes(state))
@@ -237,6 +255,11 @@ class ChainEncoder:
     @property
     def policy(self) -> ChainPolicy:
         return self._policy
+
+    @property
+    def format_version(self) -> int:
+        """The frame format this encoder writes."""
+        return self._format
 
     # -- writes -------------------------------------------------------------
 
@@ -380,7 +403,7 @@ class ChainEncoder:
         decode_cost = materialized - (1.0 - p.delta_byte_cost) * delta_bytes + depth * p.frame_cost_bytes
         return (
             depth > p.max_depth
-            or decode_cost > p.max_decode_cost_ratio * max(new_state_size, 1)
+            or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
             or materialized > p.max_materialized_bytes
         )
 
@@ -430,6 +453,7 @@ class ChainEncoder:
             base_xxh3=0,
             window_log=stream.window_log,
             continues_stream=False,
+            format=self._format,
         )
         self._set_state(state)
         self._chain = ChainStats(
@@ -459,9 +483,10 @@ class ChainEncoder:
             payload_size=payload_size,
             prefix_size=prefix_size,
             state_xxh3=hasher.intdigest(),
-            base_xxh3=self._hasher.intdigest(),
+            base_xxh3=self._hasher.intdigest() if self._format == 1 else 0,
             window_log=self._stream.window_log,
             continues_stream=continues,
+            format=self._format,
         )
 
     def _advance(
@@ -480,7 +505,9 @@ class ChainEncoder:
         return EncodedFrame(header, pack(header, payload))
 
 
-def keyframe(state: Buffer, *, version: int, policy: ChainPolicy = DEFAULT_POLICY) -> EncodedFrame:
+def keyframe(
+    state: Buffer, *, version: int, policy: ChainPolicy = DEFAULT_POLICY, format_version: int = FORMAT_VERSION
+) -> EncodedFrame:
     """A FULL frame of ``state`` as version ``version``.
 
     For a store that replaces a stored DELTA/PATCH head with a frame of the
@@ -494,9 +521,14 @@ def keyframe(state: Buffer, *, version: int, policy: ChainPolicy = DEFAULT_POLIC
     if version < 1:
         raise ValueError(f"version must be >= 1, got {version}")
     _check_size(len(state), version)
-    encoder = ChainEncoder(policy=policy)
+    encoder = ChainEncoder(policy=policy, format_version=format_version)
     encoder._version = version - 1
     return encoder._full(state, xxhash.xxh3_64(state))
+
+
+def _check_format(format_version: object) -> None:
+    if format_version not in READABLE_FORMATS or isinstance(format_version, bool):
+        raise ValueError(f"format_version must be one of {READABLE_FORMATS}, got {format_version!r}")
 
 
 def _full_ratio(payload_size: int, state_size: int) -> float:

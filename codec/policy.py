@@ -25,16 +25,23 @@ class ChainPolicy:
     #: DELTA's state times ``delta_byte_cost``, and ``frame_cost_bytes`` per
     #: frame after the FULL one.
     max_decode_cost_ratio: float = 4.0
+    #: Estimated decode cost (in the same bytes of FULL-frame decoding) below
+    #: which ``max_decode_cost_ratio`` does not end a chain: decoding a few KB
+    #: takes microseconds whatever the ratio, so chains of small states may
+    #: run on (to ``max_depth``) until their cost reaches this floor.
+    decode_floor_bytes: int = 32 * 1024
     #: What decoding one byte of a DELTA's state costs relative to one byte of
     #: a FULL frame. A delta decodes to long copies from the previous state,
     #: but every delta of a chain materialises a whole state: measured 0.1-0.2
     #: for states of ~20 KB (cache-resident) and ~0.85 at 300 KB.
     delta_byte_cost: float = 0.5
     #: Fixed decode cost of one frame after the FULL frame, in bytes of FULL
-    #: decoding it is worth (header checks and checksums take about 2 us per
-    #: frame in Python, what zstd needs for a few KB). This keeps the chains of
-    #: small states short and lets those of large states run to ``max_depth``.
-    frame_cost_bytes: int = 3072
+    #: decoding it is worth. Measured for decode() of format 2 chains: 1.8-2.0
+    #: us per frame (trajectory MERGE chains), while FULL frames decode at
+    #: 2.4-2.7 KB/us (4.3-5.2 KB); a fit of whole chain decode times gives
+    #: 3.5 KB. This keeps the chains of small states short and lets those of
+    #: large states run to ``max_depth``.
+    frame_cost_bytes: int = 4096
     #: Absolute cap on the bytes one chain decode materialises.
     max_materialized_bytes: int = 256 * 1024 * 1024
     #: A DELTA/PATCH frame is kept only if its payload is at most this
@@ -66,6 +73,8 @@ class ChainPolicy:
             raise ValueError(f"max_decode_cost_ratio must be >= 1.0, got {self.max_decode_cost_ratio}")
         if not 0.0 <= self.delta_byte_cost <= 1.0:
             raise ValueError(f"delta_byte_cost must be in [0, 1], got {self.delta_byte_cost}")
+        if self.decode_floor_bytes < 0:
+            raise ValueError(f"decode_floor_bytes must be >= 0, got {self.decode_floor_bytes}")
         if self.frame_cost_bytes < 0:
             raise ValueError(f"frame_cost_bytes must be >= 0, got {self.frame_cost_bytes}")
         if self.max_materialized_bytes < 1:
@@ -82,6 +91,7 @@ class ChainPolicy:
 
 _INT_FIELDS = (
     "max_depth",
+    "decode_floor_bytes",
     "frame_cost_bytes",
     "max_materialized_bytes",
     "patch_window_bytes",

@@ -302,7 +302,7 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
         "",
         "Disk bytes per checkpoint (and in total, in parentheses): the files under the system's data directory after"
         " the single-agent run, divided by the checkpoints written (file sizes, so they include each engine's free"
-        " pages and, for SQLite in WAL mode, the WAL). ckpt / ideal uses the frames ckpt stores (64-byte headers"
+        " pages and, for SQLite in WAL mode, the WAL). ckpt / ideal uses the frames ckpt stores (frame headers"
         " included).",
         "",
     ]

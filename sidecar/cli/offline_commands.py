@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ...codec import FrameKind
+from ...codec import DecodeError, FrameKind, frame_kind
 from ..config import StoreConfig
 from ..errors import DataLoss
 from ..store import SessionInfo, Store, VersionInfo
@@ -29,7 +29,10 @@ def open_readonly(data_dir: Path) -> Store:
 
 def starts_chain(frame: bytes) -> bool:
     """Whether a stored frame is FULL, by its kind byte alone (read raw: its header may fail its checks)."""
-    return len(frame) > 5 and frame[5] == FrameKind.FULL
+    try:
+        return frame_kind(frame) is FrameKind.FULL
+    except DecodeError:
+        return False
 
 
 def inspect(args: argparse.Namespace) -> int:

@@ -14,12 +14,12 @@ from typing import NoReturn
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameKind, StateTooLargeError, decode
+from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode, frame_kind
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .layout import Tables
-from .records import FRAME_KIND_OFFSET, frame_of, record, session_info, version_info
+from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
 # The byte after keys.SEP: a session's frame keys all sort before sid + AFTER_SEP.
@@ -88,13 +88,17 @@ def chain_back(
         if keys.frame_version(key, sid) != expected:
             raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
         frame = frame_of(stored)
-        if len(frame) <= FRAME_KIND_OFFSET:
+        try:
+            starts = frame_kind(frame) is FrameKind.FULL
+        except TruncatedFrameError:
             raise DataLoss(
                 f"session {session_id!r} version {expected}: the stored value"
                 f" ({len(stored)} bytes) is too short to hold a frame header"
-            )
+            ) from None
+        except DecodeError:  # no kind this codec knows: decoding the chain names the damage
+            starts = False
         frames.append(frame)
-        if frame[FRAME_KIND_OFFSET] == FrameKind.FULL:
+        if starts:
             frames.reverse()
             return target, value, frames
         expected -= 1

@@ -20,7 +20,6 @@ from ..errors import DataLoss
 from .types import SessionInfo, VersionInfo, WriteMode
 
 META_LEN = struct.Struct("<H")
-FRAME_KIND_OFFSET = 5  # byte offset of `kind` in a frame header (FORMAT.md)
 
 
 def record(raw: Any) -> records_pb2.SessionRecord:

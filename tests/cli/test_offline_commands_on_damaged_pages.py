@@ -23,6 +23,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from ckpt.codec import ChainPolicy
 from ckpt.sidecar import PutRequest, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient, DataLossError
 from ckpt.v1 import checkpoint_pb2 as pb
@@ -36,7 +37,8 @@ VERSIONS = 4
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """300 sessions of 4 versions: the frames and sessions tables each have a branch root over several leaves."""
     data = tmp_path_factory.mktemp("pristine") / "data"
-    with Store(StoreConfig(data_dir=data)) as store:
+    # Every version a FULL frame: a read of a session's head then reads its own key alone.
+    with Store(StoreConfig(data_dir=data, chain_policy=ChainPolicy(max_depth=0))) as store:
         for v in range(1, VERSIONS + 1):
             store.put_many(
                 [

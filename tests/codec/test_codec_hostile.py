@@ -16,15 +16,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 import pytest
-import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt.codec import (
-    HEADER_SIZE,
+    READABLE_FORMATS,
     ChainEncoder,
     CodecError,
     DecodeError,
+    FrameKind,
     UnsupportedFormatError,
     WireFormatError,
     check_patch,
@@ -35,22 +35,34 @@ from ckpt.codec import (
     state_checksum,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.golden.cases import GOLDEN
+from tests.codec.layout import (
+    FULL,
+    PATCH,
+    V1,
+    V2_VARINTS,
+    is_v2,
+    kind_of,
+    payload_of,
+    v1_field_spans,
+    v2_frame,
+    with_checksum,
+    with_fields,
+)
+from tests.golden.cases import GOLDEN_FILES
 
 if sys.version_info >= (3, 14):
     from compression import zstd
 else:
     from backports import zstd
 
-# The header as FORMAT.md documents it (offsets 0..55), independent of codec.frame.
-LAYOUT = struct.Struct("<4sBBBBQQIIIIQQ")
-FULL, DELTA, PATCH = 1, 2, 3
+DELTA = 2
 
 
 def forge(
     kind: int,
     payload: bytes,
     *,
+    fmt: int = 2,
     version: int = 1,
     state: bytes = b"",
     base: bytes = b"",
@@ -62,7 +74,22 @@ def forge(
 ) -> bytes:
     """A frame with the given fields and a correct frame checksum, so that the
     checks after the checksum (and zstd) see the hostile part."""
-    head = LAYOUT.pack(
+    state_size = len(state) if state_size is None else state_size
+    payload_size = len(payload) if payload_size is None else payload_size
+    if fmt == 2:
+        fields = {
+            "kind_flags": kind | (4 if continues else 0),
+            "window_log": window_log,
+            "version": version,
+            "base_distance": 0 if kind == FULL else 1,
+            "state_size": state_size,
+            "base_size": 0 if kind == FULL else len(base),
+            "prefix_size": prefix_size,
+            "payload_size": payload_size,
+            "state_xxh3": state_checksum(state),
+        }
+        return v2_frame(fields, payload)
+    head = V1.pack(
         b"CKPF",
         1,
         kind,
@@ -70,16 +97,14 @@ def forge(
         window_log,
         version,
         0 if kind == FULL else version - 1,
-        len(state) if state_size is None else state_size,
+        state_size,
         0 if kind == FULL else len(base),
-        len(payload) if payload_size is None else payload_size,
+        payload_size,
         prefix_size,
         state_checksum(state),
         0 if kind == FULL else state_checksum(base),
     )
-    digest = xxhash.xxh3_64(head)
-    digest.update(payload)
-    return head + struct.pack("<Q", digest.intdigest()) + payload
+    return with_checksum(head + bytes(8) + payload)
 
 
 def decoders(frames: Sequence[bytes | memoryview]) -> list[Callable[[], object]]:
@@ -91,28 +116,28 @@ STATE = b"hello world, " * 20
 PATCH_BYTES = b"\x08\x01"
 
 
-def ended_stream_then_continuation() -> list[bytes]:
+def ended_stream_then_continuation(fmt: int) -> list[bytes]:
     # Frame 1's payload is a whole zstd frame (Last_Block set, so the stream
     # ends); frame 2 continues that stream. The stdlib decompressor raised
     # EOFError("Already at the end of a Zstandard frame") from iter_versions.
-    first = forge(FULL, zstd.compress(STATE), state=STATE)
+    first = forge(FULL, zstd.compress(STATE), fmt=fmt, state=STATE)
     raw_block = (len(PATCH_BYTES) << 3).to_bytes(3, "little") + PATCH_BYTES  # Last_Block 0, raw
-    second = forge(PATCH, raw_block, version=2, state=STATE + PATCH_BYTES, base=STATE, continues=True)
+    second = forge(PATCH, raw_block, fmt=fmt, version=2, state=STATE + PATCH_BYTES, base=STATE, continues=True)
     return [first, second]
 
 
-def skippable_frame_then_continuation() -> list[bytes]:
+def skippable_frame_then_continuation(fmt: int) -> list[bytes]:
     # An empty state whose payload is a zstd skippable frame: the decompressor
     # reports the end of a frame, and the continuing frame hit the same EOFError.
     skippable = struct.pack("<II", 0x184D2A50, 3) + b"abc"
-    first = forge(FULL, skippable, state=b"")
+    first = forge(FULL, skippable, fmt=fmt, state=b"")
     raw_block = (len(PATCH_BYTES) << 3).to_bytes(3, "little") + PATCH_BYTES
-    second = forge(PATCH, raw_block, version=2, state=PATCH_BYTES, base=b"", continues=True)
+    second = forge(PATCH, raw_block, fmt=fmt, version=2, state=PATCH_BYTES, base=b"", continues=True)
     return [first, second]
 
 
 # (name, chain, error and message of decode(), of iter_versions())
-CHAIN_CASES: list[tuple[str, Callable[[], list[bytes]], type[CodecError], str, str]] = [
+CHAIN_CASES: list[tuple[str, Callable[[int], list[bytes]], type[CodecError], str, str]] = [
     (
         "ended-stream-then-continuation",
         ended_stream_then_continuation,
@@ -130,13 +155,14 @@ CHAIN_CASES: list[tuple[str, Callable[[], list[bytes]], type[CodecError], str, s
 ]
 
 
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
 @pytest.mark.parametrize(
     ("make", "error", "latest", "every"), [c[1:] for c in CHAIN_CASES], ids=[c[0] for c in CHAIN_CASES]
 )
 def test_hostile_chains_raise_codec_errors(
-    make: Callable[[], list[bytes]], error: type[CodecError], latest: str, every: str
+    make: Callable[[int], list[bytes]], error: type[CodecError], latest: str, every: str, fmt: int
 ) -> None:
-    frames = make()
+    frames = make(fmt)
     with pytest.raises(error, match=latest):
         decode(frames)
     with pytest.raises(error, match=every):
@@ -200,6 +226,7 @@ IMPOSSIBLE_SIZES = [
 ]
 
 
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
 @pytest.mark.parametrize(
     ("kind", "state_size", "base", "payload", "continues"),
     [
@@ -211,7 +238,13 @@ IMPOSSIBLE_SIZES = [
     ids=lambda x: repr(x)[:20],
 )
 def test_sizes_no_payload_can_yield_are_refused_before_decompressing(
-    kind: int, state_size: int, base: bytes, payload: bytes, continues: bool, monkeypatch: pytest.MonkeyPatch
+    kind: int,
+    state_size: int,
+    base: bytes,
+    payload: bytes,
+    continues: bool,
+    fmt: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # These made a decompressor (reserving its 2**window_log window) and ran
     # zstd before the size mismatch showed.
@@ -227,6 +260,7 @@ def test_sizes_no_payload_can_yield_are_refused_before_decompressing(
     hostile = forge(
         kind,
         payload,
+        fmt=fmt,
         version=2 if base else 1,
         base=base,
         window_log=16 if continues else 31,
@@ -234,24 +268,26 @@ def test_sizes_no_payload_can_yield_are_refused_before_decompressing(
         prefix_size=len(base) if kind == DELTA and not continues else 0,
         state_size=state_size,
     )
-    chain = [forge(FULL, zstd.compress(base), state=base), hostile] if base else [hostile]
+    chain = [forge(FULL, zstd.compress(base), fmt=fmt, state=base), hostile] if base else [hostile]
     for run in decoders(chain):
         with pytest.raises(UnsupportedFormatError, match=rf"{len(payload)}-byte payload cannot decompress to"):
             run()
 
 
-def test_densest_payload_still_decodes() -> None:
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
+def test_densest_payload_still_decodes(fmt: int) -> None:
     # The bound is exact: 4 payload bytes per 128 KiB block is legal.
     state = b"A" * (128 * 1024 * 3)
-    frame = forge(FULL, rle_blocks(3), state=state, window_log=17)
+    frame = forge(FULL, rle_blocks(3), fmt=fmt, state=state, window_log=17)
     assert decode([frame]) == state
     assert [d.state for d in iter_versions([frame])] == [state]
 
 
-def test_a_zstd_bomb_is_cut_at_the_declared_size() -> None:
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
+def test_a_zstd_bomb_is_cut_at_the_declared_size(fmt: int) -> None:
     # 16 KiB of payload that would expand to 512 MiB, in a frame declaring 1 KiB:
     # the decoder stops one byte past the declared size.
-    frame = forge(FULL, rle_blocks(4096), state=b"A" * 1024, window_log=17)
+    frame = forge(FULL, rle_blocks(4096), fmt=fmt, state=b"A" * 1024, window_log=17)
     for run in decoders([frame])[:2]:
         with pytest.raises(DecodeError, match="decompressed to more than 1024 bytes"):
             run()
@@ -263,7 +299,7 @@ def test_a_zstd_bomb_is_cut_at_the_declared_size() -> None:
 def test_frames_given_as_wide_item_memoryviews_decode() -> None:
     # A 64-byte frame as memoryview(...).cast("Q") has len() 8: it was refused
     # as "frame is 8 bytes, shorter than the 64-byte header".
-    vectors = json.loads(GOLDEN.read_text())["empty-state"]
+    vectors = json.loads(GOLDEN_FILES[1].read_text())["empty-state"]
     frame = bytes.fromhex(vectors[0]["frame"])
     for view in (memoryview(frame).cast("Q"), memoryview(frame).cast("B", shape=[8, 8])):
         assert parse(view)[0].state_size == 0
@@ -273,7 +309,7 @@ def test_frames_given_as_wide_item_memoryviews_decode() -> None:
 
 def test_non_contiguous_buffers_are_a_type_error() -> None:
     # They raised BufferError from struct.
-    vectors = json.loads(GOLDEN.read_text())["empty-state"]
+    vectors = json.loads(GOLDEN_FILES[2].read_text())["empty-state"]
     strided = memoryview(bytes.fromhex(vectors[0]["frame"]) * 2)[::2]
     for run in decoders([strided]):
         with pytest.raises(TypeError, match="contiguous"):
@@ -284,33 +320,48 @@ def test_non_contiguous_buffers_are_a_type_error() -> None:
 
 
 def golden_chains() -> list[tuple[list[bytes], list[bytes]]]:
-    """(frames, states) of every chain in the golden vectors, split at FULL frames."""
+    """(frames, states) of every chain in the golden vectors of both formats, split at FULL frames."""
     chains: list[tuple[list[bytes], list[bytes]]] = []
-    for vectors in json.loads(GOLDEN.read_text()).values():
-        for v in vectors:
-            frame, state = bytes.fromhex(v["frame"]), bytes.fromhex(v["state"])
-            if frame[5] == FULL:
-                chains.append(([], []))
-            chains[-1][0].append(frame)
-            chains[-1][1].append(state)
+    for path in GOLDEN_FILES.values():
+        for vectors in json.loads(path.read_text()).values():
+            for v in vectors:
+                frame, state = bytes.fromhex(v["frame"]), bytes.fromhex(v["state"])
+                if kind_of(frame) == FULL:
+                    chains.append(([], []))
+                chains[-1][0].append(frame)
+                chains[-1][1].append(state)
     return chains
 
 
 CHAINS = golden_chains()
 ALL_STATES = {state for _, states in CHAINS for state in states}
 STATE_OF = {frame: state for frames, states in CHAINS for frame, state in zip(frames, states, strict=True)}
-# (offset, size) of each header field before frame_xxh3, as FORMAT.md §2 lays them out.
-HEADER_FIELDS = [(0, 4), (4, 1), (5, 1), (6, 1), (7, 1), (8, 8), (16, 8), (24, 4), (28, 4), (32, 4), (36, 4), (40, 8)]
-HEADER_FIELDS += [(48, 8)]
+# Format 1: (offset, size) of each header field before frame_xxh3, as FORMAT.md lays them out.
+V1_HEADER_FIELDS = v1_field_spans()
+# Format 2: (field, bytes of the values tried) before frame_check.
+V2_HEADER_FIELDS = [("kind_flags", 1), ("window_log", 1), *((name, 8) for name in V2_VARINTS), ("state_xxh3", 8)]
 
 
-def with_checksum(frame: bytes) -> bytes:
-    """``frame`` with frame_xxh3 recomputed, so the checks after it see the damage."""
-    if len(frame) < HEADER_SIZE:
+def payload_start(frame: bytes | bytearray) -> int | None:
+    """Where the payload of a (maybe damaged) frame starts, or None if its header cannot say."""
+    if not is_v2(bytes(frame[:3])):
+        return 64 if len(frame) >= 64 else None
+    try:
+        return len(frame) - len(payload_of(bytes(frame)))
+    except IndexError:
+        return None
+
+
+def with_payload(frame: bytes, payload: bytes, *, fix_size: bool) -> bytes:
+    """``frame`` with another payload, and its header's payload_size changed to match when ``fix_size``."""
+    start = payload_start(frame)
+    if start is None:
         return frame
-    digest = xxhash.xxh3_64(frame[:56])
-    digest.update(frame[HEADER_SIZE:])
-    return frame[:56] + struct.pack("<Q", digest.intdigest()) + frame[HEADER_SIZE:]
+    if not fix_size:
+        return frame[:start] + payload
+    if is_v2(frame):
+        return with_fields(frame, payload=payload, payload_size=len(payload))
+    return frame[:32] + struct.pack("<I", len(payload)) + frame[36:64] + payload
 
 
 @st.composite
@@ -318,6 +369,23 @@ def extreme_or_any(draw: st.DrawFn, size: int) -> int:
     top = (1 << (8 * size)) - 1
     edges = [0, 1, 7, 8, 9, 10, 31, 32, top, top - 1, top >> 1, (top >> 1) + 1]
     return draw(st.one_of(st.sampled_from(edges), st.integers(0, top)))
+
+
+@st.composite
+def changed_field(draw: st.DrawFn, frame: bytes) -> bytes:
+    """``frame`` with one header field set to an extreme or any value (its checksum recomputed for format 2)."""
+    if not is_v2(frame):
+        if len(frame) < 64:
+            return frame
+        offset, size = draw(st.sampled_from(V1_HEADER_FIELDS))
+        return frame[:offset] + draw(extreme_or_any(size)).to_bytes(size, "little") + frame[offset + size :]
+    name, size = draw(st.sampled_from(V2_HEADER_FIELDS))
+    value = draw(extreme_or_any(size))
+    widths = {name: draw(st.integers(1, 10))} if name in V2_VARINTS and draw(st.booleans()) else None
+    try:
+        return with_fields(frame, widths=widths, **{name: value})
+    except IndexError:  # a header already cut short
+        return frame
 
 
 @st.composite
@@ -331,28 +399,24 @@ def mutated_chains(draw: st.DrawFn) -> tuple[list[bytes], list[bytes], bool]:
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.sampled_from(["flip", "truncate", "extend", "field", "payload", "reencode", "reshape"]))
         i = 0 if op == "reencode" else draw(st.integers(0, len(frames) - 1))
-        frame = bytearray(frames[i])
-        if op == "reencode" and len(frame) >= HEADER_SIZE and frame[5] == FULL and bytes(frame) in STATE_OF:
+        frame = frames[i]
+        if op == "reencode" and frame in STATE_OF and kind_of(frame) == FULL:
             # The same state as a whole zstd frame (the stream ends), maybe behind
             # a skippable frame or with bytes after it: what a careless writer makes.
             skippable = struct.pack("<II", 0x184D2A50, 2) + b"ab" if draw(st.booleans()) else b""
-            ended = zstd.compress(STATE_OF[bytes(frame)], level=draw(st.integers(1, 5)))
-            frame[HEADER_SIZE:] = skippable + ended + draw(st.binary(max_size=4))
-            frame[32:36] = struct.pack("<I", len(frame) - HEADER_SIZE)
+            ended = zstd.compress(STATE_OF[frame], level=draw(st.integers(1, 5)))
+            frame = with_payload(frame, skippable + ended + draw(st.binary(max_size=4)), fix_size=True)
         if op == "flip" and frame:
             bit = draw(st.integers(0, len(frame) * 8 - 1))
-            frame[bit // 8] ^= 1 << (bit % 8)
+            frame = frame[: bit // 8] + bytes([frame[bit // 8] ^ 1 << (bit % 8)]) + frame[bit // 8 + 1 :]
         elif op == "truncate":
-            del frame[draw(st.integers(0, max(len(frame) - 1, 0))) :]
+            frame = frame[: draw(st.integers(0, max(len(frame) - 1, 0)))]
         elif op == "extend":
             frame += draw(st.binary(min_size=1, max_size=16))
-        elif op == "field" and len(frame) >= HEADER_SIZE:
-            offset, size = draw(st.sampled_from(HEADER_FIELDS))
-            frame[offset : offset + size] = draw(extreme_or_any(size)).to_bytes(size, "little")
+        elif op == "field":
+            frame = draw(changed_field(frame))
         elif op == "payload":
-            frame[HEADER_SIZE:] = draw(st.binary(max_size=64))
-            if draw(st.booleans()) and len(frame) >= HEADER_SIZE:
-                frame[32:36] = struct.pack("<I", len(frame) - HEADER_SIZE)
+            frame = with_payload(frame, draw(st.binary(max_size=64)), fix_size=draw(st.booleans()))
         elif op == "reshape":
             reshaped = True
             other_frames, _ = draw(st.sampled_from(CHAINS))
@@ -367,7 +431,7 @@ def mutated_chains(draw: st.DrawFn) -> tuple[list[bytes], list[bytes], bool]:
             else:
                 frames.insert(i, draw(st.sampled_from(other_frames)))
             continue
-        frames[i] = with_checksum(bytes(frame)) if draw(st.booleans()) else bytes(frame)
+        frames[i] = with_checksum(frame) if draw(st.booleans()) else frame
     return frames, states, reshaped
 
 
@@ -460,7 +524,8 @@ def test_compaction_keeps_a_message_missing_required_fields() -> None:
     assert compact(b"", name_part) == b""
     assert compact(b"\x0a\x01a\x0a\x01b", name_part) == b"\x0a\x01b"
     enc = ChainEncoder(compact_message_type=name_part)
-    enc.merge(b"\x0a\x01a")
-    frame = enc.merge(b"\x10\x01")
-    assert decode([enc.replace(b"\x0a\x01c").data]) == b"\x0a\x01c"
-    assert frame.version == 2
+    frames = [enc.merge(b"\x0a\x01a"), enc.merge(b"\x10\x01"), enc.replace(b"\x0a\x01c")]
+    start = max(i for i, f in enumerate(frames) if f.kind is FrameKind.FULL)
+    chain = [f.data for f in frames[start:]]
+    assert decode(chain) == b"\x0a\x01c"
+    assert [d.version for d in iter_versions(chain)] == list(range(start + 1, 4))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import ckpt.codec.decoder
+import ckpt.codec._zstd
 from ckpt.codec import ChainEncoder, DecodeError, StateTooLargeError, decode, iter_versions
 
 
@@ -47,13 +47,13 @@ def test_an_oversize_earlier_version_is_refused_before_anything_is_decompressed(
 ) -> None:
     frames = _chain(b"big " * 100, b"big " * 5_000, b"big " * 4_000)
     calls: list[Any] = []
-    real = ckpt.codec.decoder._decompress
+    real = ckpt.codec._zstd.new_reader
 
-    def counting(*args: Any) -> bytes:
-        calls.append(args)
-        return real(*args)
+    def counting(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(**kwargs)
 
-    monkeypatch.setattr(ckpt.codec.decoder, "_decompress", counting)
+    monkeypatch.setattr(ckpt.codec._zstd, "new_reader", counting)
     with pytest.raises(StateTooLargeError, match="version 2 declares a 20000-byte state"):
         decode(frames, max_state_bytes=1_000)
     assert calls == []

@@ -12,7 +12,6 @@ import ckpt.codec
 import ckpt.codec._zstd
 import ckpt.codec.encoder
 from ckpt.codec import (
-    HEADER_SIZE,
     ChainEncoder,
     ChainPolicy,
     ChainStats,
@@ -63,7 +62,7 @@ def test_each_chain_start_decodes_on_its_own_when_the_stream_is_reused() -> None
         if f.kind is FrameKind.FULL:
             assert decode([f.data]) == states[i]
             fresh = ChainEncoder(policy=replace(SMALL, max_depth=2))
-            assert fresh.replace(states[i]).data[HEADER_SIZE:] == f.data[HEADER_SIZE:]  # same bytes as a new context
+            assert parse(fresh.replace(states[i]).data)[1] == parse(f.data)[1]  # same payload as a new context
     assert sum(f.kind is FrameKind.FULL for f in frames) == 4
     assert decode([f.data for f in frames[-3:]]) == states[-1]
 
@@ -107,14 +106,17 @@ def decode_cost(chain: ChainStats, policy: ChainPolicy) -> float:
     return full_and_patches + policy.delta_byte_cost * chain.delta_bytes + chain.depth * policy.frame_cost_bytes
 
 
+@pytest.mark.parametrize("floor", [0, 4096])
 @pytest.mark.parametrize("ratio", [1.5, 3.0, 6.0])
-def test_decode_cost_ratio_bounds_replace_chains(ratio: float) -> None:
-    policy = ChainPolicy(max_decode_cost_ratio=ratio, frame_cost_bytes=64, delta_byte_cost=0.25)
+def test_decode_cost_ratio_bounds_replace_chains(ratio: float, floor: int) -> None:
+    policy = ChainPolicy(
+        max_decode_cost_ratio=ratio, frame_cost_bytes=64, delta_byte_cost=0.25, decode_floor_bytes=floor
+    )
     enc = ChainEncoder(policy=policy)
     depths = []
     for state in grow(60):
         enc.replace(state)
-        assert decode_cost(enc.chain, policy) <= ratio * len(state)
+        assert decode_cost(enc.chain, policy) <= max(ratio * len(state), floor)
         depths.append(enc.chain.depth)
     assert max(depths) >= 1  # deltas happen
     assert max(depths) < 60 - 1  # and chains restart
@@ -125,9 +127,47 @@ def test_a_bigger_cost_budget_means_longer_chains() -> None:
         enc = ChainEncoder(policy=policy)
         return sum(enc.replace(s).kind is FrameKind.FULL for s in grow(60))
 
-    assert chains(ChainPolicy(max_decode_cost_ratio=1.5)) > chains(ChainPolicy(max_decode_cost_ratio=6.0))
+    no_floor = ChainPolicy(decode_floor_bytes=0)
+    assert chains(replace(no_floor, max_decode_cost_ratio=1.5)) > chains(replace(no_floor, max_decode_cost_ratio=6.0))
     # and the fixed per-frame cost shortens chains of small states
-    assert chains(ChainPolicy(frame_cost_bytes=4096)) > chains(ChainPolicy(frame_cost_bytes=0))
+    assert chains(replace(no_floor, frame_cost_bytes=4096)) > chains(replace(no_floor, frame_cost_bytes=0))
+
+
+def test_below_the_floor_the_ratio_does_not_end_a_chain() -> None:
+    # States of 300-2,000 bytes: a 4x ratio ends their chains within a few
+    # frames, though decoding such a chain costs microseconds.
+    def depths(policy: ChainPolicy) -> list[int]:
+        enc = ChainEncoder(policy=policy)
+        out = []
+        for s in grow(60):
+            enc.replace(s)
+            out.append(enc.chain.depth)
+        return out
+
+    no_floor = depths(ChainPolicy(decode_floor_bytes=0))
+    floor = ChainPolicy(decode_floor_bytes=32 * 1024)
+    with_floor = depths(floor)
+    assert max(no_floor) <= 2
+    assert max(with_floor) > 3 * max(no_floor)
+    enc = ChainEncoder(policy=floor)
+    for s in grow(60):
+        enc.replace(s)
+        assert decode_cost(enc.chain, floor) <= max(floor.max_decode_cost_ratio * len(s), floor.decode_floor_bytes)
+    # max_depth stays a hard bound whatever the floor
+    assert max(depths(ChainPolicy(decode_floor_bytes=10**9, max_depth=5))) == 5
+    assert ChainPolicy().decode_floor_bytes == 32 * 1024
+
+
+def test_the_floor_does_not_change_chains_above_it() -> None:
+    # States of ~40 KB: 4x a FULL decode is over the floor, so the ratio decides as before.
+    big = [random.Random(i).randbytes(8000).hex().encode() * 3 for i in range(1)]
+    states = [big[0] + b"step %d\n" % i * 40 for i in range(30)]
+
+    def kinds(policy: ChainPolicy) -> list[FrameKind]:
+        enc = ChainEncoder(policy=policy)
+        return [enc.replace(s).kind for s in states]
+
+    assert kinds(ChainPolicy(decode_floor_bytes=0)) == kinds(ChainPolicy(decode_floor_bytes=32 * 1024))
 
 
 def test_merge_chains_materialise_only_the_state() -> None:
@@ -294,6 +334,7 @@ def test_a_state_over_the_format_limit_is_refused(monkeypatch: pytest.MonkeyPatc
         ({"max_decode_cost_ratio": 0.5}, "max_decode_cost_ratio must be >= 1.0"),
         ({"delta_byte_cost": 1.5}, r"delta_byte_cost must be in \[0, 1\]"),
         ({"frame_cost_bytes": -1}, "frame_cost_bytes must be >= 0"),
+        ({"decode_floor_bytes": -1}, "decode_floor_bytes must be >= 0"),
         ({"max_materialized_bytes": 0}, "max_materialized_bytes must be >= 1"),
         ({"max_delta_to_full_ratio": 0.0}, r"max_delta_to_full_ratio must be in \(0, 1\]"),
         ({"max_delta_to_full_ratio": 1.5}, r"max_delta_to_full_ratio must be in \(0, 1\]"),
@@ -316,6 +357,7 @@ def test_policy_validates_its_fields(kwargs, message) -> None:
         ({"level": True}, "level must be an int, got bool True"),
         ({"level": 1.5}, "level must be an int, got float 1.5"),
         ({"patch_window_bytes": None}, "patch_window_bytes must be an int, got NoneType None"),
+        ({"decode_floor_bytes": 1024.0}, "decode_floor_bytes must be an int, got float 1024.0"),
         ({"max_decode_cost_ratio": "4"}, "max_decode_cost_ratio must be a number, got str '4'"),
         ({"delta_byte_cost": False}, "delta_byte_cost must be a number, got bool False"),
     ],

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame
+from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame
 
 if sys.version_info >= (3, 14):
     from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict
@@ -27,7 +27,7 @@ else:
 FORMAT_MD = Path(__file__).parents[2] / "codec" / "FORMAT.md"
 
 
-# -- the independent reader, from FORMAT.md §2-§6 --------------------------------
+# -- the independent reader, from FORMAT.md §2-§6 and §8-§9 ---------------------
 
 
 class FormatError(Exception):
@@ -51,7 +51,8 @@ class Header:
     payload_size: int
     prefix_size: int
     state_xxh3: int
-    base_xxh3: int
+    base_xxh3: int | None  # format 1 only
+    format: int = 1
 
     @property
     def continues(self) -> bool:
@@ -63,17 +64,11 @@ class Header:
 
 
 def read_frame(frame: bytes) -> tuple[Header, bytes]:
-    if len(frame) < 64:
+    if len(frame) < 3:
         raise FormatError("truncated header")
-    magic, fmt, *fields = FIELDS.unpack_from(frame)
-    if magic != b"CKPF" or fmt != 1:
+    if frame[:2] != b"CK" or frame[2] not in (0x50, 0x02):
         raise FormatError("magic or format")
-    h = Header(*fields)
-    if len(frame) != 64 + h.payload_size:
-        raise FormatError("frame length")
-    (stored,) = struct.unpack_from("<Q", frame, 56)
-    if xxhash.xxh3_64_intdigest(frame[:56] + frame[64:]) != stored:
-        raise FormatError("frame checksum")
+    h, payload = read_v2(frame) if frame[2] == 2 else read_v1(frame)
     if h.kind not in (FULL, DELTA, PATCH) or h.flags & ~CONTINUES_STREAM:
         raise FormatError("kind or flags")
     if not 10 <= h.window_log <= 31 or h.version < 1:
@@ -90,7 +85,65 @@ def read_frame(frame: bytes) -> tuple[Header, bytes]:
             ok = ok and h.state_size >= h.base_size and h.prefix_size <= h.base_size
         if not ok:
             raise FormatError("DELTA/PATCH fields")
+    if h.content_size > 32768 * h.payload_size:
+        raise FormatError("content size bound")
+    return h, payload
+
+
+def read_v1(frame: bytes) -> tuple[Header, bytes]:
+    if len(frame) < 64:
+        raise FormatError("truncated header")
+    magic, fmt, *fields = FIELDS.unpack_from(frame)
+    if magic != b"CKPF" or fmt != 1:
+        raise FormatError("magic or format")
+    h = Header(*fields)
+    if len(frame) != 64 + h.payload_size:
+        raise FormatError("frame length")
+    (stored,) = struct.unpack_from("<Q", frame, 56)
+    if xxhash.xxh3_64_intdigest(frame[:56] + frame[64:]) != stored:
+        raise FormatError("frame checksum")
     return h, frame[64:]
+
+
+def read_varint(frame: bytes, at: int) -> tuple[int, int]:
+    value = 0
+    for n in range(10):
+        if at + n >= len(frame):
+            raise FormatError("truncated header")
+        byte = frame[at + n]
+        value |= (byte & 0x7F) << (7 * n)
+        if byte < 0x80:
+            if (n and not byte) or value >= 1 << 64:
+                raise FormatError("varint")
+            return value, at + n + 1
+    raise FormatError("varint")
+
+
+def read_v2(frame: bytes) -> tuple[Header, bytes]:
+    if len(frame) < 5:
+        raise FormatError("truncated header")
+    kind_flags, window_log = frame[3], frame[4]
+    at = 5
+    values = []
+    for _ in range(6):
+        value, at = read_varint(frame, at)
+        values.append(value)
+    version, distance, state_size, base_size, prefix_size, payload_size = values
+    if len(frame) != at + 12 + payload_size:
+        raise FormatError("frame length")
+    state_xxh3, stored = struct.unpack_from("<QI", frame, at)
+    if xxhash.xxh3_64_intdigest(frame[: at + 8] + frame[at + 12 :]) & 0xFFFF_FFFF != stored:
+        raise FormatError("frame checksum")
+    kind = kind_flags & 0x03
+    if distance != (0 if kind == FULL else 1):
+        raise FormatError("base_distance")
+    flags = (CONTINUES_STREAM if kind_flags & 0x04 else 0) | (kind_flags & ~0x07)
+    base_version = 0 if kind == FULL else version - 1
+    h = Header(
+        kind, flags, window_log, version, base_version, state_size, base_size, payload_size, prefix_size, state_xxh3,
+        None, 2,
+    )  # fmt: skip
+    return h, frame[at + 12 :]
 
 
 def check_link(prev: Header | None, h: Header) -> None:
@@ -100,7 +153,9 @@ def check_link(prev: Header | None, h: Header) -> None:
         return
     if h.kind == FULL:
         raise FormatError("FULL inside a chain")
-    if (h.base_version, h.base_size, h.base_xxh3) != (prev.version, prev.state_size, prev.state_xxh3):
+    if (h.base_version, h.base_size) != (prev.version, prev.state_size):
+        raise FormatError("link")
+    if h.base_xxh3 is not None and h.base_xxh3 != prev.state_xxh3:  # format 1 only
         raise FormatError("link")
     if h.continues and h.window_log != prev.window_log:
         raise FormatError("window_log of a continuing frame")
@@ -169,10 +224,14 @@ def hydrate(frames: Iterable[bytes]) -> bytes:
     return state
 
 
+def kind_of(frame: bytes) -> int:
+    return frame[3] & 0x03 if frame[2] == 2 else frame[5]  # §8
+
+
 def split_chains(frames: list[bytes]) -> list[list[bytes]]:
     chains: list[list[bytes]] = []
     for frame in frames:
-        if frame[5] == FULL:
+        if kind_of(frame) == FULL:
             chains.append([])
         chains[-1].append(frame)
     return chains
@@ -231,14 +290,15 @@ class Session:
         assert frame.version == self.enc.version
         self.enc.rollback()
 
-    def resume(self, policy: ChainPolicy | None = None) -> None:
+    def resume(self, policy: ChainPolicy | None = None, *, format_version: int | None = None) -> None:
         chain = split_chains([f.data for f in self.frames])[-1]
         headers = [f.header for f in self.frames[-len(chain) :]]
-        self.enc = ChainEncoder.resume(self.enc.state, headers, policy=policy or self.enc.policy)
+        fmt = self.enc.format_version if format_version is None else format_version
+        self.enc = ChainEncoder.resume(self.enc.state, headers, policy=policy or self.enc.policy, format_version=fmt)
 
 
-def mixed() -> Session:
-    s = Session(ChainEncoder())
+def mixed(fmt: int) -> Session:
+    s = Session(ChainEncoder(format_version=fmt))
     s.replace(agent_state(1))
     s.replace(agent_state(2))
     s.merge(tool_patch(3))
@@ -248,8 +308,8 @@ def mixed() -> Session:
     return s
 
 
-def patch_stream_after_rollback() -> Session:
-    s = Session(ChainEncoder())
+def patch_stream_after_rollback(fmt: int) -> Session:
+    s = Session(ChainEncoder(format_version=fmt))
     s.replace(agent_state(3))
     s.merge(tool_patch(4))
     s.refused(s.enc.merge(tool_patch(99)))  # drops the live stream
@@ -261,8 +321,8 @@ def patch_stream_after_rollback() -> Session:
     return s
 
 
-def patch_stream_after_resume() -> Session:
-    s = Session(ChainEncoder())
+def patch_stream_after_resume(fmt: int) -> Session:
+    s = Session(ChainEncoder(format_version=fmt))
     s.replace(agent_state(2))
     s.merge(tool_patch(3))
     s.resume()
@@ -278,9 +338,9 @@ def patch_stream_after_resume() -> Session:
     return s
 
 
-def tiny_states() -> Session:
+def tiny_states(fmt: int) -> Session:
     """States under 8 bytes: no prefix at all."""
-    s = Session(ChainEncoder(policy=ChainPolicy(frame_cost_bytes=0)))
+    s = Session(ChainEncoder(policy=ChainPolicy(frame_cost_bytes=0), format_version=fmt))
     s.replace(b"\x08\x01")
     s.merge(b"\x10\x02")
     s.refused(s.enc.merge(b"\x18\x03"))
@@ -290,9 +350,9 @@ def tiny_states() -> Session:
     return s
 
 
-def restarting() -> Session:
+def restarting(fmt: int) -> Session:
     """Long enough that max_depth=3 starts new chains with FULL frames."""
-    s = Session(ChainEncoder(policy=ChainPolicy(max_depth=3)))
+    s = Session(ChainEncoder(policy=ChainPolicy(max_depth=3), format_version=fmt))
     for step in range(1, 15):
         if step % 3 == 0:
             s.replace(agent_state(step))
@@ -301,28 +361,42 @@ def restarting() -> Session:
     return s
 
 
+def upgraded(fmt: int) -> Session:
+    """A chain written in format 1 and continued in format 2, as a store written by an older build is."""
+    assert fmt == 1
+    s = patch_stream_after_rollback(1)
+    s.resume(format_version=2)
+    s.merge(tool_patch(9))  # a PATCH of format 2 on a prefix of a format 1 chain's state
+    s.merge(tool_patch(10))
+    s.replace(s.enc.state + b"\x08\x0b")
+    return s
+
+
 SESSIONS = [mixed, patch_stream_after_rollback, patch_stream_after_resume, tiny_states, restarting]
+CASES = [(make, fmt) for make in SESSIONS for fmt in READABLE_FORMATS] + [(upgraded, 1)]
 
 
-@pytest.mark.parametrize("make", SESSIONS, ids=lambda f: f.__name__)
-def test_independent_reader_returns_the_encoders_states(make: Callable[[], Session]) -> None:
-    s = make()
+@pytest.mark.parametrize(("make", "fmt"), CASES, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_independent_reader_returns_the_encoders_states(make: Callable[[int], Session], fmt: int) -> None:
+    s = make(fmt)
+    assert {f.header.format for f in s.frames} == ({1, 2} if make is upgraded else {fmt})
     for f in s.frames:  # the reader sees the header the encoder wrote
         h, payload = read_frame(f.data)
         e = f.header
-        assert (h.kind, h.continues, h.window_log, h.version, h.base_version) == (
+        assert (h.kind, h.continues, h.window_log, h.version, h.base_version, h.format) == (
             e.kind,
             e.continues_stream,
             e.window_log,
             e.version,
             e.base_version,
+            e.format,
         )
         assert (h.state_size, h.base_size, h.prefix_size, h.state_xxh3, h.base_xxh3) == (
             e.state_size,
             e.base_size,
             e.prefix_size,
             e.state_xxh3,
-            e.base_xxh3,
+            e.base_xxh3 if e.format == 1 else None,
         )
         assert len(payload) == h.payload_size == e.payload_size
     got: dict[int, bytes] = {}
@@ -335,10 +409,11 @@ def test_independent_reader_returns_the_encoders_states(make: Callable[[], Sessi
     assert sorted(got) == list(range(1, len(s.frames) + 1))
 
 
-def test_sessions_cover_every_frame_shape() -> None:
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
+def test_sessions_cover_every_frame_shape(fmt: int) -> None:
     shapes: set[tuple[object, ...]] = set()
     for make in SESSIONS:
-        for f in make().frames:
+        for f in make(fmt).frames:
             h = f.header
             shapes.add((h.kind.name, h.continues_stream, h.prefix_size > 0 and h.prefix_size == h.base_size))
             if h.kind.name == "PATCH" and not h.continues_stream:
@@ -355,11 +430,36 @@ def test_sessions_cover_every_frame_shape() -> None:
         ("PATCH new stream", False, False),  # empty payload, no prefix
         ("PATCH new stream", "prefix = tail of base"),
     } <= shapes
-    assert sum(f.header.kind.name == "FULL" for f in restarting().frames) >= 3
+    assert sum(f.header.kind.name == "FULL" for f in restarting(fmt).frames) >= 3
 
 
-def test_independent_reader_checks_the_frame_checksum() -> None:
-    frames = split_chains([f.data for f in mixed().frames])[0]
+def expected_failure(frame: bytes, pos: int) -> str:
+    """What the reader says of ``frame`` with bit 6 of byte ``pos`` flipped (bit 7 of a varint byte, its
+    continuation bit, stays: the header keeps its shape)."""
+    if frame[2] == 2:
+        if pos < 3:
+            return "magic or format"
+        at = 5
+        for i in range(6):  # varints: version ... payload_size
+            start = at
+            while frame[at] & 0x80:
+                at += 1
+            at += 1
+            if start <= pos < at:
+                if pos == at - 1 and at - start > 1 and frame[pos] ^ 0x40 == 0:
+                    return "varint"  # the last byte of a multi-byte varint became 00
+                return "frame length" if i == 5 else "frame checksum"
+        return "frame checksum"
+    if pos < 5:
+        return "magic or format"  # checked before the checksum
+    if 32 <= pos < 36:
+        return "frame length"  # payload_size no longer matches the frame's length
+    return "frame checksum"
+
+
+@pytest.mark.parametrize("fmt", READABLE_FORMATS)
+def test_independent_reader_checks_the_frame_checksum(fmt: int) -> None:
+    frames = split_chains([f.data for f in mixed(fmt).frames])[0]
     assert len(frames) >= 4
     assert len(list(read_versions(frames))) == len(frames)
     for i, frame in enumerate(frames):
@@ -367,20 +467,19 @@ def test_independent_reader_checks_the_frame_checksum() -> None:
             bad = bytearray(frame)
             bad[pos] ^= 0x40
             damaged = [*frames[:i], bytes(bad), *frames[i + 1 :]]
-            if pos < 5:
-                expected = "magic or format"  # checked before the checksum
-            elif 32 <= pos < 36:
-                expected = "frame length"  # payload_size no longer matches the frame's length
-            else:
-                expected = "frame checksum"
-            with pytest.raises(FormatError, match=expected):
+            with pytest.raises(FormatError, match=expected_failure(frame, pos)):
                 list(read_versions(damaged))
 
 
-def test_worked_example_matches_the_encoder() -> None:
+def test_worked_examples_match_the_encoder() -> None:
     blocks = re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())
-    enc = ChainEncoder()
     state = b"hello " * 1000
-    assert blocks == [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
-    frames = [bytes.fromhex(b) for b in blocks]
-    assert list(read_versions(frames)) == [(1, state), (2, state + b"\x08\x01")]
+    expected = []
+    for fmt in READABLE_FORMATS:  # §7, then §11
+        enc = ChainEncoder(format_version=fmt)
+        expected += [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
+    assert blocks == expected
+    for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:]), strict=True):
+        frames = [bytes.fromhex(b) for b in pair]
+        assert [read_frame(f)[0].format for f in frames] == [fmt, fmt]
+        assert list(read_versions(frames)) == [(1, state), (2, state + b"\x08\x01")]

@@ -1,10 +1,11 @@
-"""Golden frame vectors: write sequences whose exact frame bytes are pinned.
+"""Golden frame vectors: write sequences whose exact frame bytes are pinned, in every format.
 
-    python -m tests.golden.cases --write   # rewrite frames.json (a format change!)
+    python -m tests.golden.cases --write   # rewrite frames.json and frames_v2.json (a format change!)
 
-A change to frames.json means the bytes on disk changed: old data must still
-decode (tests/test_golden.py decodes the committed frames), and a format
-change needs a new FORMAT_VERSION.
+frames.json holds format 1 (written with ``format_version=1``), frames_v2.json
+format 2 (what the encoder writes). A change to either means the bytes on
+disk changed: old data must still decode (tests/codec/test_golden.py decodes
+the committed frames), and a format change needs a new FORMAT_VERSION.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ckpt.codec import ChainEncoder, ChainPolicy, FrameHeader, FrameKind
+from ckpt.codec import FORMAT_VERSION, READABLE_FORMATS, ChainEncoder, ChainPolicy, FrameHeader, FrameKind
 from ckpt.v1 import checkpoint_pb2 as pb
 
-GOLDEN = Path(__file__).with_name("frames.json")
+GOLDEN_FILES = {1: Path(__file__).with_name("frames.json"), 2: Path(__file__).with_name("frames_v2.json")}
+assert tuple(GOLDEN_FILES) == READABLE_FORMATS
 
 
 # A realistic system prompt: deltas only beat full frames once a state has some bulk.
@@ -46,6 +48,7 @@ def _patch(step: int, text: str) -> bytes:
 GOLDEN_POLICY = ChainPolicy(
     max_depth=32,
     max_decode_cost_ratio=6.0,
+    decode_floor_bytes=0,
     delta_byte_cost=1.0,
     frame_cost_bytes=0,
     max_materialized_bytes=256 * 1024 * 1024,
@@ -103,10 +106,10 @@ CASES = [
 ]
 
 
-def run(case: Case) -> list[tuple[bytes, bytes]]:
+def run(case: Case, *, format_version: int = FORMAT_VERSION) -> list[tuple[bytes, bytes]]:
     """(frame bytes, state) of every stored write of the case, in order."""
     policy = replace(GOLDEN_POLICY, **case.policy)
-    enc = ChainEncoder(policy=policy)
+    enc = ChainEncoder(policy=policy, format_version=format_version)
     stored: list[tuple[bytes, bytes]] = []
     chain: list[FrameHeader] = []
     for op, data in case.ops:
@@ -115,7 +118,7 @@ def run(case: Case) -> list[tuple[bytes, bytes]]:
             stored.pop()
             chain.pop()
         elif op == "resume":
-            enc = ChainEncoder.resume(enc.state, chain, policy=policy)
+            enc = ChainEncoder.resume(enc.state, chain, policy=policy, format_version=format_version)
         else:
             frame = enc.replace(data) if op == "replace" else enc.merge(data)
             chain = [frame.header] if frame.kind is FrameKind.FULL else [*chain, frame.header]
@@ -123,19 +126,23 @@ def run(case: Case) -> list[tuple[bytes, bytes]]:
     return stored
 
 
-def render() -> dict[str, list[dict[str, str]]]:
-    return {case.name: [{"frame": f.hex(), "state": s.hex()} for f, s in run(case)] for case in CASES}
+def render(format_version: int) -> dict[str, list[dict[str, str]]]:
+    return {
+        case.name: [{"frame": f.hex(), "state": s.hex()} for f, s in run(case, format_version=format_version)]
+        for case in CASES
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="rewrite frames.json")
+    parser.add_argument("--write", action="store_true", help="rewrite frames.json and frames_v2.json")
     args = parser.parse_args()
-    text = json.dumps(render(), indent=1) + "\n"
-    if args.write:
-        GOLDEN.write_text(text)
-    else:
-        print(text)
+    for fmt, path in GOLDEN_FILES.items():
+        text = json.dumps(render(fmt), indent=1) + "\n"
+        if args.write:
+            path.write_text(text)
+        else:
+            print(f"{path.name}:\n{text}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from tests.store.support import merge_patch, replace_state
 from tests.support import ROOT, Sidecar, ckpt, start_sidecar, start_sidecar_sweeping
 
 SESSIONS = ("a", "b", "c", "d")  # a, c: REPLACE (DELTA chains); b, d: MERGE (PATCH chains)
-VERSIONS = 14
+VERSIONS = 20  # several chains each, under the default chain policy
 
 
 def expected_state(session: str, version: int) -> bytes:
@@ -41,7 +41,7 @@ def expected_state(session: str, version: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data directory written by a real sidecar (stopped cleanly): 4 sessions of 14 versions, several chains each."""
+    """A data directory written by a real sidecar (stopped cleanly): 4 sessions of 20 versions, several chains each."""
     data = tmp_path_factory.mktemp("pristine") / "data"
     sidecar = start_sidecar(data)
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from ckpt.codec import ChainPolicy, FrameKind
+from ckpt.codec import ChainPolicy, FrameKind, frame_kind
 from ckpt.sidecar import DataLoss, InvalidArgument, PutRequest, Retention, Store, StoreConfig, Unavailable, WriteMode
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.storage import StorageFailure
@@ -101,9 +101,10 @@ def break_every_chain_start(data_dir: Path, session: str) -> None:
             if not key.startswith(prefix):
                 break
             raw = bytearray(value)
-            kind_at = 2 + struct.unpack_from("<H", raw)[0] + 5
-            if raw[kind_at] == FrameKind.FULL:
-                raw[kind_at] = FrameKind.DELTA
+            frame_at = 2 + struct.unpack_from("<H", raw)[0]
+            if frame_kind(raw[frame_at:]) is FrameKind.FULL:
+                raw[frame_at + 3] ^= FrameKind.FULL ^ FrameKind.DELTA  # the kind bits of a format 2 frame (FORMAT.md)
+                assert frame_kind(raw[frame_at:]) is FrameKind.DELTA
                 txn.put(key, bytes(raw))
     env.close()
 

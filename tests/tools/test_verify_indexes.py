@@ -24,6 +24,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from ckpt.codec import ChainPolicy
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store.keys import label_key, request_key, time_key, updated_key
 from ckpt.sidecar.tools.crosscheck import TABLES, CrossCheck
@@ -45,7 +46,9 @@ def patch(session: str, step: int) -> bytes:
 def build(data: Path) -> None:
     """Every kind of write that moves index entries, ending undamaged."""
     retention = Retention(keep_last_versions=3)
-    with Store(StoreConfig(data_dir=data, retention=retention, sweep_interval_seconds=3600)) as store:
+    short_chains = ChainPolicy(max_depth=2)  # so that retention has whole chains to prune
+    config = StoreConfig(data_dir=data, retention=retention, sweep_interval_seconds=3600, chain_policy=short_chains)
+    with Store(config) as store:
         for step in range(1, 9):
             for s in ("a", "b", "c", "gone"):
                 mode = WriteMode.MERGE if step % 3 else WriteMode.REPLACE
