@@ -180,6 +180,9 @@ class ChainEncoder:
         self._chain = ChainStats()
         self._stream: _Stream | None = None
         self._undo: _Undo | None = None
+        # What the head state compacted to when last measured (or the size of a state
+        # that was whole: a FULL frame's, a REPLACE's): see ChainPolicy.max_superseded_fraction.
+        self._live_size = 0
 
     @classmethod
     def resume(
@@ -216,6 +219,8 @@ class ChainEncoder:
         enc._set_state(bytes(state))
         enc._hasher = xxhash.xxh3_64(state)
         enc._chain = ChainStats.of(chain)
+        # The last whole state of the chain: what MERGE patches since may have superseded.
+        enc._live_size = next(h.state_size for h in reversed(chain) if h.kind is not FrameKind.PATCH)
         return enc
 
     # -- what the encoder holds -------------------------------------------
@@ -287,6 +292,7 @@ class ChainEncoder:
                 return self._full(state, hasher)
             header = self._delta_header(FrameKind.DELTA, len(state), hasher, len(payload), prefix_size, continues)
             self._set_state(state)
+            self._live_size = len(state)
             return self._advance(header, payload, hasher, content_size=len(state))
         except BaseException:
             self.rollback()
@@ -311,15 +317,15 @@ class ChainEncoder:
         hasher.update(patch)
         self._save_undo()
         try:
+            if self._compact_type is not None and self._version and self._superseded_check_due(new_size):
+                canonical = self._compacted(self._head_bytes() + patch)
+                if len(canonical) <= (1.0 - self._policy.max_superseded_fraction) * new_size:
+                    return self._full(canonical, xxhash.xxh3_64(canonical))
+                self._live_size = len(canonical)
             if not self._version or self._new_chain_needed(new_size, len(patch), delta=False):
                 state = self._head_bytes() + patch
                 if self._compact_type is not None:
-                    try:
-                        canonical = compact(state, self._compact_type)
-                    except EncodeError:
-                        # The patch parses (checked above), so the head does
-                        # not: a REPLACE of another type. Store it as it is.
-                        canonical = state
+                    canonical = self._compacted(state)
                     if len(canonical) <= (1.0 - self._compact_min_saving) * len(state):
                         state, hasher = canonical, xxhash.xxh3_64(canonical)
                 return self._full(state, hasher)
@@ -395,6 +401,19 @@ class ChainEncoder:
         self._chunks = [joined]
         return joined
 
+    def _superseded_check_due(self, new_state_size: int) -> bool:
+        fraction = self._policy.max_superseded_fraction
+        return fraction < 1.0 and new_state_size * (1.0 - fraction) > self._live_size
+
+    def _compacted(self, state: bytes) -> bytes:
+        assert self._compact_type is not None
+        try:
+            return compact(state, self._compact_type)
+        except EncodeError:
+            # The patch parses (merge() checked it), so the head does not: a
+            # REPLACE of another type. It stays as it is.
+            return state
+
     def _new_chain_needed(self, new_state_size: int, content_size: int, *, delta: bool) -> bool:
         p, c = self._policy, self._chain
         materialized = c.materialized_bytes + content_size
@@ -456,6 +475,7 @@ class ChainEncoder:
             format=self._format,
         )
         self._set_state(state)
+        self._live_size = len(state)
         self._chain = ChainStats(
             start_version=header.version,
             depth=-1,  # _advance counts this frame

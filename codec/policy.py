@@ -30,6 +30,15 @@ class ChainPolicy:
     #: takes microseconds whatever the ratio, so chains of small states may
     #: run on (to ``max_depth``) until their cost reaches this floor.
     decode_floor_bytes: int = 32 * 1024
+    #: For an encoder that knows the state's message type (compact_message_type):
+    #: the fraction of a MERGE state's bytes that may be superseded (fields a
+    #: later patch overwrote) before the chain restarts with the state compacted.
+    #: Superseded bytes are decoded, sent and parsed by every read, and the
+    #: decode-cost bounds cannot see them (a patch grows the state it costs).
+    #: Measured when the state has grown to 1 / (1 - fraction) times its size
+    #: last measured, so compaction runs about once per such growth, not per
+    #: write. 1.0: never.
+    max_superseded_fraction: float = 0.67
     #: What decoding one byte of a DELTA's state costs relative to one byte of
     #: a FULL frame. A delta decodes to long copies from the previous state,
     #: but every delta of a chain materialises a whole state: measured 0.1-0.2
@@ -75,6 +84,8 @@ class ChainPolicy:
             raise ValueError(f"delta_byte_cost must be in [0, 1], got {self.delta_byte_cost}")
         if self.decode_floor_bytes < 0:
             raise ValueError(f"decode_floor_bytes must be >= 0, got {self.decode_floor_bytes}")
+        if not 0.0 < self.max_superseded_fraction <= 1.0:
+            raise ValueError(f"max_superseded_fraction must be in (0, 1], got {self.max_superseded_fraction}")
         if self.frame_cost_bytes < 0:
             raise ValueError(f"frame_cost_bytes must be >= 0, got {self.frame_cost_bytes}")
         if self.max_materialized_bytes < 1:
@@ -98,6 +109,6 @@ _INT_FIELDS = (
     "level",
     "min_window_log",
 )
-_FLOAT_FIELDS = ("max_decode_cost_ratio", "delta_byte_cost", "max_delta_to_full_ratio")
+_FLOAT_FIELDS = ("max_decode_cost_ratio", "delta_byte_cost", "max_delta_to_full_ratio", "max_superseded_fraction")
 
 DEFAULT_POLICY = ChainPolicy()

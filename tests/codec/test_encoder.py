@@ -282,7 +282,10 @@ def test_chain_stats_of_headers() -> None:
 
 
 def test_compaction_drops_superseded_fields_at_a_chain_start() -> None:
-    enc = ChainEncoder(policy=replace(SMALL, max_depth=3), compact_message_type=pb.Checkpoint)
+    # Only max_depth ends chains here: superseded bytes would end them sooner (the test below).
+    enc = ChainEncoder(
+        policy=replace(SMALL, max_depth=3, max_superseded_fraction=1.0), compact_message_type=pb.Checkpoint
+    )
     merged = pb.Checkpoint()
     frames = []
     for i in range(8):
@@ -298,6 +301,40 @@ def test_compaction_drops_superseded_fields_at_a_chain_start() -> None:
     assert v5.state == canonical_v5
     # and the chain after it decodes to the merged message again
     assert pb.Checkpoint.FromString(decode([f.data for f in frames[4:]])) == merged
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.67, 0.9])
+def test_a_typed_chain_restarts_compacted_once_superseded_bytes_reach_the_fraction(fraction: float) -> None:
+    policy = replace(SMALL, max_depth=1000, decode_floor_bytes=1 << 30, max_superseded_fraction=fraction)
+    enc = ChainEncoder(policy=policy, compact_message_type=pb.Checkpoint)
+    merged = pb.Checkpoint()
+    starts = []
+    for i in range(40):
+        patch = pb.Checkpoint(step=i, goal=f"goal revision {i:03d} " + SYSTEM)  # overwrites the same fields
+        merged.MergeFrom(patch)
+        frame = enc.merge(patch.SerializeToString())
+        enc.commit()
+        state = enc.state
+        assert pb.Checkpoint.FromString(state) == merged
+        if frame.kind is FrameKind.FULL:
+            starts.append(i)
+            assert state == merged.SerializeToString(deterministic=True)
+        # Never more superseded than the fraction, beyond the patch that crossed it.
+        live = len(merged.SerializeToString(deterministic=True))
+        assert len(state) - len(patch.SerializeToString()) <= live / (1.0 - fraction) + 1
+    # Each patch supersedes the last whole: a chain holds about 1 / (1 - fraction) patches.
+    per_chain = 1 / (1.0 - fraction)
+    assert len(starts) >= 40 / (per_chain + 1) - 1
+
+
+def test_appends_to_a_typed_state_do_not_restart_its_chain() -> None:
+    policy = replace(SMALL, max_depth=1000, decode_floor_bytes=1 << 30, max_decode_cost_ratio=1000.0)
+    enc = ChainEncoder(policy=policy, compact_message_type=pb.Checkpoint)
+    frames = [enc.merge(pb.Checkpoint(goal=SYSTEM).SerializeToString())]
+    for i in range(60):  # a message appended each step: nothing superseded
+        frames.append(enc.merge(pb.Checkpoint(messages=[pb.Message(content=f"m{i} " + SYSTEM)]).SerializeToString()))
+        enc.commit()
+    assert [f.kind for f in frames].count(FrameKind.FULL) == 1
 
 
 def test_compaction_refuses_a_patch_that_does_not_parse() -> None:

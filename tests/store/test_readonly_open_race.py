@@ -57,7 +57,7 @@ def test_a_read_only_store_opens_when_a_writer_grows_the_map_during_its_open(
 
     def open_then_grow(path: str, **options: Any) -> lmdb.Environment:
         env = real_open(path, **options)
-        if options.get("max_dbs") == 8:  # the store's own open, not the truncation check
+        if options.get("max_dbs"):  # the store's own open, not the truncation check (max_dbs=0)
             maps_bytes.append(env.info()["map_size"])
             if not grown:
                 grown.append(grow_map_in_another_process(data_dir))

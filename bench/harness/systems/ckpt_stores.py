@@ -17,7 +17,6 @@ from ...output import proc_cpu_seconds
 from ...trajectories import Step
 from .base import MODES, System, dir_bytes, same_checkpoint
 
-
 #: The type every workload's states hold (built in: no RegisterType needed). Named on every write, as a
 #: client that registered its schema does, so the store validates each patch and compacts each chain.
 MESSAGE_TYPE = "ckpt.v1.Checkpoint"
