@@ -81,28 +81,57 @@ def chain_back(
         return None
     target = keys.frame_version(key, sid)
     frames: list[memoryview] = []
-    expected = target
+    oldest = target  # the version of the last key read in the session's range
+    full = False
     for key, stored in chain((first,), items):
         if not key.startswith(prefix):
             break
-        if keys.frame_version(key, sid) != expected:
-            raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+        oldest = target - len(frames)  # if none is missing: checked once, below
         frame = frame_of(stored)
+        frames.append(frame)
+        # Once per frame of every cold read: a format 2 frame says FULL in two bytes (FORMAT.md: format 2,
+        # kind_flags FULL and no flag), so only other frames pay for frame_kind. A frame damaged into
+        # looking FULL ends the chain early; decoding it then fails, naming the damage.
+        if len(frame) > 3 and frame[2] == 2:
+            if frame[3] == 1:
+                full = True
+                break
+            continue
         try:
-            starts = frame_kind(frame) is FrameKind.FULL
+            if frame_kind(frame) is FrameKind.FULL:
+                full = True
+                break
         except TruncatedFrameError:
             raise DataLoss(
-                f"session {session_id!r} version {expected}: the stored value"
+                f"session {session_id!r} version {oldest}: the stored value"
                 f" ({len(stored)} bytes) is too short to hold a frame header"
             ) from None
         except DecodeError:  # no kind this codec knows: decoding the chain names the damage
-            starts = False
-        frames.append(frame)
-        if starts:
-            frames.reverse()
-            return target, value, frames
-        expected -= 1
+            pass
+    if full:
+        # Keys are unique and sorted: the frames read are consecutive versions if and only if the FULL
+        # frame's key is the version so many below the target (one key parsed, not one per frame).
+        if keys.frame_version(key, sid) != oldest:
+            raise DataLoss(
+                f"session {session_id!r}: the frame of version {_first_gap(txn, frames_table, sid, target)} is missing"
+            )
+        frames.reverse()
+        return target, value, frames
+    gap = _first_gap(txn, frames_table, sid, target)
+    if gap > target - len(frames):  # a version missing among those read
+        raise DataLoss(f"session {session_id!r}: the frame of version {gap} is missing")
     raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+
+def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> int:
+    """The highest version below ``target`` with no frame stored (scanning back; an error path only)."""
+    prefix = sid + keys.SEP
+    expected = target
+    for key, _ in txn.scan_back(frames_table, keys.frame_key(sid, target) + b"\x00"):
+        if not key.startswith(prefix) or keys.frame_version(key, sid) != expected:
+            break
+        expected -= 1
+    return expected
 
 
 def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, version: int) -> NoReturn:
