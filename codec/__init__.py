@@ -14,7 +14,7 @@ often: so a chain to decode starts at the last FULL frame, as above.
 """
 
 from .compaction import compact
-from .decoder import DecodedVersion, decode, iter_versions
+from .decoder import DecodedVersion, decode, decode_latest, iter_versions
 from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
 from .errors import (
     ChainLinkError,
@@ -67,6 +67,7 @@ __all__ = [
     "compact",
     "count_fields",
     "decode",
+    "decode_latest",
     "frame_kind",
     "iter_versions",
     "keyframe",

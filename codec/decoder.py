@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import _zstd, frame_v1, frame_v2
 from .errors import ChainLinkError, ChecksumError, DecodeError, StateTooLargeError
-from .frame import MAX_EXPANSION, MIN_PREFIX_SIZE, FrameHeader, FrameKind, parse, state_checksum
+from .frame import KINDS_BY_NUMBER, MAX_EXPANSION, MIN_PREFIX_SIZE, FrameHeader, FrameKind, parse, state_checksum
 
 FrameBytes = bytes | bytearray | memoryview
 _Scan = Callable[[FrameBytes], tuple[int, int, int, int, int, int, int, int, int, int, int]]
@@ -57,20 +57,29 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
     may declare a state of up to 4 GiB and more.) Peak memory is about two
     states plus one stream's output, which holds every version of that stream.
     """
+    return decode_latest(frames, max_state_bytes=max_state_bytes).state
+
+
+def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> DecodedVersion:
+    """:func:`decode`, with the last frame's header: what a reader reports of the version it read,
+    without parsing that frame a second time."""
     _check_chain_arg(frames)
     limit = _check_limit(max_state_bytes)
     chain = list(frames)
     if not chain:
         raise ValueError("decode needs at least one frame")
     try:
-        state = _latest(chain, limit)
+        found = _latest(chain, limit)
     except Exception:  # whatever the first pass tripped on, the checked pass below names it
-        state = None
-    return _latest_checked(chain, limit) if state is None else state
+        found = None
+    if found is None:
+        state = _latest_checked(chain, limit)
+        return DecodedVersion(parse(chain[-1])[0], state)
+    return found
 
 
-def _latest(chain: list[FrameBytes], limit: int | None) -> bytes | None:
-    """The latest state if every header is well-formed and linked and the result checks out, else None.
+def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None:
+    """The latest version if every header is well-formed and linked and the result checks out, else None.
 
     The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
     and the checks of frame.parse and _check_link but the frame checksum, as
@@ -80,7 +89,9 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> bytes | None:
     scanners, expansion = _SCANNERS, MAX_EXPANSION
     limit = _NO_LIMIT if limit is None else limit
     f = chain[0]
-    kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, _ = scanners[f[2]](f)
+    kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scanners[f[2]](
+        f
+    )
     if (
         kf != _FULL
         or distance
@@ -157,7 +168,21 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> bytes | None:
     xxh3 = _U64.unpack_from(prev, prev_xxh3_at)[0]
     if len(state) != prev_size or state_checksum(state) != xxh3:
         return None
-    return state
+    header = FrameHeader(
+        kind=KINDS_BY_NUMBER[kf & 3],
+        version=version,
+        base_version=version - distance if distance else 0,
+        state_size=state_size,
+        base_size=base_size,
+        payload_size=payload_size,
+        prefix_size=prefix,
+        state_xxh3=xxh3,
+        base_xxh3=max(base_xxh3, 0),
+        window_log=wl,
+        continues_stream=bool(kf & frame_v2.FLAG_CONTINUES_STREAM),
+        format=2 if prev[2] == 2 else 1,
+    )
+    return DecodedVersion(header, state)
 
 
 def _latest_checked(chain: list[FrameBytes], limit: int | None) -> bytes:

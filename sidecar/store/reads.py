@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode, frame_kind
+from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode_latest, frame_kind
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
@@ -45,12 +45,12 @@ def read_state(
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
     target, value, frames = found
     try:
-        state = decode(frames, max_state_bytes=max_state_bytes)
+        head = decode_latest(frames, max_state_bytes=max_state_bytes)
     except StateTooLargeError as exc:
         raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
     except DecodeError as exc:
         raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
-    return state, version_info(session_id, target, value)
+    return head.state, version_info(session_id, target, value, header=head.header)
 
 
 def chain_back(

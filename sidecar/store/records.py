@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, parse
+from ...codec import DecodeError, FrameHeader, parse
 from ..errors import DataLoss
 from .types import SessionInfo, VersionInfo, WriteMode
 
@@ -41,15 +41,21 @@ def frame_of(value: Any) -> memoryview:
     return memoryview(value)[META_LEN.size + n :]
 
 
-def version_info(session_id: str, version: int, value: Any) -> VersionInfo:
-    """What a stored version's metadata and frame header say; DataLoss naming it if they do not parse."""
+def version_info(session_id: str, version: int, value: Any, *, header: FrameHeader | None = None) -> VersionInfo:
+    """What a stored version's metadata and frame header say; DataLoss naming it if they do not parse.
+
+    ``header``: the frame's header as a decode of its chain read it (which checked the state it yields),
+    so the frame is not parsed, and its checksum not computed, a second time on a cold read.
+    """
     try:
         meta = meta_of(value)
         mode = WriteMode(meta.mode)
     except (struct.error, DecodeProtoError, ValueError) as exc:
         raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    frame = frame_of(value)
     try:
-        header, _ = parse(frame_of(value))
+        if header is None:
+            header, _ = parse(frame)  # which checks the frame is exactly its header's size
     except DecodeError as exc:  # the frame, not the metadata: its checksum or header
         text = str(exc)
         where = (
@@ -65,7 +71,7 @@ def version_info(session_id: str, version: int, value: Any) -> VersionInfo:
         parent_version=version - 1 if mode != WriteMode.FORK else 0,
         created_unix_nanos=meta.created_unix_nanos,
         frame_kind=header.kind,
-        stored_bytes=header.frame_size,
+        stored_bytes=len(frame),
         state_size=header.state_size,
         labels=dict(meta.labels),
         mode=mode,

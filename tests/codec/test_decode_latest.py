@@ -19,6 +19,7 @@ from ckpt.codec import (
     FrameKind,
     TruncatedFrameError,
     decode,
+    decode_latest,
     iter_versions,
     parse,
 )
@@ -196,3 +197,27 @@ def test_decode_reads_a_chain_given_as_an_iterator_once(first_pass_only: None) -
     frames, latest = v2_chain()
     assert decode(iter(frames)) == latest
     assert decode(f for f in frames) == latest
+
+
+@pytest.mark.parametrize("fmt", sorted(READABLE_FORMATS))
+def test_decode_latest_reports_the_last_frames_header_as_parse_reads_it(fmt: int, first_pass_only: None) -> None:
+    for frames, states in golden_chains(fmt):
+        got = decode_latest(frames)
+        assert got.state == states[-1]
+        assert got.header == parse(frames[-1])[0]
+
+
+@pytest.mark.parametrize(("first", "then"), [(1, 2), (2, 1)])
+def test_decode_latest_reports_the_header_of_a_mixed_chains_last_frame(first: int, then: int) -> None:
+    frames, states = mixed_chain(first, then)
+    for end in range(1, len(frames) + 1):
+        start = max(i for i in range(end) if parse(frames[i])[0].kind is FrameKind.FULL)
+        got = decode_latest(frames[start:end])
+        assert (got.state, got.header) == (states[end - 1], parse(frames[end - 1])[0])
+
+
+def test_decode_latest_reports_the_header_from_the_checked_pass_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ckpt.codec.decoder, "_latest", lambda chain, limit: None)  # as if the first pass failed
+    for frames, states in golden_chains(2):
+        got = decode_latest(frames)
+        assert (got.state, got.header) == (states[-1], parse(frames[-1])[0])
