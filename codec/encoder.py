@@ -419,7 +419,9 @@ class ChainEncoder:
         materialized = c.materialized_bytes + content_size
         delta_bytes = c.delta_bytes + (content_size if delta else 0)
         depth = c.depth + 1
-        decode_cost = materialized - (1.0 - p.delta_byte_cost) * delta_bytes + depth * p.frame_cost_bytes
+        # The chain's deltas are taken to be about the new state's size: a cache-resident one costs less.
+        delta_cost = p.small_delta_byte_cost if new_state_size <= p.small_state_bytes else p.delta_byte_cost
+        decode_cost = materialized - (1.0 - delta_cost) * delta_bytes + depth * p.frame_cost_bytes
         return (
             depth > p.max_depth
             or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
