@@ -41,6 +41,20 @@ def put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+def _varint(value: int) -> bytes:
+    # Once per field of every frame written: the one- and two-byte cases without a loop.
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if 0x80 <= value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    out = bytearray()
+    put_varint(out, value)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes((v,)) for v in range(0x80)]
+
+
 def pack(header: FrameHeader, payload: bytes) -> bytes:
     if header.kind is FrameKind.FULL:
         distance = 0
@@ -48,17 +62,22 @@ def pack(header: FrameHeader, payload: bytes) -> bytes:
         distance = header.version - header.base_version
         if distance < 1:
             raise ValueError(f"base_version {header.base_version} is not before version {header.version}")
-    head = bytearray(MAGIC)
-    head.append(header.kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0))
-    head.append(header.window_log)
-    fields = (header.version, distance, header.state_size, header.base_size, header.prefix_size, header.payload_size)
-    for value in fields:
-        put_varint(head, value)
-    head += U64.pack(header.state_xxh3)
+    head = b"".join(
+        (
+            MAGIC,
+            bytes((header.kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
+            _varint(header.version),
+            _varint(distance),
+            _varint(header.state_size),
+            _varint(header.base_size),
+            _varint(header.prefix_size),
+            _varint(header.payload_size),
+            U64.pack(header.state_xxh3),
+        )
+    )
     hasher = xxhash.xxh3_64(head)
     hasher.update(payload)
-    head += U32.pack(hasher.intdigest() & 0xFFFF_FFFF)
-    return b"".join((head, payload))
+    return b"".join((head, U32.pack(hasher.intdigest() & 0xFFFF_FFFF), payload))
 
 
 def frame_check(frame: memoryview, check_at: int) -> int:
