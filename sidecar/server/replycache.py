@@ -101,9 +101,15 @@ class ReplyCache:
             return None
         body = get_response_pb(got).SerializeToString()
         if not version:  # kept as a forwarded reply would be, without parsing it back
-            info, key = got.info, session_id.encode()
-            full = info.frame_kind is FrameKind.FULL
-            self._replies.put(key, _Reply(got.version, info.created_unix_nanos, full, body, len(got.state), len(key)))
+            info = got.info
+            self._keep(
+                session_id,
+                got.version,
+                info.created_unix_nanos,
+                info.frame_kind is FrameKind.FULL,
+                body,
+                len(got.state),
+            )
         return body, len(got.state)
 
     def remember(self, session_id: str, body: bytes) -> None:
@@ -116,9 +122,12 @@ class ReplyCache:
         info = response.info
         created = info.created_at.seconds * 1_000_000_000 + info.created_at.nanos
         full = info.frame_kind == service_pb2.FRAME_KIND_FULL
+        self._keep(session_id, response.version, created, full, body, len(response.state))
+
+    def _keep(self, session_id: str, version: int, created: int, full: bool, body: bytes, state_bytes: int) -> None:
         key = session_id.encode()
         # One heavier than the whole cache is not kept (the LRU drops it, and evicts nothing for it).
-        self._replies.put(key, _Reply(response.version, created, full, body, len(response.state), len(key)))
+        self._replies.put(key, _Reply(version, created, full, body, state_bytes, len(key)))
 
     def close(self) -> None:
         self._replies.clear()
