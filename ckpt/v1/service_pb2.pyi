@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -70,12 +71,14 @@ class PutResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., replayed: _Optional[bool] = ..., state_size: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("session_id", "version")
+    __slots__ = ("session_id", "version", "field_mask")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIELD_MASK_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     version: int
-    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    field_mask: _field_mask_pb2.FieldMask
+    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., field_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
 class GetResponse(_message.Message):
     __slots__ = ("version", "state", "info", "message_type")
@@ -195,7 +198,7 @@ class SessionInfo(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., head_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class ForkRequest(_message.Message):
-    __slots__ = ("session_id", "version", "new_session_id", "labels")
+    __slots__ = ("session_id", "version", "new_session_id", "labels", "copy_events")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -207,11 +210,13 @@ class ForkRequest(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NEW_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    COPY_EVENTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     version: int
     new_session_id: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., new_session_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    copy_events: bool
+    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., new_session_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., copy_events: _Optional[bool] = ...) -> None: ...
 
 class ForkResponse(_message.Message):
     __slots__ = ("session",)
@@ -226,10 +231,12 @@ class DeleteSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class DeleteSessionResponse(_message.Message):
-    __slots__ = ("deleted_versions",)
+    __slots__ = ("deleted_versions", "deleted_events")
     DELETED_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     deleted_versions: int
-    def __init__(self, deleted_versions: _Optional[int] = ...) -> None: ...
+    deleted_events: int
+    def __init__(self, deleted_versions: _Optional[int] = ..., deleted_events: _Optional[int] = ...) -> None: ...
 
 class PutStreamRequest(_message.Message):
     __slots__ = ("puts", "batch_id")
@@ -276,3 +283,118 @@ class RegisterTypeResponse(_message.Message):
     MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
     message_types: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, message_types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("type", "payload", "attributes", "time", "seq")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    payload: bytes
+    attributes: _containers.ScalarMap[str, str]
+    time: _timestamp_pb2.Timestamp
+    seq: int
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class AppendEventsRequest(_message.Message):
+    __slots__ = ("session_id", "events", "request_id", "put")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    request_id: str
+    put: PutRequest
+    def __init__(self, session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., request_id: _Optional[str] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ...) -> None: ...
+
+class AppendEventsResponse(_message.Message):
+    __slots__ = ("first_seq", "last_seq", "put", "replayed")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    last_seq: int
+    put: PutResponse
+    replayed: bool
+    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class ReadEventsRequest(_message.Message):
+    __slots__ = ("session_id", "after_seq", "types", "after", "before", "newest_first", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_seq: int
+    types: _containers.RepeatedScalarFieldContainer[str]
+    after: _timestamp_pb2.Timestamp
+    before: _timestamp_pb2.Timestamp
+    newest_first: bool
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., newest_first: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ReadEventsResponse(_message.Message):
+    __slots__ = ("events", "next_page_token")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PutBlobRequest(_message.Message):
+    __slots__ = ("session_id", "media_type", "expected_sha256", "chunk")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    media_type: str
+    expected_sha256: str
+    chunk: bytes
+    def __init__(self, session_id: _Optional[str] = ..., media_type: _Optional[str] = ..., expected_sha256: _Optional[str] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class PutBlobResponse(_message.Message):
+    __slots__ = ("sha256", "size_bytes", "uri")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size_bytes: int
+    uri: str
+    def __init__(self, sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., uri: _Optional[str] = ...) -> None: ...
+
+class GetBlobRequest(_message.Message):
+    __slots__ = ("sha256", "offset", "length")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    offset: int
+    length: int
+    def __init__(self, sha256: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class GetBlobResponse(_message.Message):
+    __slots__ = ("chunk", "size_bytes", "media_type")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    size_bytes: int
+    media_type: str
+    def __init__(self, chunk: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ...) -> None: ...

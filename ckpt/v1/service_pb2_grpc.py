@@ -100,6 +100,26 @@ class CheckpointServiceStub:
                 request_serializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.SerializeToString,
                 response_deserializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.FromString,
                 _registered_method=True)
+        self.AppendEvents = channel.unary_unary(
+                '/ckpt.v1.CheckpointService/AppendEvents',
+                request_serializer=ckpt_dot_v1_dot_service__pb2.AppendEventsRequest.SerializeToString,
+                response_deserializer=ckpt_dot_v1_dot_service__pb2.AppendEventsResponse.FromString,
+                _registered_method=True)
+        self.ReadEvents = channel.unary_unary(
+                '/ckpt.v1.CheckpointService/ReadEvents',
+                request_serializer=ckpt_dot_v1_dot_service__pb2.ReadEventsRequest.SerializeToString,
+                response_deserializer=ckpt_dot_v1_dot_service__pb2.ReadEventsResponse.FromString,
+                _registered_method=True)
+        self.PutBlob = channel.stream_unary(
+                '/ckpt.v1.CheckpointService/PutBlob',
+                request_serializer=ckpt_dot_v1_dot_service__pb2.PutBlobRequest.SerializeToString,
+                response_deserializer=ckpt_dot_v1_dot_service__pb2.PutBlobResponse.FromString,
+                _registered_method=True)
+        self.GetBlob = channel.unary_stream(
+                '/ckpt.v1.CheckpointService/GetBlob',
+                request_serializer=ckpt_dot_v1_dot_service__pb2.GetBlobRequest.SerializeToString,
+                response_deserializer=ckpt_dot_v1_dot_service__pb2.GetBlobResponse.FromString,
+                _registered_method=True)
 
 
 class CheckpointServiceServicer:
@@ -208,6 +228,52 @@ class CheckpointServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEvents(self, request, context):
+        """AppendEvents appends events to a session's event log (append-only,
+        numbered 1, 2, 3, ... per session without gaps), and with `put` writes a
+        checkpoint in the same transaction: both are committed or neither. A
+        session's event log exists once an event was appended, with or without
+        versions; DeleteSession removes it with the session. Compare-and-set
+        applies to `put` as for Put (ABORTED, nothing appended). A retry with the
+        same `request_id` appends nothing and answers the first call's result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadEvents(self, request, context):
+        """ReadEvents reads a session's events in pages, oldest first by default,
+        filtered by type and time. NOT_FOUND when the session has neither events
+        nor versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutBlob(self, request_iterator, context):
+        """PutBlob stores a blob (an artifact: a screenshot, a fetched page, a log)
+        once by its SHA-256, referenced by a session, and answers its hash. The
+        first message names the session (and may carry a chunk); the others carry
+        chunks. Nothing is stored unless the whole stream arrives: a stream cut
+        half-way, a size over the sidecar's --max-blob-bytes
+        (RESOURCE_EXHAUSTED) or a hash other than `expected_sha256`
+        (INVALID_ARGUMENT) stores nothing. The same bytes stored again, by any
+        session, are kept once. A blob is removed when no session references it
+        any more: its sessions deleted, or retention removed every version of
+        them that names its uri ("ckpt-blob:sha256:<hex>").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBlob(self, request, context):
+        """GetBlob streams a blob's bytes, or a range of them, in chunks. NOT_FOUND
+        for a hash never stored or a blob removed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +316,26 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
                     servicer.RegisterType,
                     request_deserializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.FromString,
                     response_serializer=ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.SerializeToString,
+            ),
+            'AppendEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEvents,
+                    request_deserializer=ckpt_dot_v1_dot_service__pb2.AppendEventsRequest.FromString,
+                    response_serializer=ckpt_dot_v1_dot_service__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'ReadEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadEvents,
+                    request_deserializer=ckpt_dot_v1_dot_service__pb2.ReadEventsRequest.FromString,
+                    response_serializer=ckpt_dot_v1_dot_service__pb2.ReadEventsResponse.SerializeToString,
+            ),
+            'PutBlob': grpc.stream_unary_rpc_method_handler(
+                    servicer.PutBlob,
+                    request_deserializer=ckpt_dot_v1_dot_service__pb2.PutBlobRequest.FromString,
+                    response_serializer=ckpt_dot_v1_dot_service__pb2.PutBlobResponse.SerializeToString,
+            ),
+            'GetBlob': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetBlob,
+                    request_deserializer=ckpt_dot_v1_dot_service__pb2.GetBlobRequest.FromString,
+                    response_serializer=ckpt_dot_v1_dot_service__pb2.GetBlobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -494,6 +580,114 @@ class CheckpointService:
             '/ckpt.v1.CheckpointService/RegisterType',
             ckpt_dot_v1_dot_service__pb2.RegisterTypeRequest.SerializeToString,
             ckpt_dot_v1_dot_service__pb2.RegisterTypeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ckpt.v1.CheckpointService/AppendEvents',
+            ckpt_dot_v1_dot_service__pb2.AppendEventsRequest.SerializeToString,
+            ckpt_dot_v1_dot_service__pb2.AppendEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ckpt.v1.CheckpointService/ReadEvents',
+            ckpt_dot_v1_dot_service__pb2.ReadEventsRequest.SerializeToString,
+            ckpt_dot_v1_dot_service__pb2.ReadEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutBlob(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/ckpt.v1.CheckpointService/PutBlob',
+            ckpt_dot_v1_dot_service__pb2.PutBlobRequest.SerializeToString,
+            ckpt_dot_v1_dot_service__pb2.PutBlobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBlob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ckpt.v1.CheckpointService/GetBlob',
+            ckpt_dot_v1_dot_service__pb2.GetBlobRequest.SerializeToString,
+            ckpt_dot_v1_dot_service__pb2.GetBlobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -278,6 +278,12 @@ class CheckpointService:
 
         return await self._call("RegisterType", context, lambda: self._off_loop(run))
 
+    async def AppendEvents(self, request: Any, context: CallContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "AppendEvents is not served yet")
+
+    async def ReadEvents(self, request: Any, context: CallContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ReadEvents is not served yet")
+
     async def PutStream(
         self, request_iterator: AsyncIterator[service_pb2.PutStreamRequest], context: CallContext
     ) -> AsyncGenerator[service_pb2.PutStreamResponse, None]:
