@@ -16,6 +16,8 @@ MESSAGE_ENVELOPE_BYTES = 64 * 1024
 #: message of 200,000 empty writes took 770 MB and was answered with 12 MB, so one of the 64 MiB
 #: a message may be would have taken ~120 GB.
 MAX_STREAM_BATCH_PUTS = 1000
+#: The largest blob PutBlob stores (StoreConfig.max_blob_bytes): 4 GiB.
+DEFAULT_MAX_BLOB_BYTES = 4 * 1024**3
 #: The store's memory budgets, map sizes, write backlog and timings.
 DEFAULT_CACHE_SIZE_BYTES = 256 * 1024 * 1024
 DEFAULT_ENCODER_CACHE_BYTES = 512 * 1024 * 1024

@@ -12,6 +12,7 @@ from .limits import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
     DEFAULT_MAP_SIZE_BYTES,
+    DEFAULT_MAX_BLOB_BYTES,
     DEFAULT_MAX_COMMIT_DELAY_SECONDS,
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_QUEUED_WRITE_BYTES,
@@ -157,6 +158,16 @@ class StoreConfig:
     )
     #: Largest state (REPLACE) or resulting state (MERGE) accepted.
     max_state_bytes: int = 64 * 1024 * 1024
+    #: Largest blob (PutBlob: an artifact stored by reference, a file under data_dir/blobs) accepted;
+    #: a larger one is refused (RESOURCE_EXHAUSTED) as its bytes arrive, and nothing of it is kept.
+    max_blob_bytes: int = field(
+        default=DEFAULT_MAX_BLOB_BYTES,
+        metadata=option(
+            "largest blob (PutBlob) stored; a larger one is refused as it arrives and nothing of it is kept",
+            parse=int,
+            shown="4294967296, 4 GiB",
+        ),
+    )
     #: Most writes committed in one LMDB transaction.
     max_batch_writes: int = 512
     #: Longest a batch waits before its commit for the writers it expects:
@@ -248,6 +259,8 @@ class StoreConfig:
             check_duration(name, getattr(self, name))
         if not 1 <= self.max_state_bytes <= 0xFFFF_FFFF:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
+        if self.max_blob_bytes < 0:
+            raise ValueError(f"max_blob_bytes must be >= 0, got {self.max_blob_bytes}")
         if self.max_batch_writes < 1:
             raise ValueError(f"max_batch_writes must be >= 1, got {self.max_batch_writes}")
         if not 0 <= self.max_commit_delay_seconds <= 1:

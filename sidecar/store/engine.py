@@ -5,8 +5,9 @@ the writer thread and its queue (writer.py, loopwrites.py, gather.py), the
 write ops (writeops.py) and their entry points (writes.py, checkline.py),
 chain reads (reads.py), listings (listings.py), request ids
 (requestids.py), retention and the sweeper (retention.py), quiet keyframes
-(keyframes.py), registered message types (registry.py), the caches (cache.py,
-encoders.py) and their checks against shared storage (coherence.py).
+(keyframes.py), registered message types (registry.py), blobs (blobs.py, their
+files: blobfiles.py), the caches (cache.py, encoders.py) and their checks against
+shared storage (coherence.py).
 Storage is reached only through the seam (sidecar/storage).
 
 Reads run in their own read transactions, concurrently with the writer.
@@ -20,17 +21,21 @@ import functools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import Message
 
+from ckpt.store.v1 import records_pb2
+
 from ..config import Durability, StoreConfig
-from ..errors import DataLoss, NotFound, Unavailable
+from ..errors import DataLoss, InvalidArgument, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, open_lmdb
 from . import keys
+from .blobfiles import BlobFiles, check_sha256
+from .blobs import BlobInfo, Blobs
 from .cache import StateCache
 from .checkline import CheckLine
 from .coherence import Coherence
@@ -136,6 +141,10 @@ class Store(WriteEntryPoints):
             config, self._tables, self._encoders, self._requests, self._keyframes, validate, self._registry
         )
         self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._keyframes)
+        #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
+        self.blob_files = BlobFiles(config.data_dir / "blobs")
+        self._blobs = Blobs(self._tables, self._storage, self.blob_files, self._read, submit)
+        self._ops.blobs = self._retention.blobs = self._blobs
         self._sweeper: Sweeper | None = None
         if not readonly:
             self._writer.start()
@@ -196,6 +205,58 @@ class Store(WriteEntryPoints):
         """The dynamic message class of a registered or built-in type (None if the store knows none):
         what typed sessions' states are parsed with."""
         return self._registry.resolve(message_type)
+
+    # -- blobs (blobs.py) ----------------------------------------------------------
+
+    def record_blob(self, commit: records_pb2.BlobCommit) -> BlobInfo:
+        """Record a blob whose bytes a caller streamed into ``self.blob_files`` (a temporary file, flushed):
+        the file moves into place and the blob's record and the session's reference commit together."""
+        try:
+            return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
+        except BaseException:
+            self._blobs.files_unchecked = True  # the file may be in place without a record
+            raise
+
+    def put_blob(
+        self, session_id: str, chunks: Iterable[bytes], *, media_type: str = "", expected_sha256: str = ""
+    ) -> BlobInfo:
+        """Store a blob referenced by ``session_id`` from its bytes, ``chunks`` (never held whole), once
+        however many sessions store it. ResourceExhausted past max_blob_bytes, InvalidArgument if
+        ``expected_sha256`` is given and the bytes hash otherwise: nothing is stored then."""
+        keys.session_key(session_id)
+        if expected_sha256:
+            check_sha256(expected_sha256, field="expected_sha256")
+        temp = self.blob_files.new_temp(self.config.max_blob_bytes)
+        try:
+            for chunk in chunks:
+                temp.write(chunk)
+            sha256 = temp.finish()
+            if expected_sha256 and sha256 != expected_sha256:
+                raise InvalidArgument(
+                    f"expected_sha256 is {expected_sha256} but the bytes sent hash to {sha256}; nothing was stored"
+                )
+            commit = records_pb2.BlobCommit(
+                session_id=session_id,
+                sha256=sha256,
+                size_bytes=temp.size_bytes,
+                media_type=media_type,
+                temp_name=temp.name,
+            )
+            return self.record_blob(commit)
+        finally:
+            temp.discard()  # gone if moved into place
+
+    def blob(self, sha256: str) -> BlobInfo:
+        """Blob ``sha256``'s record: NotFound if never stored or removed (no session references it)."""
+        return self._blobs.info(sha256)
+
+    def blob_refs(self, session_id: str) -> list[str]:
+        """The SHA-256 of every blob ``session_id`` references."""
+        return self._blobs.session_refs(session_id)
+
+    def blobs(self, txn: ReadTxn) -> Iterator[BlobInfo]:
+        """Every blob's record in ``txn`` (from :meth:`read`), for tools."""
+        return self._blobs.all_blobs(txn)
 
     # -- reads -----------------------------------------------------------------
 

@@ -9,6 +9,8 @@ Tables (the storage seam's named tables; LMDB databases today):
     req_expiry  expires_ns(u64 BE) + its requests key  -> b""
     labels      key \\0 value \\0 session                -> b""
     updated     updated_ns(u64 BE) session            -> b""
+    blobs       sha256 (32 bytes)                     -> BlobRecord (blobs.py; bytes: blobfiles.py)
+    blob_refs   session \\0 sha256                     -> BlobRefRecord
 
 Session ids cannot contain NUL (or any control character), so ``session \\0``
 is a prefix no other session shares, and big-endian versions sort

@@ -50,6 +50,9 @@ class Tables:
     updated: Table
     meta: Table | None
     types: Table | None
+    #: Blobs (blobs.py): None in a read-only store written before they existed.
+    blobs: Table | None = None
+    blob_refs: Table | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,11 @@ def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) ->
     # Registered message types (registry.py): file name -> FileDescriptorProto. Layout 3's; a read-only
     # store stamped earlier has none (and no typed session).
     types = storage.table("types", create=writable)
-    tables = Tables(meta=meta, types=types, **opened)
+    # Blobs and the sessions referencing them (blobs.py). An older ckpt leaves them alone: a session it
+    # deletes keeps its blobs until its id is deleted again here (stored too long, never lost).
+    blobs = storage.table("blobs", create=writable)
+    blob_refs = storage.table("blob_refs", create=writable)
+    tables = Tables(meta=meta, types=types, blobs=blobs, blob_refs=blob_refs, **opened)
     with storage.read() as txn:
         layout1 = has_layout1_requests(txn, tables)
     return Layout(tables, stamped, layout1)

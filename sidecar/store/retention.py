@@ -20,6 +20,7 @@ from ..config import StoreConfig
 from ..errors import StoreFull, Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
+from .blobs import Blobs
 from .keyframes import QuietKeyframes
 from .layout import LAST_SWEEP_KEY, Tables, meta_int
 from .ops import Batch, Op
@@ -59,6 +60,8 @@ class Retention:
         self.sweeps = 0
         self.swept = SweepResult(0, 0, 0, 0)
         self.last_sweep_unix_seconds: float | None = None
+        #: Blobs (blobs.py): references retention made unnamed are dropped, files without a record removed.
+        self.blobs: Blobs | None = None
 
     def sweep(self, now: int) -> SweepResult:
         with self._lock:
@@ -79,6 +82,7 @@ class Retention:
             # Read once committed: while one is left, writes must look under its key too.
             with self._read() as txn:
                 self._requests.recheck_layout1(txn)
+        pruned_sids: list[bytes] = []
         if self._config.retention.enabled:
             after = b""
             while True:
@@ -87,9 +91,12 @@ class Retention:
                 if not chunk:
                     break
                 after = chunk[-1]
-                counts = self._submit(Op(self._prune_op(chunk, now))).wait()
+                counts = self._submit(Op(self._prune_op(chunk, now, pruned_sids))).wait()
                 pruned += counts[0]
                 removed += counts[1]
+        if self.blobs is not None:
+            self.blobs.release_unnamed(pruned_sids)
+            self.blobs.sweep_files()
         keyframes = 0
         if self._config.keyframe_after_quiet_seconds is not None:
             keyframes = self._keyframes.sweep(now - int(self._config.keyframe_after_quiet_seconds * 1e9))
@@ -107,11 +114,16 @@ class Retention:
 
         return apply
 
-    def _prune_op(self, sids: list[bytes], now: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
+    def _prune_op(
+        self, sids: list[bytes], now: int, pruned_sids: list[bytes]
+    ) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
+        """The op pruning sessions ``sids``; those it pruned are added to ``pruned_sids`` once committed."""
         tables = self._tables
 
         def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
             pruned = removed = 0
+            done: list[bytes] = []
+            batch.after_commit.append(lambda: pruned_sids.extend(done))
             for sid in sids:
                 raw = txn.get(sid, db=tables.sessions)
                 if raw is None:
@@ -132,6 +144,7 @@ class Retention:
                 txn.put(sid, rec.SerializeToString(), db=tables.sessions)
                 pruned += 1
                 removed += n
+                done.append(sid)
             return pruned, removed
 
         return apply

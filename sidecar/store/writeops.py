@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ..storage import WriteTxn
 from . import keys
+from .blobs import Blobs
 from .coherence import Coherence
 from .encoders import Encoders
 from .keyframes import QuietKeyframes
@@ -63,6 +64,8 @@ class WriteOps:
         self._registry = registry
         #: The type a MERGE without one gives an untyped session (StoreConfig.merge_message_type; "": none).
         self._merge_type = config.merge_message_type or ""
+        #: The blobs' references a delete drops and a fork copies (set by the store once it has them).
+        self.blobs: Blobs | None = None
 
     def put_op(self, req: PutRequest, *, defer_patch_check: bool = False) -> Op:
         """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued.
@@ -223,6 +226,8 @@ class WriteOps:
                 message_type=typed,
             )
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, None, typed)
+            if self.blobs is not None:  # the fork's state names what its source's does
+                self.blobs.copy_refs(txn, sid, new_sid, now)
             encoder.commit()
             if coherence is not None:
                 coherence.note_encoder(encoder, now)
@@ -243,6 +248,9 @@ class WriteOps:
         def apply(batch: Batch, txn: WriteTxn) -> int:
             raw = txn.get(sid, db=tables.sessions)
             if raw is None:
+                if self.blobs is not None and self.blobs.has_refs(txn, sid):  # blobs stored, no version yet
+                    self.blobs.drop_session(batch, txn, sid)
+                    return 0
                 raise NotFound(f"session {session_id!r} does not exist")
             try:
                 rec: records_pb2.SessionRecord | None = record(raw)
@@ -258,6 +266,8 @@ class WriteOps:
             else:  # which index entries are its own is unknown: look through both indexes
                 self._delete_index_entries(txn, sid)
             txn.delete(sid, db=tables.sessions)
+            if self.blobs is not None:
+                self.blobs.drop_session(batch, txn, sid)
             # Dropped now, not only after the commit: a fork onto this id later
             # in the batch starts at version 1 again, and a write after it
             # would take a cached encoder of the deleted session at version 1

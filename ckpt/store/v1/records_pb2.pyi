@@ -75,3 +75,35 @@ class RequestRecord(_message.Message):
     write_xxh3: int
     session_created_unix_nanos: int
     def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ...) -> None: ...
+
+class BlobRecord(_message.Message):
+    __slots__ = ("size_bytes", "media_type", "created_unix_nanos", "ref_count")
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    REF_COUNT_FIELD_NUMBER: _ClassVar[int]
+    size_bytes: int
+    media_type: str
+    created_unix_nanos: int
+    ref_count: int
+    def __init__(self, size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., created_unix_nanos: _Optional[int] = ..., ref_count: _Optional[int] = ...) -> None: ...
+
+class BlobRefRecord(_message.Message):
+    __slots__ = ("created_unix_nanos",)
+    CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    created_unix_nanos: int
+    def __init__(self, created_unix_nanos: _Optional[int] = ...) -> None: ...
+
+class BlobCommit(_message.Message):
+    __slots__ = ("session_id", "sha256", "size_bytes", "media_type", "temp_name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TEMP_NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    sha256: str
+    size_bytes: int
+    media_type: str
+    temp_name: str
+    def __init__(self, session_id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., temp_name: _Optional[str] = ...) -> None: ...

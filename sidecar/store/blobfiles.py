@@ -1,0 +1,193 @@
+"""Blob bytes as files: one file per blob under ``data_dir/blobs``, named by its SHA-256.
+
+The seam between the blobs' metadata (LMDB, blobs.py) and where their bytes
+live: a directory today, an object store later. Blobs may be gigabytes, so
+they never pass through LMDB (whose pages would hold them twice over in a
+copy-on-write commit) nor the link between the sidecar's processes:
+
+    blobs/sha256/ab/ab01...ef   a blob's bytes (two hex digits fan the files out)
+    blobs/tmp/<random>.part     a blob being written
+
+A writer streams into a temporary file, hashing as it goes, flushes it, and
+the store moves it into place only inside the write transaction that records
+it (blobs.py), after a flush of its directory: a blob recorded is a blob on
+disk. A writer holds an flock on its temporary file while it writes, so a
+temporary file that can be locked was abandoned (its writer died; the lock
+goes with the process): :meth:`BlobFiles.remove_abandoned` removes those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import InvalidArgument, ResourceExhausted
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_TEMP = re.compile(r"[0-9a-f]{32}\.part")
+#: A temporary file younger than this is never taken for abandoned: its writer may not have locked it yet.
+_TEMP_GRACE_SECONDS = 60.0
+
+
+def check_sha256(text: str, *, field: str = "sha256") -> str:
+    """``text`` if it is a SHA-256 in 64 lowercase hex digits, else InvalidArgument naming ``field``."""
+    if not isinstance(text, str) or SHA256_HEX.fullmatch(text) is None:
+        shown = repr(text[:80]) if isinstance(text, str) else type(text).__name__
+        raise InvalidArgument(f"{field} must be a SHA-256 in 64 lowercase hex digits, got {shown}")
+    return text
+
+
+class TempBlob:
+    """A blob being written: its bytes go to a temporary file, hashed and counted as they arrive."""
+
+    def __init__(self, files: BlobFiles, max_bytes: int, limit_origin: str) -> None:
+        self._files = files
+        self._max_bytes = max_bytes
+        self._limit_origin = limit_origin
+        self.name = f"{secrets.token_hex(16)}.part"
+        self.path = files.temp_dir / self.name
+        files.temp_dir.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # "being written": see BlobFiles.remove_abandoned
+        self._hash = hashlib.sha256()
+        self.size_bytes = 0
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``; ResourceExhausted (and nothing kept) once the blob would pass its limit."""
+        if self.size_bytes + len(chunk) > self._max_bytes:
+            self.discard()
+            raise ResourceExhausted(
+                f"the blob is larger than max_blob_bytes ({self._max_bytes}{self._limit_origin}); nothing was stored"
+            )
+        self._hash.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self.size_bytes += len(chunk)
+
+    def finish(self) -> str:
+        """Flush the file to disk; the blob's SHA-256 (hex). The file stays locked until :meth:`close`."""
+        if self._files.sync:
+            os.fsync(self._fd)
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        """Let go of the file (it stays where it is: moved into place, or discarded, or abandoned)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def discard(self) -> None:
+        """Remove the temporary file (if it is still there) and close it."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.close()
+
+
+class BlobFiles:
+    """The blobs directory of one data directory."""
+
+    def __init__(self, root: Path, *, sync: bool = True) -> None:
+        self.root = root
+        self.temp_dir = root / "tmp"
+        self._files = root / "sha256"
+        #: Whether files and directories are flushed to disk (off only where durability is not wanted: tests).
+        self.sync = sync
+
+    def path(self, sha256: str) -> Path:
+        return self._files / sha256[:2] / sha256
+
+    def new_temp(self, max_bytes: int, limit_origin: str = "") -> TempBlob:
+        """A temporary file to stream a blob into (``limit_origin``: said after the limit in its error)."""
+        return TempBlob(self, max_bytes, limit_origin)
+
+    def place(self, temp_name: str, sha256: str) -> int:
+        """Move the temporary file ``temp_name`` into place as blob ``sha256``, durably; its size.
+
+        Called with the storage's write lock held (blobs.py), as :meth:`remove` is: a file is never
+        removed between its move here and the commit of its record. FileNotFoundError if the
+        temporary file is gone (its writer's process died, and it was taken for abandoned).
+        """
+        if _TEMP.fullmatch(temp_name) is None:
+            raise InvalidArgument(f"temp_name {temp_name!r} is not a temporary blob file's name")
+        check_sha256(sha256)
+        final = self.path(sha256)
+        source = self.temp_dir / temp_name
+        size = source.stat().st_size
+        if not final.parent.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._sync_dir(final.parent.parent)
+        os.replace(source, final)
+        self._sync_dir(final.parent)
+        return size
+
+    def remove(self, sha256: str) -> bool:
+        """Remove blob ``sha256``'s file: whether it was there."""
+        try:
+            self.path(check_sha256(sha256)).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def open(self, sha256: str) -> BinaryIO:
+        """Blob ``sha256``'s file, open for reading (FileNotFoundError if there is none)."""
+        return open(self.path(check_sha256(sha256)), "rb")  # the caller closes it
+
+    def hashes(self) -> Iterator[str]:
+        """The SHA-256 of every blob file, in no order (names that are not one are left alone)."""
+        if not self._files.is_dir():
+            return
+        for fan in os.scandir(self._files):
+            if not fan.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(fan.path):
+                if SHA256_HEX.fullmatch(entry.name) and entry.name[:2] == fan.name:
+                    yield entry.name
+
+    def remove_abandoned(self) -> int:
+        """Remove temporary files no writer holds (their writer died); how many."""
+        if not self.temp_dir.is_dir():
+            return 0
+        removed = 0
+        now = time.time()
+        for entry in os.scandir(self.temp_dir):
+            if _TEMP.fullmatch(entry.name) is None:
+                continue
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # moved into place meanwhile
+            try:
+                if now - os.fstat(fd).st_mtime < _TEMP_GRACE_SECONDS:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its writer is alive
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed += 1
+            finally:
+                os.close(fd)
+        return removed
+
+    def _sync_dir(self, path: Path) -> None:
+        if not self.sync:
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # some file systems cannot flush a directory; the rename is still atomic
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+                raise
+        finally:
+            os.close(fd)

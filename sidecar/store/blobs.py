@@ -1,0 +1,355 @@
+"""Blobs' metadata: which blobs exist, which sessions reference them, and when their files go.
+
+Tables (keys.py lists them all):
+
+    blobs       sha256 (32 bytes)        -> BlobRecord (size, media type, created, references)
+    blob_refs   session \\0 sha256        -> BlobRefRecord (when the reference was made)
+
+A blob's bytes are a file (blobfiles.py). Its record commits in the same
+transaction that moves its file into place, so a blob recorded is on disk. A
+blob is kept once however many sessions store it (its reference count); when
+the last reference goes (DeleteSession, or retention once no version kept
+names the blob's uri), its record goes in that transaction and its file only
+after the commit, in a write transaction of its own that finds no record
+again. Moves and removals of files both happen under the storage's write
+lock, so a PutBlob of the same bytes racing a removal, in this process or
+another worker's, either sees the record (and keeps the file) or moves its
+own file in after the removal: an acknowledged blob is never lost. A crash
+between a move and its commit, or between a commit and a removal, leaves a
+file without a record, which a sweep removes (:meth:`Blobs.sweep_files`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import DecodeError, FrameKind, frame_kind, iter_versions
+from ..errors import DataLoss, NotFound, Unavailable
+from ..storage import ReadTxn, Storage, WriteTxn
+from . import keys
+from .blobfiles import BlobFiles, check_sha256
+from .layout import Tables
+from .ops import Batch, Op
+from .records import frame_of, meta_of, printable, record
+
+log = logging.getLogger("ckpt.store")
+
+#: A blob's uri in an ArtifactRef, and the bytes a state names it by (the prefix, then 64 hex digits).
+URI_PREFIX = "ckpt-blob:sha256:"
+# Blob files checked per write transaction when files without a record are looked for.
+_FILES_CHUNK = 1000
+
+
+def blob_uri(sha256: str) -> str:
+    return URI_PREFIX + sha256
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """A stored blob: its SHA-256 (hex), size, media type, when it was first stored, and its references."""
+
+    sha256: str
+    size_bytes: int
+    media_type: str
+    created_unix_nanos: int
+    ref_count: int
+
+    @property
+    def uri(self) -> str:
+        return blob_uri(self.sha256)
+
+
+def _info(sha256: str, raw: bytes) -> BlobInfo:
+    try:
+        rec = records_pb2.BlobRecord.FromString(raw)
+    except Exception:
+        raise DataLoss(f"blob {sha256}: its record does not parse") from None
+    return BlobInfo(sha256, rec.size_bytes, rec.media_type, rec.created_unix_nanos, rec.ref_count)
+
+
+def ref_key(sid: bytes, sha: bytes) -> bytes:
+    return sid + keys.SEP + sha
+
+
+class Blobs:
+    """The blob tables' reads and write ops, and the removal of files nothing references."""
+
+    def __init__(
+        self,
+        tables: Tables,
+        storage: Storage,
+        files: BlobFiles,
+        read: Callable[[], AbstractContextManager[ReadTxn]],
+        submit: Callable[[Op], Op],
+    ) -> None:
+        self._tables = tables
+        self._storage = storage
+        self.files = files
+        self._read = read
+        self._submit = submit
+        #: Whether files may be left without a record (a crash, or a failed removal): the next sweep looks.
+        self.files_unchecked = True
+
+    # -- reads -------------------------------------------------------------------
+
+    def info(self, sha256: str) -> BlobInfo:
+        """Blob ``sha256``'s record; NotFound if it was never stored, or was removed."""
+        sha = bytes.fromhex(check_sha256(sha256))
+        if self._tables.blobs is None:
+            raise NotFound(f"blob {sha256} does not exist")
+        with self._read() as txn:
+            raw = txn.get(sha, db=self._tables.blobs)
+        if raw is None:
+            raise NotFound(f"blob {sha256} does not exist (never stored, or no session references it any more)")
+        return _info(sha256, raw)
+
+    def session_refs(self, session_id: str) -> list[str]:
+        """The SHA-256 of every blob ``session_id`` references."""
+        sid = keys.session_key(session_id)
+        if self._tables.blob_refs is None:
+            return []
+        with self._read() as txn:
+            return [sha.hex() for sha, _ in _refs(txn, self._tables, sid)]
+
+    def all_blobs(self, txn: ReadTxn) -> Iterator[BlobInfo]:
+        """Every blob's record in ``txn``'s snapshot (for verify)."""
+        if self._tables.blobs is None:
+            return
+        for sha, raw in txn.scan(self._tables.blobs):
+            yield _info(sha.hex(), raw)
+
+    # -- writes --------------------------------------------------------------------
+
+    def record_op(self, commit: records_pb2.BlobCommit) -> Op:
+        """The op recording a blob the caller wrote to a temporary file (``commit.temp_name``) and the
+        session's reference to it; the blob's BlobInfo."""
+        sid = keys.session_key(commit.session_id)
+        sha256 = check_sha256(commit.sha256)
+        sha = bytes.fromhex(sha256)
+        tables, files = self._tables, self.files
+
+        def apply(batch: Batch, txn: WriteTxn) -> BlobInfo:
+            now = time.time_ns()
+            raw = txn.get(sha, db=tables.blobs)
+            if raw is None or not files.path(sha256).is_file():  # a recorded blob's lost file is restored too
+                # Moved in under the write lock: no removal (another worker's too) can come between the
+                # move and this transaction's commit. If the batch is redone (the map grew), the file
+                # is in place already.
+                try:
+                    size = files.place(commit.temp_name, sha256)
+                except FileNotFoundError:
+                    if not files.path(sha256).is_file():
+                        raise Unavailable(
+                            f"blob {sha256}: its temporary file is gone (taken for abandoned); nothing was"
+                            " stored: send it again"
+                        ) from None
+                    size = files.path(sha256).stat().st_size
+                if size != commit.size_bytes:
+                    raise DataLoss(f"blob {sha256}: {size} bytes on disk, {commit.size_bytes} sent")
+                rec = records_pb2.BlobRecord(
+                    size_bytes=commit.size_bytes, media_type=commit.media_type, created_unix_nanos=now
+                )
+                if raw is not None:
+                    rec.MergeFrom(records_pb2.BlobRecord.FromString(raw))
+            else:
+                rec = records_pb2.BlobRecord.FromString(raw)
+                # Stored already: the bytes sent are not needed (the file in place has the same hash).
+                batch.after_commit.append(lambda: _unlink_temp(files, commit.temp_name))
+            key = ref_key(sid, sha)
+            if txn.get(key, db=tables.blob_refs) is None:
+                rec.ref_count += 1
+            # A fresh time on each PutBlob: retention keeps a reference at least as long as the versions
+            # written after it (the checkpoint naming the blob comes after its upload).
+            txn.put(key, records_pb2.BlobRefRecord(created_unix_nanos=now).SerializeToString(), db=tables.blob_refs)
+            txn.put(sha, rec.SerializeToString(), db=tables.blobs)
+            return _info(sha256, rec.SerializeToString())
+
+        return Op(apply, fails_clean=False, size_bytes=0)
+
+    def drop_session(self, batch: Batch, txn: WriteTxn, sid: bytes) -> None:
+        """Inside a delete's transaction: drop every reference of session ``sid`` (files go after the commit)."""
+        doomed = [self._unref(txn, sid, sha) for sha, _ in list(_refs(txn, self._tables, sid))]
+        self._remove_after(batch, [sha for sha in doomed if sha is not None])
+
+    def has_refs(self, txn: ReadTxn, sid: bytes) -> bool:
+        """Whether session ``sid`` references a blob."""
+        return next(_refs(txn, self._tables, sid), None) is not None
+
+    def copy_refs(self, txn: WriteTxn, sid: bytes, new_sid: bytes, now: int) -> None:
+        """Inside a fork's transaction: the new session references every blob its source does, from ``now``."""
+        tables = self._tables
+        ref = records_pb2.BlobRefRecord(created_unix_nanos=now).SerializeToString()
+        for sha, _ in list(_refs(txn, tables, sid)):
+            raw = txn.get(sha, db=tables.blobs)
+            if raw is None:  # damage: verify names it; the fork goes on without the reference
+                continue
+            rec = records_pb2.BlobRecord.FromString(raw)
+            if txn.put(ref_key(new_sid, sha), ref, db=tables.blob_refs, overwrite=False):
+                rec.ref_count += 1
+                txn.put(sha, rec.SerializeToString(), db=tables.blobs)
+
+    def _unref(self, txn: WriteTxn, sid: bytes, sha: bytes) -> bytes | None:
+        """Drop one reference; the blob's hash if that was its last (its record dropped too)."""
+        tables = self._tables
+        txn.delete(ref_key(sid, sha), db=tables.blob_refs)
+        raw = txn.get(sha, db=tables.blobs)
+        if raw is None:
+            return None
+        rec = records_pb2.BlobRecord.FromString(raw)
+        if rec.ref_count > 1:
+            rec.ref_count -= 1
+            txn.put(sha, rec.SerializeToString(), db=tables.blobs)
+            return None
+        txn.delete(sha, db=tables.blobs)
+        return sha
+
+    def _remove_after(self, batch: Batch, shas: list[bytes]) -> None:
+        if shas:
+            batch.after_commit.append(functools.partial(self._remove_quietly, shas))
+
+    def _remove_quietly(self, shas: list[bytes]) -> None:
+        self.remove_unrecorded(shas)
+
+    def remove_unrecorded(self, shas: list[bytes]) -> int:
+        """Remove the files of those blobs that have no record, under the storage's write lock; how many.
+
+        On the writer thread, after the commit that dropped their records (Batch.after_commit): in a
+        transaction of its own, so that no batch redone or rolled back finds a file gone whose record
+        it kept. Never raises: a file left behind is found by the next sweep.
+        """
+        removed = 0
+        try:
+            with self._storage.write() as txn:
+                for sha in shas:
+                    if txn.get(sha, db=self._tables.blobs) is None and self.files.remove(sha.hex()):
+                        removed += 1
+        except Exception:
+            self.files_unchecked = True
+            log.exception("removing %d blob files failed; the next sweep removes them", len(shas))
+        return removed
+
+    def _remove_unrecorded_later(self, shas: list[bytes]) -> int:
+        """:meth:`remove_unrecorded` on the writer thread, after a commit; from any other thread."""
+        removed: list[int] = []
+
+        def apply(batch: Batch, txn: WriteTxn) -> None:
+            batch.after_commit.append(lambda: removed.append(self.remove_unrecorded(shas)))
+
+        self._submit(Op(apply)).wait()
+        return sum(removed)
+
+    # -- retention -------------------------------------------------------------------
+
+    def release_unnamed(self, sids: list[bytes]) -> int:
+        """After retention removed versions of sessions ``sids``: drop each reference that no version kept
+        names (by its uri's bytes) and that is older than the oldest version kept; how many."""
+        if self._tables.blob_refs is None:
+            return 0
+        dropped = 0
+        for sid in sids:
+            try:
+                with self._read() as txn:
+                    plan = self._unnamed(txn, sid)
+            except (DataLoss, DecodeError) as exc:  # keep the references of a session that cannot be read
+                log.warning("blob references of session %r kept: %s", printable(sid), exc)
+                continue
+            if plan is not None:
+                dropped += self._submit(Op(self._release_op(sid, *plan))).wait()
+        return dropped
+
+    def _unnamed(self, txn: ReadTxn, sid: bytes) -> tuple[int, list[bytes]] | None:
+        """(the head read, references no version kept names) of session ``sid``; None if there are none."""
+        tables = self._tables
+        refs = list(_refs(txn, tables, sid))
+        raw = txn.get(sid, db=tables.sessions)
+        if not refs or raw is None:
+            return None
+        rec = record(raw)
+        prefix = sid + keys.SEP
+        chain: list[memoryview] = []
+        oldest: int | None = None
+        candidates: dict[bytes, bytes] = {}
+        for key, value in txn.scan(tables.frames, keys.frame_key(sid, rec.first_version)):
+            if not key.startswith(prefix):
+                break
+            if oldest is None:
+                oldest = meta_of(value).created_unix_nanos
+                candidates = {
+                    sha: (URI_PREFIX + sha.hex()).encode()
+                    for sha, ref in refs
+                    if records_pb2.BlobRefRecord.FromString(ref).created_unix_nanos < oldest
+                }
+                if not candidates:
+                    return None
+            frame = frame_of(value)
+            if chain and frame_kind(frame) is FrameKind.FULL:
+                _strike_named(chain, candidates)
+                chain = []
+            chain.append(frame)
+        _strike_named(chain, candidates)
+        return (rec.head_version, list(candidates)) if candidates else None
+
+    def _release_op(self, sid: bytes, head: int, shas: list[bytes]) -> Callable[[Batch, WriteTxn], int]:
+        tables = self._tables
+
+        def apply(batch: Batch, txn: WriteTxn) -> int:
+            raw = txn.get(sid, db=tables.sessions)
+            # A version written since the states were read may name a blob: look again next sweep.
+            if raw is None or record(raw).head_version != head:
+                return 0
+            present = [sha for sha in shas if txn.get(ref_key(sid, sha), db=tables.blob_refs) is not None]
+            doomed = [self._unref(txn, sid, sha) for sha in present]
+            self._remove_after(batch, [sha for sha in doomed if sha is not None])
+            return len(present)
+
+        return apply
+
+    # -- files without a record ---------------------------------------------------------
+
+    def sweep_files(self) -> int:
+        """Remove abandoned temporary files and, once after opening or after a failed removal, blob files
+        without a record (a crash between a move and its commit, or a commit and a removal); how many."""
+        removed = self.files.remove_abandoned()
+        if not self.files_unchecked:
+            return removed
+        self.files_unchecked = False
+        pending: list[bytes] = []
+        for sha256 in self.files.hashes():
+            pending.append(bytes.fromhex(sha256))
+            if len(pending) == _FILES_CHUNK:
+                removed += self._remove_unrecorded_later(pending)
+                pending = []
+        if pending:
+            removed += self._remove_unrecorded_later(pending)
+        return removed
+
+
+def _refs(txn: ReadTxn, tables: Tables, sid: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(SHA-256, BlobRefRecord bytes) of every reference of session ``sid``."""
+    prefix = sid + keys.SEP
+    for key, value in txn.scan(tables.blob_refs, prefix):
+        if not key.startswith(prefix):
+            return
+        yield key[len(prefix) :], value
+
+
+def _strike_named(chain: list[memoryview], candidates: dict[bytes, bytes]) -> None:
+    """Drop from ``candidates`` every blob a state of ``chain`` names."""
+    if not chain or not candidates:
+        return
+    for version in iter_versions(chain):
+        for sha in [sha for sha, uri in candidates.items() if uri in version.state]:
+            del candidates[sha]
+        if not candidates:
+            return
+
+
+def _unlink_temp(files: BlobFiles, temp_name: str) -> None:
+    (files.temp_dir / temp_name).unlink(missing_ok=True)
