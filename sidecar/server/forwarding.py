@@ -20,9 +20,15 @@ from .replycache import ReplyCache
 from .storelink import StoreLink
 
 
-def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: ReplyCache | None = None) -> None:
+def add_forwarded_service(
+    link: StoreLink,
+    server: grpc.aio.Server,
+    replies: ReplyCache | None = None,
+    served_here: dict[str, grpc.RpcMethodHandler] | None = None,
+) -> None:
     """Serve the CheckpointService by forwarding each call's bytes to the store process;
-    with ``replies``, a Get it holds the answer to is answered here."""
+    with ``replies``, a Get it holds the answer to is answered here; ``served_here``: methods this
+    process serves itself (blobstreams.py)."""
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i, batched=i == PUT_METHOD))
         for i, name in enumerate(UNARY_METHODS)
@@ -33,6 +39,7 @@ def add_forwarded_service(link: StoreLink, server: grpc.aio.Server, replies: Rep
             _cached_get(_forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed)
         )
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
+    handlers.update(served_here or {})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ..config import ServeConfig
 from ..store import Store
+from .blobstreams import BlobStreams
 from .extension import ServerExtension
 from .forwarding import add_extension, add_forwarded_service
 from .heap import HeapTrimmer
@@ -60,9 +61,11 @@ class SidecarServer:
         self.metrics_address = link.metrics_address
         #: The Get replies this process answers itself (None: off).
         self.replies: ReplyCache | None = None
+        # Read-only, beside the store process, which created the directory's LMDB before it said READY:
+        # for the reply cache and the blobs' records (one LMDB environment per process).
+        self.reader = Store(config.store, readonly=True)
         if config.reply_cache_bytes:
-            # Read-only, beside the store process, which created the directory's LMDB before it said READY.
-            self.replies = ReplyCache(Store(config.store, readonly=True), config.reply_cache_bytes)
+            self.replies = ReplyCache(self.reader, config.reply_cache_bytes)
         # gRPC's own memory (received messages) is this process's.
         self.heap_trimmer = (
             HeapTrimmer(config.heap_trim_interval_seconds, lambda: link.calls.started)
@@ -80,7 +83,8 @@ class SidecarServer:
                     ("grpc.so_reuseport", 0 if worker is None else 1),
                 ],
             )
-            add_forwarded_service(link, self.server, self.replies)
+            blobs = BlobStreams(self.reader, link, max_blob_bytes=config.store.max_blob_bytes)
+            add_forwarded_service(link, self.server, self.replies, blobs.handlers())
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -99,8 +103,7 @@ class SidecarServer:
                 if sock is not None:
                     self._unix_sockets.append(sock)
         except BaseException:
-            if self.replies is not None:
-                self.replies.close()
+            self.reader.close()
             raise
 
     @property
@@ -151,6 +154,7 @@ class SidecarServer:
             self.heap_trimmer.stop()
         if self.replies is not None:
             self.replies.close()
+        self.reader.close()
         await self.link.close()
         for sock in self._unix_sockets:
             remove_unix_socket(sock)

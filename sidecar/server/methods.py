@@ -11,8 +11,13 @@ UNARY_METHODS = tuple(m.name for m in SERVICE.methods if not m.client_streaming 
 #: Put's index in UNARY_METHODS: the method a link frame names for a forwarded Put.
 PUT_METHOD = UNARY_METHODS.index("Put")
 GET_METHOD = UNARY_METHODS.index("Get")
+#: Link methods of the sidecar's own, numbered after UNARY_METHODS: what the gRPC process asks the store
+#: process for besides forwarded calls. RECORD_BLOB_METHOD: commit a blob the gRPC process streamed to a
+#: file (a ckpt.store.v1.BlobCommit; the reply: a PutBlobResponse). See blobstreams.py.
+INTERNAL_METHODS = ("RecordBlob",)
+RECORD_BLOB_METHOD = len(UNARY_METHODS) + INTERNAL_METHODS.index("RecordBlob")
 #: A server extension's link methods are numbered down from here (the last a frame's u8 holds), so
 #: that they never meet the CheckpointService's, numbered up from 0.
 LAST_LINK_METHOD = 255
 #: How many link methods an extension may add.
-MAX_EXTENSION_METHODS = LAST_LINK_METHOD + 1 - len(UNARY_METHODS)
+MAX_EXTENSION_METHODS = LAST_LINK_METHOD + 1 - len(UNARY_METHODS) - len(INTERNAL_METHODS)

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Protocol, TypeVar, cast
 import grpc
 from google.protobuf import message_factory
 
+from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
@@ -36,7 +37,7 @@ from .convert import (
 )
 from .failures import Failure, error_message, failed_inside, failure_of, internal_error, put_error_pb
 from .inflight import InFlight
-from .methods import PUT_METHOD, SERVICE, UNARY_METHODS
+from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
 from .metrics import Metrics
 
 log = logging.getLogger("ckpt")
@@ -278,6 +279,17 @@ class CheckpointService:
 
         return await self._call("RegisterType", context, lambda: self._off_loop(run))
 
+    async def record_blob(self, commit: records_pb2.BlobCommit, context: CallContext) -> service_pb2.PutBlobResponse:
+        """A PutBlob the gRPC process received (blobstreams.py): its file moved into place and its record
+        committed, counted as the PutBlob."""
+
+        def run() -> service_pb2.PutBlobResponse:
+            info = self._store.record_blob(commit)
+            self._metrics.bytes_in.inc(commit.size_bytes)
+            return service_pb2.PutBlobResponse(sha256=info.sha256, size_bytes=info.size_bytes, uri=info.uri)
+
+        return await self._call("PutBlob", context, lambda: self._off_loop(run))
+
     async def AppendEvents(self, request: Any, context: CallContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "AppendEvents is not served yet")
 
@@ -471,4 +483,6 @@ def unary_handlers(service: CheckpointService) -> dict[int, UnaryHandler]:
         parse = request_parser(message_factory.GetMessageClass(method.input_type))
         serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
         out[number] = (service.parsing_unary(name, getattr(service, name), parse), serialize)
+    record = service.parsing_unary("PutBlob", service.record_blob, request_parser(records_pb2.BlobCommit))
+    out[RECORD_BLOB_METHOD] = (record, service_pb2.PutBlobResponse.SerializeToString)
     return out

@@ -1,0 +1,194 @@
+"""PutBlob and GetBlob, served by the sidecar's gRPC process itself.
+
+A blob may be gigabytes: its bytes must not cross the link to the store
+process, nor be held whole anywhere. So this process streams a PutBlob's
+chunks into a temporary file under the data directory's ``blobs/``, hashing
+and counting them as they arrive, flushes it, and only then asks the store
+process (a link call, RECORD_BLOB_METHOD) to move it into place and commit
+its record: the call is answered once that commit is durable. A GetBlob checks
+the blob's record in LMDB (read-only here, as the reply cache reads it) and
+streams the file in chunks. File writes and reads run on a thread, off the
+event loop; each chunk is written or sent before the next is read, so the
+memory a stream holds is about one chunk on either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar, cast
+
+import grpc
+import grpc.aio
+
+from ckpt.store.v1 import records_pb2
+from ckpt.v1 import service_pb2
+
+from ..errors import InvalidArgument, NotFound, StoreError
+from ..store import Store
+from ..store.blobfiles import TempBlob, check_sha256
+from ..store.keys import QUOTED_CHARS, quoted, session_key
+from .convert import request_parser
+from .failures import abort_with, failure_of
+from .methods import RECORD_BLOB_METHOD
+from .storelink import StoreLink
+
+T = TypeVar("T")
+
+#: Bytes per GetBlob message (a range's last is shorter).
+BLOB_CHUNK_BYTES = 1024 * 1024
+#: Longest media type PutBlob takes (IANA's are far shorter).
+MAX_MEDIA_TYPE_BYTES = 255
+
+_parse_put = cast(Callable[[bytes], service_pb2.PutBlobRequest], request_parser(service_pb2.PutBlobRequest))
+_parse_get = cast(Callable[[bytes], service_pb2.GetBlobRequest], request_parser(service_pb2.GetBlobRequest))
+
+
+class BlobStreams:
+    """The PutBlob and GetBlob handlers (raw bytes in and out) on ``store``, a read-only Store whose
+    ``blob_files`` the store process moves blobs into; ``link`` records them."""
+
+    def __init__(self, store: Store, link: StoreLink, *, max_blob_bytes: int) -> None:
+        self._store = store
+        self._files = store.blob_files
+        self._link = link
+        self._max_blob_bytes = max_blob_bytes
+
+    def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        return {
+            "PutBlob": grpc.stream_unary_rpc_method_handler(self.put_blob),
+            "GetBlob": grpc.unary_stream_rpc_method_handler(self.get_blob),
+        }
+
+    async def put_blob(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        temp: TempBlob | None = None
+        writing: asyncio.Future[Any] | None = None
+        try:
+            expected = ""
+            commit = records_pb2.BlobCommit()
+            async for raw in requests:
+                message = await _checked(context, _parse_put, raw)
+                if temp is None:
+                    expected = await _checked(context, _first_message, message, commit)
+                    temp = self._files.new_temp(self._max_blob_bytes, " (ckpt serve --max-blob-bytes)")
+                elif message.session_id or message.media_type or message.expected_sha256:
+                    await _abort(context, InvalidArgument(_FIRST_ONLY))
+                if message.chunk:
+                    # On a thread: a slow disk must not hold the event loop. Awaited before the next
+                    # message is read, so one chunk is held at a time.
+                    writing = asyncio.get_running_loop().run_in_executor(None, temp.write, message.chunk)
+                    await _checked_future(context, writing)
+            if temp is None:
+                await _abort(context, InvalidArgument("the PutBlob stream sent no message; the first names session_id"))
+            writing = asyncio.get_running_loop().run_in_executor(None, temp.finish)
+            sha256: str = await writing
+            if expected and sha256 != expected:
+                await _abort(
+                    context,
+                    InvalidArgument(
+                        f"expected_sha256 is {expected} but the {temp.size_bytes} bytes sent hash to {sha256};"
+                        " nothing was stored"
+                    ),
+                )
+            commit.sha256, commit.size_bytes, commit.temp_name = sha256, temp.size_bytes, temp.name
+            status, meta, body = await self._link.call(RECORD_BLOB_METHOD, commit.SerializeToString(), batched=False)
+            if status:
+                await abort_with(context, status, meta)
+            return body
+        finally:
+            if temp is not None:
+                if writing is not None and not writing.done():
+                    # Cancelled mid-write: the thread still uses the file; close it only after.
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait((writing,))
+                temp.discard()  # nothing if the store process moved it into place
+
+    async def get_blob(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        request = await _checked(context, _parse_get, raw)
+        info = await _checked(context, _blob_info, self._store, request.sha256)
+        if request.offset > info.size_bytes:
+            await _abort(
+                context,
+                InvalidArgument(
+                    f"offset {request.offset} is past the end of blob {info.sha256} ({info.size_bytes} bytes)"
+                ),
+            )
+        end = info.size_bytes if not request.length else min(info.size_bytes, request.offset + request.length)
+        try:
+            # Open before the first message: a blob removed since its record was read is NOT_FOUND,
+            # and once open, its file stays readable whatever removes it meanwhile.
+            blob = self._files.open(info.sha256)
+        except FileNotFoundError:
+            await _abort(context, NotFound(f"blob {info.sha256} does not exist (removed as it was read)"))
+        loop = asyncio.get_running_loop()
+        with blob:
+            position = request.offset
+            first: service_pb2.GetBlobResponse | None = service_pb2.GetBlobResponse(
+                size_bytes=info.size_bytes, media_type=info.media_type
+            )
+            if position == end:
+                assert first is not None
+                yield first.SerializeToString()
+                return
+            while position < end:
+                chunk = await loop.run_in_executor(
+                    None, _read_at, blob, position, min(BLOB_CHUNK_BYTES, end - position)
+                )
+                if not chunk:
+                    await _abort(context, NotFound(f"blob {info.sha256}: its file ended at byte {position}"))
+                position += len(chunk)
+                if first is not None:
+                    first.chunk = chunk
+                    yield first.SerializeToString()
+                    first = None
+                else:
+                    yield service_pb2.GetBlobResponse(chunk=chunk).SerializeToString()
+
+
+_FIRST_ONLY = "session_id, media_type and expected_sha256 go in a PutBlob stream's first message only"
+
+
+def _first_message(message: service_pb2.PutBlobRequest, commit: records_pb2.BlobCommit) -> str:
+    """Check a PutBlob's first message into ``commit``; the SHA-256 the bytes must have ("": any)."""
+    session_key(message.session_id)
+    media_type = message.media_type
+    if len(media_type.encode()) > MAX_MEDIA_TYPE_BYTES or not media_type.isprintable():
+        shown = quoted(media_type) if len(media_type) > QUOTED_CHARS else repr(media_type)
+        raise InvalidArgument(
+            f"media_type {shown} must be at most {MAX_MEDIA_TYPE_BYTES} bytes of printable characters"
+        )
+    if message.expected_sha256:
+        check_sha256(message.expected_sha256, field="expected_sha256")
+    commit.session_id, commit.media_type = message.session_id, media_type
+    return message.expected_sha256
+
+
+def _blob_info(store: Store, sha256: str) -> Any:
+    return store.blob(check_sha256(sha256))
+
+
+def _read_at(blob: Any, position: int, size: int) -> bytes:
+    blob.seek(position)
+    return cast(bytes, blob.read(size))
+
+
+async def _checked(context: grpc.aio.ServicerContext, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; a StoreError it raises ends the call with its status."""
+    try:
+        return fn(*args)
+    except StoreError as exc:
+        await _abort(context, exc)
+
+
+async def _checked_future(context: grpc.aio.ServicerContext, future: Awaitable[T]) -> T:
+    try:
+        return await future
+    except StoreError as exc:
+        await _abort(context, exc)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:
+    failure = failure_of(exc)
+    await context.abort(failure.code, failure.details, trailing_metadata=failure.trailers)
+    raise AssertionError("unreachable: context.abort raises")
