@@ -17,7 +17,8 @@ from .output import print_json
 from .parser import in_option_terms
 
 
-def _client(args: argparse.Namespace) -> CheckpointClient:
+def client_of(args: argparse.Namespace) -> CheckpointClient:
+    """The client the command line sets up (--target, TLS, --max-message-bytes), its ids checked."""
     # Ids are checked here, by the sidecar's own rules, so that a bad one is a
     # bad command line (exit 2), said at once: not an error from the sidecar,
     # nor, with none running, retried for ~2.6 s and reported as a connection failure.
@@ -72,7 +73,7 @@ def put(args: argparse.Namespace) -> int:
             raise ValueError(str(exc)) from None
     if args.file == "-" and sys.stdin.isatty():
         raise ValueError("no FILE given and stdin is a terminal: name a FILE, or pipe the state in")
-    with _client(args) as c:  # the ids are checked before the state is read
+    with client_of(args) as c:  # the ids are checked before the state is read
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         write = c.merge if args.merge else c.put
         r = write(
@@ -88,7 +89,7 @@ def put(args: argparse.Namespace) -> int:
 
 
 def get(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with client_of(args) as c:
         r = c.get(args.session, args.version)
     if args.out:
         args.out.write_bytes(r.state)
@@ -100,7 +101,7 @@ def get(args: argparse.Namespace) -> int:
 
 
 def history(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with client_of(args) as c:
         for info in c.history(args.session):
             print_json(info)
     return 0
@@ -122,27 +123,27 @@ def sessions(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
     after = _time_arg("--updated-after", args.updated_after)
     before = _time_arg("--updated-before", args.updated_before)
-    with _client(args) as c:
+    with client_of(args) as c:
         for info in c.sessions(labels=labels, updated_after=after, updated_before=before):
             print_json(info)
     return 0
 
 
 def fork(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with client_of(args) as c:
         print_json(c.fork(args.session, args.new_session, version=args.version))
     return 0
 
 
 def delete(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with client_of(args) as c:
         print(json.dumps({"deleted_versions": c.delete(args.session)}))
     return 0
 
 
 def register_type(args: argparse.Namespace) -> int:
     data = args.file.read_bytes()
-    with _client(args) as c:
+    with client_of(args) as c:
         names = c.register_type(data)
     print(json.dumps({"message_types": names}))
     return 0

@@ -8,12 +8,14 @@
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
     ckpt register-type FILE                              register the message types of a FileDescriptorSet
+    ckpt blob put SESSION FILE [--media-type T]          store a blob (an artifact) by reference; print its ref
+    ckpt blob get REF [--out FILE] [--offset N]          read a blob (to stdout or FILE), or a range of it
     ckpt inspect SESSION [--data-dir DIR]                frames of a session: kinds, sizes, chains
     ckpt verify [SESSION ...] [--data-dir DIR]           check every frame, chain and index entry; exit 1 on failure
     ckpt stats [--data-dir DIR]                          store statistics as JSON
     ckpt backup DEST [--data-dir DIR]                    consistent copy of the data directory into DEST
 
-put/get/history/sessions/fork/delete/register-type talk to a running sidecar (--target, default the
+put/get/history/sessions/fork/delete/register-type/blob talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats/backup read a data directory
 directly (read-only, safe beside a running sidecar). Every `serve` option,
 --data-dir and --target have an environment variable (shown in --help).
@@ -162,6 +164,13 @@ _COMMANDS = {
         " --descriptor_set_out=FILE` or `buf build -o FILE` write it), so that puts can name them (put --type);"
         " print their names as JSON.",
     ),
+    "blob": (
+        "store or read a blob",
+        "blob put SESSION FILE: store FILE (- for stdin) as a blob referenced by SESSION, once however many sessions"
+        " store the same bytes, and print its ArtifactRef as JSON (its uri, ckpt-blob:sha256:<hex>, is what a"
+        " checkpoint names it by). blob get REF: write the blob REF names (an uri, sha256:<hex> or the hex) to"
+        " stdout or --out FILE, or --length bytes of it from --offset.",
+    ),
     "inspect": (
         "show a session's frames",
         "Show a session's versions: frame kinds, sizes and chain positions (offline).",
@@ -181,7 +190,7 @@ _COMMANDS = {
         " what it holds as JSON.",
     ),
 }
-_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type")
+_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type", "blob")
 
 
 def _commands(sub: Any) -> None:
@@ -194,7 +203,7 @@ def _commands(sub: Any) -> None:
     for name in _TALK_TO_A_SIDECAR:
         for client_option in CLIENT_OPTIONS:
             add_option(p[name], client_option)
-        if name not in ("sessions", "register-type"):
+        if name not in ("sessions", "register-type", "blob"):
             p[name].add_argument("session")
 
     p["put"].add_argument("file", nargs="?", default="-", help="state bytes (default: stdin)")
@@ -217,6 +226,13 @@ def _commands(sub: Any) -> None:
     p["get"].add_argument("--out", type=Path, default=None, help="write here instead of stdout")
     for bound in ("--updated-after", "--updated-before"):
         p["sessions"].add_argument(bound, default=None, metavar="TIME", help="ISO 8601 with a UTC offset or Z")
+    p["blob"].add_argument("action", choices=("put", "get"), help="put: store FILE; get: read REF")
+    p["blob"].add_argument("subject", metavar="SESSION|REF", help="put: the session; get: the blob's ref")
+    p["blob"].add_argument("file", nargs="?", default=None, metavar="FILE", help="put: the blob (- for stdin)")
+    p["blob"].add_argument("--media-type", default="", metavar="T", help="put: its media type, e.g. image/png")
+    p["blob"].add_argument("--out", "-o", type=Path, default=None, metavar="FILE", help="get: write here, not stdout")
+    p["blob"].add_argument("--offset", type=int, default=None, metavar="N", help="get: from byte N")
+    p["blob"].add_argument("--length", type=int, default=None, metavar="N", help="get: N bytes at most")
     p["fork"].add_argument("new_session")
     p["fork"].add_argument("--version", type=int, default=0, help="version to fork (default: latest)")
     p["inspect"].add_argument("session")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable
-from typing import Any
+from typing import Any, BinaryIO
 
 import grpc
 
-from ckpt.v1 import service_pb2
+from ckpt.v1 import checkpoint_pb2, service_pb2
 
+from . import blobs
 from .async_stream import AsyncFeed
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
-from .errors import unknown_write
+from .errors import translate, unknown_write
 from .ledger import StreamLimits
 from .stream import Move
 
@@ -117,6 +118,61 @@ class AsyncCheckpointClient(
                 yield item
             if not self._next_page(request, page):
                 return
+
+    async def put_blob(
+        self,
+        data: blobs.BlobData,
+        *,
+        session_id: str,
+        media_type: str = "",
+        expected_sha256: str = "",
+        chunk_size_bytes: int = blobs.DEFAULT_BLOB_CHUNK_BYTES,
+    ) -> checkpoint_pb2.ArtifactRef:
+        """CheckpointClient.put_blob; a file is read on a thread, a chunk at a time."""
+        blobs.check_put_blob(data, session_id, media_type, expected_sha256)
+        chunk_size = blobs.check_chunk_size(chunk_size_bytes, self._max_message_bytes)
+        self._check_open()
+
+        async def requests() -> AsyncIterator[service_pb2.PutBlobRequest]:
+            yield blobs.first_request(session_id, media_type, expected_sha256)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                for request in blobs.byte_requests(data, chunk_size):
+                    yield request
+                return
+            while piece := blobs.chunk_of(await asyncio.to_thread(data.read, chunk_size)):
+                yield service_pb2.PutBlobRequest(chunk=piece)
+
+        try:
+            response = await self._stub.PutBlob(requests())
+        except grpc.RpcError as exc:
+            translate(exc)
+        return blobs.artifact_ref(response, media_type)
+
+    def get_blob(
+        self, ref: checkpoint_pb2.ArtifactRef | str, *, offset: int = 0, length: int = 0
+    ) -> AsyncIterator[bytes]:
+        """CheckpointClient.get_blob: an async iterator of the chunks."""
+        request = blobs.get_blob_request(ref, offset, length)
+        self._check_open()
+        return self._blob_chunks(request)
+
+    async def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> AsyncIterator[bytes]:
+        try:
+            async for message in self._stub.GetBlob(request):
+                if message.chunk:
+                    yield message.chunk
+        except grpc.RpcError as exc:
+            translate(exc)
+
+    async def get_blob_to(
+        self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0
+    ) -> int:
+        """CheckpointClient.get_blob_to (the file written on a thread)."""
+        written = 0
+        async for chunk in self.get_blob(ref, offset=offset, length=length):
+            await asyncio.to_thread(file.write, chunk)
+            written += len(chunk)
+        return written
 
     async def _put_stream(self, puts: Any, limits: StreamLimits) -> AsyncIterator[service_pb2.PutResult]:
         feed = AsyncFeed(puts, self._stream_run(puts, limits), limits)

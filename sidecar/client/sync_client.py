@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import grpc
 
-from ckpt.v1 import service_pb2
+from ckpt.v1 import checkpoint_pb2, service_pb2
 
+from . import blobs
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
-from .errors import unknown_write
+from .errors import translate, unknown_write
 from .ledger import StreamLimits
 from .stream import Move
 from .sync_stream import SyncFeed
@@ -94,6 +96,65 @@ class CheckpointClient(
             yield from getattr(page, field)
             if not self._next_page(request, page):
                 return
+
+    def put_blob(
+        self,
+        data: blobs.BlobData,
+        *,
+        session_id: str,
+        media_type: str = "",
+        expected_sha256: str = "",
+        chunk_size_bytes: int = blobs.DEFAULT_BLOB_CHUNK_BYTES,
+    ) -> checkpoint_pb2.ArtifactRef:
+        """Store a blob (an artifact: a screenshot, a page, a log) referenced by ``session_id``; its
+        ArtifactRef, whose uri a checkpoint names it by (``ckpt-blob:sha256:<hex>``).
+
+        ``data``: the bytes, or a binary file object, read ``chunk_size_bytes`` at a time as they are
+        sent (never whole). The same bytes are stored once, whichever sessions store them; the blob
+        stays while a session references it (see docs/clients.md#artifacts). ``expected_sha256``: the
+        SHA-256 the bytes must have (InvalidArgumentError otherwise, nothing stored). Over the sidecar's
+        --max-blob-bytes: ResourceExhaustedError, nothing stored. Not retried, and without a deadline.
+        """
+        blobs.check_put_blob(data, session_id, media_type, expected_sha256)
+        chunk_size = blobs.check_chunk_size(chunk_size_bytes, self._max_message_bytes)
+        self._check_open()
+        first = blobs.first_request(session_id, media_type, expected_sha256)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            rest = blobs.byte_requests(data, chunk_size)
+        else:
+            rest = blobs.file_requests(data, chunk_size)
+        try:
+            response = self._stub.PutBlob(itertools.chain((first,), rest))
+        except grpc.RpcError as exc:
+            translate(exc)
+        return blobs.artifact_ref(response, media_type)
+
+    def get_blob(self, ref: checkpoint_pb2.ArtifactRef | str, *, offset: int = 0, length: int = 0) -> Iterator[bytes]:
+        """A blob's bytes, or ``length`` of them (0: to the end) from ``offset``, as chunks.
+
+        ``ref``: an ArtifactRef, its uri, "sha256:<hex>" or the hex digits. NotFoundError for a blob
+        never stored or removed (no session references it any more)."""
+        request = blobs.get_blob_request(ref, offset, length)
+        self._check_open()
+        return self._blob_chunks(request)
+
+    def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> Iterator[bytes]:
+        try:
+            for message in self._stub.GetBlob(request):
+                if message.chunk:
+                    yield message.chunk
+        except grpc.RpcError as exc:
+            translate(exc)
+
+    def get_blob_to(
+        self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0
+    ) -> int:
+        """Write a blob (or a range, as :meth:`get_blob`) into a binary ``file``, chunk by chunk; bytes written."""
+        written = 0
+        for chunk in self.get_blob(ref, offset=offset, length=length):
+            file.write(chunk)
+            written += len(chunk)
+        return written
 
     def _put_stream(self, puts: Iterable[service_pb2.PutRequest], limits: StreamLimits) -> Iterator[Any]:
         feed = SyncFeed(puts, self._stream_run(puts, limits), limits)
