@@ -18,6 +18,7 @@ from ..config import StoreConfig
 from ..errors import DataLoss
 from ..store import SessionInfo, Store, VersionInfo
 from ..tools import isolated, write_backup
+from ..tools.backup import copy_with_blobs
 from .output import utc
 
 
@@ -94,7 +95,7 @@ def backup(args: argparse.Namespace) -> int:
 
     def copy(lmdb_dir: Path) -> tuple[int, int]:
         return isolated.call(
-            args.data_dir, open_readonly, partial(Store.copy_to, lmdb_dir=lmdb_dir), f"copying it into {args.dest}"
+            args.data_dir, open_readonly, partial(copy_with_blobs, lmdb_dir=lmdb_dir), f"copying it into {args.dest}"
         )
 
     result = write_backup(args.dest, copy)

@@ -10,6 +10,7 @@ from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
 from ..store import Store
 from ..tools import Problem, isolated
+from ..tools.blobcheck import blob_problems, blob_records
 from .offline_commands import open_readonly, starts_chain
 
 # A session whose record or B-tree page is damaged: reported, and the others checked.
@@ -41,10 +42,18 @@ def verify(args: argparse.Namespace) -> int:
             checked, failures, others = _cross_check(cross, counts.failed_sessions, checked, failures, fail)
     finally:
         cross.cancel()
+    blobs = 0
+    if not args.sessions:  # every blob's file against its record
+        found = isolated.call(args.data_dir, open_readonly, blob_records, "reading the blobs' records")
+        blobs = len(found.records)
+        for subject, text in blob_problems(args.data_dir, found):
+            fail(subject, text)
+            others += 1
     listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
     more = f"; {others} more problem{'s' if others > 1 else ''} cross-checking the tables (see above)" if others else ""
     sessions = "session" if checked == 1 else "sessions"
-    print(f"verified {checked} {sessions}: {checked - failures} ok, {failures} failed{listing}{more}")
+    held = f"; {blobs} blob{'s' if blobs != 1 else ''} checked" if blobs else ""
+    print(f"verified {checked} {sessions}: {checked - failures} ok, {failures} failed{listing}{more}{held}")
     return 1 if failures or counts.listing_failures or others else 0
 
 

@@ -493,7 +493,7 @@ class Store(WriteEntryPoints):
         """Sessions and stored versions in ``txn``'s snapshot."""
         return txn.count(self._tables.sessions), txn.count(self._tables.frames)
 
-    def copy_to(self, lmdb_dir: Path) -> tuple[int, int]:
+    def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a
         data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
 
@@ -501,11 +501,14 @@ class Store(WriteEntryPoints):
         The snapshot holds every write committed before it began and nothing
         of a later one. While the copy runs, the writer cannot reuse pages
         freed after the snapshot, so a store written meanwhile grows by what
-        it writes; in this process a map resize waits for the copy to end.
+        it writes; in this process a map resize waits for the copy to end. ``blobs``: the SHA-256
+        of every blob the snapshot records is added to it (their files are not copied here).
         """
         with self._read() as txn:
             sessions, versions = self._entry_counts(txn)
             self._storage.copy_to(lmdb_dir, txn)
+            if blobs is not None:  # the blobs the copy records, for the caller to copy their files
+                blobs.extend(info.sha256 for info in self._blobs.all_blobs(txn))
         return sessions, versions
 
     def forget_dead_readers(self) -> None:
