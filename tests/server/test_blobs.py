@@ -1,0 +1,213 @@
+"""Blobs through a real sidecar: PutBlob and GetBlob from the Python clients, their limits and errors, and
+a blob's life: stored once, removed when no session references it any more."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ckpt.sidecar.client import (
+    AsyncCheckpointClient,
+    CheckpointClient,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from ckpt.v1 import service_pb2, service_pb2_grpc
+from tests.support import Sidecar, start_sidecar
+
+MIB = 1024 * 1024
+
+
+def blob_files(data_dir: Path) -> list[Path]:
+    root = data_dir / "blobs" / "sha256"
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+
+
+def temp_files(data_dir: Path) -> list[Path]:
+    root = data_dir / "blobs" / "tmp"
+    return sorted(root.iterdir()) if root.is_dir() else []
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    sc = start_sidecar(tmp_path / "data")
+    try:
+        yield sc
+    finally:
+        assert sc.stop() == 0, sc.log()
+
+
+def test_bytes_and_a_file_larger_than_a_chunk_come_back_whole_and_in_ranges(sidecar: Sidecar, tmp_path: Path) -> None:
+    big = os.urandom(24 * MIB + 123)
+    path = tmp_path / "big.bin"
+    path.write_bytes(big)
+    with CheckpointClient(sidecar.unix_target) as client:
+        small_ref = client.put_blob(b"hello, blob", session_id="s", media_type="text/plain")
+        with open(path, "rb") as f:
+            ref = client.put_blob(f, session_id="s", media_type="application/octet-stream")
+        assert ref.uri == f"ckpt-blob:sha256:{hashlib.sha256(big).hexdigest()}"
+        assert ref.content_hash == f"sha256:{hashlib.sha256(big).hexdigest()}"
+        assert ref.size_bytes == len(big)
+        assert b"".join(client.get_blob(small_ref)) == b"hello, blob"
+        chunks = list(client.get_blob(ref))
+        assert len(chunks) == 25 and max(map(len, chunks)) == MIB  # streamed in 1 MiB messages
+        assert b"".join(chunks) == big
+        out = io.BytesIO()
+        assert client.get_blob_to(ref.uri, out) == len(big)
+        assert out.getvalue() == big
+        for offset, length in [(0, 1), (MIB - 1, 2), (5 * MIB + 7, 3 * MIB), (len(big) - 10, 0), (len(big) - 3, 100)]:
+            got = b"".join(client.get_blob(ref.content_hash, offset=offset, length=length))
+            assert got == big[offset : offset + length if length else None]
+        assert b"".join(client.get_blob(ref, offset=len(big))) == b""  # the end itself: nothing, no error
+    assert temp_files(sidecar.data_dir) == []
+
+
+def test_the_async_client_stores_and_reads_blobs(sidecar: Sidecar, tmp_path: Path) -> None:
+    data = os.urandom(3 * MIB + 1)
+    path = tmp_path / "a.bin"
+    path.write_bytes(data)
+
+    async def run() -> None:
+        async with AsyncCheckpointClient(sidecar.unix_target) as client:
+            with open(path, "rb") as f:
+                ref = await client.put_blob(f, session_id="s", chunk_size_bytes=256 * 1024)
+            assert ref.size_bytes == len(data)
+            assert b"".join([chunk async for chunk in client.get_blob(ref, offset=10, length=MIB)]) == data[10 : MIB + 10]
+            out = io.BytesIO()
+            assert await client.get_blob_to(ref, out) == len(data)
+            assert out.getvalue() == data
+            with pytest.raises(NotFoundError):
+                await client.get_blob_to("0" * 64, io.BytesIO())
+
+    asyncio.run(run())
+
+
+def test_the_same_bytes_from_two_sessions_are_one_file(sidecar: Sidecar) -> None:
+    data = os.urandom(2 * MIB)
+    with CheckpointClient(sidecar.unix_target) as client:
+        a = client.put_blob(data, session_id="a", media_type="image/png")
+        b = client.put_blob(data, session_id="b", media_type="image/png", chunk_size_bytes=100_000)
+        again = client.put_blob(data, session_id="a")
+    assert a.uri == b.uri == again.uri
+    assert [p.name for p in blob_files(sidecar.data_dir)] == [hashlib.sha256(data).hexdigest()]
+    assert temp_files(sidecar.data_dir) == []
+
+
+def test_a_hash_other_than_expected_stores_nothing(sidecar: Sidecar) -> None:
+    data = b"x" * 1000
+    with CheckpointClient(sidecar.unix_target) as client:
+        with pytest.raises(InvalidArgumentError, match="expected_sha256 .* hash to"):
+            client.put_blob(data, session_id="s", expected_sha256=hashlib.sha256(b"other").hexdigest())
+        with pytest.raises(InvalidArgumentError, match="expected_sha256 must be a SHA-256"):
+            client.put_blob(data, session_id="s", expected_sha256="abc")
+        ref = client.put_blob(data, session_id="s", expected_sha256=hashlib.sha256(data).hexdigest())
+        assert b"".join(client.get_blob(ref)) == data
+    assert len(blob_files(sidecar.data_dir)) == 1
+    assert temp_files(sidecar.data_dir) == []
+
+
+def test_a_blob_over_max_blob_bytes_is_refused_naming_the_limit_and_nothing_is_stored(tmp_path: Path) -> None:
+    sc = start_sidecar(tmp_path / "data", "--max-blob-bytes", str(MIB))
+    try:
+        with CheckpointClient(sc.unix_target) as client:
+            with pytest.raises(ResourceExhaustedError, match=r"max_blob_bytes \(1048576 \(ckpt serve --max-blob-bytes"):
+                client.put_blob(os.urandom(MIB + 1), session_id="s", chunk_size_bytes=64 * 1024)
+            ref = client.put_blob(os.urandom(MIB), session_id="s")  # at the limit: taken
+            assert ref.size_bytes == MIB
+        assert len(blob_files(sc.data_dir)) == 1
+        assert temp_files(sc.data_dir) == []
+    finally:
+        assert sc.stop() == 0, sc.log()
+
+
+def test_a_stream_cancelled_half_way_stores_nothing_and_leaves_no_temporary_file(sidecar: Sidecar) -> None:
+    sent = threading.Event()
+
+    def requests() -> Iterator[service_pb2.PutBlobRequest]:
+        yield service_pb2.PutBlobRequest(session_id="s", chunk=b"a" * MIB)
+        yield service_pb2.PutBlobRequest(chunk=b"b" * MIB)
+        sent.set()
+        time.sleep(60)  # the call is cancelled meanwhile
+
+    with grpc.insecure_channel(sidecar.unix_target) as channel:
+        call = service_pb2_grpc.CheckpointServiceStub(channel).PutBlob.future(requests())
+        assert sent.wait(30)
+        deadline = time.monotonic() + 30
+        while len(temp_files(sidecar.data_dir)) != 1:  # the sidecar is writing it
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        call.cancel()
+    deadline = time.monotonic() + 30
+    while temp_files(sidecar.data_dir):
+        assert time.monotonic() < deadline, temp_files(sidecar.data_dir)
+        time.sleep(0.02)
+    assert blob_files(sidecar.data_dir) == []
+
+
+def test_bad_blob_requests_get_precise_errors(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as client:
+        ref = client.put_blob(b"12345", session_id="s")
+        with pytest.raises(NotFoundError, match="does not exist"):
+            list(client.get_blob("f" * 64))
+        with pytest.raises(InvalidArgumentError, match="offset 6 is past the end of blob"):
+            list(client.get_blob(ref, offset=6))
+        with pytest.raises(ValueError, match="names no blob"):
+            client.get_blob("ckpt-blob:md5:abc")
+    with grpc.insecure_channel(sidecar.unix_target) as channel:
+        stub = service_pb2_grpc.CheckpointServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(stub.GetBlob(service_pb2.GetBlobRequest(sha256="ABC")))
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "sha256 must be a SHA-256 in 64 lowercase hex digits" in caught.value.details()
+        for requests, words in [
+            ([service_pb2.PutBlobRequest(chunk=b"x")], "session_id is empty"),
+            ([], "sent no message"),
+            (
+                [service_pb2.PutBlobRequest(session_id="s"), service_pb2.PutBlobRequest(session_id="t", chunk=b"x")],
+                "first message only",
+            ),
+            ([service_pb2.PutBlobRequest(session_id="s", media_type="a\nb")], "media_type"),
+        ]:
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.PutBlob(iter(requests))
+            assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+            assert words in caught.value.details()
+    assert len(blob_files(sidecar.data_dir)) == 1
+
+
+def test_deleting_the_last_session_that_references_a_blob_removes_it(sidecar: Sidecar) -> None:
+    shared, own = os.urandom(1000), os.urandom(2000)
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("a", b"\x08\x01")
+        client.put("b", b"\x08\x01")
+        shared_ref = client.put_blob(shared, session_id="a")
+        client.put_blob(shared, session_id="b")
+        own_ref = client.put_blob(own, session_id="a")
+        assert client.delete("a") == 1
+        assert b"".join(client.get_blob(shared_ref)) == shared  # b still references it
+        with pytest.raises(NotFoundError):
+            list(client.get_blob(own_ref))
+        assert [p.name for p in blob_files(sidecar.data_dir)] == [shared_ref.uri.rpartition(":")[2]]
+        forked = client.fork("b", "c")  # the fork references what its source does
+        assert forked.session_id == "c"
+        client.delete("b")
+        assert b"".join(client.get_blob(shared_ref)) == shared
+        client.delete("c")
+        with pytest.raises(NotFoundError):
+            list(client.get_blob(shared_ref))
+        # A session that stored a blob and no version yet: deleting it removes its blobs.
+        lone = client.put_blob(b"lonely", session_id="no-versions")
+        assert client.delete("no-versions") == 0
+        with pytest.raises(NotFoundError):
+            list(client.get_blob(lone))
+    assert blob_files(sidecar.data_dir) == []
