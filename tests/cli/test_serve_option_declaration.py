@@ -59,6 +59,7 @@ def _samples(tmp_path: Path) -> dict[str, tuple[str, Any]]:
         "--request-id-ttl-seconds": ("600", 600.0),
         "--sweep-interval-seconds": ("5", 5.0),
         "--max-commit-delay-seconds": ("0", 0.0),
+        "--max-blob-bytes": (str(5 << 20), 5 << 20),
         "--max-queued-write-bytes": (str(4 << 20), 4 << 20),
         "--merge-message-type": ("ckpt.v1.Checkpoint", "ckpt.v1.Checkpoint"),
     }

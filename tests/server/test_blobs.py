@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import io
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from ckpt.sidecar.client import (
     ResourceExhaustedError,
 )
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.support import Sidecar, start_sidecar
+from tests.server.test_store_process import _alive, _store_process
+from tests.support import Sidecar, ckpt, start_sidecar
 
 MIB = 1024 * 1024
 
@@ -82,7 +84,9 @@ def test_the_async_client_stores_and_reads_blobs(sidecar: Sidecar, tmp_path: Pat
             with open(path, "rb") as f:
                 ref = await client.put_blob(f, session_id="s", chunk_size_bytes=256 * 1024)
             assert ref.size_bytes == len(data)
-            assert b"".join([chunk async for chunk in client.get_blob(ref, offset=10, length=MIB)]) == data[10 : MIB + 10]
+            assert (
+                b"".join([chunk async for chunk in client.get_blob(ref, offset=10, length=MIB)]) == data[10 : MIB + 10]
+            )
             out = io.BytesIO()
             assert await client.get_blob_to(ref, out) == len(data)
             assert out.getvalue() == data
@@ -106,7 +110,7 @@ def test_the_same_bytes_from_two_sessions_are_one_file(sidecar: Sidecar) -> None
 def test_a_hash_other_than_expected_stores_nothing(sidecar: Sidecar) -> None:
     data = b"x" * 1000
     with CheckpointClient(sidecar.unix_target) as client:
-        with pytest.raises(InvalidArgumentError, match="expected_sha256 .* hash to"):
+        with pytest.raises(InvalidArgumentError, match=r"expected_sha256 .* hash to"):
             client.put_blob(data, session_id="s", expected_sha256=hashlib.sha256(b"other").hexdigest())
         with pytest.raises(InvalidArgumentError, match="expected_sha256 must be a SHA-256"):
             client.put_blob(data, session_id="s", expected_sha256="abc")
@@ -211,3 +215,67 @@ def test_deleting_the_last_session_that_references_a_blob_removes_it(sidecar: Si
         with pytest.raises(NotFoundError):
             list(client.get_blob(lone))
     assert blob_files(sidecar.data_dir) == []
+
+
+def test_sigkill_during_put_blob_loses_no_acknowledged_blob_and_shows_no_half_stored_one(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    sc = start_sidecar(data_dir)
+    store_pid = _store_process(sc)
+    acknowledged: dict[str, bytes] = {}
+    half = os.urandom(MIB)
+    started = threading.Event()
+    stop = threading.Event()
+
+    def upload(worker: int) -> None:
+        with CheckpointClient(sc.unix_target, retries=0) as client:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                data = os.urandom(64 * 1024 * (1 + n % 8))
+                try:
+                    ref = client.put_blob(data, session_id=f"w{worker}", chunk_size_bytes=32 * 1024)
+                except Exception:
+                    return  # the kill: its outcome is unknown, and not counted
+                acknowledged[ref.uri] = data
+                started.set()
+
+    def half_sent() -> Iterator[service_pb2.PutBlobRequest]:
+        yield service_pb2.PutBlobRequest(session_id="h", chunk=half[: MIB // 2])
+        stop.wait(60)  # the rest never comes
+
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    channel = grpc.insecure_channel(sc.unix_target)
+    pending = service_pb2_grpc.CheckpointServiceStub(channel).PutBlob.future(half_sent())
+    try:
+        assert started.wait(60)
+        time.sleep(0.5)
+        os.kill(store_pid, signal.SIGKILL)  # both processes, at once: nothing gets to finish
+        sc.stop(signal.SIGKILL)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        pending.cancel()
+        channel.close()
+    assert acknowledged
+    deadline = time.monotonic() + 30
+    while _alive(store_pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    restarted = start_sidecar(data_dir)
+    try:
+        with CheckpointClient(restarted.unix_target) as client:
+            for uri, data in acknowledged.items():
+                assert b"".join(client.get_blob(uri)) == data, uri
+            with pytest.raises(NotFoundError):
+                list(client.get_blob(hashlib.sha256(half).hexdigest()))
+            with pytest.raises(NotFoundError):
+                list(client.get_blob(hashlib.sha256(half[: MIB // 2]).hexdigest()))
+    finally:
+        assert restarted.stop() == 0, restarted.log()
+    # Every file in place is a blob that was acknowledged or whose record committed as the kill came.
+    on_disk = {p.name for p in blob_files(data_dir)}
+    assert {uri.rpartition(":")[2] for uri in acknowledged} <= on_disk
+    assert ckpt("verify", "--data-dir", str(data_dir)).returncode == 0
