@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..client import CheckpointError, UnavailableError
 from ..errors import StoreError
-from . import client_commands, offline_commands
+from . import client_commands, event_commands, offline_commands
 from .output import sentence
 from .parser import parse_args
 from .serve_command import serve_command
@@ -27,6 +27,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "fork": client_commands.fork,
     "delete": client_commands.delete,
     "register-type": client_commands.register_type,
+    "events": event_commands.events,
     "inspect": offline_commands.inspect,
     "verify": verify,
     "stats": offline_commands.stats,
