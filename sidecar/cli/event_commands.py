@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import time
 
 from ..errors import InvalidArgument
@@ -20,6 +21,15 @@ def events(args: argparse.Namespace) -> int:
     if not args.poll_seconds > 0:
         raise ValueError(f"--poll-seconds must be > 0, got {args.poll_seconds}")
     since = _time_arg("--since", args.since)
+    try:
+        return _print_events(args, since)
+    except KeyboardInterrupt:
+        if args.follow:  # how a follow ends: not a failure
+            return 0
+        raise
+
+
+def _print_events(args: argparse.Namespace, since: datetime.datetime | None) -> int:
     last = 0
     with _client(args) as c:
         while True:
