@@ -167,6 +167,8 @@ class EventLog:
         if not isinstance(request_id, str):
             raise InvalidArgument(f"request_id must be a str, not {type(request_id).__name__}")
         stored, timeless = stored_events(events, self._config.max_state_bytes)
+        if not stored and put_op is None:
+            raise InvalidArgument("events is empty and there is no put: an append needs events, or a put, or both")
         rid_key = keys.request_key(sid, request_id) if request_id else None
         asked = events_fingerprint(stored, put) if rid_key is not None else 0
         tables, requests, config = self._tables, self._requests, self._config

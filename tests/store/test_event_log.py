@@ -145,6 +145,8 @@ def test_the_limits_of_an_append(config: StoreConfig, tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument, match="events has 1001 entries; the limit is 1000 events per append"):
             store.append_events("s", [NewEvent("t")] * 1001)
         assert store.append_events("s", [NewEvent("t")] * 1000).last_seq == 1000
+        with pytest.raises(InvalidArgument, match="events is empty and there is no put"):
+            store.append_events("s", [])
     small = StoreConfig(data_dir=tmp_path / "small", max_state_bytes=1000, sweep_interval_seconds=3600)
     with (
         Store(small) as store,
