@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import xxhash
 from google.protobuf.message import DecodeError as DecodeProtoError
@@ -31,7 +32,16 @@ from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
-from .events import SEAL_EVENTS, SEAL_RAW_BYTES, block_events, block_header, encode_block, event_nanos
+from .events import (
+    SEAL_EVENTS,
+    SEAL_RAW_BYTES,
+    BlockHeader,
+    block_events,
+    block_header,
+    block_raw,
+    encode_block,
+    event_nanos,
+)
 from .layout import Tables
 from .ops import Batch, Op
 from .records import printable, record
@@ -260,22 +270,21 @@ class EventLog:
             ours = session_raw is not None and record(session_raw).created_unix_nanos == done.session_created_unix_nanos
         return done, live and ours
 
-    def _open_block(
-        self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord
-    ) -> tuple[list[records_pb2.StoredEvent], bytes] | None:
-        """The log's open block's events and its stored value (None: no block is open)."""
+    def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
+        """The log's open block, checked and decompressed (None: no block is open). Its events are not
+        parsed: an append adds its events' encoding to the block's body (repeated fields concatenate)."""
         if not log.open_block_seq:
             return None
         value = txn.get(block_key(sid, log.open_block_seq), db=self._events)
         if value is None:
             raise DataLoss(f"{where(sid, log.open_block_seq)}: the open event block is missing")
-        header, events = block_events(value, where(sid, log.open_block_seq))
+        header = block_header(value, where(sid, log.open_block_seq))
         if header.first_seq != log.open_block_seq or header.last_seq != log.next_seq - 1:
             raise DataLoss(
                 f"{where(sid, log.open_block_seq)}: the open event block holds seqs {header.first_seq}-"
                 f"{header.last_seq}; the log's next seq is {log.next_seq}"
             )
-        return events, bytes(value)
+        return _OpenBlock(header, block_raw(value, header, where(sid, header.first_seq)), len(value))
 
     def _write_blocks(
         self,
@@ -283,36 +292,26 @@ class EventLog:
         sid: bytes,
         log: records_pb2.EventLogRecord,
         new: list[records_pb2.StoredEvent],
-        open_block: tuple[list[records_pb2.StoredEvent], bytes] | None,
+        open_block: _OpenBlock | None,
     ) -> None:
         """Append ``new`` (seqs set) to the log's blocks: the open one first, then new ones, each sealed
         once full; and update the log record's counts."""
-        current: list[records_pb2.StoredEvent] = []
-        current_raw = 0
-        old_value_bytes = 0
-        if open_block is not None:
-            current, old_value = open_block
-            current_raw = sum(_entry_bytes(e) for e in current)
-            old_value_bytes = len(old_value)
-        runs: list[list[records_pb2.StoredEvent]] = []
+        run = _Run(new[0].seq) if open_block is None else _Run.of(open_block)
+        runs = [run]
         for event in new:
-            if current and (len(current) >= SEAL_EVENTS or current_raw >= SEAL_RAW_BYTES):
-                runs.append(current)
-                current, current_raw = [], 0
-            current.append(event)
-            current_raw += _entry_bytes(event)
-        runs.append(current)
+            if run.count and (run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES):
+                run = _Run(event.seq)
+                runs.append(run)
+            run.add(event)
         added = 0
         for run in runs:
-            value = _block_value(run)
-            txn.put(block_key(sid, run[0].seq), value, db=self._events)
+            value = run.value()
+            txn.put(block_key(sid, run.first_seq), value, db=self._events)
             added += len(value)
-        log.stored_bytes += added - old_value_bytes
+        log.stored_bytes += added - (open_block.stored_bytes if open_block is not None else 0)
         log.next_seq = new[-1].seq + 1
         log.event_count = log.next_seq - log.first_seq
-        last = runs[-1]
-        full = len(last) >= SEAL_EVENTS or sum(_entry_bytes(e) for e in last) >= SEAL_RAW_BYTES
-        log.open_block_seq = 0 if full else last[0].seq
+        log.open_block_seq = 0 if run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES else run.first_seq
 
     # -- the parts of other ops that touch the log -------------------------------------------------
 
@@ -433,15 +432,53 @@ def _replayed(done: records_pb2.RequestRecord) -> AppendResult:
     return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True)
 
 
-def _entry_bytes(event: records_pb2.StoredEvent) -> int:
-    """What an event adds to a block's body (its encoding, and about its tag and length)."""
-    return event.ByteSize() + 4
+@dataclass(slots=True)
+class _OpenBlock:
+    header: BlockHeader
+    raw: bytes
+    stored_bytes: int
+
+
+@dataclass(slots=True)
+class _Run:
+    """A block being written: the body it had (an open block's), the events added, and its totals."""
+
+    first_seq: int
+    prefix: bytes = b""
+    events: list[records_pb2.StoredEvent] = field(default_factory=list)
+    count: int = 0
+    raw_bytes: int = 0
+    min_time: int = 2**63
+    max_time: int = 0
+
+    @classmethod
+    def of(cls, block: _OpenBlock) -> _Run:
+        h = block.header
+        return cls(h.first_seq, block.raw, [], h.count, h.raw_bytes, h.min_time_nanos, h.max_time_nanos)
+
+    def add(self, event: records_pb2.StoredEvent) -> None:
+        self.events.append(event)
+        self.count += 1
+        size = event.ByteSize()
+        self.raw_bytes += 1 + _varint_bytes(size) + size  # its tag, length and encoding in the body
+        nanos = event_nanos(event)
+        self.min_time = min(self.min_time, nanos)
+        self.max_time = max(self.max_time, nanos)
+
+    def value(self) -> bytes:
+        raw = self.prefix + records_pb2.EventBlock(events=self.events).SerializeToString()
+        return encode_block(raw, self.first_seq, self.count, self.min_time, self.max_time)
+
+
+def _varint_bytes(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
 
 
 def _block_value(events: list[records_pb2.StoredEvent]) -> bytes:
-    raw = records_pb2.EventBlock(events=events).SerializeToString()
-    times = [event_nanos(e) for e in events]
-    return encode_block(raw, events[0].seq, len(events), min(times), max(times))
+    run = _Run(events[0].seq)
+    for event in events:
+        run.add(event)
+    return run.value()
 
 
 def blocks_in(txn: ReadTxn, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
