@@ -16,16 +16,33 @@ from .errors import (
     Unavailable,
     VersionConflict,
 )
-from .store import GetResult, PutRequest, PutResult, SessionInfo, Store, SweepResult, VersionInfo, WriteMode
+from .store import (
+    AppendResult,
+    EventPage,
+    EventQuery,
+    GetResult,
+    NewEvent,
+    PutRequest,
+    PutResult,
+    SessionInfo,
+    Store,
+    SweepResult,
+    VersionInfo,
+    WriteMode,
+)
 
 __all__ = [
     "AlreadyExists",
+    "AppendResult",
     "DataLoss",
     "Durability",
+    "EventPage",
+    "EventQuery",
     "FailedPrecondition",
     "GetResult",
     "IncompatibleStore",
     "InvalidArgument",
+    "NewEvent",
     "NotFound",
     "Overloaded",
     "PutRequest",

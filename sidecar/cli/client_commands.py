@@ -131,7 +131,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 def fork(args: argparse.Namespace) -> int:
     with client_of(args) as c:
-        print_json(c.fork(args.session, args.new_session, version=args.version))
+        print_json(c.fork(args.session, args.new_session, version=args.version, copy_events=args.copy_events))
     return 0
 
 

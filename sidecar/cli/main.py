@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..client import CheckpointError, UnavailableError
 from ..errors import StoreError
-from . import blob_commands, client_commands, offline_commands
+from . import blob_commands, client_commands, event_commands, offline_commands
 from .output import sentence
 from .parser import parse_args
 from .serve_command import serve_command
@@ -28,6 +28,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "delete": client_commands.delete,
     "register-type": client_commands.register_type,
     "blob": blob_commands.blob,
+    "events": event_commands.events,
     "inspect": offline_commands.inspect,
     "verify": verify,
     "stats": offline_commands.stats,

@@ -7,6 +7,7 @@
     ckpt sessions [--label K=V] [--updated-after T]      list sessions (filters: labels, update time)
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
+    ckpt events SESSION [--type T] [--since T] [--follow] a session's events, oldest first
     ckpt register-type FILE                              register the message types of a FileDescriptorSet
     ckpt blob put SESSION FILE [--media-type T]          store a blob (an artifact) by reference; print its ref
     ckpt blob get REF [--out FILE] [--offset N]          read a blob (to stdout or FILE), or a range of it
@@ -15,7 +16,7 @@
     ckpt stats [--data-dir DIR]                          store statistics as JSON
     ckpt backup DEST [--data-dir DIR]                    consistent copy of the data directory into DEST
 
-put/get/history/sessions/fork/delete/register-type/blob talk to a running sidecar (--target, default the
+put/get/history/sessions/fork/delete/events/register-type/blob talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats/backup read a data directory
 directly (read-only, safe beside a running sidecar). Every `serve` option,
 --data-dir and --target have an environment variable (shown in --help).
@@ -158,6 +159,11 @@ _COMMANDS = {
     ),
     "fork": ("fork a session", "Create NEW_SESSION from a version of SESSION."),
     "delete": ("delete a session", "Delete a session and all its versions."),
+    "events": (
+        "list a session's events",
+        "List a session's events (one JSON object a line, oldest first): of any --type given, after --since. With"
+        " --follow, keep polling for new ones until interrupted.",
+    ),
     "register-type": (
         "register message types",
         "Register the message types a FileDescriptorSet defines (FILE, as `protoc --include_imports"
@@ -190,7 +196,7 @@ _COMMANDS = {
         " what it holds as JSON.",
     ),
 }
-_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type", "blob")
+_TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type", "events", "blob")
 
 
 def _commands(sub: Any) -> None:
@@ -235,6 +241,11 @@ def _commands(sub: Any) -> None:
     p["blob"].add_argument("--length", type=int, default=None, metavar="N", help="get: N bytes at most")
     p["fork"].add_argument("new_session")
     p["fork"].add_argument("--version", type=int, default=0, help="version to fork (default: latest)")
+    p["fork"].add_argument("--copy-events", action="store_true", help="copy the session's event log too")
+    p["events"].add_argument("--type", action="append", default=[], metavar="T", help="only this type (repeatable)")
+    p["events"].add_argument("--since", default=None, metavar="TIME", help="only events after this (ISO 8601, Z)")
+    p["events"].add_argument("--follow", action="store_true", help="keep polling for new events until interrupted")
+    p["events"].add_argument("--poll-seconds", type=float, default=1.0, help="--follow's poll interval (default 1)")
     p["inspect"].add_argument("session")
     p["verify"].add_argument("sessions", nargs="*", help="sessions to check (default: all)")
     p["backup"].add_argument("dest", type=_backup_dest, help="the backup's directory (must not exist; its parent must)")

@@ -17,6 +17,7 @@ from .errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from .events import event
 from .policy import DEFAULT_RETRIES
 from .sync_client import CheckpointClient
 
@@ -37,5 +38,6 @@ __all__ = [
     "NotFoundError",
     "ResourceExhaustedError",
     "UnavailableError",
+    "event",
     "parse_state",
 ]

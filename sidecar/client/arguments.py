@@ -148,13 +148,16 @@ def get_request(session_id: str, version: int) -> service_pb2.GetRequest:
 
 
 def fork_request(
-    session_id: str, new_session_id: str, version: int, labels: Mapping[str, str] | None
+    session_id: str, new_session_id: str, version: int, labels: Mapping[str, str] | None, copy_events: bool = False
 ) -> service_pb2.ForkRequest:
+    if not isinstance(copy_events, bool):
+        raise TypeError(f"copy_events must be a bool, not {type(copy_events).__name__}")
     return service_pb2.ForkRequest(
         session_id=check_str("session_id", session_id),
         version=check_int("version", version),
         new_session_id=check_str("new_session_id", new_session_id),
         labels=_labels("labels", labels),
+        copy_events=copy_events,
     )
 
 

@@ -15,6 +15,7 @@ from .async_stream import AsyncFeed
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
 from .errors import translate, unknown_write
+from .events import EventMethods
 from .ledger import StreamLimits
 from .stream import Move
 
@@ -30,7 +31,8 @@ class AsyncCheckpointClient(
         Iterable[service_pb2.PutRequest] | AsyncIterable[service_pb2.PutRequest],
         AsyncIterator[service_pb2.PutResult],
         Awaitable[list[str]],
-    ]
+    ],
+    EventMethods[Awaitable[service_pb2.AppendEventsResponse], AsyncIterator[service_pb2.Event]],
 ):
     """asyncio client with the same methods, arguments, errors and retries as CheckpointClient (awaitable).
 

@@ -211,14 +211,21 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         return cast(SessionsT, self._pages("ListSessions", request, "sessions"))
 
     def fork(
-        self, session_id: str, new_session_id: str, *, version: int = 0, labels: Mapping[str, str] | None = None
+        self,
+        session_id: str,
+        new_session_id: str,
+        *,
+        version: int = 0,
+        labels: Mapping[str, str] | None = None,
+        copy_events: bool = False,
     ) -> ForkT:
-        """Create ``new_session_id`` whose version 1 is ``version`` (0 = the latest) of ``session_id``."""
-        build = functools.partial(fork_request, session_id, new_session_id, version, labels)
+        """Create ``new_session_id`` whose version 1 is ``version`` (0 = the latest) of ``session_id``
+        (``copy_events``: with a copy of its event log, seqs and times as they are)."""
+        build = functools.partial(fork_request, session_id, new_session_id, version, labels, copy_events)
         return cast(ForkT, self._unary(Unary("Fork", build, retry=False, pick=operator.attrgetter("session"))))
 
     def delete(self, session_id: str) -> CountT:
-        """Remove a session and all its versions; returns how many versions were removed."""
+        """Remove a session, all its versions and its event log; returns how many versions were removed."""
         build = functools.partial(delete_request, session_id)
         pick = operator.attrgetter("deleted_versions")
         return cast(CountT, self._unary(Unary("DeleteSession", build, retry=False, pick=pick)))

@@ -16,6 +16,7 @@ from . import blobs
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
 from .errors import translate, unknown_write
+from .events import EventMethods
 from .ledger import StreamLimits
 from .stream import Move
 from .sync_stream import SyncFeed
@@ -32,7 +33,8 @@ class CheckpointClient(
         Iterable[service_pb2.PutRequest],
         Iterator[service_pb2.PutResult],
         list[str],
-    ]
+    ],
+    EventMethods[service_pb2.AppendEventsResponse, Iterator[service_pb2.Event]],
 ):
     """Synchronous client. Thread-safe; one per process is enough.
 

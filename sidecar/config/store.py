@@ -57,7 +57,24 @@ class Retention:
         default=None, metadata=option("retention: drop versions older than this", parse=float)
     )
 
+    #: Keep at most the newest N events of each session's event log (0 = all).
+    keep_last_events: int = field(
+        default=0, metadata=option("retention: keep only the newest N events of each session (0 = all)", parse=int)
+    )
+    #: Drop the events older than this many seconds at the front of each log (0 = never).
+    max_event_age_seconds: float = field(
+        default=0.0,
+        metadata=option("retention: drop events older than this, oldest first (0 = never)", parse=float),
+    )
+
     def __post_init__(self) -> None:
+        if isinstance(self.keep_last_events, bool) or not isinstance(self.keep_last_events, int):
+            raise TypeError(f"keep_last_events must be an int, not {type(self.keep_last_events).__name__}")
+        if self.keep_last_events < 0:
+            raise ValueError(f"keep_last_events must be >= 0 (0 = keep all), got {self.keep_last_events}")
+        if not self.max_event_age_seconds >= 0:
+            raise ValueError(f"max_event_age_seconds must be >= 0 (0 = never), got {self.max_event_age_seconds}")
+        check_duration("max_event_age_seconds", self.max_event_age_seconds)
         if self.keep_last_versions is not None and self.keep_last_versions < 1:
             raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
         if self.max_version_age_seconds is not None and self.max_version_age_seconds <= 0:
@@ -67,6 +84,11 @@ class Retention:
     @property
     def enabled(self) -> bool:
         return self.keep_last_versions is not None or self.max_version_age_seconds is not None
+
+    @property
+    def events_enabled(self) -> bool:
+        """Whether the sweeper removes events (retention of versions is :attr:`enabled`)."""
+        return bool(self.keep_last_events or self.max_event_age_seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,11 @@ from .engine import Store
 from .records import request_of_session
 from .types import (
     OFF_LOOP_PATCH_BYTES,
+    AppendResult,
+    EventPage,
+    EventQuery,
     GetResult,
+    NewEvent,
     PutRequest,
     PutResult,
     SessionInfo,
@@ -21,7 +25,11 @@ from .types import (
 __all__ = [
     "LRU",
     "OFF_LOOP_PATCH_BYTES",
+    "AppendResult",
+    "EventPage",
+    "EventQuery",
     "GetResult",
+    "NewEvent",
     "PutRequest",
     "PutResult",
     "RWLock",

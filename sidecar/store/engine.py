@@ -41,6 +41,8 @@ from .checkline import CheckLine
 from .coherence import Coherence
 from .dirlock import lock_data_dir
 from .encoders import Encoders
+from .eventapi import EventEntryPoints
+from .eventlog import EventLog
 from .keyframes import QuietKeyframes
 from .layout import Tables, open_layout
 from .listings import list_sessions, list_versions
@@ -56,7 +58,7 @@ from .writer import Writer
 from .writes import WriteEntryPoints
 
 
-class Store(WriteEntryPoints):
+class Store(WriteEntryPoints, EventEntryPoints):
     """A durable, versioned checkpoint store on one data directory.
 
     Thread-safe: call it from any number of threads. Use as a context manager
@@ -137,10 +139,20 @@ class Store(WriteEntryPoints):
         self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
         submit = self._writer.submit
         self._keyframes = QuietKeyframes(config, self._tables, self._encoders, self._read, submit)
+        self._events = EventLog(config, self._tables, self._requests)
         self._ops = WriteOps(
-            config, self._tables, self._encoders, self._requests, self._keyframes, validate, self._registry
+            config,
+            self._tables,
+            self._encoders,
+            self._requests,
+            self._keyframes,
+            validate,
+            self._registry,
+            self._events,
         )
-        self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._keyframes)
+        self._retention = Retention(
+            config, self._tables, self._read, submit, self._requests, self._keyframes, self._events
+        )
         #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
         self.blob_files = BlobFiles(config.data_dir / "blobs")
         self._blobs = Blobs(self._tables, self._storage, self.blob_files, self._read, submit)
@@ -179,14 +191,26 @@ class Store(WriteEntryPoints):
     # -- writes (the rest: writes.py) ------------------------------------------
 
     def fork(
-        self, session_id: str, version: int, new_session_id: str, *, labels: dict[str, str] | None = None
+        self,
+        session_id: str,
+        version: int,
+        new_session_id: str,
+        *,
+        labels: dict[str, str] | None = None,
+        copy_events: bool = False,
     ) -> SessionInfo:
-        """A new session whose version 1 is ``version`` (0 = latest) of another."""
-        op = self._ops.fork_op(session_id, version, new_session_id, dict(labels or {}))
+        """A new session whose version 1 is ``version`` (0 = latest) of another (``copy_events``: with a copy
+        of its event log, seqs and times as they are)."""
+        op = self._ops.fork_op(session_id, version, new_session_id, dict(labels or {}), copy_events=copy_events)
         return self._writer.submit(op).wait()  # type: ignore[no-any-return]
 
     def delete_session(self, session_id: str) -> int:
-        """Remove a session, every version and every index entry; returns versions removed."""
+        """Remove a session, every version, its event log and every index entry; returns versions removed."""
+        return self.delete_session_counts(session_id)[0]
+
+    def delete_session_counts(self, session_id: str) -> tuple[int, int]:
+        """:meth:`delete_session`, returning the versions and the events removed (NotFound only if the session
+        has neither)."""
         return self._writer.submit(self._ops.delete_op(session_id)).wait()  # type: ignore[no-any-return]
 
     def register_types(self, file_descriptor_set: bytes) -> list[str]:

@@ -25,7 +25,9 @@ log = logging.getLogger("ckpt.store")
 #: 3: the `types` table (registered message types) and typed sessions (SessionRecord.message_type). An
 #: older ckpt would take a typed session's MERGE patches unchecked, and its REPLACEs of any bytes, and
 #: not compact them: every store opened writable is stamped 3, so no older ckpt writes one again.
-LAYOUT_VERSION = 3
+#: 4: the event log (the `events` and `event_logs` tables, eventlog.py). An older ckpt would not delete a
+#: session's events with it (a session made again under its id would find them), nor apply their retention.
+LAYOUT_VERSION = 4
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
@@ -53,6 +55,9 @@ class Tables:
     #: Blobs (blobs.py): None in a read-only store written before they existed.
     blobs: Table | None = None
     blob_refs: Table | None = None
+    #: The event log (eventlog.py): None in a read-only store of layout 1-3.
+    events: Table | None = None
+    event_logs: Table | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +88,12 @@ def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) ->
     # deletes keeps its blobs until its id is deleted again here (stored too long, never lost).
     blobs = storage.table("blobs", create=writable)
     blob_refs = storage.table("blob_refs", create=writable)
-    tables = Tables(meta=meta, types=types, blobs=blobs, blob_refs=blob_refs, **opened)
+    # The event log's blocks and per-session records: layout 4's; a read-only store stamped earlier has none.
+    events = storage.table("events", create=writable)
+    event_logs = storage.table("event_logs", create=writable)
+    tables = Tables(
+        meta=meta, types=types, blobs=blobs, blob_refs=blob_refs, events=events, event_logs=event_logs, **opened
+    )
     with storage.read() as txn:
         layout1 = has_layout1_requests(txn, tables)
     return Layout(tables, stamped, layout1)
@@ -115,7 +125,8 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     # Layout 1 to 2 rewrites nothing (its request records are read where they are),
                     # but an older ckpt must no longer open the store: it would not find the records
                     # this one writes, and a retry across the downgrade would write twice. 2 to 3 adds
-                    # the types table, created below; an older ckpt would write typed sessions unchecked.
+                    # the types table, created below; an older ckpt would write typed sessions unchecked. 3 to 4
+                    # adds the event log's tables, which an older ckpt would leave behind a deleted session.
                     wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.

@@ -230,3 +230,8 @@ def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
             " the same id, or other filters); a listing resumes only with the tokens it returned"
         )
     return raw[len(head) + 8 :]
+
+
+#: Page tokens of the same form for the store's other listings (eventreads.py).
+encode_token = _encode_token
+decode_token = _decode_token

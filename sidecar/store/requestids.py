@@ -89,8 +89,6 @@ class RequestIds:
         session_created: int,
     ) -> None:
         """Store the record of a write just made (replacing ``expired``, an expired one of the same id)."""
-        if expired is not None:
-            txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._tables.req_expiry)
         rec = records_pb2.RequestRecord(
             version=result.version,
             stored_bytes=result.stored_bytes,
@@ -100,8 +98,21 @@ class RequestIds:
             write_xxh3=asked,
             session_created_unix_nanos=session_created,
         )
+        self.store(txn, rid_key, rec, expired)
+
+    def store(
+        self,
+        txn: WriteTxn,
+        rid_key: bytes,
+        rec: records_pb2.RequestRecord,
+        expired: records_pb2.RequestRecord | None,
+    ) -> None:
+        """Store a request record and its expiry entry (replacing ``expired``, a record of the same id that
+        answers no more): a Put's (:meth:`remember`) or an AppendEvents' (eventlog.py)."""
+        if expired is not None:
+            txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._tables.req_expiry)
         txn.put(rid_key, rec.SerializeToString(), db=self._tables.requests)
-        txn.put(keys.time_key(expires, rid_key), b"", db=self._tables.req_expiry)
+        txn.put(keys.time_key(rec.expires_unix_nanos, rid_key), b"", db=self._tables.req_expiry)
 
     def delete_layout1(self, txn: WriteTxn, sid: bytes) -> None:
         """Remove a session's request records keyed as store layout 1 did: that layout's retries found

@@ -21,6 +21,7 @@ from ..errors import StoreFull, Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .blobs import Blobs
+from .eventlog import EventLog
 from .keyframes import QuietKeyframes
 from .layout import LAST_SWEEP_KEY, Tables, meta_int
 from .ops import Batch, Op
@@ -46,8 +47,10 @@ class Retention:
         submit: Callable[[Op], Op],
         requests: RequestIds,
         keyframes: QuietKeyframes,
+        events: EventLog,
     ) -> None:
         self._config = config
+        self._events = events
         self._tables = tables
         self._read = read
         self._submit = submit
@@ -58,7 +61,7 @@ class Retention:
         #: Sweeps completed since the store opened, what they did in all, and when the last one ended
         #: (time.time(); None: none yet): an operator's evidence that retention runs.
         self.sweeps = 0
-        self.swept = SweepResult(0, 0, 0, 0)
+        self.swept = SweepResult(0, 0, 0, 0, 0)
         self.last_sweep_unix_seconds: float | None = None
         #: Blobs (blobs.py): references retention made unnamed are dropped, files without a record removed.
         self.blobs: Blobs | None = None
@@ -97,16 +100,32 @@ class Retention:
         if self.blobs is not None:
             self.blobs.release_unnamed(pruned_sids)
             self.blobs.sweep_files()
+        events_removed = self._sweep_events(now) if self._config.retention.events_enabled else 0
         keyframes = 0
         if self._config.keyframe_after_quiet_seconds is not None:
             keyframes = self._keyframes.sweep(now - int(self._config.keyframe_after_quiet_seconds * 1e9))
-        result = SweepResult(pruned, removed, expired, keyframes)
+        result = SweepResult(pruned, removed, expired, keyframes, events_removed)
         if result.changed and self._tables.meta is not None:
             # The schedule a restarted store goes on with (Sweeper.first_delay). Kept only by a sweep that
             # wrote anyway: an idle store's sweeps commit nothing, and after a restart its next sweep,
             # due at once, finds nothing again.
             self._submit(Op(self._keep_sweep_time_op(began))).wait()
         return result
+
+    def _sweep_events(self, now: int) -> int:
+        """Event retention (keep_last_events, max_event_age_seconds), a chunk of logs per op; events removed."""
+        logs = self._tables.event_logs
+        if logs is None:
+            return 0
+        removed = 0
+        after = b""
+        while True:
+            with self._read() as txn:
+                chunk = txn.keys_after(logs, after, _SWEEP_CHUNK)
+            if not chunk:
+                return removed
+            after = chunk[-1]
+            removed += self._submit(self._events.prune_op(chunk, now)).wait()[1]
 
     def _keep_sweep_time_op(self, began_nanos: int) -> Callable[[Batch, WriteTxn], None]:
         def apply(batch: Batch, txn: WriteTxn) -> None:
@@ -228,11 +247,12 @@ class Sweeper:
                 if done.changed:
                     log.info(
                         "retention sweep: %d versions removed from %d sessions, %d request ids expired,"
-                        " %d quiet keyframes written (%.2f s)",
+                        " %d quiet keyframes written, %d events removed (%.2f s)",
                         done.versions_removed,
                         done.sessions_pruned,
                         done.request_ids_expired,
                         done.keyframes_written,
+                        done.events_removed,
                         time.monotonic() - t0,
                     )
             except Unavailable:

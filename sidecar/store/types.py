@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from ckpt.store.v1 import records_pb2
+
 from ...codec import FrameKind
 
 
@@ -85,11 +87,13 @@ class SweepResult:
     request_ids_expired: int
     #: Quiet sessions whose head frame became a FULL frame (keyframe_after_quiet_seconds).
     keyframes_written: int = 0
+    #: Events retention removed (keep_last_events, max_event_age_seconds).
+    events_removed: int = 0
 
     @property
     def changed(self) -> bool:
         """Whether the sweep removed or rewrote anything (an idle store's sweeps do not)."""
-        return bool(self.versions_removed or self.request_ids_expired or self.keyframes_written)
+        return bool(self.versions_removed or self.request_ids_expired or self.keyframes_written or self.events_removed)
 
     def __add__(self, other: SweepResult) -> SweepResult:
         return SweepResult(
@@ -97,9 +101,56 @@ class SweepResult:
             self.versions_removed + other.versions_removed,
             self.request_ids_expired + other.request_ids_expired,
             self.keyframes_written + other.keyframes_written,
+            self.events_removed + other.events_removed,
         )
 
 
 #: A MERGE patch this big or bigger is checked on a thread, not the event loop (Store.asubmit).
 #: Below it the check takes at most ~10 ms here; a thread costs ~0.1 ms either way.
 OFF_LOOP_PATCH_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """One event to append (Store.append_events): its seq is the log's next; its time, if None, the commit's."""
+
+    type: str
+    payload: bytes = b""
+    attributes: dict[str, str] = field(default_factory=dict)
+    #: When it happened, in nanoseconds since the Unix epoch; None: the commit's time.
+    time_unix_nanos: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append made: the seqs of its events (0, 0 when it had none), its put's result if it had one."""
+
+    first_seq: int
+    last_seq: int
+    put: PutResult | None = None
+    #: A retry of an earlier append with the same request id: nothing new was appended.
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """Which events a read asks for (Store.read_events); times are exclusive bounds in nanoseconds."""
+
+    after_seq: int = 0
+    types: tuple[str, ...] = ()
+    after_unix_nanos: int | None = None
+    before_unix_nanos: int | None = None
+    newest_first: bool = False
+    page_size: int = 0
+    page_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """A page of a session's events, and the token of the next page ("" after the last).
+
+    The events are ckpt.store.v1.StoredEvent messages, whose fields are ckpt.v1.Event's (seq and time set).
+    """
+
+    events: list[records_pb2.StoredEvent]
+    next_page_token: str

@@ -32,6 +32,7 @@ from . import keys
 from .blobs import Blobs
 from .coherence import Coherence
 from .encoders import Encoders
+from .eventlog import EventLog
 from .keyframes import QuietKeyframes
 from .layout import Tables
 from .ops import Batch, Op
@@ -54,8 +55,10 @@ class WriteOps:
         keyframes: QuietKeyframes,
         coherence: Coherence | None,
         registry: Registry,
+        events: EventLog,
     ) -> None:
         self._config = config
+        self._events = events
         self._tables = tables
         self._encoders = encoders
         self._requests = requests
@@ -198,8 +201,11 @@ class WriteOps:
         deferred = check if (mode is WriteMode.MERGE or checked is not None) and defer_patch_check else None
         return Op(apply, fails_clean=True, size_bytes=len(state), check=deferred)
 
-    def fork_op(self, session_id: str, version: int, new_session_id: str, labels: dict[str, str]) -> Op:
-        """The op making ``new_session_id`` whose version 1 is ``version`` (0 = latest) of ``session_id``."""
+    def fork_op(
+        self, session_id: str, version: int, new_session_id: str, labels: dict[str, str], *, copy_events: bool = False
+    ) -> Op:
+        """The op making ``new_session_id`` whose version 1 is ``version`` (0 = latest) of ``session_id``
+        (``copy_events``: with a copy of its event log)."""
         sid = keys.session_key(session_id)
         new_sid = keys.session_key(new_session_id, field="new_session_id")
         keys.check_labels(labels)
@@ -209,6 +215,7 @@ class WriteOps:
         def apply(batch: Batch, txn: WriteTxn) -> SessionInfo:
             if txn.get(new_sid, db=tables.sessions) is not None:
                 raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
+            self._events.check_no_log(txn, new_sid, new_session_id)
             state, _ = read_state(txn, tables, sid, session_id, version)
             src = record(txn.get(sid, db=tables.sessions))
             resolved = version or src.head_version
@@ -228,6 +235,8 @@ class WriteOps:
             info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, None, typed)
             if self.blobs is not None:  # the fork's state names what its source's does
                 self.blobs.copy_refs(txn, sid, new_sid, now)
+            if copy_events:
+                self._events.copy(txn, sid, new_sid, now)
             encoder.commit()
             if coherence is not None:
                 coherence.note_encoder(encoder, now)
@@ -241,16 +250,21 @@ class WriteOps:
         return Op(apply, fails_clean=True)
 
     def delete_op(self, session_id: str) -> Op:
-        """The op removing a session, every version and every index entry: it returns the versions removed."""
+        """The op removing a session, every version, its event log and every index entry: it returns the
+        versions and the events removed."""
         sid = keys.session_key(session_id)
         tables, encoders, requests = self._tables, self._encoders, self._requests
 
-        def apply(batch: Batch, txn: WriteTxn) -> int:
+        def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
             raw = txn.get(sid, db=tables.sessions)
+            had_log, events = self._events.delete(txn, sid)
             if raw is None:
-                if self.blobs is not None and self.blobs.has_refs(txn, sid):  # blobs stored, no version yet
+                has_blobs = self.blobs is not None and self.blobs.has_refs(txn, sid)
+                if has_blobs:  # blobs stored, no version yet
+                    assert self.blobs is not None
                     self.blobs.drop_session(batch, txn, sid)
-                    return 0
+                if had_log or has_blobs:
+                    return 0, events
                 raise NotFound(f"session {session_id!r} does not exist")
             try:
                 rec: records_pb2.SessionRecord | None = record(raw)
@@ -275,7 +289,7 @@ class WriteOps:
             encoders.discard(sid)
             batch.touched_encoders.add(sid)
             batch.after_commit.append(lambda: encoders.forget(sid))
-            return removed
+            return removed, events
 
         return Op(apply, fails_clean=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import StoreError
 from .checkline import CheckLine
@@ -22,6 +23,16 @@ from .writer import Writer
 
 def _nothing() -> None:
     pass
+
+
+def checked_off_loop(request: PutRequest) -> bool:
+    """Whether an asyncio write's state is checked on a thread, not the loop (a large MERGE patch or typed state)."""
+    state = request.state
+    return (
+        (request.mode == WriteMode.MERGE or bool(request.message_type))
+        and isinstance(state, (bytes, bytearray, memoryview))
+        and len(state) >= OFF_LOOP_PATCH_BYTES
+    )
 
 
 class WriteEntryPoints:
@@ -113,14 +124,11 @@ class WriteEntryPoints:
         commits (retry with the same ``request_id`` to learn its outcome).
         """
         loop = asyncio.get_running_loop()
-        state = request.state
-        off_loop = (
-            (request.mode == WriteMode.MERGE or bool(request.message_type))
-            and isinstance(state, (bytes, bytearray, memoryview))
-            and len(state) >= OFF_LOOP_PATCH_BYTES
-        )
-        op = self._ops.put_op(request, defer_patch_check=off_loop)
-        future: asyncio.Future[PutResult] = loop.create_future()
+        return self._asubmit_op(self._ops.put_op(request, defer_patch_check=checked_off_loop(request)), loop)
+
+    def _asubmit_op(self, op: Op, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        """Queue an asyncio write's op as :meth:`asubmit` does (its future resolves once it is committed)."""
+        future: asyncio.Future[Any] = loop.create_future()
         op.loop = loop
         op.afuture = future
         line = self._line

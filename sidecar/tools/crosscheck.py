@@ -29,6 +29,9 @@ look like damage):
   swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
   request key)`` and every entry names a request record expiring then.
+- events: every event block of every log passes its checksum, holds the seqs its key and header
+  say without a gap, and the blocks run from the log record's first seq to its next one, their sizes
+  summing to its stored bytes; no block is stored without its log record (tools/eventcheck.py).
 - types: every registered file parses as a FileDescriptorProto and they all
   build, with the built-in files, into one pool (what the store loads), and
   each typed session's message type is defined there.
@@ -64,9 +67,10 @@ from ..descriptors import build_pool
 from ..errors import DataLoss, InvalidArgument
 from ..storage import ReadTxn
 from ..store import Store, keys, request_of_session
+from .eventcheck import event_problems
 
 #: The passes after the sessions table's, in the order they run.
-TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types")
+TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types", "events")
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,13 @@ class CrossCheck:
             "requests": self._requests,
             "req_expiry": self._expiry_index,
             "types": self._types,
+            "events": self._events,
         }
         return passes[table]()
+
+    def _events(self) -> Iterator[Problem]:
+        for sid, exists, text in event_problems(self._txn, self._tables, self._wanted):
+            yield Problem("events", sid, exists, text)
 
     def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
         """A session's record (_MISSING: none; None: it does not parse), for checking an entry."""
@@ -303,6 +312,8 @@ class CrossCheck:
             except DecodeProtoError as exc:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
+            if done.events_log_created_unix_nanos and not done.events_had_put:
+                continue  # an append of events alone: it names no version (the events pass checks the logs)
             version = done.version
             session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
             if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, session):

@@ -55,6 +55,8 @@ def _samples(tmp_path: Path) -> dict[str, tuple[str, Any]]:
         "--encoder-cache-bytes": (str(2 << 20), 2 << 20),
         "--keep-last-versions": ("5", 5),
         "--max-version-age-seconds": ("3600", 3600.0),
+        "--keep-last-events": ("1000", 1000),
+        "--max-event-age-seconds": ("86400", 86400.0),
         "--keyframe-after-quiet-seconds": ("30", 30.0),
         "--request-id-ttl-seconds": ("600", 600.0),
         "--sweep-interval-seconds": ("5", 5.0),

@@ -12,7 +12,15 @@ from tests.support import ROOT
 def test_the_client_package_exports_the_clients_their_errors_and_options() -> None:
     errors = ["AlreadyExists", "Checkpoint", "ClientClosed", "Conflict", "DataLoss", "DeadlineExceeded"]
     errors += ["FailedPrecondition", "InvalidArgument", "NotFound", "ResourceExhausted", "Unavailable"]
-    clients = {"AsyncCheckpointClient", "CheckpointClient", "ClientTLS", "DEFAULT_RETRIES", "ENV_VARS", "parse_state"}
+    clients = {
+        "AsyncCheckpointClient",
+        "CheckpointClient",
+        "ClientTLS",
+        "DEFAULT_RETRIES",
+        "ENV_VARS",
+        "event",
+        "parse_state",
+    }
     assert set(client.__all__) == clients | {f"{name}Error" for name in errors}
     for name in client.__all__:
         assert getattr(client, name) is not None, name

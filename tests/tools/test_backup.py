@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig
-from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.client import CheckpointClient, event
 from ckpt.sidecar.tools.backup import backup, write_backup
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.support import ROOT, ckpt, start_sidecar
@@ -294,3 +294,30 @@ def test_a_destination_name_as_long_as_a_file_name_may_be(tmp_path: Path) -> Non
     result = ckpt("backup", "--data-dir", str(tmp_path / "data"), str(tmp_path / name))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / name / "lmdb" / "data.mdb").is_file() and no_partials(tmp_path) == []
+
+
+def test_a_backup_carries_the_event_logs_and_a_sidecar_serves_them(tmp_path: Path) -> None:
+    """Events are in the data directory's tables like versions: the backup holds every log as it was,
+    `ckpt verify` checks its blocks, and a sidecar serving the backup reads and appends to them."""
+    data = tmp_path / "data"
+    live = start_sidecar(data)
+    try:
+        with CheckpointClient(live.unix_target) as client:
+            client.append_events("with-state", [event("tool", b"%d" % i) for i in range(700)])
+            client.put("with-state", b"\x08\x01")
+            client.append_events("events-only", [event("note", b"only")])
+            done = ckpt("backup", str(tmp_path / "backup"), "--data-dir", str(data))
+            assert done.returncode == 0, done.stderr
+            client.append_events("with-state", [event("after-the-backup")])
+    finally:
+        assert live.stop() == 0, live.log()
+    verify = ckpt("verify", "--data-dir", str(tmp_path / "backup"))
+    assert verify.returncode == 0, verify.stderr
+    restored = start_sidecar(tmp_path / "backup")
+    try:
+        with CheckpointClient(restored.unix_target) as client:
+            assert [e.payload for e in client.events("with-state", page_size=1000)] == [b"%d" % i for i in range(700)]
+            assert [e.payload for e in client.events("events-only")] == [b"only"]
+            assert client.append_events("with-state", [event("next")]).first_seq == 701
+    finally:
+        assert restored.stop() == 0, restored.log()

@@ -1,8 +1,11 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -59,7 +62,7 @@ class VersionRecord(_message.Message):
     def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
-    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos")
+    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRAME_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +70,10 @@ class RequestRecord(_message.Message):
     EXPIRES_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     WRITE_XXH3_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_LOG_CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_HAD_PUT_FIELD_NUMBER: _ClassVar[int]
     version: int
     stored_bytes: int
     frame_kind: int
@@ -74,7 +81,56 @@ class RequestRecord(_message.Message):
     expires_unix_nanos: int
     write_xxh3: int
     session_created_unix_nanos: int
-    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ...) -> None: ...
+    events_first_seq: int
+    events_last_seq: int
+    events_log_created_unix_nanos: int
+    events_had_put: bool
+    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ...) -> None: ...
+
+class EventLogRecord(_message.Message):
+    __slots__ = ("next_seq", "first_seq", "event_count", "stored_bytes", "created_unix_nanos", "open_block_seq", "updated_unix_nanos")
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_BLOCK_SEQ_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    next_seq: int
+    first_seq: int
+    event_count: int
+    stored_bytes: int
+    created_unix_nanos: int
+    open_block_seq: int
+    updated_unix_nanos: int
+    def __init__(self, next_seq: _Optional[int] = ..., first_seq: _Optional[int] = ..., event_count: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., open_block_seq: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ...) -> None: ...
+
+class StoredEvent(_message.Message):
+    __slots__ = ("type", "payload", "attributes", "time", "seq")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    payload: bytes
+    attributes: _containers.ScalarMap[str, str]
+    time: _timestamp_pb2.Timestamp
+    seq: int
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class EventBlock(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[StoredEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[StoredEvent, _Mapping]]] = ...) -> None: ...
 
 class BlobRecord(_message.Message):
     __slots__ = ("size_bytes", "media_type", "created_unix_nanos", "ref_count")

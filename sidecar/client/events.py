@@ -1,0 +1,146 @@
+"""The clients' event log methods: ``append_events`` and ``events``, written once for both clients."""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import functools
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar, cast
+
+from ckpt.v1 import service_pb2
+
+from .arguments import _when, check_int, check_str, new_request_id
+from .base import Unary
+
+AppendT = TypeVar("AppendT")
+EventsT = TypeVar("EventsT")
+
+#: The sidecar's limits (service.proto): events per append, events per page.
+MAX_EVENTS_PER_APPEND = 1000
+_MAX_PAGE_SIZE = 1000
+
+
+def event(
+    type: str,
+    payload: bytes = b"",
+    *,
+    attributes: dict[str, str] | None = None,
+    time: datetime.datetime | None = None,
+) -> service_pb2.Event:
+    """A ckpt.v1.Event to append: its ``type`` (e.g. "tool_call"), ``payload`` bytes (JSON, protobuf, text),
+    ``attributes`` to filter by, and ``time`` (an aware datetime; None: the commit's time)."""
+    msg = service_pb2.Event(type=check_str("type", type))
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, not {type_name(payload)}")
+    msg.payload = bytes(payload)
+    if attributes:
+        for key, value in attributes.items():
+            check_str(f"attributes key {key!r}", key)
+            msg.attributes[key] = check_str(f"attributes[{key!r}]", value)
+    when = _when("time", time)
+    if when is not None:
+        msg.time.CopyFrom(when)
+    return msg
+
+
+def type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def append_events_request(
+    session_id: str,
+    events: Iterable[service_pb2.Event],
+    put: service_pb2.PutRequest | None,
+    request_id: str | None,
+) -> service_pb2.AppendEventsRequest:
+    if isinstance(events, (str, bytes)) or not isinstance(events, Iterable):
+        raise TypeError(f"events must be an iterable of ckpt.v1.Event, not {type_name(events)}")
+    listed = list(events)
+    for i, item in enumerate(listed):
+        if not isinstance(item, service_pb2.Event):
+            raise TypeError(f"events[{i}] must be a ckpt.v1.Event (client.event(...) makes one), not {type_name(item)}")
+    if len(listed) > MAX_EVENTS_PER_APPEND:
+        raise ValueError(
+            f"events has {len(listed)} entries; the sidecar takes at most {MAX_EVENTS_PER_APPEND} per append"
+        )
+    request = service_pb2.AppendEventsRequest(
+        session_id=check_str("session_id", session_id),
+        events=listed,
+        # Generated when not given, as for put: a retry after a lost reply then appends nothing twice.
+        request_id=(check_str("request_id", request_id) if request_id is not None else "") or new_request_id(),
+    )
+    if put is not None:
+        if not isinstance(put, service_pb2.PutRequest):
+            raise TypeError(f"put must be a ckpt.v1.PutRequest, not {type_name(put)}")
+        request.put.CopyFrom(put)
+    return request
+
+
+def read_events_request(
+    session_id: str,
+    after_seq: int,
+    types: Iterable[str],
+    after: datetime.datetime | None,
+    before: datetime.datetime | None,
+    newest_first: bool,
+    page_size: int,
+) -> service_pb2.ReadEventsRequest:
+    if isinstance(types, str):
+        raise TypeError("types must be an iterable of str, not a str: pass (name,) for one type")
+    if not isinstance(newest_first, bool):
+        raise TypeError(f"newest_first must be a bool, not {type_name(newest_first)}")
+    return service_pb2.ReadEventsRequest(
+        session_id=check_str("session_id", session_id),
+        after_seq=check_int("after_seq", after_seq),
+        types=[check_str(f"types[{i}]", t) for i, t in enumerate(types)],
+        after=_when("after", after),
+        before=_when("before", before),
+        newest_first=newest_first,
+        page_size=check_int("page_size", page_size, high=_MAX_PAGE_SIZE),
+    )
+
+
+class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
+    """A mixin of both clients: their ``_unary`` and ``_pages`` do the I/O."""
+
+    def append_events(
+        self,
+        session_id: str,
+        events: Iterable[service_pb2.Event],
+        *,
+        put: service_pb2.PutRequest | None = None,
+        request_id: str | None = None,
+    ) -> AppendT:
+        """Append ``events`` (ckpt.v1.Event; :func:`event` makes one) to a session's event log, and with
+        ``put`` (a ckpt.v1.PutRequest; its session_id empty or this one) write a checkpoint in the same
+        transaction: both are committed, or neither (ConflictError on the put's expected_version appends
+        nothing). Returns the AppendEventsResponse: ``first_seq``/``last_seq`` of the events, and ``put``,
+        the checkpoint's PutResponse. Retried as put is, with the same ``request_id`` (one is generated if
+        none is given), so a retry appends nothing twice."""
+        build = functools.partial(append_events_request, session_id, events, put, request_id)
+        return cast(AppendT, self._unary(Unary("AppendEvents", build, retry=True, writes=True)))
+
+    def events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        types: Iterable[str] = (),
+        after: datetime.datetime | None = None,
+        before: datetime.datetime | None = None,
+        newest_first: bool = False,
+        page_size: int = 100,
+    ) -> EventsT:
+        """A session's events (ckpt.v1.Event, each with its ``seq`` and ``time``), oldest first (or
+        ``newest_first``), after seq ``after_seq``, of any of ``types`` (empty: all), with a time after
+        ``after`` and before ``before`` (aware datetimes), if given; pages of ``page_size`` fetched as
+        needed. NotFoundError if the session has neither events nor versions."""
+        request = read_events_request(session_id, after_seq, types, after, before, newest_first, page_size)
+        return cast(EventsT, self._pages("ReadEvents", request, "events"))
+
+    @abc.abstractmethod
+    def _unary(self, call: Unary) -> Any: ...
+
+    @abc.abstractmethod
+    def _pages(self, method: str, request: Any, field: str) -> Any: ...

@@ -1,0 +1,489 @@
+"""The event log's writes: appends (with a checkpoint in the same transaction), deletes, fork copies, retention.
+
+Tables (docs/storage.md):
+
+    events      session \\0 first_seq(u64 BE)   -> an event block (events.py)
+    event_logs  session                        -> EventLogRecord
+
+A session's blocks are one contiguous key range, in seq order. Appends go
+into the session's last block while it is open: the block is read, the new
+events' encoding appended to its body, and the block compressed and written
+again, until it holds SEAL_EVENTS events or SEAL_RAW_BYTES bytes; then it is
+sealed and the next append begins a block of its own. Events compress
+against each other that way, and the newest events are in the last one or
+two blocks. The log record keeps the next seq, the first kept and the
+counts, so an append reads two records and no scan.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import xxhash
+from google.protobuf.message import DecodeError as DecodeProtoError
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import FrameKind
+from ..config import StoreConfig
+from ..errors import AlreadyExists, DataLoss, InvalidArgument, StateTooLarge
+from ..storage import ReadTxn, Table, WriteTxn
+from . import keys
+from .events import (
+    SEAL_EVENTS,
+    SEAL_RAW_BYTES,
+    BlockHeader,
+    block_events,
+    block_header,
+    block_raw,
+    encode_block,
+    event_nanos,
+)
+from .layout import Tables
+from .ops import Batch, Op
+from .records import printable, record
+from .requestids import RequestIds, write_fingerprint
+from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
+
+#: The most events one append may carry (service.proto: AppendEventsRequest.events).
+MAX_EVENTS_PER_APPEND = 1000
+MAX_EVENT_TYPE_BYTES = 128
+# The byte after keys.SEP: a session's block keys all sort before sid + _AFTER_SEP.
+_AFTER_SEP = bytes([keys.SEP[0] + 1])
+
+
+def block_key(sid: bytes, first_seq: int) -> bytes:
+    """The events table's key of the block whose first event is ``first_seq`` (as frames are keyed)."""
+    return keys.frame_key(sid, first_seq)
+
+
+def block_range(sid: bytes) -> tuple[bytes, bytes]:
+    """Every block key of a session is in [start, stop)."""
+    return sid + keys.SEP, sid + _AFTER_SEP
+
+
+def where(sid: bytes, seq: int) -> str:
+    """How an error names the place of a block: its session and first seq."""
+    return f"session {printable(sid)!r} event seq {seq}"
+
+
+def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:
+    """A session's event log record (None: it has no log); DataLoss if it does not parse."""
+    if tables.event_logs is None:
+        return None
+    raw = txn.get(sid, db=tables.event_logs)
+    if raw is None:
+        return None
+    try:
+        return records_pb2.EventLogRecord.FromString(bytes(raw))
+    except DecodeProtoError as exc:
+        raise DataLoss(f"session {printable(sid)!r}: its event log record does not parse: {exc}") from None
+
+
+def check_event_type(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, not {type(value).__name__}")
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} {value!r} is not valid UTF-8 (lone surrogate)") from None
+    if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
+        raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
+    if any(c < " " or c == "\x7f" for c in value):
+        raise InvalidArgument(
+            f"{field} {keys.quoted(value)} contains an ASCII control character (U+0000-U+001F or U+007F)"
+        )
+    return value
+
+
+def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[records_pb2.StoredEvent], list[bool]]:
+    """The events to append, checked (InvalidArgument or StateTooLarge naming the event and the limit),
+    as StoredEvents without their seq, and for each whether its time is the commit's."""
+    if len(events) > MAX_EVENTS_PER_APPEND:
+        raise InvalidArgument(
+            f"events has {len(events)} entries; the limit is {MAX_EVENTS_PER_APPEND} events per append"
+        )
+    out: list[records_pb2.StoredEvent] = []
+    timeless: list[bool] = []
+    total = 0
+    for i, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise InvalidArgument(f"events[{i}] must be a NewEvent, not {type(event).__name__}")
+        check_event_type(event.type, f"events[{i}].type")
+        if not isinstance(event.payload, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"events[{i}].payload must be bytes, not {type(event.payload).__name__}")
+        if not isinstance(event.attributes, dict):
+            raise InvalidArgument(f"events[{i}].attributes must be a dict of str to str")
+        keys.check_labels(event.attributes, field=f"events[{i}].attributes")
+        when = event.time_unix_nanos
+        if when is not None and (isinstance(when, bool) or not isinstance(when, int) or not 0 <= when <= 2**63 - 1):
+            raise InvalidArgument(
+                f"events[{i}].time must be a time from 1970-01-01T00:00:00Z on (nanoseconds 0..2**63-1), got {when!r}"
+            )
+        total += len(event.payload)
+        if total > max_bytes:
+            raise StateTooLarge(
+                f"events' payloads are more than {max_bytes} bytes by events[{i}]; the limit (max_state_bytes) is"
+                f" {max_bytes} bytes per append"
+            )
+        stored = records_pb2.StoredEvent(type=event.type, payload=bytes(event.payload))
+        if event.attributes:
+            stored.attributes.update(event.attributes)
+        if when is not None:
+            stored.time.FromNanoseconds(when)
+        out.append(stored)
+        timeless.append(when is None)
+    return out, timeless
+
+
+def events_fingerprint(events: Sequence[records_pb2.StoredEvent], put: PutRequest | None) -> int:
+    """What an append asks, hashed: a retry under the same request id must ask the same (never 0)."""
+    h = xxhash.xxh3_64(b"events\0")
+    for event in events:
+        h.update(struct.pack("<I", event.ByteSize()))
+        h.update(event.SerializeToString(deterministic=True))
+    if put is not None:
+        h.update(struct.pack("<Q", write_fingerprint(put, WriteMode(put.mode))))
+    return h.intdigest() or 1
+
+
+class EventLog:
+    """The event log's write ops and the parts of other writes that touch it (delete, fork, retention)."""
+
+    def __init__(self, config: StoreConfig, tables: Tables, requests: RequestIds) -> None:
+        self._config = config
+        self._tables = tables
+        self._requests = requests
+
+    @property
+    def _events(self) -> Table:
+        assert self._tables.events is not None  # a writable store has them (layout.open_layout)
+        return self._tables.events
+
+    @property
+    def _logs(self) -> Table:
+        assert self._tables.event_logs is not None
+        return self._tables.event_logs
+
+    def append_op(
+        self, session_id: str, events: Sequence[NewEvent], put: PutRequest | None, put_op: Op | None, request_id: str
+    ) -> Op:
+        """The op appending ``events`` to a session's log, and writing ``put_op`` (``put``'s op, built
+        without a request id) in the same transaction; checked here, on the caller's thread."""
+        sid = keys.session_key(session_id)
+        if not isinstance(request_id, str):
+            raise InvalidArgument(f"request_id must be a str, not {type(request_id).__name__}")
+        stored, timeless = stored_events(events, self._config.max_state_bytes)
+        if not stored and put_op is None:
+            raise InvalidArgument("events is empty and there is no put: an append needs events, or a put, or both")
+        rid_key = keys.request_key(sid, request_id) if request_id else None
+        asked = events_fingerprint(stored, put) if rid_key is not None else 0
+        tables, requests, config = self._tables, self._requests, self._config
+        logs = self._logs
+
+        def apply(batch: Batch, txn: WriteTxn) -> AppendResult:
+            log = log_record(txn, tables, sid)
+            expired: records_pb2.RequestRecord | None = None
+            if rid_key is not None:
+                done, live = self._remembered(txn, sid, rid_key, log, session_id, request_id)
+                if live:
+                    assert done is not None
+                    if done.write_xxh3 != asked:
+                        raise InvalidArgument(
+                            f"request_id {request_id!r} was used for a different write to session {session_id!r};"
+                            " a retry must resend the same request, and a new one needs a new request_id"
+                        )
+                    return _replayed(done)
+                expired = done
+            # Every read that may fail comes before the put's first write: the op fails clean.
+            open_block = self._open_block(txn, sid, log) if stored and log is not None else None
+            put_result: PutResult | None = None
+            if put_op is not None:
+                put_result = put_op.apply(batch, txn)
+            session_raw = txn.get(sid, db=tables.sessions)
+            session = record(session_raw) if session_raw is not None else None
+            now = session.updated_unix_nanos if put_result is not None and session is not None else time.time_ns()
+            if log is None:
+                log = records_pb2.EventLogRecord(next_seq=1, first_seq=1, created_unix_nanos=now)
+            first = log.next_seq if stored else 0
+            if stored:
+                for seq, (event, default_time) in enumerate(zip(stored, timeless, strict=True), start=log.next_seq):
+                    event.seq = seq
+                    if default_time:
+                        event.time.FromNanoseconds(now)
+                self._write_blocks(txn, sid, log, stored, open_block)
+            log.updated_unix_nanos = now
+            txn.put(sid, log.SerializeToString(), db=logs)
+            last = log.next_seq - 1 if stored else 0
+            if rid_key is not None:
+                rec = records_pb2.RequestRecord(
+                    expires_unix_nanos=now + int(config.request_id_ttl_seconds * 1e9),
+                    write_xxh3=asked,
+                    session_created_unix_nanos=session.created_unix_nanos if session is not None else 0,
+                    events_first_seq=first,
+                    events_last_seq=last,
+                    events_log_created_unix_nanos=log.created_unix_nanos,
+                    events_had_put=put_result is not None,
+                )
+                if put_result is not None:
+                    rec.version = put_result.version
+                    rec.stored_bytes = put_result.stored_bytes
+                    rec.frame_kind = put_result.frame_kind
+                    rec.state_size = put_result.state_size
+                requests.store(txn, rid_key, rec, expired)
+            return AppendResult(first, last, put_result)
+
+        size = sum(e.ByteSize() for e in stored) + (put_op.size_bytes if put_op is not None else 0)
+        return Op(apply, fails_clean=True, size_bytes=size, check=put_op.check if put_op is not None else None)
+
+    def _remembered(
+        self,
+        txn: ReadTxn,
+        sid: bytes,
+        rid_key: bytes,
+        log: records_pb2.EventLogRecord | None,
+        session_id: str,
+        request_id: str,
+    ) -> tuple[records_pb2.RequestRecord | None, bool]:
+        """The record under ``rid_key`` (None: none) and whether it answers this append's retry: unexpired,
+        and written to this log as it is now (or, a Put's, to this session as it is now)."""
+        raw = txn.get(rid_key, db=self._tables.requests)
+        if raw is None:
+            return None, False
+        session_raw = txn.get(sid, db=self._tables.sessions)
+        try:
+            done = records_pb2.RequestRecord.FromString(bytes(raw))
+        except DecodeProtoError as exc:
+            if log is None and session_raw is None:
+                return None, False  # nothing it made stands: this append is a new one
+            raise DataLoss(
+                f"session {session_id!r}: the record of request_id {request_id!r} does not parse ({exc}), so"
+                " whether that write was made is unknown"
+            ) from None
+        live = done.expires_unix_nanos > time.time_ns()
+        if done.events_log_created_unix_nanos:
+            ours = log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
+        else:  # a Put's: refused below as a different request if it was made to this session
+            ours = session_raw is not None and record(session_raw).created_unix_nanos == done.session_created_unix_nanos
+        return done, live and ours
+
+    def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
+        """The log's open block, checked and decompressed (None: no block is open). Its events are not
+        parsed: an append adds its events' encoding to the block's body (repeated fields concatenate)."""
+        if not log.open_block_seq:
+            return None
+        value = txn.get(block_key(sid, log.open_block_seq), db=self._events)
+        if value is None:
+            raise DataLoss(f"{where(sid, log.open_block_seq)}: the open event block is missing")
+        header = block_header(value, where(sid, log.open_block_seq))
+        if header.first_seq != log.open_block_seq or header.last_seq != log.next_seq - 1:
+            raise DataLoss(
+                f"{where(sid, log.open_block_seq)}: the open event block holds seqs {header.first_seq}-"
+                f"{header.last_seq}; the log's next seq is {log.next_seq}"
+            )
+        return _OpenBlock(header, block_raw(value, header, where(sid, header.first_seq)), len(value))
+
+    def _write_blocks(
+        self,
+        txn: WriteTxn,
+        sid: bytes,
+        log: records_pb2.EventLogRecord,
+        new: list[records_pb2.StoredEvent],
+        open_block: _OpenBlock | None,
+    ) -> None:
+        """Append ``new`` (seqs set) to the log's blocks: the open one first, then new ones, each sealed
+        once full; and update the log record's counts."""
+        run = _Run(new[0].seq) if open_block is None else _Run.of(open_block)
+        runs = [run]
+        for event in new:
+            if run.count and (run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES):
+                run = _Run(event.seq)
+                runs.append(run)
+            run.add(event)
+        added = 0
+        for run in runs:
+            value = run.value()
+            txn.put(block_key(sid, run.first_seq), value, db=self._events)
+            added += len(value)
+        log.stored_bytes += added - (open_block.stored_bytes if open_block is not None else 0)
+        log.next_seq = new[-1].seq + 1
+        log.event_count = log.next_seq - log.first_seq
+        log.open_block_seq = 0 if run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES else run.first_seq
+
+    # -- the parts of other ops that touch the log -------------------------------------------------
+
+    def delete(self, txn: WriteTxn, sid: bytes) -> tuple[bool, int]:
+        """Remove a session's log (DeleteSession): whether it had one, and how many events it held."""
+        raw = txn.get(sid, db=self._logs)
+        if raw is None:
+            return False, 0
+        try:
+            count = records_pb2.EventLogRecord.FromString(bytes(raw)).event_count
+        except DecodeProtoError:
+            count = 0  # damaged: deleting it is how an operator starts the session over
+        start, stop = block_range(sid)
+        txn.delete_range(self._events, start, stop)
+        txn.delete(sid, db=self._logs)
+        return True, count
+
+    def check_no_log(self, txn: ReadTxn, sid: bytes, session_id: str) -> None:
+        """AlreadyExists if a fork's new session has an event log (the session exists, without versions)."""
+        if txn.get(sid, db=self._logs) is not None:
+            raise AlreadyExists(f"new_session_id {session_id!r} already exists (it has an event log)")
+
+    def copy(self, txn: WriteTxn, sid: bytes, new_sid: bytes, now: int) -> None:
+        """Copy a session's log to a fork (every block as it is: a block does not name its session)."""
+        log = log_record(txn, self._tables, sid)
+        if log is None:
+            return
+        start, stop = block_range(sid)
+        copied = [(key[len(sid) :], value) for key, value in blocks_in(txn, self._events, start, stop)]
+        for suffix, value in copied:
+            txn.put(new_sid + suffix, value, db=self._events)
+        log.created_unix_nanos = now
+        log.updated_unix_nanos = now
+        txn.put(new_sid, log.SerializeToString(), db=self._logs)
+
+    def prune_op(self, sids: list[bytes], now: int) -> Op:
+        """The op applying event retention to these sessions' logs: (logs pruned, events removed)."""
+        retention = self._config.retention
+        keep = retention.keep_last_events
+        oldest = now - int(retention.max_event_age_seconds * 1e9) if retention.max_event_age_seconds else None
+
+        def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
+            pruned = removed = 0
+            for sid in sids:
+                try:
+                    n = self._prune(txn, sid, keep, oldest)
+                except DataLoss:
+                    continue  # kept as it is (only read so far): verify names it
+                if n:
+                    pruned += 1
+                    removed += n
+            return pruned, removed
+
+        return Op(apply)
+
+    def _prune(self, txn: WriteTxn, sid: bytes, keep: int, oldest: int | None) -> int:
+        """Remove the events retention drops from the front of one log; how many."""
+        log = log_record(txn, self._tables, sid)
+        if log is None or log.first_seq >= log.next_seq:
+            return 0
+        cut = log.first_seq
+        if keep:
+            cut = max(cut, log.next_seq - keep)
+        blocks = blocks_in(txn, self._events, block_key(sid, log.first_seq), block_range(sid)[1])
+        trimmed: list[records_pb2.StoredEvent] = []
+        doomed: list[tuple[bytes, int]] = []
+        age_done = oldest is None
+        for key, value in blocks:
+            header = block_header(value, where(sid, keys.frame_version(key, sid)))
+            if header.last_seq < cut:
+                doomed.append((key, len(value)))
+                continue
+            if not age_done:
+                assert oldest is not None
+                if header.max_time_nanos < oldest:  # all older: the whole block goes
+                    cut = header.last_seq + 1
+                    doomed.append((key, len(value)))
+                    continue
+                # Only the front of the log goes, so that seqs stay dense: up to the first event kept.
+                _, events = block_events(value, where(sid, header.first_seq))
+                for event in events:
+                    if event.seq >= cut and event_nanos(event) >= oldest:
+                        break
+                    cut = max(cut, event.seq + 1)
+                if cut > header.last_seq:  # every event past the count cut was old
+                    doomed.append((key, len(value)))
+                    continue
+                age_done = True
+            if header.first_seq < cut:  # the block the cut falls in keeps its newer events, rewritten
+                _, events = block_events(value, where(sid, header.first_seq))
+                trimmed = events[cut - header.first_seq :]
+                doomed.append((key, len(value)))
+            break
+        removed = cut - log.first_seq
+        if not removed:
+            return 0
+        for key, size in doomed:
+            txn.delete(key, db=self._events)
+            log.stored_bytes -= size
+        if trimmed:
+            value = _block_value(trimmed)
+            txn.put(block_key(sid, cut), value, db=self._events)
+            log.stored_bytes += len(value)
+            if log.open_block_seq and log.open_block_seq < cut:
+                log.open_block_seq = cut
+        elif log.open_block_seq and log.open_block_seq < cut:
+            log.open_block_seq = 0
+        log.first_seq = cut
+        log.event_count = log.next_seq - cut
+        txn.put(sid, log.SerializeToString(), db=self._logs)
+        return removed
+
+
+def _replayed(done: records_pb2.RequestRecord) -> AppendResult:
+    put = None
+    if done.events_had_put:
+        put = PutResult(done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True)
+    return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True)
+
+
+@dataclass(slots=True)
+class _OpenBlock:
+    header: BlockHeader
+    raw: bytes
+    stored_bytes: int
+
+
+@dataclass(slots=True)
+class _Run:
+    """A block being written: the body it had (an open block's), the events added, and its totals."""
+
+    first_seq: int
+    prefix: bytes = b""
+    events: list[records_pb2.StoredEvent] = field(default_factory=list)
+    count: int = 0
+    raw_bytes: int = 0
+    min_time: int = 2**63
+    max_time: int = 0
+
+    @classmethod
+    def of(cls, block: _OpenBlock) -> _Run:
+        h = block.header
+        return cls(h.first_seq, block.raw, [], h.count, h.raw_bytes, h.min_time_nanos, h.max_time_nanos)
+
+    def add(self, event: records_pb2.StoredEvent) -> None:
+        self.events.append(event)
+        self.count += 1
+        size = event.ByteSize()
+        self.raw_bytes += 1 + _varint_bytes(size) + size  # its tag, length and encoding in the body
+        nanos = event_nanos(event)
+        self.min_time = min(self.min_time, nanos)
+        self.max_time = max(self.max_time, nanos)
+
+    def value(self) -> bytes:
+        raw = self.prefix + records_pb2.EventBlock(events=self.events).SerializeToString()
+        return encode_block(raw, self.first_seq, self.count, self.min_time, self.max_time)
+
+
+def _varint_bytes(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _block_value(events: list[records_pb2.StoredEvent]) -> bytes:
+    run = _Run(events[0].seq)
+    for event in events:
+        run.add(event)
+    return run.value()
+
+
+def blocks_in(txn: ReadTxn, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The blocks keyed in [start, stop), in key order, read as the caller goes."""
+    for key, value in txn.scan(table, start):
+        if key >= stop:
+            return
+        yield bytes(key), bytes(value)

@@ -1,0 +1,227 @@
+"""Reading a session's event log a page at a time, oldest or newest first, filtered by seq, type and time.
+
+A read finds the block holding its first seq with one backward step of a
+cursor (blocks are keyed by their first seq), then reads blocks in order.
+A block whose time range misses the filter is skipped undecompressed. A
+page ends with a token: the listing's kind, a hash of the log and the
+filters, and the seq to resume at (listings.py's tokens, checked alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+from ckpt.store.v1 import records_pb2
+
+from ..errors import DataLoss, InvalidArgument, NotFound
+from ..storage import ReadTxn, Table
+from . import keys
+from .eventlog import block_key, block_range, check_event_type, log_record, where
+from .events import BlockHeader, block_events, block_header, event_nanos
+from .layout import Tables
+from .listings import decode_token, encode_token
+from .types import EventPage, EventQuery
+
+Read = Callable[[], AbstractContextManager[ReadTxn]]
+
+DEFAULT_PAGE_EVENTS = 100
+MAX_PAGE_EVENTS = 1000
+#: Blocks one page reads at most: a filter that matches nothing in a long log answers a page (maybe
+#: empty) with a token rather than decompress the whole log in one call.
+MAX_BLOCKS_PER_PAGE = 64
+_TOKEN_KIND = b"e"
+
+
+def check_query(query: EventQuery) -> int:
+    """The page size a query asks (InvalidArgument naming a field that is out of range)."""
+    if isinstance(query.after_seq, bool) or not isinstance(query.after_seq, int) or query.after_seq < 0:
+        raise InvalidArgument(f"after_seq must be an integer >= 0, got {query.after_seq!r}")
+    size = query.page_size
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_PAGE_EVENTS:
+        raise InvalidArgument(f"page_size must be in 0..{MAX_PAGE_EVENTS} (0 = {DEFAULT_PAGE_EVENTS}), got {size!r}")
+    for i, name in enumerate(query.types):
+        check_event_type(name, f"types[{i}]")
+    low, high = query.after_unix_nanos, query.before_unix_nanos
+    if low is not None and high is not None and low > high:
+        raise InvalidArgument(
+            f"after ({low} ns) is later than before ({high} ns): no event could match; the read is of events"
+            " whose time is after `after` and before `before`"
+        )
+    return size or DEFAULT_PAGE_EVENTS
+
+
+def read_events(read: Read, tables: Tables, session_id: str, query: EventQuery, *, max_page_bytes: int) -> EventPage:
+    """A page of a session's events (Store.read_events); NotFound if it has neither events nor versions."""
+    sid = keys.session_key(session_id)
+    size = check_query(query)
+    with read() as txn:
+        log = log_record(txn, tables, sid)
+        if log is None:
+            if txn.get(sid, db=tables.sessions) is None:
+                raise NotFound(f"session {session_id!r} does not exist (it has neither events nor versions)")
+            return EventPage([], "")
+        assert tables.events is not None
+        scope = repr(
+            (
+                sid,
+                log.created_unix_nanos,
+                query.after_seq,
+                sorted(set(query.types)),
+                query.after_unix_nanos,
+                query.before_unix_nanos,
+                query.newest_first,
+            )
+        ).encode()
+        resume = decode_token(query.page_token, _TOKEN_KIND, scope)
+        if resume and (not resume.isdigit() or len(resume) > 20):
+            raise InvalidArgument(
+                f"page_token {keys.quoted(query.page_token)} is not a token this server issued for this listing"
+            )
+        low = max(query.after_seq + 1, log.first_seq)
+        high = log.next_seq - 1
+        if resume:
+            if query.newest_first:
+                high = min(high, int(resume))
+            else:
+                low = max(low, int(resume))
+        page = _Page(size, max_page_bytes, query)
+        if low <= high:
+            blocks = (
+                _blocks_back(txn, tables.events, sid, high)
+                if query.newest_first
+                else _blocks(txn, tables.events, sid, low)
+            )
+            resume_at = page.fill(sid, blocks, low, high)
+            if resume_at is not None:
+                return EventPage(page.events, encode_token(_TOKEN_KIND, scope, str(resume_at).encode()))
+        return EventPage(page.events, "")
+
+
+class _Page:
+    """The events one page collects, and where the next page resumes."""
+
+    def __init__(self, size: int, max_bytes: int, query: EventQuery) -> None:
+        self.events: list[records_pb2.StoredEvent] = []
+        self._size = size
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._types = frozenset(query.types)
+        self._after = query.after_unix_nanos
+        self._before = query.before_unix_nanos
+        self._newest_first = query.newest_first
+
+    def _misses(self, header: BlockHeader) -> bool:
+        """Whether no event of the block can be in the time range (its header's times say)."""
+        return (self._after is not None and header.max_time_nanos <= self._after) or (
+            self._before is not None and header.min_time_nanos >= self._before
+        )
+
+    def _matches(self, event: records_pb2.StoredEvent) -> bool:
+        if self._types and event.type not in self._types:
+            return False
+        if self._after is None and self._before is None:
+            return True
+        nanos = event_nanos(event)
+        return (self._after is None or nanos > self._after) and (self._before is None or nanos < self._before)
+
+    def fill(self, sid: bytes, blocks: Iterator[tuple[bytes, bytes]], low: int, high: int) -> int | None:
+        """Collect the matching events of seqs low..high from ``blocks``; the seq to resume at, or None."""
+        read = 0
+        for key, value in blocks:
+            first = keys.frame_version(key, sid)
+            header = block_header(value, where(sid, first))
+            if header.first_seq != first:
+                raise DataLoss(f"{where(sid, first)}: the block stored there begins at seq {header.first_seq}")
+            if (header.first_seq > high) if not self._newest_first else (header.last_seq < low):
+                return None
+            if read == MAX_BLOCKS_PER_PAGE:
+                return header.last_seq if self._newest_first else header.first_seq
+            read += 1
+            if self._misses(header):
+                continue
+            _, events = block_events(value, where(sid, first))
+            for event in reversed(events) if self._newest_first else events:
+                seq = event.seq
+                if not low <= seq <= high or not self._matches(event):
+                    continue
+                if len(self.events) == self._size:
+                    return seq
+                if self._max_bytes:
+                    self._bytes += event.ByteSize() + 8
+                    if self.events and self._bytes > self._max_bytes:
+                        return seq
+                self.events.append(event)
+        return None
+
+
+def _blocks(txn: ReadTxn, table: Table, sid: bytes, low: int) -> Iterator[tuple[bytes, bytes]]:
+    """The session's blocks from the one holding ``low`` on, oldest first."""
+    start, stop = block_range(sid)
+    before = next(txn.scan_back(table, block_key(sid, low) + b"\x00"), None)
+    begin = bytes(before[0]) if before is not None and bytes(before[0]) >= start else block_key(sid, low)
+    for key, value in txn.scan(table, begin):
+        if key >= stop:
+            return
+        yield bytes(key), value
+
+
+def _blocks_back(txn: ReadTxn, table: Table, sid: bytes, high: int) -> Iterator[tuple[bytes, bytes]]:
+    """The session's blocks from the one holding ``high`` back, newest first."""
+    start, _ = block_range(sid)
+    for key, value in txn.scan_back(table, block_key(sid, high) + b"\x00"):
+        if key < start:
+            return
+        yield bytes(key), value
+
+
+def log_blocks(txn: ReadTxn, tables: Tables, sid: bytes) -> Iterator[tuple[int, bytes]]:
+    """Every block of a session's log, oldest first, with the seq its key names (for verify)."""
+    if tables.events is None:
+        return
+    start, stop = block_range(sid)
+    for key, value in txn.scan(tables.events, start):
+        if key >= stop:
+            return
+        yield keys.frame_version(bytes(key), sid), bytes(value)
+
+
+def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
+    """What is wrong with a session's event log (``ckpt verify``): every block's checksum and seqs, and
+    that they run from the log's first seq to its last without a gap; each problem names the seq."""
+    problems: list[str] = []
+    try:
+        log = log_record(txn, tables, sid)
+    except DataLoss as exc:
+        return [str(exc)]
+    blocks = list(log_blocks(txn, tables, sid))
+    if log is None:
+        if blocks:
+            problems.append(f"{where(sid, blocks[0][0])}: event blocks are stored without an event log record")
+        return problems
+    expected: int | None = log.first_seq
+    stored = 0
+    for first, value in blocks:
+        stored += len(value)
+        try:
+            header, _ = block_events(value, where(sid, first))
+        except DataLoss as exc:
+            problems.append(str(exc))
+            expected = None  # the next block cannot be checked against this one
+            continue
+        if header.first_seq != first:
+            problems.append(f"{where(sid, first)}: the block stored there begins at seq {header.first_seq}")
+        if expected is not None and first != expected:
+            problems.append(f"{where(sid, expected)}: events {expected}-{first - 1} are missing from the log")
+        expected = header.last_seq + 1
+    if expected is not None and expected != log.next_seq:
+        problems.append(
+            f"{where(sid, expected if expected < log.next_seq else log.next_seq)}: the log's blocks end before seq"
+            f" {expected}, its record says the next seq is {log.next_seq}"
+        )
+    if not problems and stored != log.stored_bytes:
+        problems.append(
+            f"session {sid.decode(errors='backslashreplace')!r}: the event log record counts {log.stored_bytes}"
+            f" stored bytes; its blocks hold {stored}"
+        )
+    return problems
