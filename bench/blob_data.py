@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
+import time
 from collections.abc import Iterator
 
 #: Bytes per block: the clients' PutBlob chunk (sidecar/client/blobs.py), so a read is a block.
@@ -68,6 +69,8 @@ class BlobReader:
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self._blocks = blocks
         self._pending = b""
+        #: time.perf_counter() when a read found the blocks at their end: the last byte was handed over.
+        self.ended_at: float | None = None
 
     def read(self, size: int = -1) -> bytes:
         if size < 0:
@@ -78,6 +81,8 @@ class BlobReader:
             if not self._pending:
                 block = next(self._blocks, None)
                 if block is None:
+                    if self.ended_at is None:
+                        self.ended_at = time.perf_counter()
                     break
                 self._pending = block
             if len(self._pending) <= need:

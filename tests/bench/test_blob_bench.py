@@ -56,6 +56,9 @@ def test_the_blob_bench_puts_and_gets_a_blob_and_reads_back_its_hash(tmp_path: P
             assert process["peak_rss_bytes"] >= process["baseline_rss_bytes"]
             assert process["hwm_after_bytes"] >= process["hwm_before_bytes"] >= process["baseline_rss_bytes"]
         assert memory["peak_growth_bytes"] >= memory["sampled_growth_bytes"] >= 0
+    for leg in ("put", "sink"):  # the time after the last chunk is part of the call's
+        assert 0 < only["legs"][leg]["after_last_chunk_seconds"] < only["legs"][leg]["seconds"]
+        assert report["after_last_chunk_seconds"][leg] == only["legs"][leg]["after_last_chunk_seconds"]
     assert only["put_vs_sink"] == only["legs"]["put"]["mb_s"] / only["legs"]["sink"]["mb_s"]
     assert report["ratios"]["get_vs_source"] == only["get_vs_source"]
     assert set(report["targets"]) == {
@@ -65,7 +68,15 @@ def test_the_blob_bench_puts_and_gets_a_blob_and_reads_back_its_hash(tmp_path: P
         "get_memory_growth_chunks",
     }
     # The printed report says what it measured, and the sidecar's data went with the good run.
-    for said in ("| median |", "VmRSS", "VmHWM", "grpc (pid", "store (pid", "read back by GetBlob, every round: yes"):
+    for said in (
+        "| median |",
+        "from the last byte handed to gRPC",
+        "VmRSS",
+        "VmHWM",
+        "grpc (pid",
+        "store (pid",
+        "read back by GetBlob, every round: yes",
+    ):
         assert said in done.stdout, said
     assert not (tmp_path / "data" / "blob-bench").exists()
 
@@ -81,13 +92,14 @@ def test_a_seeded_blob_reads_the_same_bytes_in_pieces_of_any_size(seed: int, siz
     whole = b"".join(blob.blocks())
     assert len(whole) == size
     reader = blob.reader()
-    assert reader.read(0) == b""
+    assert reader.read(0) == b"" and reader.ended_at is None
     got = []
     for n in pieces * (size // max(1, sum(pieces)) + 2):
         piece = reader.read(n)
         assert len(piece) <= n
         got.append(piece)
     assert b"".join(got) == whole and reader.read(10) == b""
+    assert reader.ended_at is not None  # when the last byte was handed over
     assert SeededBlob(seed, size, block_bytes=64).sha256() == hashlib.sha256(whole).hexdigest()
 
 
