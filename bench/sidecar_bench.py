@@ -43,6 +43,7 @@ measured against that one server, over its unix socket, in this run:
    p50/p99 of each and the p50 ratio. Its target (<= 1.3, issue 46) is reported,
    not checked: today's build misses it, and a check would fail ``make bench``.
 What ``ckpt serve --workers N`` changes is measured by ``python -m ckpt.bench.workers_bench``.
+Blobs in and out (PutBlob, GetBlob) against echo streams, and the memory they take: ``bench.blob_bench``.
 
 Throughputs are medians of 3 repetitions, each preceded by a warm-up of the
 same kind, with the kinds interleaved round by round (echo, merge, stream,
