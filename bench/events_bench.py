@@ -174,7 +174,6 @@ def one_round(
         directory = scratch / f"{system.name}-{phase}"
         shutil.rmtree(directory, ignore_errors=True)
         system.open(directory)
-        opened = True
         try:
             load = run_writers(system, sessions, threads)
             system.close()
@@ -186,11 +185,8 @@ def one_round(
             out[f"disk_{phase}"] = disk
             if phase == "many":
                 out.update(cold_reads(system, sessions, seed))
-            system.shutdown()
-            opened = False
         finally:
-            if opened:
-                system.shutdown()
+            system.shutdown()
         shutil.rmtree(directory, ignore_errors=True)
     return out
 
