@@ -5,5 +5,6 @@ Modules, one job each:
 - ``systems``: ckpt (embedded and through the sidecar) and the stores people use today, behind one interface;
 - ``runner``: drives a workload through a system and measures it;
 - ``tuning``: zstd level and chain policy sweeps;
-- ``report`` and ``plots``: results JSON -> REPORT.md and PNG plots.
+- ``report`` and ``plots``: results JSON -> REPORT.md and PNG plots;
+- ``events_report``: the event log benchmark's events.json (``bench/events_bench.py``) -> its REPORT.md section.
 """

@@ -2,7 +2,8 @@
 
 ckpt bench run [--quick] [--workload W ...] [--systems S ...] [--mode merge|replace]
                [--concurrency N ...] [--sessions N] [--steps N] [--no-tuning] --out DIR
-ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json)
+ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json, and DIR/events.json
+                                  of python -m ckpt.bench.events_bench if there is one)
 ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: python -m ckpt.bench.store_bench --only scale)
 """
 
@@ -167,9 +168,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write_report(doc: dict[str, Any], out: Path) -> None:
-    from . import plots, report
+    from . import events_report, plots, report
 
     written = plots.write_all(doc, out / PLOTS_DIR)
     command = doc.get("command") or "ckpt bench run"
-    text = report.render(doc, plots={k: f"{PLOTS_DIR}/{v}" for k, v in written.items()}, command=command)
+    # The events benchmark (python -m ckpt.bench.events_bench --out DIR) runs on its own; its section
+    # is rendered when it has written its results beside these.
+    events = events_report.load(out)
+    text = report.render(doc, plots={k: f"{PLOTS_DIR}/{v}" for k, v in written.items()}, command=command, events=events)
     (out / REPORT).write_text(text)

@@ -6,6 +6,8 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
+from . import events_report
+
 CKPT = "ckpt-embedded"
 SNAPSHOTS = "pbzstd-lmdb"
 #: The hydration goal: ckpt's cold latest read over the snapshot baseline's, as (percentile key, at most this ratio).
@@ -150,7 +152,8 @@ def _cold_ratio_section(res: Results, labels: dict[str, str], skipped: dict[str,
     return [*out, ""]
 
 
-def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
+def render(doc: dict[str, Any], *, plots: dict[str, str], command: str, events: dict[str, Any] | None = None) -> str:
+    """REPORT.md; ``events``: the events benchmark's results (events.json), rendered as a section of their own."""
     res = Results(doc)
     labels = _labels(doc)
     m = doc["machine"]
@@ -405,6 +408,8 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str) -> str:
             ),
         )
         out += [""]
+    if events is not None:
+        out += events_report.section(events)
     return "\n".join(out) + "\n"
 
 
