@@ -92,7 +92,15 @@ def _cached_get(
             request = service_pb2.GetRequest.FromString(raw)
         except DecodeError:
             request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
-        if request is not None:
+        paths = request.field_mask.paths if request is not None else ()
+        if request is not None and paths:
+            masked = replies.masked(request.session_id, request.version, paths)
+            if masked is not None:
+                body, state_bytes, cached = masked
+                changed()
+                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=cached)
+                return body
+        elif request is not None:
             hit = replies.answer(request.session_id, request.version)
             if hit is not None:
                 body, state_bytes = hit
@@ -110,7 +118,7 @@ def _cached_get(
             # A miss may have dropped a stale reply, and one may be kept next; the report reads
             # the size a while later, after both, even if the forwarded call failed.
             changed()
-        if request is not None and not request.version:
+        if request is not None and not request.version and not paths:  # a masked reply is never kept
             replies.remember(request.session_id, body)
         return body
 

@@ -14,6 +14,7 @@ record, and the next Get is forwarded (and its reply kept in turn).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -23,6 +24,7 @@ from ckpt.v1 import service_pb2
 from ...codec import FrameKind
 from ..store import LRU, Store
 from .convert import get_response_pb
+from .masking import Masks
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class ReplyCache:
         if not store.readonly:
             raise ValueError("a ReplyCache reads heads from a read-only Store (the store process writes)")
         self._store = store
+        self._masks = Masks(store)
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply] = LRU(capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh)
 
@@ -111,6 +114,21 @@ class ReplyCache:
                 len(got.state),
             )
         return body, len(got.state)
+
+    def masked(self, session_id: str, version: int, paths: Sequence[str]) -> tuple[bytes, int, bool] | None:
+        """The reply to a Get masked to ``paths``, made from the whole state's reply kept (:meth:`answer`) or
+        read here (:meth:`read`, which keeps it), its state's size, and whether it was kept; None: forward
+        it. The masked reply itself is never kept: a Get of the whole state must not be answered with it.
+        """
+        cached = True
+        whole = self.answer(session_id, version)
+        if whole is None:
+            cached = False
+            whole = self.read(session_id, version)
+            if whole is None:
+                return None
+        reply = self._masks.masked_reply(whole[0], paths)
+        return None if reply is None else (*reply, cached)
 
     def remember(self, session_id: str, body: bytes) -> None:
         """Keep the store process's reply to a Get of ``session_id``'s latest version."""

@@ -197,6 +197,15 @@ class Store(WriteEntryPoints):
         what typed sessions' states are parsed with."""
         return self._registry.resolve(message_type)
 
+    def current_message_class(self, message_type: str) -> type[Message] | None:
+        """:meth:`message_class` as storage has it now: in a store other processes register types in (a
+        read-only one, or ``shared``), the registry is reloaded first if it changed (one read), so a field
+        added or renamed since is known by its name."""
+        if self.readonly or self.shared:
+            with self._read() as txn:
+                self._registry.sync(txn)
+        return self._registry.resolve(message_type)
+
     # -- reads -----------------------------------------------------------------
 
     def get(
