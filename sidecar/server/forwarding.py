@@ -93,6 +93,7 @@ def _cached_get(
         except DecodeError:
             request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
         paths = request.field_mask.paths if request is not None else ()
+        generation = None
         if request is not None and paths:
             masked = replies.masked(request.session_id, request.version, paths)
             if masked is not None:
@@ -100,6 +101,7 @@ def _cached_get(
                 changed()
                 link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=cached)
                 return body
+            generation = replies.types_generation()
         elif request is not None:
             hit = replies.answer(request.session_id, request.version)
             if hit is not None:
@@ -118,8 +120,12 @@ def _cached_get(
             # A miss may have dropped a stale reply, and one may be kept next; the report reads
             # the size a while later, after both, even if the forwarded call failed.
             changed()
-        if request is not None and not request.version and not paths:  # a masked reply is never kept
-            replies.remember(request.session_id, body)
+        if request is not None and not request.version:  # a masked reply is kept apart from the whole ones
+            if paths:
+                if generation is not None:
+                    replies.remember_masked(request.session_id, paths, body, generation)
+            else:
+                replies.remember(request.session_id, body)
         return body
 
     return get

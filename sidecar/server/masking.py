@@ -65,16 +65,27 @@ class Masks:
         this process cannot say (the store process then answers, with its error if there is one)."""
         try:
             response = service_pb2.GetResponse.FromString(body)
-            if not response.message_type:
-                return None
-            cls = self._store.current_message_class(response.message_type)
-            if cls is None:
-                return None
-            state = self._compile(cls, tuple(paths)).apply(response.state)
-        except (DecodeError, FieldMaskError, WireFormatError):
+        except DecodeError:
+            return None
+        state = self.try_masked(response.message_type, response.state, paths)
+        if state is None:
             return None
         response.state = state
         return bytes(response.SerializeToString()), len(state)
+
+    def try_masked(self, message_type: str, state: bytes, paths: Sequence[str]) -> bytes | None:
+        """``state`` of ``message_type`` masked to ``paths`` by the store's registry as it is (the caller
+        reloads it: Store.types_generation); None if this process cannot say (no type, a path it does not
+        know)."""
+        if not message_type:
+            return None
+        cls = self._store.message_class(message_type)
+        if cls is None:
+            return None
+        try:
+            return self._compile(cls, tuple(paths)).apply(state)
+        except (FieldMaskError, WireFormatError):
+            return None
 
     def _mask(self, session_id: str, got: GetResult, paths: tuple[str, ...]) -> FieldMask:
         name = got.info.message_type

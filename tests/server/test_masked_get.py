@@ -104,6 +104,29 @@ def test_a_masked_get_holds_only_the_masked_fields_whichever_process_answers(
         assert sidecar.stop() == 0, sidecar.log()
 
 
+def test_the_grpc_process_keeps_masked_replies_apart_and_answers_repeated_masked_gets(tmp_path: Path) -> None:
+    # A state too large for the gRPC process to read is masked by the store process once; the repeats
+    # are answered from that masked reply until a write moves the head on.
+    metrics_port = free_port()
+    sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(metrics_port))
+    sidecar.metrics_port = metrics_port  # type: ignore[attr-defined]
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            whole = _write(client, "agent", _patches(INLINE_READ_MAX_STATE_BYTES + 40_000))
+            expected = pb.Checkpoint(handoff=whole.handoff, plan=whole.plan)
+            assert _masked(client, "agent", ["handoff", "plan"]) == expected  # forwarded
+            hits = metric(sidecar, "ckpt_reply_cache_hits_total")
+            for _ in range(3):
+                assert _masked(client, "agent", ["handoff", "plan"]) == expected
+            _wait_for_metric(sidecar, "ckpt_reply_cache_hits_total", hits + 3)
+            assert pb.Checkpoint.FromString(client.get("agent").state) == whole  # never the masked reply
+            assert _masked(client, "agent", ["plan", "handoff"]) == expected  # another mask, another reply
+            client.merge("agent", message=pb.Checkpoint(handoff=pb.Handoff(next="later")))
+            assert _masked(client, "agent", ["handoff", "plan"]).handoff.next == "later"
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
 def test_the_grpc_process_answers_masked_gets_from_the_whole_states_reply(tmp_path: Path) -> None:
     metrics_port = free_port()
     sidecar = start_sidecar(tmp_path / "data", "--metrics-port", str(metrics_port))
@@ -162,19 +185,23 @@ def test_a_mask_follows_the_registered_type_as_it_changes(tmp_path: Path) -> Non
             client.merge("typed", state_class(summary="so far").SerializeToString())
             client.get("typed")  # its reply kept in the gRPC process
             hits = metric(sidecar, "ckpt_reply_cache_hits_total")
-            got = client.get("typed", field_mask=["summary", "last"])
-            assert (got.message_type, state_class.FromString(got.state)) == (AGENT_STATE, state_class(summary="so far"))
+            for _ in range(2):  # made from the whole reply, then kept as it is
+                got = client.get("typed", field_mask=["summary", "last"])
+                assert (got.message_type, state_class.FromString(got.state)) == (
+                    AGENT_STATE,
+                    state_class(summary="so far"),
+                )
             renamed = agent_file(summary=True)
             renamed.message_type[1].field[-1].name = "notes"
             client.register_type(descriptor_set_of(renamed))
             with pytest.raises(InvalidArgumentError, match=r"acme\.agent\.v1\.State has no field 'summary'"):
-                client.get("typed", field_mask=["summary"])
+                client.get("typed", field_mask=["summary", "last"])  # not the masked reply kept before
             got = client.get("typed", field_mask=["notes", "entities"])
             notes_class = agent_state_class(renamed)
             expected = notes_class(notes="so far")
             expected.entities["e1"].CopyFrom(agent_step(notes_class, 3).entities["e1"])
             assert notes_class.FromString(got.state) == expected
-            _wait_for_metric(sidecar, "ckpt_reply_cache_hits_total", hits + 2)
+            _wait_for_metric(sidecar, "ckpt_reply_cache_hits_total", hits + 3)
     finally:
         assert sidecar.stop() == 0, sidecar.log()
 
