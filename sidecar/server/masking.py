@@ -94,13 +94,8 @@ class Masks:
                 f"field_mask: session {session_id!r} version {got.version} has no message type (opaque bytes):"
                 " a mask needs a session written typed (PutRequest.message_type, after RegisterType)"
             )
-        cls = self._store.message_class(name)
-        try:
-            if cls is not None:
-                return self._compile(cls, paths)
-        except FieldMaskError:
-            pass
-        # Another process may have registered the type, or changed it, since this one loaded it.
+        # Another process (a worker) may have changed the type since this one loaded it: a field renamed
+        # is masked by its new name only. Alone on its store, this process's registry is current.
         cls = self._store.current_message_class(name)
         if cls is None:
             raise FailedPrecondition(f"session {session_id!r} is typed {name!r}, which is not registered")

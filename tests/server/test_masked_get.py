@@ -5,6 +5,7 @@ INVALID_ARGUMENT each bad mask gets."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import grpc
 import pytest
 from google.protobuf import field_mask_pb2
 
-from ckpt.sidecar.client import CheckpointClient, InvalidArgumentError, NotFoundError
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, InvalidArgumentError, NotFoundError
 from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2, service_pb2_grpc
@@ -225,5 +226,27 @@ def test_a_raw_stub_gets_the_masked_state_and_its_message_type(tmp_path: Path) -
             reply = stub.Get(request, timeout=30)
             assert (reply.version, reply.message_type) == (1, CHECKPOINT)
             assert pb.Checkpoint.FromString(reply.state) == pb.Checkpoint(handoff=pb.Handoff(next="n"))
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_the_async_client_masks_and_both_clients_refuse_a_str_mask(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+
+    async def read() -> pb.Checkpoint:
+        async with AsyncCheckpointClient(sidecar.unix_target) as client:
+            with pytest.raises(
+                TypeError, match=r"field_mask must be a sequence of paths, not a str: write \('plan',\)"
+            ):
+                await client.get("agent", field_mask="plan")
+            got = await client.get("agent", field_mask=["plan", "handoff.next"])
+            return pb.Checkpoint.FromString(got.state)
+
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            client.merge("agent", message=pb.Checkpoint(goal="g", handoff=pb.Handoff(next="n", decided="d")))
+            with pytest.raises(TypeError, match="not a str"):
+                client.get("agent", field_mask="handoff")
+        assert asyncio.run(read()) == pb.Checkpoint(handoff=pb.Handoff(next="n"))
     finally:
         assert sidecar.stop() == 0, sidecar.log()
