@@ -21,7 +21,8 @@ from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
-from ...codec import FrameKind
+from ...codec import FieldMaskError, FrameKind
+from ...codec.fieldmask import check_paths
 from ..store import LRU, GetResult, Store
 from .convert import get_response_pb
 from .masking import Masks
@@ -122,12 +123,16 @@ class ReplyCache:
         return reply.body, reply.state_bytes
 
     def masked(self, session_id: str, version: int, paths: Sequence[str]) -> tuple[bytes, int, bool] | None:
-        """The reply to a Get masked to ``paths`` (checked: mask_paths), its state's size, and whether it
-        came from a reply kept; None: forward it. Made from the masked reply kept for this mask, else from
-        the whole state's reply kept (:meth:`answer`), else from the state read here (as :meth:`read`
-        does, keeping its whole reply); a latest-version one is kept apart from the whole replies.
+        """The reply to a Get masked to ``paths``, its state's size, and whether it came from a reply kept;
+        None: forward it (a malformed path too: the store process names it). Made from the masked reply
+        kept for this mask, else from the whole state's reply kept (:meth:`answer`), else from the state
+        read here (as :meth:`read` does, keeping its whole reply); a latest-version one is kept apart from
+        the whole replies.
         """
-        key = _masked_key(session_id, paths)
+        try:
+            key = _masked_key(session_id, check_paths(paths))
+        except FieldMaskError:
+            return None
         try:
             # A re-registration may have renamed a field since: a mask is judged by the types in force.
             generation = self._store.types_generation()
@@ -219,5 +224,6 @@ class ReplyCache:
 
 
 def _masked_key(session_id: str, paths: Sequence[str]) -> bytes:
-    # No session id holds a NUL (control characters are refused), nor does a path: one key per pair.
+    # No session id holds a NUL (control characters are refused), nor does a well-formed path (the only
+    # ones kept: a masked Get with another is refused): one key per pair.
     return "\0".join((session_id, *paths)).encode()

@@ -153,11 +153,13 @@ def test_bad_masks_are_invalid_argument_naming_the_path_or_the_session(tmp_path:
             client.put("opaque", b"\x08\x01")
             for session in ("typed", "opaque"):
                 client.get(session)  # the whole replies kept, where the reply cache is on
+            client.get("typed", field_mask=["handoff", "plan"])  # and a masked one
             for session, paths, refusal in [
                 ("typed", ["handoff.summary"], r"field_mask path 'handoff\.summary': ckpt\.v1\.Handoff has no field"),
                 ("typed", ["plan", "nope"], r"field_mask path 'nope': ckpt\.v1\.Checkpoint has no field 'nope'"),
                 ("typed", ["plan.s1"], r"'plan\.s1': ckpt\.v1\.Checkpoint\.plan is not a singular message field"),
                 ("typed", ["handoff..next"], r"field_mask path 'handoff\.\.next' is malformed"),
+                ("typed", ["handoff\0plan"], r"field_mask path 'handoff\\x00plan' is malformed"),
                 ("opaque", ["plan"], r"session 'opaque' version 1 has no message type \(opaque bytes\)"),
                 ("missing", ["plan."], r"field_mask path 'plan\.' is malformed"),  # before the session is read
             ]:
