@@ -22,11 +22,13 @@ from .errors import (
     CodecError,
     DecodeError,
     EncodeError,
+    FieldMaskError,
     StateTooLargeError,
     TruncatedFrameError,
     UnsupportedFormatError,
     WireFormatError,
 )
+from .fieldmask import FieldMask, compile_mask
 from .frame import (
     FORMAT_VERSION,
     MAX_STATE_SIZE,
@@ -39,7 +41,7 @@ from .frame import (
     state_checksum,
 )
 from .policy import DEFAULT_POLICY, ChainPolicy
-from .wire import check_patch, count_fields
+from .wire import check_patch, count_fields, field_spans
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -56,6 +58,8 @@ __all__ = [
     "DecodedVersion",
     "EncodeError",
     "EncodedFrame",
+    "FieldMask",
+    "FieldMaskError",
     "FrameHeader",
     "FrameKind",
     "StateSnapshot",
@@ -65,9 +69,11 @@ __all__ = [
     "WireFormatError",
     "check_patch",
     "compact",
+    "compile_mask",
     "count_fields",
     "decode",
     "decode_latest",
+    "field_spans",
     "frame_kind",
     "iter_versions",
     "keyframe",

@@ -3,6 +3,7 @@
     CodecError
     ├── EncodeError            producing a frame failed (bad input to the encoder)
     │   └── WireFormatError    a MERGE patch is not well-formed protobuf wire format
+    ├── FieldMaskError         a field mask names no field of the message type (fieldmask.py)
     └── DecodeError            reading frames failed; no bytes are returned
         ├── TruncatedFrameError    fewer bytes than the header says
         ├── UnsupportedFormatError magic or format version not understood
@@ -32,6 +33,10 @@ class WireFormatError(EncodeError):
     def __init__(self, message: str, *, offset: int) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+class FieldMaskError(CodecError):
+    """A field mask's path is malformed, or names a field its message type does not have."""
 
 
 class DecodeError(CodecError):

@@ -1,4 +1,4 @@
-"""Protobuf wire-format checks for MERGE patches.
+"""Protobuf wire-format scanning: checks for MERGE patches, and where each top-level field lies.
 
 A MERGE write stores ``new = previous + patch``; a patch that is not
 well-formed wire format would make every later version unparseable, so it is
@@ -45,15 +45,18 @@ def check_patch(patch: bytes, *, message_type: type[_message.Message] | None = N
             ) from None
 
 
-def _varint(data: bytes, pos: int, what: str, limit: int = _MAX_VARINT_BYTES) -> tuple[int, int]:
+def _varint(data: bytes | memoryview, pos: int, field: int, part: str, limit: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the offset after it; ``field`` and ``part`` name it in an error
+    (field 0: a tag), so that the scan of a well-formed message never builds that name."""
     start = pos
     result = shift = 0
     while True:
-        if pos >= len(data):
-            raise WireFormatError(
-                f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start
-            )
-        if pos - start >= limit:
+        if pos >= len(data) or pos - start >= limit:
+            what = "tag" if not field else f"field {field} {part}"
+            if pos >= len(data):
+                raise WireFormatError(
+                    f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start
+                )
             raise WireFormatError(f"{what} varint at offset {start} is longer than {limit} bytes", offset=start)
         byte = data[pos]
         result |= (byte & 0x7F) << shift
@@ -70,7 +73,7 @@ def count_fields(data: bytes, field_number: int, *, stop: int) -> int:
     parses it, to refuse one of too many entries without building them)."""
     count = 0
     try:
-        for field, wire, depth in _fields(data):
+        for field, wire, depth, _, _ in _fields(data):
             if field == field_number and wire == _WIRE_LEN and not depth:
                 count += 1
                 if count >= stop:
@@ -80,39 +83,76 @@ def count_fields(data: bytes, field_number: int, *, stop: int) -> int:
     return count
 
 
+def field_spans(data: bytes | memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each top-level field in turn: ``data[start:end]`` is the
+    field whole, its tag included (a group from its start tag to its end tag). WireFormatError naming
+    the offset at the first malformed one: a field-masked read keeps fields by their bytes, unparsed."""
+    group_at = 0
+    for field, wire, depth, tag_at, end in _fields(data):
+        if wire == _WIRE_SGROUP:
+            if depth == 1:
+                group_at = tag_at
+        elif not depth:
+            if wire == _WIRE_EGROUP:
+                yield field, _WIRE_SGROUP, group_at, end
+            else:
+                yield field, wire, tag_at, end
+
+
 def _scan(data: bytes) -> None:
     """Read the top-level fields in order; raise at the first malformed one."""
     for _ in _fields(data):
         pass
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(field number, wire type, groups open around it) of each field in turn; WireFormatError naming
-    the offset at the first malformed one (or at the end, for a group left open)."""
+def _fields(data: bytes | memoryview) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, groups open around it, offset of its tag, offset after it) of each field
+    in turn (a group's start tag counted inside it, its end tag outside); WireFormatError naming the offset at
+    the first malformed one (or at the end, for a group left open)."""
     pos = 0
+    size = len(data)
     open_groups: list[tuple[int, int]] = []  # (field number, offset of its start tag)
-    while pos < len(data):
+    # Tags and lengths of one or two bytes (fields 1-2047, lengths under 16 KiB) are read inline: a
+    # call per varint made the scan of a 500 KB state slower than parsing it.
+    while pos < size:
         tag_at = pos
-        key, pos = _varint(data, pos, "tag", _MAX_VARINT32_BYTES)
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        elif pos + 1 < size and data[pos + 1] < 0x80:
+            key = (key & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            key, pos = _varint(data, pos, 0, "", _MAX_VARINT32_BYTES)
         field, wire = key >> 3, key & 7
         if field == 0 or field > 0x1FFFFFFF:
             raise WireFormatError(f"field number {field} at offset {tag_at} is outside 1..536870911", offset=tag_at)
-        if wire == _WIRE_VARINT:
-            _, pos = _varint(data, pos, f"field {field} value")
-        elif wire in (_WIRE_I64, _WIRE_I32):
-            width = 8 if wire == _WIRE_I64 else 4
-            if pos + width > len(data):
+        if wire == _WIRE_LEN:
+            length = data[pos] if pos < size else 0x80
+            if length < 0x80:
+                pos += 1
+            elif pos + 1 < size and data[pos + 1] < 0x80:
+                length = (length & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                length, pos = _varint(data, pos, field, "length", _MAX_VARINT32_BYTES)
+            if pos + length > size:
                 raise WireFormatError(
-                    f"field {field} at offset {tag_at} needs {width} bytes, {len(data) - pos} left", offset=tag_at
-                )
-            pos += width
-        elif wire == _WIRE_LEN:
-            length, pos = _varint(data, pos, f"field {field} length", _MAX_VARINT32_BYTES)
-            if pos + length > len(data):
-                raise WireFormatError(
-                    f"field {field} at offset {tag_at} declares {length} bytes, {len(data) - pos} left", offset=tag_at
+                    f"field {field} at offset {tag_at} declares {length} bytes, {size - pos} left", offset=tag_at
                 )
             pos += length
+        elif wire == _WIRE_VARINT:
+            if pos < size and data[pos] < 0x80:
+                pos += 1
+            else:
+                _, pos = _varint(data, pos, field, "value", _MAX_VARINT_BYTES)
+        elif wire in (_WIRE_I64, _WIRE_I32):
+            width = 8 if wire == _WIRE_I64 else 4
+            if pos + width > size:
+                raise WireFormatError(
+                    f"field {field} at offset {tag_at} needs {width} bytes, {size - pos} left", offset=tag_at
+                )
+            pos += width
         elif wire == _WIRE_SGROUP:
             if len(open_groups) >= MAX_GROUP_DEPTH:
                 raise WireFormatError(
@@ -127,7 +167,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int]]:
             open_groups.pop()
         else:
             raise WireFormatError(f"invalid wire type {wire} for field {field} at offset {tag_at}", offset=tag_at)
-        yield field, wire, len(open_groups)
+        yield field, wire, len(open_groups), tag_at, pos
     if open_groups:
         field, at = open_groups[-1]
         raise WireFormatError(f"group of field {field} opened at offset {at} is never closed", offset=at)

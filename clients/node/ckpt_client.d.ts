@@ -153,8 +153,18 @@ export class CheckpointClient {
   constructor(target: string, options?: ClientOptions);
   put(sessionId: string, state: Uint8Array, options?: WriteOptions): Promise<PutResponse>;
   merge(sessionId: string, patch: Uint8Array, options?: WriteOptions): Promise<PutResponse>;
-  /** version 0 (the default) = the latest. */
-  get(sessionId: string, version?: number): Promise<GetResponse>;
+  /**
+   * version 0 (the default) = the latest. fieldMask: only these fields of a typed session's state (paths of
+   * field names, e.g. ['handoff', 'plan'], 'handoff.next'), every other one cleared.
+   */
+  get(sessionId: string, version?: number, options?: { fieldMask?: string[] }): Promise<GetResponse>;
+  /**
+   * The result of `fn()`, the call of `tool` with `args`, recorded in the session's Checkpoint.tool_cache
+   * before it resolves: a hit resolves to the recorded result without calling `fn`. Results and
+   * arguments are JSON values; the value is the recorded JSON parsed back. Nothing is recorded if `fn`
+   * throws.
+   */
+  cachedCall<T = unknown>(sessionId: string, tool: string, args: unknown, fn: () => T | Promise<T>): Promise<T>;
   /** Every version, newest first. */
   history(sessionId: string): Promise<VersionInfo[]>;
   sessions(filter?: SessionFilter): AsyncGenerator<SessionInfo, void, undefined>;
@@ -176,3 +186,9 @@ export class CheckpointClient {
   ): AsyncGenerator<PutResult, void, undefined>;
   close(): void;
 }
+
+/** `value` as the canonical JSON of the tool-result cache: JSON.stringify's text with object keys sorted. */
+export function canonicalJson(value: unknown): string;
+
+/** The tool-result cache key of a call (hex XXH3-128 of tool, NUL, canonical arguments) and the arguments' canonical JSON. */
+export function toolCacheKey(tool: string, args: unknown): { key: string; canonical: string };

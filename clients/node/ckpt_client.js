@@ -7,6 +7,7 @@ const crypto = require('crypto');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 // The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
@@ -291,8 +292,28 @@ class CheckpointClient {
     return reply.message_types;
   }
 
-  get(sessionId, version = 0) {
-    return this.call('Get', { session_id: sessionId, version });
+  // fieldMask: only these fields of a typed session's state (paths of field
+  // names: ['handoff', 'plan'], 'handoff.next'), every other one cleared.
+  get(sessionId, version = 0, { fieldMask } = {}) {
+    const request = { session_id: sessionId, version };
+    if (fieldMask !== undefined) {
+      if (!Array.isArray(fieldMask)) throw new TypeError('fieldMask must be an array of paths');
+      request.field_mask = { paths: fieldMask };
+    }
+    return this.call('Get', request);
+  }
+
+  // The result of `fn()` (awaited), the call of `tool` with `args` (JSON
+  // values), recorded in the session's Checkpoint.tool_cache so that it is paid
+  // for once: a hit returns the recorded result without calling `fn`; a miss
+  // calls it and records its result (a JSON value) with a durable merge before
+  // resolving to it, so an agent killed after that does not call the tool
+  // again. Either way the value is the recorded JSON parsed back. If `fn`
+  // throws, nothing is recorded. Two callers missing the same key at once both
+  // call `fn`; the later record wins, whole. Same key as the Python clients
+  // (tool_cache.js), so either hits what the other recorded.
+  cachedCall(sessionId, tool, args, fn) {
+    return cachedCall(this, sessionId, tool, args, fn);
   }
 
   async history(sessionId) {
@@ -429,4 +450,4 @@ class CheckpointClient {
   }
 }
 
-module.exports = { CheckpointClient, ConflictError };
+module.exports = { CheckpointClient, ConflictError, canonicalJson, toolCacheKey };

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from collections.abc import AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -143,8 +143,15 @@ def put_request(
     return msg
 
 
-def get_request(session_id: str, version: int) -> service_pb2.GetRequest:
-    return service_pb2.GetRequest(session_id=check_str("session_id", session_id), version=check_int("version", version))
+def get_request(session_id: str, version: int, field_mask: Sequence[str] = ()) -> service_pb2.GetRequest:
+    request = service_pb2.GetRequest(
+        session_id=check_str("session_id", session_id), version=check_int("version", version)
+    )
+    if field_mask:
+        if isinstance(field_mask, str):  # "handoff" would mask the fields h, a, n, ...
+            raise TypeError(f"field_mask must be a sequence of paths, not a str: write ({field_mask!r},)")
+        request.field_mask.paths.extend(check_str("field_mask path", path) for path in field_mask)
+    return request
 
 
 def fork_request(

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, BinaryIO
 
 import grpc
 
 from ckpt.v1 import checkpoint_pb2, service_pb2
 
-from . import blobs
+from . import blobs, toolcache
 from .async_stream import AsyncFeed
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
@@ -98,6 +98,10 @@ class AsyncCheckpointClient(
         client's calls do."""
         task = asyncio.current_task()
         return self._closed and (task is None or not task.cancelling())
+
+    async def cached_call(self, session_id: str, tool: str, args: object, fn: Callable[[], Any]) -> Any:
+        """CheckpointClient.cached_call; ``fn`` may also be a coroutine function (its result awaited)."""
+        return await toolcache.async_cached_call(self, session_id, tool, args, fn)
 
     async def _unary(self, call: Unary) -> Any:
         method, request, attempts = call.start(self)

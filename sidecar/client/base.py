@@ -188,9 +188,11 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         pick = _message_types
         return cast(TypesT, self._unary(Unary("RegisterType", build, retry=True, pick=pick)))
 
-    def get(self, session_id: str, version: int = 0) -> GetT:
-        """Read a version (0 = the latest)."""
-        return cast(GetT, self._unary(Unary("Get", functools.partial(get_request, session_id, version), retry=True)))
+    def get(self, session_id: str, version: int = 0, *, field_mask: Sequence[str] = ()) -> GetT:
+        """Read a version (0 = the latest). ``field_mask``: only these fields of a typed session's state
+        (paths of field names, e.g. ``("handoff", "plan")``, ``"handoff.next"``), every other one cleared."""
+        build = functools.partial(get_request, session_id, version, field_mask)
+        return cast(GetT, self._unary(Unary("Get", build, retry=True)))
 
     def history(self, session_id: str, *, page_size: int = 100) -> VersionsT:
         """Every version of a session, newest first (pages fetched as needed)."""

@@ -12,7 +12,7 @@ import grpc
 
 from ckpt.v1 import checkpoint_pb2, service_pb2
 
-from . import blobs
+from . import blobs, toolcache
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
 from .errors import translate, unknown_write
@@ -77,6 +77,21 @@ class CheckpointClient(
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def cached_call(self, session_id: str, tool: str, args: object, fn: Callable[[], Any]) -> Any:
+        """The result of ``fn()``, the call of ``tool`` with ``args`` (JSON values), recorded in the
+        session's ``Checkpoint.tool_cache`` so that it is paid for once.
+
+        A hit (the session holds a result of the same tool with the same canonical arguments) returns it
+        without calling ``fn``. A miss calls ``fn`` and records its result (a JSON value) with a durable
+        MERGE before returning it, so an agent killed after that does not call the tool again. Either way
+        the value returned is the recorded JSON read back (a tuple comes back a list). An exception from
+        ``fn`` is raised and nothing is recorded. Two callers missing the same key at once both call
+        ``fn``; the later record wins, whole. The key and canonical JSON: ``toolcache.py``; a typed
+        session's cache is read with a masked Get of ``tool_cache``; an untyped one whole, and it stays
+        untyped.
+        """
+        return toolcache.cached_call(self, session_id, tool, args, fn)
 
     def _unary(self, call: Unary) -> Any:
         method, request, attempts = call.start(self)

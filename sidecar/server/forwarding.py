@@ -99,7 +99,17 @@ def _cached_get(
             request = service_pb2.GetRequest.FromString(raw)
         except DecodeError:
             request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
-        if request is not None:
+        paths = request.field_mask.paths if request is not None else ()
+        generation = None
+        if request is not None and paths:
+            masked = replies.masked(request.session_id, request.version, paths)
+            if masked is not None:
+                body, state_bytes, cached = masked
+                changed()
+                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=cached)
+                return body
+            generation = replies.types_generation()
+        elif request is not None:
             hit = replies.answer(request.session_id, request.version)
             if hit is not None:
                 body, state_bytes = hit
@@ -117,8 +127,12 @@ def _cached_get(
             # A miss may have dropped a stale reply, and one may be kept next; the report reads
             # the size a while later, after both, even if the forwarded call failed.
             changed()
-        if request is not None and not request.version:
-            replies.remember(request.session_id, body)
+        if request is not None and not request.version:  # a masked reply is kept apart from the whole ones
+            if paths:
+                if generation is not None:
+                    replies.remember_masked(request.session_id, paths, body, generation)
+            else:
+                replies.remember(request.session_id, body)
         return body
 
     return get

@@ -14,15 +14,18 @@ record, and the next Get is forwarded (and its reply kept in turn).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
-from ...codec import FrameKind
-from ..store import LRU, Store
+from ...codec import FieldMaskError, FrameKind
+from ...codec.fieldmask import check_paths
+from ..store import LRU, GetResult, Store
 from .convert import get_response_pb
+from .masking import Masks
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,8 @@ _ENTRY_BYTES = 330
 #: other calls wait no longer than that. A larger one is forwarded, and the store process decodes it
 #: off its loop.
 INLINE_READ_MAX_STATE_BYTES = 256 * 1024
+#: The masked replies' share of the budget: 1/8.
+_MASKED_SHARE = 8
 
 
 class _Reply(NamedTuple):
@@ -44,8 +49,10 @@ class _Reply(NamedTuple):
     body: bytes
     #: Its state's size (what a Get counts as sent).
     state_bytes: int
-    #: The size of its key (the session id, UTF-8).
+    #: The size of its key (the session id, UTF-8; and the mask's paths, for a masked reply).
     key_bytes: int
+    #: A masked reply's: the registered types' generation its mask was judged by.
+    types_generation: int = -1
 
 
 def _weigh(reply: _Reply) -> int:
@@ -63,14 +70,24 @@ class ReplyCache:
         if not store.readonly:
             raise ValueError("a ReplyCache reads heads from a read-only Store (the store process writes)")
         self._store = store
+        self._masks = Masks(store)
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply] = LRU(capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh)
+        # Masked replies apart, by session and mask: a Get of the whole state never meets one. They are
+        # small (a handoff note and a plan), so an eighth of the budget holds many.
+        masked_bytes = capacity_bytes // _MASKED_SHARE
+        self._masked: LRU[_Reply] = LRU(masked_bytes // _ENTRY_BYTES, max_weight=masked_bytes, weigh=_weigh)
 
     def answer(self, session_id: str, version: int) -> tuple[bytes, int] | None:
         """The reply to a Get of ``version`` (0: the latest) and its state's size, if kept and still the
         head; None: forward it."""
-        key = session_id.encode()
-        reply = self._replies.get(key)
+        reply = self._current(self._replies, session_id.encode(), session_id, version)
+        return None if reply is None else (reply.body, reply.state_bytes)
+
+    def _current(self, replies: LRU[_Reply], key: bytes, session_id: str, version: int) -> _Reply | None:
+        """The reply kept under ``key`` if it answers a Get of ``version`` and is still the head (else it is
+        dropped); None otherwise."""
+        reply = replies.get(key)
         if reply is None or (version and version != reply.version):
             return None
         try:
@@ -80,9 +97,9 @@ class ReplyCache:
         except Exception:  # let the store process read it (and report what is wrong)
             current = False
         if not current:
-            self._replies.discard(key)
+            replies.discard(key)
             return None
-        return reply.body, reply.state_bytes
+        return reply
 
     def read(self, session_id: str, version: int) -> tuple[bytes, int] | None:
         """The reply to a Get read from LMDB in this process, and its state's size; None: forward it.
@@ -99,43 +116,114 @@ class ReplyCache:
             got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
         except Exception:  # let the store process read it (and report what is wrong)
             return None
-        body = get_response_pb(got).SerializeToString()
-        if not version:  # kept as a forwarded reply would be, without parsing it back
-            info = got.info
-            self._keep(
-                session_id,
-                got.version,
-                info.created_unix_nanos,
-                info.frame_kind is FrameKind.FULL,
-                body,
-                len(got.state),
-            )
-        return body, len(got.state)
+        key = session_id.encode()
+        reply = self._reply(got, key)
+        if not version:
+            self._replies.put(key, reply)
+        return reply.body, reply.state_bytes
+
+    def masked(self, session_id: str, version: int, paths: Sequence[str]) -> tuple[bytes, int, bool] | None:
+        """The reply to a Get masked to ``paths``, its state's size, and whether it came from a reply kept;
+        None: forward it (a malformed path too: the store process names it). Made from the masked reply
+        kept for this mask, else from the whole state's reply kept (:meth:`answer`), else from the state
+        read here (as :meth:`read` does, keeping its whole reply); a latest-version one is kept apart from
+        the whole replies.
+        """
+        try:
+            key = _masked_key(session_id, check_paths(paths))
+        except FieldMaskError:
+            return None
+        try:
+            # A re-registration may have renamed a field since: a mask is judged by the types in force.
+            generation = self._store.types_generation()
+        except Exception:  # let the store process read it (and report what is wrong)
+            return None
+        kept = self._current(self._masked, key, session_id, version)
+        if kept is not None and kept.types_generation == generation:
+            return kept.body, kept.state_bytes, True
+        whole = self._current(self._replies, session_id.encode(), session_id, version)
+        if whole is not None:
+            masked = self._masks.masked_reply(whole.body, paths)
+            if masked is None:
+                return None
+            body, state_bytes = masked
+            reply = whole._replace(body=body, state_bytes=state_bytes, key_bytes=len(key), types_generation=generation)
+        else:
+            try:
+                got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
+            except Exception:  # let the store process read it (and report what is wrong)
+                return None
+            reply = self._reply(got, session_id.encode())
+            if not version:
+                self._replies.put(session_id.encode(), reply)
+            state = self._masks.try_masked(got.info.message_type, got.state, paths)
+            if state is None:
+                return None
+            body = get_response_pb(GetResult(got.version, state, got.info)).SerializeToString()
+            reply = reply._replace(body=body, state_bytes=len(state), key_bytes=len(key), types_generation=generation)
+        if not version:
+            self._masked.put(key, reply)
+        return reply.body, reply.state_bytes, whole is not None
+
+    def remember_masked(self, session_id: str, paths: Sequence[str], body: bytes, types_generation: int) -> None:
+        """Keep the store process's reply to a Get of ``session_id``'s latest version masked to ``paths``,
+        asked when the types' generation was ``types_generation`` (:meth:`types_generation`): the store
+        process judged the mask by those types or later ones, and a later one drops the reply."""
+        key = _masked_key(session_id, paths)
+        reply = self._parsed(body, len(key))
+        if reply is not None:
+            self._masked.put(key, reply._replace(types_generation=types_generation))
+
+    def types_generation(self) -> int | None:
+        """The registered types' generation now (None if it cannot be read: the store process says why)."""
+        try:
+            return self._store.types_generation()
+        except Exception:
+            return None
 
     def remember(self, session_id: str, body: bytes) -> None:
         """Keep the store process's reply to a Get of ``session_id``'s latest version."""
+        key = session_id.encode()
+        reply = self._parsed(body, len(key))
+        if reply is not None:
+            # One heavier than the whole cache is not kept (the LRU drops it, and evicts nothing for it).
+            self._replies.put(key, reply)
+
+    @staticmethod
+    def _parsed(body: bytes, key_bytes: int) -> _Reply | None:
         try:
             response = service_pb2.GetResponse.FromString(body)  # ~12 us for a 300 KB state
         except DecodeError:  # a bug; the Get itself is answered all the same
             log.exception("a Get reply from the store process does not parse; not kept")
-            return
+            return None
         info = response.info
         created = info.created_at.seconds * 1_000_000_000 + info.created_at.nanos
         full = info.frame_kind == service_pb2.FRAME_KIND_FULL
-        self._keep(session_id, response.version, created, full, body, len(response.state))
+        return _Reply(response.version, created, full, body, len(response.state), key_bytes)
 
-    def _keep(self, session_id: str, version: int, created: int, full: bool, body: bytes, state_bytes: int) -> None:
-        key = session_id.encode()
-        # One heavier than the whole cache is not kept (the LRU drops it, and evicts nothing for it).
-        self._replies.put(key, _Reply(version, created, full, body, state_bytes, len(key)))
+    @staticmethod
+    def _reply(got: GetResult, key: bytes) -> _Reply:
+        """A read's reply, as a forwarded one would be kept, without parsing it back."""
+        info = got.info
+        body = get_response_pb(got).SerializeToString()
+        return _Reply(
+            got.version, info.created_unix_nanos, info.frame_kind is FrameKind.FULL, body, len(got.state), len(key)
+        )
 
     def close(self) -> None:
         self._replies.clear()
+        self._masked.clear()
         self._store.close()
 
     @property
     def size_bytes(self) -> int:
-        return self._replies.weight
+        return self._replies.weight + self._masked.weight
 
     def __len__(self) -> int:
-        return len(self._replies)
+        return len(self._replies) + len(self._masked)
+
+
+def _masked_key(session_id: str, paths: Sequence[str]) -> bytes:
+    # No session id holds a NUL (control characters are refused), nor does a well-formed path (the only
+    # ones kept: a masked Get with another is refused): one key per pair.
+    return "\0".join((session_id, *paths)).encode()

@@ -24,7 +24,7 @@ from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
 from ..status import status_of
-from ..store import PutResult, Store
+from ..store import GetResult, PutResult, Store
 from .convert import (
     get_response_pb,
     labels_arg,
@@ -38,6 +38,7 @@ from .convert import (
 from .eventconvert import append_args, append_response_pb, event_query, read_response_pb
 from .failures import Failure, error_message, failed_inside, failure_of, internal_error, put_error_pb
 from .inflight import InFlight
+from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
 from .metrics import Metrics
 
@@ -89,6 +90,7 @@ class CheckpointService:
         state_limit_origin: str = "",
     ) -> None:
         self._store = store
+        self._masks = Masks(store)
         #: Said after a size error: where the store's max_state_bytes comes from (a client cannot see it).
         self._state_limit_origin = state_limit_origin
         #: Listing replies stop short of this many bytes (0: no limit): what fits a reply.
@@ -216,13 +218,22 @@ class CheckpointService:
     async def Get(self, request: service_pb2.GetRequest, context: CallContext) -> service_pb2.GetResponse:
         async def run() -> service_pb2.GetResponse:
             store = self._store
+            paths = mask_paths(request)
             got = store.get_cached(request.session_id, request.version)
-            if got is None:
-                got = await self._off_loop(lambda: store.get(request.session_id, request.version, use_cache=False))
+            if got is None or (paths and len(got.state) > INLINE_MASK_MAX_STATE_BYTES):
+                got = await self._off_loop(functools.partial(self._read, request, paths, got))
+            elif paths:
+                got = self._masks.masked(request.session_id, got, paths)
             self._metrics.bytes_out.inc(len(got.state))
             return get_response_pb(got)
 
         return await self._call("Get", context, run)
+
+    def _read(self, request: service_pb2.GetRequest, paths: tuple[str, ...], got: GetResult | None) -> GetResult:
+        """A Get off the event loop: the state read (unless the cache gave ``got``), masked to ``paths``."""
+        if got is None:
+            got = self._store.get(request.session_id, request.version, use_cache=False)
+        return self._masks.masked(request.session_id, got, paths) if paths else got
 
     async def ListVersions(
         self, request: service_pb2.ListVersionsRequest, context: CallContext

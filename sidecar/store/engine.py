@@ -282,6 +282,21 @@ class Store(WriteEntryPoints, EventEntryPoints):
         """Every blob's record in ``txn`` (from :meth:`read`), for tools."""
         return self._blobs.all_blobs(txn)
 
+    def current_message_class(self, message_type: str) -> type[Message] | None:
+        """:meth:`message_class` as storage has it now (see :meth:`types_generation`), so that a field added
+        or renamed since is known by its name."""
+        self.types_generation()
+        return self._registry.resolve(message_type)
+
+    def types_generation(self) -> int:
+        """The registered types' generation (one more at each registration that changed them), as storage
+        has it now: in a store other processes register types in (a read-only one, or ``shared``) the
+        registry is reloaded first if it changed (one read)."""
+        if self.readonly or self.shared:
+            with self._read() as txn:
+                self._registry.sync(txn)
+        return self._registry.current.generation
+
     # -- reads -----------------------------------------------------------------
 
     def get(

@@ -1,0 +1,113 @@
+// The tool-result cache of the Node.js client: a tool call's result recorded in
+// its session's Checkpoint.tool_cache before it is returned, so that an agent
+// restarted after a paid call does not pay for it again. The key is the one the
+// Python clients compute (sidecar/client/toolcache.py): the hex XXH3-128 of the
+// UTF-8 bytes of the tool name, a NUL and the canonical JSON of the arguments
+// (no whitespace, object keys sorted by UTF-16 code units, JSON.stringify's
+// strings and numbers), so either client hits what the other recorded.
+'use strict';
+
+const path = require('path');
+const { xxh3 } = require('@node-rs/xxhash');
+
+const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
+const CHECKPOINT = 'ckpt.v1.Checkpoint';
+// gRPC status codes cachedCall tells apart.
+const INVALID_ARGUMENT = 3;
+const NOT_FOUND = 5;
+
+let checkpointType = null;
+
+// ckpt.v1.Checkpoint as a protobufjs type, loaded from proto/ once (field names as in the .proto).
+function checkpoint() {
+  if (checkpointType === null) {
+    const protobuf = require('protobufjs');
+    const root = new protobuf.Root();
+    // google/protobuf's files are protobufjs's own; ours are under proto/.
+    root.resolvePath = (origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(PROTO_ROOT, target));
+    root.loadSync('ckpt/v1/checkpoint.proto', { keepCase: true });
+    checkpointType = root.lookupType(CHECKPOINT);
+  }
+  return checkpointType;
+}
+
+// `value` as canonical JSON: JSON.stringify's text with object keys sorted, or a TypeError for what is
+// not a JSON value (undefined, a function, a symbol, a BigInt, NaN or an infinity, a lone surrogate).
+function canonicalJson(value) {
+  if (value === null) return 'null';
+  switch (typeof value) {
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'number':
+      if (!Number.isFinite(value)) throw new TypeError(`${value} has no JSON form`);
+      return JSON.stringify(value);
+    case 'string':
+      if (!value.isWellFormed()) throw new TypeError('a string holds a lone surrogate, which is not text: it has no canonical JSON');
+      return JSON.stringify(value);
+    case 'object':
+      break;
+    default:
+      throw new TypeError(`${typeof value} is not a JSON value`);
+  }
+  if (typeof value.toJSON === 'function') return canonicalJson(value.toJSON());
+  if (Array.isArray(value)) return `[${Array.from(value, canonicalJson).join(',')}]`;
+  // The default sort compares UTF-16 code units, as the Python clients do.
+  const keys = Object.keys(value).sort();
+  return `{${keys.map((k) => `${canonicalJson(k)}:${canonicalJson(value[k])}`).join(',')}}`;
+}
+
+// The cache key of a call of `tool` with `args`, and the arguments' canonical JSON.
+function toolCacheKey(tool, args) {
+  if (typeof tool !== 'string') throw new TypeError(`tool must be a string, not ${typeof tool}`);
+  if (tool.includes('\0')) throw new TypeError(`tool ${JSON.stringify(tool)} holds a NUL, which separates it from the arguments in the key`);
+  if (!tool.isWellFormed()) throw new TypeError('tool holds a lone surrogate');
+  const canonical = canonicalJson(args);
+  const key = xxh3.xxh128(Buffer.from(`${tool}\0${canonical}`, 'utf8')).toString(16).padStart(32, '0');
+  return { key, canonical };
+}
+
+// The session's state holding its tool cache: masked to tool_cache when the session is typed, whole when
+// it is not (no type to mask by); null when there is no session yet.
+async function readCache(client, sessionId) {
+  try {
+    return await client.get(sessionId, 0, { fieldMask: ['tool_cache'] });
+  } catch (err) {
+    if (err.code === NOT_FOUND) return null;
+    if (err.code === INVALID_ARGUMENT) return client.get(sessionId);
+    throw err;
+  }
+}
+
+// See CheckpointClient.cachedCall.
+async function cachedCall(client, sessionId, tool, args, fn) {
+  const { key, canonical } = toolCacheKey(tool, args);
+  const Checkpoint = checkpoint();
+  const got = await readCache(client, sessionId);
+  let messageType = CHECKPOINT;
+  if (got !== null) {
+    if (got.message_type !== '' && got.message_type !== CHECKPOINT) {
+      throw new TypeError(`cachedCall records tool results in a ${CHECKPOINT}; session ${JSON.stringify(sessionId)} holds ${got.message_type}`);
+    }
+    messageType = got.message_type; // '' keeps an untyped session untyped
+    const entry = Checkpoint.decode(got.state).tool_cache[key];
+    if (entry && !entry.is_error && entry.tool === tool && entry.canonical_args_json === canonical) {
+      return JSON.parse(Buffer.from(entry.result).toString('utf8'));
+    }
+  }
+  const result = canonicalJson(await fn());
+  const now = Date.now();
+  const patch = Checkpoint.encode({
+    tool_cache: {
+      [key]: {
+        tool,
+        canonical_args_json: canonical,
+        result: Buffer.from(result, 'utf8'),
+        created_at: { seconds: Math.floor(now / 1000), nanos: (now % 1000) * 1e6 },
+      },
+    },
+  }).finish();
+  await client.merge(sessionId, patch, { messageType });
+  return JSON.parse(result);
+}
+
+module.exports = { cachedCall, canonicalJson, toolCacheKey };

@@ -1,0 +1,201 @@
+"""Field-masked reads: the fields a ``google.protobuf.FieldMask`` names, taken from a state's bytes.
+
+The result is what protobuf's own ``FieldMask.MergeMessage`` makes of the
+parsed state into an empty message (the oracle of the property tests), but
+the state is not parsed whole: an agent booting from its handoff note and
+plan should not pay for decoding its long history. A top-level field named
+whole is kept as its bytes, found by scanning the top level of the wire
+format (wire.py): every occurrence, in order, since a MERGE state is a
+concatenation of patches until it is compacted, and parsing the kept
+occurrences merges them as parsing the whole state would (sub-messages
+merge, scalars last wins, repeated fields and maps append). Only what a path
+into a sub-message (``handoff.next``) needs is parsed: the occurrences of its
+top-level field, then protobuf's own FieldMask logic on that small message.
+
+Byte for byte the result may differ from the oracle's serialization (the
+occurrences are kept as written); as a message it is equal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import field_mask_pb2
+from google.protobuf import message as _message
+
+from .errors import FieldMaskError
+from .wire import field_spans
+
+_FD = _descriptor.FieldDescriptor
+_VARINT, _I64, _LEN, _SGROUP, _I32 = 0, 1, 2, 3, 5
+_WIRE_OF_TYPE = {
+    _FD.TYPE_DOUBLE: _I64,
+    _FD.TYPE_FLOAT: _I32,
+    _FD.TYPE_INT64: _VARINT,
+    _FD.TYPE_UINT64: _VARINT,
+    _FD.TYPE_INT32: _VARINT,
+    _FD.TYPE_FIXED64: _I64,
+    _FD.TYPE_FIXED32: _I32,
+    _FD.TYPE_BOOL: _VARINT,
+    _FD.TYPE_STRING: _LEN,
+    _FD.TYPE_GROUP: _SGROUP,
+    _FD.TYPE_MESSAGE: _LEN,
+    _FD.TYPE_BYTES: _LEN,
+    _FD.TYPE_UINT32: _VARINT,
+    _FD.TYPE_ENUM: _VARINT,
+    _FD.TYPE_SFIXED32: _I32,
+    _FD.TYPE_SFIXED64: _I64,
+    _FD.TYPE_SINT32: _VARINT,
+    _FD.TYPE_SINT64: _VARINT,
+}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A mask's paths as a tree of field names; a leaf keeps its field whole.
+_Tree = dict[str, "_Tree"]
+#: Paths per mask: a mask names fields of one message, and a message has few.
+MAX_PATHS = 1000
+
+
+def check_paths(paths: Iterable[str]) -> tuple[str, ...]:
+    """The paths, each a dot-separated run of field names; FieldMaskError naming the first that is not."""
+    out = tuple(paths)
+    if len(out) > MAX_PATHS:
+        raise FieldMaskError(f"field_mask has {len(out)} paths; the limit is {MAX_PATHS}")
+    for path in out:
+        if not all(_NAME.fullmatch(name) for name in path.split(".")):
+            raise FieldMaskError(
+                f"field_mask path {path!r} is malformed: it must be field names separated by dots (e.g. 'handoff',"
+                " 'handoff.next')"
+            )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FieldMask:
+    """A mask checked against a message type: :meth:`apply` keeps its fields of a state of that type.
+
+    Build one with :func:`compile_mask` (which checks every path against the type's descriptor).
+    """
+
+    message_type: type[_message.Message]
+    #: The mask's paths, canonical (sorted, none under another).
+    paths: tuple[str, ...]
+    #: The top-level fields the scan collects: field number -> the wire types a parser reads as it.
+    scanned: dict[int, frozenset[int]]
+    #: Of those, the fields kept as their bytes...
+    raw: frozenset[int]
+    #: ... and those parsed, for the paths under them (or, a closed enum, for its known values alone).
+    parsed: frozenset[int]
+    parsed_paths: tuple[str, ...]
+    #: Members of the real oneofs of kept fields: field number -> its oneof (setting one clears the others).
+    oneof_of: dict[int, int]
+
+    def apply(self, state: bytes | memoryview) -> bytes:
+        """The masked state: ``state`` (a serialized message of :attr:`message_type`) with every other field
+        cleared. WireFormatError naming the offset if ``state`` is not well-formed wire format."""
+        scanned, oneof_of = self.scanned, self.oneof_of
+        spans: dict[int, list[tuple[int, int]]] = {}
+        winner: dict[int, int] = {}  # oneof -> the member set last
+        view = memoryview(state)
+        for field, wire, start, end in field_spans(view):
+            wires = scanned.get(field)
+            if wires is None or wire not in wires:
+                continue  # another field, or bytes a parser keeps as an unknown field
+            oneof = oneof_of.get(field)
+            if oneof is not None and winner.get(oneof) != field:
+                winner[oneof] = field  # a member set anew starts empty; the others are cleared
+                spans[field] = []
+            spans.setdefault(field, []).append((start, end))
+        for field, oneof in oneof_of.items():
+            if winner.get(oneof) != field:
+                spans.pop(field, None)
+        kept = [view[start:end] for field in sorted(spans) if field in self.raw for start, end in spans[field]]
+        if self.parsed:
+            sub = b"".join(
+                view[start:end] for field in sorted(spans) if field in self.parsed for start, end in spans[field]
+            )
+            kept.append(memoryview(self._merge_parsed(sub)))
+        return b"".join(kept)
+
+    def _merge_parsed(self, sub: bytes) -> bytes:
+        source = self.message_type.FromString(sub)
+        out = self.message_type()
+        field_mask_pb2.FieldMask(paths=self.parsed_paths).MergeMessage(source, out)
+        return out.SerializePartialToString()
+
+
+def compile_mask(message_type: type[_message.Message], paths: Iterable[str]) -> FieldMask:
+    """The mask of ``paths`` on ``message_type``; FieldMaskError naming the path for a malformed one, a field
+    the type (or the message a path goes through) does not have, or a path below a field that is not a
+    singular message."""
+    descriptor = message_type.DESCRIPTOR
+    tree: _Tree = {}  # protobuf's FieldMaskTree rule: a path under a kept one adds nothing
+    for path in sorted(set(check_paths(paths)), key=lambda p: p.count(".")):
+        message: Any = descriptor
+        names = path.split(".")
+        for depth, name in enumerate(names):
+            field = message.fields_by_name.get(name)
+            if field is None:
+                raise FieldMaskError(f"field_mask path {path!r}: {message.full_name} has no field {name!r}")
+            if depth < len(names) - 1:
+                if field.is_repeated or field.cpp_type != _FD.CPPTYPE_MESSAGE:
+                    raise FieldMaskError(
+                        f"field_mask path {path!r}: {message.full_name}.{name} is not a singular message field,"
+                        " so no path goes below it"
+                    )
+                message = field.message_type
+        node = tree
+        for name in names:
+            if name in node and not node[name]:
+                break  # a shorter path keeps it whole already
+            node = node.setdefault(name, {})
+        else:
+            node.clear()
+    scanned: dict[int, frozenset[int]] = {}
+    raw: set[int] = set()
+    parsed: set[int] = set()
+    parsed_paths: list[str] = []
+    oneof_of: dict[int, int] = {}
+    for name, node in tree.items():
+        field = descriptor.fields_by_name[name]
+        scanned[field.number] = _wires(field)
+        if node or (field.enum_type is not None and field.enum_type.is_closed):
+            # A closed enum's unknown values go to the unknown fields: its bytes would bring them back.
+            parsed.add(field.number)
+            parsed_paths.extend(_leaves(name, node))
+        else:
+            raw.add(field.number)
+        oneof = field.containing_oneof
+        if oneof is not None and len(oneof.fields) > 1:  # not a proto3 optional's oneof of one
+            for member in oneof.fields:
+                oneof_of[member.number] = oneof.index
+                scanned.setdefault(member.number, _wires(member))  # kept or not: setting it clears the kept one
+    return FieldMask(
+        message_type=message_type,
+        paths=tuple(_leaves("", tree)),
+        scanned=scanned,
+        raw=frozenset(raw),
+        parsed=frozenset(parsed),
+        parsed_paths=tuple(parsed_paths),
+        oneof_of=oneof_of,
+    )
+
+
+def _wires(field: Any) -> frozenset[int]:
+    """The wire types a parser reads as ``field`` (a repeated number also packed); others are unknown fields."""
+    wire = _WIRE_OF_TYPE[field.type]
+    if field.is_repeated and wire != _LEN and wire != _SGROUP:
+        return frozenset((wire, _LEN))
+    return frozenset((wire,))
+
+
+def _leaves(prefix: str, node: _Tree) -> list[str]:
+    if not node:
+        return [prefix] if prefix else []
+    out: list[str] = []
+    for name in sorted(node):
+        out.extend(_leaves(f"{prefix}.{name}" if prefix else name, node[name]))
+    return out

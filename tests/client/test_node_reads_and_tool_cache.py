@@ -1,0 +1,117 @@
+"""The Node.js client's masked Gets and cachedCall against a real sidecar, and its tool-cache keys: the
+same as the Python clients' for the same call, so a result either records the other hits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.client.toolcache import tool_cache_key
+from ckpt.v1 import checkpoint_pb2 as pb
+from tests.client.test_node_client import node_command
+from tests.support import Sidecar
+
+# Keys of calls read as JSON from stdin ([tool, args] pairs): printed as JSON.
+_KEYS = """
+const { toolCacheKey } = require(process.argv[1]);
+let input = '';
+process.stdin.on('data', (d) => { input += d; }).on('end', () => {
+  console.log(JSON.stringify(JSON.parse(input).map(([tool, args]) => toolCacheKey(tool, args))));
+});
+"""
+
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)  # no lone surrogates: not text
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+_FIXED: list[list[Any]] = [
+    ["search", {"q": "ckpt", "limit": 10}],
+    ["search", {"limit": 10.0, "q": "ckpt"}],
+    ["t", {"\U0001f600": 1, "\uffff": 2, "é": [1e21, 1e-7, -0.0, 0.1, 5e-324, 1.7976931348623157e308]}],
+    ["t", ["\u2028", "\x00\x1f\x7f", '"\\']],
+    ["", None],
+]
+
+
+def _node_keys(calls: list[Any]) -> list[dict[str, str]]:
+    proc = subprocess.run(node_command(_KEYS), input=json.dumps(calls), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return list(json.loads(proc.stdout))
+
+
+@settings(max_examples=10)
+@given(st.lists(st.tuples(_text.filter(lambda t: "\0" not in t), _json), min_size=1, max_size=40))
+def test_node_computes_the_python_clients_key_for_the_same_call(calls: list[tuple[str, Any]]) -> None:
+    everything: list[list[Any]] = _FIXED + [[tool, args] for tool, args in calls]
+    expected = [dict(zip(("key", "canonical"), tool_cache_key(tool, args), strict=True)) for tool, args in everything]
+    assert _node_keys(everything) == expected
+
+
+# Node's side of a session: cachedCall of a tool that prints when it runs, then a masked Get.
+_NODE_AGENT = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, session, tool, args, result] = process.argv.slice(2);
+const client = new CheckpointClient(target);
+(async () => {
+  const out = { ran: 0 };
+  const paid = async () => { out.ran += 1; return JSON.parse(result); };
+  out.first = await client.cachedCall(session, tool, JSON.parse(args), paid);
+  out.second = await client.cachedCall(session, tool, JSON.parse(args), paid);
+  try {
+    await client.cachedCall(session, tool, { other: true }, () => { throw new Error('the tool failed'); });
+  } catch (err) {
+    out.failed = err.message;
+  }
+  const masked = await client.get(session, 0, { fieldMask: ['tool_cache'] });
+  out.masked = { type: masked.message_type, state: masked.state.toString('hex') };
+  try {
+    await client.get(session, 0, { fieldMask: ['tool_cache.x'] });
+  } catch (err) {
+    out.bad_mask = { code: err.code, details: err.details };
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); }).finally(() => client.close());
+"""
+
+
+def _node_agent(sidecar: Sidecar, session: str, tool: str, args: Any, result: Any) -> dict[str, Any]:
+    command = node_command(_NODE_AGENT, sidecar.unix_target, session, tool, json.dumps(args), json.dumps(result))
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout))
+
+
+def test_a_result_either_client_records_the_other_hits(sidecar: Sidecar) -> None:
+    args = {"q": "ckpt", "filters": {"lang": "py", "year": 2026.0}}
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("shared", message=pb.Checkpoint(goal="g", messages=[pb.Message(content="long history")]))
+        assert client.cached_call("shared", "search", args, lambda: {"from": "python"}) == {"from": "python"}
+        # Node hits Python's record (its tool never runs), and records a call of its own.
+        node = _node_agent(sidecar, "shared", "search", args, {"from": "node"})
+        assert node["ran"] == 0 and node["first"] == node["second"] == {"from": "python"}
+        assert node["failed"] == "the tool failed"
+        masked = pb.Checkpoint.FromString(bytes.fromhex(node["masked"]["state"]))
+        assert node["masked"]["type"] == "ckpt.v1.Checkpoint"
+        assert not masked.messages and not masked.goal and len(masked.tool_cache) == 1  # the failure: not recorded
+        assert node["bad_mask"]["code"] == 3  # INVALID_ARGUMENT
+        assert (
+            "'tool_cache.x': ckpt.v1.Checkpoint.tool_cache is not a singular message field"
+            in node["bad_mask"]["details"]
+        )
+        # A call Node records is one Python hits.
+        fresh = _node_agent(sidecar, "shared", "fetch", [1, 2, 3], {"from": "node", "n": 1.5})
+        assert fresh["ran"] == 1 and fresh["first"] == fresh["second"] == {"from": "node", "n": 1.5}
+        hit = client.cached_call("shared", "fetch", (1, 2, 3.0), lambda: {"from": "python"})
+        assert hit == {"from": "node", "n": 1.5}
+        assert pb.Checkpoint.FromString(client.get("shared").state).goal == "g"  # the state beside it kept
