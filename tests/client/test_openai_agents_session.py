@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Runner, SessionSettings, SQLiteSession, TResponseInputItem
+from agents import Runner, SessionSettings, SQLiteSession, TResponseInputItem, set_tracing_disabled
 from agents.memory import Session
-from agents.testing import assistant_message
+from agents.testing import ScriptedModel, assistant_message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,13 +161,13 @@ def test_clear_empties_the_session_and_later_items_follow_it(sidecar: Sidecar) -
 def test_two_sessions_stay_apart(sidecar: Sidecar) -> None:
     async def scenario(client: AsyncCheckpointClient) -> None:
         one, two = CkptSession("session_1", client=client), CkptSession("session_2", client=client)
-        await one.add_items(messages("Session 1 message"))
-        await two.add_items(messages("Session 2 message 1", "Session 2 message 2"))
-        assert contents([await two.pop_item()]) == ["Session 2 message 2"]
-        assert contents(await one.get_items()) == ["Session 1 message"]
-        assert contents(await two.get_items()) == ["Session 2 message 1"]
+        await one.add_items(messages("one: hello"))
+        await two.add_items(messages("two: a", "two: b"))
+        assert contents([await two.pop_item()]) == ["two: b"]
+        assert contents(await one.get_items()) == ["one: hello"]
+        assert contents(await two.get_items()) == ["two: a"]
         await one.clear_session()
-        assert contents(await two.get_items()) == ["Session 2 message 1"]
+        assert contents(await two.get_items()) == ["two: a"]
 
     run(sidecar.unix_target, scenario)
 
@@ -475,3 +476,25 @@ def test_keep_last_events_bounds_the_history_from_its_oldest_end(tmp_path: Path)
         run(sidecar.unix_target, scenario)
     finally:
         assert sidecar.stop() == 0, sidecar.log()
+
+
+# -- the example in docs/clients.md -------------------------------------------------------------------
+
+
+def test_the_documented_example_runs(sidecar: Sidecar, capsys: pytest.CaptureFixture[str]) -> None:
+    """As written, but for the sidecar's address and a scripted model in place of OpenAI's."""
+    page = (ROOT / "docs" / "clients.md").read_text().split("### OpenAI Agents SDK sessions\n", 1)[1]
+    found = re.search(r"```python\n(.*?)```", page, re.DOTALL)
+    assert found, "no python block under OpenAI Agents SDK sessions"
+    agent = 'Agent(name="Assistant", instructions="Reply very concisely.")'
+    source = found.group(1).replace('"unix:data/ckpt.sock"', repr(sidecar.unix_target))
+    assert agent in source
+    source = source.replace(agent, agent[:-1] + ", model=model)")
+    model = ScriptedModel([[assistant_message("San Francisco")], [assistant_message("California")]])
+    set_tracing_disabled(True)  # nowhere to send traces; the default (enabled, no env variable) after
+    try:
+        exec(compile(source, "docs/clients.md", "exec"), {"model": model})
+    finally:
+        set_tracing_disabled(False)
+    assert capsys.readouterr().out == "San Francisco\nCalifornia\n4\n"
+    assert len(model.calls[-1].input) == 3  # the second turn was sent the first
