@@ -175,7 +175,8 @@ def test_two_sessions_stay_apart(sidecar: Sidecar) -> None:
 def test_settings_default_and_limit_as_the_sdk_has_them(sidecar: Sidecar) -> None:
     async def scenario(client: AsyncCheckpointClient) -> None:
         plain = CkptSession("settings", client=client)
-        assert isinstance(plain, Session)  # the SDK's runtime-checkable protocol
+        typed: Session = plain  # the SDK's protocol, checked by mypy
+        assert isinstance(typed, Session)  # and at run time
         assert isinstance(plain.session_settings, SessionSettings) and plain.session_settings.limit is None
         limited = CkptSession("settings", client=client, session_settings=SessionSettings(limit=3))
         await limited.add_items([{"role": "user", "content": f"Message {i}"} for i in range(10)])
