@@ -122,6 +122,95 @@ export interface SessionFilter {
   pageSize?: number;
 }
 
+/** An event to append. */
+export interface EventInput {
+  /** What happened, e.g. 'tool_call': 1-128 bytes of UTF-8 without control characters. */
+  type: string;
+  /** Its data in any encoding; a string is sent as UTF-8. */
+  payload?: Uint8Array | string;
+  /** Small facts to filter by (the rules of labels). */
+  attributes?: Record<string, string>;
+  /** When it happened; absent: the commit's time. */
+  time?: Date;
+}
+
+/** An event as read: with its number in the session's log and its time. */
+export interface Event {
+  type: string;
+  payload: Buffer;
+  attributes: Record<string, string>;
+  time: Timestamp | null;
+  seq: number;
+}
+
+/** The checkpoint an append writes in the same transaction as its events (its request id is the append's). */
+export interface EventsPut {
+  state: Uint8Array;
+  /** true: `state` is a MERGE patch; else the whole state (REPLACE). */
+  merge?: boolean;
+  /** Compare-and-set, as for put: on a conflict (ConflictError) nothing is appended either. */
+  expectedVersion?: number;
+  labels?: Record<string, string>;
+  messageType?: string;
+}
+
+export interface AppendEventsResponse {
+  /** Seq of the first event appended (0 when none was). */
+  first_seq: number;
+  /** Seq of the last event appended (0 when none was). */
+  last_seq: number;
+  /** The checkpoint's result, when `put` was sent. */
+  put: PutResponse | null;
+  /** An answer replayed for an earlier call with the same request id: nothing new was appended. */
+  replayed: boolean;
+}
+
+export interface EventFilter {
+  /** Only events with a larger seq (default 0: from the start). */
+  afterSeq?: number;
+  /** Only events of one of these types (empty: every type). */
+  types?: string[];
+  /** Only events whose time is after this (exclusive). */
+  after?: Date;
+  /** Only events whose time is before this (exclusive). */
+  before?: Date;
+  /** Newest first (afterSeq still bounds from below). */
+  newestFirst?: boolean;
+  /** Events per page asked for (default 100, at most 1000). */
+  pageSize?: number;
+}
+
+/** A stored blob, as ckpt.v1.ArtifactRef (put it in a Checkpoint's `artifacts`). */
+export interface ArtifactRef {
+  /** 'ckpt-blob:sha256:<hex>' */
+  uri: string;
+  /** 'sha256:<hex>' */
+  content_hash: string;
+  size_bytes: number;
+  media_type: string;
+}
+
+/** What getBlob takes: an ArtifactRef, its uri, 'sha256:<hex>' or the 64 hex digits. */
+export type BlobRef = Pick<ArtifactRef, 'uri'> | Pick<ArtifactRef, 'content_hash'> | string;
+
+export interface PutBlobOptions {
+  /** The session that references the blob: the blob is kept while one does. */
+  sessionId: string;
+  /** Its IANA media type, e.g. 'image/png' (at most 255 bytes). */
+  mediaType?: string;
+  /** The SHA-256 (64 lowercase hex digits) the bytes must have; else INVALID_ARGUMENT, nothing stored. */
+  expectedSha256?: string;
+  /** Bytes per message (default 1 MiB; at most maxMessageBytes - 4096). */
+  chunkSizeBytes?: number;
+}
+
+export interface BlobRange {
+  /** First byte (default 0). */
+  offset?: number;
+  /** At most this many bytes (default 0: to the end). */
+  length?: number;
+}
+
 /** An error of a call: a gRPC ServiceError, with the write's request id on a put's. */
 export interface CallError extends Error {
   code: number;
@@ -168,13 +257,38 @@ export class CheckpointClient {
   /** Every version, newest first. */
   history(sessionId: string): Promise<VersionInfo[]>;
   sessions(filter?: SessionFilter): AsyncGenerator<SessionInfo, void, undefined>;
+  /**
+   * Append events to the session's event log, and with `put` write a checkpoint in the same transaction.
+   * Retried as put is, with one request id per call (`requestId` or a generated one): a retry appends
+   * nothing twice and answers `replayed`.
+   */
+  appendEvents(
+    sessionId: string,
+    events: Iterable<EventInput>,
+    options?: { put?: EventsPut; requestId?: string },
+  ): Promise<AppendEventsResponse>;
+  /** The session's events, fetched a page at a time as you iterate; rejects with NOT_FOUND for an unknown session. */
+  events(sessionId: string, filter?: EventFilter): AsyncGenerator<Event, void, undefined>;
+  /** copyEvents: the new session starts with a copy of the event log (seqs and times as they are). */
   fork(
     sessionId: string,
     newSessionId: string,
-    options?: { version?: number; labels?: Record<string, string> },
+    options?: { version?: number; labels?: Record<string, string>; copyEvents?: boolean },
   ): Promise<SessionInfo>;
-  /** Resolves to the number of versions removed. */
+  /** Resolves to the number of versions removed (the event log goes with them). */
   delete(sessionId: string): Promise<number>;
+  /**
+   * Store a blob once by its SHA-256, streamed in chunks (a stream is read as it is sent, never whole).
+   * Not retried, not bounded by timeoutMs; nothing is stored on an error or when `data` throws.
+   */
+  putBlob(
+    data: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
+    options: PutBlobOptions,
+  ): Promise<ArtifactRef>;
+  /** A blob's bytes (or a range) as Buffers; stopping early cancels the call. */
+  getBlob(ref: BlobRef, range?: BlobRange): AsyncGenerator<Buffer, void, undefined>;
+  /** Write a blob (or a range) to the file at `file`, renamed into place once whole; resolves to the bytes written. */
+  getBlobToFile(ref: BlobRef, file: string, range?: BlobRange): Promise<number>;
   /**
    * Register `typeName` of a protobufjs Root (its package's file and the files it uses) so that puts can
    * name it in `messageType`; resolves to the full names of the message types registered.

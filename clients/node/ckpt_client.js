@@ -3,26 +3,17 @@
 // @grpc/proto-loader, so any language with a gRPC library can do the same.
 'use strict';
 
-const crypto = require('crypto');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { newRequestId, timestamp } = require('./arguments');
+const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
+const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 // The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
-
-// A fresh request id: a UUIDv7 (RFC 9562) as 32 hex digits, the time in ms
-// first. Time-ordered ids keep the store's records of writes made together on
-// the same few pages (sidecar/keys.py); random ones cost a page each.
-function newRequestId() {
-  const bytes = crypto.randomBytes(16);
-  bytes.writeUIntBE(Date.now(), 0, 6);
-  bytes[6] = (bytes[6] & 0x0f) | 0x70; // version 7
-  bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 0b10
-  return bytes.toString('hex');
-}
 
 function loadService() {
   const definition = protoLoader.loadSync('ckpt/v1/service.proto', {
@@ -180,15 +171,6 @@ function openStream(stub) {
   };
 }
 
-// A Date as a google.protobuf.Timestamp.
-function timestamp(name, date) {
-  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
-    throw new TypeError(`${name} must be a valid Date, not ${date}`);
-  }
-  const seconds = Math.floor(date.getTime() / 1000);
-  return { seconds, nanos: (date.getTime() - seconds * 1000) * 1e6 };
-}
-
 class CheckpointClient {
   // target: "unix:/path/ckpt.sock" or "host:port". timeoutMs bounds a whole
   // call, retries included; UNAVAILABLE is retried `retries` (8) times, backing
@@ -218,6 +200,7 @@ class CheckpointClient {
     });
     this.timeoutMs = timeoutMs;
     this.retries = retries;
+    this.maxMessageBytes = maxMessageBytes;
   }
 
   // One request, resent unchanged (a Put keeps its request_id, so a retry
@@ -341,15 +324,77 @@ class CheckpointClient {
     } while (request.page_token);
   }
 
+  // Append `events` ({ type, payload, attributes, time }: payload bytes or a
+  // string sent as UTF-8, time a Date, else the commit's) to the session's
+  // event log, and with `put` ({ state, merge, expectedVersion, labels,
+  // messageType }) write a checkpoint in the same transaction: both are
+  // committed or neither (a ConflictError on the put appends nothing).
+  // Resolves to { first_seq, last_seq, put, replayed }. Retried as put is,
+  // with one request id per call (`requestId`, else a generated one) sent
+  // unchanged on every retry, so a retry appends nothing twice and answers
+  // `replayed`; the error carries it as `requestId`.
+  appendEvents(sessionId, events, { put, requestId } = {}) {
+    return this.call('AppendEvents', appendEventsRequest(sessionId, events, { put, requestId }));
+  }
+
+  // The session's events, each with its `seq` and `time`, oldest first (or
+  // `newestFirst`), after seq `afterSeq`, of any of `types` (empty: all), with
+  // a time after `after` and before `before` (Dates), fetched `pageSize` at a
+  // time as you iterate: for await (const e of client.events(id)). NOT_FOUND
+  // if the session has neither events nor versions. Arguments are checked
+  // here, before anything is sent.
+  events(sessionId, options = {}) {
+    return eventPages(this, readEventsRequest(sessionId, options));
+  }
+
   // Create `newSessionId` whose version 1 is `version` (0 = the latest) of
-  // `sessionId`; resolves to its SessionInfo. Not retried, as in Python.
-  async fork(sessionId, newSessionId, { version = 0, labels } = {}) {
-    const request = { session_id: sessionId, new_session_id: newSessionId, version, labels: labels || {} };
+  // `sessionId` (`copyEvents`: with a copy of its event log, seqs and times as
+  // they are); resolves to its SessionInfo. Not retried, as in Python.
+  async fork(sessionId, newSessionId, { version = 0, labels, copyEvents = false } = {}) {
+    if (typeof copyEvents !== 'boolean') throw new TypeError(`copyEvents must be a boolean, not ${typeof copyEvents}`);
+    const request = {
+      session_id: sessionId,
+      new_session_id: newSessionId,
+      version,
+      labels: labels || {},
+      copy_events: copyEvents,
+    };
     return (await this.call('Fork', request, { retry: false })).session;
   }
 
-  // Remove a session and all its versions; resolves to how many were removed.
-  // Not retried, as in Python.
+  // Store a blob (an artifact: a screenshot, a page, a log) referenced by
+  // `sessionId`, once by its SHA-256; resolves to its ArtifactRef { uri,
+  // content_hash, size_bytes, media_type } (uri 'ckpt-blob:sha256:<hex>').
+  // `data`: a Buffer or Uint8Array, or a Readable (fs.createReadStream(path))
+  // or an (async) iterable of them, sent `chunkSizeBytes` (1 MiB) per
+  // message, each written out under HTTP/2 flow control before the next is
+  // read, so a stream is never held whole. `expectedSha256`: the bytes must
+  // hash to it (INVALID_ARGUMENT otherwise). Nothing is stored on an error,
+  // nor when `data` throws (its error is thrown, the call cancelled). Not
+  // retried nor bounded by timeoutMs: a stream may not be read twice.
+  putBlob(data, options = {}) {
+    return putBlob(this.stub, this.maxMessageBytes, data, options);
+  }
+
+  // A blob's bytes, or `length` of them (0: to the end) from `offset`, as an
+  // async iterator of Buffers (1 MiB chunks; a stream.Readable with
+  // Readable.from). `ref`: an ArtifactRef, its uri, 'sha256:<hex>' or the
+  // hex digits. NOT_FOUND for a blob never stored or removed. Stopping early
+  // cancels the call. Not retried nor bounded by timeoutMs.
+  getBlob(ref, { offset = 0, length = 0 } = {}) {
+    return blobChunks(this.stub, getBlobRequest(ref, { offset, length }));
+  }
+
+  // Write a blob (or a range, as getBlob) to the file at `file`; resolves to
+  // the bytes written. It is written beside it and renamed into place once
+  // whole: on an error no partial file is left, and a file already there is
+  // untouched.
+  getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
+    return blobToFile(this.stub, getBlobRequest(ref, { offset, length }), file);
+  }
+
+  // Remove a session, all its versions and its event log; resolves to how
+  // many versions were removed. Not retried, as in Python.
   async delete(sessionId) {
     return (await this.call('DeleteSession', { session_id: sessionId }, { retry: false })).deleted_versions;
   }

@@ -1,0 +1,56 @@
+// The Node.js client's arguments, refused here by name before anything is
+// sent (as sidecar/client/arguments.py does for the Python clients), and the
+// request ids its writes carry.
+'use strict';
+
+const crypto = require('crypto');
+
+// A fresh request id: a UUIDv7 (RFC 9562) as 32 hex digits, the time in ms
+// first. Time-ordered ids keep the store's records of writes made together on
+// the same few pages (sidecar/keys.py); random ones cost a page each.
+function newRequestId() {
+  const bytes = crypto.randomBytes(16);
+  bytes.writeUIntBE(Date.now(), 0, 6);
+  bytes[6] = (bytes[6] & 0x0f) | 0x70; // version 7
+  bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 0b10
+  return bytes.toString('hex');
+}
+
+function kindOf(value) {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return value.constructor ? value.constructor.name : 'an object';
+  return typeof value;
+}
+
+// A Date as a google.protobuf.Timestamp.
+function timestamp(name, date) {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new TypeError(`${name} must be a valid Date, not ${date}`);
+  }
+  const seconds = Math.floor(date.getTime() / 1000);
+  return { seconds, nanos: (date.getTime() - seconds * 1000) * 1e6 };
+}
+
+// A string that is text: a lone surrogate would be sent as U+FFFD, naming something else.
+function checkString(name, value) {
+  if (typeof value !== 'string') throw new TypeError(`${name} must be a string, not ${kindOf(value)}`);
+  if (!value.isWellFormed()) throw new TypeError(`${name} holds a lone surrogate, which is not text`);
+  return value;
+}
+
+// A whole Number in low..high: 64-bit fields are sent as Numbers, exact below 2^53.
+function checkInt(name, value, { low = 0, high = Number.MAX_SAFE_INTEGER } = {}) {
+  if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be a whole Number, not ${value}`);
+  if (value < low || value > high) throw new RangeError(`${name} must be in ${low}..${high}, got ${value}`);
+  return value;
+}
+
+// Bytes as a Buffer over the same memory (a Uint8Array is not copied).
+function bytesOf(name, value) {
+  if (Buffer.isBuffer(value)) return value;
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  throw new TypeError(`${name} must be a Buffer or a Uint8Array, not ${kindOf(value)}`);
+}
+
+module.exports = { bytesOf, checkInt, checkString, kindOf, newRequestId, timestamp };

@@ -1,0 +1,156 @@
+// The Node.js client's blobs (artifacts stored by reference): PutBlob fed
+// chunk by chunk from bytes or a stream, each chunk written out before the
+// next is read (never the whole blob held), and GetBlob's chunks as an async
+// iterator. As in the Python clients (sidecar/client/blobs.py) neither call is
+// retried (a stream may not be read twice) nor bounded by timeoutMs (a 4 GiB
+// blob takes longer than a call): on UNAVAILABLE, call again; the same bytes
+// land once.
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const crypto = require('crypto');
+const { Readable } = require('stream');
+const { pipeline } = require('stream/promises');
+const { bytesOf, checkInt, checkString, kindOf } = require('./arguments');
+
+// Bytes per PutBlob message unless a call says otherwise.
+const DEFAULT_BLOB_CHUNK_BYTES = 1024 * 1024;
+// What a PutBlob message carries besides its chunk (ids, the media type): kept free of the message limit.
+const ENVELOPE_BYTES = 4096;
+const URI_PREFIX = 'ckpt-blob:sha256:';
+const HASH = /^(?:ckpt-blob:sha256:|sha256:)?([0-9a-f]{64})$/;
+
+// The SHA-256 (hex) `ref` names: an ArtifactRef ({ uri, content_hash }), its uri, 'sha256:<hex>' or the hex.
+function blobSha256(ref) {
+  let text;
+  if (typeof ref === 'string') {
+    text = ref;
+  } else if (ref !== null && typeof ref === 'object' && (typeof ref.uri === 'string' || typeof ref.content_hash === 'string')) {
+    text = typeof ref.uri === 'string' && ref.uri.startsWith(URI_PREFIX) ? ref.uri : String(ref.content_hash);
+  } else {
+    throw new TypeError(`ref must be an ArtifactRef ({ uri, content_hash }) or a string, not ${kindOf(ref)}`);
+  }
+  const found = HASH.exec(text);
+  if (found === null) {
+    throw new TypeError(
+      `ref ${JSON.stringify(text.slice(0, 100))} names no blob: give an ArtifactRef, ${URI_PREFIX}<hex>, sha256:<hex>` +
+        ' or the 64 lowercase hex digits of its SHA-256',
+    );
+  }
+  return found[1];
+}
+
+function isStream(data) {
+  return data !== null && typeof data === 'object' && (typeof data[Symbol.asyncIterator] === 'function' || typeof data[Symbol.iterator] === 'function');
+}
+
+// `data` cut into chunks of `size` bytes (the last shorter). A stream's pieces, of any size, are copied
+// into each chunk as they come: a source may reuse a buffer once it gave it, and a chunk is held across
+// the reads that fill it.
+async function* chunksOf(data, size) {
+  if (data instanceof Uint8Array) {
+    const all = bytesOf('data', data);
+    for (let start = 0; start < all.length; start += size) yield all.subarray(start, start + size);
+    return;
+  }
+  let chunk = Buffer.allocUnsafe(size);
+  let filled = 0;
+  for await (const piece of data) {
+    if (typeof piece === 'string') {
+      throw new TypeError("the blob's stream gave a string, not bytes: create it without an encoding");
+    }
+    let rest = bytesOf("a piece of the blob's stream", piece);
+    while (rest.length > 0) {
+      const taken = Math.min(size - filled, rest.length);
+      rest.copy(chunk, filled, 0, taken);
+      filled += taken;
+      rest = rest.subarray(taken);
+      if (filled === size) {
+        yield chunk;
+        chunk = Buffer.allocUnsafe(size);
+        filled = 0;
+      }
+    }
+  }
+  if (filled > 0) yield chunk.subarray(0, filled);
+}
+
+const ENDED = Symbol('ended');
+
+// See CheckpointClient.putBlob.
+async function putBlob(stub, maxMessageBytes, data, { sessionId, mediaType = '', expectedSha256 = '', chunkSizeBytes = DEFAULT_BLOB_CHUNK_BYTES } = {}) {
+  if (typeof data === 'string') {
+    throw new TypeError("data must be bytes or a stream of them, not a string (a file's path? pass fs.createReadStream(path))");
+  }
+  if (!(data instanceof Uint8Array) && !isStream(data)) {
+    throw new TypeError(`data must be a Buffer, a Uint8Array, or a Readable or (async) iterable of them, not ${kindOf(data)}`);
+  }
+  const first = {
+    session_id: checkString('sessionId', sessionId),
+    media_type: checkString('mediaType', mediaType),
+    expected_sha256: checkString('expectedSha256', expectedSha256),
+  };
+  const chunkSize = checkInt('chunkSizeBytes', chunkSizeBytes, { low: 1, high: maxMessageBytes - ENVELOPE_BYTES });
+  let call;
+  const answered = new Promise((resolve, reject) => {
+    call = stub.PutBlob((err, reply) => (err ? reject(err) : resolve(reply)));
+  });
+  answered.catch(() => {}); // awaited below; rejected early when the sidecar refuses the stream
+  // The call's end comes before all is sent only with an error: stop feeding it then.
+  const ended = answered.then(() => ENDED, () => ENDED);
+  // Resolves once the message went out under HTTP/2 flow control: the next chunk is read only then.
+  const send = (message) => Promise.race([new Promise((resolve) => call.write(message, resolve)), ended]);
+  try {
+    await send(first);
+    for await (const chunk of chunksOf(data, chunkSize)) {
+      if ((await send({ chunk })) === ENDED) break; // leaving the loop closes a Readable
+    }
+  } catch (err) {
+    call.cancel(); // the source failed: a stream cut half-way stores nothing
+    throw err;
+  }
+  call.end();
+  const reply = await answered;
+  return { uri: reply.uri || URI_PREFIX + reply.sha256, content_hash: `sha256:${reply.sha256}`, size_bytes: reply.size_bytes, media_type: mediaType };
+}
+
+function getBlobRequest(ref, { offset = 0, length = 0 } = {}) {
+  return { sha256: blobSha256(ref), offset: checkInt('offset', offset), length: checkInt('length', length) };
+}
+
+// See CheckpointClient.getBlob; `request` checked by getBlobRequest.
+async function* blobChunks(stub, request) {
+  const call = stub.GetBlob(request);
+  let done = false;
+  try {
+    for await (const message of call) if (message.chunk.length > 0) yield message.chunk;
+    done = true;
+  } finally {
+    if (!done) call.cancel(); // the caller stopped early, or the call failed (then this does nothing)
+  }
+}
+
+// See CheckpointClient.getBlobToFile. Written beside `file` and renamed over it once whole, so a failed
+// read leaves no partial file and whatever was there before untouched.
+async function blobToFile(stub, request, file) {
+  checkString('file', file);
+  const partial = path.join(path.dirname(file), `.${path.basename(file)}.${crypto.randomBytes(6).toString('hex')}.partial`);
+  let written = 0;
+  async function* counted() {
+    for await (const chunk of blobChunks(stub, request)) {
+      written += chunk.length;
+      yield chunk;
+    }
+  }
+  try {
+    await pipeline(Readable.from(counted(), { objectMode: false }), fs.createWriteStream(partial, { flags: 'wx' }));
+    await fs.promises.rename(partial, file);
+  } catch (err) {
+    await fs.promises.rm(partial, { force: true });
+    throw err;
+  }
+  return written;
+}
+
+module.exports = { blobChunks, blobSha256, blobToFile, getBlobRequest, putBlob, DEFAULT_BLOB_CHUNK_BYTES };
