@@ -370,8 +370,9 @@ class CheckpointClient {
   // message, each written out under HTTP/2 flow control before the next is
   // read, so a stream is never held whole. `expectedSha256`: the bytes must
   // hash to it (INVALID_ARGUMENT otherwise). Nothing is stored on an error,
-  // nor when `data` throws (its error is thrown, the call cancelled). Not
-  // retried nor bounded by timeoutMs: a stream may not be read twice.
+  // nor when `data` throws (its error is thrown once the sidecar refused the
+  // stream). Not retried nor bounded by timeoutMs: a stream may not be read
+  // twice.
   putBlob(data, options = {}) {
     return putBlob(this.stub, this.maxMessageBytes, data, options);
   }
