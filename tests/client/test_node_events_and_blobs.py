@@ -85,6 +85,8 @@ run(async () => {
   out.forked = (await seqs(client.events('s2', { pageSize: 1000 }))).length;
   await client.fork('s', 's3');
   out.forked_without = await seqs(client.events('s3'));
+  out.deleted = await client.delete('s2');
+  out.deleted_events = await failure(() => seqs(client.events('s2')));  // the log went with the session
   // One request id generated per call: two calls are two appends.
   out.generated = [];
   for (const n of [1, 2]) {
@@ -140,6 +142,7 @@ def test_node_appends_and_reads_events_and_python_reads_them(sidecar: Sidecar) -
     assert out["head_seq"] == 250
     assert out["nobody"]["code"] == 5 and "nobody" in out["nobody"]["message"]
     assert (out["fork"], out["forked"], out["forked_without"]) == (1, 250, [])
+    assert out["deleted"] == 1 and out["deleted_events"]["code"] == 5
     assert out["generated"] == [251, 252]
     assert out["merged"] == [0, 0, 2]  # a put alone: no events
     assert [(e.seq, e.type, e.payload) for e in seen[:2]] == [(1, "msg", b"0"), (2, "tool", b"1")]
