@@ -358,16 +358,18 @@ class ReadEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class PutBlobRequest(_message.Message):
-    __slots__ = ("session_id", "media_type", "expected_sha256", "chunk")
+    __slots__ = ("session_id", "media_type", "expected_sha256", "chunk", "end")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_SHA256_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     media_type: str
     expected_sha256: str
     chunk: bytes
-    def __init__(self, session_id: _Optional[str] = ..., media_type: _Optional[str] = ..., expected_sha256: _Optional[str] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    end: bool
+    def __init__(self, session_id: _Optional[str] = ..., media_type: _Optional[str] = ..., expected_sha256: _Optional[str] = ..., chunk: _Optional[bytes] = ..., end: _Optional[bool] = ...) -> None: ...
 
 class PutBlobResponse(_message.Message):
     __slots__ = ("sha256", "size_bytes", "uri")

@@ -254,8 +254,8 @@ class CheckpointServiceServicer:
         """PutBlob stores a blob (an artifact: a screenshot, a fetched page, a log)
         once by its SHA-256, referenced by a session, and answers its hash. The
         first message names the session (and may carry a chunk); the others carry
-        chunks. Nothing is stored unless the whole stream arrives: a stream cut
-        half-way, a size over the sidecar's --max-blob-bytes
+        chunks; the last sets `end`. Nothing is stored unless the whole stream
+        arrives: a stream that ends without `end` (cut half-way), a size over the sidecar's --max-blob-bytes
         (RESOURCE_EXHAUSTED) or a hash other than `expected_sha256`
         (INVALID_ARGUMENT) stores nothing. The same bytes stored again, by any
         session, are kept once. A blob is removed when no session references it

@@ -78,7 +78,6 @@ async function* chunksOf(data, size) {
 
 const ENDED = Symbol('ended');
 // Sent in the stream's place when its source fails: see putBlob.
-const CUT_SHORT = 'the client cut this stream short';
 
 // See CheckpointClient.putBlob.
 async function putBlob(stub, maxMessageBytes, data, { sessionId, mediaType = '', expectedSha256 = '', chunkSizeBytes = DEFAULT_BLOB_CHUNK_BYTES } = {}) {
@@ -109,15 +108,13 @@ async function putBlob(stub, maxMessageBytes, data, { sessionId, mediaType = '',
       if ((await send({ chunk })) === ENDED) break; // leaving the loop closes a Readable
     }
   } catch (err) {
-    // The source failed: the stream must store nothing. Cancelling would not do: the sidecar's gRPC
-    // (grpc.aio) ends a cancelled call's requests as if the stream had ended, and may store what came.
-    // So the stream ends with a message the sidecar refuses (first-message fields again), after the
-    // chunks, and its refusal is awaited.
-    call.write({ media_type: CUT_SHORT });
+    // The source failed: the stream ends without the `end` mark, which the sidecar takes as cut short
+    // (it stores nothing); its refusal is awaited.
     call.end();
     await answered.catch(() => {});
     throw err;
   }
+  await send({ end: true });
   call.end();
   const reply = await answered;
   return { uri: reply.uri || URI_PREFIX + reply.sha256, content_hash: `sha256:${reply.sha256}`, size_bytes: reply.size_bytes, media_type: mediaType };

@@ -144,9 +144,10 @@ class AsyncCheckpointClient(
             if isinstance(data, (bytes, bytearray, memoryview)):
                 for request in blobs.byte_requests(data, chunk_size):
                     yield request
-                return
-            while piece := blobs.chunk_of(await asyncio.to_thread(data.read, chunk_size)):
-                yield service_pb2.PutBlobRequest(chunk=piece)
+            else:
+                while piece := blobs.chunk_of(await asyncio.to_thread(data.read, chunk_size)):
+                    yield service_pb2.PutBlobRequest(chunk=piece)
+            yield blobs.END
 
         try:
             response = await self._stub.PutBlob(requests())

@@ -62,6 +62,10 @@ def file_requests(file: BinaryIO, chunk_size: int) -> Iterator[service_pb2.PutBl
         yield service_pb2.PutBlobRequest(chunk=piece)
 
 
+#: A PutBlob stream's last message: without it the sidecar takes the stream as cut short and stores nothing.
+END = service_pb2.PutBlobRequest(end=True)
+
+
 def artifact_ref(response: service_pb2.PutBlobResponse, media_type: str) -> checkpoint_pb2.ArtifactRef:
     """The ArtifactRef naming a stored blob (put it in a checkpoint's ``artifacts``)."""
     return checkpoint_pb2.ArtifactRef(

@@ -141,7 +141,7 @@ class CheckpointClient(
         else:
             rest = blobs.file_requests(data, chunk_size)
         try:
-            response = self._stub.PutBlob(itertools.chain((first,), rest))
+            response = self._stub.PutBlob(itertools.chain((first,), rest, (blobs.END,)))
         except grpc.RpcError as exc:
             translate(exc)
         return blobs.artifact_ref(response, media_type)

@@ -67,8 +67,12 @@ class BlobStreams:
         try:
             expected = ""
             commit = records_pb2.BlobCommit()
+            ended = False
             async for raw in requests:
                 message = await _checked(context, _parse_put, raw)
+                if ended:
+                    await _abort(context, InvalidArgument("a PutBlob message came after the one that set end"))
+                ended = message.end
                 if temp is None:
                     expected = await _checked(context, _first_message, message, commit)
                     temp = self._files.new_temp(self._max_blob_bytes, " (ckpt serve --max-blob-bytes)")
@@ -81,6 +85,16 @@ class BlobStreams:
                     await _checked_future(context, writing)
             if temp is None:
                 await _abort(context, InvalidArgument("the PutBlob stream sent no message; the first names session_id"))
+            if not ended:
+                # grpc.aio ends a cancelled call's requests as if the stream had ended: only the client's
+                # own mark tells a whole blob from the first part of one.
+                await _abort(
+                    context,
+                    InvalidArgument(
+                        f"the PutBlob stream ended after {temp.size_bytes} bytes without a message setting end"
+                        " (cut short): nothing was stored"
+                    ),
+                )
             writing = asyncio.get_running_loop().run_in_executor(None, temp.finish)
             sha256: str = await writing
             if expected and sha256 != expected:

@@ -180,7 +180,16 @@ def test_bad_blob_requests_get_precise_errors(sidecar: Sidecar) -> None:
                 [service_pb2.PutBlobRequest(session_id="s"), service_pb2.PutBlobRequest(session_id="t", chunk=b"x")],
                 "first message only",
             ),
-            ([service_pb2.PutBlobRequest(session_id="s", media_type="a\nb")], "media_type"),
+            ([service_pb2.PutBlobRequest(session_id="s", media_type="a\nb", end=True)], "media_type"),
+            # A stream that stops without its end mark is one cut short: its bytes are not the blob.
+            ([service_pb2.PutBlobRequest(session_id="s", chunk=b"cut")], "without a message setting end"),
+            (
+                [
+                    service_pb2.PutBlobRequest(session_id="s", chunk=b"whole", end=True),
+                    service_pb2.PutBlobRequest(chunk=b"more"),
+                ],
+                "came after the one that set end",
+            ),
         ]:
             with pytest.raises(grpc.RpcError) as caught:
                 stub.PutBlob(iter(requests))
