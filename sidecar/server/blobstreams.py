@@ -8,8 +8,9 @@ process (a link call, RECORD_BLOB_METHOD) to move it into place and commit
 its record: the call is answered once that commit is durable. A GetBlob checks
 the blob's record in LMDB (read-only here, as the reply cache reads it) and
 streams the file in chunks. File writes and reads run on a thread, off the
-event loop; each chunk is written or sent before the next is read, so the
-memory a stream holds is about one chunk on either side.
+event loop; a PutBlob chunk is written while the next arrives, and a GetBlob
+chunk is sent before the next is read, so the memory a stream holds is one
+or two chunks.
 """
 
 from __future__ import annotations
@@ -79,10 +80,14 @@ class BlobStreams:
                 elif message.session_id or message.media_type or message.expected_sha256:
                     await _abort(context, InvalidArgument(_FIRST_ONLY))
                 if message.chunk:
-                    # On a thread: a slow disk must not hold the event loop. Awaited before the next
-                    # message is read, so one chunk is held at a time.
+                    if writing is not None:
+                        await _checked_future(context, writing)
+                    # On a thread: a slow disk must not hold the event loop. One chunk is hashed and
+                    # written while the next arrives (two held at most): the hash and the write, about
+                    # as long as receiving a chunk, no longer wait for each other.
                     writing = asyncio.get_running_loop().run_in_executor(None, temp.write, message.chunk)
-                    await _checked_future(context, writing)
+            if writing is not None:
+                await _checked_future(context, writing)
             if temp is None:
                 await _abort(context, InvalidArgument("the PutBlob stream sent no message; the first names session_id"))
             if not ended:
