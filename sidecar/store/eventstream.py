@@ -1,15 +1,16 @@
 """The open event block's zstd stream, kept between appends, so that an append compresses only its own events.
 
-An append to an open block used to decompress the block, add its events and
-compress the whole block again with a new zstd context, and write it all
-again (~0.6 ms of CPU, and a few pages freed and written, for a block of a
-few dozen events). The writer keeps, per session, the open block's body and
-the live compressor of its frame. An append compresses its events onto the
-frame (zstd blocks flushed, the frame left open: events.py) and writes only
-the part of the frame after the block's stored value, as a small *tail*
-value keyed by its first seq; once the tail holds TAIL_FOLD_BYTES, the next
-append compresses the whole block again in one piece as the block's value
-(as fast to read as a block compressed whole) and the tail goes.
+Decompressing the open block, adding the events and compressing it whole
+again with a new zstd context at each append cost ~0.6 ms of CPU for a block
+of a few dozen events, and freed and wrote the block's pages. The writer
+keeps, per session, the open block's body and the live compressor of its
+frame instead. An append compresses its events onto the frame (zstd blocks
+flushed, the frame left open: events.py) and writes only the part of the
+frame after the block's stored value, as a small *tail* value keyed by its
+first seq. Once the tail holds TAIL_FOLD_BYTES, the next append folds it
+into the block's value and the tail goes; as the block's events double, the
+fold compresses the block again in one piece (as small, and as fast to read,
+as a block compressed whole), else it appends the tail's zstd blocks.
 
 What is cached is checked against storage before each use, as the encoder
 cache is (coherence.py): an entry continues the stored block only if the
@@ -41,11 +42,12 @@ if sys.version_info >= (3, 14):
 else:  # pragma: no cover - exercised on the interpreter CI runs
     from backports import zstd
 
-#: A tail grows to this many bytes of frame before the next append folds it into the block: a tail
-#: stays a value LMDB keeps on a leaf page (under ~2 KiB with its key), not on pages of its own,
-#: rewritten at each append instead of the whole block; a fold compresses the block again (~0.1 ms
-#: for 24 KiB), about every 4-6 events of a kilobyte.
-TAIL_FOLD_BYTES = 1024
+#: A tail grows to this many bytes of frame before the next append folds it into the block. A tail is a
+#: small value, on a leaf page with others, written at each append instead of the block (whose pages
+#: LMDB frees, to reuse only once no transaction can see them): measured on the trajectory corpus at 64
+#: writers, 460-476 bytes of data.mdb an event with 256, 476-483 with 512, 494-503 with 1024, 548
+#: without tails. A fold appends the tail's zstd blocks to the block's frame as they are.
+TAIL_FOLD_BYTES = 256
 #: At most this much memory for the cached streams, whatever the encoder cache's budget (which bounds
 #: them too: they are encoders of a kind). A stream weighs ~0.3 MiB with its block, so 64 MiB keeps the
 #: open blocks of ~200 sessions appended to in turn.
@@ -80,6 +82,9 @@ class OpenStream:
     compressor: zstd.ZstdCompressor | None = None
     #: The block's value as stored (b"": not written by this stream yet: the next append writes it).
     value: bytes = b""
+    #: Its zstd frame, and how many events it held when last compressed in one piece.
+    frame: bytes = b""
+    compressed_count: int = 0
     tail: BlockHeader | None = None
     tail_frame: bytes = b""
     tail_value: bytes = b""
@@ -111,10 +116,16 @@ class OpenStream:
         if self.tail is not None:
             low, high = min(low, self.tail.min_time_nanos), max(high, self.tail.max_time_nanos)
         self.raw += encoded
-        self.compressor = new_compressor()
-        frame = self.compressor.compress(self.raw, zstd.ZstdCompressor.FLUSH_BLOCK)
+        if self.compressor is None or count >= 2 * self.compressed_count:
+            # The block compressed again in one piece: as small as compressing it whole, and as fast to
+            # read. Only as its events double: the work stays about twice the block's, whatever its length.
+            self.compressor = new_compressor()
+            self.frame = self.compressor.compress(self.raw, zstd.ZstdCompressor.FLUSH_BLOCK)
+            self.compressed_count = count
+        else:  # the tail and the new events' zstd blocks go onto the block's frame as they are
+            self.frame += self.tail_frame + self.compressor.compress(encoded, zstd.ZstdCompressor.FLUSH_BLOCK)
         self.header = BlockHeader(h.first_seq, count, len(self.raw), low, high, frame_open=True)
-        self.value = block_value(self.header, frame)
+        self.value = block_value(self.header, self.frame)
         self.tail, self.tail_frame, self.tail_value, self.stale_tail_seq = None, b"", b"", 0
         writes.append((h.first_seq, self.value))
         return writes
@@ -144,7 +155,7 @@ class OpenStream:
         return len(self.value) + len(self.tail_value)
 
     def memory_bytes(self) -> int:
-        return _STREAM_MEMORY + len(self.raw) + len(self.tail_frame) + self.stored_bytes
+        return _STREAM_MEMORY + len(self.raw) + len(self.frame) + len(self.tail_frame) + self.stored_bytes
 
 
 class OpenStreams:
