@@ -5,26 +5,29 @@ and an XXH3-64 of everything before it, all little-endian:
 
     0   2  magic b"EV"
     2   1  block format (2)
-    3   1  flags: bit 0 set while the zstd frame is left open (the others 0)
+    3   1  flags: FRAME_OPEN (0x01), TAIL (0x02, always with FRAME_OPEN)
     4   8  u64 first seq
-    12  4  u32 events in the block
-    16  4  u32 body size before compression
+    12  4  u32 events in the value
+    16  4  u32 their body's size before compression
     20  8  u64 earliest event time (ns since the Unix epoch)
     28  8  u64 latest event time
-    36  .  zstd frame of the body: a ckpt.store.v1.EventBlock
+    36  8  a tail only: u64 XXH3-64 of the block it continues (its last 8 bytes)
+    ..  .  zstd frame of the body (a ckpt.store.v1.EventBlock), or a tail's part of one
     -8  8  u64 XXH3-64 of bytes 0 .. -8
 
 A block's events are one zstd frame, so an agent's events, which repeat each
 other (the same types, attribute keys, JSON shapes), compress against each
 other, as a chain's frames do against the state before them. The open block
-(the one appends go to) keeps its frame open: each append compresses only its
-own events, as zstd blocks flushed onto the frame by a stream kept between
-appends (eventstream.py), and the value is the frame so far; every byte of
-the body is decodable, the frame just has no end yet (flag bit 0). Sealing
-compresses the block whole again, at a higher level, as one ended frame. The body's field
-numbers are ckpt.v1.Event's: a read hands the events on without rebuilding
-them. The times in the header let a time-filtered read skip a block
-without decompressing it.
+(the one appends go to) keeps its frame open (FRAME_OPEN): every zstd block
+of it is flushed, so it decodes whole, it just has no end yet. An append
+compresses only its own events onto it, with the stream the writer keeps
+(eventstream.py), and writes them as the block's *tail*: the zstd blocks
+after the block's value, in a value of their own keyed by their first seq,
+naming the block's checksum. Sealing compresses the block whole again, at a
+higher level, as one ended frame. The body's field numbers are
+ckpt.v1.Event's: a read hands the events on without rebuilding them. The
+times in the header let a time-filtered read skip a block without
+decompressing it.
 """
 
 from __future__ import annotations
