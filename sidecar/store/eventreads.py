@@ -63,18 +63,7 @@ def read_events(read: Read, tables: Tables, session_id: str, query: EventQuery, 
                 raise NotFound(f"session {session_id!r} does not exist (it has neither events nor versions)")
             return EventPage([], "")
         assert tables.events is not None
-        scope = repr(
-            (
-                sid,
-                log.created_unix_nanos,
-                query.after_seq,
-                sorted(set(query.types)),
-                query.after_unix_nanos,
-                query.before_unix_nanos,
-                query.newest_first,
-            )
-        ).encode()
-        resume = decode_token(query.page_token, _TOKEN_KIND, scope)
+        resume = decode_token(query.page_token, _TOKEN_KIND, _scope(sid, log, query)) if query.page_token else b""
         if resume and (not resume.isdigit() or len(resume) > 20):
             raise InvalidArgument(
                 f"page_token {keys.quoted(query.page_token)} is not a token this server issued for this listing"
@@ -95,8 +84,16 @@ def read_events(read: Read, tables: Tables, session_id: str, query: EventQuery, 
             )
             resume_at = page.fill(sid, blocks, low, high)
             if resume_at is not None:
-                return EventPage(page.events, encode_token(_TOKEN_KIND, scope, str(resume_at).encode()))
+                return EventPage(
+                    page.events, encode_token(_TOKEN_KIND, _scope(sid, log, query), str(resume_at).encode())
+                )
         return EventPage(page.events, "")
+
+
+def _scope(sid: bytes, log: records_pb2.EventLogRecord, query: EventQuery) -> bytes:
+    """What a page token is valid for: this log (not one deleted before under the same id) and filters."""
+    filters = (query.after_seq, sorted(set(query.types)), query.after_unix_nanos, query.before_unix_nanos)
+    return repr((sid, log.created_unix_nanos, *filters, query.newest_first)).encode()
 
 
 class _Page:
