@@ -56,7 +56,6 @@ from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000
 MAX_EVENT_TYPE_BYTES = 128
-__all__ = ["EventLog", "block_key", "block_range", "where"]  # block_key, block_range, where: eventblocks.py's
 
 
 def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:

@@ -26,7 +26,7 @@ from ckpt.sidecar import (
     VersionConflict,
     WriteMode,
 )
-from ckpt.sidecar.store.eventlog import block_key
+from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.sidecar.tools.crosscheck import CrossCheck
 from tests.support import ckpt

@@ -18,7 +18,7 @@ import xxhash
 
 from ckpt.sidecar import DataLoss, EventQuery, NewEvent, Retention, Store, StoreConfig
 from ckpt.sidecar.store.dirlock import lock_data_dir
-from ckpt.sidecar.store.eventlog import block_key
+from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import FRAME_OPEN, TAIL, block_header
 from ckpt.sidecar.store.ops import Op
 from ckpt.sidecar.tools.crosscheck import CrossCheck
