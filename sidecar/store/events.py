@@ -100,7 +100,8 @@ def encode_block(raw: bytes, first_seq: int, count: int, min_time: int, max_time
     """A sealed block's stored value, of ``raw`` (a serialized EventBlock of ``count`` events from
     ``first_seq``), compressed whole as one ended frame."""
     header = BlockHeader(first_seq, count, len(raw), min_time, max_time)
-    return block_value(header, zstd.compress(raw, SEAL_LEVEL))
+    # A block of one huge event (a logged file) is sealed at the stream's level: level 6 is ~3x slower.
+    return block_value(header, zstd.compress(raw, SEAL_LEVEL if len(raw) <= 4 * SEAL_RAW_BYTES else STREAM_LEVEL))
 
 
 def block_value(header: BlockHeader, frame: bytes) -> bytes:
