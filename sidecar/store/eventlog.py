@@ -6,20 +6,23 @@ Tables (docs/storage.md):
     event_logs  session                        -> EventLogRecord
 
 A session's blocks are one contiguous key range, in seq order. Appends go
-into the session's last block while it is open: the block is read, the new
-events' encoding appended to its body, and the block compressed and written
-again, until it holds SEAL_EVENTS events or SEAL_RAW_BYTES bytes; then it is
-sealed and the next append begins a block of its own. Events compress
-against each other that way, and the newest events are in the last one or
-two blocks. The log record keeps the next seq, the first kept and the
-counts, so an append reads two records and no scan.
+into the session's last block while it is open: the new events are
+compressed onto the block's open zstd frame by the stream the writer keeps
+for it (eventstream.py; read back from the block when the stream is not
+cached or the block changed behind it), and the block is written again,
+until it holds SEAL_EVENTS events or SEAL_RAW_BYTES bytes; then it is
+sealed (compressed whole once more, at SEAL_LEVEL) and the next append
+begins a block of its own. Events compress against each other that way,
+and the newest events are in the last one or two blocks. The log record
+keeps the next seq, the first kept and the counts, so an append reads two
+records and no scan.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import xxhash
@@ -32,16 +35,18 @@ from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
+from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
 from .events import (
     SEAL_EVENTS,
     SEAL_RAW_BYTES,
     BlockHeader,
-    block_events,
     block_header,
     block_raw,
     encode_block,
     event_nanos,
+    joined,
 )
+from .eventstream import OpenStream, OpenStreams
 from .layout import Tables
 from .ops import Batch, Op
 from .records import printable, record
@@ -51,23 +56,6 @@ from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000
 MAX_EVENT_TYPE_BYTES = 128
-# The byte after keys.SEP: a session's block keys all sort before sid + _AFTER_SEP.
-_AFTER_SEP = bytes([keys.SEP[0] + 1])
-
-
-def block_key(sid: bytes, first_seq: int) -> bytes:
-    """The events table's key of the block whose first event is ``first_seq`` (as frames are keyed)."""
-    return keys.frame_key(sid, first_seq)
-
-
-def block_range(sid: bytes) -> tuple[bytes, bytes]:
-    """Every block key of a session is in [start, stop)."""
-    return sid + keys.SEP, sid + _AFTER_SEP
-
-
-def where(sid: bytes, seq: int) -> str:
-    """How an error names the place of a block: its session and first seq."""
-    return f"session {printable(sid)!r} event seq {seq}"
 
 
 def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:
@@ -157,6 +145,8 @@ class EventLog:
         self._config = config
         self._tables = tables
         self._requests = requests
+        #: The open blocks' streams (the writer thread's alone, as every method here but the reads).
+        self.streams = OpenStreams(config.encoder_cache_entries, config.encoder_cache_bytes)
 
     @property
     def _events(self) -> Table:
@@ -271,20 +261,31 @@ class EventLog:
         return done, live and ours
 
     def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
-        """The log's open block, checked and decompressed (None: no block is open). Its events are not
-        parsed: an append adds its events' encoding to the block's body (repeated fields concatenate)."""
+        """The log's open block and its tail, checked (None: no block is open): with the stream that wrote
+        them when that is cached and they are still what it wrote, else with their body decompressed."""
         if not log.open_block_seq:
             return None
-        value = txn.get(block_key(sid, log.open_block_seq), db=self._events)
-        if value is None:
-            raise DataLoss(f"{where(sid, log.open_block_seq)}: the open event block is missing")
-        header = block_header(value, where(sid, log.open_block_seq))
-        if header.first_seq != log.open_block_seq or header.last_seq != log.next_seq - 1:
+        at = where(sid, log.open_block_seq)
+        found = txn.get(block_key(sid, log.open_block_seq), db=self._events)
+        if found is None:
+            raise DataLoss(f"{at}: the open event block is missing")
+        value = bytes(found)
+        header = block_header(value, at)
+        tail, tail_seq = None, 0
+        if header.frame_open and not header.tail:
+            found = txn.get(block_key(sid, header.last_seq + 1), db=self._events)
+            if found is not None:
+                tail, tail_seq = bytes(found), header.last_seq + 1
+        stream = self.streams.take(sid, value, tail or b"")
+        if tail is not None:
+            header = joined(header, value, block_header(tail, where(sid, tail_seq)), at)
+        if header.first_seq != log.open_block_seq or header.last_seq != log.next_seq - 1 or header.tail:
             raise DataLoss(
-                f"{where(sid, log.open_block_seq)}: the open event block holds seqs {header.first_seq}-"
-                f"{header.last_seq}; the log's next seq is {log.next_seq}"
+                f"{at}: the open event block holds seqs {header.first_seq}-{header.last_seq}; the log's next seq is"
+                f" {log.next_seq}"
             )
-        return _OpenBlock(header, block_raw(value, header, where(sid, header.first_seq)), len(value))
+        raw = stream.raw if stream is not None else block_raw(value, header, at, tail)
+        return _OpenBlock(header, raw, len(value) + len(tail or b""), stream, tail_seq)
 
     def _write_blocks(
         self,
@@ -299,19 +300,33 @@ class EventLog:
         run = _Run(new[0].seq) if open_block is None else _Run.of(open_block)
         runs = [run]
         for event in new:
-            if run.count and (run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES):
+            if run.count and run.full:
                 run = _Run(event.seq)
                 runs.append(run)
             run.add(event)
         added = 0
         for run in runs:
-            value = run.value()
-            txn.put(block_key(sid, run.first_seq), value, db=self._events)
-            added += len(value)
+            if run.full:
+                value = run.sealed()
+                txn.put(block_key(sid, run.first_seq), value, db=self._events)
+                if run.base is not None and run.base.tail_seq:
+                    txn.delete(block_key(sid, run.base.tail_seq), db=self._events)
+                added += len(value)
+                continue
+            # The last run: the block left open, its stream kept for the next append.
+            stream = run.stream()
+            times = [event_nanos(event) for event in run.events]
+            for seq, written in stream.add(run.encoded(), len(run.events), min(times), max(times)):
+                if written is None:
+                    txn.delete(block_key(sid, seq), db=self._events)
+                else:
+                    txn.put(block_key(sid, seq), written, db=self._events)
+            added += stream.stored_bytes
+            self.streams.keep(sid, stream)
         log.stored_bytes += added - (open_block.stored_bytes if open_block is not None else 0)
         log.next_seq = new[-1].seq + 1
         log.event_count = log.next_seq - log.first_seq
-        log.open_block_seq = 0 if run.count >= SEAL_EVENTS or run.raw_bytes >= SEAL_RAW_BYTES else run.first_seq
+        log.open_block_seq = 0 if run.full else run.first_seq
 
     # -- the parts of other ops that touch the log -------------------------------------------------
 
@@ -327,6 +342,7 @@ class EventLog:
         start, stop = block_range(sid)
         txn.delete_range(self._events, start, stop)
         txn.delete(sid, db=self._logs)
+        self.streams.discard(sid)  # its memory: a stream is never used unchecked (eventstream.py)
         return True, count
 
     def check_no_log(self, txn: ReadTxn, sid: bytes, session_id: str) -> None:
@@ -375,42 +391,41 @@ class EventLog:
         cut = log.first_seq
         if keep:
             cut = max(cut, log.next_seq - keep)
-        blocks = blocks_in(txn, self._events, block_key(sid, log.first_seq), block_range(sid)[1])
+        values = blocks_in(txn, self._events, block_key(sid, log.first_seq), block_range(sid)[1])
         trimmed: list[records_pb2.StoredEvent] = []
-        doomed: list[tuple[bytes, int]] = []
+        doomed: list[StoredBlock] = []
         age_done = oldest is None
-        for key, value in blocks:
-            header = block_header(value, where(sid, keys.frame_version(key, sid)))
+        for block in stored_blocks(sid, values):
+            header = block.header
             if header.last_seq < cut:
-                doomed.append((key, len(value)))
+                doomed.append(block)
                 continue
             if not age_done:
                 assert oldest is not None
                 if header.max_time_nanos < oldest:  # all older: the whole block goes
                     cut = header.last_seq + 1
-                    doomed.append((key, len(value)))
+                    doomed.append(block)
                     continue
                 # Only the front of the log goes, so that seqs stay dense: up to the first event kept.
-                _, events = block_events(value, where(sid, header.first_seq))
-                for event in events:
+                for event in block.events(where(sid, header.first_seq)):
                     if event.seq >= cut and event_nanos(event) >= oldest:
                         break
                     cut = max(cut, event.seq + 1)
                 if cut > header.last_seq:  # every event past the count cut was old
-                    doomed.append((key, len(value)))
+                    doomed.append(block)
                     continue
                 age_done = True
             if header.first_seq < cut:  # the block the cut falls in keeps its newer events, rewritten
-                _, events = block_events(value, where(sid, header.first_seq))
-                trimmed = events[cut - header.first_seq :]
-                doomed.append((key, len(value)))
+                trimmed = block.events(where(sid, header.first_seq))[cut - header.first_seq :]
+                doomed.append(block)
             break
         removed = cut - log.first_seq
         if not removed:
             return 0
-        for key, size in doomed:
-            txn.delete(key, db=self._events)
-            log.stored_bytes -= size
+        for block in doomed:
+            for seq in block.seqs:
+                txn.delete(block_key(sid, seq), db=self._events)
+            log.stored_bytes -= block.stored_bytes
         if trimmed:
             value = _block_value(trimmed)
             txn.put(block_key(sid, cut), value, db=self._events)
@@ -437,14 +452,18 @@ class _OpenBlock:
     header: BlockHeader
     raw: bytes
     stored_bytes: int
+    #: The stream that wrote the block, when cached and the block is still what it wrote.
+    stream: OpenStream | None
+    #: The first seq of its tail (0: it has none).
+    tail_seq: int
 
 
 @dataclass(slots=True)
 class _Run:
-    """A block being written: the body it had (an open block's), the events added, and its totals."""
+    """A block being written: the open block it continues (if any), the events added, and its totals."""
 
     first_seq: int
-    prefix: bytes = b""
+    base: _OpenBlock | None = None
     events: list[records_pb2.StoredEvent] = field(default_factory=list)
     count: int = 0
     raw_bytes: int = 0
@@ -454,7 +473,11 @@ class _Run:
     @classmethod
     def of(cls, block: _OpenBlock) -> _Run:
         h = block.header
-        return cls(h.first_seq, block.raw, [], h.count, h.raw_bytes, h.min_time_nanos, h.max_time_nanos)
+        return cls(h.first_seq, block, [], h.count, h.raw_bytes, h.min_time_nanos, h.max_time_nanos)
+
+    @property
+    def full(self) -> bool:
+        return self.count >= SEAL_EVENTS or self.raw_bytes >= SEAL_RAW_BYTES
 
     def add(self, event: records_pb2.StoredEvent) -> None:
         self.events.append(event)
@@ -465,9 +488,22 @@ class _Run:
         self.min_time = min(self.min_time, nanos)
         self.max_time = max(self.max_time, nanos)
 
-    def value(self) -> bytes:
-        raw = self.prefix + records_pb2.EventBlock(events=self.events).SerializeToString()
+    def encoded(self) -> bytes:
+        """The added events' encoding (repeated fields concatenate: it follows the open block's body)."""
+        return records_pb2.EventBlock(events=self.events).SerializeToString()
+
+    def sealed(self) -> bytes:
+        """The block's value, sealed: compressed whole."""
+        raw = (self.base.raw if self.base is not None else b"") + self.encoded()
         return encode_block(raw, self.first_seq, self.count, self.min_time, self.max_time)
+
+    def stream(self) -> OpenStream:
+        """The stream the block's new events go onto: the cached one, or one started (over the stored body)."""
+        if self.base is None:
+            return OpenStream.start(self.first_seq)
+        if self.base.stream is not None:
+            return self.base.stream
+        return OpenStream.resume(self.base.header, self.base.raw, self.base.tail_seq)
 
 
 def _varint_bytes(n: int) -> int:
@@ -478,12 +514,4 @@ def _block_value(events: list[records_pb2.StoredEvent]) -> bytes:
     run = _Run(events[0].seq)
     for event in events:
         run.add(event)
-    return run.value()
-
-
-def blocks_in(txn: ReadTxn, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """The blocks keyed in [start, stop), in key order, read as the caller goes."""
-    for key, value in txn.scan(table, start):
-        if key >= stop:
-            return
-        yield bytes(key), bytes(value)
+    return run.sealed()

@@ -17,8 +17,9 @@ from ckpt.store.v1 import records_pb2
 from ..errors import DataLoss, InvalidArgument, NotFound
 from ..storage import ReadTxn, Table
 from . import keys
-from .eventlog import block_key, block_range, check_event_type, log_record, where
-from .events import BlockHeader, block_events, block_header, event_nanos
+from .eventblocks import StoredBlock, block_key, block_range, stored_blocks, where
+from .eventlog import check_event_type, log_record
+from .events import BlockHeader, block_events, block_header, event_nanos, is_tail, joined
 from .layout import Tables
 from .listings import decode_token, encode_token
 from .types import EventPage, EventQuery
@@ -62,18 +63,7 @@ def read_events(read: Read, tables: Tables, session_id: str, query: EventQuery, 
                 raise NotFound(f"session {session_id!r} does not exist (it has neither events nor versions)")
             return EventPage([], "")
         assert tables.events is not None
-        scope = repr(
-            (
-                sid,
-                log.created_unix_nanos,
-                query.after_seq,
-                sorted(set(query.types)),
-                query.after_unix_nanos,
-                query.before_unix_nanos,
-                query.newest_first,
-            )
-        ).encode()
-        resume = decode_token(query.page_token, _TOKEN_KIND, scope)
+        resume = decode_token(query.page_token, _TOKEN_KIND, _scope(sid, log, query)) if query.page_token else b""
         if resume and (not resume.isdigit() or len(resume) > 20):
             raise InvalidArgument(
                 f"page_token {keys.quoted(query.page_token)} is not a token this server issued for this listing"
@@ -94,8 +84,16 @@ def read_events(read: Read, tables: Tables, session_id: str, query: EventQuery, 
             )
             resume_at = page.fill(sid, blocks, low, high)
             if resume_at is not None:
-                return EventPage(page.events, encode_token(_TOKEN_KIND, scope, str(resume_at).encode()))
+                return EventPage(
+                    page.events, encode_token(_TOKEN_KIND, _scope(sid, log, query), str(resume_at).encode())
+                )
         return EventPage(page.events, "")
+
+
+def _scope(sid: bytes, log: records_pb2.EventLogRecord, query: EventQuery) -> bytes:
+    """What a page token is valid for: this log (not one deleted before under the same id) and filters."""
+    filters = (query.after_seq, sorted(set(query.types)), query.after_unix_nanos, query.before_unix_nanos)
+    return repr((sid, log.created_unix_nanos, *filters, query.newest_first)).encode()
 
 
 class _Page:
@@ -110,6 +108,21 @@ class _Page:
         self._after = query.after_unix_nanos
         self._before = query.before_unix_nanos
         self._newest_first = query.newest_first
+        #: Every event of seqs low..high is on the page, in order: a block's run of them is taken whole.
+        self._unfiltered = not self._types and self._after is None and self._before is None and not max_bytes
+
+    def _take(self, events: list[records_pb2.StoredEvent], low: int, high: int) -> int | None:
+        """Add a run of a block's events (all of seqs low..high) to an unfiltered page: 0 if there is room
+        for more, else the seq the next page resumes at (None: no seq is left in low..high)."""
+        if self._newest_first:
+            events.reverse()
+        room = self._size - len(self.events)
+        if len(events) < room:
+            self.events += events
+            return 0
+        self.events += events[:room]  # room > 0 before this block: a page ends as soon as it is full
+        after = self.events[-1].seq + (-1 if self._newest_first else 1)
+        return after if low <= after <= high else None
 
     def _misses(self, header: BlockHeader) -> bool:
         """Whether no event of the block can be in the time range (its header's times say)."""
@@ -125,22 +138,29 @@ class _Page:
         nanos = event_nanos(event)
         return (self._after is None or nanos > self._after) and (self._before is None or nanos < self._before)
 
-    def fill(self, sid: bytes, blocks: Iterator[tuple[bytes, bytes]], low: int, high: int) -> int | None:
+    def fill(self, sid: bytes, blocks: Iterator[StoredBlock], low: int, high: int) -> int | None:
         """Collect the matching events of seqs low..high from ``blocks``; the seq to resume at, or None."""
         read = 0
-        for key, value in blocks:
-            first = keys.frame_version(key, sid)
-            header = block_header(value, where(sid, first))
-            if header.first_seq != first:
-                raise DataLoss(f"{where(sid, first)}: the block stored there begins at seq {header.first_seq}")
+        expect = high if self._newest_first else low  # the seq the next block must hold
+        for block in blocks:
+            header = block.header
+            if not header.first_seq <= expect <= header.last_seq and low <= expect <= high:
+                _missing(sid, expect, header.last_seq + 1 if self._newest_first else header.first_seq - 1)
             if (header.first_seq > high) if not self._newest_first else (header.last_seq < low):
                 return None
+            expect = header.first_seq - 1 if self._newest_first else header.last_seq + 1
             if read == MAX_BLOCKS_PER_PAGE:
                 return header.last_seq if self._newest_first else header.first_seq
             read += 1
             if self._misses(header):
                 continue
-            _, events = block_events(value, where(sid, first))
+            first = header.first_seq
+            events = block.events(where(sid, first), every_seq=False)
+            if self._unfiltered:
+                resume = self._take(events[max(low - first, 0) : high - first + 1], low, high)
+                if resume != 0:
+                    return resume
+                continue
             for event in reversed(events) if self._newest_first else events:
                 seq = event.seq
                 if not low <= seq <= high or not self._matches(event):
@@ -152,24 +172,45 @@ class _Page:
                     if self.events and self._bytes > self._max_bytes:
                         return seq
                 self.events.append(event)
+        if low <= expect <= high:  # the blocks end before the page's range does
+            _missing(sid, expect, low if self._newest_first else high)
         return None
 
 
-def _blocks(txn: ReadTxn, table: Table, sid: bytes, low: int) -> Iterator[tuple[bytes, bytes]]:
+def _missing(sid: bytes, expect: int, until: int) -> None:
+    """DataLoss: the blocks skip the seqs from ``expect`` to ``until`` (down or up)."""
+    low, high = min(expect, until), max(expect, until)
+    raise DataLoss(f"{where(sid, low)}: events {low}-{high} are missing from the log")
+
+
+def _blocks(txn: ReadTxn, table: Table, sid: bytes, low: int) -> Iterator[StoredBlock]:
     """The session's blocks from the one holding ``low`` on, oldest first."""
     start, stop = block_range(sid)
-    before = next(txn.scan_back(table, block_key(sid, low) + b"\x00"), None)
-    begin = bytes(before[0]) if before is not None and bytes(before[0]) >= start else block_key(sid, low)
-    for key, value in txn.scan(table, begin):
+    begin = block_key(sid, low)
+    for key, value in txn.scan_back(table, block_key(sid, low) + b"\x00"):
+        if bytes(key) < start:
+            break
+        begin = bytes(key)
+        if not is_tail(value):  # a tail's block is the one before it
+            break
+    return stored_blocks(sid, _until(txn.scan(table, begin), stop))
+
+
+def _until(values: Iterator[tuple[bytes, bytes]], stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for key, value in values:
         if key >= stop:
             return
         yield bytes(key), value
 
 
-def _blocks_back(txn: ReadTxn, table: Table, sid: bytes, high: int) -> Iterator[tuple[bytes, bytes]]:
+def _blocks_back(txn: ReadTxn, table: Table, sid: bytes, high: int) -> Iterator[StoredBlock]:
     """The session's blocks from the one holding ``high`` back, newest first."""
     start, _ = block_range(sid)
-    for key, value in txn.scan_back(table, block_key(sid, high) + b"\x00"):
+    return stored_blocks(sid, _back_to(txn.scan_back(table, block_key(sid, high) + b"\x00"), start), newest_first=True)
+
+
+def _back_to(values: Iterator[tuple[bytes, bytes]], start: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for key, value in values:
         if key < start:
             return
         yield bytes(key), value
@@ -201,13 +242,26 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
         return problems
     expected: int | None = log.first_seq
     stored = 0
+    base: tuple[bytes, BlockHeader] | None = None  # the open block just checked, which a tail may follow
     for first, value in blocks:
         stored += len(value)
+        at = where(sid, first)
         try:
-            header, _ = block_events(value, where(sid, first))
+            header = block_header(value, at)
+            if header.tail:  # the part of the open block before it that its latest appends added
+                if base is None:
+                    raise DataLoss(f"{at}: an event block's tail is stored without its open block")
+                joined(base[1], base[0], header, at)
+                block_events(base[0], where(sid, base[1].first_seq), tail_value=value)
+                base = None
+            else:
+                if base is not None:
+                    problems.append(f"{where(sid, base[1].first_seq)}: an open event block is next to another block")
+                header, _ = block_events(value, at)
+                base = (value, header) if header.frame_open else None
         except DataLoss as exc:
             problems.append(str(exc))
-            expected = None  # the next block cannot be checked against this one
+            expected = base = None  # the next block cannot be checked against this one
             continue
         if header.first_seq != first:
             problems.append(f"{where(sid, first)}: the block stored there begins at seq {header.first_seq}")

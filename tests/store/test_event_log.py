@@ -8,7 +8,9 @@ from pathlib import Path
 
 import lmdb
 import pytest
+import xxhash
 
+from ckpt.codec._zstd import ZstdDecompressor
 from ckpt.sidecar import (
     AlreadyExists,
     DataLoss,
@@ -24,7 +26,7 @@ from ckpt.sidecar import (
     VersionConflict,
     WriteMode,
 )
-from ckpt.sidecar.store.eventlog import block_key
+from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.sidecar.tools.crosscheck import CrossCheck
 from tests.support import ckpt
@@ -294,9 +296,24 @@ def test_the_block_header_is_little_endian_with_its_first_seq(config: StoreConfi
     """docs/storage.md documents the block's bytes: a reader in another language depends on them."""
     with Store(config) as store:
         store.append_events("s", [NewEvent("a", time_unix_nanos=7), NewEvent("b", time_unix_nanos=9)])
+        store.append_events("s", [NewEvent("c", b"x", time_unix_nanos=8)])
+        store.append_events("sealed", [NewEvent("a", time_unix_nanos=5)] * SEAL_EVENTS)
         with store.read() as txn:
             assert store.tables.events is not None
-            value = txn.get(block_key(b"s", 1), db=store.tables.events)
-    assert value is not None
-    magic, fmt, _, first, count, _raw, low, high = struct.unpack_from("<2sBBQIIQQ", value)
-    assert (magic, fmt, first, count, low, high) == (b"EV", 1, 1, 2, 7, 9)
+            block = txn.get(block_key(b"s", 1), db=store.tables.events)
+            tail = txn.get(block_key(b"s", 3), db=store.tables.events)
+            sealed = txn.get(block_key(b"sealed", 1), db=store.tables.events)
+    assert block is not None and tail is not None and sealed is not None
+    # "EV", format 2, flags 1 (frame open), first seq 1, 2 events, 22 bytes of body, times 7 and 9.
+    assert block[:36] == bytes.fromhex("455602010100000000000000020000001600000007000000000000000900000000000000")
+    magic, fmt, flags, first, count, _raw, low, high = struct.unpack_from("<2sBBQIIQQ", block)
+    assert (magic, fmt, flags, first, count, low, high) == (b"EV", 2, 1, 1, 2, 7, 9)
+    # The tail: flags 3 (frame open, tail), its own seqs and times, then the XXH3-64 its block ends with.
+    assert tail[:36] == bytes.fromhex("455602030300000000000000010000000e00000008000000000000000800000000000000")
+    assert tail[36:44] == block[-8:]
+    assert xxhash.xxh3_64_intdigest(tail[:-8]).to_bytes(8, "little") == tail[-8:]
+    # A sealed block: flags 0, one ended zstd frame between the header and the checksum.
+    assert struct.unpack_from("<2sBBQI", sealed) == (b"EV", 2, 0, 1, SEAL_EVENTS)
+    decompressor = ZstdDecompressor()
+    body = decompressor.decompress(sealed[36:-8])
+    assert decompressor.eof and len(body) == struct.unpack_from("<I", sealed, 16)[0]
