@@ -4,6 +4,7 @@ from .config import Durability, Retention, StoreConfig
 from .errors import (
     AlreadyExists,
     DataLoss,
+    EventSeqConflict,
     FailedPrecondition,
     IncompatibleStore,
     InvalidArgument,
@@ -38,6 +39,7 @@ __all__ = [
     "Durability",
     "EventPage",
     "EventQuery",
+    "EventSeqConflict",
     "FailedPrecondition",
     "GetResult",
     "IncompatibleStore",

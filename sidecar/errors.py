@@ -44,6 +44,19 @@ class VersionConflict(StoreError):
         self.current_version = current
 
 
+class EventSeqConflict(StoreError):
+    """Compare-and-set on an event log failed: its last seq is not the expected one."""
+
+    def __init__(self, session_id: str, expected: int, last: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: expected_last_seq {expected} but the event log's last seq is {last};"
+            " nothing was appended"
+        )
+        self.session_id = session_id
+        self.expected_last_seq = expected
+        self.last_seq = last
+
+
 class ResourceExhausted(StoreError):
     """A size limit was hit (state too large, store full)."""
 

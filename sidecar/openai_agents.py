@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 from ckpt.v1 import service_pb2
 
-from .client import AsyncCheckpointClient, NotFoundError, event
+from .client import AsyncCheckpointClient, EventConflictError, NotFoundError, event
 from .client.events import MAX_EVENTS_PER_APPEND
 
 try:
@@ -219,6 +219,7 @@ class CkptSession:
     async def _pop(self, client: AsyncCheckpointClient) -> TResponseInputItem | None:
         async with self._lock:
             while True:
+                last = await self._last_seq(client)
                 doomed: list[int] = []  # undecodable items on the way, then the item returned: marked at once
                 item: TResponseInputItem | None = None
                 async with aclosing(self._live(client, _POP_PAGE)) as live:
@@ -230,21 +231,23 @@ class CkptSession:
                 if not doomed:
                     return None
                 markers = [event(POP, b'{"seq":%d}' % seq) for seq in doomed]
-                reply = await client.append_events(self.session_id, markers)
-                if item is None or await self._first_pop(client, doomed[-1], reply.last_seq):
-                    return item
-                # Another process popped the same item between our read and our marker: ours removed
-                # nothing, so this pop takes the next newest item, as it would have after theirs.
+                try:
+                    # Only onto the log as read: another process's item or pop since then (any event)
+                    # makes this one read again, so a pop removes the newest item, once.
+                    await client.append_events(self.session_id, markers, expected_last_seq=last)
+                except EventConflictError:
+                    continue
+                return item
 
-    async def _first_pop(self, client: AsyncCheckpointClient, seq: int, marker_seq: int) -> bool:
-        """Whether the pop marker at ``marker_seq`` is the first to name item ``seq``."""
-        async with aclosing(self._log(client, after_seq=seq, types=(POP,), page_size=_POP_PAGE)) as log:
-            async for e in log:
-                if e.seq >= marker_seq:
-                    return True
-                if _popped_seq(e.payload) == seq:
-                    return False
-        return True
+    async def _last_seq(self, client: AsyncCheckpointClient) -> int:
+        """The session's last event seq, of any type (0: none)."""
+        try:
+            async with aclosing(self._log(client, newest_first=True, page_size=1)) as log:
+                async for e in log:
+                    return e.seq
+        except NotFoundError:
+            pass
+        return 0
 
 
 def _encode(item: TResponseInputItem) -> bytes:

@@ -7,6 +7,7 @@ import grpc
 from .errors import (
     AlreadyExists,
     DataLoss,
+    EventSeqConflict,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -18,6 +19,8 @@ from .errors import (
 
 #: Trailing metadata key carrying the current head on a version conflict.
 CURRENT_VERSION_KEY = "ckpt-current-version"
+#: Trailing metadata key carrying an event log's last seq on an expected_last_seq conflict.
+LAST_SEQ_KEY = "ckpt-last-seq"
 
 STATUS_OF: dict[type[StoreError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -25,6 +28,7 @@ STATUS_OF: dict[type[StoreError], grpc.StatusCode] = {
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     VersionConflict: grpc.StatusCode.ABORTED,
+    EventSeqConflict: grpc.StatusCode.ABORTED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     DataLoss: grpc.StatusCode.DATA_LOSS,
     Unavailable: grpc.StatusCode.UNAVAILABLE,

@@ -306,16 +306,18 @@ class Event(_message.Message):
     def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class AppendEventsRequest(_message.Message):
-    __slots__ = ("session_id", "events", "request_id", "put")
+    __slots__ = ("session_id", "events", "request_id", "put", "expected_last_seq")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PUT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     events: _containers.RepeatedCompositeFieldContainer[Event]
     request_id: str
     put: PutRequest
-    def __init__(self, session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., request_id: _Optional[str] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ...) -> None: ...
+    expected_last_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., request_id: _Optional[str] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
     __slots__ = ("first_seq", "last_seq", "put", "replayed")

@@ -40,6 +40,8 @@ class CheckpointServiceStub:
     NOT_FOUND           no such session or version (or retention removed it);
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
+    an append's `expected_last_seq` is not the event
+    log's last seq: it is in `ckpt-last-seq`;
     ALREADY_EXISTS      a fork's new session exists;
     FAILED_PRECONDITION a put names a message type that is not registered
     (call RegisterType first), or one other than the
@@ -137,6 +139,8 @@ class CheckpointServiceServicer:
     NOT_FOUND           no such session or version (or retention removed it);
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
+    an append's `expected_last_seq` is not the event
+    log's last seq: it is in `ckpt-last-seq`;
     ALREADY_EXISTS      a fork's new session exists;
     FAILED_PRECONDITION a put names a message type that is not registered
     (call RegisterType first), or one other than the
@@ -360,6 +364,8 @@ class CheckpointService:
     NOT_FOUND           no such session or version (or retention removed it);
     ABORTED             `expected_version` is not the head: the head is in the
     trailing metadata key `ckpt-current-version` (decimal);
+    an append's `expected_last_seq` is not the event
+    log's last seq: it is in `ckpt-last-seq`;
     ALREADY_EXISTS      a fork's new session exists;
     FAILED_PRECONDITION a put names a message type that is not registered
     (call RegisterType first), or one other than the

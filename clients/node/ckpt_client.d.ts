@@ -225,6 +225,8 @@ export class ConflictError extends Error {
   code: number;
   /** The session's head version (0 when it does not exist). */
   currentVersion: number;
+  /** On an appendEvents' expectedLastSeq conflict: the event log's last seq (currentVersion is then 0). */
+  lastSeq?: number;
   requestId?: string;
   constructor(message: string, currentVersion: number);
 }
@@ -260,12 +262,13 @@ export class CheckpointClient {
   /**
    * Append events to the session's event log, and with `put` write a checkpoint in the same transaction.
    * Retried as put is, with one request id per call (`requestId` or a generated one): a retry appends
-   * nothing twice and answers `replayed`.
+   * nothing twice and answers `replayed`. `expectedLastSeq`: append only if the log's last seq is this
+   * (0: no event yet), else a ConflictError carrying `lastSeq`, and nothing is written.
    */
   appendEvents(
     sessionId: string,
     events: Iterable<EventInput>,
-    options?: { put?: EventsPut; requestId?: string },
+    options?: { put?: EventsPut; requestId?: string; expectedLastSeq?: number },
   ): Promise<AppendEventsResponse>;
   /** The session's events, fetched a page at a time as you iterate; rejects with NOT_FOUND for an unknown session. */
   events(sessionId: string, filter?: EventFilter): AsyncGenerator<Event, void, undefined>;

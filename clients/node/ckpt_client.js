@@ -232,6 +232,9 @@ class CheckpointClient {
           const head = err.metadata && err.metadata.get('ckpt-current-version')[0];
           const conflict = new ConflictError(err.details, Number(head || 0));
           conflict.code = err.code;
+          // An append's expectedLastSeq conflict carries the event log's last seq instead.
+          const lastSeq = err.metadata && err.metadata.get('ckpt-last-seq')[0];
+          if (lastSeq !== undefined) conflict.lastSeq = Number(lastSeq);
           return reject(conflict);
         }
         reject(err);
@@ -333,8 +336,8 @@ class CheckpointClient {
   // with one request id per call (`requestId`, else a generated one) sent
   // unchanged on every retry, so a retry appends nothing twice and answers
   // `replayed`; the error carries it as `requestId`.
-  appendEvents(sessionId, events, { put, requestId } = {}) {
-    return this.call('AppendEvents', appendEventsRequest(sessionId, events, { put, requestId }));
+  appendEvents(sessionId, events, { put, requestId, expectedLastSeq } = {}) {
+    return this.call('AppendEvents', appendEventsRequest(sessionId, events, { put, requestId, expectedLastSeq }));
   }
 
   // The session's events, each with its `seq` and `time`, oldest first (or

@@ -49,7 +49,7 @@ function putOf(sessionId, put) {
   return request;
 }
 
-function appendEventsRequest(sessionId, events, { put, requestId } = {}) {
+function appendEventsRequest(sessionId, events, { put, requestId, expectedLastSeq } = {}) {
   checkString('sessionId', sessionId);
   if (events === null || typeof events !== 'object' || typeof events[Symbol.iterator] !== 'function') {
     throw new TypeError(`events must be an array of { type, payload, attributes, time }, not ${kindOf(events)}`);
@@ -66,6 +66,7 @@ function appendEventsRequest(sessionId, events, { put, requestId } = {}) {
     request_id: (requestId === undefined || requestId === null ? '' : checkString('requestId', requestId)) || newRequestId(),
   };
   if (put !== undefined && put !== null) request.put = putOf(sessionId, put);
+  if (expectedLastSeq !== undefined && expectedLastSeq !== null) request.expected_last_seq = checkInt('expectedLastSeq', expectedLastSeq);
   return request;
 }
 

@@ -17,7 +17,7 @@ import grpc
 from ckpt.v1 import service_pb2
 
 from .. import errors as store
-from ..status import CURRENT_VERSION_KEY, STATUS_OF
+from ..status import CURRENT_VERSION_KEY, LAST_SEQ_KEY, STATUS_OF
 
 
 class CheckpointError(Exception):
@@ -78,6 +78,15 @@ class ConflictError(CheckpointError):
     def __init__(self, message: str, code: grpc.StatusCode, current_version: int) -> None:
         super().__init__(message, code)
         self.current_version = current_version
+
+
+class EventConflictError(ConflictError):
+    """An append's ``expected_last_seq`` is not the event log's last seq, ``last_seq``; nothing was
+    appended nor put."""
+
+    def __init__(self, message: str, code: grpc.StatusCode, last_seq: int) -> None:
+        super().__init__(message, code, 0)
+        self.last_seq = last_seq
 
 
 class FailedPreconditionError(CheckpointError):
@@ -197,7 +206,13 @@ def translate(
     trailers = dict(error.trailing_metadata() or ()) if code in _HEAD_CODES else {}
     # A conflict is ABORTED; FAILED_PRECONDITION is one too when it carries the head (as the clients always
     # took it), else a message type's refusal.
-    if code is _CONFLICT or CURRENT_VERSION_KEY in trailers:
+    if code is _CONFLICT and LAST_SEQ_KEY in trailers:
+        try:
+            last = int(trailers[LAST_SEQ_KEY])
+        except ValueError:
+            last = 0
+        result = EventConflictError(details, code, last)
+    elif code is _CONFLICT or CURRENT_VERSION_KEY in trailers:
         try:
             head = int(trailers.get(CURRENT_VERSION_KEY, 0))
         except ValueError:

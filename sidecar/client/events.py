@@ -53,6 +53,7 @@ def append_events_request(
     events: Iterable[service_pb2.Event],
     put: service_pb2.PutRequest | None,
     request_id: str | None,
+    expected_last_seq: int | None = None,
 ) -> service_pb2.AppendEventsRequest:
     if isinstance(events, (str, bytes)) or not isinstance(events, Iterable):
         raise TypeError(f"events must be an iterable of ckpt.v1.Event, not {type_name(events)}")
@@ -74,6 +75,8 @@ def append_events_request(
         if not isinstance(put, service_pb2.PutRequest):
             raise TypeError(f"put must be a ckpt.v1.PutRequest, not {type_name(put)}")
         request.put.CopyFrom(put)
+    if expected_last_seq is not None:
+        request.expected_last_seq = check_int("expected_last_seq", expected_last_seq)
     return request
 
 
@@ -111,14 +114,17 @@ class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
         *,
         put: service_pb2.PutRequest | None = None,
         request_id: str | None = None,
+        expected_last_seq: int | None = None,
     ) -> AppendT:
         """Append ``events`` (ckpt.v1.Event; :func:`event` makes one) to a session's event log, and with
         ``put`` (a ckpt.v1.PutRequest; its session_id empty or this one) write a checkpoint in the same
         transaction: both are committed, or neither (ConflictError on the put's expected_version appends
         nothing). Returns the AppendEventsResponse: ``first_seq``/``last_seq`` of the events, and ``put``,
         the checkpoint's PutResponse. Retried as put is, with the same ``request_id`` (one is generated if
-        none is given), so a retry appends nothing twice."""
-        build = functools.partial(append_events_request, session_id, events, put, request_id)
+        none is given), so a retry appends nothing twice. ``expected_last_seq``: append only if the log's
+        last seq is this (0: no event yet), else EventConflictError (its ``last_seq``) and nothing is
+        written."""
+        build = functools.partial(append_events_request, session_id, events, put, request_id, expected_last_seq)
         return cast(AppendT, self._unary(Unary("AppendEvents", build, retry=True, writes=True)))
 
     def events(

@@ -16,8 +16,8 @@ import grpc
 
 from ckpt.v1 import service_pb2
 
-from ..errors import StateTooLarge, StoreError
-from ..status import CURRENT_VERSION_KEY, status_of
+from ..errors import EventSeqConflict, StateTooLarge, StoreError
+from ..status import CURRENT_VERSION_KEY, LAST_SEQ_KEY, status_of
 
 log = logging.getLogger("ckpt")
 
@@ -55,6 +55,8 @@ def failure_of(exc: StoreError, *, state_limit_origin: str = "") -> Failure:
     """
     current = getattr(exc, "current_version", None)
     trailers = ((CURRENT_VERSION_KEY, str(current)),) if current is not None else ()
+    if isinstance(exc, EventSeqConflict):
+        trailers = ((LAST_SEQ_KEY, str(exc.last_seq)),)
     return Failure(status_of(exc), error_message(exc, state_limit_origin=state_limit_origin), trailers)
 
 

@@ -315,7 +315,11 @@ class CheckpointService:
         async def run() -> service_pb2.AppendEventsResponse:
             events, put = append_args(request)
             result = await self._store.aappend_events(
-                request.session_id, events, put=put, request_id=request.request_id
+                request.session_id,
+                events,
+                put=put,
+                request_id=request.request_id,
+                expected_last_seq=request.expected_last_seq if request.HasField("expected_last_seq") else None,
             )
             self._metrics.bytes_in.inc(request.ByteSize())
             if result.put is not None:

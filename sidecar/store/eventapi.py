@@ -37,12 +37,14 @@ class EventEntryPoints:
         *,
         put: PutRequest | None = None,
         request_id: str = "",
+        expected_last_seq: int | None = None,
     ) -> AppendResult:
         """Append events to a session's log (seqs 1, 2, ... without gaps), and with ``put`` write a checkpoint
         of the session in the same transaction: both commit, or neither (a version conflict on the put
         appends nothing). ``request_id``: a retry appends nothing and answers the first call's result;
-        the put's own request_id must be empty. Returns once committed."""
-        op = self._append_op(session_id, events, put, request_id, defer_check=False)
+        the put's own request_id must be empty. ``expected_last_seq``: append only if the log's last seq is
+        this (0: no event yet), else EventSeqConflict and nothing is written. Returns once committed."""
+        op = self._append_op(session_id, events, put, request_id, expected_last_seq, defer_check=False)
         result: AppendResult = self._writer.submit(op).wait()
         return result
 
@@ -53,12 +55,14 @@ class EventEntryPoints:
         *,
         put: PutRequest | None = None,
         request_id: str = "",
+        expected_last_seq: int | None = None,
     ) -> asyncio.Future[AppendResult]:
         """:meth:`append_events` from asyncio, through the same batches as ``asubmit``'s writes (the future
         resolves once committed; Overloaded raises here when the write queue is full)."""
         loop = asyncio.get_running_loop()
         off_loop = put is not None and checked_off_loop(put)
-        return self._asubmit_op(self._append_op(session_id, events, put, request_id, defer_check=off_loop), loop)
+        op = self._append_op(session_id, events, put, request_id, expected_last_seq, defer_check=off_loop)
+        return self._asubmit_op(op, loop)
 
     def _append_op(
         self,
@@ -66,6 +70,7 @@ class EventEntryPoints:
         events: Sequence[NewEvent],
         put: PutRequest | None,
         request_id: str,
+        expected_last_seq: int | None = None,
         *,
         defer_check: bool,
     ) -> Op:
@@ -83,7 +88,7 @@ class EventEntryPoints:
             # The append's request id covers the put: the put keeps no record of its own.
             put = dataclasses.replace(put, session_id=session_id, request_id="")
             put_op = self._ops.put_op(put, defer_patch_check=defer_check)
-        return self._events.append_op(session_id, events, put, put_op, request_id)
+        return self._events.append_op(session_id, events, put, put_op, request_id, expected_last_seq)
 
     def read_events(self, session_id: str, query: EventQuery | None = None, *, max_page_bytes: int = 0) -> EventPage:
         """A page of a session's events (oldest first unless ``query.newest_first``) and the next page's

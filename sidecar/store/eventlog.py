@@ -32,7 +32,7 @@ from ckpt.store.v1 import records_pb2
 
 from ...codec import FrameKind
 from ..config import StoreConfig
-from ..errors import AlreadyExists, DataLoss, InvalidArgument, StateTooLarge
+from ..errors import AlreadyExists, DataLoss, EventSeqConflict, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
@@ -127,9 +127,13 @@ def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[reco
     return out, timeless
 
 
-def events_fingerprint(events: Sequence[records_pb2.StoredEvent], put: PutRequest | None) -> int:
+def events_fingerprint(
+    events: Sequence[records_pb2.StoredEvent], put: PutRequest | None, expected_last_seq: int | None = None
+) -> int:
     """What an append asks, hashed: a retry under the same request id must ask the same (never 0)."""
     h = xxhash.xxh3_64(b"events\0")
+    if expected_last_seq is not None:  # an unconditional append keeps the fingerprint it always had
+        h.update(struct.pack("<Q", expected_last_seq))
     for event in events:
         h.update(struct.pack("<I", event.ByteSize()))
         h.update(event.SerializeToString(deterministic=True))
@@ -159,7 +163,13 @@ class EventLog:
         return self._tables.event_logs
 
     def append_op(
-        self, session_id: str, events: Sequence[NewEvent], put: PutRequest | None, put_op: Op | None, request_id: str
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        put: PutRequest | None,
+        put_op: Op | None,
+        request_id: str,
+        expected_last_seq: int | None = None,
     ) -> Op:
         """The op appending ``events`` to a session's log, and writing ``put_op`` (``put``'s op, built
         without a request id) in the same transaction; checked here, on the caller's thread."""
@@ -169,8 +179,12 @@ class EventLog:
         stored, timeless = stored_events(events, self._config.max_state_bytes)
         if not stored and put_op is None:
             raise InvalidArgument("events is empty and there is no put: an append needs events, or a put, or both")
+        if expected_last_seq is not None and (
+            isinstance(expected_last_seq, bool) or not isinstance(expected_last_seq, int) or expected_last_seq < 0
+        ):
+            raise InvalidArgument(f"expected_last_seq must be an int >= 0, not {expected_last_seq!r}")
         rid_key = keys.request_key(sid, request_id) if request_id else None
-        asked = events_fingerprint(stored, put) if rid_key is not None else 0
+        asked = events_fingerprint(stored, put, expected_last_seq) if rid_key is not None else 0
         tables, requests, config = self._tables, self._requests, self._config
         logs = self._logs
 
@@ -188,6 +202,10 @@ class EventLog:
                         )
                     return _replayed(done)
                 expired = done
+            if expected_last_seq is not None:
+                last_seq = log.next_seq - 1 if log is not None else 0
+                if last_seq != expected_last_seq:
+                    raise EventSeqConflict(session_id, expected_last_seq, last_seq)
             # Every read that may fail comes before the put's first write: the op fails clean.
             open_block = self._open_block(txn, sid, log) if stored and log is not None else None
             put_result: PutResult | None = None

@@ -7,7 +7,14 @@ import datetime
 
 import pytest
 
-from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ConflictError, NotFoundError, event
+from ckpt.sidecar.client import (
+    AsyncCheckpointClient,
+    CheckpointClient,
+    ConflictError,
+    EventConflictError,
+    NotFoundError,
+    event,
+)
 from ckpt.v1 import service_pb2
 from tests.support import Sidecar
 
@@ -75,3 +82,17 @@ def test_arguments_are_refused_before_anything_is_sent(sidecar: Sidecar) -> None
             event("t", time=datetime.datetime(2026, 1, 1))
         with pytest.raises(TypeError, match="payload must be bytes"):
             event("t", "text")  # type: ignore[arg-type]
+
+
+def test_an_append_on_another_last_seq_is_an_event_conflict_and_writes_nothing(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        assert c.append_events("tail", [event("a")], expected_last_seq=0).first_seq == 1
+        with pytest.raises(EventConflictError, match="expected_last_seq 0 but the event log's last seq is 1") as caught:
+            c.append_events("tail", [event("b")], put=service_pb2.PutRequest(state=b"\x08\x01"), expected_last_seq=0)
+        assert caught.value.last_seq == 1 and isinstance(caught.value, ConflictError)
+        assert [e.type for e in c.events("tail")] == ["a"]
+        with pytest.raises(NotFoundError):
+            c.get("tail")  # the put went with the refused events
+        assert c.append_events("tail", [event("b")], expected_last_seq=1).first_seq == 2
+        with pytest.raises(ValueError, match="expected_last_seq"):
+            c.append_events("tail", [event("c")], expected_last_seq=-1)

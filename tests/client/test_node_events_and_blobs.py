@@ -33,7 +33,7 @@ const failure = async (fn) => {
     return null;
   } catch (e) {
     return { name: e.name, code: e.code ?? null, message: e.message, current: e.currentVersion ?? null,
-             requestId: e.requestId ?? null };
+             requestId: e.requestId ?? null, lastSeq: e.lastSeq ?? null };
   }
 };
 const seqs = async (events) => {
@@ -80,6 +80,10 @@ run(async () => {
     put: { state: Buffer.from([0x10, 0x02]), merge: true, expectedVersion: 9 },
   }));
   out.head_seq = (await client.events('s', { newestFirst: true }).next()).value.seq;
+  // Compare-and-set on the log's tail: refused on another seq, taken on the last one.
+  await client.appendEvents('tail', [{ type: 'first' }], { expectedLastSeq: 0 });
+  out.tail_conflict = await failure(() => client.appendEvents('tail', [{ type: 'late' }], { expectedLastSeq: 7 }));
+  out.tail_taken = (await client.appendEvents('tail', [{ type: 'next' }], { expectedLastSeq: 1 })).first_seq;
   out.nobody = await failure(() => seqs(client.events('nobody')));
   out.fork = (await client.fork('s', 's2', { copyEvents: true })).head_version;
   out.forked = (await seqs(client.events('s2', { pageSize: 1000 }))).length;
@@ -140,6 +144,9 @@ def test_node_appends_and_reads_events_and_python_reads_them(sidecar: Sidecar) -
     assert out["conflict"]["name"] == "ConflictError" and out["conflict"]["code"] == 10
     assert out["conflict"]["current"] == 1 and re.fullmatch(_UUID7, out["conflict"]["requestId"])
     assert out["head_seq"] == 250
+    assert out["tail_conflict"]["name"] == "ConflictError" and out["tail_conflict"]["lastSeq"] == 1
+    assert "expected_last_seq 7 but the event log's last seq is 1" in out["tail_conflict"]["message"]
+    assert out["tail_taken"] == 2
     assert out["nobody"]["code"] == 5 and "nobody" in out["nobody"]["message"]
     assert (out["fork"], out["forked"], out["forked_without"]) == (1, 250, [])
     assert out["deleted"] == 1 and out["deleted_events"]["code"] == 5

@@ -10,7 +10,15 @@ from tests.support import ROOT
 
 
 def test_the_client_package_exports_the_clients_their_errors_and_options() -> None:
-    errors = ["AlreadyExists", "Checkpoint", "ClientClosed", "Conflict", "DataLoss", "DeadlineExceeded"]
+    errors = [
+        "AlreadyExists",
+        "Checkpoint",
+        "ClientClosed",
+        "Conflict",
+        "DataLoss",
+        "DeadlineExceeded",
+        "EventConflict",
+    ]
     errors += ["FailedPrecondition", "InvalidArgument", "NotFound", "ResourceExhausted", "Unavailable"]
     clients = {
         "AsyncCheckpointClient",

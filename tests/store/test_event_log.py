@@ -15,6 +15,7 @@ from ckpt.sidecar import (
     AlreadyExists,
     DataLoss,
     EventQuery,
+    EventSeqConflict,
     InvalidArgument,
     NewEvent,
     NotFound,
@@ -100,6 +101,30 @@ def test_a_version_conflict_on_the_put_appends_nothing(store: Store) -> None:
     assert merged.first_seq == 2 and merged.put is not None and merged.put.version == 2
     with pytest.raises(InvalidArgument, match=r"put\.session_id 'other' is not the session appended to"):
         store.append_events("s", [NewEvent("d")], put=PutRequest("other", b""))
+
+
+def test_an_expected_last_seq_appends_only_onto_that_seq(store: Store) -> None:
+    assert store.append_events("s", [NewEvent("a")], expected_last_seq=0).first_seq == 1  # a new log
+    with pytest.raises(EventSeqConflict, match="expected_last_seq 0 but the event log's last seq is 1") as caught:
+        store.append_events("s", [NewEvent("b")], put=PutRequest("", b"\x08\x01"), expected_last_seq=0)
+    assert caught.value.last_seq == 1
+    assert every(store, "s") == [(1, "a", b"")]  # neither the events nor the put
+    with pytest.raises(NotFound):
+        store.get("s")
+    done = store.append_events(
+        "s", [NewEvent("b")], put=PutRequest("", b"\x08\x01"), expected_last_seq=1, request_id="r"
+    )
+    assert (done.first_seq, done.last_seq) == (2, 2) and done.put is not None and done.put.version == 1
+    # A retry of a conditional append that landed is answered, not refused: the log moved on because of it.
+    again = store.append_events(
+        "s", [NewEvent("b")], put=PutRequest("", b"\x08\x01"), expected_last_seq=1, request_id="r"
+    )
+    assert again.replayed and again.first_seq == 2
+    with pytest.raises(InvalidArgument, match="request_id 'r' was used for a different write"):
+        store.append_events("s", [NewEvent("b")], put=PutRequest("", b"\x08\x01"), expected_last_seq=5, request_id="r")
+    with pytest.raises(InvalidArgument, match="expected_last_seq must be an int >= 0, not -1"):
+        store.append_events("s", [NewEvent("c")], expected_last_seq=-1)
+    assert store.append_events("s", [NewEvent("c")], expected_last_seq=2).first_seq == 3
 
 
 def test_a_request_id_makes_a_retry_append_nothing_twice(store: Store) -> None:
