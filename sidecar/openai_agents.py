@@ -32,7 +32,7 @@ except ImportError as exc:  # the extra is optional: say which one, not only wha
 
 __all__ = ["CLEAR", "ITEM", "POP", "CkptSession"]
 
-#: The event types this session appends and reads; any other type in the log is left alone.
+#: The event types a CkptSession appends and reads; any other type in the log is left alone.
 ITEM = "openai_agents.item"
 POP = "openai_agents.pop"
 CLEAR = "openai_agents.clear"

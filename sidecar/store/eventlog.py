@@ -257,7 +257,7 @@ class EventLog:
         request_id: str,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record under ``rid_key`` (None: none) and whether it answers this append's retry: unexpired,
-        and written to this log as it is now (or, a Put's, to this session as it is now)."""
+        and written to this log as it is now (or, a Put's, to the session as it is now)."""
         raw = txn.get(rid_key, db=self._tables.requests)
         if raw is None:
             return None, False
@@ -274,7 +274,7 @@ class EventLog:
         live = done.expires_unix_nanos > time.time_ns()
         if done.events_log_created_unix_nanos:
             ours = log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
-        else:  # a Put's: refused below as a different request if it was made to this session
+        else:  # a Put's: refused below as a different request if it was made to the same session
             ours = session_raw is not None and record(session_raw).created_unix_nanos == done.session_created_unix_nanos
         return done, live and ours
 
