@@ -100,16 +100,8 @@ class BlobStreams:
                         " (cut short): nothing was stored"
                     ),
                 )
-            writing = asyncio.get_running_loop().run_in_executor(None, temp.finish)
-            sha256: str = await writing
-            if expected and sha256 != expected:
-                await _abort(
-                    context,
-                    InvalidArgument(
-                        f"expected_sha256 is {expected} but the {temp.size_bytes} bytes sent hash to {sha256};"
-                        " nothing was stored"
-                    ),
-                )
+            writing = asyncio.get_running_loop().run_in_executor(None, temp.finish, expected)
+            sha256: str = await _checked_future(context, writing)
             commit.sha256, commit.size_bytes, commit.temp_name = sha256, temp.size_bytes, temp.name
             status, meta, body = await self._link.call(RECORD_BLOB_METHOD, commit.SerializeToString(), batched=False)
             if status:

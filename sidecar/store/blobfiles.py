@@ -74,11 +74,18 @@ class TempBlob:
             view = view[os.write(self._fd, view) :]
         self.size_bytes += len(chunk)
 
-    def finish(self) -> str:
-        """Flush the file to disk; the blob's SHA-256 (hex). The file stays locked until :meth:`close`."""
+    def finish(self, expected_sha256: str = "") -> str:
+        """Flush the file to disk; the blob's SHA-256 (hex). The file stays locked until :meth:`close`.
+        InvalidArgument, before any flush, if ``expected_sha256`` is given and the bytes hash otherwise."""
+        sha256 = self._hash.hexdigest()
+        if expected_sha256 and sha256 != expected_sha256:
+            raise InvalidArgument(
+                f"expected_sha256 is {expected_sha256} but the {self.size_bytes} bytes sent hash to {sha256};"
+                " nothing was stored"
+            )
         if self._files.sync:
             os.fsync(self._fd)
-        return self._hash.hexdigest()
+        return sha256
 
     def close(self) -> None:
         """Let go of the file (it stays where it is: moved into place, or discarded, or abandoned)."""

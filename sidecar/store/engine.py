@@ -31,7 +31,7 @@ from google.protobuf.message import Message
 from ckpt.store.v1 import records_pb2
 
 from ..config import Durability, StoreConfig
-from ..errors import DataLoss, InvalidArgument, NotFound, Unavailable
+from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, open_lmdb
 from . import keys
 from .blobfiles import BlobFiles, check_sha256
@@ -254,11 +254,7 @@ class Store(WriteEntryPoints, EventEntryPoints):
         try:
             for chunk in chunks:
                 temp.write(chunk)
-            sha256 = temp.finish()
-            if expected_sha256 and sha256 != expected_sha256:
-                raise InvalidArgument(
-                    f"expected_sha256 is {expected_sha256} but the bytes sent hash to {sha256}; nothing was stored"
-                )
+            sha256 = temp.finish(expected_sha256)
             commit = records_pb2.BlobCommit(
                 session_id=session_id,
                 sha256=sha256,
