@@ -20,10 +20,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-import os
-import shutil
 import sqlite3
-import tempfile
 import time
 from collections.abc import Sequence
 from itertools import islice
@@ -38,6 +35,7 @@ from ..sidecar.errors import NotFound
 from ..sidecar.server import SidecarProcess, start_sidecar_process
 from ..sidecar.store import EventQuery, NewEvent, Store
 from .events_replay import Event
+from .sockets import ScratchSocket
 
 #: Reads of a session that does not exist, made by each new reader before the timed reads: the first
 #: call's one-off costs (a channel's connection, SQLite's schema parse) are not a cold read's.
@@ -190,7 +188,7 @@ class CkptSidecarEvents(EventSystem):
 
     def __init__(self) -> None:
         self._dir: Path | None = None
-        self._socket_dir: str | None = None
+        self._socket: ScratchSocket | None = None
         self._target = ""
         self._sidecar: SidecarProcess | None = None
         self._client: CheckpointClient | None = None
@@ -198,11 +196,8 @@ class CkptSidecarEvents(EventSystem):
     def open(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self._dir = directory
-        socket_path = str(directory / "ckpt.sock")
-        if len(socket_path) > 100:  # sun_path holds 108 bytes; deep scratch directories can pass it
-            self._socket_dir = tempfile.mkdtemp(prefix="ckpt-")
-            socket_path = os.path.join(self._socket_dir, "ckpt.sock")
-        self._target = f"unix:{socket_path}"
+        self._socket = ScratchSocket(directory)
+        self._target = self._socket.target
         self._start()
 
     def _start(self) -> None:
@@ -250,9 +245,8 @@ class CkptSidecarEvents(EventSystem):
 
     def shutdown(self) -> None:
         self._stop()
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._socket_dir = None
+        if self._socket is not None:
+            self._socket.remove()
 
     def settings(self) -> dict[str, Any]:
         return {"durability": "sync (ckpt serve's default: every commit fsynced)"}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from ....sidecar import Store, StoreConfig, WriteMode
 from ....sidecar.client import CheckpointClient
 from ....sidecar.server import SidecarProcess, start_sidecar_process
 from ...output import proc_cpu_seconds
+from ...sockets import ScratchSocket
 from ...trajectories import Step
 from .base import MODES, System, dir_bytes, same_checkpoint
 
@@ -108,7 +107,7 @@ class CkptSidecar(_Ckpt):
         super().__init__(mode)
         self.label = f"ckpt sidecar ({mode.upper()})"
         self._dir: Path | None = None
-        self._socket_dir: str | None = None
+        self._socket: ScratchSocket | None = None
         self._target = ""
         self._sidecar: SidecarProcess | None = None
         self._client: CheckpointClient | None = None
@@ -117,11 +116,8 @@ class CkptSidecar(_Ckpt):
     def open(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._dir = data_dir
-        socket_path = str(data_dir / "ckpt.sock")
-        if len(socket_path) > 100:  # sun_path holds 108 bytes; deep benchmark dirs can exceed it
-            self._socket_dir = tempfile.mkdtemp(prefix="ckpt-")
-            socket_path = os.path.join(self._socket_dir, "ckpt.sock")
-        self._target = f"unix:{socket_path}"
+        self._socket = ScratchSocket(data_dir)
+        self._target = self._socket.target
         self._start()
 
     def _start(self) -> None:
@@ -179,9 +175,8 @@ class CkptSidecar(_Ckpt):
         try:
             self._stop()
         finally:
-            if self._socket_dir is not None:
-                shutil.rmtree(self._socket_dir, ignore_errors=True)
-                self._socket_dir = None
+            if self._socket is not None:
+                self._socket.remove()
 
     def disk_bytes(self) -> int:
         assert self._dir is not None
