@@ -112,6 +112,11 @@ class ReplyCache:
         store refuses or finds wrong (an unknown session, damage), is forwarded, so the store process
         answers it, with the status it always gave.
         """
+        read = self._read(session_id, version)
+        return None if read is None else (read[1].body, read[1].state_bytes)
+
+    def _read(self, session_id: str, version: int) -> tuple[GetResult, _Reply] | None:
+        """The state read here (see :meth:`read`) and its whole reply, kept if it is the latest's."""
         try:
             got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
         except Exception:  # let the store process read it (and report what is wrong)
@@ -120,7 +125,7 @@ class ReplyCache:
         reply = self._reply(got, key)
         if not version:
             self._replies.put(key, reply)
-        return reply.body, reply.state_bytes
+        return got, reply
 
     def masked(self, session_id: str, version: int, paths: Sequence[str]) -> tuple[bytes, int, bool] | None:
         """The reply to a Get masked to ``paths``, its state's size, and whether it came from a reply kept;
@@ -149,13 +154,10 @@ class ReplyCache:
             body, state_bytes = masked
             reply = whole._replace(body=body, state_bytes=state_bytes, key_bytes=len(key), types_generation=generation)
         else:
-            try:
-                got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
-            except Exception:  # let the store process read it (and report what is wrong)
+            read = self._read(session_id, version)
+            if read is None:
                 return None
-            reply = self._reply(got, session_id.encode())
-            if not version:
-                self._replies.put(session_id.encode(), reply)
+            got, reply = read
             state = self._masks.try_masked(got.info.message_type, got.state, paths)
             if state is None:
                 return None
