@@ -49,7 +49,7 @@ from .events import (
 from .eventstream import OpenStream, OpenStreams
 from .layout import Tables
 from .ops import Batch, Op
-from .records import printable, record
+from .records import printable, record, request_of_session
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 
@@ -258,25 +258,19 @@ class EventLog:
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record under ``rid_key`` (None: none) and whether it answers this append's retry: unexpired,
         and written to this log as it is now (or, a Put's, to the session as it is now)."""
-        raw = txn.get(rid_key, db=self._tables.requests)
-        if raw is None:
-            return None, False
-        session_raw = txn.get(sid, db=self._tables.sessions)
-        try:
-            done = records_pb2.RequestRecord.FromString(bytes(raw))
-        except DecodeProtoError as exc:
-            if log is None and session_raw is None:
-                return None, False  # nothing it made stands: this append is a new one
-            raise DataLoss(
-                f"session {session_id!r}: the record of request_id {request_id!r} does not parse ({exc}), so"
-                " whether that write was made is unknown"
-            ) from None
-        live = done.expires_unix_nanos > time.time_ns()
-        if done.events_log_created_unix_nanos:
-            ours = log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
-        else:  # a Put's: refused below as a different request if it was made to the same session
-            ours = session_raw is not None and record(session_raw).created_unix_nanos == done.session_created_unix_nanos
-        return done, live and ours
+        sessions = self._tables.sessions
+
+        def made() -> bool:
+            return log is not None or txn.get(sid, db=sessions) is not None
+
+        def ours(done: records_pb2.RequestRecord) -> bool:
+            if done.events_log_created_unix_nanos:
+                return log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
+            # A Put's: refused below as a different request if it was made to the same session.
+            session_raw = txn.get(sid, db=sessions)
+            return request_of_session(done, record(session_raw) if session_raw is not None else None)
+
+        return self._requests.lookup(txn, rid_key, session_id, request_id, made=made, ours=ours)
 
     def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
         """The log's open block and its tail, checked (None: no block is open): with the stream that wrote

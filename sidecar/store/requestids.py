@@ -52,6 +52,28 @@ class RequestIds:
         write is made anew and its record replaces that one. A record of store layout 1 is looked
         up under its own key, and returned only if it answers (the sweeper expires it where it is).
         """
+        return self.lookup(
+            txn,
+            rid_key,
+            req.session_id,
+            req.request_id,
+            made=lambda: rec is not None,
+            ours=lambda done: request_of_session(done, rec),
+        )
+
+    def lookup(
+        self,
+        txn: ReadTxn,
+        rid_key: bytes,
+        session_id: str,
+        request_id: str,
+        *,
+        made: Callable[[], bool],
+        ours: Callable[[records_pb2.RequestRecord], bool],
+    ) -> tuple[records_pb2.RequestRecord | None, bool]:
+        """:meth:`remembered` for any write: ``made()``, whether anything a write of this id may have made
+        stands (a session, or an event log); ``ours``, whether a live record was written to it as it is
+        now (an AppendEvents' record names its log, eventlog.py)."""
         requests = self._tables.requests
         raw = txn.get(rid_key, db=requests)
         layout1 = raw is None and self.layout1
@@ -62,21 +84,21 @@ class RequestIds:
         try:
             done = records_pb2.RequestRecord.FromString(raw)
         except DecodeProtoError as exc:
-            if rec is None and not layout1:
+            if not layout1 and not made():
                 # No session: the write that made the record made none that still stands (a retry
                 # of it would find its session), so this write is a new one and replaces the record.
                 # Its expiry entry, whose time only the record held, is left: an entry expires only
                 # the record it was written for (expire_op).
                 return None, False
             raise DataLoss(
-                f"session {req.session_id!r}: the record of request_id {req.request_id!r} does not"
+                f"session {session_id!r}: the record of request_id {request_id!r} does not"
                 f" parse ({exc}), so whether that write was made is unknown"
             ) from None
         live = done.expires_unix_nanos > time.time_ns()
         if layout1:
             # A delete removed layout 1's records with their session: one found belongs to the session as it is now.
             return (done, True) if live else (None, False)
-        return done, live and request_of_session(done, rec)
+        return done, live and ours(done)
 
     def remember(
         self,
