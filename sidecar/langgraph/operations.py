@@ -39,14 +39,17 @@ from .records import (
     RUN_LABEL,
     WRITES_EVENT,
     Encoded,
+    Lists,
     Where,
     WriteFold,
     checkpoint_tuple,
     decode_step,
     encode_put,
     encode_writes,
+    lists_of,
     matches,
     metadata_of,
+    stored_elements,
     thread_label,
     where_of,
     where_of_session,
@@ -59,6 +62,8 @@ _HEAD_MASK = ("checkpoint_id", "deleted_checkpoint_ids")
 _BRANCH_ATTEMPTS = 16
 #: Checkpoint ids whose version the saver remembers.
 _ID_CACHE_SIZE = 65536
+#: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
+_DEAD_ELEMENTS_ALLOWED = 256
 #: Events one AppendEvents carries at most (service.proto).
 _MAX_EVENTS = 1000
 
@@ -99,6 +104,16 @@ class Head:
     checkpoint_id: str | None
     version: int
     deleted: tuple[str, ...] = ()
+    #: Its list channels' element digests (empty when unknown: a continuing step then sends lists whole).
+    lists: Lists = field(default_factory=dict)
+    #: List elements its stored state holds, cut-off ones included.
+    stored_elements: int = 0
+
+    @property
+    def needs_rewrite(self) -> bool:
+        """Whether cut-off list elements outweigh live ones: the next step is written whole, dropping them."""
+        live = sum(len(v) for v in self.lists.values())
+        return self.stored_elements - live > max(_DEAD_ELEMENTS_ALLOWED, live)
 
 
 @dataclass
@@ -170,7 +185,8 @@ class Operations:
                 return None
             version, state = got
             step = decode_step(state)
-            self._saw_head(sid, Head(step.checkpoint_id, version, tuple(step.deleted_checkpoint_ids)))
+            deleted = tuple(step.deleted_checkpoint_ids)
+            self._saw_head(sid, Head(step.checkpoint_id, version, deleted, lists_of(step), stored_elements(step)))
         events = yield Call("events", (sid, (WRITES_EVENT, CHECKPOINT_EVENT), True, step.checkpoint_id))
         fold = WriteFold()
         for type_, payload in reversed(events):
@@ -274,18 +290,19 @@ class Operations:
     ) -> Op:
         where = where_of(config)
         sid = where.session_id
-        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions)
         parent_id = get_checkpoint_id(config) or None
         with self._lock:
             seen = self._heads.get(sid)
         if seen is not None and seen.checkpoint_id == parent_id:
+            encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, seen.lists)
             try:
-                version = yield from self._write(where, encoded, seen)
+                head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
                 self._forget(sid)
                 raise CheckpointConflictError(where, parent_id, moved.current_version) from None
-            self._saw_head(sid, Head(encoded.checkpoint_id, version, seen.deleted))
+            self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
+        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, {})
         for _ in range(_BRANCH_ATTEMPTS):
             got = yield Call("get", (sid, 0, _HEAD_MASK))
             current = Head(None, 0)
@@ -293,27 +310,31 @@ class Operations:
                 step = decode_step(got[1])
                 current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids))
             try:
-                version = yield from self._write(where, encoded, current)
+                head = yield from self._write(where, encoded, current)
             except HeadMoved:
                 continue
-            self._saw_head(sid, Head(encoded.checkpoint_id, version, current.deleted))
+            self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
         raise CheckpointConflictError(where, parent_id, 0)
 
     def _write(self, where: Where, encoded: Encoded, head: Head) -> Op:
         """Write ``encoded`` after ``head`` with compare-and-set on it: only what changed when it continues
-        ``head``, the whole checkpoint (and the namespace's deleted ids) otherwise."""
-        continues = head.version > 0 and head.checkpoint_id == encoded.patch.parent_checkpoint_id
+        ``head``, the whole checkpoint (and the namespace's deleted ids) otherwise. The new head."""
+        continues = (
+            head.version > 0 and head.checkpoint_id == encoded.patch.parent_checkpoint_id and not head.needs_rewrite
+        )
         if continues:
             step, labels = encoded.patch, encoded.labels
+            stored = head.stored_elements + sum(len(entry.values) for entry in step.items)
         else:
             step = records_pb2.Step()
             step.CopyFrom(encoded.full)
             step.deleted_checkpoint_ids.extend(head.deleted)
             labels = {**encoded.labels, **thread_label(where.thread_id)}
+            stored = sum(len(v) for v in encoded.lists.values())
         args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
         version: int = yield Call("put", args)
-        return version
+        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
         where = where_of(config)
@@ -368,7 +389,7 @@ class Operations:
                 newest = _newest_versions((yield Call("versions", (sid,))))
                 continue
             self._forget(sid)
-            self._saw_head(sid, Head(cid, written, tuple(sorted(deleted))))
+            self._saw_head(sid, Head(cid, written, tuple(sorted(deleted)), lists_of(step), stored_elements(step)))
             return
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Op:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import xxhash
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -36,6 +37,7 @@ RUN_LABEL = "langgraph.run"
 CHECKPOINT_EVENT = "langgraph.checkpoint"
 WRITES_EVENT = "langgraph.writes"
 EMPTY = "empty"
+ITEMS = "ckpt.items"
 
 _PREFIX = "langgraph/"
 _PRUNING_PREFIX = "langgraph-pruning/"
@@ -125,14 +127,32 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
     return serde.loads_typed((typed.type, typed.data))
 
 
+#: The digests of a list channel's elements, by channel: what a step continuing it compares against.
+Lists = Mapping[str, Sequence[bytes]]
+
+
+def _digest(typed: records_pb2.Typed) -> bytes:
+    return xxhash.xxh3_128_digest(typed.type.encode() + b"\0" + typed.data)
+
+
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """A checkpoint ready to write: the whole Step (REPLACE) and the patch of what changed (MERGE)."""
+    """A checkpoint ready to write: the whole Step (REPLACE) and the patch of what changed (MERGE), and
+    the digests of its list channels' elements."""
 
     checkpoint_id: str
     full: records_pb2.Step
     patch: records_pb2.Step
     labels: dict[str, str]
+    lists: dict[str, list[bytes]]
+
+
+def _common_prefix(old: Sequence[bytes], new: Sequence[bytes]) -> int:
+    n = min(len(old), len(new))
+    i = 0
+    while i < n and old[i] == new[i]:
+        i += 1
+    return i
 
 
 def encode_put(
@@ -141,35 +161,52 @@ def encode_put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    parent_lists: Lists,
 ) -> Encoded:
-    """What ``put`` writes. The patch holds the channels ``new_versions`` names (their new values, or
-    "empty" for one without a value now); the full Step every channel of the checkpoint."""
+    """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
+    for one without a value now, and for a list only the elements after those it shares with the parent's
+    (``parent_lists``). The full Step holds every channel of the checkpoint."""
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
     checkpoint_id, parent_id = checkpoint["id"], get_checkpoint_id(config) or ""
     checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
-    changed = {k: _typed(serde, values[k]) if k in values else records_pb2.Typed(type=EMPTY) for k in new_versions}
-    full_channels = {k: _typed(serde, v) for k, v in values.items()}
-    # A value unchanged since the parent is serialized once, for both.
-    full_channels.update({k: t for k, t in changed.items() if k in values})
+    channels: dict[str, records_pb2.Typed] = {}
+    elements: dict[str, list[records_pb2.Typed]] = {}
+    lists: dict[str, list[bytes]] = {}
+    for k, v in values.items():
+        # Element by element, so that a step sends and stores the messages it added, not the conversation.
+        if type(v) is list:
+            elements[k] = [_typed(serde, e) for e in v]
+            lists[k] = [_digest(t) for t in elements[k]]
+            channels[k] = records_pb2.Typed(type=ITEMS)
+        else:
+            channels[k] = _typed(serde, v)
+    changed: dict[str, records_pb2.Typed] = {}
+    items: list[records_pb2.Items] = []
+    for k in new_versions:
+        if k not in values:
+            changed[k] = records_pb2.Typed(type=EMPTY)
+            continue
+        changed[k] = channels[k]
+        if k in elements:
+            old = parent_lists.get(k, ())
+            start = _common_prefix(old, lists[k])
+            if start < len(old) or start < len(lists[k]):
+                items.append(records_pb2.Items(channel=k, start=start, values=elements[k][start:]))
+    head = {
+        "checkpoint_id": checkpoint_id,
+        "parent_checkpoint_id": parent_id,
+        "checkpoint": checkpoint_typed,
+        "metadata": metadata_typed,
+    }
+    full_items = [records_pb2.Items(channel=k, values=e) for k, e in elements.items()]
     return Encoded(
         checkpoint_id=checkpoint_id,
-        full=records_pb2.Step(
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent_id,
-            checkpoint=checkpoint_typed,
-            metadata=metadata_typed,
-            channels=full_channels,
-        ),
-        patch=records_pb2.Step(
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent_id,
-            checkpoint=checkpoint_typed,
-            metadata=metadata_typed,
-            channels=changed,
-        ),
+        full=records_pb2.Step(**head, channels=channels, items=full_items),  # type: ignore[arg-type]
+        patch=records_pb2.Step(**head, channels=changed, items=items),  # type: ignore[arg-type]
         labels=version_labels(checkpoint_id, metadata),
+        lists=lists,
     )
 
 
@@ -177,14 +214,46 @@ def decode_step(state: bytes) -> records_pb2.Step:
     return records_pb2.Step.FromString(state)
 
 
+def _elements(step: records_pb2.Step) -> dict[str, list[records_pb2.Typed]]:
+    out: dict[str, list[records_pb2.Typed]] = {}
+    for entry in step.items:
+        elements = out.setdefault(entry.channel, [])
+        if entry.start > len(elements):
+            raise ValueError(
+                f"checkpoint {step.checkpoint_id!r}: channel {entry.channel!r}'s items start at {entry.start},"
+                f" past its {len(elements)} elements"
+            )
+        del elements[entry.start :]
+        elements.extend(entry.values)
+    return out
+
+
+def lists_of(step: records_pb2.Step) -> dict[str, list[bytes]]:
+    """The digests of a stored step's list elements, by channel."""
+    elements = _elements(step)
+    return {
+        k: [_digest(t) for t in e] for k, e in elements.items() if k in step.channels and step.channels[k].type == ITEMS
+    }
+
+
+def stored_elements(step: records_pb2.Step) -> int:
+    """List elements a step's state holds, those later entries cut off included (a rewrite drops them)."""
+    return sum(len(entry.values) for entry in step.items)
+
+
 def checkpoint_tuple(
     serde: SerializerProtocol, where: Where, step: records_pb2.Step, pending_writes: list[tuple[str, str, Any]]
 ) -> CheckpointTuple:
     checkpoint = _untyped(serde, step.checkpoint)
     versions = checkpoint.get("channel_versions") or {}
-    checkpoint["channel_values"] = {
-        k: _untyped(serde, step.channels[k]) for k in versions if k in step.channels and step.channels[k].type != EMPTY
-    }
+    elements = _elements(step) if step.items else {}
+    values: dict[str, Any] = {}
+    for k in versions:
+        typed = step.channels.get(k)
+        if typed is None or typed.type == EMPTY:
+            continue
+        values[k] = [_untyped(serde, t) for t in elements.get(k, ())] if typed.type == ITEMS else _untyped(serde, typed)
+    checkpoint["channel_values"] = values
     parent = step.parent_checkpoint_id
     return CheckpointTuple(
         config=where.config(step.checkpoint_id),

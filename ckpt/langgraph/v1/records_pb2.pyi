@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Step(_message.Message):
-    __slots__ = ("checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata", "channels", "deleted_checkpoint_ids")
+    __slots__ = ("checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata", "channels", "deleted_checkpoint_ids", "items")
     class ChannelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -21,13 +21,25 @@ class Step(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     DELETED_CHECKPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
     checkpoint_id: str
     parent_checkpoint_id: str
     checkpoint: Typed
     metadata: Typed
     channels: _containers.MessageMap[str, Typed]
     deleted_checkpoint_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, checkpoint_id: _Optional[str] = ..., parent_checkpoint_id: _Optional[str] = ..., checkpoint: _Optional[_Union[Typed, _Mapping]] = ..., metadata: _Optional[_Union[Typed, _Mapping]] = ..., channels: _Optional[_Mapping[str, Typed]] = ..., deleted_checkpoint_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    items: _containers.RepeatedCompositeFieldContainer[Items]
+    def __init__(self, checkpoint_id: _Optional[str] = ..., parent_checkpoint_id: _Optional[str] = ..., checkpoint: _Optional[_Union[Typed, _Mapping]] = ..., metadata: _Optional[_Union[Typed, _Mapping]] = ..., channels: _Optional[_Mapping[str, Typed]] = ..., deleted_checkpoint_ids: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[Items, _Mapping]]] = ...) -> None: ...
+
+class Items(_message.Message):
+    __slots__ = ("channel", "start", "values")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    channel: str
+    start: int
+    values: _containers.RepeatedCompositeFieldContainer[Typed]
+    def __init__(self, channel: _Optional[str] = ..., start: _Optional[int] = ..., values: _Optional[_Iterable[_Union[Typed, _Mapping]]] = ...) -> None: ...
 
 class Typed(_message.Message):
     __slots__ = ("type", "data")
