@@ -190,9 +190,11 @@ def encode_put(
             continue
         changed[k] = channels[k]
         if k in elements:
-            old = parent_lists.get(k, ())
-            start = _common_prefix(old, lists[k])
-            if start < len(old) or start < len(lists[k]):
+            # Entries of a list the parent did not hold (cut, emptied, replaced by another type) are still
+            # stored: a list that is not the parent's starts over at 0.
+            old = parent_lists.get(k)
+            start = 0 if old is None else _common_prefix(old, lists[k])
+            if old is None or start < len(old) or start < len(lists[k]):
                 items.append(records_pb2.Items(channel=k, start=start, values=elements[k][start:]))
     head = {
         "checkpoint_id": checkpoint_id,
