@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langgraph.checkpoint.base import ERROR, INTERRUPT, BaseCheckpointSaver, CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -27,7 +27,7 @@ values = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=8), st.lis
 writes = st.lists(
     st.tuples(
         st.sampled_from(["task-1", "task-2"]),
-        st.lists(st.tuples(st.sampled_from(["a", "b", ERROR, INTERRUPT]), st.integers(0, 9)), max_size=3),
+        st.lists(st.tuples(st.sampled_from(["a", "b", *WRITES_IDX_MAP]), st.integers(0, 9)), max_size=3),
     ),
     max_size=3,
 )
@@ -57,7 +57,7 @@ def grown(value: Any, extend: bool, previous: Any) -> Any:
 
 
 def replay(savers: list[BaseCheckpointSaver[Any]], thread_id: str, history: list[Any]) -> None:
-    configs: list[dict[str, Any]] = []
+    configs: list[Any] = []
     states: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for i, (parent_index, changes, extend, step_writes) in enumerate(history):
         if configs and parent_index != -1:
@@ -65,16 +65,16 @@ def replay(savers: list[BaseCheckpointSaver[Any]], thread_id: str, history: list
         parent = (configs[parent_index] if parent_index != -1 else configs[-1]) if configs else None
         base_values, base_versions = states[configs.index(parent)] if parent else ({}, {})
         channel_values, channel_versions = dict(base_values), dict(base_versions)
-        new_versions = {}
+        new_versions: Any = {}
         for channel, value in changes.items():
             new_versions[channel] = channel_versions[channel] = i + 1
             if value is None:
                 channel_values.pop(channel, None)
             else:
                 channel_values[channel] = grown(value, extend, channel_values.get(channel))
-        checkpoint = empty_checkpoint()
+        checkpoint: Any = empty_checkpoint()
         checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values=channel_values, channel_versions=channel_versions)
-        config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         if parent:
             config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
         metadata: Any = {"source": "loop", "step": i, "parents": {}, "run_id": f"run-{i % 3}"}
@@ -116,7 +116,7 @@ def test_a_namespaces_latest_checkpoint_is_whole_after_a_rewrite(tmp_path: Path)
     """Cut-off list elements past the allowance make the next step a whole rewrite; reads are unchanged."""
     with CkptSaver.embedded(tmp_path / "data") as saver:
         oracle = InMemorySaver()
-        history = [(-1, {"messages": [f"m{i}" for i in range(300)]}, False, [])]
+        history: list[Any] = [(-1, {"messages": [f"m{i}" for i in range(300)]}, False, [])]
         history += [(-1, {"messages": [f"n{i}"] * (i % 7)}, False, []) for i in range(100)]
         replay([saver, oracle], "rewritten", history)
         config: Any = {"configurable": {"thread_id": "rewritten", "checkpoint_ns": ""}}
