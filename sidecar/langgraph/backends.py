@@ -8,7 +8,7 @@ one boundary: a missing session is None, False or an empty list; a compare-and-s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 
 from ckpt.langgraph.v1 import records_pb2
 from ckpt.v1 import service_pb2
@@ -23,6 +23,8 @@ from .records import CHECKPOINT_EVENT, STEP_TYPE
 PAGE_SIZE = 1000
 Versions = list[tuple[int, dict[str, str]]]
 Events = list[tuple[str, bytes]]
+#: Events read: seq, type, payload.
+SeqEvents = list[tuple[int, str, bytes]]
 
 
 class HeadMoved(Exception):
@@ -52,18 +54,6 @@ def _markers(checkpoint_id: str | None) -> list[tuple[str, bytes]]:
     return [] if checkpoint_id is None else [(CHECKPOINT_EVENT, checkpoint_id.encode())]
 
 
-def _until(events: Iterable[tuple[str, bytes]], marker: str | None) -> Events:
-    """Events up to and with the marker of checkpoint ``marker`` (all of them for None): pages after it
-    are never fetched."""
-    stop = None if marker is None else marker.encode()
-    out: Events = []
-    for type_, payload in events:
-        out.append((type_, payload))
-        if type_ == CHECKPOINT_EVENT and payload == stop:
-            break
-    return out
-
-
 class ClientBackend:
     """Through a ``CheckpointClient``: the sidecar."""
 
@@ -76,17 +66,17 @@ class ClientBackend:
     def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
         marker: str | None,
-    ) -> int:  # fmt: skip
+    ) -> tuple[int, int]:  # fmt: skip
         put = _wire_put(_put_request(step, merge, expected_version, labels))
         events = [event(t, p) for t, p in _markers(marker)]
         try:
             reply = self.client.append_events(session_id, events, put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
-        return int(reply.put.version)
+        return int(reply.put.version), int(reply.last_seq)
 
-    def append(self, session_id: str, events: Events) -> None:
-        self.client.append_events(session_id, [event(t, p) for t, p in events])
+    def append(self, session_id: str, events: Events) -> int:
+        return int(self.client.append_events(session_id, [event(t, p) for t, p in events]).last_seq)
 
     def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
         try:
@@ -101,10 +91,10 @@ class ClientBackend:
         except NotFoundError:
             return []
 
-    def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
-        pages = self.client.events(session_id, types=types, newest_first=newest_first, page_size=PAGE_SIZE)
+    def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
+        pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
         try:
-            return _until(((e.type, bytes(e.payload)) for e in pages), marker)
+            return [(int(e.seq), e.type, bytes(e.payload)) for e in pages]
         except NotFoundError:
             return []
 
@@ -134,17 +124,18 @@ class AsyncClientBackend:
     async def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
         marker: str | None,
-    ) -> int:  # fmt: skip
+    ) -> tuple[int, int]:  # fmt: skip
         put = _wire_put(_put_request(step, merge, expected_version, labels))
         events = [event(t, p) for t, p in _markers(marker)]
         try:
             reply = await self.client.append_events(session_id, events, put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
-        return int(reply.put.version)
+        return int(reply.put.version), int(reply.last_seq)
 
-    async def append(self, session_id: str, events: Events) -> None:
-        await self.client.append_events(session_id, [event(t, p) for t, p in events])
+    async def append(self, session_id: str, events: Events) -> int:
+        reply = await self.client.append_events(session_id, [event(t, p) for t, p in events])
+        return int(reply.last_seq)
 
     async def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
         try:
@@ -161,17 +152,12 @@ class AsyncClientBackend:
         except NotFoundError:
             return []
 
-    async def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
-        stop = None if marker is None else marker.encode()
-        out: Events = []
+    async def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
+        pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
         try:
-            async for e in self.client.events(session_id, types=types, newest_first=newest_first, page_size=PAGE_SIZE):
-                out.append((e.type, bytes(e.payload)))
-                if e.type == CHECKPOINT_EVENT and e.payload == stop:
-                    break
+            return [(int(e.seq), e.type, bytes(e.payload)) async for e in pages]
         except NotFoundError:
             return []
-        return out
 
     async def sessions(self, labels: dict[str, str]) -> list[str]:
         return [s.session_id async for s in self.client.sessions(labels=labels or None, page_size=PAGE_SIZE)]
@@ -199,7 +185,7 @@ class StoreBackend:
     def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
         marker: str | None,
-    ) -> int:  # fmt: skip
+    ) -> tuple[int, int]:  # fmt: skip
         events = [NewEvent(t, p) for t, p in _markers(marker)]
         try:
             result = self.store.append_events(
@@ -208,10 +194,10 @@ class StoreBackend:
         except VersionConflict as exc:
             raise HeadMoved(exc.current_version) from None
         assert result.put is not None  # a put was sent
-        return result.put.version
+        return result.put.version, result.last_seq
 
-    def append(self, session_id: str, events: Events) -> None:
-        self.store.append_events(session_id, [NewEvent(t, p) for t, p in events])
+    def append(self, session_id: str, events: Events) -> int:
+        return self.store.append_events(session_id, [NewEvent(t, p) for t, p in events]).last_seq
 
     def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
         # A mask only saves the sidecar's wire; in process, the whole state is as cheap.
@@ -233,19 +219,19 @@ class StoreBackend:
         except NotFound:
             return []
 
-    def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
-        def pages() -> Iterable[tuple[str, bytes]]:
+    def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
+        def pages() -> Iterator[tuple[int, str, bytes]]:
             token = ""
             while True:
-                query = EventQuery(types=tuple(types), newest_first=newest_first, page_size=PAGE_SIZE, page_token=token)
+                query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE, page_token=token)
                 page = self.store.read_events(session_id, query)
-                yield from ((e.type, e.payload) for e in page.events)
+                yield from ((e.seq, e.type, e.payload) for e in page.events)
                 token = page.next_page_token
                 if not token:
                     return
 
         try:
-            return _until(pages(), marker)
+            return list(pages())
         except NotFound:
             return []
 

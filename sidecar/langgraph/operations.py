@@ -33,7 +33,6 @@ from ckpt.langgraph.v1 import records_pb2
 
 from .backends import HeadMoved, Versions
 from .records import (
-    CHECKPOINT_EVENT,
     ID_LABEL,
     PRUNING_LABEL,
     RUN_LABEL,
@@ -64,6 +63,8 @@ _BRANCH_ATTEMPTS = 16
 _ID_CACHE_SIZE = 65536
 #: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
 _DEAD_ELEMENTS_ALLOWED = 256
+#: No seq yet (a bound above any).
+_NO_SEQ = 2**64
 #: Events one AppendEvents carries at most (service.proto).
 _MAX_EVENTS = 1000
 
@@ -143,6 +144,12 @@ class Operations:
         self._lock = threading.Lock()
         self._heads: dict[str, Head] = {}
         self._ids: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # Where pending writes are in a session's log (see Step.writes_after_seq): the highest seq this
+        # saver saw; for a checkpoint written to before its put began, the seq seen before that write;
+        # the puts under way.
+        self._last_seq: dict[str, int] = {}
+        self._early: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._putting: set[tuple[str, str]] = set()
 
     # -- what the saver remembers ------------------------------------------------------------------
 
@@ -159,9 +166,15 @@ class Operations:
         while len(self._ids) > _ID_CACHE_SIZE:
             self._ids.popitem(last=False)
 
+    def _saw_seq(self, session_id: str, seq: int) -> None:
+        with self._lock:
+            if seq > self._last_seq.get(session_id, 0):
+                self._last_seq[session_id] = seq
+
     def _forget(self, session_id: str) -> None:
         with self._lock:
             self._heads.pop(session_id, None)
+            self._last_seq.pop(session_id, None)
             for key in [k for k in self._ids if k[0] == session_id]:
                 del self._ids[key]
 
@@ -187,13 +200,14 @@ class Operations:
             step = decode_step(state)
             deleted = tuple(step.deleted_checkpoint_ids)
             self._saw_head(sid, Head(step.checkpoint_id, version, deleted, lists_of(step), stored_elements(step)))
-        events = yield Call("events", (sid, (WRITES_EVENT, CHECKPOINT_EVENT), True, step.checkpoint_id))
+        events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
         fold = WriteFold()
-        for type_, payload in reversed(events):
-            if type_ == WRITES_EVENT:
-                writes = records_pb2.Writes.FromString(payload)
-                if writes.checkpoint_id == step.checkpoint_id:
-                    fold.add(writes)
+        for _, _, payload in events:
+            writes = records_pb2.Writes.FromString(payload)
+            if writes.checkpoint_id == step.checkpoint_id:
+                fold.add(writes)
+        if events:
+            self._saw_seq(sid, events[-1][0])
         return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde))
 
     def _find(self, where: Where, checkpoint_id: str) -> Op:
@@ -271,8 +285,8 @@ class Operations:
             if not matches(metadata_of(self.serde, step), filter):
                 continue
             if sid not in writes:
-                events = yield Call("events", (sid, (WRITES_EVENT,), False, None))
-                writes[sid] = writes_by_checkpoint(payload for _, payload in events)
+                events = yield Call("events", (sid, (WRITES_EVENT,), 0))
+                writes[sid] = writes_by_checkpoint(payload for _, _, payload in events)
             fold = writes[sid].get(cid)
             pending = fold.pending(self.serde) if fold is not None else []
             yield Out(checkpoint_tuple(self.serde, wheres[sid], step, pending))
@@ -290,11 +304,32 @@ class Operations:
     ) -> Op:
         where = where_of(config)
         sid = where.session_id
-        parent_id = get_checkpoint_id(config) or None
+        key = (sid, checkpoint["id"])
         with self._lock:
             seen = self._heads.get(sid)
+            # Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
+            writes_after_seq = min(self._early.pop(key, _NO_SEQ), self._last_seq.get(sid, 0))
+            self._putting.add(key)
+        try:
+            return (yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq))
+        finally:
+            with self._lock:
+                self._putting.discard(key)
+
+    def _put(
+        self,
+        where: Where,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        seen: Head | None,
+        writes_after_seq: int,
+    ) -> Op:
+        sid = where.session_id
+        parent_id = get_checkpoint_id(config) or None
         if seen is not None and seen.checkpoint_id == parent_id:
-            encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, seen.lists)
+            encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq)
             try:
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
@@ -302,7 +337,7 @@ class Operations:
                 raise CheckpointConflictError(where, parent_id, moved.current_version) from None
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
-        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, {})
+        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
         for _ in range(_BRANCH_ATTEMPTS):
             got = yield Call("get", (sid, 0, _HEAD_MASK))
             current = Head(None, 0)
@@ -333,7 +368,8 @@ class Operations:
             labels = {**encoded.labels, **thread_label(where.thread_id)}
             stored = sum(len(v) for v in encoded.lists.values())
         args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
-        version: int = yield Call("put", args)
+        version, seq = yield Call("put", args)
+        self._saw_seq(where.session_id, seq)
         return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
@@ -342,7 +378,17 @@ class Operations:
         if not checkpoint_id:
             raise ValueError('put_writes needs config["configurable"]["checkpoint_id"]: the checkpoint written to')
         payload = encode_writes(self.serde, checkpoint_id, writes, task_id, task_path)
-        yield Call("append", (where.session_id, [(WRITES_EVENT, payload)]))
+        sid, key = where.session_id, (where.session_id, checkpoint_id)
+        with self._lock:
+            if key not in self._putting and key not in self._ids:
+                # LangGraph saves a task's writes while its checkpoint's put may not have begun: tell that
+                # put where they are.
+                self._early[key] = min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0))
+                self._early.move_to_end(key)
+                while len(self._early) > _ID_CACHE_SIZE:
+                    self._early.popitem(last=False)
+        seq = yield Call("append", (sid, [(WRITES_EVENT, payload)]))
+        self._saw_seq(sid, seq)
 
     def delete_thread(self, thread_id: str) -> Op:
         for labels in ({PRUNING_LABEL: thread_id}, thread_label(thread_id)):
@@ -384,7 +430,7 @@ class Operations:
             step.deleted_checkpoint_ids.extend(sorted(deleted))
             labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)}
             try:
-                written = yield Call("put", (sid, step.SerializeToString(), False, got[0], labels, None))
+                written, _ = yield Call("put", (sid, step.SerializeToString(), False, got[0], labels, None))
             except HeadMoved:
                 newest = _newest_versions((yield Call("versions", (sid,))))
                 continue
@@ -403,19 +449,21 @@ class Operations:
             head = yield Call("get", (sid, 0, _HEAD_MASK))
             deleted = set(decode_step(head[1]).deleted_checkpoint_ids) if head else set()
             payloads: dict[str, list[bytes]] = {}
-            for _, payload in (yield Call("events", (sid, (WRITES_EVENT,), False, None))):
+            for _, _, payload in (yield Call("events", (sid, (WRITES_EVENT,), 0))):
                 payloads.setdefault(records_pb2.Writes.FromString(payload).checkpoint_id, []).append(payload)
+            seq = 0  # the target's log is read from its start if it had one
             for version, cid in sorted((v, c) for c, (v, _) in newest.items() if c not in deleted):
                 got = yield Call("get", (sid, version, ()))
                 if got is None:
                     continue
                 step = decode_step(got[1])
                 del step.deleted_checkpoint_ids[:]
+                step.writes_after_seq = seq
                 labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)} | target_label
-                yield Call("put", (target, step.SerializeToString(), False, None, labels, cid))
+                _, seq = yield Call("put", (target, step.SerializeToString(), False, None, labels, cid))
                 writes = [(WRITES_EVENT, p) for p in payloads.get(cid, [])]
                 for i in range(0, len(writes), _MAX_EVENTS):
-                    yield Call("append", (target, writes[i : i + _MAX_EVENTS]))
+                    seq = yield Call("append", (target, writes[i : i + _MAX_EVENTS]))
             self._forget(target)
 
     # -- prune -----------------------------------------------------------------------------------
@@ -447,9 +495,9 @@ class Operations:
         del step.deleted_checkpoint_ids[:]
         cid = step.checkpoint_id
         labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
-        events = yield Call("events", (sid, (WRITES_EVENT, CHECKPOINT_EVENT), True, cid))
-        writes = [(t, p) for t, p in reversed(events) if t == WRITES_EVENT]
-        writes = [(t, p) for t, p in writes if records_pb2.Writes.FromString(p).checkpoint_id == cid]
+        events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
+        writes = [(t, p) for _, t, p in events if records_pb2.Writes.FromString(p).checkpoint_id == cid]
+        step.writes_after_seq = 0  # the stage's log holds them alone
         yield Call("delete", (staging,))  # a stage a crash left behind while the namespace was whole
         staged = {**labels, PRUNING_LABEL: where.thread_id}
         yield Call("put", (staging, step.SerializeToString(), False, 0, staged, cid))

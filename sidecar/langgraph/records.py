@@ -162,10 +162,12 @@ def encode_put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
     parent_lists: Lists,
+    writes_after_seq: int,
 ) -> Encoded:
     """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
     for one without a value now, and for a list only the elements after those it shares with the parent's
-    (``parent_lists``). The full Step holds every channel of the checkpoint."""
+    (``parent_lists``). The full Step holds every channel of the checkpoint. Both say the checkpoint's
+    pending writes are in the log after ``writes_after_seq``."""
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
@@ -201,6 +203,7 @@ def encode_put(
         "parent_checkpoint_id": parent_id,
         "checkpoint": checkpoint_typed,
         "metadata": metadata_typed,
+        "writes_after_seq": writes_after_seq,
     }
     full_items = [records_pb2.Items(channel=k, values=e) for k, e in elements.items()]
     return Encoded(

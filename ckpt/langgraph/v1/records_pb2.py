@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63kpt/langgraph/v1/records.proto\x12\x11\x63kpt.langgraph.v1\"\xe2\x02\n\x04Step\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x1c\n\x14parent_checkpoint_id\x18\x02 \x01(\t\x12,\n\ncheckpoint\x18\x03 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed\x12*\n\x08metadata\x18\x04 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed\x12\x37\n\x08\x63hannels\x18\x05 \x03(\x0b\x32%.ckpt.langgraph.v1.Step.ChannelsEntry\x12\x1e\n\x16\x64\x65leted_checkpoint_ids\x18\x06 \x03(\t\x12\'\n\x05items\x18\x07 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Items\x1aI\n\rChannelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed:\x02\x38\x01\"Q\n\x05Items\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12(\n\x06values\x18\x03 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Typed\"#\n\x05Typed\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"m\n\x06Writes\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\ttask_path\x18\x03 \x01(\t\x12(\n\x06writes\x18\x04 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Write\"N\n\x05Write\x12\x0b\n\x03idx\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\'\n\x05value\x18\x03 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typedb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63kpt/langgraph/v1/records.proto\x12\x11\x63kpt.langgraph.v1\"\x96\x03\n\x04Step\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x1c\n\x14parent_checkpoint_id\x18\x02 \x01(\t\x12,\n\ncheckpoint\x18\x03 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed\x12*\n\x08metadata\x18\x04 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed\x12\x37\n\x08\x63hannels\x18\x05 \x03(\x0b\x32%.ckpt.langgraph.v1.Step.ChannelsEntry\x12\x1e\n\x16\x64\x65leted_checkpoint_ids\x18\x06 \x03(\t\x12\'\n\x05items\x18\x07 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Items\x12\x1d\n\x10writes_after_seq\x18\x08 \x01(\x04H\x00\x88\x01\x01\x1aI\n\rChannelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typed:\x02\x38\x01\x42\x13\n\x11_writes_after_seq\"Q\n\x05Items\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12(\n\x06values\x18\x03 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Typed\"#\n\x05Typed\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"m\n\x06Writes\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\ttask_path\x18\x03 \x01(\t\x12(\n\x06writes\x18\x04 \x03(\x0b\x32\x18.ckpt.langgraph.v1.Write\"N\n\x05Write\x12\x0b\n\x03idx\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\'\n\x05value\x18\x03 \x01(\x0b\x32\x18.ckpt.langgraph.v1.Typedb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STEP_CHANNELSENTRY']._loaded_options = None
   _globals['_STEP_CHANNELSENTRY']._serialized_options = b'8\001'
   _globals['_STEP']._serialized_start=55
-  _globals['_STEP']._serialized_end=409
-  _globals['_STEP_CHANNELSENTRY']._serialized_start=336
-  _globals['_STEP_CHANNELSENTRY']._serialized_end=409
-  _globals['_ITEMS']._serialized_start=411
-  _globals['_ITEMS']._serialized_end=492
-  _globals['_TYPED']._serialized_start=494
-  _globals['_TYPED']._serialized_end=529
-  _globals['_WRITES']._serialized_start=531
-  _globals['_WRITES']._serialized_end=640
-  _globals['_WRITE']._serialized_start=642
-  _globals['_WRITE']._serialized_end=720
+  _globals['_STEP']._serialized_end=461
+  _globals['_STEP_CHANNELSENTRY']._serialized_start=367
+  _globals['_STEP_CHANNELSENTRY']._serialized_end=440
+  _globals['_ITEMS']._serialized_start=463
+  _globals['_ITEMS']._serialized_end=544
+  _globals['_TYPED']._serialized_start=546
+  _globals['_TYPED']._serialized_end=581
+  _globals['_WRITES']._serialized_start=583
+  _globals['_WRITES']._serialized_end=692
+  _globals['_WRITE']._serialized_start=694
+  _globals['_WRITE']._serialized_end=772
 # @@protoc_insertion_point(module_scope)

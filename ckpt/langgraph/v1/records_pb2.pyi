@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Step(_message.Message):
-    __slots__ = ("checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata", "channels", "deleted_checkpoint_ids", "items")
+    __slots__ = ("checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata", "channels", "deleted_checkpoint_ids", "items", "writes_after_seq")
     class ChannelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class Step(_message.Message):
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     DELETED_CHECKPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    WRITES_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     checkpoint_id: str
     parent_checkpoint_id: str
     checkpoint: Typed
@@ -29,7 +30,8 @@ class Step(_message.Message):
     channels: _containers.MessageMap[str, Typed]
     deleted_checkpoint_ids: _containers.RepeatedScalarFieldContainer[str]
     items: _containers.RepeatedCompositeFieldContainer[Items]
-    def __init__(self, checkpoint_id: _Optional[str] = ..., parent_checkpoint_id: _Optional[str] = ..., checkpoint: _Optional[_Union[Typed, _Mapping]] = ..., metadata: _Optional[_Union[Typed, _Mapping]] = ..., channels: _Optional[_Mapping[str, Typed]] = ..., deleted_checkpoint_ids: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[Items, _Mapping]]] = ...) -> None: ...
+    writes_after_seq: int
+    def __init__(self, checkpoint_id: _Optional[str] = ..., parent_checkpoint_id: _Optional[str] = ..., checkpoint: _Optional[_Union[Typed, _Mapping]] = ..., metadata: _Optional[_Union[Typed, _Mapping]] = ..., channels: _Optional[_Mapping[str, Typed]] = ..., deleted_checkpoint_ids: _Optional[_Iterable[str]] = ..., items: _Optional[_Iterable[_Union[Items, _Mapping]]] = ..., writes_after_seq: _Optional[int] = ...) -> None: ...
 
 class Items(_message.Message):
     __slots__ = ("channel", "start", "values")

@@ -1,0 +1,178 @@
+"""The saver through a real sidecar: no silent forks, a step's cost, namespaces, a prune stopped half-way,
+and the errors bad input gets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.langgraph import AsyncCkptSaver, CheckpointConflictError, CkptSaver
+from ckpt.sidecar.langgraph.backends import ClientBackend
+from ckpt.sidecar.langgraph.operations import Call
+from ckpt.sidecar.langgraph.records import Where
+from tests.support import Sidecar
+
+
+def thread(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def put(saver: Any, config: Any, values: dict[str, Any], step: int) -> Any:
+    checkpoint: Any = empty_checkpoint()
+    versions = {k: step + 1 for k in values}
+    checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values=values, channel_versions=versions)
+    return saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}}, versions)
+
+
+def got(saver: Any, config: Any) -> CheckpointTuple:
+    found = saver.get_tuple(config)
+    assert found is not None, config
+    return found  # type: ignore[no-any-return]
+
+
+def ids(saver: Any, config: Any) -> list[str]:
+    return [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+
+
+def test_a_put_that_lost_a_race_fails_and_hides_no_checkpoint(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as first, CkptSaver(sidecar.tcp_target) as second:
+        head = put(first, thread("raced"), {"n": 0}, 0)
+        for saver in (first, second):  # both resume the thread from its head
+            assert got(saver, thread("raced")).config == head
+        winner = put(first, head, {"n": 1}, 1)
+        with pytest.raises(CheckpointConflictError, match="moved on") as lost:
+            put(second, head, {"n": 2}, 1)
+        assert (
+            lost.value.thread_id == "raced" and lost.value.parent_checkpoint_id == head["configurable"]["checkpoint_id"]
+        )
+        assert ids(second, thread("raced")) == [
+            winner["configurable"]["checkpoint_id"],
+            head["configurable"]["checkpoint_id"],
+        ]
+        # Retrying as the error says: read the new head, continue from it.
+        resumed = got(second, thread("raced"))
+        assert resumed.checkpoint["channel_values"] == {"n": 1}
+        put(second, resumed.config, {"n": 2}, 2)
+        assert got(first, thread("raced")).checkpoint["channel_values"] == {"n": 2}
+
+
+def test_a_branch_from_an_older_checkpoint_is_written_on_purpose(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as saver:
+        first = put(saver, thread("branched"), {"n": 0}, 0)
+        put(saver, first, {"n": 1}, 1)
+        branch = put(saver, got(saver, first).config, {"n": 10}, 1)  # time travel, then a step
+        latest = got(saver, thread("branched"))
+        assert latest.config == branch and latest.parent_config == first
+        assert len(ids(saver, thread("branched"))) == 3
+
+
+def test_a_step_stores_the_message_it_added_not_the_conversation(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as saver, CheckpointClient(sidecar.unix_target) as client:
+        config, messages = thread("conversation"), []
+        saver.get_tuple(config)
+        for step in range(120):
+            messages.append(f"message {step}: " + "lorem ipsum dolor sit amet " * 20)
+            config = put(saver, config, {"messages": list(messages), "step": step}, step)
+        versions = list(client.history(Where("conversation", "").session_id))
+        assert versions[0].state_size > 60_000  # the conversation so far
+        # Each later step sent a MERGE patch of its message, and stored little more.
+        assert all(v.mode == 2 and v.stored_bytes < 2_000 for v in versions[:100])
+        assert got(saver, thread("conversation")).checkpoint["channel_values"]["messages"] == messages
+
+
+def test_a_threads_namespaces_are_kept_apart(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as saver:
+        root = put(saver, thread("nested"), {"where": "root"}, 0)
+        child = put(saver, thread("nested", "tools:1"), {"where": "child"}, 0)
+        saver.put_writes(child, [("where", "child write")], "task")
+        assert got(saver, thread("nested")).checkpoint["channel_values"] == {"where": "root"}
+        child_tuple = got(saver, thread("nested", "tools:1"))
+        assert child_tuple.checkpoint["channel_values"] == {"where": "child"}
+        assert child_tuple.pending_writes == [("task", "where", "child write")]
+        assert got(saver, thread("nested")).pending_writes == []
+        listed = {
+            t.config["configurable"]["checkpoint_ns"] for t in saver.list({"configurable": {"thread_id": "nested"}})
+        }
+        assert listed == {"", "tools:1"}
+        saver.delete_thread("nested")
+        assert saver.get_tuple(root) is None and saver.get_tuple(child) is None
+
+
+def test_a_prune_stopped_half_way_is_finished_by_the_next_read(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as saver:
+        config = thread("pruned")
+        for step in range(3):
+            config = put(saver, config, {"n": step}, step)
+        saver.put_writes(config, [("n", "pending")], "task")
+        where = Where("pruned", "")
+        # Run the prune until it removed the namespace, then stop, as a killed process would.
+        op = saver._ops._keep_latest(where)
+        backend = ClientBackend(CheckpointClient(sidecar.unix_target))
+        answer = None
+        while True:
+            call = op.send(answer)
+            assert isinstance(call, Call)
+            answer = getattr(backend, call.method)(*call.args)
+            if call == Call("delete", (where.session_id,)):
+                break
+        backend.client.close()
+    with CkptSaver(sidecar.unix_target) as fresh:
+        latest = got(fresh, thread("pruned"))
+        assert latest.config == config and latest.checkpoint["channel_values"] == {"n": 2}
+        assert latest.pending_writes == [("task", "n", "pending")]
+        assert ids(fresh, thread("pruned")) == [config["configurable"]["checkpoint_id"]]
+
+
+def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
+    with CkptSaver(sidecar.unix_target) as saver:
+        with pytest.raises(ValueError, match="at most 128"):
+            put(saver, thread("t" * 129), {"n": 0}, 0)
+        with pytest.raises(ValueError, match="over ckpt's limit of 256"):
+            put(saver, thread("t", "ns" * 200), {"n": 0}, 0)
+        with pytest.raises(ValueError, match="checkpoint_id"):
+            saver.put_writes(thread("t"), [("n", 1)], "task")
+        with pytest.raises(ValueError, match='"keep_latest" or "delete"'):
+            saver.prune(["t"], strategy="everything")
+        with pytest.raises(TypeError, match="one of them"):
+            CkptSaver()
+
+
+def test_the_asyncio_saver_refuses_sync_calls_from_its_own_loop(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with AsyncCkptSaver(sidecar.unix_target) as saver:
+            assert await saver.aget_tuple(thread("async")) is None
+            with pytest.raises(RuntimeError, match="cannot be called from its own event loop"):
+                saver.get_tuple(thread("async"))
+            # From another thread, while the loop runs, they work.
+            assert await asyncio.to_thread(saver.get_tuple, thread("async")) is None
+
+    asyncio.run(main())
+
+
+def test_writes_saved_before_their_checkpoints_put_are_read_with_it(sidecar: Sidecar) -> None:
+    """LangGraph saves a task's writes while its checkpoint's put may not have begun."""
+    with CkptSaver(sidecar.unix_target) as saver:
+        first = put(saver, thread("early"), {"n": 0}, 0)
+        saver.put_writes(first, [("n", "late for the first")], "task-0")
+        checkpoint: Any = empty_checkpoint()
+        checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values={"n": 1}, channel_versions={"n": 2})
+        early = thread("early", checkpoint_id=checkpoint["id"])
+        saver.put_writes(early, [("__interrupt__", "approve?"), ("n", "early")], "task-1")
+        saved = saver.put(first, checkpoint, {"source": "loop", "step": 1, "parents": {}}, {"n": 2})
+        saver.put_writes(saved, [("n", "after")], "task-2")
+        assert got(saver, saved).pending_writes == [
+            ("task-1", "__interrupt__", "approve?"),
+            ("task-1", "n", "early"),
+            ("task-2", "n", "after"),
+        ]
+        with CkptSaver(sidecar.tcp_target) as fresh:
+            assert got(fresh, thread("early")).pending_writes == got(saver, saved).pending_writes
+            assert got(fresh, first).pending_writes == [("task-0", "n", "late for the first")]
