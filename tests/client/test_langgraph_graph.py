@@ -25,7 +25,17 @@ from langgraph.types import Command, StateSnapshot
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.client.langgraph_agent import QUESTION, SCRIPT, State, build, config, interrupts, plain, question
+from tests.client.langgraph_agent import (
+    QUESTION,
+    SCRIPT,
+    State,
+    build,
+    config,
+    interrupts,
+    open_saver,
+    plain,
+    question,
+)
 from tests.client.support import wait_for
 from tests.support import ROOT, Sidecar
 
@@ -80,6 +90,16 @@ def start_and_kill(target: str, thread: str) -> None:
         assert process.wait(30) == -signal.SIGKILL
 
 
+def waiting_for_approval(target: str, thread: str) -> bool:
+    """What a human's approval screen reads, from a new saver: the thread stopped before the approval,
+    with the question the interrupt asked."""
+    with open_saver(target) as saver:
+        state = build(saver).get_state(config(thread))
+    assert state.next == ("approve",)
+    assert [i.value for i in state.interrupts] == APPROVAL
+    return True
+
+
 # -- what InMemorySaver records for the same run ------------------------------------------------------------------
 
 
@@ -129,6 +149,7 @@ def test_an_agent_killed_at_its_interrupt_is_resumed_by_a_new_process(sidecar: S
     """SIGKILL while the graph waits for approval; a new process resumes the thread with the answer and
     finishes, and the thread's history is the one InMemorySaver records for the same run."""
     start_and_kill(sidecar.unix_target, "killed")
+    assert waiting_for_approval(sidecar.unix_target, "killed")
     [(kind, final)] = run_agent(sidecar.unix_target, "killed", "resume=yes")
     assert kind == "final"
     memory = build(InMemorySaver())
@@ -229,6 +250,8 @@ def test_a_subgraphs_checkpoints_keep_a_namespace_of_their_own(sidecar: Sidecar)
 
 
 def test_a_channel_of_tens_of_mb_round_trips(sidecar: Sidecar) -> None:
+    """20 MiB in one channel, under the sidecar's default 64 MiB message bound: written with the question,
+    read back by another saver, carried through the run, then replaced by update_state."""
     blob = random.Random(1).randbytes(20 * 2**20)  # incompressible: 20 MiB on the wire
     with CkptSaver(sidecar.unix_target) as saver:
         graph = build(saver)
@@ -243,9 +266,6 @@ def test_a_channel_of_tens_of_mb_round_trips(sidecar: Sidecar) -> None:
     with CkptSaver(sidecar.unix_target) as saver:
         graph = build(saver)
         assert graph.get_state(config("large")).values["blob"] == replaced
-        first = history(graph, "large")[-1]
-        assert metadata(first)["source"] == "input" and "blob" not in first.values  # the input: in its writes
-        assert first.tasks[0].result == {**question(), "blob": blob}
 
 
 def test_two_processes_racing_a_superstep_the_loser_conflicts_and_continues(sidecar: Sidecar, tmp_path: Path) -> None:
@@ -290,6 +310,7 @@ def test_two_processes_racing_a_superstep_the_loser_conflicts_and_continues(side
 def test_the_embedded_saver_resumes_a_graph_after_a_process_restart(tmp_path: Path) -> None:
     target = f"embedded:{tmp_path / 'data'}"
     start_and_kill(target, "embedded")
+    assert waiting_for_approval(target, "embedded")
     [(kind, final)] = run_agent(target, "embedded", "resume=yes")
     memory = build(InMemorySaver())
     assert (kind, final) == ("final", plain(approved_run(memory, "embedded")))
