@@ -32,6 +32,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
+from ckpt.sidecar.langgraph import CheckpointConflictError, CkptSaver
+
 QUESTION = "Tidy up the scratch directory."
 DANGEROUS = "delete_tree"
 
@@ -157,8 +159,6 @@ def interrupts(result: dict[str, Any]) -> list[Any]:
 
 @contextmanager
 def open_saver(target: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    from ckpt.sidecar.langgraph import CkptSaver
-
     saver = (
         CkptSaver.embedded(target.removeprefix("embedded:")) if target.startswith("embedded:") else CkptSaver(target)
     )
@@ -178,8 +178,6 @@ def file_gate(directory: Path) -> Callable[[], None]:
 
 
 def main(argv: Sequence[str]) -> None:
-    from ckpt.sidecar.langgraph import CheckpointConflictError
-
     target, thread, *steps = argv
     gate = no_gate
     with open_saver(target) as saver:
