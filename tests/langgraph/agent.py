@@ -1,7 +1,7 @@
 """A LangGraph agent for the graph tests: a scripted chat model, a ToolNode with two tools and a dangerous
 one that waits for a human's approval (``interrupt()``), and, run as a program, an agent process.
 
-``python -m tests.client.langgraph_agent TARGET THREAD STEP...``, TARGET a sidecar's address or
+``python -m tests.langgraph.agent TARGET THREAD STEP...``, TARGET a sidecar's address or
 ``embedded:DIR`` for the in-process store; each STEP runs in turn on one saver and prints one line:
 
 - ``ask=TEXT``: a question on the thread, from its head; ``resume=ANSWER``: ``Command(resume=ANSWER)``. Each

@@ -3,7 +3,7 @@
 what InMemorySaver records for the same run; replay and update_state on earlier checkpoints; a subgraph's
 namespace; a state of tens of MB; two processes racing one superstep; the embedded saver across a restart.
 
-The graph and the agent program are in tests/client/langgraph_agent.py."""
+The graph and the agent program are in tests/langgraph/agent.py."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from langgraph.types import Command, StateSnapshot
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.client.langgraph_agent import (
+from tests.langgraph.agent import (
     QUESTION,
     SCRIPT,
     State,
@@ -47,9 +47,9 @@ APPROVAL = [{"approve": [{"path": "/scratch"}]}]
 
 @contextmanager
 def agent(target: str, thread: str, *steps: str) -> Iterator[subprocess.Popen[str]]:
-    """An agent process running ``steps`` (see langgraph_agent); killed if the test leaves it running."""
+    """An agent process running ``steps`` (see agent.py); killed if the test leaves it running."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.client.langgraph_agent", target, thread, *steps],
+        [sys.executable, "-m", "tests.langgraph.agent", target, thread, *steps],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
