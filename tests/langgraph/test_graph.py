@@ -25,6 +25,7 @@ from langgraph.types import Command, StateSnapshot
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
+from tests.client.support import wait_for
 from tests.langgraph.agent import (
     QUESTION,
     SCRIPT,
@@ -36,7 +37,6 @@ from tests.langgraph.agent import (
     plain,
     question,
 )
-from tests.client.support import wait_for
 from tests.support import ROOT, Sidecar
 
 APPROVAL = [{"approve": [{"path": "/scratch"}]}]
