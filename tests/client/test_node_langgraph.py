@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -223,3 +224,30 @@ def test_langgraph_js_graphs_on_one_thread_never_fork_it_silently(tmp_path: Path
     writes = [records_pb2.Writes.FromString(e.payload) for e in events if e.type == "langgraph.writes"]
     assert all(w.checkpoint_id in ids and w.task_id for w in writes)
     assert _types_generation(tmp_path / "data") == b"1"
+
+
+def _js_block(page: Path, heading: str) -> str:
+    section = re.split(rf"^{re.escape(heading)}$", page.read_text(), maxsplit=1, flags=re.M)[1]
+    return section.split("```js\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_langgraph_js_example_of_the_docs_runs(tmp_path: Path) -> None:
+    node = _node()
+    # A project that installed the client (npm links a folder dependency) next to a `make run` sidecar.
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "ckpt-client").symlink_to(NODE_CLIENT, target_is_directory=True)
+    (tmp_path / "example.js").write_text(_js_block(ROOT / "docs" / "langgraph.md", "## JavaScript (LangGraph.js)"))
+    sidecar = start_sidecar(tmp_path / "data", socket_path=tmp_path / "data" / "ckpt.sock")
+    try:
+        proc = subprocess.run(
+            [node, "example.js"],
+            cwd=tmp_path,
+            env={**os.environ, "NODE_PATH": str(NODE_CLIENT / "node_modules")},  # where @langchain/langgraph is
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        assert sidecar.stop() == 0
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ['["hello","echo: hello","again","echo: again"]', "loop 4", "loop 3"]
