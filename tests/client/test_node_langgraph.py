@@ -251,3 +251,108 @@ def test_the_langgraph_js_example_of_the_docs_runs(tmp_path: Path) -> None:
         assert sidecar.stop() == 0
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ['["hello","echo: hello","again","echo: again"]', "loop 4", "loop 3"]
+
+
+# Threads whose ids hold '/' and a character outside the BMP, pending writes folded, and the errors;
+# with "delete", the deletion of one thread.
+_EDGES = r"""
+const { emptyCheckpoint, uuid6 } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const saver = new CkptSaver(process.argv[2]);
+const parrot = 'a/\u{1F99C}';
+const failure = async (fn) => {
+  try {
+    await fn();
+    return null;
+  } catch (err) {
+    return `${err.name}: ${err.message}`;
+  }
+};
+const listed = async (config) => {
+  const seen = [];
+  for await (const { config: c } of saver.list(config)) {
+    seen.push([c.configurable.thread_id, c.configurable.checkpoint_ns]);
+  }
+  return seen.sort();
+};
+const put = (threadId, ns, metadata = { source: 'input', step: -1, parents: {} }) => {
+  const checkpoint = { ...emptyCheckpoint(), id: uuid6(-1) };
+  return saver.put({ configurable: { thread_id: threadId, checkpoint_ns: ns } }, checkpoint, metadata, {});
+};
+(async () => {
+  const out = {};
+  if (process.argv[3] === 'delete') {
+    await saver.deleteThread(parrot);
+    out.afterDelete = await listed({});
+  } else {
+    const config = await put(parrot, 'sub/x', { source: 'loop', step: 0, parents: {}, run_id: 'run-1' });
+    await put(parrot, '');
+    await put('a', '\u{1F99C}/sub/x');
+    await saver.putWrites(config, [['c', 1], ['c', 2]], 't1');
+    await saver.putWrites(config, [['c', 9]], 't1'); // idx 0 of t1 again: the first write stays
+    await saver.putWrites(config, [['__error__', 'e1']], 't2');
+    await saver.putWrites(config, [['__error__', 'e2']], 't2'); // a special channel: the last write stays
+    await saver.putWrites(config, [['c', 'late']], 'a', '~2');
+    await saver.putWrites(config, [['c', 'early']], 'b', '~1');
+    out.writes = (await saver.getTuple(config)).pendingWrites;
+    out.thread = await listed({ configurable: { thread_id: parrot } });
+    out.all = await listed({});
+    out.missing = (await saver.getTuple({ configurable: { thread_id: 'nobody' } })) === undefined;
+    out.long = await failure(() => put('x'.repeat(129), ''));
+    out.noThread = await failure(() => put(undefined, ''));
+    out.noCheckpoint = await failure(() => saver.putWrites({ configurable: { thread_id: 'a' } }, [['c', 1]], 't'));
+  }
+  saver.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_does(tmp_path: Path) -> None:
+    node = _node()
+    sidecar = start_sidecar(tmp_path / "data")
+
+    def run(*args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [node, "-e", _EDGES, str(NODE_CLIENT), sidecar.unix_target, *args],
+            cwd=NODE_CLIENT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return dict(json.loads(proc.stdout))
+
+    try:
+        out = run()
+        with CheckpointClient(sidecar.unix_target) as client:
+            sessions = {s.session_id: s.labels["langgraph.thread"] for s in client.sessions()}
+            labels = [dict(v.labels) for v in client.history("langgraph/3/a/\N{PARROT}/sub/x")]
+        deleted = run("delete")
+    finally:
+        assert sidecar.stop() == 0
+    parrot = "a/\N{PARROT}"
+    # The length in a session id counts code points, as Python's len() does, so a thread id may hold '/'.
+    assert len(parrot) == 3
+    assert sessions == {
+        "langgraph/1/a/\N{PARROT}/sub/x": "a",
+        "langgraph/3/a/\N{PARROT}/": parrot,
+        "langgraph/3/a/\N{PARROT}/sub/x": parrot,
+    }
+    assert labels == [{"langgraph.thread": parrot, "langgraph.id": labels[0]["langgraph.id"], "langgraph.run": "run-1"}]
+    assert out["writes"] == [
+        ["t1", "c", 1],
+        ["t1", "c", 2],
+        ["t2", "__error__", "e2"],
+        ["b", "c", "early"],
+        ["a", "c", "late"],
+    ]
+    assert out["thread"] == [[parrot, ""], [parrot, "sub/x"]]
+    assert out["all"] == [["a", "\N{PARROT}/sub/x"], [parrot, ""], [parrot, "sub/x"]]
+    assert out["missing"] is True
+    assert out["long"] == (
+        "RangeError: thread_id is 129 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"
+    )
+    assert out["noThread"].startswith("Error: put: the config's configurable has no thread_id")
+    assert out["noCheckpoint"].startswith("Error: putWrites: the config's configurable has no checkpoint_id")
+    assert deleted["afterDelete"] == [["a", "\N{PARROT}/sub/x"]]
