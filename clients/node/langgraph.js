@@ -68,7 +68,8 @@ class CkptSaver extends BaseCheckpointSaver {
     } else {
       throw new TypeError('target must be a sidecar address string or a CheckpointClient');
     }
-    // session id -> { version, checkpointId }: the head this saver last read or wrote.
+    // session id -> { version, checkpointId }: the head this saver last read or wrote; version 0 and
+    // checkpointId '' when it found the namespace without any checkpoint.
     this.heads = new Map();
     this.registered = null;
   }
@@ -100,6 +101,8 @@ class CkptSaver extends BaseCheckpointSaver {
     }
     if (found === undefined) return undefined;
     if (found.isHead) this.heads.set(sessionId, { version: found.version, checkpointId: found.step.checkpoint_id });
+    else if (found.absent) this.heads.set(sessionId, { version: 0, checkpointId: '' });
+    if (found.step === undefined) return undefined;
     const log = new r.LogReader(this.client, sessionId);
     try {
       return await this.tupleOf(threadId, checkpointNs, found.step, log);
@@ -108,10 +111,11 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
-  // The newest checkpoint of a session not deleted: { version, step, isHead }, or undefined.
+  // The newest checkpoint of a session not deleted: { version, step, isHead }, { absent: true } when
+  // the session does not exist, or undefined.
   async latest(sessionId) {
     const head = await this.read(sessionId, 0);
-    if (head === undefined) return undefined;
+    if (head === undefined) return { absent: true };
     const deleted = new Set(head.step.deleted_checkpoint_ids);
     if (!deleted.has(head.step.checkpoint_id)) return { ...head, isHead: true };
     for await (const info of this.versions(sessionId)) {
@@ -290,7 +294,9 @@ class CkptSaver extends BaseCheckpointSaver {
       channels,
     };
     const seen = this.heads.get(sessionId);
-    const continues = parentId !== undefined && seen !== undefined && seen.checkpointId === parentId;
+    // The first checkpoint of a namespace this saver found empty continues that empty head too: a
+    // compare-and-set on version 0 keeps a second writer from starting the same thread beside it.
+    const continues = seen !== undefined && (parentId || '') === seen.checkpointId;
     if (!continues) await this.wholeStep(sessionId, step, checkpoint);
     const labels = { [r.THREAD_LABEL]: threadId, [r.ID_LABEL]: checkpoint.id };
     const runId = metadata && metadata.run_id;
@@ -301,7 +307,7 @@ class CkptSaver extends BaseCheckpointSaver {
       reply = await this.client.appendEvents(sessionId, [{ type: r.CHECKPOINT_EVENT, payload: checkpoint.id }], {
         put: {
           state: r.encodeStep(step),
-          merge: continues,
+          merge: continues && seen.version > 0,
           expectedVersion: continues ? seen.version : undefined,
           labels,
           messageType: r.STEP_TYPE,
@@ -309,10 +315,11 @@ class CkptSaver extends BaseCheckpointSaver {
       });
     } catch (err) {
       if (err instanceof ConflictError) {
+        const read = seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints';
         throw new CheckpointConflictError(
           `thread ${JSON.stringify(threadId)} (checkpoint_ns ${JSON.stringify(checkpointNs)}) moved on since this saver read` +
-            ` checkpoint ${parentId} (version ${seen.version}; the head is version ${err.currentVersion}): another` +
-            ' writer wrote it; run the thread again to resume from its new head',
+            ` ${read}; the head is version ${err.currentVersion}: another writer wrote it; run the thread again to` +
+            ' resume from its new head',
           { threadId, checkpointNs, currentVersion: err.currentVersion },
         );
       }

@@ -149,7 +149,7 @@ class LogReader {
   }
 
   close() {
-    this.events.return();
+    this.events.return().catch(() => {});
   }
 }
 

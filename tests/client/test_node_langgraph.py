@@ -301,6 +301,13 @@ const put = (threadId, ns, metadata = { source: 'input', step: -1, parents: {} }
     out.long = await failure(() => put('x'.repeat(129), ''));
     out.noThread = await failure(() => put(undefined, ''));
     out.noCheckpoint = await failure(() => saver.putWrites({ configurable: { thread_id: 'a' } }, [['c', 1]], 't'));
+    // Two savers find a thread empty; the second to write its first checkpoint would start it twice.
+    const other = new CkptSaver(process.argv[2]);
+    const fresh = { configurable: { thread_id: 'fresh' } };
+    out.empty = [await saver.getTuple(fresh), await other.getTuple(fresh)].map((t) => t === undefined);
+    await put('fresh', '');
+    out.second = await failure(() => other.put(fresh, { ...emptyCheckpoint(), id: uuid6(-1) }, {}, {}));
+    other.close();
   }
   saver.close();
   console.log(JSON.stringify(out));
@@ -335,6 +342,7 @@ def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_d
     # The length in a session id counts code points, as Python's len() does, so a thread id may hold '/'.
     assert len(parrot) == 3
     assert sessions == {
+        "langgraph/5/fresh/": "fresh",
         "langgraph/1/a/\N{PARROT}/sub/x": "a",
         "langgraph/3/a/\N{PARROT}/": parrot,
         "langgraph/3/a/\N{PARROT}/sub/x": parrot,
@@ -348,11 +356,16 @@ def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_d
         ["a", "c", "late"],
     ]
     assert out["thread"] == [[parrot, ""], [parrot, "sub/x"]]
-    assert out["all"] == [["a", "\N{PARROT}/sub/x"], [parrot, ""], [parrot, "sub/x"]]
+    assert out["all"] == [["a", "\N{PARROT}/sub/x"], [parrot, ""], [parrot, "sub/x"]]  # before "fresh"
     assert out["missing"] is True
     assert out["long"] == (
         "RangeError: thread_id is 129 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"
     )
     assert out["noThread"].startswith("Error: put: the config's configurable has no thread_id")
     assert out["noCheckpoint"].startswith("Error: putWrites: the config's configurable has no checkpoint_id")
-    assert deleted["afterDelete"] == [["a", "\N{PARROT}/sub/x"]]
+    assert out["empty"] == [True, True]
+    assert out["second"] == (
+        'CheckpointConflictError: thread "fresh" (checkpoint_ns "") moved on since this saver read it without'
+        " checkpoints; the head is version 1: another writer wrote it; run the thread again to resume from its new head"
+    )
+    assert deleted["afterDelete"] == [["a", "\N{PARROT}/sub/x"], ["fresh", ""]]
