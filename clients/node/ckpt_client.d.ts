@@ -294,9 +294,10 @@ export class CheckpointClient {
   getBlobToFile(ref: BlobRef, file: string, range?: BlobRange): Promise<number>;
   /**
    * Register `typeName` of a protobufjs Root (its package's file and the files it uses) so that puts can
-   * name it in `messageType`; resolves to the full names of the message types registered.
+   * name it in `messageType`; resolves to the full names of the message types registered. `fileName`: the
+   * name of its package's file (default: after the package), the one other clients register it under.
    */
-  registerType(root: import('protobufjs').Root, typeName: string): Promise<string[]>;
+  registerType(root: import('protobufjs').Root, typeName: string, options?: { fileName?: string }): Promise<string[]>;
   putStream(
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },

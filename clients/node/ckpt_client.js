@@ -36,12 +36,42 @@ const WELL_KNOWN_FILES = {
   BoolValue: 'wrappers', StringValue: 'wrappers', BytesValue: 'wrappers',
 };
 
+// A map field's entry type as protoc names it: my_map -> MyMapEntry.
+function mapEntryName(fieldName) {
+  const camel = fieldName.replace(/_+([a-z0-9])/g, (_, c) => c.toUpperCase());
+  return `${camel.charAt(0).toUpperCase()}${camel.slice(1)}Entry`;
+}
+
+// protobufjs's message descriptor in protoc's shape: type names fully
+// qualified and map entries named <Field>Entry. The sidecar tells two
+// registrations of a file apart by what they define, so a file registered
+// from here is then the same one protoc (the Python clients) would register.
+function protocShape(type, message) {
+  const protobuf = require('protobufjs');
+  for (const f of message.field) {
+    const field = type.fieldsById[f.number];
+    if (field instanceof protobuf.MapField) {
+      const entry = message.nestedType.find((n) => n.name === f.typeName && n.options && n.options.mapEntry);
+      entry.name = mapEntryName(field.name);
+      f.typeName = `${type.fullName}.${entry.name}`;
+      if (field.resolvedType) entry.field[1].typeName = field.resolvedType.fullName;
+    } else if (field.resolvedType) {
+      f.typeName = field.resolvedType.fullName;
+    }
+  }
+  for (const nested of type.nestedArray) {
+    if (nested instanceof protobuf.Type) protocShape(nested, message.nestedType.find((n) => n.name === nested.name));
+  }
+  return message;
+}
+
 // The serialized FileDescriptorSet RegisterType takes for `typeName` of a
 // protobufjs Root: one file per package the type reaches (named after the
-// package: acme.agent.v1 -> acme/agent/v1.proto), holding every message and
-// enum of that package and importing the files of the others it uses. Built
-// with protobufjs's descriptor extension (a dependency of @grpc/proto-loader).
-function descriptorSet(root, typeName) {
+// package: acme.agent.v1 -> acme/agent/v1.proto, or `fileName` for the
+// type's own package), holding every message and enum of that package and
+// importing the files of the others it uses. Built with protobufjs's
+// descriptor extension (a dependency of @grpc/proto-loader).
+function descriptorSet(root, typeName, fileName) {
   const protobuf = require('protobufjs');
   const descriptor = require('protobufjs/ext/descriptor');
   root.resolveAll();
@@ -50,11 +80,13 @@ function descriptorSet(root, typeName) {
     while (ns instanceof protobuf.Type) ns = ns.parent;
     return ns;
   };
-  const fileName = (ns) => `${ns.fullName.slice(1).replace(/\./g, '/') || 'root'}.proto`;
+  const typePackage = packageOf(root.lookupType(typeName));
+  const nameOf = (ns) =>
+    ns === typePackage && fileName ? fileName : `${ns.fullName.slice(1).replace(/\./g, '/') || 'root'}.proto`;
   const files = new Map();
   const add = (ns) => {
     if (files.has(ns)) return;
-    const file = { name: fileName(ns), package: ns.fullName.slice(1), syntax: 'proto3', messageType: [], enumType: [] };
+    const file = { name: nameOf(ns), package: ns.fullName.slice(1), syntax: 'proto3', messageType: [], enumType: [] };
     files.set(ns, file);
     const imports = new Set();
     const uses = (type) => {
@@ -66,7 +98,7 @@ function descriptorSet(root, typeName) {
           while (top.parent instanceof protobuf.Type) top = top.parent;
           imports.add(`google/protobuf/${WELL_KNOWN_FILES[top.name] || top.name.toLowerCase()}.proto`);
         } else if (used !== ns) {
-          imports.add(fileName(used));
+          imports.add(nameOf(used));
           add(used);
         }
       }
@@ -74,7 +106,7 @@ function descriptorSet(root, typeName) {
     };
     for (const nested of ns.nestedArray) {
       if (nested instanceof protobuf.Type) {
-        file.messageType.push(nested.toDescriptor('proto3'));
+        file.messageType.push(protocShape(nested, nested.toDescriptor('proto3')));
         uses(nested);
       } else if (nested instanceof protobuf.Enum) {
         file.enumType.push(nested.toDescriptor());
@@ -82,7 +114,7 @@ function descriptorSet(root, typeName) {
     }
     file.dependency = [...imports];
   };
-  add(packageOf(root.lookupType(typeName)));
+  add(typePackage);
   return Buffer.from(descriptor.FileDescriptorSet.encode({ file: [...files.values()] }).finish());
 }
 
@@ -273,8 +305,11 @@ class CheckpointClient {
   // Register `typeName` of a protobufjs Root (protobuf.loadSync('state.proto'))
   // with the sidecar, so that puts can name it (messageType); resolves to the
   // full names of the message types registered. Registering again is harmless.
-  async registerType(root, typeName) {
-    const reply = await this.call('RegisterType', { file_descriptor_set: descriptorSet(root, typeName) });
+  // fileName: the name of its package's file, when other clients register the
+  // same type under the name protoc gives it ('acme/agent/v1/state.proto'):
+  // a type is defined by one file only.
+  async registerType(root, typeName, { fileName } = {}) {
+    const reply = await this.call('RegisterType', { file_descriptor_set: descriptorSet(root, typeName, fileName) });
     return reply.message_types;
   }
 
