@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ("v1", "store")  # ckpt/'s generated sub-packages; the rest of ckpt/ is hand-written
+GENERATED = ("v1", "store", "langgraph")  # ckpt/'s generated sub-packages; the rest of ckpt/ is hand-written
 
 
 def _load_generator() -> Any:
