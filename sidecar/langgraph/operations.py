@@ -59,6 +59,9 @@ from .records import (
 _HEAD_MASK = ("checkpoint_id", "deleted_checkpoint_ids")
 #: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
 _BRANCH_ATTEMPTS = 16
+#: Namespaces whose head the saver remembers, the most recently used: a put continuing a head it forgot is
+#: checked against the head it reads then, not the one its graph read.
+_HEADS_REMEMBERED = 16384
 #: Checkpoint ids whose version the saver remembers.
 _ID_CACHE_SIZE = 65536
 #: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
@@ -142,7 +145,7 @@ class Operations:
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
         self._lock = threading.Lock()
-        self._heads: dict[str, Head] = {}
+        self._heads: OrderedDict[str, Head] = OrderedDict()
         self._ids: OrderedDict[tuple[str, str], int] = OrderedDict()
         # Where pending writes are in a session's log (see Step.writes_after_seq): the highest seq this
         # saver saw; for a checkpoint written to before its put began, the seq seen before that write;
@@ -156,6 +159,9 @@ class Operations:
     def _saw_head(self, session_id: str, head: Head) -> None:
         with self._lock:
             self._heads[session_id] = head
+            self._heads.move_to_end(session_id)
+            while len(self._heads) > _HEADS_REMEMBERED:
+                self._heads.popitem(last=False)
             if head.checkpoint_id is not None:
                 self._remember(session_id, head.checkpoint_id, head.version)
 
