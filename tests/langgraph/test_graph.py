@@ -7,6 +7,7 @@ The graph and the agent program are in tests/langgraph/agent.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import signal
@@ -24,7 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateSnapshot
 
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.sidecar.langgraph import CkptSaver
+from ckpt.sidecar.langgraph import AsyncCkptSaver, CkptSaver
 from tests.client.support import wait_for
 from tests.langgraph.agent import (
     QUESTION,
@@ -316,3 +317,19 @@ def test_the_embedded_saver_resumes_a_graph_after_a_process_restart(tmp_path: Pa
     assert (kind, final) == ("final", plain(approved_run(memory, "embedded")))
     with CkptSaver.embedded(tmp_path / "data") as saver:
         assert shape(history(build(saver), "embedded")) == shape(history(memory, "embedded"))
+
+
+def test_the_asyncio_saver_runs_the_graph_as_in_memory_saver_does(sidecar: Sidecar) -> None:
+    """ainvoke to the interrupt, resume, and aget_state_history, on AsyncCkptSaver through a sidecar."""
+
+    async def main() -> tuple[dict[str, Any], list[StateSnapshot]]:
+        async with AsyncCkptSaver.from_conn_string(sidecar.unix_target) as saver:
+            graph = build(saver)
+            assert interrupts(await graph.ainvoke(question(), config("async"))) == APPROVAL
+            final = await graph.ainvoke(Command(resume="yes"), config("async"))
+            return final, [s async for s in graph.aget_state_history(config("async"))]
+
+    final, stored = asyncio.run(main())
+    memory = build(InMemorySaver())
+    assert plain(final) == plain(approved_run(memory, "async"))
+    assert shape(stored) == shape(history(memory, "async"))
