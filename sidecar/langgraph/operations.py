@@ -200,6 +200,8 @@ class Operations:
             if got is None and (yield from self._finish_prune(where)):
                 got = yield Call("get", (sid, 0, ()))
             if got is None:
+                with self._lock:  # a namespace deleted and made again has a new log: its seqs start over
+                    self._last_seq.pop(sid, None)
                 self._saw_head(sid, Head(None, 0))
                 return None
             version, state = got
@@ -347,7 +349,9 @@ class Operations:
         for _ in range(_BRANCH_ATTEMPTS):
             got = yield Call("get", (sid, 0, _HEAD_MASK))
             current = Head(None, 0)
-            if got is not None:
+            if got is None:  # no checkpoint yet; a log left by a deleted namespace is read from its start
+                encoded.full.writes_after_seq = encoded.patch.writes_after_seq = 0
+            else:
                 step = decode_step(got[1])
                 current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids))
             try:
