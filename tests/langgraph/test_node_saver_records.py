@@ -227,6 +227,11 @@ const metadata = (step) => ({ source: 'loop', step, parents: {} });
   const cut = await put(first, 1, { a: ['x', 'w'], b: [] }, { a: 2, b: 2, c: 1 }, { a: 2, b: 2 });
   const grown = await put(cut, 2, { a: ['x', 'w', 'v'] }, { a: 3, b: 2, c: 1 }, { a: 3 });
   const branch = await put(first, 1, { b: [1, 2, 3] }, { a: 1, b: 4, c: 1 }, { b: 4 });
+  // 300 elements cut off outweigh the live ones: the step after is written whole, without them.
+  const long = { configurable: { thread_id: 'rewritten', checkpoint_ns: '' } };
+  const many = await put(long, 0, { a: Array.from({ length: 300 }, (_, i) => i) }, { a: 1 }, { a: 1 });
+  const none = await put(many, 1, { a: [] }, { a: 2 }, { a: 2 });
+  const rewritten = await put(none, 2, { a: ['again'] }, { a: 3 }, { a: 3 });
   saver.close();
   const fresh = new CkptSaver(target);
   const values = async (config) => (await fresh.getTuple(config)).checkpoint.channel_values;
@@ -238,6 +243,8 @@ const metadata = (step) => ({ source: 'loop', step, parents: {} });
     grown: await values(grown),
     branch: await values(branch),
     first: await values(first),
+    rewritten: [many, none, rewritten].map((c) => c.configurable.checkpoint_id),
+    again: await values(rewritten),
   };
   fresh.close();
   console.log(JSON.stringify(out));
@@ -261,6 +268,8 @@ def test_langgraph_js_list_channels_are_stored_element_by_element(sidecar: Sidec
         chat, _ = stored(client, "chat")
         steps, _ = stored(client, "lists")
         history = list(client.history("langgraph/5/lists/"))[::-1]
+        rewritten, _ = stored(client, "rewritten")
+        rewritten_modes = [v.mode for v in client.history("langgraph/9/rewritten/")][::-1]
 
     def entries(step: records_pb2.Step) -> list[tuple[str, int, list[str]]]:
         return [(e.channel, e.start, [v.data.decode() for v in e.values]) for e in step.items]
@@ -286,6 +295,11 @@ def test_langgraph_js_list_channels_are_stored_element_by_element(sidecar: Sidec
     ]
     replace, merge = service_pb2.WRITE_MODE_REPLACE, service_pb2.WRITE_MODE_MERGE
     assert [v.mode for v in history] == [replace, merge, merge, replace]
+    assert [s.checkpoint_id for s in rewritten] == out["rewritten"]
+    assert [len(e.values) for e in rewritten[1].items] == [300, 0]
+    assert rewritten_modes == [replace, merge, replace]
+    assert entries(rewritten[2]) == [("a", 0, ['"again"'])]
+    assert out["again"] == {"a": ["again"]}
 
 
 # The Node saver reads a thread the Python saver wrote, lists included, and continues it.
