@@ -58,6 +58,13 @@ function protocShape(type, message) {
     } else if (field.resolvedType) {
       f.typeName = field.resolvedType.fullName;
     }
+    // A proto3 `optional` field: protobufjs sets the flag under a name its descriptor type does not
+    // encode, and leaves behind the empty options the flag came from.
+    if (f.proto3_optional) {
+      delete f.proto3_optional;
+      f.proto3Optional = true;
+    }
+    if (f.options && Object.keys(f.options.toJSON()).length === 0) delete f.options;
   }
   for (const nested of type.nestedArray) {
     if (nested instanceof protobuf.Type) protocShape(nested, message.nestedType.find((n) => n.name === nested.name));

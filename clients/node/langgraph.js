@@ -2,8 +2,9 @@
 // `graph.compile({ checkpointer })`. It lays checkpoints out as the Python saver does
 // (proto/ckpt/langgraph/v1/records.proto), so either reads what the other wrote when both use the
 // same serializer: a thread's namespace is one session, a checkpoint one typed Step version, written
-// as a MERGE patch of what changed when it continues the head this saver last saw, compare-and-set
-// on that head so that two writers never fork a thread silently.
+// as a MERGE patch of what changed when it continues the head this saver last saw (of a list channel,
+// the elements after those it shares with the head's), compare-and-set on that head so that two
+// writers never fork a thread silently.
 'use strict';
 
 const { status } = require('@grpc/grpc-js');
@@ -25,6 +26,28 @@ class CheckpointConflictError extends Error {
 }
 
 const isNotFound = (err) => err && err.code === status.NOT_FOUND;
+
+// Checkpoint ids (and ids written to before their put) the saver remembers per process.
+const ID_CACHE_SIZE = 65536;
+// List elements cut off (a message removed, say) a namespace's state may keep before a step is written
+// whole, dropping them.
+const DEAD_ELEMENTS_ALLOWED = 256;
+
+// Whether a head's stored cut-off list elements outweigh its live ones.
+function needsRewrite(head) {
+  let live = 0;
+  for (const digests of head.lists.values()) live += digests.length;
+  return head.storedElements - live > Math.max(DEAD_ELEMENTS_ALLOWED, live);
+}
+
+// Sets key to value in a Map kept as a least recently set first cache of at most ID_CACHE_SIZE keys.
+function remember(map, key, value) {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > ID_CACHE_SIZE) map.delete(map.keys().next().value);
+}
+
+const keyOf = (sessionId, checkpointId) => `${sessionId}\0${checkpointId}`;
 
 // thread_id, checkpoint_ns and checkpoint_id of a config: thread_id undefined when it has none.
 function threadOf(config) {
@@ -68,10 +91,36 @@ class CkptSaver extends BaseCheckpointSaver {
     } else {
       throw new TypeError('target must be a sidecar address string or a CheckpointClient');
     }
-    // session id -> { version, checkpointId }: the head this saver last read or wrote; version 0 and
-    // checkpointId '' when it found the namespace without any checkpoint.
+    // session id -> { version, checkpointId, lists, storedElements }: the head this saver last read or
+    // wrote (version 0 and checkpointId '' when it found the namespace without any checkpoint), its list
+    // channels' element digests by channel and the list elements its state holds.
     this.heads = new Map();
+    // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
+    // saves a task's writes while its checkpoint's put may not have begun. By session, the highest seq
+    // this saver saw; by checkpoint, the seq seen before a write to it that came before its put, the
+    // puts under way, and the checkpoints it put or read.
+    this.lastSeq = new Map();
+    this.early = new Map();
+    this.putting = new Set();
+    this.known = new Map();
     this.registered = null;
+  }
+
+  sawSeq(sessionId, seq) {
+    if (seq > (this.lastSeq.get(sessionId) || 0)) this.lastSeq.set(sessionId, seq);
+  }
+
+  sawHead(sessionId, version, step) {
+    const head = { version, checkpointId: step.checkpoint_id, lists: r.listsOf(step), storedElements: r.storedElements(step) };
+    this.heads.set(sessionId, head);
+    remember(this.known, keyOf(sessionId, step.checkpoint_id), true);
+  }
+
+  // What the saver knew of a session it deleted: its log starts over.
+  forget(sessionId) {
+    this.heads.delete(sessionId);
+    this.lastSeq.delete(sessionId);
+    for (const key of [...this.known.keys()]) if (key.startsWith(`${sessionId}\0`)) this.known.delete(key);
   }
 
   static fromConnString(target, options) {
@@ -100,14 +149,21 @@ class CkptSaver extends BaseCheckpointSaver {
       found = await this.locate(sessionId, checkpointId);
     }
     if (found === undefined) return undefined;
-    if (found.isHead) this.heads.set(sessionId, { version: found.version, checkpointId: found.step.checkpoint_id });
-    else if (found.absent) this.heads.set(sessionId, { version: 0, checkpointId: '' });
+    if (found.isHead) this.sawHead(sessionId, found.version, found.step);
+    else if (found.absent) this.heads.set(sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 });
     if (found.step === undefined) return undefined;
-    const log = new r.LogReader(this.client, sessionId);
+    remember(this.known, keyOf(sessionId, found.step.checkpoint_id), true);
+    let log;
     try {
-      return await this.tupleOf(threadId, checkpointNs, found.step, log);
+      return await this.tupleOf(threadId, checkpointNs, found.step, (afterSeq) => {
+        log = new r.LogReader(this.client, sessionId, { afterSeq });
+        return log;
+      });
     } finally {
-      log.close();
+      if (log !== undefined) {
+        log.close();
+        this.sawSeq(sessionId, log.newest);
+      }
     }
   }
 
@@ -178,19 +234,29 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
-  async tupleOf(threadId, checkpointNs, step, log) {
+  // The CheckpointTuple of a stored Step. logFrom(afterSeq): a LogReader of the session's log able to
+  // read every writes event after afterSeq.
+  async tupleOf(threadId, checkpointNs, step, logFrom) {
     const checkpoint = await this.serde.loadsTyped(step.checkpoint.type, r.bytesOf(step.checkpoint));
+    const elements = step.items.length > 0 ? r.elementsOf(step) : new Map();
     const channelValues = {};
     for (const channel of Object.keys(checkpoint.channel_versions || {})) {
       const value = step.channels[channel];
       if (value === undefined || value.type === r.EMPTY) continue;
-      channelValues[channel] = await this.serde.loadsTyped(value.type, r.bytesOf(value));
+      channelValues[channel] =
+        value.type === r.ITEMS
+          ? await Promise.all((elements.get(channel) || []).map((e) => this.serde.loadsTyped(e.type, r.bytesOf(e))))
+          : await this.serde.loadsTyped(value.type, r.bytesOf(value));
     }
     checkpoint.channel_values = channelValues;
     const parentId = step.parent_checkpoint_id || undefined;
-    if (checkpoint.v < 4 && parentId !== undefined) await this.migratePendingSends(checkpoint, parentId, log);
+    // The parent's writes may be anywhere before this checkpoint's: an old format's migration reads the
+    // whole log.
+    const migrates = checkpoint.v < 4 && parentId !== undefined;
+    const log = logFrom(migrates ? 0 : step.writes_after_seq);
+    if (migrates) await this.migratePendingSends(checkpoint, parentId, log);
     const pendingWrites = await Promise.all(
-      (await log.writesOf(step.checkpoint_id)).map(async (w) => [
+      (await log.writesOf(step.checkpoint_id, step.writes_after_seq)).map(async (w) => [
         w.taskId,
         w.channel,
         await this.serde.loadsTyped(w.value.type, r.bytesOf(w.value)),
@@ -209,7 +275,7 @@ class CkptSaver extends BaseCheckpointSaver {
   // Checkpoints before format 4 kept the sends of a step as the parent's TASKS writes; LangGraph now
   // reads them from the TASKS channel.
   async migratePendingSends(checkpoint, parentId, log) {
-    const sends = (await log.writesOf(parentId)).filter((w) => w.channel === TASKS);
+    const sends = (await log.writesOf(parentId, 0)).filter((w) => w.channel === TASKS);
     checkpoint.channel_values[TASKS] = await Promise.all(
       sends.map((w) => this.serde.loadsTyped(w.value.type, r.bytesOf(w.value))),
     );
@@ -250,10 +316,11 @@ class CkptSaver extends BaseCheckpointSaver {
             if (left <= 0) return;
             left -= 1;
           }
-          yield await this.tupleOf(session.threadId, session.checkpointNs, found.step, log);
+          yield await this.tupleOf(session.threadId, session.checkpointNs, found.step, () => log);
         }
       } finally {
         log.close();
+        this.sawSeq(session.sessionId, log.newest);
       }
     }
   }
@@ -278,26 +345,62 @@ class CkptSaver extends BaseCheckpointSaver {
   async put(config, checkpoint, metadata, newVersions) {
     const { threadId, checkpointNs, checkpointId: parentId } = requireThread(config, 'put');
     const sessionId = r.sessionIdOf(threadId, checkpointNs);
-    const registering = this.registerStep();
-    const { channel_values: values = {}, ...rest } = checkpoint;
-    const channels = {};
-    for (const channel of Object.keys(newVersions || {})) {
-      channels[channel] = Object.prototype.hasOwnProperty.call(values, channel)
-        ? r.typed(await this.serde.dumpsTyped(values[channel]))
-        : r.emptyTyped();
+    const key = keyOf(sessionId, checkpoint.id);
+    // Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
+    const writesAfterSeq = Math.min(this.early.get(key) ?? Infinity, this.lastSeq.get(sessionId) || 0);
+    this.early.delete(key);
+    this.putting.add(key);
+    try {
+      const where = { threadId, checkpointNs, parentId: parentId || '', sessionId };
+      await this.putStep(where, checkpoint, metadata, newVersions || {}, writesAfterSeq);
+    } finally {
+      this.putting.delete(key);
     }
-    const step = {
-      checkpoint_id: checkpoint.id,
-      parent_checkpoint_id: parentId || '',
-      checkpoint: r.typed(await this.serde.dumpsTyped(rest)),
-      metadata: r.typed(await this.serde.dumpsTyped(metadata)),
-      channels,
-    };
+    remember(this.known, key, true);
+    return configOf(threadId, checkpointNs, checkpoint.id);
+  }
+
+  async putStep({ threadId, checkpointNs, parentId, sessionId }, checkpoint, metadata, newVersions, writesAfterSeq) {
+    const registering = this.registerStep();
     const seen = this.heads.get(sessionId);
     // The first checkpoint of a namespace this saver found empty continues that empty head too: a
     // compare-and-set on version 0 keeps a second writer from starting the same thread beside it.
-    const continues = seen !== undefined && (parentId || '') === seen.checkpointId;
-    if (!continues) await this.wholeStep(sessionId, step, checkpoint);
+    const continues = seen !== undefined && parentId === seen.checkpointId;
+    const merge = continues && seen.version > 0 && !needsRewrite(seen);
+    const { channel_values: values = {}, ...rest } = checkpoint;
+    const step = {
+      checkpoint_id: checkpoint.id,
+      parent_checkpoint_id: parentId,
+      checkpoint: r.typed(await this.serde.dumpsTyped(rest)),
+      metadata: r.typed(await this.serde.dumpsTyped(metadata)),
+      channels: {},
+      items: [],
+      writes_after_seq: writesAfterSeq,
+    };
+    // The stored state's lists once this step is written.
+    const lists = new Map(merge ? seen.lists : undefined);
+    for (const channel of Object.keys(newVersions)) {
+      lists.delete(channel);
+      if (!Object.prototype.hasOwnProperty.call(values, channel)) {
+        step.channels[channel] = r.emptyTyped();
+      } else if (r.isList(values[channel])) {
+        // Element by element, so that a step sends and stores the messages it added, not the conversation.
+        const elements = await Promise.all(values[channel].map(async (e) => r.typed(await this.serde.dumpsTyped(e))));
+        const digests = elements.map(r.digestOf);
+        // A list the head did not hold (cut, emptied, another type) starts over at 0.
+        const old = merge ? seen.lists.get(channel) : undefined;
+        const start = old === undefined ? 0 : r.commonPrefix(old, digests);
+        if (old === undefined || start < old.length || start < digests.length) {
+          step.items.push({ channel, start, values: elements.slice(start) });
+        }
+        step.channels[channel] = { type: r.ITEMS, data: Buffer.alloc(0) };
+        lists.set(channel, digests);
+      } else {
+        step.channels[channel] = r.typed(await this.serde.dumpsTyped(values[channel]));
+      }
+    }
+    if (!merge && !(continues && seen.version === 0)) await this.wholeStep(sessionId, step, checkpoint, lists);
+    const storedElements = (merge ? seen.storedElements : 0) + r.storedElements(step);
     const labels = { [r.THREAD_LABEL]: threadId, [r.ID_LABEL]: checkpoint.id };
     const runId = metadata && metadata.run_id;
     if (typeof runId === 'string' && runId && r.utf8Bytes(runId) <= r.MAX_LABEL_BYTES) labels[r.RUN_LABEL] = runId;
@@ -307,7 +410,7 @@ class CkptSaver extends BaseCheckpointSaver {
       reply = await this.client.appendEvents(sessionId, [{ type: r.CHECKPOINT_EVENT, payload: checkpoint.id }], {
         put: {
           state: r.encodeStep(step),
-          merge: continues && seen.version > 0,
+          merge,
           expectedVersion: continues ? seen.version : undefined,
           labels,
           messageType: r.STEP_TYPE,
@@ -325,19 +428,29 @@ class CkptSaver extends BaseCheckpointSaver {
       }
       throw err;
     }
-    this.heads.set(sessionId, { version: reply.put.version, checkpointId: checkpoint.id });
-    return configOf(threadId, checkpointNs, checkpoint.id);
+    this.sawSeq(sessionId, reply.last_seq);
+    this.heads.set(sessionId, { version: reply.put.version, checkpointId: checkpoint.id, lists, storedElements });
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not
-  // change come from its parent, and the checkpoints deleted from the session stay deleted.
-  async wholeStep(sessionId, step, checkpoint) {
+  // change come from its parent (a list's elements with it), and the checkpoints deleted from the
+  // session stay deleted.
+  async wholeStep(sessionId, step, checkpoint, lists) {
     const parentId = step.parent_checkpoint_id;
     const parent = parentId ? await this.locate(sessionId, parentId) : undefined;
     if (parent !== undefined) {
+      const elements = parent.step.items.length > 0 ? r.elementsOf(parent.step) : new Map();
       for (const channel of Object.keys(checkpoint.channel_versions || {})) {
         const value = parent.step.channels[channel];
-        if (!(channel in step.channels) && value !== undefined && value.type !== r.EMPTY) step.channels[channel] = value;
+        if (Object.prototype.hasOwnProperty.call(step.channels, channel) || value === undefined || value.type === r.EMPTY) {
+          continue;
+        }
+        step.channels[channel] = value;
+        if (value.type === r.ITEMS) {
+          const values = elements.get(channel) || [];
+          step.items.push({ channel, start: 0, values });
+          lists.set(channel, values.map(r.digestOf));
+        }
       }
     }
     step.deleted_checkpoint_ids = await this.deletedIds(sessionId);
@@ -349,6 +462,11 @@ class CkptSaver extends BaseCheckpointSaver {
       throw new Error('putWrites: the config\'s configurable has no checkpoint_id: writes belong to a checkpoint');
     }
     const sessionId = r.sessionIdOf(threadId, checkpointNs);
+    const key = keyOf(sessionId, checkpointId);
+    if (!this.putting.has(key) && !this.known.has(key)) {
+      // Its checkpoint's put has not begun: tell that put where these writes are.
+      remember(this.early, key, Math.min(this.early.get(key) ?? Infinity, this.lastSeq.get(sessionId) || 0));
+    }
     const record = {
       checkpoint_id: checkpointId,
       task_id: taskId,
@@ -361,7 +479,8 @@ class CkptSaver extends BaseCheckpointSaver {
         })),
       ),
     };
-    await this.client.appendEvents(sessionId, [{ type: r.WRITES_EVENT, payload: r.encodeWrites(record) }]);
+    const reply = await this.client.appendEvents(sessionId, [{ type: r.WRITES_EVENT, payload: r.encodeWrites(record) }]);
+    this.sawSeq(sessionId, reply.last_seq);
   }
 
   // Removes every namespace of the thread: its checkpoints and writes.
@@ -370,12 +489,12 @@ class CkptSaver extends BaseCheckpointSaver {
     const sessions = [];
     for await (const s of this.sessionsOf(id, undefined)) sessions.push(s.sessionId);
     for (const sessionId of sessions) {
-      this.heads.delete(sessionId);
       try {
         await this.client.delete(sessionId);
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
+      this.forget(sessionId);
     }
   }
 

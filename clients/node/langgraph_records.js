@@ -1,12 +1,13 @@
 // The records of the LangGraph.js saver (langgraph.js), as
 // proto/ckpt/langgraph/v1/records.proto lays them out for both savers: a
-// thread's checkpoint namespace is a session, a checkpoint one Step version,
-// pending writes "langgraph.writes" events after the checkpoint's
-// "langgraph.checkpoint" marker.
+// thread's checkpoint namespace is a session, a checkpoint one Step version
+// (list channels element by element in its items), pending writes
+// "langgraph.writes" events after the Step's writes_after_seq.
 'use strict';
 
 const path = require('path');
 const protobuf = require('protobufjs');
+const { xxh3 } = require('@node-rs/xxhash');
 const { compareWritesSortKeys, writesSortKey } = require('@langchain/langgraph-checkpoint');
 
 // The file's name as protoc (the Python saver) registers it: one file defines the type for both.
@@ -21,6 +22,8 @@ const RUN_LABEL = 'langgraph.run';
 const MAX_LABEL_BYTES = 128;
 const MAX_SESSION_ID_BYTES = 256;
 const EMPTY = 'empty';
+// A list channel's type: its elements are in Step.items.
+const ITEMS = 'ckpt.items';
 
 let root = null;
 
@@ -78,9 +81,68 @@ function encodeStep(step) {
   return Buffer.from(type.encode(type.fromObject(step)).finish());
 }
 
+// writes_after_seq is 0 when absent (a Step written before it existed: its writes are read from the
+// log's start).
 function decodeStep(bytes) {
   const type = Step();
-  return type.toObject(type.decode(bytes), { defaults: true, arrays: true, objects: true });
+  const step = type.toObject(type.decode(bytes), { defaults: true, arrays: true, objects: true, longs: Number });
+  step.writes_after_seq = step.writes_after_seq || 0;
+  return step;
+}
+
+// The elements (Typed) of a Step's list channels by channel: its items applied in order, each cutting
+// the list at its start and extending it.
+function elementsOf(step) {
+  const out = new Map();
+  for (const entry of step.items) {
+    const elements = out.get(entry.channel) || [];
+    if (entry.start > elements.length) {
+      throw new Error(
+        `checkpoint ${JSON.stringify(step.checkpoint_id)}: channel ${JSON.stringify(entry.channel)}'s items start at` +
+          ` ${entry.start}, past its ${elements.length} elements`,
+      );
+    }
+    elements.length = entry.start;
+    for (const value of entry.values) elements.push(value);
+    out.set(entry.channel, elements);
+  }
+  return out;
+}
+
+// An element's identity for telling which elements a step shares with its parent: xxh3-128 of its type,
+// a NUL and its bytes, as the Python saver computes it.
+const digestOf = (t) => xxh3.xxh128(Buffer.concat([Buffer.from(`${t.type}\0`, 'utf8'), Buffer.from(t.data || [])]));
+
+// The digests of the list channels' elements of a stored Step, by channel.
+function listsOf(step) {
+  const lists = new Map();
+  for (const [channel, elements] of elementsOf(step)) {
+    const value = step.channels[channel];
+    if (value !== undefined && value.type === ITEMS) lists.set(channel, elements.map(digestOf));
+  }
+  return lists;
+}
+
+// The list elements a Step's state holds, those later entries cut off included.
+const storedElements = (step) => step.items.reduce((n, entry) => n + entry.values.length, 0);
+
+// Whether a value is stored element by element: a plain array each of whose elements the serializer
+// writes alone (JSON has no undefined, function or symbol element: such an array is stored whole).
+function isList(value) {
+  if (!Array.isArray(value) || Object.getPrototypeOf(value) !== Array.prototype) return false;
+  for (let i = 0; i < value.length; i++) {
+    const kind = typeof value[i];
+    if (kind === 'undefined' || kind === 'function' || kind === 'symbol') return false;
+  }
+  return true;
+}
+
+// How many leading digests two lists share.
+function commonPrefix(a, b) {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
 }
 
 function encodeWrites(writes) {
@@ -111,18 +173,21 @@ function foldWrites(recordsInOrder) {
 }
 
 // The pending writes of a session's checkpoints, read from its log newest first as far as needed and
-// kept: writesOf(id) returns a checkpoint's folded writes once its marker was read (every write of a
-// checkpoint comes after its marker).
+// kept: writesOf(id, afterSeq) returns a checkpoint's folded writes once every event after afterSeq (its
+// Step's writes_after_seq) was read. A reader made with `afterSeq` reads no event at or before it.
 class LogReader {
-  constructor(client, sessionId) {
-    this.events = client.events(sessionId, { types: [WRITES_EVENT, CHECKPOINT_EVENT], newestFirst: true, pageSize: 1000 });
+  constructor(client, sessionId, { afterSeq = 0 } = {}) {
+    this.floor = afterSeq;
+    this.events = client.events(sessionId, { types: [WRITES_EVENT], afterSeq, newestFirst: true, pageSize: 1000 });
     this.byCheckpoint = new Map(); // id -> [{ seq, record }]
-    this.marked = new Set();
+    this.lowest = Infinity; // every writes event from this seq on was read
+    this.newest = 0; // the highest seq read
     this.done = false;
   }
 
-  async writesOf(checkpointId) {
-    while (!this.marked.has(checkpointId) && !this.done) {
+  async writesOf(checkpointId, afterSeq) {
+    if (afterSeq < this.floor) throw new Error(`the log was read after seq ${this.floor} only, not after ${afterSeq}`);
+    while (this.lowest > afterSeq + 1 && !this.done) {
       let next;
       try {
         next = await this.events.next();
@@ -135,16 +200,15 @@ class LogReader {
         break;
       }
       const event = next.value;
-      if (event.type === CHECKPOINT_EVENT) {
-        this.marked.add(Buffer.from(event.payload).toString('utf8'));
-      } else {
-        const record = decodeWrites(event.payload);
-        const list = this.byCheckpoint.get(record.checkpoint_id) || [];
-        list.push({ seq: event.seq, record });
-        this.byCheckpoint.set(record.checkpoint_id, list);
-      }
+      this.lowest = event.seq;
+      this.newest = Math.max(this.newest, event.seq);
+      const record = decodeWrites(event.payload);
+      const list = this.byCheckpoint.get(record.checkpoint_id) || [];
+      list.push({ seq: event.seq, record });
+      this.byCheckpoint.set(record.checkpoint_id, list);
     }
-    const found = (this.byCheckpoint.get(checkpointId) || []).slice().sort((a, b) => a.seq - b.seq);
+    const found = (this.byCheckpoint.get(checkpointId) || []).filter((f) => f.seq > afterSeq);
+    found.sort((a, b) => a.seq - b.seq);
     return foldWrites(found.map((f) => f.record));
   }
 
@@ -157,6 +221,7 @@ module.exports = {
   CHECKPOINT_EVENT,
   EMPTY,
   ID_LABEL,
+  ITEMS,
   LogReader,
   MAX_LABEL_BYTES,
   RECORDS_FILE,
@@ -165,14 +230,20 @@ module.exports = {
   THREAD_LABEL,
   WRITES_EVENT,
   bytesOf,
+  commonPrefix,
   decodeStep,
+  digestOf,
+  elementsOf,
   emptyTyped,
   encodeStep,
   encodeWrites,
   foldWrites,
+  isList,
+  listsOf,
   parseSessionId,
   records,
   sessionIdOf,
+  storedElements,
   typed,
   utf8Bytes,
 };
