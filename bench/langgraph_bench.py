@@ -66,9 +66,9 @@ SMOKE = {"threads": 4, "steps": 12, "rounds": 1, "x1_threads": 1, "history_threa
 DEFAULTS = {"threads": 64, "steps": 200, "rounds": 3, "x1_threads": 4, "history_threads": 8}
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(prog: str = "python -m ckpt.bench.langgraph_bench") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m ckpt.bench.langgraph_bench",
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -280,7 +280,7 @@ def sizes(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -> dict[str, Any]:
     args = sizes(args)
     chosen = tuple(n for n in NAMES if n in (args.systems or NAMES))
     if "postgres" in chosen:
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     figures = {name: medians(rs) for name, rs in per_round.items()}
     return {
-        "command": "python -m ckpt.bench.langgraph_bench " + " ".join(shlex.quote(a) for a in argv),
+        "command": f"{prog or 'python -m ckpt.bench.langgraph_bench'} " + " ".join(shlex.quote(a) for a in argv),
         "started_unix": started,
         "duration_seconds": time.time() - started,
         "record_seconds": record_seconds,
@@ -366,11 +366,11 @@ def machine() -> dict[str, Any]:
             "versions": versions}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(arguments)
+    args = (parser(prog) if prog else parser()).parse_args(arguments)
     try:
-        doc = run(args, arguments)
+        doc = run(args, arguments, prog=prog)
     except (ValueError, FileNotFoundError, postgres_server.PostgresMissing) as exc:
         print(f"langgraph_bench: {exc}", file=sys.stderr)
         return 2
