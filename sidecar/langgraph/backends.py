@@ -1,0 +1,269 @@
+"""The few store calls the savers' operations make: over the sidecar (sync and asyncio clients) or an
+in-process Store.
+
+Each backend method answers one ``Call`` of operations.py. Backends translate the store's answers at this
+one boundary: a missing session is None, False or an empty list; a compare-and-set that lost is
+``HeadMoved``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ckpt.langgraph.v1 import records_pb2
+from ckpt.v1 import service_pb2
+
+from ..client import AsyncCheckpointClient, CheckpointClient, ConflictError, NotFoundError, event
+from ..descriptors import descriptor_set
+from ..errors import NotFound, VersionConflict
+from ..store import EventQuery, NewEvent, PutRequest, Store, WriteMode
+from .records import CHECKPOINT_EVENT, STEP_TYPE
+
+#: How many versions, sessions or events one page asks for (ReadEvents' largest).
+PAGE_SIZE = 1000
+Versions = list[tuple[int, dict[str, str]]]
+Events = list[tuple[str, bytes]]
+
+
+class HeadMoved(Exception):
+    """A compare-and-set write found another head: ``current_version``."""
+
+    def __init__(self, current_version: int) -> None:
+        super().__init__(f"the head is version {current_version}")
+        self.current_version = current_version
+
+
+def _put_request(step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str]) -> PutRequest:
+    mode = WriteMode.MERGE if merge else WriteMode.REPLACE
+    return PutRequest("", step, mode, expected_version, "", labels, STEP_TYPE)
+
+
+def _wire_put(put: PutRequest) -> service_pb2.PutRequest:
+    return service_pb2.PutRequest(
+        state=put.state,
+        mode=service_pb2.WRITE_MODE_MERGE if put.mode is WriteMode.MERGE else service_pb2.WRITE_MODE_REPLACE,
+        expected_version=put.expected_version,
+        labels=put.labels,
+        message_type=put.message_type,
+    )
+
+
+def _markers(checkpoint_id: str | None) -> list[tuple[str, bytes]]:
+    return [] if checkpoint_id is None else [(CHECKPOINT_EVENT, checkpoint_id.encode())]
+
+
+def _until(events: Iterable[tuple[str, bytes]], marker: str | None) -> Events:
+    """Events up to and with the marker of checkpoint ``marker`` (all of them for None): pages after it
+    are never fetched."""
+    stop = None if marker is None else marker.encode()
+    out: Events = []
+    for type_, payload in events:
+        out.append((type_, payload))
+        if type_ == CHECKPOINT_EVENT and payload == stop:
+            break
+    return out
+
+
+class ClientBackend:
+    """Through a ``CheckpointClient``: the sidecar."""
+
+    def __init__(self, client: CheckpointClient) -> None:
+        self.client = client
+
+    def register(self) -> None:
+        self.client.register_type(records_pb2.Step)
+
+    def put(
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
+        marker: str | None,
+    ) -> int:  # fmt: skip
+        put = _wire_put(_put_request(step, merge, expected_version, labels))
+        events = [event(t, p) for t, p in _markers(marker)]
+        try:
+            reply = self.client.append_events(session_id, events, put=put)
+        except ConflictError as exc:
+            raise HeadMoved(exc.current_version) from None
+        return int(reply.put.version)
+
+    def append(self, session_id: str, events: Events) -> None:
+        self.client.append_events(session_id, [event(t, p) for t, p in events])
+
+    def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+        try:
+            reply = self.client.get(session_id, version, field_mask=mask)
+        except NotFoundError:
+            return None
+        return int(reply.version), bytes(reply.state)
+
+    def versions(self, session_id: str) -> Versions:
+        try:
+            return [(int(v.version), dict(v.labels)) for v in self.client.history(session_id, page_size=PAGE_SIZE)]
+        except NotFoundError:
+            return []
+
+    def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
+        pages = self.client.events(session_id, types=types, newest_first=newest_first, page_size=PAGE_SIZE)
+        try:
+            return _until(((e.type, bytes(e.payload)) for e in pages), marker)
+        except NotFoundError:
+            return []
+
+    def sessions(self, labels: dict[str, str]) -> list[str]:
+        return [s.session_id for s in self.client.sessions(labels=labels or None, page_size=PAGE_SIZE)]
+
+    def delete(self, session_id: str) -> bool:
+        try:
+            self.client.delete(session_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def fork(self, session_id: str, new_session_id: str, labels: dict[str, str]) -> None:
+        self.client.fork(session_id, new_session_id, labels=labels, copy_events=True)
+
+
+class AsyncClientBackend:
+    """Through an ``AsyncCheckpointClient``: the sidecar, from asyncio."""
+
+    def __init__(self, client: AsyncCheckpointClient) -> None:
+        self.client = client
+
+    async def register(self) -> None:
+        await self.client.register_type(records_pb2.Step)
+
+    async def put(
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
+        marker: str | None,
+    ) -> int:  # fmt: skip
+        put = _wire_put(_put_request(step, merge, expected_version, labels))
+        events = [event(t, p) for t, p in _markers(marker)]
+        try:
+            reply = await self.client.append_events(session_id, events, put=put)
+        except ConflictError as exc:
+            raise HeadMoved(exc.current_version) from None
+        return int(reply.put.version)
+
+    async def append(self, session_id: str, events: Events) -> None:
+        await self.client.append_events(session_id, [event(t, p) for t, p in events])
+
+    async def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+        try:
+            reply = await self.client.get(session_id, version, field_mask=mask)
+        except NotFoundError:
+            return None
+        return int(reply.version), bytes(reply.state)
+
+    async def versions(self, session_id: str) -> Versions:
+        try:
+            return [
+                (int(v.version), dict(v.labels)) async for v in self.client.history(session_id, page_size=PAGE_SIZE)
+            ]
+        except NotFoundError:
+            return []
+
+    async def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
+        stop = None if marker is None else marker.encode()
+        out: Events = []
+        try:
+            async for e in self.client.events(session_id, types=types, newest_first=newest_first, page_size=PAGE_SIZE):
+                out.append((e.type, bytes(e.payload)))
+                if e.type == CHECKPOINT_EVENT and e.payload == stop:
+                    break
+        except NotFoundError:
+            return []
+        return out
+
+    async def sessions(self, labels: dict[str, str]) -> list[str]:
+        return [s.session_id async for s in self.client.sessions(labels=labels or None, page_size=PAGE_SIZE)]
+
+    async def delete(self, session_id: str) -> bool:
+        try:
+            await self.client.delete(session_id)
+        except NotFoundError:
+            return False
+        return True
+
+    async def fork(self, session_id: str, new_session_id: str, labels: dict[str, str]) -> None:
+        await self.client.fork(session_id, new_session_id, labels=labels, copy_events=True)
+
+
+class StoreBackend:
+    """On an in-process ``Store`` (one process owns the data directory)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def register(self) -> None:
+        self.store.register_types(descriptor_set(records_pb2.Step))
+
+    def put(
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
+        marker: str | None,
+    ) -> int:  # fmt: skip
+        events = [NewEvent(t, p) for t, p in _markers(marker)]
+        try:
+            result = self.store.append_events(
+                session_id, events, put=_put_request(step, merge, expected_version, labels)
+            )
+        except VersionConflict as exc:
+            raise HeadMoved(exc.current_version) from None
+        assert result.put is not None  # a put was sent
+        return result.put.version
+
+    def append(self, session_id: str, events: Events) -> None:
+        self.store.append_events(session_id, [NewEvent(t, p) for t, p in events])
+
+    def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+        # A mask only saves the sidecar's wire; in process, the whole state is as cheap.
+        try:
+            got = self.store.get(session_id, version)
+        except NotFound:
+            return None
+        return got.version, got.state
+
+    def versions(self, session_id: str) -> Versions:
+        out: Versions = []
+        token = ""
+        try:
+            while True:
+                page, token = self.store.list_versions(session_id, page_size=PAGE_SIZE, page_token=token)
+                out += ((v.version, dict(v.labels)) for v in page)
+                if not token:
+                    return out
+        except NotFound:
+            return []
+
+    def events(self, session_id: str, types: Sequence[str], newest_first: bool, marker: str | None) -> Events:
+        def pages() -> Iterable[tuple[str, bytes]]:
+            token = ""
+            while True:
+                query = EventQuery(types=tuple(types), newest_first=newest_first, page_size=PAGE_SIZE, page_token=token)
+                page = self.store.read_events(session_id, query)
+                yield from ((e.type, e.payload) for e in page.events)
+                token = page.next_page_token
+                if not token:
+                    return
+
+        try:
+            return _until(pages(), marker)
+        except NotFound:
+            return []
+
+    def sessions(self, labels: dict[str, str]) -> list[str]:
+        out: list[str] = []
+        token = ""
+        while True:
+            page, token = self.store.list_sessions(page_size=PAGE_SIZE, page_token=token, label_filter=labels or None)
+            out += (s.session_id for s in page)
+            if not token:
+                return out
+
+    def delete(self, session_id: str) -> bool:
+        try:
+            self.store.delete_session(session_id)
+        except NotFound:
+            return False
+        return True
+
+    def fork(self, session_id: str, new_session_id: str, labels: dict[str, str]) -> None:
+        self.store.fork(session_id, 0, new_session_id, labels=labels, copy_events=True)

@@ -1,0 +1,451 @@
+"""The savers' operations, written once for the sync and the asyncio savers.
+
+Each operation is a generator: it yields a ``Call`` (a backend method and its arguments) and is sent the
+answer, or thrown the backend's exception; ``list`` also yields ``Out`` items for its caller. The savers'
+drivers (savers.py) run them against a backend, blocking or awaiting.
+
+No silent forks: a saver remembers the head it last saw of each namespace (a read of the latest checkpoint,
+or its own put). A put whose parent is that head is written with compare-and-set on it, so one that lost a
+race to another writer fails with CheckpointConflictError instead of hiding the other's checkpoint behind a
+new branch. A put whose parent is not that head (time travel, ``update_state`` on an older checkpoint) is a
+new branch on purpose, written whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ckpt.langgraph.v1 import records_pb2
+
+from .backends import HeadMoved, Versions
+from .records import (
+    CHECKPOINT_EVENT,
+    ID_LABEL,
+    PRUNING_LABEL,
+    RUN_LABEL,
+    WRITES_EVENT,
+    Encoded,
+    Where,
+    WriteFold,
+    checkpoint_tuple,
+    decode_step,
+    encode_put,
+    encode_writes,
+    matches,
+    metadata_of,
+    thread_label,
+    where_of,
+    where_of_session,
+    writes_by_checkpoint,
+)
+
+#: What a read of the head's ids asks for: enough to continue it or to rewrite it.
+_HEAD_MASK = ("checkpoint_id", "deleted_checkpoint_ids")
+#: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
+_BRANCH_ATTEMPTS = 16
+#: Checkpoint ids whose version the saver remembers.
+_ID_CACHE_SIZE = 65536
+#: Events one AppendEvents carries at most (service.proto).
+_MAX_EVENTS = 1000
+
+
+class CheckpointConflictError(RuntimeError):
+    """Another writer moved a thread's head since this saver read it: the put that continued the old head
+    wrote nothing. Re-run the graph on the thread (``invoke`` with the thread's config and no
+    checkpoint_id) to continue from the new head."""
+
+    def __init__(self, where: Where, parent_id: str | None, current_version: int) -> None:
+        super().__init__(
+            f"thread {where.thread_id!r} (checkpoint_ns {where.checkpoint_ns!r}) moved on: this saver continued"
+            f" checkpoint {parent_id!r}, but another writer put a checkpoint after it (the namespace is now at"
+            f" version {current_version}); nothing was written. Re-run the graph on the thread to continue from"
+            " the new head."
+        )
+        self.thread_id = where.thread_id
+        self.checkpoint_ns = where.checkpoint_ns
+        self.parent_checkpoint_id = parent_id
+        self.current_version = current_version
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Out:
+    item: CheckpointTuple
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A namespace's head as a saver last saw it: its checkpoint (None: no checkpoint yet) and version."""
+
+    checkpoint_id: str | None
+    version: int
+    deleted: tuple[str, ...] = ()
+
+
+@dataclass
+class _Listing:
+    where: Where
+    #: Each checkpoint's newest version, and that version's labels.
+    versions: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+
+
+Op = Generator[Call | Out, Any, Any]
+
+
+def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
+    out: dict[str, tuple[int, dict[str, str]]] = {}
+    for version, labels in versions:  # newest first: a checkpoint delete_for_runs restated keeps its newest
+        checkpoint_id = labels.get(ID_LABEL)
+        if checkpoint_id is not None and checkpoint_id not in out:
+            out[checkpoint_id] = (version, labels)
+    return out
+
+
+class Operations:
+    """The savers' state (the serializer, the heads seen, where checkpoints are) and their operations."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+        self._lock = threading.Lock()
+        self._heads: dict[str, Head] = {}
+        self._ids: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    # -- what the saver remembers ------------------------------------------------------------------
+
+    def _saw_head(self, session_id: str, head: Head) -> None:
+        with self._lock:
+            self._heads[session_id] = head
+            if head.checkpoint_id is not None:
+                self._remember(session_id, head.checkpoint_id, head.version)
+
+    def _remember(self, session_id: str, checkpoint_id: str, version: int) -> None:
+        # Called with the lock held.
+        self._ids[(session_id, checkpoint_id)] = version
+        self._ids.move_to_end((session_id, checkpoint_id))
+        while len(self._ids) > _ID_CACHE_SIZE:
+            self._ids.popitem(last=False)
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._heads.pop(session_id, None)
+            for key in [k for k in self._ids if k[0] == session_id]:
+                del self._ids[key]
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> Op:
+        where = where_of(config)
+        sid = where.session_id
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            found = yield from self._find(where, checkpoint_id)
+            if found is None:
+                return None
+            step = found
+        else:
+            got = yield Call("get", (sid, 0, ()))
+            if got is None and (yield from self._finish_prune(where)):
+                got = yield Call("get", (sid, 0, ()))
+            if got is None:
+                self._saw_head(sid, Head(None, 0))
+                return None
+            version, state = got
+            step = decode_step(state)
+            self._saw_head(sid, Head(step.checkpoint_id, version, tuple(step.deleted_checkpoint_ids)))
+        events = yield Call("events", (sid, (WRITES_EVENT, CHECKPOINT_EVENT), True, step.checkpoint_id))
+        fold = WriteFold()
+        for type_, payload in reversed(events):
+            if type_ == WRITES_EVENT:
+                writes = records_pb2.Writes.FromString(payload)
+                if writes.checkpoint_id == step.checkpoint_id:
+                    fold.add(writes)
+        return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde))
+
+    def _find(self, where: Where, checkpoint_id: str) -> Op:
+        """The Step of checkpoint ``checkpoint_id`` (None if the namespace has none, or it was deleted)."""
+        sid = where.session_id
+        head = yield Call("get", (sid, 0, _HEAD_MASK))
+        if head is None or checkpoint_id in decode_step(head[1]).deleted_checkpoint_ids:
+            return None
+        with self._lock:
+            version = self._ids.get((sid, checkpoint_id))
+        for _ in range(2):  # a remembered version may be gone (a prune rewrote the namespace): look it up
+            if version is not None:
+                got = yield Call("get", (sid, version, ()))
+                if got is not None:
+                    step = decode_step(got[1])
+                    if step.checkpoint_id == checkpoint_id:
+                        return step
+            newest = _newest_versions((yield Call("versions", (sid,))))
+            if checkpoint_id not in newest:
+                return None
+            version = newest[checkpoint_id][0]
+            with self._lock:
+                for cid, (v, _) in newest.items():
+                    self._remember(sid, cid, v)
+        return None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Op:
+        configurable = (config or {}).get("configurable") or {}
+        only_id = configurable.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        if config is None:
+            sids = [s for s in (yield Call("sessions", ({},))) if where_of_session(s) is not None]
+        elif configurable.get("checkpoint_ns") is not None:
+            asked = where_of(config)
+            yield from self._finish_prune(asked)
+            sids = [asked.session_id]
+        else:
+            thread_id = str(configurable["thread_id"])
+            for staged in (yield Call("sessions", ({PRUNING_LABEL: thread_id},))):
+                ns = staged.split("/", 2)[2][len(thread_id) + 1 :]
+                yield from self._finish_prune(Where(thread_id, ns))
+            sids = yield Call("sessions", (thread_label(thread_id),))
+        candidates: list[tuple[str, int, str]] = []
+        wheres: dict[str, Where] = {}
+        for sid in sids:
+            where = where_of_session(sid)
+            if where is None:
+                continue
+            wheres[sid] = where
+            newest = _newest_versions((yield Call("versions", (sid,))))
+            if not newest:
+                continue
+            head = yield Call("get", (sid, 0, _HEAD_MASK))
+            deleted = set(decode_step(head[1]).deleted_checkpoint_ids) if head else set()
+            for cid, (version, _) in newest.items():
+                if cid in deleted or (only_id and cid != only_id) or (before_id and cid >= before_id):
+                    continue
+                candidates.append((cid, version, sid))
+        candidates.sort(reverse=True)
+        writes: dict[str, dict[str, WriteFold]] = {}
+        left = limit
+        for cid, version, sid in candidates:
+            if left is not None and left <= 0:
+                return
+            got = yield Call("get", (sid, version, ()))
+            if got is None:
+                continue
+            step = decode_step(got[1])
+            if not matches(metadata_of(self.serde, step), filter):
+                continue
+            if sid not in writes:
+                events = yield Call("events", (sid, (WRITES_EVENT,), False, None))
+                writes[sid] = writes_by_checkpoint(payload for _, payload in events)
+            fold = writes[sid].get(cid)
+            pending = fold.pending(self.serde) if fold is not None else []
+            yield Out(checkpoint_tuple(self.serde, wheres[sid], step, pending))
+            if left is not None:
+                left -= 1
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Op:
+        where = where_of(config)
+        sid = where.session_id
+        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions)
+        parent_id = get_checkpoint_id(config) or None
+        with self._lock:
+            seen = self._heads.get(sid)
+        if seen is not None and seen.checkpoint_id == parent_id:
+            try:
+                version = yield from self._write(where, encoded, seen)
+            except HeadMoved as moved:
+                self._forget(sid)
+                raise CheckpointConflictError(where, parent_id, moved.current_version) from None
+            self._saw_head(sid, Head(encoded.checkpoint_id, version, seen.deleted))
+            return where.config(encoded.checkpoint_id)
+        for _ in range(_BRANCH_ATTEMPTS):
+            got = yield Call("get", (sid, 0, _HEAD_MASK))
+            current = Head(None, 0)
+            if got is not None:
+                step = decode_step(got[1])
+                current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids))
+            try:
+                version = yield from self._write(where, encoded, current)
+            except HeadMoved:
+                continue
+            self._saw_head(sid, Head(encoded.checkpoint_id, version, current.deleted))
+            return where.config(encoded.checkpoint_id)
+        raise CheckpointConflictError(where, parent_id, 0)
+
+    def _write(self, where: Where, encoded: Encoded, head: Head) -> Op:
+        """Write ``encoded`` after ``head`` with compare-and-set on it: only what changed when it continues
+        ``head``, the whole checkpoint (and the namespace's deleted ids) otherwise."""
+        continues = head.version > 0 and head.checkpoint_id == encoded.patch.parent_checkpoint_id
+        if continues:
+            step, labels = encoded.patch, encoded.labels
+        else:
+            step = records_pb2.Step()
+            step.CopyFrom(encoded.full)
+            step.deleted_checkpoint_ids.extend(head.deleted)
+            labels = {**encoded.labels, **thread_label(where.thread_id)}
+        args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
+        version: int = yield Call("put", args)
+        return version
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
+        where = where_of(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise ValueError('put_writes needs config["configurable"]["checkpoint_id"]: the checkpoint written to')
+        payload = encode_writes(self.serde, checkpoint_id, writes, task_id, task_path)
+        yield Call("append", (where.session_id, [(WRITES_EVENT, payload)]))
+
+    def delete_thread(self, thread_id: str) -> Op:
+        for labels in ({PRUNING_LABEL: thread_id}, thread_label(thread_id)):
+            for sid in (yield Call("sessions", (labels,))):
+                yield Call("delete", (sid,))
+                self._forget(sid)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Op:
+        runs = set(run_ids)
+        if not runs:
+            return
+        for sid in (yield Call("sessions", ({},))):
+            if where_of_session(sid) is None:
+                continue
+            newest = _newest_versions((yield Call("versions", (sid,))))
+            doomed = {cid for cid, (_, labels) in newest.items() if labels.get(RUN_LABEL) in runs}
+            if doomed:
+                yield from self._delete_checkpoints(sid, newest, doomed)
+
+    def _delete_checkpoints(self, sid: str, newest: dict[str, tuple[int, dict[str, str]]], doomed: set[str]) -> Op:
+        """Hide ``doomed`` checkpoints for good: a new version restates the newest survivor, with every
+        deleted id, in one write (compare-and-set on the head, retried), so nothing is half-deleted."""
+        for _ in range(_BRANCH_ATTEMPTS):
+            got = yield Call("get", (sid, 0, _HEAD_MASK))
+            if got is None:
+                return
+            deleted = set(decode_step(got[1]).deleted_checkpoint_ids) | doomed
+            alive = [(version, cid) for cid, (version, _) in newest.items() if cid not in deleted]
+            if not alive:
+                yield Call("delete", (sid,))
+                self._forget(sid)
+                return
+            version, cid = max(alive)
+            survivor = yield Call("get", (sid, version, ()))
+            if survivor is None:
+                return
+            step = decode_step(survivor[1])
+            del step.deleted_checkpoint_ids[:]
+            step.deleted_checkpoint_ids.extend(sorted(deleted))
+            labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)}
+            try:
+                written = yield Call("put", (sid, step.SerializeToString(), False, got[0], labels, None))
+            except HeadMoved:
+                newest = _newest_versions((yield Call("versions", (sid,))))
+                continue
+            self._forget(sid)
+            self._saw_head(sid, Head(cid, written, tuple(sorted(deleted))))
+            return
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Op:
+        target_label = thread_label(target_thread_id)
+        for sid in (yield Call("sessions", (thread_label(source_thread_id),))):
+            where = where_of_session(sid)
+            if where is None:
+                continue
+            target = Where(target_thread_id, where.checkpoint_ns).session_id
+            newest = _newest_versions((yield Call("versions", (sid,))))
+            head = yield Call("get", (sid, 0, _HEAD_MASK))
+            deleted = set(decode_step(head[1]).deleted_checkpoint_ids) if head else set()
+            payloads: dict[str, list[bytes]] = {}
+            for _, payload in (yield Call("events", (sid, (WRITES_EVENT,), False, None))):
+                payloads.setdefault(records_pb2.Writes.FromString(payload).checkpoint_id, []).append(payload)
+            for version, cid in sorted((v, c) for c, (v, _) in newest.items() if c not in deleted):
+                got = yield Call("get", (sid, version, ()))
+                if got is None:
+                    continue
+                step = decode_step(got[1])
+                del step.deleted_checkpoint_ids[:]
+                labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)} | target_label
+                yield Call("put", (target, step.SerializeToString(), False, None, labels, cid))
+                writes = [(WRITES_EVENT, p) for p in payloads.get(cid, [])]
+                for i in range(0, len(writes), _MAX_EVENTS):
+                    yield Call("append", (target, writes[i : i + _MAX_EVENTS]))
+            self._forget(target)
+
+    # -- prune -----------------------------------------------------------------------------------
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Op:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f'strategy must be "keep_latest" or "delete", not {strategy!r}')
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self.delete_thread(thread_id)
+                continue
+            for sid in (yield Call("sessions", (thread_label(thread_id),))):
+                where = where_of_session(sid)
+                if where is not None:
+                    yield from self._keep_latest(where)
+
+    def _keep_latest(self, where: Where) -> Op:
+        """Rewrite a namespace as its newest checkpoint and that checkpoint's writes. The checkpoint is
+        staged in a session of its own first, so that a crash half-way loses nothing: the next read of the
+        namespace finishes the move (``_finish_prune``)."""
+        sid, staging = where.session_id, where.pruning_session_id
+        versions = yield Call("versions", (sid,))
+        if len(versions) <= 1:
+            return
+        got = yield Call("get", (sid, 0, ()))
+        if got is None:
+            return
+        step = decode_step(got[1])
+        del step.deleted_checkpoint_ids[:]
+        cid = step.checkpoint_id
+        labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
+        events = yield Call("events", (sid, (WRITES_EVENT, CHECKPOINT_EVENT), True, cid))
+        writes = [(t, p) for t, p in reversed(events) if t == WRITES_EVENT]
+        writes = [(t, p) for t, p in writes if records_pb2.Writes.FromString(p).checkpoint_id == cid]
+        yield Call("delete", (staging,))  # a stage a crash left behind while the namespace was whole
+        staged = {**labels, PRUNING_LABEL: where.thread_id}
+        yield Call("put", (staging, step.SerializeToString(), False, 0, staged, cid))
+        for i in range(0, len(writes), _MAX_EVENTS):
+            yield Call("append", (staging, writes[i : i + _MAX_EVENTS]))
+        yield Call("delete", (sid,))
+        self._forget(sid)
+        yield from self._finish_prune(where)
+
+    def _finish_prune(self, where: Where) -> Op:
+        """Move a staged namespace into place if its session is gone (a prune stopped half-way);
+        whether one was."""
+        sid, staging = where.session_id, where.pruning_session_id
+        versions = yield Call("versions", (staging,))
+        if not versions or (yield Call("get", (sid, 0, _HEAD_MASK))) is not None:
+            return False  # nothing staged, or a prune under way (it removes its stage itself)
+        labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
+        yield Call("fork", (staging, sid, {**labels, **thread_label(where.thread_id)}))
+        yield Call("delete", (staging,))
+        return True

@@ -1,0 +1,247 @@
+"""LangGraph checkpoints as ckpt records, both ways (proto/ckpt/langgraph/v1/records.proto). No I/O.
+
+A thread's checkpoint namespace is one session; a checkpoint is one version holding a ``Step``; pending
+writes are ``langgraph.writes`` events after the ``langgraph.checkpoint`` event put with their checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ckpt.langgraph.v1 import records_pb2
+
+STEP_TYPE = records_pb2.Step.DESCRIPTOR.full_name
+#: The session label naming the thread, so that a thread's namespaces are found together.
+THREAD_LABEL = "langgraph.thread"
+#: The label of a session that holds a namespace's newest checkpoint while prune rewrites the namespace.
+PRUNING_LABEL = "langgraph.pruning"
+#: Version labels: the checkpoint a version holds, and its run.
+ID_LABEL = "langgraph.id"
+RUN_LABEL = "langgraph.run"
+CHECKPOINT_EVENT = "langgraph.checkpoint"
+WRITES_EVENT = "langgraph.writes"
+EMPTY = "empty"
+
+_PREFIX = "langgraph/"
+_PRUNING_PREFIX = "langgraph-pruning/"
+# PutRequest's limits (service.proto): a session id of 1-256 bytes, a label value of at most 128.
+MAX_SESSION_ID_BYTES = 256
+MAX_LABEL_VALUE_BYTES = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A checkpoint namespace of a thread: the session holding it."""
+
+    thread_id: str
+    checkpoint_ns: str
+
+    @property
+    def session_id(self) -> str:
+        return _session_id(_PREFIX, self.thread_id, self.checkpoint_ns)
+
+    @property
+    def pruning_session_id(self) -> str:
+        return _session_id(_PRUNING_PREFIX, self.thread_id, self.checkpoint_ns)
+
+    def config(self, checkpoint_id: str) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": self.checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+
+def _session_id(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
+    # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
+    session_id = f"{prefix}{len(thread_id)}/{thread_id}/{checkpoint_ns}"
+    size = len(session_id.encode())
+    if size > MAX_SESSION_ID_BYTES:
+        raise ValueError(
+            f"thread_id and checkpoint_ns together are too long: the session {session_id[:64]!r}... would be"
+            f" {size} bytes, over ckpt's limit of {MAX_SESSION_ID_BYTES}"
+        )
+    return session_id
+
+
+def where_of(config: RunnableConfig) -> Where:
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        raise ValueError('config["configurable"]["thread_id"] is required')
+    return Where(str(thread_id), str(configurable.get("checkpoint_ns") or ""))
+
+
+def where_of_session(session_id: str) -> Where | None:
+    """The namespace a session holds (None for a session that is not a saver's)."""
+    if not session_id.startswith(_PREFIX):
+        return None
+    rest = session_id[len(_PREFIX) :]
+    length, _, rest = rest.partition("/")
+    if not length.isdigit() or len(rest) <= int(length) or rest[int(length)] != "/":
+        return None
+    return Where(rest[: int(length)], rest[int(length) + 1 :])
+
+
+def thread_label(thread_id: str) -> dict[str, str]:
+    size = len(thread_id.encode())
+    if size > MAX_LABEL_VALUE_BYTES:
+        raise ValueError(f"thread_id is {size} bytes: ckpt's savers take at most {MAX_LABEL_VALUE_BYTES}")
+    return {THREAD_LABEL: thread_id}
+
+
+def version_labels(checkpoint_id: str, metadata: Mapping[str, Any]) -> dict[str, str]:
+    labels = {ID_LABEL: checkpoint_id}
+    run_id = metadata.get("run_id")
+    # A run id that cannot be a label is kept in the metadata only: delete_for_runs reads labels.
+    if isinstance(run_id, str) and 0 < len(run_id.encode()) <= MAX_LABEL_VALUE_BYTES:
+        labels[RUN_LABEL] = run_id
+    return labels
+
+
+def _typed(serde: SerializerProtocol, value: Any) -> records_pb2.Typed:
+    type_, data = serde.dumps_typed(value)
+    return records_pb2.Typed(type=type_, data=data)
+
+
+def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
+    return serde.loads_typed((typed.type, typed.data))
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A checkpoint ready to write: the whole Step (REPLACE) and the patch of what changed (MERGE)."""
+
+    checkpoint_id: str
+    full: records_pb2.Step
+    patch: records_pb2.Step
+    labels: dict[str, str]
+
+
+def encode_put(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Encoded:
+    """What ``put`` writes. The patch holds the channels ``new_versions`` names (their new values, or
+    "empty" for one without a value now); the full Step every channel of the checkpoint."""
+    values = checkpoint["channel_values"]
+    rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    metadata = get_checkpoint_metadata(config, metadata)
+    checkpoint_id, parent_id = checkpoint["id"], get_checkpoint_id(config) or ""
+    checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
+    changed = {k: _typed(serde, values[k]) if k in values else records_pb2.Typed(type=EMPTY) for k in new_versions}
+    full_channels = {k: _typed(serde, v) for k, v in values.items()}
+    # A value unchanged since the parent is serialized once, for both.
+    full_channels.update({k: t for k, t in changed.items() if k in values})
+    return Encoded(
+        checkpoint_id=checkpoint_id,
+        full=records_pb2.Step(
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=parent_id,
+            checkpoint=checkpoint_typed,
+            metadata=metadata_typed,
+            channels=full_channels,
+        ),
+        patch=records_pb2.Step(
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=parent_id,
+            checkpoint=checkpoint_typed,
+            metadata=metadata_typed,
+            channels=changed,
+        ),
+        labels=version_labels(checkpoint_id, metadata),
+    )
+
+
+def decode_step(state: bytes) -> records_pb2.Step:
+    return records_pb2.Step.FromString(state)
+
+
+def checkpoint_tuple(
+    serde: SerializerProtocol, where: Where, step: records_pb2.Step, pending_writes: list[tuple[str, str, Any]]
+) -> CheckpointTuple:
+    checkpoint = _untyped(serde, step.checkpoint)
+    versions = checkpoint.get("channel_versions") or {}
+    checkpoint["channel_values"] = {
+        k: _untyped(serde, step.channels[k]) for k in versions if k in step.channels and step.channels[k].type != EMPTY
+    }
+    parent = step.parent_checkpoint_id
+    return CheckpointTuple(
+        config=where.config(step.checkpoint_id),
+        checkpoint=checkpoint,
+        metadata=_untyped(serde, step.metadata),
+        parent_config=where.config(parent) if parent else None,
+        pending_writes=pending_writes,
+    )
+
+
+def metadata_of(serde: SerializerProtocol, step: records_pb2.Step) -> dict[str, Any]:
+    metadata: dict[str, Any] = _untyped(serde, step.metadata)
+    return metadata
+
+
+def encode_writes(
+    serde: SerializerProtocol, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+) -> bytes:
+    return records_pb2.Writes(
+        checkpoint_id=checkpoint_id,
+        task_id=task_id,
+        task_path=task_path,
+        writes=[
+            records_pb2.Write(idx=WRITES_IDX_MAP.get(channel, idx), channel=channel, value=_typed(serde, value))
+            for idx, (channel, value) in enumerate(writes)
+        ],
+    ).SerializeToString()
+
+
+class WriteFold:
+    """A checkpoint's pending writes from its ``Writes`` events, fed in log order, as InMemorySaver keeps
+    them: a write of an index >= 0 is kept once (a retried task's repeat is ignored), a special channel's
+    (negative index) is replaced by a later one."""
+
+    def __init__(self) -> None:
+        self._writes: dict[tuple[str, int], tuple[str, records_pb2.Write]] = {}
+
+    def add(self, writes: records_pb2.Writes) -> None:
+        for write in writes.writes:
+            key = (writes.task_id, write.idx)
+            if write.idx >= 0 and key in self._writes:
+                continue
+            self._writes[key] = (writes.task_path, write)
+
+    def pending(self, serde: SerializerProtocol) -> list[tuple[str, str, Any]]:
+        ordered = sorted(self._writes.items(), key=lambda kv: writes_sort_key(kv[1][0], *kv[0]))
+        return [(task_id, write.channel, _untyped(serde, write.value)) for (task_id, _), (_, write) in ordered]
+
+
+def writes_by_checkpoint(payloads: Iterable[bytes]) -> dict[str, WriteFold]:
+    """Every checkpoint's pending writes, from ``langgraph.writes`` payloads in log order."""
+    folds: dict[str, WriteFold] = {}
+    for payload in payloads:
+        writes = records_pb2.Writes.FromString(payload)
+        folds.setdefault(writes.checkpoint_id, WriteFold()).add(writes)
+    return folds
+
+
+def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())
