@@ -295,14 +295,14 @@ def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -
     try:
         with _postgres(chosen, scratch) as server:
             systems = _systems(chosen, server)
-            settings = {name: s.settings() for name, s in systems.items() if name != "postgres"}
+            settings: dict[str, dict[str, Any]] = {}
             for r in range(args.rounds):
                 order = list(systems) if r % 2 == 0 else list(reversed(systems))
                 for name in order:
                     print(f"round {r + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                     per_round[name].append(one_round(systems[name], records, args, scratch))
-                    if name == "postgres":
-                        settings[name] = systems[name].settings()
+                    # As found once a store was open (SQLite's pragmas; the server's settings).
+                    settings[name] = systems[name].settings()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     figures = {name: medians(rs) for name, rs in per_round.items()}

@@ -4,7 +4,8 @@ set explicitly (PostgreSQL's defaults, named so the run records them), stopped a
 
 The binaries come from ``$CKPT_PG_BIN`` or Debian's ``/usr/lib/postgresql/<major>/bin`` (the newest
 there), else ``initdb`` on PATH. PostgreSQL refuses to run as root: as root, the server runs as the
-``postgres`` user the Debian package creates, owning its scratch directory.
+``postgres`` user the Debian package creates, owning its cluster's directory (in the scratch directory,
+or in the system's temporary directory when that user cannot reach the scratch directory).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -68,6 +70,13 @@ def _user_ids() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+def _traversable(path: Path) -> bool:
+    """Whether any user may pass through every directory down to ``path`` (each exists, with o+x)."""
+    path = path.resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
 def _run(cmd: list[str], ids: tuple[int, int] | None, log: Path) -> None:
     kwargs = {"user": ids[0], "group": ids[1], "extra_groups": []} if ids else {}
     with log.open("ab") as out:
@@ -82,6 +91,10 @@ def running(scratch: Path) -> Iterator[PostgresServer]:
     bin_dir = find_bin_dir()
     ids = _user_ids()
     root = scratch / "postgres"
+    if ids and not _traversable(scratch):
+        # The server's user cannot reach a private scratch directory (pytest's are 0700): a directory of its
+        # own in the system's temporary directory instead.
+        root = Path(tempfile.mkdtemp(prefix="ckpt-pg-cluster-"))
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     data_dir = root / "data"
