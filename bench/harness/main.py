@@ -5,6 +5,8 @@ ckpt bench run [--quick] [--workload W ...] [--systems S ...] [--mode merge|repl
 ckpt bench report --out DIR      (re-render REPORT.md and plots from DIR/results.json, and DIR/events.json
                                   of python -m ckpt.bench.events_bench if there is one)
 ckpt bench scale [--sessions N]  (the store's 1,000,000-session run: python -m ckpt.bench.store_bench --only scale)
+ckpt bench langgraph [...]       (LangGraph savers side by side: python -m ckpt.bench.langgraph_bench [...];
+                                  `ckpt bench report` renders DIR/langgraph.json when it is there)
 """
 
 from __future__ import annotations
@@ -62,12 +64,25 @@ def parser() -> argparse.ArgumentParser:
     sc = bsub.add_parser("scale", help="the 1,000,000-session store run (opt-in, ~5 minutes, ~2 GB of disk)")
     sc.add_argument("--sessions", type=int, default=1_000_000)
     sc.add_argument("--data-dir", type=Path, help="scratch directory (default $CKPT_BENCH_DIR or .bench-data)")
+    lg = bsub.add_parser(
+        "langgraph",
+        add_help=False,
+        help="LangGraph savers side by side: ckpt against SqliteSaver, LMDBSaver, PostgresSaver"
+        " (ckpt bench langgraph --help)",
+    )
+    lg.add_argument("args", nargs=argparse.REMAINDER, help="python -m ckpt.bench.langgraph_bench's arguments")
     return b
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["langgraph"]:
+        # Its own parser (and --help): the benchmark is the same run however it is started.
+        from .. import langgraph_bench
+
+        return langgraph_bench.main(arguments[1:], prog="ckpt bench langgraph")
+    args = parser().parse_args(arguments)
+    args.argv = arguments
     if args.bench_command == "scale":
         from .. import store_bench
 
@@ -168,12 +183,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write_report(doc: dict[str, Any], out: Path) -> None:
+    from .. import langgraph_table
     from . import events_report, plots, report
 
     written = plots.write_all(doc, out / PLOTS_DIR)
     command = doc.get("command") or "ckpt bench run"
     # The events benchmark (python -m ckpt.bench.events_bench --out DIR) runs on its own; its section
     # is rendered when it has written its results beside these.
+    # So does the LangGraph savers' benchmark (python -m ckpt.bench.langgraph_bench --out DIR).
     events = events_report.load(out)
-    text = report.render(doc, plots={k: f"{PLOTS_DIR}/{v}" for k, v in written.items()}, command=command, events=events)
+    langgraph = langgraph_table.load(out)
+    plot_paths = {k: f"{PLOTS_DIR}/{v}" for k, v in written.items()}
+    text = report.render(doc, plots=plot_paths, command=command, events=events, langgraph=langgraph)
     (out / REPORT).write_text(text)

@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
+from .. import langgraph_table
 from . import events_report
 
 CKPT = "ckpt-embedded"
@@ -152,8 +153,16 @@ def _cold_ratio_section(res: Results, labels: dict[str, str], skipped: dict[str,
     return [*out, ""]
 
 
-def render(doc: dict[str, Any], *, plots: dict[str, str], command: str, events: dict[str, Any] | None = None) -> str:
-    """REPORT.md; ``events``: the events benchmark's results (events.json), rendered as a section of their own."""
+def render(
+    doc: dict[str, Any],
+    *,
+    plots: dict[str, str],
+    command: str,
+    events: dict[str, Any] | None = None,
+    langgraph: dict[str, Any] | None = None,
+) -> str:
+    """REPORT.md; ``events`` and ``langgraph``: the events and LangGraph savers benchmarks' results
+    (events.json, langgraph.json), each rendered as a section of its own."""
     res = Results(doc)
     labels = _labels(doc)
     m = doc["machine"]
@@ -410,6 +419,8 @@ def render(doc: dict[str, Any], *, plots: dict[str, str], command: str, events: 
         out += [""]
     if events is not None:
         out += events_report.section(events)
+    if langgraph is not None:
+        out += langgraph_table.table(langgraph)
     return "\n".join(out) + "\n"
 
 

@@ -24,6 +24,7 @@ CASES = [
     ("json-sqlite", "merge"),
     ("pbzstd-lmdb", "merge"),
     ("langgraph-sqlite", "merge"),
+    ("langgraph-lmdb", "merge"),
     ("langgraph-memory", "merge"),
 ]
 IDS = [f"{name}-{mode}" if name.startswith("ckpt-") else name for name, mode in CASES]
@@ -146,6 +147,7 @@ def test_make_rejects_unknown_names_and_modes() -> None:
         "json-sqlite",
         "pbzstd-lmdb",
         "langgraph-sqlite",
+        "langgraph-lmdb",
         "langgraph-memory",
     }
     for name in systems.SYSTEMS:

@@ -30,6 +30,9 @@ which is listed here as found (``System.durability`` carries it at run time):
   every commit. A build compiled with WAL_SYNCHRONOUS=1 (NORMAL) would not fsync
   per commit; ``durability`` records what the open connection reports. Every
   put rewrites the whole checkpoint blob (channel values inline, msgpack).
+- ``langgraph-lmdb``: langgraph-checkpoint-lmdb's ``LMDBSaver`` on one ``lmdb.Environment``, py-lmdb's
+  defaults (every commit fsynced); every put writes the whole checkpoint (channel values inline, msgpack).
+  PostgresSaver, which needs a server, is measured by ``ckpt bench langgraph`` (bench/langgraph_bench.py).
 - ``langgraph-memory``: LangGraph's ``InMemorySaver``: nothing on disk (the
   in-memory ceiling); per-channel blobs, so a put serializes changed channels only.
 """
@@ -40,7 +43,7 @@ from collections.abc import Callable
 
 from .base import MODES, System, same_checkpoint, state_to_dict
 from .ckpt_stores import CkptEmbedded, CkptSidecar
-from .langgraph_savers import ChannelUpdate, LangGraphMemory, LangGraphSqlite
+from .langgraph_savers import ChannelUpdate, LangGraphLmdb, LangGraphMemory, LangGraphSqlite
 from .snapshots import JsonSqlite, PbZstdLmdb
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "CkptEmbedded",
     "CkptSidecar",
     "JsonSqlite",
+    "LangGraphLmdb",
     "LangGraphMemory",
     "LangGraphSqlite",
     "PbZstdLmdb",
@@ -65,6 +69,7 @@ SYSTEMS: dict[str, Callable[..., System]] = {
     JsonSqlite.name: JsonSqlite,
     PbZstdLmdb.name: PbZstdLmdb,
     LangGraphSqlite.name: LangGraphSqlite,
+    LangGraphLmdb.name: LangGraphLmdb,
     LangGraphMemory.name: LangGraphMemory,
 }
 _TAKES_MODE = frozenset({CkptEmbedded.name, CkptSidecar.name})

@@ -1,4 +1,5 @@
-"""LangGraph's own checkpointers as peers: ``SqliteSaver`` (what its users run) and ``InMemorySaver`` (the ceiling)."""
+"""LangGraph's checkpointers as peers: ``SqliteSaver`` (what its users run), ``LMDBSaver``
+(langgraph-checkpoint-lmdb) and ``InMemorySaver`` (the ceiling)."""
 
 from __future__ import annotations
 
@@ -180,6 +181,54 @@ class LangGraphSqlite(_LangGraph):
             "SELECT COALESCE(SUM(length(checkpoint)), 0) + COALESCE(SUM(length(metadata)), 0) FROM checkpoints"
         ).fetchone()
         return int(row[0])
+
+
+class LangGraphLmdb(_LangGraph):
+    """langgraph-checkpoint-lmdb's ``LMDBSaver`` on one environment (LMDB's rule: one per process per
+    path), py-lmdb's defaults (``sync=True``: every commit fsynced). Thread-safe: it takes one lock per
+    environment around each write transaction."""
+
+    name = "langgraph-lmdb"
+    label = "LangGraph LMDBSaver"
+    durability = "py-lmdb defaults: sync=True, metasync=True (every commit fsynced)"
+    #: Room reserved for the largest workload's whole states, not written.
+    _MAP_SIZE_BYTES = 64 << 30
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dir: Path | None = None
+        self._env: Any = None
+
+    def open(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir = data_dir
+        self._open()
+
+    def _open(self) -> None:
+        import lmdb
+        from langgraph_checkpoint_lmdb import LMDBSaver  # type: ignore[import-untyped]
+
+        assert self._dir is not None
+        self._heads = {}
+        self._env = lmdb.open(str(self._dir), max_dbs=2, map_size=self._MAP_SIZE_BYTES)
+        self._saver = LMDBSaver(self._env)
+
+    def reopen(self) -> None:
+        self.close()
+        self._open()
+
+    def close(self) -> None:
+        self._saver = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    def disk_bytes(self) -> int:
+        assert self._dir is not None
+        return dir_bytes(self._dir)
+
+    def stored_bytes(self) -> int | None:
+        return None
 
 
 class LangGraphMemory(_LangGraph):
