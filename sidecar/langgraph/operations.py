@@ -43,6 +43,7 @@ from .records import (
     WriteFold,
     checkpoint_tuple,
     decode_step,
+    elements_of,
     encode_put,
     encode_writes,
     lists_of,
@@ -120,13 +121,6 @@ class Head:
         return self.stored_elements - live > max(_DEAD_ELEMENTS_ALLOWED, live)
 
 
-@dataclass
-class _Listing:
-    where: Where
-    #: Each checkpoint's newest version, and that version's labels.
-    versions: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
-
-
 Op = Generator[Call | Out, Any, Any]
 
 
@@ -190,6 +184,7 @@ class Operations:
         where = where_of(config)
         sid = where.session_id
         checkpoint_id = get_checkpoint_id(config)
+        elements = None
         if checkpoint_id:
             found = yield from self._find(where, checkpoint_id)
             if found is None:
@@ -206,8 +201,10 @@ class Operations:
                 return None
             version, state = got
             step = decode_step(state)
+            elements = elements_of(step)
             deleted = tuple(step.deleted_checkpoint_ids)
-            self._saw_head(sid, Head(step.checkpoint_id, version, deleted, lists_of(step), stored_elements(step)))
+            lists = lists_of(step, elements)
+            self._saw_head(sid, Head(step.checkpoint_id, version, deleted, lists, stored_elements(step)))
         events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
         fold = WriteFold()
         for _, _, payload in events:
@@ -216,7 +213,7 @@ class Operations:
                 fold.add(writes)
         if events:
             self._saw_seq(sid, events[-1][0])
-        return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde))
+        return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde), elements)
 
     def _find(self, where: Where, checkpoint_id: str) -> Op:
         """The Step of checkpoint ``checkpoint_id`` (None if the namespace has none, or it was deleted)."""

@@ -128,11 +128,13 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
 
 
 #: The digests of a list channel's elements, by channel: what a step continuing it compares against.
-Lists = Mapping[str, Sequence[bytes]]
+Lists = Mapping[str, Sequence["Digest"]]
+Digest = tuple[str, int]
+Elements = dict[str, list[records_pb2.Typed]]
 
 
-def _digest(typed: records_pb2.Typed) -> bytes:
-    return xxhash.xxh3_128_digest(typed.type.encode() + b"\0" + typed.data)
+def _digest(typed: records_pb2.Typed) -> Digest:
+    return typed.type, xxhash.xxh3_128_intdigest(typed.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +146,10 @@ class Encoded:
     full: records_pb2.Step
     patch: records_pb2.Step
     labels: dict[str, str]
-    lists: dict[str, list[bytes]]
+    lists: dict[str, list[Digest]]
 
 
-def _common_prefix(old: Sequence[bytes], new: Sequence[bytes]) -> int:
+def _common_prefix(old: Sequence[Digest], new: Sequence[Digest]) -> int:
     n = min(len(old), len(new))
     i = 0
     while i < n and old[i] == new[i]:
@@ -175,7 +177,7 @@ def encode_put(
     checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
     channels: dict[str, records_pb2.Typed] = {}
     elements: dict[str, list[records_pb2.Typed]] = {}
-    lists: dict[str, list[bytes]] = {}
+    lists: dict[str, list[Digest]] = {}
     for k, v in values.items():
         # Element by element, so that a step sends and stores the messages it added, not the conversation.
         if type(v) is list:
@@ -219,8 +221,9 @@ def decode_step(state: bytes) -> records_pb2.Step:
     return records_pb2.Step.FromString(state)
 
 
-def _elements(step: records_pb2.Step) -> dict[str, list[records_pb2.Typed]]:
-    out: dict[str, list[records_pb2.Typed]] = {}
+def elements_of(step: records_pb2.Step) -> Elements:
+    """The list channels' elements, rebuilt from the step's Items entries."""
+    out: Elements = {}
     for entry in step.items:
         elements = out.setdefault(entry.channel, [])
         if entry.start > len(elements):
@@ -233,9 +236,9 @@ def _elements(step: records_pb2.Step) -> dict[str, list[records_pb2.Typed]]:
     return out
 
 
-def lists_of(step: records_pb2.Step) -> dict[str, list[bytes]]:
-    """The digests of a stored step's list elements, by channel."""
-    elements = _elements(step)
+def lists_of(step: records_pb2.Step, elements: Elements | None = None) -> dict[str, list[Digest]]:
+    """The digests of a stored step's list elements, by channel (``elements``: its elements_of)."""
+    elements = elements_of(step) if elements is None else elements
     return {
         k: [_digest(t) for t in e] for k, e in elements.items() if k in step.channels and step.channels[k].type == ITEMS
     }
@@ -247,11 +250,16 @@ def stored_elements(step: records_pb2.Step) -> int:
 
 
 def checkpoint_tuple(
-    serde: SerializerProtocol, where: Where, step: records_pb2.Step, pending_writes: list[tuple[str, str, Any]]
+    serde: SerializerProtocol,
+    where: Where,
+    step: records_pb2.Step,
+    pending_writes: list[tuple[str, str, Any]],
+    elements: Elements | None = None,
 ) -> CheckpointTuple:
     checkpoint = _untyped(serde, step.checkpoint)
     versions = checkpoint.get("channel_versions") or {}
-    elements = _elements(step) if step.items else {}
+    if elements is None:
+        elements = elements_of(step) if step.items else {}
     values: dict[str, Any] = {}
     for k in versions:
         typed = step.channels.get(k)
