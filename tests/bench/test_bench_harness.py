@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("ckpt-embedded", "ckpt-sidecar", "json-sqlite", "pbzstd-lmdb", "langgraph-sqlite", "langgraph-memory")
+SYSTEMS = (
+    "ckpt-embedded",
+    "ckpt-sidecar",
+    "json-sqlite",
+    "pbzstd-lmdb",
+    "langgraph-sqlite",
+    "langgraph-lmdb",
+    "langgraph-memory",
+)
 WORKLOADS = ("trajectories", "chat", "coding", "factual", "large")
 PNG = b"\x89PNG\r\n\x1a\n"
 
