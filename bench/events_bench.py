@@ -35,7 +35,6 @@ import random
 import shlex
 import shutil
 import sqlite3
-import statistics
 import sys
 import threading
 import time
@@ -46,7 +45,7 @@ from typing import Any
 from . import trajectories
 from .events_replay import SessionLog, corpus_logs, describe, many_writer_sessions, single_writer_sessions
 from .events_systems import SYSTEMS, EventSystem
-from .stats import percentile
+from .stats import medians, percentile
 from .store_bench.common import data_root
 
 #: The results file, in --out; ``ckpt bench report`` renders it (bench/harness/events_report.py).
@@ -189,11 +188,6 @@ def one_round(
             system.shutdown()
         shutil.rmtree(directory, ignore_errors=True)
     return out
-
-
-def medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
-    keys = [k for k, v in rounds[0].items() if isinstance(v, (int, float))]
-    return {k: statistics.median(r[k] for r in rounds) for k in keys}
 
 
 def goals(figures: dict[str, dict[str, float]]) -> list[dict[str, Any]]:

@@ -52,7 +52,7 @@ from .langgraph_systems import (
     SqliteSystem,
 )
 from .langgraph_table import LANGGRAPH_JSON, table
-from .stats import percentile
+from .stats import medians, percentile
 from .store_bench.common import data_root
 
 OPS = ("put", "put_writes", "get_tuple")
@@ -208,11 +208,6 @@ def one_round(
             system.shutdown()
         shutil.rmtree(directory, ignore_errors=True)
     return out
-
-
-def medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
-    keys = [k for k, v in rounds[0].items() if isinstance(v, (int, float))]
-    return {k: statistics.median(r[k] for r in rounds) for k in keys}
 
 
 def goals(figures: dict[str, dict[str, float]]) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
-"""The one percentile rule every benchmark reports with."""
+"""The one percentile rule every benchmark reports with, and the medians over rounds."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -21,3 +23,9 @@ def percentile(values: Sequence[float], q: float) -> float:
     # The tolerance keeps q * n / 100 from rounding up past an exact rank (0.99 * 100 -> 99.00000000000001).
     rank = math.ceil(q * len(ordered) / 100 - 1e-9)
     return ordered[max(rank, 1) - 1]
+
+
+def medians(rounds: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each numeric figure's median over the rounds (the figures of the first round name them)."""
+    keys = [k for k, v in rounds[0].items() if isinstance(v, (int, float))]
+    return {k: statistics.median(r[k] for r in rounds) for k in keys}
