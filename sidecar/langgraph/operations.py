@@ -202,9 +202,15 @@ class Operations:
             version, state = got
             step = decode_step(state)
             elements = elements_of(step)
-            deleted = tuple(step.deleted_checkpoint_ids)
-            lists = lists_of(step, elements)
-            self._saw_head(sid, Head(step.checkpoint_id, version, deleted, lists, stored_elements(step)))
+            with self._lock:
+                seen = self._heads.get(sid)
+            # A version's state never changes, and checkpoint ids are unique: the head this saver put (or
+            # read) is this one, digests and all, so they are not hashed again for every read.
+            if seen is None or seen.version != version or seen.checkpoint_id != step.checkpoint_id:
+                deleted = tuple(step.deleted_checkpoint_ids)
+                lists = lists_of(step, elements)
+                seen = Head(step.checkpoint_id, version, deleted, lists, stored_elements(step))
+            self._saw_head(sid, seen)
         events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
         fold = WriteFold()
         for _, _, payload in events:
