@@ -13,7 +13,6 @@ thread's, which is also the only one that grows the map.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -170,6 +169,55 @@ class _WriteScope(_Committing):
             return _WriteTxn(env, self._txn)
 
 
+class _ReadScope:
+    """:meth:`LmdbStorage.read`: a read transaction, holding the resize lock shared from begin to end.
+
+    A class rather than a generator context manager: a cold read opens one, and the generator's two
+    layers (this one and the lock's) cost about as much as LMDB's begin and end themselves.
+    """
+
+    __slots__ = ("_storage", "_txn")
+
+    def __init__(self, storage: LmdbStorage) -> None:
+        self._storage = storage
+        self._txn: lmdb.Transaction | None = None
+
+    def __enter__(self) -> _ReadTxn:
+        storage = self._storage
+        while True:
+            storage._rw.acquire_shared()
+            try:
+                if storage._closed:  # closed while this reader waited for the lock
+                    raise Unavailable("the store is closed")
+                self._txn = storage.env.begin()
+                return _ReadTxn(self._txn)
+            except lmdb.MapResizedError:
+                # Another process grew the map past ours (only a read-only store meets this: our own
+                # writer grows it under the lock).
+                storage._rw.release_shared()
+            except lmdb.Error as exc:
+                storage._rw.release_shared()
+                raise storage._failure(exc) from None
+            except BaseException:
+                storage._rw.release_shared()
+                raise
+            with storage._rw.exclusive():
+                storage.env.set_mapsize(0)  # adopt the size the file now has
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        storage, txn = self._storage, self._txn
+        self._txn = None
+        try:
+            if txn is not None:
+                txn.abort()  # a read transaction has nothing to commit
+        finally:
+            storage._rw.release_shared()
+        if isinstance(exc, DAMAGE):
+            raise storage.damaged(exc) from None
+        if isinstance(exc, lmdb.Error):
+            raise storage._failure(exc) from None
+
+
 class LmdbStorage:
     """An open LMDB environment behind the seam (:class:`~.seam.Storage`); make one with :func:`open_lmdb`."""
 
@@ -218,31 +266,8 @@ class LmdbStorage:
         except lmdb.NotFoundError:
             return None
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[ReadTxn]:
-        while True:
-            with self._rw.shared():
-                if self._closed:  # closed while this reader waited for the lock
-                    raise Unavailable("the store is closed")
-                try:
-                    txn = self.env.begin()
-                except lmdb.MapResizedError:
-                    # Another process grew the map past ours (only a read-only
-                    # store meets this: our own writer grows it under the lock).
-                    txn = None
-                except lmdb.Error as exc:
-                    raise self._failure(exc) from None
-                if txn is not None:
-                    with txn:
-                        try:
-                            yield _ReadTxn(txn)
-                        except DAMAGE as exc:
-                            raise self.damaged(exc) from None
-                        except lmdb.Error as exc:
-                            raise self._failure(exc) from None
-                    return
-            with self._rw.exclusive():
-                self.env.set_mapsize(0)  # adopt the size the file now has
+    def read(self) -> _ReadScope:
+        return _ReadScope(self)
 
     def write(self) -> _WriteScope:
         return _WriteScope(self)

@@ -20,19 +20,27 @@ class RWLock:
         self._shared = 0
         self._exclusive = False
 
-    @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
+    def acquire_shared(self) -> None:
+        """Hold the lock shared until :meth:`release_shared` (what :meth:`shared` does as a block): for a
+        caller whose scope is not one block, such as a read transaction's context manager."""
         with self._cond:
             while self._exclusive:
                 self._cond.wait()
             self._shared += 1
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._shared -= 1
+            if not self._shared:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        self.acquire_shared()
         try:
             yield
         finally:
-            with self._cond:
-                self._shared -= 1
-                if not self._shared:
-                    self._cond.notify_all()
+            self.release_shared()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
