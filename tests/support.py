@@ -63,10 +63,13 @@ def metrics_text(sidecar: Sidecar) -> str:
     return text
 
 
-def metric(sidecar: Sidecar, name: str) -> float:
-    """One sample of the sidecar's /metrics (see metrics_text)."""
+def metric(sidecar: Sidecar, name: str, *, missing: float | None = None) -> float:
+    """One sample of the sidecar's /metrics (see metrics_text); ``missing``: the value of a sample not
+    there yet (a labelled series appears at its first observation), else the sample must be there."""
     text = metrics_text(sidecar)
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    if found is None and missing is not None:
+        return missing
     assert found, text
     return float(found.group(1))
 

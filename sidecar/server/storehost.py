@@ -94,10 +94,8 @@ class _HostProtocol(LinkProtocol):
                 stream.put_nowait(frame)
         elif frame.kind is Kind.SERVED:
             if self.service is not None:
-                meta = frame.meta
-                self.service.count_served(
-                    UNARY_METHODS[frame.method], meta["seconds"], meta["state_bytes"], cached=meta["cached"]
-                )
+                for method, seconds, state_bytes, cached in frame.meta["calls"]:
+                    self.service.count_served(UNARY_METHODS[method], seconds, state_bytes, cached=cached)
         elif frame.kind is Kind.GAUGES:
             if self.service is not None:
                 self.service.reply_cache_size(frame.meta["reply_cache_bytes"], frame.meta["reply_cache_entries"])

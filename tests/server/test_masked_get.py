@@ -210,9 +210,10 @@ def test_a_mask_follows_the_registered_type_as_it_changes(tmp_path: Path) -> Non
 
 
 def _wait_for_metric(sidecar: Any, name: str, at_least: float) -> None:
-    """A hit's metrics reach the store process in a link frame sent after the reply: wait for them."""
+    """A call this process answered reaches the store process's metrics a moment after its reply
+    (storelink.SERVED_REPORT_SECONDS): wait for them."""
     deadline = time.monotonic() + 5
-    while metric(sidecar, name) < at_least:
+    while metric(sidecar, name, missing=0.0) < at_least:
         assert time.monotonic() < deadline, f"{name} stayed below {at_least}"
         time.sleep(0.02)
 

@@ -36,7 +36,8 @@ def _state(n: int, size: int = 2000) -> bytes:
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
-    """A hit's metrics reach the store process in a link frame sent after the reply: wait for them."""
+    """A call this process answered reaches the store process's metrics a moment after its reply
+    (storelink.SERVED_REPORT_SECONDS): wait for them."""
     deadline = time.monotonic() + timeout_seconds
     while not predicate():
         if time.monotonic() > deadline:
@@ -67,7 +68,7 @@ def test_a_repeated_get_is_answered_by_the_grpc_process_and_counted(sidecar: Sid
         again = [client.get("s"), client.get("s", 1), client.get("s")]
     assert [g.SerializeToString() for g in again] == [first.SerializeToString()] * 3
     assert first.state == _state(1) and first.version == 1
-    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}') == 4.0)
+    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 4.0)
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
     assert metric(sidecar, "ckpt_state_cache_hits_total") == 0.0  # the store process saw no Get
     assert metric(sidecar, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
@@ -83,7 +84,7 @@ def test_a_get_of_a_large_state_is_forwarded_to_the_store_process(sidecar: Sidec
         assert client.get("big").state == large  # forwarded: the store process's state cache answers
         assert client.get("small").state == _state(2)  # read here
         assert client.get("big").state == large  # the kept reply
-    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}') == 3.0)
+    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 3.0)
     assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 1.0
 

@@ -323,7 +323,14 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         streamed = (service_pb2.PutRequest(session_id=f"streamed-{i}", state=state(1)) for i in range(5))
         assert len(list(c.put_stream(streamed, batch_size=2))) == 5  # 3 batches
     port = sidecar.metrics_port  # type: ignore[attr-defined]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    def scrape() -> str:
+        return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+    # Gets the gRPC process answers reach the metrics a moment later (storelink.SERVED_REPORT_SECONDS).
+    deadline = time.monotonic() + 5
+    while 'ckpt_requests_total{rpc="Get"} 2.0' not in (text := scrape()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     for needle in (
         'ckpt_requests_total{rpc="Put"} 1.0',
         'ckpt_requests_total{rpc="Get"} 2.0',
