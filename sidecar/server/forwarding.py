@@ -1,5 +1,5 @@
 """The gRPC process's handlers: each call's bytes forwarded to the store process, a Get answered from the
-reply cache when it can be, and a server extension's methods."""
+reply cache when it can be, a small ReadEvents read here, and a server extension's methods."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
+from ..store import Store
 from .extension import BytesHandler, ServerExtension, link_method_numbers
 from .failures import abort_with
-from .methods import GET_METHOD, PUT_METHOD, SERVICE_NAME, UNARY_METHODS
+from .inlineevents import inline_read_events
+from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS
 from .replycache import ReplyCache
 from .storelink import StoreLink
 
@@ -25,10 +27,14 @@ def add_forwarded_service(
     server: grpc.aio.Server,
     replies: ReplyCache | None = None,
     served_here: dict[str, grpc.RpcMethodHandler] | None = None,
+    *,
+    reader: Store | None = None,
+    max_page_bytes: int = 0,
 ) -> None:
     """Serve the CheckpointService by forwarding each call's bytes to the store process;
-    with ``replies``, a Get it holds the answer to is answered here; ``served_here``: methods this
-    process serves itself (blobstreams.py)."""
+    with ``replies``, a Get it holds the answer to is answered here; with ``reader`` (read-only), a small
+    ReadEvents is read here, its pages ending short of ``max_page_bytes`` as the store process's do
+    (inlineevents.py); ``served_here``: methods this process serves itself (blobstreams.py)."""
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i, batched=i == PUT_METHOD))
         for i, name in enumerate(UNARY_METHODS)
@@ -37,6 +43,12 @@ def add_forwarded_service(
         gauges = _ReplyCacheGauges(link, replies)
         handlers["Get"] = grpc.unary_unary_rpc_method_handler(
             _cached_get(_forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed)
+        )
+    if reader is not None:
+        handlers["ReadEvents"] = grpc.unary_unary_rpc_method_handler(
+            inline_read_events(
+                _forwarder(link, READ_EVENTS_METHOD, batched=False), link, reader, max_page_bytes=max_page_bytes
+            )
         )
     handlers["PutStream"] = grpc.stream_stream_rpc_method_handler(link.stream)  # raw bytes both ways
     handlers.update(served_here or {})

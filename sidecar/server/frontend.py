@@ -1,8 +1,8 @@
 """The sidecar's gRPC process: the gRPC server on every address, health, reflection, and the link to its store.
 
 Every CheckpointService call is forwarded to the store process (storelink.py),
-which owns the store; this process answers health checks, reflection, and the
-Gets its reply cache holds.
+which owns the store; this process answers health checks, reflection, the
+Gets its reply cache holds or reads, and the small ReadEvents it reads.
 """
 
 from __future__ import annotations
@@ -84,7 +84,15 @@ class SidecarServer:
                 ],
             )
             blobs = BlobStreams(self.reader, link, max_blob_bytes=config.store.max_blob_bytes)
-            add_forwarded_service(link, self.server, self.replies, blobs.handlers())
+            # A ReadEvents' pages end where the store process's would (storeside.py): the same envelope clear.
+            add_forwarded_service(
+                link,
+                self.server,
+                self.replies,
+                blobs.handlers(),
+                reader=self.reader,
+                max_page_bytes=config.max_state_bytes,
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -11,6 +11,7 @@ UNARY_METHODS = tuple(m.name for m in SERVICE.methods if not m.client_streaming 
 #: Put's index in UNARY_METHODS: the method a link frame names for a forwarded Put.
 PUT_METHOD = UNARY_METHODS.index("Put")
 GET_METHOD = UNARY_METHODS.index("Get")
+READ_EVENTS_METHOD = UNARY_METHODS.index("ReadEvents")
 #: Link methods of the sidecar's own, numbered after UNARY_METHODS: what the gRPC process asks the store
 #: process for besides forwarded calls. RECORD_BLOB_METHOD: commit a blob the gRPC process streamed to a
 #: file (a ckpt.store.v1.BlobCommit; the reply: a PutBlobResponse). See blobstreams.py.

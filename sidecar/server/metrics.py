@@ -54,6 +54,13 @@ class Metrics:
             " as Get requests)",
             registry=r,
         )
+        self.read_by_grpc_process = Counter(
+            "ckpt_read_by_grpc_process",
+            "Calls the gRPC process answered from LMDB itself, the store process not asked: Gets its reply cache"
+            " missed and small ReadEvents (also counted as their RPC's requests)",
+            ["rpc"],
+            registry=r,
+        )
         self.stored = Counter("ckpt_stored_bytes", "Frame bytes written to the store", registry=r)
         self.chain_depth = Histogram(
             "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r

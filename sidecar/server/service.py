@@ -202,14 +202,16 @@ class CheckpointService:
             failed(exc)
 
     def count_served(self, rpc: str, seconds: float, state_bytes: int, *, cached: bool) -> None:
-        """Count a Get the gRPC process answered itself, from its reply cache (``cached``) or read from
-        LMDB there (its metrics are this process's)."""
+        """Count a call the gRPC process answered itself (a Get, a ReadEvents), from its reply cache
+        (``cached``) or read from LMDB there (its metrics are this process's)."""
         requests, latency = self._metrics.per_rpc(rpc)
         requests.inc()
         latency.observe(seconds)
         self._metrics.bytes_out.inc(state_bytes)
         if cached:
             self._metrics.reply_cache_hits.inc()
+        else:
+            self._metrics.read_by_grpc_process.labels(rpc).inc()
 
     def reply_cache_size(self, size_bytes: int, entries: int) -> None:
         """The gRPC process's reply cache's size, as it last reported it (its metrics are this process's)."""

@@ -14,7 +14,7 @@ from .eventlog import EventLog
 from .eventreads import read_events
 from .layout import Tables
 from .ops import Op
-from .types import AppendResult, EventPage, EventQuery, NewEvent, PutRequest
+from .types import AppendResult, EventPage, EventQuery, NewEvent, PutRequest, ReadBound
 from .writeops import WriteOps
 from .writer import Writer
 from .writes import checked_off_loop
@@ -90,8 +90,18 @@ class EventEntryPoints:
             put_op = self._ops.put_op(put, defer_patch_check=defer_check)
         return self._events.append_op(session_id, events, put, put_op, request_id, expected_last_seq)
 
-    def read_events(self, session_id: str, query: EventQuery | None = None, *, max_page_bytes: int = 0) -> EventPage:
+    def read_events(
+        self,
+        session_id: str,
+        query: EventQuery | None = None,
+        *,
+        max_page_bytes: int = 0,
+        bound: ReadBound | None = None,
+    ) -> EventPage:
         """A page of a session's events (oldest first unless ``query.newest_first``) and the next page's
         token; NotFound if the session has neither events nor versions. ``max_page_bytes`` (0: no limit)
-        ends a page early rather than pass that many bytes encoded (a page holds one event at least)."""
-        return read_events(self._read, self._tables, session_id, query or EventQuery(), max_page_bytes=max_page_bytes)
+        ends a page early rather than pass that many bytes encoded (a page holds one event at least).
+        ``bound``: ResourceExhausted, and no page, rather than read past it."""
+        return read_events(
+            self._read, self._tables, session_id, query or EventQuery(), max_page_bytes=max_page_bytes, bound=bound
+        )

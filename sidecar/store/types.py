@@ -146,6 +146,19 @@ class EventQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadBound:
+    """How much one read of events may do (Store.read_events' ``bound``); past any of these, ResourceExhausted
+    and no page: for a caller that must not be held long, such as an event loop other calls wait on."""
+
+    #: Blocks visited: decompressed, or skipped by their header's times.
+    max_blocks: int
+    #: The blocks' event bytes before compression (a block's header says it before it is decompressed).
+    max_raw_bytes: int
+    #: Events on the page.
+    max_events: int
+
+
+@dataclass(frozen=True, slots=True)
 class EventPage:
     """A page of a session's events, and the token of the next page ("" after the last).
 

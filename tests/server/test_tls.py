@@ -17,6 +17,7 @@ from ckpt.sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClien
 from ckpt.sidecar.config import ServeConfig
 from ckpt.sidecar.server.listening import reachable_from_other_hosts
 from ckpt.sidecar.server.process import start_sidecar_process, wait_until_serving
+from ckpt.v1 import service_pb2
 from tests.client.test_node_client import node_command
 from tests.support import Sidecar, free_port, start_sidecar
 
@@ -82,6 +83,8 @@ def test_a_tls_listener_serves_clients_that_trust_its_ca_and_no_one_in_plaintext
     with CheckpointClient(tls_sidecar.tcp_target, tls=trusted) as c:
         assert c.put("s", b"over tls").version == 1
         assert c.get("s").state == b"over tls"
+        assert c.append_events("s", [service_pb2.Event(type="t", payload=b"event")]).last_seq == 1
+        assert [e.payload for e in c.events("s")] == [b"event"]
     wait_until_serving(tls_sidecar.tcp_target, 5, tls=trusted)
     # Plaintext to the TLS port, and TLS trusting another CA: no call gets through.
     _refused(tls_sidecar.tcp_target, False)

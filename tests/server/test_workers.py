@@ -126,6 +126,17 @@ def test_a_session_moves_between_workers_and_every_version_reads_back(
             assert client.get("s", version=version).state == state
 
 
+def test_events_appended_on_one_worker_are_read_at_once_on_the_other(
+    two_workers: tuple[CheckpointClient, CheckpointClient],
+) -> None:
+    """Each worker's gRPC process reads a small ReadEvents from LMDB itself: it sees the other's appends."""
+    a, b = two_workers
+    for i in range(1, 6):
+        writer, reader = (a, b) if i % 2 else (b, a)
+        assert writer.append_events("log", [service_pb2.Event(type="step", payload=b"%d" % i)]).last_seq == i
+        assert [e.payload for e in reader.events("log")] == [b"%d" % n for n in range(1, i + 1)]
+
+
 def test_a_session_deleted_and_written_again_elsewhere_is_not_continued_from_a_cached_encoder(
     two_workers: tuple[CheckpointClient, CheckpointClient],
 ) -> None:
