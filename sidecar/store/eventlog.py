@@ -58,6 +58,28 @@ MAX_EVENTS_PER_APPEND = 1000
 MAX_EVENT_TYPE_BYTES = 128
 
 
+#: Types a log's record keeps the last seq of (EventLogRecord.last_seq_by_type); a log with more keeps none.
+MAX_TRACKED_TYPES = 32
+
+
+def types_tracked(log: records_pb2.EventLogRecord) -> bool:
+    """Whether ``log.last_seq_by_type`` bounds every stored event's seq by its type: kept by every append
+    since the log began."""
+    return log.types_next_seq == log.next_seq
+
+
+def _track_types(log: records_pb2.EventLogRecord, appended: Sequence[records_pb2.StoredEvent]) -> None:
+    """Keep ``log``'s per-type bounds after ``appended`` (in seq order), or give them up for good."""
+    bounds = log.last_seq_by_type
+    for event in appended:
+        bounds[event.type] = event.seq
+    if len(bounds) > MAX_TRACKED_TYPES:
+        bounds.clear()
+        log.types_next_seq = 0  # never equal to next_seq again: the log is read as if it had none
+    else:
+        log.types_next_seq = log.next_seq
+
+
 def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:
     """A session's event log record (None: it has no log); DataLoss if it does not parse."""
     if tables.event_logs is None:
@@ -215,14 +237,17 @@ class EventLog:
             session = record(session_raw) if session_raw is not None else None
             now = session.updated_unix_nanos if put_result is not None and session is not None else time.time_ns()
             if log is None:
-                log = records_pb2.EventLogRecord(next_seq=1, first_seq=1, created_unix_nanos=now)
+                log = records_pb2.EventLogRecord(next_seq=1, first_seq=1, created_unix_nanos=now, types_next_seq=1)
             first = log.next_seq if stored else 0
             if stored:
                 for seq, (event, default_time) in enumerate(zip(stored, timeless, strict=True), start=log.next_seq):
                     event.seq = seq
                     if default_time:
                         event.time.FromNanoseconds(now)
+                tracked = types_tracked(log)
                 self._write_blocks(txn, sid, log, stored, open_block)
+                if tracked:
+                    _track_types(log, stored)
             log.updated_unix_nanos = now
             txn.put(sid, log.SerializeToString(), db=logs)
             last = log.next_seq - 1 if stored else 0

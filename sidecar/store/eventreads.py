@@ -18,7 +18,7 @@ from ..errors import DataLoss, InvalidArgument, NotFound, ResourceExhausted
 from ..storage import ReadTxn, Table
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, stored_blocks, where
-from .eventlog import check_event_type, log_record
+from .eventlog import check_event_type, log_record, types_tracked
 from .events import BlockHeader, block_events, block_header, event_nanos, is_tail, joined
 from .layout import Tables
 from .listings import decode_token, encode_token
@@ -82,6 +82,11 @@ def read_events(
             )
         low = max(query.after_seq + 1, log.first_seq)
         high = log.next_seq - 1
+        if query.types and types_tracked(log):
+            # No event of these types lies past the last one appended: a read after it (a LangGraph
+            # saver's pending writes, read at every get_tuple) decompresses nothing.
+            bounds = log.last_seq_by_type
+            high = min(high, max(bounds.get(t, 0) for t in query.types))
         if resume:
             if query.newest_first:
                 high = min(high, int(resume))
@@ -301,6 +306,13 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
         return problems
     expected: int | None = log.first_seq
     stored = 0
+    last_by_type: dict[str, int] = {}
+
+    def saw(events: list[records_pb2.StoredEvent]) -> None:
+        for event in events:
+            if event.seq > last_by_type.get(event.type, 0):
+                last_by_type[event.type] = event.seq
+
     base: tuple[bytes, BlockHeader] | None = None  # the open block just checked, which a tail may follow
     for first, value in blocks:
         stored += len(value)
@@ -311,12 +323,13 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
                 if base is None:
                     raise DataLoss(f"{at}: an event block's tail is stored without its open block")
                 joined(base[1], base[0], header, at)
-                block_events(base[0], where(sid, base[1].first_seq), tail_value=value)
+                saw(block_events(base[0], where(sid, base[1].first_seq), tail_value=value)[1])
                 base = None
             else:
                 if base is not None:
                     problems.append(f"{where(sid, base[1].first_seq)}: an open event block is next to another block")
-                header, _ = block_events(value, at)
+                header, events = block_events(value, at)
+                saw(events)
                 base = (value, header) if header.frame_open else None
         except DataLoss as exc:
             problems.append(str(exc))
@@ -332,6 +345,14 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
             f"{where(sid, expected if expected < log.next_seq else log.next_seq)}: the log's blocks end before seq"
             f" {expected}, its record says the next seq is {log.next_seq}"
         )
+    if types_tracked(log):
+        # A bound below an event would hide it from every read filtered by its type.
+        for name, seq in sorted(last_by_type.items()):
+            if log.last_seq_by_type.get(name, 0) < seq:
+                problems.append(
+                    f"{where(sid, seq)}: an event of type {name!r} lies past the last seq the log's record"
+                    f" keeps for that type ({log.last_seq_by_type.get(name, 0)})"
+                )
     if not problems and stored != log.stored_bytes:
         problems.append(
             f"session {sid.decode(errors='backslashreplace')!r}: the event log record counts {log.stored_bytes}"

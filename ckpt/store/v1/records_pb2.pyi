@@ -88,7 +88,14 @@ class RequestRecord(_message.Message):
     def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ...) -> None: ...
 
 class EventLogRecord(_message.Message):
-    __slots__ = ("next_seq", "first_seq", "event_count", "stored_bytes", "created_unix_nanos", "open_block_seq", "updated_unix_nanos")
+    __slots__ = ("next_seq", "first_seq", "event_count", "stored_bytes", "created_unix_nanos", "open_block_seq", "updated_unix_nanos", "last_seq_by_type", "types_next_seq")
+    class LastSeqByTypeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +103,8 @@ class EventLogRecord(_message.Message):
     CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     OPEN_BLOCK_SEQ_FIELD_NUMBER: _ClassVar[int]
     UPDATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_BY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TYPES_NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     next_seq: int
     first_seq: int
     event_count: int
@@ -103,7 +112,9 @@ class EventLogRecord(_message.Message):
     created_unix_nanos: int
     open_block_seq: int
     updated_unix_nanos: int
-    def __init__(self, next_seq: _Optional[int] = ..., first_seq: _Optional[int] = ..., event_count: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., open_block_seq: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ...) -> None: ...
+    last_seq_by_type: _containers.ScalarMap[str, int]
+    types_next_seq: int
+    def __init__(self, next_seq: _Optional[int] = ..., first_seq: _Optional[int] = ..., event_count: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., open_block_seq: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., last_seq_by_type: _Optional[_Mapping[str, int]] = ..., types_next_seq: _Optional[int] = ...) -> None: ...
 
 class StoredEvent(_message.Message):
     __slots__ = ("type", "payload", "attributes", "time", "seq")
