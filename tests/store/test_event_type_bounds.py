@@ -32,7 +32,9 @@ def _edit_log(data_dir: Path, session: bytes, edit: Callable[[records_pb2.EventL
     env = lmdb.open(str(data_dir / "lmdb"), max_dbs=32)
     with env.begin(write=True) as txn:
         logs = env.open_db(b"event_logs", txn=txn)
-        log = records_pb2.EventLogRecord.FromString(txn.get(session, db=logs))
+        raw = txn.get(session, db=logs)
+        assert raw is not None
+        log = records_pb2.EventLogRecord.FromString(raw)
         edit(log)
         txn.put(session, log.SerializeToString(), db=logs)
     env.close()
