@@ -119,7 +119,7 @@ def flip_frame_byte(config: StoreConfig, version: int) -> None:
         frames = env.open_db(b"frames")
         with env.begin(write=True) as txn:
             key = keys.frame_key(keys.session_key("s"), version)
-            value = bytearray(txn.get(key, db=frames))
+            value = bytearray(txn.get(key, db=frames) or b"")
             value[-3] ^= 0xFF  # inside the zstd payload
             txn.put(key, bytes(value), db=frames)
     finally:
@@ -183,7 +183,7 @@ def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
             store.list_versions("s", include_states=True, start_version=-1)
         with pytest.raises(NotFound, match="session 'nope' does not exist"):
             store.list_versions("nope", include_states=True)
-        page, token = store.list_versions("s", page_size=1)
+        _, token = store.list_versions("s", page_size=1)
         store.put("t", b"\x08\x01")
         with pytest.raises(InvalidArgument, match="page_token"):
             store.list_versions("t", page_token=token, include_states=True)
