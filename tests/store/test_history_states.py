@@ -18,10 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.codec import ChainPolicy
+from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import Store, StoreConfig, WriteMode
 from ckpt.sidecar.errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
-from ckpt.sidecar.store import keys
+from ckpt.sidecar.server.convert import version_info_pb
+from ckpt.sidecar.store import VersionInfo, keys
+from ckpt.sidecar.store.listings import version_info_bytes
+from ckpt.v1 import service_pb2
 from tests.support import AGENT_STATE, agent_file, agent_state_class, descriptor_set_of
 
 STATE = agent_state_class()
@@ -187,3 +190,11 @@ def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
         store.put("t", b"\x08\x01")
         with pytest.raises(InvalidArgument, match="page_token"):
             store.list_versions("t", page_token=token, include_states=True)
+
+
+@pytest.mark.parametrize("state_size", [0, 100, 20_000, 3 << 20])
+def test_the_page_byte_estimate_of_an_entry_with_its_state_is_an_upper_bound(state_size: int) -> None:
+    labels = {"k": "v" * 100}
+    info = VersionInfo(2**64 - 1, 2**64 - 1, 2**64 - 1, FrameKind.PATCH, 2**64 - 1, state_size, labels, WriteMode.MERGE)
+    encoded = service_pb2.ListVersionsResponse(versions=[version_info_pb(info, b"x" * state_size)]).ByteSize()
+    assert encoded <= version_info_bytes(info, with_state=True) < encoded + 64
