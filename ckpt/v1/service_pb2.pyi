@@ -93,7 +93,7 @@ class GetResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
-    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode")
+    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class VersionInfo(_message.Message):
     STATE_SIZE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     version: int
     parent_version: int
     created_at: _timestamp_pb2.Timestamp
@@ -117,17 +118,22 @@ class VersionInfo(_message.Message):
     state_size: int
     labels: _containers.ScalarMap[str, str]
     mode: WriteMode
-    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ...) -> None: ...
+    state: bytes
+    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., state: _Optional[bytes] = ...) -> None: ...
 
 class ListVersionsRequest(_message.Message):
-    __slots__ = ("session_id", "page_size", "page_token")
+    __slots__ = ("session_id", "page_size", "page_token", "include_states", "start_version")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATES_FIELD_NUMBER: _ClassVar[int]
+    START_VERSION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     page_size: int
     page_token: str
-    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_states: bool
+    start_version: int
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_states: _Optional[bool] = ..., start_version: _Optional[int] = ...) -> None: ...
 
 class ListVersionsResponse(_message.Message):
     __slots__ = ("versions", "next_page_token")

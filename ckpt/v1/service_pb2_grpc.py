@@ -175,7 +175,9 @@ class CheckpointServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListVersions(self, request, context):
-        """ListVersions lists a session's versions, newest first, in pages.
+        """ListVersions lists a session's versions, newest first, in pages; with
+        `include_states`, each with its state: a session's history in one call
+        per page instead of a Get per version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -27,6 +27,17 @@ export interface VersionInfo {
   state_size: number;
   labels: Record<string, string>;
   mode: WriteMode;
+  /** The version's state when `history` was asked for states (`includeStates`); empty otherwise. */
+  state: Buffer;
+}
+
+export interface HistoryOptions {
+  /** Also return each version's state (VersionInfo.state). Default false. */
+  includeStates?: boolean;
+  /** List from this version back; 0 (the default): from the head. */
+  startVersion?: number;
+  /** Versions per page, up to 1000; 0: the sidecar's default (100). Default 100. */
+  pageSize?: number;
 }
 
 export interface GetResponse {
@@ -256,8 +267,12 @@ export class CheckpointClient {
    * throws.
    */
   cachedCall<T = unknown>(sessionId: string, tool: string, args: unknown, fn: () => T | Promise<T>): Promise<T>;
-  /** Every version, newest first. */
-  history(sessionId: string): Promise<VersionInfo[]>;
+  /**
+   * Every version, newest first, from `startVersion` back (0, the default: from the head). `includeStates`:
+   * each VersionInfo's `state` holds that version's state, what `get` of it returns, the sidecar decoding
+   * each delta chain once instead of once per version (one call per page, not a Get per version).
+   */
+  history(sessionId: string, options?: HistoryOptions): Promise<VersionInfo[]>;
   sessions(filter?: SessionFilter): AsyncGenerator<SessionInfo, void, undefined>;
   /**
    * Append events to the session's event log, and with `put` write a checkpoint in the same transaction.

@@ -6,7 +6,7 @@
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { newRequestId, timestamp } = require('./arguments');
+const { checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
@@ -344,14 +344,29 @@ class CheckpointClient {
     return cachedCall(this, sessionId, tool, args, fn);
   }
 
-  async history(sessionId) {
+  // Every version, newest first, from `startVersion` back (0: from the head).
+  // `includeStates`: each VersionInfo's `state` holds that version's state,
+  // what a get of it returns, the sidecar decoding each delta chain once
+  // rather than once per version (one call per page, not a Get per version);
+  // a page then ends early rather than pass the sidecar's message limit, and
+  // a single state over it is RESOURCE_EXHAUSTED naming the version.
+  async history(sessionId, { includeStates = false, startVersion = 0, pageSize = 100 } = {}) {
+    if (typeof includeStates !== 'boolean') {
+      throw new TypeError(`includeStates must be a boolean, not ${kindOf(includeStates)}`);
+    }
+    const request = {
+      session_id: checkString('sessionId', sessionId),
+      page_size: checkInt('pageSize', pageSize, { high: 1000 }),
+      page_token: '',
+      include_states: includeStates,
+      start_version: checkInt('startVersion', startVersion),
+    };
     const versions = [];
-    let token = '';
     do {
-      const page = await this.call('ListVersions', { session_id: sessionId, page_size: 100, page_token: token });
+      const page = await this.call('ListVersions', request);
       versions.push(...page.versions);
-      token = page.next_page_token;
-    } while (token);
+      request.page_token = page.next_page_token;
+    } while (request.page_token);
     return versions;
   }
 

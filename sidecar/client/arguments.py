@@ -168,9 +168,16 @@ def fork_request(
     )
 
 
-def history_request(session_id: str, page_size: int) -> service_pb2.ListVersionsRequest:
+def history_request(
+    session_id: str, page_size: int, include_states: bool = False, start_version: int = 0
+) -> service_pb2.ListVersionsRequest:
+    if not isinstance(include_states, bool):
+        raise TypeError(f"include_states must be a bool, not {type(include_states).__name__}")
     return service_pb2.ListVersionsRequest(
-        session_id=check_str("session_id", session_id), page_size=_page_size(page_size)
+        session_id=check_str("session_id", session_id),
+        page_size=_page_size(page_size),
+        include_states=include_states,
+        start_version=check_int("start_version", start_version),
     )
 
 

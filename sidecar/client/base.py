@@ -194,9 +194,19 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         build = functools.partial(get_request, session_id, version, field_mask)
         return cast(GetT, self._unary(Unary("Get", build, retry=True)))
 
-    def history(self, session_id: str, *, page_size: int = 100) -> VersionsT:
-        """Every version of a session, newest first (pages fetched as needed)."""
-        return cast(VersionsT, self._pages("ListVersions", history_request(session_id, page_size), "versions"))
+    def history(
+        self, session_id: str, *, page_size: int = 100, include_states: bool = False, start_version: int = 0
+    ) -> VersionsT:
+        """Every version of a session, newest first (pages fetched as needed), from ``start_version`` back
+        (0: from the head).
+
+        ``include_states``: each VersionInfo's ``state`` holds that version's state, what :meth:`get` of it
+        returns, the sidecar decoding each delta chain once rather than once per version: a session's
+        history in one call per page, not a Get per version. A page then also ends early rather than pass
+        the sidecar's message limit; a single state over it is ResourceExhaustedError naming the version.
+        """
+        request = history_request(session_id, page_size, include_states, start_version)
+        return cast(VersionsT, self._pages("ListVersions", request, "versions"))
 
     def sessions(
         self,

@@ -9,6 +9,7 @@ one boundary: a missing session is None, False or an empty list; a compare-and-s
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import islice
 
 from ckpt.langgraph.v1 import records_pb2
 from ckpt.v1 import service_pb2
@@ -21,7 +22,11 @@ from .records import CHECKPOINT_EVENT, STEP_TYPE
 
 #: How many versions, sessions or events one page asks for (ReadEvents' largest).
 PAGE_SIZE = 1000
+#: How many versions one page of a history with states asks for at most: what a page holds in memory.
+HISTORY_PAGE_SIZE = 100
 Versions = list[tuple[int, dict[str, str]]]
+#: A page of a history with states, newest first: version, state.
+States = list[tuple[int, bytes]]
 Events = list[tuple[str, bytes]]
 #: Events read: seq, type, payload.
 SeqEvents = list[tuple[int, str, bytes]]
@@ -91,6 +96,13 @@ class ClientBackend:
         except NotFoundError:
             return []
 
+    def history(self, session_id: str, start_version: int, page_size: int) -> States:
+        listed = self.client.history(session_id, page_size=page_size, include_states=True, start_version=start_version)
+        try:
+            return [(int(v.version), bytes(v.state)) for v in islice(listed, page_size)]
+        except NotFoundError:
+            return []
+
     def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
         pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
         try:
@@ -151,6 +163,18 @@ class AsyncClientBackend:
             ]
         except NotFoundError:
             return []
+
+    async def history(self, session_id: str, start_version: int, page_size: int) -> States:
+        listed = self.client.history(session_id, page_size=page_size, include_states=True, start_version=start_version)
+        out: States = []
+        try:
+            async for v in listed:  # a page's worth: the next one is fetched only if this one ended early
+                out.append((int(v.version), bytes(v.state)))
+                if len(out) == page_size:
+                    break
+        except NotFoundError:
+            return []
+        return out
 
     async def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
         pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
@@ -218,6 +242,19 @@ class StoreBackend:
                     return out
         except NotFound:
             return []
+
+    def history(self, session_id: str, start_version: int, page_size: int) -> States:
+        try:
+            page, _ = self.store.list_versions(
+                session_id,
+                page_size=page_size,
+                include_states=True,
+                start_version=start_version,
+                max_page_bytes=self.store.config.max_state_bytes,  # what a page holds in memory, as over gRPC
+            )
+        except NotFound:
+            return []
+        return [(got.version, got.state) for got in page]
 
     def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
         def pages() -> Iterator[tuple[int, str, bytes]]:

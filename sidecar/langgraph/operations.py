@@ -31,7 +31,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ckpt.langgraph.v1 import records_pb2
 
-from .backends import HeadMoved, Versions
+from .backends import HISTORY_PAGE_SIZE, HeadMoved, States, Versions
 from .records import (
     ID_LABEL,
     PRUNING_LABEL,
@@ -131,6 +131,56 @@ def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]
         if checkpoint_id is not None and checkpoint_id not in out:
             out[checkpoint_id] = (version, labels)
     return out
+
+
+class _States:
+    """The states ``list`` reads, a page of a namespace's history at a time (a call per page, not a Get per
+    checkpoint), kept only for the checkpoints it lists and only until it has.
+
+    Each namespace's history is read down from its newest wanted version: versions the labels already
+    ruled out above it (newer than ``before``, another ``checkpoint_id``, deleted, restated) are not read,
+    and with a limit a page ends at the version of the ``limit``-th wanted one left.
+    """
+
+    def __init__(self, candidates: list[tuple[str, int, str]], limit: int | None) -> None:
+        self._wanted: dict[str, list[int]] = {}  # per namespace, newest first
+        for _, version, sid in candidates:
+            self._wanted.setdefault(sid, []).append(version)
+        for versions in self._wanted.values():
+            versions.sort(reverse=True)
+        #: Per namespace, the version its next page starts at (0: none is left); those above it were read.
+        self._next = {sid: versions[0] for sid, versions in self._wanted.items()}
+        self._read: dict[str, dict[int, bytes]] = {sid: {} for sid in self._wanted}
+        self._kept = {sid: set(versions) for sid, versions in self._wanted.items()}
+        self._asked: dict[str, int] = {}  # the last page's size, per namespace
+
+    def ready(self, sid: str, version: int) -> bool:
+        """Whether ``version``'s history was read: :meth:`take` answers without another page."""
+        return version > self._next[sid]
+
+    def take(self, sid: str, version: int) -> bytes | None:
+        """``version``'s state, forgotten once taken; None if its history was read without it."""
+        return self._read[sid].pop(version, None)
+
+    def next_page(self, sid: str, left: int | None) -> tuple[int, int]:
+        """Where the next page of ``sid``'s history starts, and how many versions it asks for: down to the
+        ``left``-th wanted version (all of them without a limit), twice the last page at least (a filter
+        that the labels cannot answer may skip many), at most HISTORY_PAGE_SIZE."""
+        start = self._next[sid]
+        below = [v for v in self._wanted[sid] if v <= start]
+        last = below[min(len(below), left or len(below)) - 1] if below else start
+        size = min(HISTORY_PAGE_SIZE, start, max(start - last + 1, 2 * self._asked.get(sid, 0)))
+        self._asked[sid] = size
+        return start, size
+
+    def add(self, sid: str, start: int, page: States) -> None:
+        """A page of ``sid``'s history read from ``start`` down: the wanted states kept, the rest dropped."""
+        read, wanted = self._read[sid], self._kept[sid]
+        for version, state in page:
+            if version <= start and version in wanted:
+                read[version] = state
+        # An empty page: none is left at or below ``start`` (removed since the listing).
+        self._next[sid] = page[-1][0] - 1 if page else 0
 
 
 class Operations:
@@ -284,15 +334,19 @@ class Operations:
                     continue
                 candidates.append((cid, version, sid))
         candidates.sort(reverse=True)
+        states = _States(candidates, limit)
         writes: dict[str, dict[str, WriteFold]] = {}
         left = limit
         for cid, version, sid in candidates:
             if left is not None and left <= 0:
                 return
-            got = yield Call("get", (sid, version, ()))
-            if got is None:
+            while not states.ready(sid, version):
+                start, size = states.next_page(sid, left)
+                states.add(sid, start, (yield Call("history", (sid, start, size))))
+            state = states.take(sid, version)
+            if state is None:  # gone since the listing (a prune, a delete)
                 continue
-            step = decode_step(got[1])
+            step = decode_step(state)
             if not matches(metadata_of(self.serde, step), filter):
                 continue
             if sid not in writes:

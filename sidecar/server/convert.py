@@ -54,7 +54,7 @@ _WRITE_MODE_PB = {
 }
 
 
-def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
+def version_info_pb(info: VersionInfo, state: bytes = b"") -> service_pb2.VersionInfo:
     msg = service_pb2.VersionInfo(
         version=info.version,
         parent_version=info.parent_version,
@@ -63,6 +63,7 @@ def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
         stored_bytes=info.stored_bytes,
         state_size=info.state_size,
         mode=_WRITE_MODE_PB[info.mode],
+        state=state,
     )
     if info.labels:  # an empty map given to the constructor costs ~1.3 us; most versions carry none
         msg.labels.update(info.labels)

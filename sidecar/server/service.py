@@ -241,13 +241,28 @@ class CheckpointService:
         self, request: service_pb2.ListVersionsRequest, context: CallContext
     ) -> service_pb2.ListVersionsResponse:
         def run() -> service_pb2.ListVersionsResponse:
-            page, token = self._store.list_versions(
-                request.session_id,
-                page_size=request.page_size,
-                page_token=request.page_token,
-                max_page_bytes=self._max_page_bytes,
+            store, sid, start = self._store, request.session_id, request.start_version
+            size, token, limit = request.page_size, request.page_token, self._max_page_bytes
+            if not request.include_states:
+                page, token = store.list_versions(
+                    sid, page_size=size, page_token=token, max_page_bytes=limit, start_version=start
+                )
+                return service_pb2.ListVersionsResponse(
+                    versions=[version_info_pb(v) for v in page], next_page_token=token
+                )
+            got, token = store.list_versions(
+                sid,
+                page_size=size,
+                page_token=token,
+                max_page_bytes=limit,
+                include_states=True,
+                start_version=start,
             )
-            return service_pb2.ListVersionsResponse(versions=[version_info_pb(v) for v in page], next_page_token=token)
+            reply = service_pb2.ListVersionsResponse(
+                versions=[version_info_pb(r.info, r.state) for r in got], next_page_token=token
+            )
+            self._metrics.bytes_out.inc(sum(len(r.state) for r in got))
+            return reply
 
         return await self._call("ListVersions", context, lambda: self._off_loop(run))
 

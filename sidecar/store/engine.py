@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from google.protobuf.message import Message
 
@@ -43,6 +43,7 @@ from .dirlock import lock_data_dir
 from .encoders import Encoders
 from .eventapi import EventEntryPoints
 from .eventlog import EventLog
+from .history import list_states
 from .keyframes import QuietKeyframes
 from .layout import Tables, open_layout
 from .listings import list_sessions, list_versions
@@ -350,22 +351,44 @@ class Store(WriteEntryPoints, EventEntryPoints):
                 raise NotFound(f"session {session_id!r} does not exist")
             return session_info(session_id, record(raw))
 
+    @overload
     def list_versions(
-        self, session_id: str, *, page_size: int = 0, page_token: str = "", max_page_bytes: int = 0
-    ) -> tuple[list[VersionInfo], str]:
+        self, session_id: str, *, page_size: int = ..., page_token: str = ..., max_page_bytes: int = ...,
+        include_states: Literal[False] = ..., start_version: int = ...,
+    ) -> tuple[list[VersionInfo], str]: ...  # fmt: skip
+    @overload
+    def list_versions(
+        self, session_id: str, *, page_size: int = ..., page_token: str = ..., max_page_bytes: int = ...,
+        include_states: Literal[True], start_version: int = ...,
+    ) -> tuple[list[GetResult], str]: ...  # fmt: skip
+    def list_versions(
+        self,
+        session_id: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        max_page_bytes: int = 0,
+        include_states: bool = False,
+        start_version: int = 0,
+    ) -> tuple[list[VersionInfo], str] | tuple[list[GetResult], str]:
         """A page of a session's versions, newest first, and the next page's token ("" at the end).
 
         ``max_page_bytes`` (0: no limit) ends a page early rather than pass
         that many bytes encoded (an upper bound: listings.version_info_bytes),
         so that a page fits a size-limited reply; a page holds one version at least.
+        ``include_states``: each as what :meth:`get` returns, each chain the page touches decoded once
+        (history.py); a first state over ``max_page_bytes`` is StateTooLarge. ``start_version``: list from
+        it back (0: from the head).
         """
-        return list_versions(
+        listing = list_states if include_states else list_versions
+        return listing(
             self._read,
             self._tables,
             session_id,
             page_size=page_size,
             page_token=page_token,
             max_page_bytes=max_page_bytes,
+            start_version=start_version,
         )
 
     def list_sessions(

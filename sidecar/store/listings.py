@@ -12,10 +12,11 @@ import binascii
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 import xxhash
 
-from ..errors import DataLoss, InvalidArgument, NotFound
+from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
 from .layout import Tables
@@ -32,53 +33,95 @@ Read = Callable[[], AbstractContextManager[ReadTxn]]
 
 
 def list_versions(
-    read: Read, tables: Tables, session_id: str, *, page_size: int, page_token: str, max_page_bytes: int
+    read: Read,
+    tables: Tables,
+    session_id: str,
+    *,
+    page_size: int,
+    page_token: str,
+    max_page_bytes: int,
+    start_version: int = 0,
 ) -> tuple[list[VersionInfo], str]:
     """A page of a session's versions, newest first, and the next page's token (Store.list_versions)."""
+    with read() as txn:
+        page, token = version_page(
+            txn,
+            tables,
+            session_id,
+            page_size=page_size,
+            page_token=page_token,
+            max_page_bytes=max_page_bytes,
+            start_version=start_version,
+        )
+    return [info for info, _ in page], token
+
+
+def version_page(
+    txn: ReadTxn,
+    tables: Tables,
+    session_id: str,
+    *,
+    page_size: int,
+    page_token: str,
+    max_page_bytes: int,
+    start_version: int,
+    with_states: bool = False,
+) -> tuple[list[tuple[VersionInfo, Any]], str]:
+    """A page of versions, newest first, each with its stored value (valid while ``txn`` is), and the
+    next page's token. ``with_states``: each version's state counts towards ``max_page_bytes`` too, and a
+    first one over it alone is StateTooLarge."""
     sid = keys.session_key(session_id)
     size = _page_size(page_size)
-    with read() as txn:
-        raw = txn.get(sid, db=tables.sessions)
-        if raw is None:
-            raise NotFound(f"session {session_id!r} does not exist")
-        rec = record(raw)
-        # The session as created then: a token of one deleted since must not
-        # resume the versions of a new session under the same id.
-        scope = sid + keys.SEP + str(rec.created_unix_nanos).encode()
-        start = _decode_token(page_token, b"v", scope)
-        top = rec.head_version
-        if start:
-            if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
-                raise InvalidArgument(
-                    f"page_token {keys.quoted(page_token)} is not a token this server issued for this listing"
-                )
-            top = min(top, int(start))
-        out: list[VersionInfo] = []
-        if top < rec.first_version:
-            return out, ""
-        # Versions first_version..head are consecutive keys: one that is not
-        # there is damage, named as Get names it, not quietly left out.
-        expected = top
-        page_bytes = 0
-        prefix = sid + keys.SEP
-        for key, value in txn.scan_back(tables.frames, keys.frame_key(sid, top) + b"\x00"):
-            if not key.startswith(prefix) or expected < rec.first_version:
-                break
-            version = keys.frame_version(key, sid)
-            if version != expected:
-                break
-            if len(out) == size:
-                return out, _encode_token(b"v", scope, str(version).encode())
-            info = version_info(session_id, version, value)
-            if max_page_bytes:
-                page_bytes += version_info_bytes(info)
-                if out and page_bytes > max_page_bytes:
-                    return out, _encode_token(b"v", scope, str(version).encode())
-            out.append(info)
-            expected -= 1
-        if expected >= rec.first_version:
-            raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+    if not isinstance(start_version, int) or isinstance(start_version, bool) or start_version < 0:
+        raise InvalidArgument(f"start_version must be an integer >= 0 (0 = the head), got {start_version!r}")
+    raw = txn.get(sid, db=tables.sessions)
+    if raw is None:
+        raise NotFound(f"session {session_id!r} does not exist")
+    rec = record(raw)
+    # The session as created then: a token of one deleted since must not
+    # resume the versions of a new session under the same id.
+    scope = sid + keys.SEP + str(rec.created_unix_nanos).encode()
+    start = _decode_token(page_token, b"v", scope)
+    top = min(rec.head_version, start_version) if start_version else rec.head_version
+    if start:
+        if not start.isdigit() or len(start) > 20:  # a u64 has at most 20 digits
+            raise InvalidArgument(
+                f"page_token {keys.quoted(page_token)} is not a token this server issued for this listing"
+            )
+        top = min(top, int(start))
+    out: list[tuple[VersionInfo, Any]] = []
+    if top < rec.first_version:
         return out, ""
+    # Versions first_version..head are consecutive keys: one that is not
+    # there is damage, named as Get names it, not quietly left out.
+    expected = top
+    page_bytes = 0
+    prefix = sid + keys.SEP
+    for key, value in txn.scan_back(tables.frames, keys.frame_key(sid, top) + b"\x00"):
+        if not key.startswith(prefix) or expected < rec.first_version:
+            break
+        version = keys.frame_version(key, sid)
+        if version != expected:
+            break
+        if len(out) == size:
+            return out, _encode_token(b"v", scope, str(version).encode())
+        info = version_info(session_id, version, value)
+        if max_page_bytes:
+            entry_bytes = version_info_bytes(info, with_state=with_states)
+            if not out and entry_bytes > max_page_bytes:
+                raise StateTooLarge(
+                    f"session {session_id!r} version {version}: its state is {info.state_size} bytes, more than"
+                    f" a page of versions with their states holds ({max_page_bytes} bytes with its metadata,"
+                    f" max_state_bytes); read it alone with Get"
+                )
+            page_bytes += entry_bytes
+            if out and page_bytes > max_page_bytes:
+                return out, _encode_token(b"v", scope, str(version).encode())
+        out.append((info, value))
+        expected -= 1
+    if expected >= rec.first_version:
+        raise DataLoss(f"session {session_id!r}: the frame of version {expected} is missing")
+    return out, ""
 
 
 def list_sessions(
@@ -183,6 +226,9 @@ def _page_size(page_size: int) -> int:
 # ListSessionsResponse.sessions).
 _VERSION_INFO_FIXED_BYTES = 96
 _SESSION_INFO_FIXED_BYTES = 144
+# A state in its entry (VersionInfo.state): its tag and length (1 + 5: a state is < 4 GiB), and the 3 more
+# bytes the entry's own length may take once the entry holds a state.
+_STATE_FIELD_BYTES = 9
 # Per label (a map entry): its tag and length (2 bytes: an entry is < 16 KiB), the key's tag and
 # length (1: <= 63 bytes), the value's (1 + 2: <= 128 bytes).
 _LABEL_ENTRY_BYTES = 8
@@ -192,9 +238,11 @@ def _labels_bytes(labels: dict[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) + _LABEL_ENTRY_BYTES for k, v in labels.items())
 
 
-def version_info_bytes(info: VersionInfo) -> int:
-    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.VersionInfo)."""
-    return _VERSION_INFO_FIXED_BYTES + _labels_bytes(info.labels)
+def version_info_bytes(info: VersionInfo, *, with_state: bool = False) -> int:
+    """At least what ``info`` takes encoded in a listing reply (ckpt.v1.VersionInfo), ``with_state``: its
+    state too."""
+    state = info.state_size + _STATE_FIELD_BYTES if with_state else 0
+    return _VERSION_INFO_FIXED_BYTES + _labels_bytes(info.labels) + state
 
 
 def session_info_bytes(info: SessionInfo) -> int:

@@ -110,6 +110,10 @@ def test_every_read_matches_in_memory_saver(saver: CkptSaver, history: list[Any]
     assert [comparable(t) for t in saver.list(config, filter=limited, limit=2)] == [
         comparable(t) for t in oracle.list(config, filter=limited, limit=2)
     ]
+    for t in list(oracle.list(config))[1::3]:  # listings that resume before a checkpoint, as a history view pages
+        assert [comparable(x) for x in saver.list(config, before=t.config, limit=3)] == [
+            comparable(x) for x in oracle.list(config, before=t.config, limit=3)
+        ]
 
 
 def test_a_namespaces_latest_checkpoint_is_whole_after_a_rewrite(tmp_path: Path) -> None:

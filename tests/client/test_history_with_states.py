@@ -1,0 +1,174 @@
+"""A session's history with its states through a real sidecar: the Python clients (sync and asyncio) and
+the Node.js client return, for every version, the bytes a Get of it returns; pages end early by the
+states' bytes under the message limit; a single state over the limit is RESOURCE_EXHAUSTED naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ResourceExhaustedError
+from ckpt.v1 import service_pb2, service_pb2_grpc
+from tests.client.test_node_client import node_command
+from tests.store.support import merge_patch, replace_state
+from tests.support import (
+    AGENT_STATE,
+    Sidecar,
+    agent_file,
+    agent_state_class,
+    agent_step,
+    descriptor_set_of,
+    start_sidecar,
+)
+
+LIMIT = 128 * 1024  # the least --max-message-bytes: states of up to 64 KiB, a listing page's bytes too
+VERSIONS = 40
+# Every version of each session, read by the Node client: [version, state as hex, labels].
+_NODE_HISTORY = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, sessions, pageSize, startVersion] = process.argv.slice(2);
+(async () => {
+  const client = new CheckpointClient(target);
+  const out = {};
+  for (const session of sessions.split(',')) {
+    const versions = await client.history(session, {
+      includeStates: true, pageSize: Number(pageSize), startVersion: Number(startVersion),
+    });
+    out[session] = versions.map((v) => [v.version, v.state.toString('hex'), v.labels]);
+  }
+  out.without = (await client.history(sessions.split(',')[0])).map((v) => v.state.length);
+  client.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """A sidecar at the least message limit holding a REPLACE session, an untyped and a typed MERGE
+    session (several chains each, under the default chain policy) and one of ~20 KB states."""
+    s = start_sidecar(tmp_path_factory.mktemp("history") / "data", "--max-message-bytes", str(LIMIT))
+    with CheckpointClient(s.unix_target) as c:
+        c.register_type(descriptor_set_of(agent_file()))
+        state_class = agent_state_class()
+        for v in range(1, VERSIONS + 1):
+            c.put("replace", replace_state("replace", v), labels={"step": str(v)})
+            if v == 1:
+                c.put("merge", replace_state("merge", 1))
+            else:
+                c.merge("merge", merge_patch("merge", v))
+            c.merge("typed", agent_step(state_class, v).SerializeToString(), message_type=AGENT_STATE)
+        for v in range(1, 11):
+            c.put("wide", replace_state("wide", v) * 7)  # ~21 KB: three fit a page
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+SESSIONS = ("replace", "merge", "typed")
+
+
+def gets(client: CheckpointClient, session: str, versions: range) -> list[bytes]:
+    return [bytes(client.get(session, v).state) for v in versions]
+
+
+def test_the_python_clients_list_what_gets_return(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        for session in SESSIONS:
+            want = gets(c, session, range(VERSIONS, 0, -1))
+            for page_size in (1, 7, 100):
+                listed = list(c.history(session, include_states=True, page_size=page_size))
+                assert [v.version for v in listed] == list(range(VERSIONS, 0, -1))
+                assert [v.state for v in listed] == want, (session, page_size)
+            assert all(not v.state for v in c.history(session))  # states only when asked
+            from_17 = list(c.history(session, include_states=True, page_size=5, start_version=17))
+            assert [v.state for v in from_17] == want[VERSIONS - 17 :]
+        assert [v.labels["step"] for v in c.history("replace", include_states=True)][:2] == [str(VERSIONS), "39"]
+
+    async def asynchronous() -> dict[str, list[tuple[int, bytes]]]:
+        async with AsyncCheckpointClient(sidecar.unix_target) as a:
+            return {
+                s: [(v.version, v.state) async for v in a.history(s, include_states=True, page_size=9)]
+                for s in SESSIONS
+            }
+
+    by_async = asyncio.run(asynchronous())
+    with CheckpointClient(sidecar.unix_target) as c:
+        for session in SESSIONS:
+            assert by_async[session] == list(
+                zip(range(VERSIONS, 0, -1), gets(c, session, range(VERSIONS, 0, -1)), strict=True)
+            )
+
+
+def test_the_node_client_lists_what_gets_return(sidecar: Sidecar) -> None:
+    proc = subprocess.run(
+        node_command(_NODE_HISTORY, sidecar.unix_target, ",".join(SESSIONS), "6", "30"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    with CheckpointClient(sidecar.unix_target) as c:
+        for session in SESSIONS:
+            assert [(v, bytes.fromhex(h)) for v, h, _ in out[session]] == list(
+                zip(range(30, 0, -1), gets(c, session, range(30, 0, -1)), strict=True)
+            )
+    assert out["replace"][0][2] == {"step": "30"}
+    assert out["without"] == [0] * VERSIONS
+
+
+def test_a_page_with_states_ends_early_under_the_message_limit(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        size = len(c.get("wide").state)
+        assert 3 * size < LIMIT // 2 < 4 * size  # three states fit a page's 64 KiB, four do not
+        request = service_pb2.ListVersionsRequest(session_id="wide", page_size=1000, include_states=True)
+        pages = []
+        with grpc.insecure_channel(sidecar.unix_target) as channel:  # the pages themselves, which history hides
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            while True:
+                page = stub.ListVersions(request, timeout=10)
+                assert page.ByteSize() <= LIMIT
+                pages.append([v.version for v in page.versions])
+                request.page_token = page.next_page_token
+                if not request.page_token:
+                    break
+        assert pages == [[10, 9, 8], [7, 6, 5], [4, 3, 2], [1]]
+        assert [v.state for v in c.history("wide", include_states=True)] == gets(c, "wide", range(10, 0, -1))
+        assert len(list(c.history("wide", page_size=1000))) == 10  # without states: one page
+
+
+def test_a_single_state_over_the_message_limit_is_resource_exhausted_naming_it(tmp_path: Path) -> None:
+    big = replace_state("big", 1) * 60  # ~180 KB, stored under a larger limit
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(4 << 20))
+    try:
+        with CheckpointClient(sidecar.unix_target) as c:
+            c.put("big", b"\x08\x01")
+            c.put("big", big)
+            c.put("big", b"\x08\x03")
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(LIMIT))
+    try:
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            # The page ends before it; the next page holds it alone and cannot.
+            listed = c.history("big", include_states=True)
+            assert next(iter(listed)).version == 3
+            with pytest.raises(ResourceExhaustedError) as raised:
+                list(c.history("big", include_states=True))
+            message = str(raised.value)
+            assert f"session 'big' version 2: its state is {len(big)} bytes" in message, message
+            assert f"({LIMIT // 2} bytes with its metadata, max_state_bytes)" in message, message
+            assert f"--max-message-bytes ({LIMIT})" in message, message
+            with pytest.raises(ResourceExhaustedError, match="over the sidecar's message limit"):
+                c.get("big", 2)  # as a Get of it fails
+            assert [v.version for v in c.history("big")] == [3, 2, 1]
+            assert [v.state for v in c.history("big", include_states=True, start_version=1)] == [b"\x08\x01"]
+            assert sidecar.process.poll() is None, sidecar.log()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
