@@ -29,7 +29,7 @@ lint: $(STAMP)
 
 # pytest exits 5 when it collects no tests; that is not a failure of the code.
 test: lint
-	$(PY) -m pytest -q || [ $$? -eq 5 ]
+	$(PY) -m pytest -q --durations=25 || [ $$? -eq 5 ]
 
 # The scale benchmark at 100,000 sessions here (set CKPT_BENCH_SESSIONS to change it); 1M is make bench-scale.
 bench: $(STAMP)
