@@ -38,6 +38,8 @@ export interface HistoryOptions {
   startVersion?: number;
   /** Versions per page, up to 1000; 0: the sidecar's default (100). Default 100. */
   pageSize?: number;
+  /** At most this many versions (1 or more): no page asks for more than are left. Default: every one. */
+  limit?: number;
 }
 
 export interface GetResponse {

@@ -14,6 +14,8 @@ const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 // The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+// The most versions a ListVersions page holds (service.proto).
+const MAX_PAGE_SIZE = 1000;
 
 function loadService() {
   const definition = protoLoader.loadSync('ckpt/v1/service.proto', {
@@ -350,23 +352,29 @@ class CheckpointClient {
   // rather than once per version (one call per page, not a Get per version);
   // a page then ends early rather than pass the sidecar's message limit, and
   // a single state over it is RESOURCE_EXHAUSTED naming the version.
-  async history(sessionId, { includeStates = false, startVersion = 0, pageSize = 100 } = {}) {
+  // `limit`: at most that many versions, no page asking for more than are
+  // left, so that the versions (and states) held stay bounded.
+  async history(sessionId, { includeStates = false, startVersion = 0, pageSize = 100, limit } = {}) {
     if (typeof includeStates !== 'boolean') {
       throw new TypeError(`includeStates must be a boolean, not ${kindOf(includeStates)}`);
     }
     const request = {
       session_id: checkString('sessionId', sessionId),
-      page_size: checkInt('pageSize', pageSize, { high: 1000 }),
+      page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
       page_token: '',
       include_states: includeStates,
       start_version: checkInt('startVersion', startVersion),
     };
+    const most = limit === undefined ? Infinity : checkInt('limit', limit, { low: 1 });
     const versions = [];
     do {
+      // No page asks for more than are left (nor for the sidecar's default, 0, once a page can hold them).
+      const left = most - versions.length;
+      if (left < pageSize || (pageSize === 0 && left <= MAX_PAGE_SIZE)) request.page_size = left;
       const page = await this.call('ListVersions', request);
       versions.push(...page.versions);
       request.page_token = page.next_page_token;
-    } while (request.page_token);
+    } while (request.page_token && versions.length < most);
     return versions;
   }
 

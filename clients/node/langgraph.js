@@ -11,6 +11,7 @@ const { status } = require('@grpc/grpc-js');
 const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, getCheckpointId, maxChannelVersion } = require('@langchain/langgraph-checkpoint');
 const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
+const { HistoryPages, LISTING_PAGE_SIZE, wantedVersions } = require('./langgraph_history');
 const r = require('./langgraph_records');
 
 // What put throws when another writer moved the thread's head since this saver read it: the graph's
@@ -196,13 +197,13 @@ class CkptSaver extends BaseCheckpointSaver {
     return undefined;
   }
 
-  // A session's versions, newest first, a page at a time; none if it does not exist.
-  async *versions(sessionId) {
+  // A session's versions, newest first, `pageSize` a page; none if it does not exist.
+  async *versions(sessionId, pageSize = 100) {
     let token = '';
     do {
       let page;
       try {
-        page = await this.client.call('ListVersions', { session_id: sessionId, page_size: 100, page_token: token });
+        page = await this.client.call('ListVersions', { session_id: sessionId, page_size: pageSize, page_token: token });
       } catch (err) {
         if (isNotFound(err)) return;
         throw err;
@@ -285,43 +286,58 @@ class CkptSaver extends BaseCheckpointSaver {
 
   // Checkpoints newest first per session: of `config`'s thread (all threads without one) and
   // namespace (all without one), with an id before `before`'s, metadata matching `filter` key by key,
-  // at most `limit`.
+  // at most `limit`. A namespace's labels say which versions are wanted; their states come a page of its
+  // history per call (langgraph_history.js), none newer than the newest wanted.
   async *list(config, options = {}) {
     const { before, limit, filter } = options;
     const { threadId, checkpointId } = threadOf(config);
     const namespace = config && config.configurable && config.configurable.checkpoint_ns;
     const beforeId = before ? getCheckpointId(before) || undefined : undefined;
+    const filtered = filter && Object.keys(filter).length > 0;
     let left = limit;
     for await (const session of this.sessionsOf(threadId, namespace)) {
-      const deleted = new Set();
-      const log = new r.LogReader(this.client, session.sessionId);
+      if (left !== undefined && left <= 0) return;
+      const { sessionId } = session;
+      const listed = [];
+      for await (const info of this.versions(sessionId, LISTING_PAGE_SIZE)) listed.push(info);
+      if (listed.length === 0) continue;
+      const deleted = new Set(await this.deletedIds(sessionId));
+      const wanted = wantedVersions(listed, deleted, { checkpointId, beforeId });
+      listed.length = 0;
+      const pages = new HistoryPages(wanted);
+      const log = new r.LogReader(this.client, sessionId);
       try {
-        let first = true;
-        for await (const info of this.versions(session.sessionId)) {
-          const id = info.labels[r.ID_LABEL];
-          if (first) {
-            for (const d of await this.deletedIds(session.sessionId)) deleted.add(d);
-            first = false;
+        for (const version of wanted) {
+          if (left !== undefined && left <= 0) return;
+          while (!pages.ready(version)) {
+            const { startVersion, pageSize } = pages.nextPage(left);
+            pages.add(startVersion, await this.historyPage(sessionId, startVersion, pageSize));
           }
-          if (id === undefined || deleted.has(id)) continue;
-          if (checkpointId !== undefined && id !== checkpointId) continue;
-          if (beforeId !== undefined && !(id < beforeId)) continue;
-          const found = await this.read(session.sessionId, info.version);
-          if (found === undefined) break; // the thread was deleted meanwhile
-          if (filter && Object.keys(filter).length > 0) {
-            const metadata = await this.serde.loadsTyped(found.step.metadata.type, r.bytesOf(found.step.metadata));
+          const state = pages.take(version);
+          if (state === undefined) continue; // gone since the listing (the thread was deleted meanwhile)
+          const step = r.decodeStep(state);
+          if (filtered) {
+            const metadata = await this.serde.loadsTyped(step.metadata.type, r.bytesOf(step.metadata));
             if (!Object.entries(filter).every(([k, v]) => isDeepStrictEqual(metadata[k], v))) continue;
           }
-          if (left !== undefined) {
-            if (left <= 0) return;
-            left -= 1;
-          }
-          yield await this.tupleOf(session.threadId, session.checkpointNs, found.step, () => log);
+          if (left !== undefined) left -= 1;
+          yield await this.tupleOf(session.threadId, session.checkpointNs, step, () => log);
         }
       } finally {
         log.close();
-        this.sawSeq(session.sessionId, log.newest);
+        this.sawSeq(sessionId, log.newest);
       }
+    }
+  }
+
+  // `pageSize` versions of a session with their states, newest first from `startVersion`; none if the
+  // session does not exist.
+  async historyPage(sessionId, startVersion, pageSize) {
+    try {
+      return await this.client.history(sessionId, { includeStates: true, startVersion, pageSize, limit: pageSize });
+    } catch (err) {
+      if (isNotFound(err)) return [];
+      throw err;
     }
   }
 

@@ -123,6 +123,51 @@ def test_the_node_client_lists_what_gets_return(sidecar: Sidecar) -> None:
     assert out["without"] == [0] * VERSIONS
 
 
+# Histories with a limit, read by the Node client: [versions, each page's page_size asked], and the
+# error a limit of 0 gets.
+_NODE_LIMITED = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target] = process.argv.slice(2);
+(async () => {
+  const client = new CheckpointClient(target);
+  const asked = [];
+  const call = client.call.bind(client);
+  client.call = (method, request, ...rest) => {
+    asked.push(request.page_size);
+    return call(method, request, ...rest);
+  };
+  const out = {};
+  const read = async (session, options) => {
+    asked.length = 0;
+    const versions = (await client.history(session, { includeStates: true, ...options })).map((v) => v.version);
+    return [versions, [...asked]];
+  };
+  out.paged = await read('replace', { pageSize: 6, startVersion: 30, limit: 8 });
+  out.early = await read('wide', { limit: 5 });  // pages end early: three states fit one
+  out.sidecarDefault = await read('replace', { pageSize: 0, limit: 7 });
+  out.past = await read('replace', { pageSize: 10, startVersion: 3, limit: 50 });
+  try {
+    await client.history('replace', { limit: 0 });
+  } catch (e) {
+    out.zero = `${e.name}: ${e.message}`;
+  }
+  client.close();
+  console.log(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_the_node_client_reads_no_page_past_a_limit(sidecar: Sidecar) -> None:
+    proc = subprocess.run(node_command(_NODE_LIMITED, sidecar.unix_target), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["paged"] == [list(range(30, 22, -1)), [6, 2]]
+    assert out["early"] == [[10, 9, 8, 7, 6], [5, 2]]
+    assert out["sidecarDefault"] == [list(range(VERSIONS, VERSIONS - 7, -1)), [7]]
+    assert out["past"] == [[3, 2, 1], [10]]  # fewer than the limit: the history ended
+    assert out["zero"] == "RangeError: limit must be in 1..9007199254740991, got 0"
+
+
 def test_a_page_with_states_ends_early_under_the_message_limit(sidecar: Sidecar) -> None:
     with CheckpointClient(sidecar.unix_target) as c:
         size = len(c.get("wide").state)
