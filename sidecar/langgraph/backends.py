@@ -30,8 +30,9 @@ States = list[tuple[int, bytes]]
 Events = list[tuple[str, bytes]]
 #: Events read: seq, type, payload.
 SeqEvents = list[tuple[int, str, bytes]]
-#: A head read with a page of events: its version, its state, the page, the token of the rest ("": none).
-HeadAndEvents = tuple[int, bytes, SeqEvents, str]
+#: A head read with a page of events: its version, its state, the page (None: not read, by a sidecar that
+#: predates GetRequest.events), the token of the rest ("": none).
+HeadAndEvents = tuple[int, bytes, SeqEvents | None, str]
 
 
 class HeadMoved(Exception):
@@ -58,6 +59,8 @@ def _wire_put(put: PutRequest) -> service_pb2.PutRequest:
 
 
 def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
+    if not reply.HasField("events"):  # an older sidecar ignored the events asked for: none were read
+        return int(reply.version), bytes(reply.state), None, ""
     events = [(int(e.seq), e.type, bytes(e.payload)) for e in reply.events.events]
     return int(reply.version), bytes(reply.state), events, reply.events.next_page_token
 

@@ -11,6 +11,7 @@ import pytest
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver, backends
 from ckpt.sidecar.langgraph.operations import Call
+from ckpt.v1 import service_pb2
 from tests.langgraph.test_saver_sidecar import put, thread
 from tests.support import Sidecar
 
@@ -104,3 +105,11 @@ def test_a_cut_page_is_read_on_from_its_token(sidecar: Sidecar, monkeypatch: pyt
         token = backend.calls[1].args[3]
         assert token  # the rest of the page read from its token
         assert _pending(found) == sorted((f"task-{i}", "n", i) for i in range(5))
+
+
+def test_a_reply_without_events_is_no_page_and_the_writes_are_read_after_it() -> None:
+    """A sidecar that predates GetRequest.events answers the state alone: not an empty page of writes."""
+    state_only = service_pb2.GetResponse(version=3, state=b"s")
+    assert backends._head_and_events(state_only) == (3, b"s", None, "")
+    empty_page = service_pb2.GetResponse(version=3, state=b"s", events=service_pb2.ReadEventsResponse())
+    assert backends._head_and_events(empty_page) == (3, b"s", [], "")
