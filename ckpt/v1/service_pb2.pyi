@@ -71,26 +71,30 @@ class PutResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., replayed: _Optional[bool] = ..., state_size: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("session_id", "version", "field_mask")
+    __slots__ = ("session_id", "version", "field_mask", "events")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FIELD_MASK_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     version: int
     field_mask: _field_mask_pb2.FieldMask
-    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., field_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+    events: ReadEventsRequest
+    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., field_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., events: _Optional[_Union[ReadEventsRequest, _Mapping]] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("version", "state", "info", "message_type")
+    __slots__ = ("version", "state", "info", "message_type", "events")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     version: int
     state: bytes
     info: VersionInfo
     message_type: str
-    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ...) -> None: ...
+    events: ReadEventsResponse
+    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ..., events: _Optional[_Union[ReadEventsResponse, _Mapping]] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
     __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state")

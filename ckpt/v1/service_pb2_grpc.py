@@ -168,7 +168,8 @@ class CheckpointServiceServicer:
 
     def Get(self, request, context):
         """Get reads the latest or a given version of a session. To learn the head
-        without its state, ListVersions with page_size 1.
+        without its state, ListVersions with page_size 1. With `events`, it also
+        reads a page of the session's events (see GetRequest.events).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -48,6 +48,15 @@ export interface GetResponse {
   info: VersionInfo | null;
   /** The message type the state holds, if that version was written typed; '' for opaque bytes. */
   message_type: string;
+  /** The page of events `get`'s `events` filter asked for; null without one. */
+  events: ReadEventsResponse | null;
+}
+
+/** A page of events. */
+export interface ReadEventsResponse {
+  events: Event[];
+  /** Pass to events() as `pageToken`, with the same filter, for the rest; '' after the last page. */
+  next_page_token: string;
 }
 
 export interface SessionInfo {
@@ -191,6 +200,8 @@ export interface EventFilter {
   newestFirst?: boolean;
   /** Events per page asked for (default 100, at most 1000). */
   pageSize?: number;
+  /** Read on from a page's `next_page_token` (a `get`'s `events`), with the same filter. */
+  pageToken?: string;
 }
 
 /** A stored blob, as ckpt.v1.ArtifactRef (put it in a Checkpoint's `artifacts`). */
@@ -261,7 +272,12 @@ export class CheckpointClient {
    * version 0 (the default) = the latest. fieldMask: only these fields of a typed session's state (paths of
    * field names, e.g. ['handoff', 'plan'], 'handoff.next'), every other one cleared.
    */
-  get(sessionId: string, version?: number, options?: { fieldMask?: string[] }): Promise<GetResponse>;
+  /**
+   * events: also the first page of the session's events this filter selects, read in the same call (one
+   * round trip): the reply's `events`; its `next_page_token`, if not empty, is the rest (events() with the
+   * same filter and it as `pageToken`).
+   */
+  get(sessionId: string, version?: number, options?: { fieldMask?: string[]; events?: EventFilter }): Promise<GetResponse>;
   /**
    * The result of `fn()`, the call of `tool` with `args`, recorded in the session's Checkpoint.tool_cache
    * before it resolves: a hit resolves to the recorded result without calling `fn`. Results and

@@ -324,12 +324,17 @@ class CheckpointClient {
 
   // fieldMask: only these fields of a typed session's state (paths of field
   // names: ['handoff', 'plan'], 'handoff.next'), every other one cleared.
-  get(sessionId, version = 0, { fieldMask } = {}) {
+  // events: a filter as events() takes: the reply's `events` also holds the
+  // first page of those events, read in the same call (one round trip rather
+  // than a get and an events read); its `next_page_token`, if not empty, is
+  // the rest: events(sessionId, { ...filter, pageToken }).
+  get(sessionId, version = 0, { fieldMask, events } = {}) {
     const request = { session_id: sessionId, version };
     if (fieldMask !== undefined) {
       if (!Array.isArray(fieldMask)) throw new TypeError('fieldMask must be an array of paths');
       request.field_mask = { paths: fieldMask };
     }
+    if (events !== undefined && events !== null) request.events = readEventsRequest(sessionId, events);
     return this.call('Get', request);
   }
 
@@ -410,7 +415,8 @@ class CheckpointClient {
   // a time after `after` and before `before` (Dates), fetched `pageSize` at a
   // time as you iterate: for await (const e of client.events(id)). NOT_FOUND
   // if the session has neither events nor versions. Arguments are checked
-  // here, before anything is sent.
+  // here, before anything is sent. pageToken: read on from a page's
+  // next_page_token (a get's `events`), with the same filter.
   events(sessionId, options = {}) {
     return eventPages(this, readEventsRequest(sessionId, options));
   }

@@ -70,7 +70,7 @@ function appendEventsRequest(sessionId, events, { put, requestId, expectedLastSe
   return request;
 }
 
-function readEventsRequest(sessionId, { afterSeq = 0, types = [], after, before, newestFirst = false, pageSize = 100 } = {}) {
+function readEventsRequest(sessionId, { afterSeq = 0, types = [], after, before, newestFirst = false, pageSize = 100, pageToken = '' } = {}) {
   if (typeof types === 'string') throw new TypeError(`types must be an array of strings, not a string: pass ['${types}'] for one type`);
   if (!Array.isArray(types)) throw new TypeError(`types must be an array of strings, not ${kindOf(types)}`);
   if (typeof newestFirst !== 'boolean') throw new TypeError(`newestFirst must be a boolean, not ${kindOf(newestFirst)}`);
@@ -80,7 +80,7 @@ function readEventsRequest(sessionId, { afterSeq = 0, types = [], after, before,
     types: types.map((t, i) => checkString(`types[${i}]`, t)),
     newest_first: newestFirst,
     page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
-    page_token: '',
+    page_token: checkString('pageToken', pageToken),
   };
   if (after !== undefined) request.after = timestamp('after', after);
   if (before !== undefined) request.before = timestamp('before', before);

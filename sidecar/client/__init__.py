@@ -18,6 +18,7 @@ from .errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from .eventfilter import EventFilter
 from .events import event
 from .policy import DEFAULT_RETRIES
 from .sync_client import CheckpointClient
@@ -35,6 +36,7 @@ __all__ = [
     "DataLossError",
     "DeadlineExceededError",
     "EventConflictError",
+    "EventFilter",
     "FailedPreconditionError",
     "InvalidArgumentError",
     "NotFoundError",

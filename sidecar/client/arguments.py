@@ -143,9 +143,14 @@ def put_request(
     return msg
 
 
-def get_request(session_id: str, version: int, field_mask: Sequence[str] = ()) -> service_pb2.GetRequest:
+def get_request(
+    session_id: str,
+    version: int,
+    field_mask: Sequence[str] = (),
+    events: service_pb2.ReadEventsRequest | None = None,
+) -> service_pb2.GetRequest:
     request = service_pb2.GetRequest(
-        session_id=check_str("session_id", session_id), version=check_int("version", version)
+        session_id=check_str("session_id", session_id), version=check_int("version", version), events=events
     )
     if field_mask:
         if isinstance(field_mask, str):  # "handoff" would mask the fields h, a, n, ...

@@ -41,6 +41,7 @@ from .arguments import (
 )
 from .channel import channel_options, from_environment, tls_of
 from .errors import Unknown, closed_during, unknown_write
+from .eventfilter import EventFilter
 from .ledger import StreamLimits
 from .policy import DEFAULT_RETRIES, Attempts
 from .stream import StreamRun
@@ -188,10 +189,23 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         pick = _message_types
         return cast(TypesT, self._unary(Unary("RegisterType", build, retry=True, pick=pick)))
 
-    def get(self, session_id: str, version: int = 0, *, field_mask: Sequence[str] = ()) -> GetT:
+    def get(
+        self,
+        session_id: str,
+        version: int = 0,
+        *,
+        field_mask: Sequence[str] = (),
+        events: EventFilter | None = None,
+    ) -> GetT:
         """Read a version (0 = the latest). ``field_mask``: only these fields of a typed session's state
-        (paths of field names, e.g. ``("handoff", "plan")``, ``"handoff.next"``), every other one cleared."""
-        build = functools.partial(get_request, session_id, version, field_mask)
+        (paths of field names, e.g. ``("handoff", "plan")``, ``"handoff.next"``), every other one cleared.
+
+        ``events``: also the first page of the session's events this filter selects, in the same call
+        (one round trip rather than a get and an ``events``): the reply's ``events.events``, and
+        ``events.next_page_token``, empty unless the page was cut (pass it to :meth:`events` with the same
+        filters for the rest). For an agent resuming from its state and its newest events, say."""
+        read = events.request(session_id) if events is not None else None
+        build = functools.partial(get_request, session_id, version, field_mask, read)
         return cast(GetT, self._unary(Unary("Get", build, retry=True)))
 
     def history(

@@ -12,13 +12,13 @@ from ckpt.v1 import service_pb2
 
 from .arguments import _when, check_int, check_str, new_request_id
 from .base import Unary
+from .eventfilter import EventFilter
 
 AppendT = TypeVar("AppendT")
 EventsT = TypeVar("EventsT")
 
-#: The sidecar's limits (service.proto): events per append, events per page.
+#: The sidecar's limit (service.proto): events per append.
 MAX_EVENTS_PER_APPEND = 1000
-_MAX_PAGE_SIZE = 1000
 
 
 def event(
@@ -80,30 +80,6 @@ def append_events_request(
     return request
 
 
-def read_events_request(
-    session_id: str,
-    after_seq: int,
-    types: Iterable[str],
-    after: datetime.datetime | None,
-    before: datetime.datetime | None,
-    newest_first: bool,
-    page_size: int,
-) -> service_pb2.ReadEventsRequest:
-    if isinstance(types, str):
-        raise TypeError("types must be an iterable of str, not a str: pass (name,) for one type")
-    if not isinstance(newest_first, bool):
-        raise TypeError(f"newest_first must be a bool, not {type_name(newest_first)}")
-    return service_pb2.ReadEventsRequest(
-        session_id=check_str("session_id", session_id),
-        after_seq=check_int("after_seq", after_seq),
-        types=[check_str(f"types[{i}]", t) for i, t in enumerate(types)],
-        after=_when("after", after),
-        before=_when("before", before),
-        newest_first=newest_first,
-        page_size=check_int("page_size", page_size, high=_MAX_PAGE_SIZE),
-    )
-
-
 class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
     """A mixin of both clients: their ``_unary`` and ``_pages`` do the I/O."""
 
@@ -137,13 +113,16 @@ class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
         before: datetime.datetime | None = None,
         newest_first: bool = False,
         page_size: int = 100,
+        page_token: str = "",
     ) -> EventsT:
         """A session's events (ckpt.v1.Event, each with its ``seq`` and ``time``), oldest first (or
         ``newest_first``), after seq ``after_seq``, of any of ``types`` (empty: all), with a time after
-        ``after`` and before ``before`` (aware datetimes), if given; pages of ``page_size`` fetched as
-        needed. NotFoundError if the session has neither events nor versions."""
-        request = read_events_request(session_id, after_seq, types, after, before, newest_first, page_size)
-        return cast(EventsT, self._pages("ReadEvents", request, "events"))
+        ``after`` and before ``before`` (aware datetimes), if given (the filters of :class:`EventFilter`);
+        pages of ``page_size`` fetched as needed, from ``page_token`` if given (a page's
+        ``next_page_token``, with the same filters: the rest of a page ``get(..., events=...)`` cut).
+        NotFoundError if the session has neither events nor versions."""
+        read = EventFilter(after_seq, types, after, before, newest_first, page_size)
+        return cast(EventsT, self._pages("ReadEvents", read.request(session_id, page_token), "events"))
 
     @abc.abstractmethod
     def _unary(self, call: Unary) -> Any: ...

@@ -14,7 +14,7 @@ from itertools import islice
 from ckpt.langgraph.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
-from ..client import AsyncCheckpointClient, CheckpointClient, ConflictError, NotFoundError, event
+from ..client import AsyncCheckpointClient, CheckpointClient, ConflictError, EventFilter, NotFoundError, event
 from ..descriptors import descriptor_set
 from ..errors import NotFound, VersionConflict
 from ..store import EventQuery, NewEvent, PutRequest, Store, WriteMode
@@ -30,6 +30,9 @@ States = list[tuple[int, bytes]]
 Events = list[tuple[str, bytes]]
 #: Events read: seq, type, payload.
 SeqEvents = list[tuple[int, str, bytes]]
+#: A head read with a page of events: its version, its state, the page (None: not read, by a sidecar that
+#: predates GetRequest.events), the token of the rest ("": none).
+HeadAndEvents = tuple[int, bytes, SeqEvents | None, str]
 
 
 class HeadMoved(Exception):
@@ -53,6 +56,13 @@ def _wire_put(put: PutRequest) -> service_pb2.PutRequest:
         labels=put.labels,
         message_type=put.message_type,
     )
+
+
+def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
+    if not reply.HasField("events"):  # an older sidecar ignored the events asked for: none were read
+        return int(reply.version), bytes(reply.state), None, ""
+    events = [(int(e.seq), e.type, bytes(e.payload)) for e in reply.events.events]
+    return int(reply.version), bytes(reply.state), events, reply.events.next_page_token
 
 
 def _markers(checkpoint_id: str | None) -> list[tuple[str, bytes]]:
@@ -90,6 +100,14 @@ class ClientBackend:
             return None
         return int(reply.version), bytes(reply.state)
 
+    def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+        read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
+        try:
+            reply = self.client.get(session_id, events=read)
+        except NotFoundError:
+            return None
+        return _head_and_events(reply)
+
     def versions(self, session_id: str) -> Versions:
         try:
             return [(int(v.version), dict(v.labels)) for v in self.client.history(session_id, page_size=PAGE_SIZE)]
@@ -103,8 +121,10 @@ class ClientBackend:
         except NotFoundError:
             return []
 
-    def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
-        pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
+    def events(self, session_id: str, types: Sequence[str], after_seq: int, page_token: str = "") -> SeqEvents:
+        pages = self.client.events(
+            session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE, page_token=page_token
+        )
         try:
             return [(int(e.seq), e.type, bytes(e.payload)) for e in pages]
         except NotFoundError:
@@ -156,6 +176,14 @@ class AsyncClientBackend:
             return None
         return int(reply.version), bytes(reply.state)
 
+    async def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+        read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
+        try:
+            reply = await self.client.get(session_id, events=read)
+        except NotFoundError:
+            return None
+        return _head_and_events(reply)
+
     async def versions(self, session_id: str) -> Versions:
         try:
             return [
@@ -176,8 +204,10 @@ class AsyncClientBackend:
             return []
         return out
 
-    async def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
-        pages = self.client.events(session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE)
+    async def events(self, session_id: str, types: Sequence[str], after_seq: int, page_token: str = "") -> SeqEvents:
+        pages = self.client.events(
+            session_id, types=types, after_seq=after_seq, page_size=PAGE_SIZE, page_token=page_token
+        )
         try:
             return [(int(e.seq), e.type, bytes(e.payload)) async for e in pages]
         except NotFoundError:
@@ -231,6 +261,15 @@ class StoreBackend:
             return None
         return got.version, got.state
 
+    def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+        query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
+        try:
+            both = self.store.get_with_events(session_id, events=query)
+        except NotFound:
+            return None
+        events = [(e.seq, e.type, e.payload) for e in both.events.events]
+        return both.got.version, both.got.state, events, both.events.next_page_token
+
     def versions(self, session_id: str) -> Versions:
         out: Versions = []
         token = ""
@@ -256,9 +295,9 @@ class StoreBackend:
             return []
         return [(got.version, got.state) for got in page]
 
-    def events(self, session_id: str, types: Sequence[str], after_seq: int) -> SeqEvents:
+    def events(self, session_id: str, types: Sequence[str], after_seq: int, page_token: str = "") -> SeqEvents:
         def pages() -> Iterator[tuple[int, str, bytes]]:
-            token = ""
+            token = page_token
             while True:
                 query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE, page_token=token)
                 page = self.store.read_events(session_id, query)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -31,7 +31,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ckpt.langgraph.v1 import records_pb2
 
-from .backends import HISTORY_PAGE_SIZE, HeadMoved, States, Versions
+from .backends import HeadMoved, SeqEvents, Versions
+from .liststates import ListStates
 from .records import (
     ID_LABEL,
     PRUNING_LABEL,
@@ -113,6 +114,8 @@ class Head:
     lists: Lists = field(default_factory=dict)
     #: List elements its stored state holds, cut-off ones included.
     stored_elements: int = 0
+    #: Its Step's writes_after_seq (None: not known): a read of the head asks for its pending writes with it.
+    writes_after_seq: int | None = None
 
     @property
     def needs_rewrite(self) -> bool:
@@ -131,56 +134,6 @@ def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]
         if checkpoint_id is not None and checkpoint_id not in out:
             out[checkpoint_id] = (version, labels)
     return out
-
-
-class _States:
-    """The states ``list`` reads, a page of a namespace's history at a time (a call per page, not a Get per
-    checkpoint), kept only for the checkpoints it lists and only until it has.
-
-    Each namespace's history is read down from its newest wanted version: versions the labels already
-    ruled out above it (newer than ``before``, another ``checkpoint_id``, deleted, restated) are not read,
-    and with a limit a page ends at the version of the ``limit``-th wanted one left.
-    """
-
-    def __init__(self, candidates: list[tuple[str, int, str]], limit: int | None) -> None:
-        self._wanted: dict[str, list[int]] = {}  # per namespace, newest first
-        for _, version, sid in candidates:
-            self._wanted.setdefault(sid, []).append(version)
-        for versions in self._wanted.values():
-            versions.sort(reverse=True)
-        #: Per namespace, the version its next page starts at (0: none is left); those above it were read.
-        self._next = {sid: versions[0] for sid, versions in self._wanted.items()}
-        self._read: dict[str, dict[int, bytes]] = {sid: {} for sid in self._wanted}
-        self._kept = {sid: set(versions) for sid, versions in self._wanted.items()}
-        self._asked: dict[str, int] = {}  # the last page's size, per namespace
-
-    def ready(self, sid: str, version: int) -> bool:
-        """Whether ``version``'s history was read: :meth:`take` answers without another page."""
-        return version > self._next[sid]
-
-    def take(self, sid: str, version: int) -> bytes | None:
-        """``version``'s state, forgotten once taken; None if its history was read without it."""
-        return self._read[sid].pop(version, None)
-
-    def next_page(self, sid: str, left: int | None) -> tuple[int, int]:
-        """Where the next page of ``sid``'s history starts, and how many versions it asks for: down to the
-        ``left``-th wanted version (all of them without a limit), twice the last page at least (a filter
-        that the labels cannot answer may skip many), at most HISTORY_PAGE_SIZE."""
-        start = self._next[sid]
-        below = [v for v in self._wanted[sid] if v <= start]
-        last = below[min(len(below), left or len(below)) - 1] if below else start
-        size = min(HISTORY_PAGE_SIZE, start, max(start - last + 1, 2 * self._asked.get(sid, 0)))
-        self._asked[sid] = size
-        return start, size
-
-    def add(self, sid: str, start: int, page: States) -> None:
-        """A page of ``sid``'s history read from ``start`` down: the wanted states kept, the rest dropped."""
-        read, wanted = self._read[sid], self._kept[sid]
-        for version, state in page:
-            if version <= start and version in wanted:
-                read[version] = state
-        # An empty page: none is left at or below ``start`` (removed since the listing).
-        self._next[sid] = page[-1][0] - 1 if page else 0
 
 
 class Operations:
@@ -241,9 +194,22 @@ class Operations:
                 return None
             step = found
         else:
-            got = yield Call("get", (sid, 0, ()))
-            if got is None and (yield from self._finish_prune(where)):
+            with self._lock:
+                known = self._heads.get(sid)
+            # The head this saver last saw, and where its pending writes begin: one call reads the head and
+            # them, used if the head read is still that one (else they are read after it, as below).
+            asked = known.writes_after_seq if known is not None and known.checkpoint_id is not None else None
+            page: SeqEvents | None = None
+            token = ""
+            if asked is not None:
+                got = yield Call("get_events", (sid, (WRITES_EVENT,), asked))
+                if got is not None:
+                    version, state, page, token = got
+                    got = version, state
+            else:
                 got = yield Call("get", (sid, 0, ()))
+            if got is None and (yield from self._finish_prune(where)):
+                got, page = (yield Call("get", (sid, 0, ()))), None
             if got is None:
                 with self._lock:  # a namespace deleted and made again has a new log: its seqs start over
                     self._last_seq.pop(sid, None)
@@ -259,16 +225,33 @@ class Operations:
             if seen is None or seen.version != version or seen.checkpoint_id != step.checkpoint_id:
                 deleted = tuple(step.deleted_checkpoint_ids)
                 lists = lists_of(step, elements)
-                seen = Head(step.checkpoint_id, version, deleted, lists, stored_elements(step))
+                seen = Head(step.checkpoint_id, version, deleted, lists, stored_elements(step), step.writes_after_seq)
+            elif seen.writes_after_seq != step.writes_after_seq:
+                seen = replace(seen, writes_after_seq=step.writes_after_seq)
             self._saw_head(sid, seen)
+            if (
+                page is not None
+                and known is not None
+                and (known.version, known.checkpoint_id) == (version, step.checkpoint_id)
+                and step.writes_after_seq == asked
+            ):
+                events = page
+                if token:  # the page was cut: the rest from its token
+                    events = events + (yield Call("events", (sid, (WRITES_EVENT,), asked, token)))
+                return self._tuple(where, step, events, elements)
         events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
+        return self._tuple(where, step, events, elements)
+
+    def _tuple(self, where: Where, step: records_pb2.Step, events: SeqEvents, elements: Any) -> CheckpointTuple:
+        """The CheckpointTuple of ``step``, with its pending writes among ``events`` (the writes read after its
+        writes_after_seq)."""
         fold = WriteFold()
         for _, _, payload in events:
             writes = records_pb2.Writes.FromString(payload)
             if writes.checkpoint_id == step.checkpoint_id:
                 fold.add(writes)
         if events:
-            self._saw_seq(sid, events[-1][0])
+            self._saw_seq(where.session_id, events[-1][0])
         return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde), elements)
 
     def _find(self, where: Where, checkpoint_id: str) -> Op:
@@ -334,7 +317,7 @@ class Operations:
                     continue
                 candidates.append((cid, version, sid))
         candidates.sort(reverse=True)
-        states = _States(candidates, limit)
+        states = ListStates(candidates, limit)
         writes: dict[str, dict[str, WriteFold]] = {}
         left = limit
         for cid, version, sid in candidates:
@@ -437,7 +420,7 @@ class Operations:
         args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
         version, seq = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
-        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored)
+        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, step.writes_after_seq)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
         where = where_of(config)
@@ -502,7 +485,10 @@ class Operations:
                 newest = _newest_versions((yield Call("versions", (sid,))))
                 continue
             self._forget(sid)
-            self._saw_head(sid, Head(cid, written, tuple(sorted(deleted)), lists_of(step), stored_elements(step)))
+            head = Head(
+                cid, written, tuple(sorted(deleted)), lists_of(step), stored_elements(step), step.writes_after_seq
+            )
+            self._saw_head(sid, head)
             return
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Op:

@@ -13,10 +13,12 @@ from google.protobuf.message import DecodeError
 
 from ckpt.v1 import service_pb2
 
-from ..store import Store
+from ..errors import InvalidArgument
+from ..store import EventQuery, Store
 from .extension import BytesHandler, ServerExtension, link_method_numbers
 from .failures import abort_with
-from .inlineevents import inline_read_events
+from .getevents import events_part, events_query, state_part
+from .inlineevents import INLINE_EVENTS_BOUND, inline_read_events
 from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS
 from .replycache import ReplyCache
 from .storelink import StoreLink
@@ -42,7 +44,9 @@ def add_forwarded_service(
     if replies is not None:
         gauges = _ReplyCacheGauges(link, replies)
         handlers["Get"] = grpc.unary_unary_rpc_method_handler(
-            _cached_get(_forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed)
+            _cached_get(
+                _forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed, reader, max_page_bytes
+            )
         )
     if reader is not None:
         handlers["ReadEvents"] = grpc.unary_unary_rpc_method_handler(
@@ -101,38 +105,35 @@ def _cached_get(
     link: StoreLink,
     replies: ReplyCache,
     changed: Callable[[], None],
+    reader: Store | None = None,
+    max_page_bytes: int = 0,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
     """A Get ``replies`` answers, else ``forward``ed (and its reply kept when it asked for the latest);
-    ``changed`` is called after each Get that may have changed what ``replies`` holds."""
+    ``changed`` is called after each Get that may have changed what ``replies`` holds. A Get with events
+    is answered here only with ``reader`` to read them (within INLINE_EVENTS_BOUND, pages ending short of
+    ``max_page_bytes`` as the store process's do), else forwarded whole."""
 
     async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         start = time.perf_counter()
+        request: service_pb2.GetRequest | None
         try:
             request = service_pb2.GetRequest.FromString(raw)
-        except DecodeError:
-            request = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
+            query = events_query(request)
+        except (DecodeError, InvalidArgument):
+            request = query = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
+        with_events = query is not None
         paths = request.field_mask.paths if request is not None else ()
         generation = None
-        if request is not None and paths:
-            masked = replies.masked(request.session_id, request.version, paths)
-            if masked is not None:
-                body, state_bytes, cached = masked
-                changed()
+        if request is not None and (reader is not None or not with_events):
+            answered = _answer(replies, reader, request, query, max_page_bytes)
+            if answered is not None:
+                body, state_bytes, cached, may_change = answered
+                if may_change:
+                    changed()
                 link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=cached)
                 return body
+        if request is not None and paths:
             generation = replies.types_generation()
-        elif request is not None:
-            hit = replies.answer(request.session_id, request.version)
-            if hit is not None:
-                body, state_bytes = hit
-                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=True)
-                return body
-            read = replies.read(request.session_id, request.version)
-            if read is not None:
-                body, state_bytes = read
-                changed()
-                link.served(GET_METHOD, time.perf_counter() - start, state_bytes, cached=False)
-                return body
         try:
             body = await forward(raw, context)
         finally:
@@ -140,14 +141,57 @@ def _cached_get(
             # the size a while later, after both, even if the forwarded call failed.
             changed()
         if request is not None and not request.version:  # a masked reply is kept apart from the whole ones
+            try:
+                kept = state_part(body) if with_events else body
+            except DecodeError:  # a bug; the Get itself is answered all the same
+                return body
             if paths:
                 if generation is not None:
-                    replies.remember_masked(request.session_id, paths, body, generation)
+                    replies.remember_masked(request.session_id, paths, kept, generation)
             else:
-                replies.remember(request.session_id, body)
+                replies.remember(request.session_id, kept)
         return body
 
     return get
+
+
+def _answer(
+    replies: ReplyCache,
+    reader: Store | None,
+    request: service_pb2.GetRequest,
+    query: EventQuery | None,
+    max_page_bytes: int,
+) -> tuple[bytes, int, bool, bool] | None:
+    """A Get answered in this process: its reply, its state's size, whether from a reply kept, and whether
+    what ``replies`` holds may have changed; None: forward it. With ``query``, the state comes as a Get's
+    would and its events are read with it (one read transaction) when the state is read here, else after
+    the reply kept was found to be the head's."""
+    sid, version, paths = request.session_id, request.version, request.field_mask.paths
+    page = None
+    if paths:
+        masked = replies.masked(sid, version, paths, query, max_page_bytes=max_page_bytes)
+        if masked is None:
+            return None
+        body, state_bytes, cached, page = masked
+        may_change = True
+    else:
+        hit = replies.answer(sid, version)
+        if hit is not None:
+            (body, state_bytes), cached, may_change = hit, True, False
+        else:
+            read = replies.read(sid, version, query, max_page_bytes=max_page_bytes)
+            if read is None:
+                return None
+            (body, state_bytes, page), cached, may_change = read, False, True
+    if query is None:
+        return body, state_bytes, cached, may_change
+    if page is None:
+        assert reader is not None
+        try:
+            page = reader.read_events(sid, query, max_page_bytes=max_page_bytes, bound=INLINE_EVENTS_BOUND)
+        except Exception:  # past the bound, or anything the store process answers with its status
+            return None
+    return body + events_part(page), state_bytes, cached, may_change
 
 
 def add_extension(extension: ServerExtension, link: StoreLink, server: grpc.aio.Server) -> None:

@@ -23,8 +23,9 @@ from ckpt.v1 import service_pb2
 
 from ...codec import FieldMaskError, FrameKind
 from ...codec.fieldmask import check_paths
-from ..store import LRU, GetResult, Store
+from ..store import LRU, EventPage, EventQuery, GetResult, Store
 from .convert import get_response_pb
+from .inlineevents import INLINE_EVENTS_BOUND
 from .masking import Masks
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,9 @@ class ReplyCache:
             return None
         return reply
 
-    def read(self, session_id: str, version: int) -> tuple[bytes, int] | None:
+    def read(
+        self, session_id: str, version: int, events: EventQuery | None = None, *, max_page_bytes: int = 0
+    ) -> tuple[bytes, int, EventPage | None] | None:
         """The reply to a Get read from LMDB in this process, and its state's size; None: forward it.
 
         A Get the cache misses need not cross the link either: LMDB serves a read transaction in
@@ -111,28 +114,57 @@ class ReplyCache:
         to INLINE_READ_MAX_STATE_BYTES: this runs on the event loop. Anything else, and anything the
         store refuses or finds wrong (an unknown session, damage), is forwarded, so the store process
         answers it, with the status it always gave.
-        """
-        read = self._read(session_id, version)
-        return None if read is None else (read[1].body, read[1].state_bytes)
 
-    def _read(self, session_id: str, version: int) -> tuple[GetResult, _Reply] | None:
-        """The state read here (see :meth:`read`) and its whole reply, kept if it is the latest's."""
+        ``events``: also a page of the session's events, read in the same read transaction within
+        INLINE_EVENTS_BOUND (pages ending short of ``max_page_bytes``), else None: forward the Get. The
+        reply is the state's alone (the one kept); the page comes apart.
+        """
+        read = self._read(session_id, version, events, max_page_bytes)
+        return None if read is None else (read[1].body, read[1].state_bytes, read[2])
+
+    def _read(
+        self, session_id: str, version: int, events: EventQuery | None = None, max_page_bytes: int = 0
+    ) -> tuple[GetResult, _Reply, EventPage | None] | None:
+        """The state read here (see :meth:`read`), its whole reply, kept if it is the latest's, and with
+        ``events`` the page read with it."""
+        page = None
         try:
-            got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
+            if events is None:
+                got = self._store.get(session_id, version, use_cache=False, max_state_bytes=INLINE_READ_MAX_STATE_BYTES)
+            else:
+                both = self._store.get_with_events(
+                    session_id,
+                    version,
+                    events=events,
+                    use_cache=False,
+                    max_state_bytes=INLINE_READ_MAX_STATE_BYTES,
+                    max_page_bytes=max_page_bytes,
+                    bound=INLINE_EVENTS_BOUND,
+                )
+                got, page = both.got, both.events
         except Exception:  # let the store process read it (and report what is wrong)
             return None
         key = session_id.encode()
         reply = self._reply(got, key)
         if not version:
             self._replies.put(key, reply)
-        return got, reply
+        return got, reply, page
 
-    def masked(self, session_id: str, version: int, paths: Sequence[str]) -> tuple[bytes, int, bool] | None:
-        """The reply to a Get masked to ``paths``, its state's size, and whether it came from a reply kept;
-        None: forward it (a malformed path too: the store process names it). Made from the masked reply
-        kept for this mask, else from the whole state's reply kept (:meth:`answer`), else from the state
-        read here (as :meth:`read` does, keeping its whole reply); a latest-version one is kept apart from
-        the whole replies.
+    def masked(
+        self,
+        session_id: str,
+        version: int,
+        paths: Sequence[str],
+        events: EventQuery | None = None,
+        *,
+        max_page_bytes: int = 0,
+    ) -> tuple[bytes, int, bool, EventPage | None] | None:
+        """The reply to a Get masked to ``paths``, its state's size, whether it came from a reply kept, and
+        with ``events`` the page read with the state when it was read here (as :meth:`read` reads it; None
+        from a reply kept); None: forward it (a malformed path too: the store process names it). Made from
+        the masked reply kept for this mask, else from the whole state's reply kept (:meth:`answer`), else
+        from the state read here (as :meth:`read` does, keeping its whole reply); a latest-version one is
+        kept apart from the whole replies.
         """
         try:
             key = _masked_key(session_id, check_paths(paths))
@@ -145,7 +177,8 @@ class ReplyCache:
             return None
         kept = self._current(self._masked, key, session_id, version)
         if kept is not None and kept.types_generation == generation:
-            return kept.body, kept.state_bytes, True
+            return kept.body, kept.state_bytes, True, None
+        page = None
         whole = self._current(self._replies, session_id.encode(), session_id, version)
         if whole is not None:
             masked = self._masks.masked_reply(whole.body, paths)
@@ -154,10 +187,10 @@ class ReplyCache:
             body, state_bytes = masked
             reply = whole._replace(body=body, state_bytes=state_bytes, key_bytes=len(key), types_generation=generation)
         else:
-            read = self._read(session_id, version)
+            read = self._read(session_id, version, events, max_page_bytes)
             if read is None:
                 return None
-            got, reply = read
+            got, reply, page = read
             state = self._masks.try_masked(got.info.message_type, got.state, paths)
             if state is None:
                 return None
@@ -165,7 +198,7 @@ class ReplyCache:
             reply = reply._replace(body=body, state_bytes=len(state), key_bytes=len(key), types_generation=generation)
         if not version:
             self._masked.put(key, reply)
-        return reply.body, reply.state_bytes, whole is not None
+        return reply.body, reply.state_bytes, whole is not None, page
 
     def remember_masked(self, session_id: str, paths: Sequence[str], body: bytes, types_generation: int) -> None:
         """Keep the store process's reply to a Get of ``session_id``'s latest version masked to ``paths``,

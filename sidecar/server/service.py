@@ -24,7 +24,7 @@ from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
 from ..status import status_of
-from ..store import GetResult, PutResult, Store
+from ..store import EventPage, EventQuery, GetResult, PutResult, Store
 from .convert import (
     get_response_pb,
     labels_arg,
@@ -37,6 +37,7 @@ from .convert import (
 )
 from .eventconvert import append_args, append_response_pb, event_query, read_response_pb
 from .failures import Failure, error_message, failed_inside, failure_of, internal_error, put_error_pb
+from .getevents import events_query
 from .inflight import InFlight
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
@@ -221,6 +222,13 @@ class CheckpointService:
         async def run() -> service_pb2.GetResponse:
             store = self._store
             paths = mask_paths(request)
+            query = events_query(request)
+            if query is not None:
+                both, page = await self._off_loop(functools.partial(self._read_with_events, request, paths, query))
+                self._metrics.bytes_out.inc(len(both.state))
+                reply = get_response_pb(both)
+                reply.events.CopyFrom(read_response_pb(page))
+                return reply
             got = store.get_cached(request.session_id, request.version)
             if got is None or (paths and len(got.state) > INLINE_MASK_MAX_STATE_BYTES):
                 got = await self._off_loop(functools.partial(self._read, request, paths, got))
@@ -236,6 +244,16 @@ class CheckpointService:
         if got is None:
             got = self._store.get(request.session_id, request.version, use_cache=False)
         return self._masks.masked(request.session_id, got, paths) if paths else got
+
+    def _read_with_events(
+        self, request: service_pb2.GetRequest, paths: tuple[str, ...], query: EventQuery
+    ) -> tuple[GetResult, EventPage]:
+        """A Get with events off the event loop: both read at once (Store.get_with_events), masked to ``paths``."""
+        both = self._store.get_with_events(
+            request.session_id, request.version, events=query, max_page_bytes=self._max_page_bytes
+        )
+        got = self._masks.masked(request.session_id, both.got, paths) if paths else both.got
+        return got, both.events
 
     async def ListVersions(
         self, request: service_pb2.ListVersionsRequest, context: CallContext

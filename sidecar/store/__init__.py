@@ -5,6 +5,7 @@ from .cache import LRU
 from .dirlock import lock_data_dir
 from .engine import Store
 from .records import request_of_session
+from .stateevents import GetWithEvents
 from .types import (
     OFF_LOOP_PATCH_BYTES,
     AppendResult,
@@ -30,6 +31,7 @@ __all__ = [
     "EventPage",
     "EventQuery",
     "GetResult",
+    "GetWithEvents",
     "NewEvent",
     "PutRequest",
     "PutResult",

@@ -10,11 +10,13 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..storage import ReadTxn
+from . import keys
 from .eventlog import EventLog
 from .eventreads import read_events
 from .layout import Tables
 from .ops import Op
-from .types import AppendResult, EventPage, EventQuery, NewEvent, PutRequest, ReadBound
+from .stateevents import GetWithEvents, get_with_events
+from .types import AppendResult, EventPage, EventQuery, GetResult, NewEvent, PutRequest, ReadBound
 from .writeops import WriteOps
 from .writer import Writer
 from .writes import checked_off_loop
@@ -28,6 +30,7 @@ class EventEntryPoints:
     _events: EventLog
     _tables: Tables
     _read: Callable[[], AbstractContextManager[ReadTxn]]
+    _cached: Callable[[bytes, int], GetResult | None]
     _asubmit_op: Callable[[Op, asyncio.AbstractEventLoop], asyncio.Future[Any]]
 
     def append_events(
@@ -104,4 +107,36 @@ class EventEntryPoints:
         ``bound``: ResourceExhausted, and no page, rather than read past it."""
         return read_events(
             self._read, self._tables, session_id, query or EventQuery(), max_page_bytes=max_page_bytes, bound=bound
+        )
+
+    def get_with_events(
+        self,
+        session_id: str,
+        version: int = 0,
+        *,
+        events: EventQuery,
+        use_cache: bool = True,
+        max_state_bytes: int | None = None,
+        max_page_bytes: int = 0,
+        bound: ReadBound | None = None,
+    ) -> GetWithEvents:
+        """:meth:`get` and a page of :meth:`read_events` of the same session in one read: one call for a
+        reader of a state and its log (an agent resuming; a LangGraph saver's head and pending writes).
+
+        Both are read in one read transaction, unless the state cache answers the state (``use_cache``):
+        then the page is read in one begun after the cache checked its state is the head, and may hold
+        events committed after that version. The Get's errors come first; InvalidArgument of the events
+        read names its field ``events.<field>``. Other arguments: those of get and read_events.
+        """
+        cached = self._cached(keys.session_key(session_id), version) if use_cache else None
+        return get_with_events(
+            self._read,
+            self._tables,
+            session_id,
+            version,
+            events,
+            cached=cached,
+            max_state_bytes=max_state_bytes,
+            max_page_bytes=max_page_bytes,
+            bound=bound,
         )

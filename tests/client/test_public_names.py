@@ -26,6 +26,7 @@ def test_the_client_package_exports_the_clients_their_errors_and_options() -> No
         "ClientTLS",
         "DEFAULT_RETRIES",
         "ENV_VARS",
+        "EventFilter",
         "event",
         "parse_state",
     }

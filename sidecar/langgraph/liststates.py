@@ -1,0 +1,55 @@
+"""The states a saver's ``list`` reads: a page of a namespace's history at a time, kept only while needed."""
+
+from __future__ import annotations
+
+from .backends import HISTORY_PAGE_SIZE, States
+
+
+class ListStates:
+    """The states ``list`` reads, a page of a namespace's history at a time (a call per page, not a Get per
+    checkpoint), kept only for the checkpoints it lists and only until it has.
+
+    Each namespace's history is read down from its newest wanted version: versions the labels already
+    ruled out above it (newer than ``before``, another ``checkpoint_id``, deleted, restated) are not read,
+    and with a limit a page ends at the version of the ``limit``-th wanted one left.
+    """
+
+    def __init__(self, candidates: list[tuple[str, int, str]], limit: int | None) -> None:
+        self._wanted: dict[str, list[int]] = {}  # per namespace, newest first
+        for _, version, sid in candidates:
+            self._wanted.setdefault(sid, []).append(version)
+        for versions in self._wanted.values():
+            versions.sort(reverse=True)
+        #: Per namespace, the version its next page starts at (0: none is left); those above it were read.
+        self._next = {sid: versions[0] for sid, versions in self._wanted.items()}
+        self._read: dict[str, dict[int, bytes]] = {sid: {} for sid in self._wanted}
+        self._kept = {sid: set(versions) for sid, versions in self._wanted.items()}
+        self._asked: dict[str, int] = {}  # the last page's size, per namespace
+
+    def ready(self, sid: str, version: int) -> bool:
+        """Whether ``version``'s history was read: :meth:`take` answers without another page."""
+        return version > self._next[sid]
+
+    def take(self, sid: str, version: int) -> bytes | None:
+        """``version``'s state, forgotten once taken; None if its history was read without it."""
+        return self._read[sid].pop(version, None)
+
+    def next_page(self, sid: str, left: int | None) -> tuple[int, int]:
+        """Where the next page of ``sid``'s history starts, and how many versions it asks for: down to the
+        ``left``-th wanted version (all of them without a limit), twice the last page at least (a filter
+        that the labels cannot answer may skip many), at most HISTORY_PAGE_SIZE."""
+        start = self._next[sid]
+        below = [v for v in self._wanted[sid] if v <= start]
+        last = below[min(len(below), left or len(below)) - 1] if below else start
+        size = min(HISTORY_PAGE_SIZE, start, max(start - last + 1, 2 * self._asked.get(sid, 0)))
+        self._asked[sid] = size
+        return start, size
+
+    def add(self, sid: str, start: int, page: States) -> None:
+        """A page of ``sid``'s history read from ``start`` down: the wanted states kept, the rest dropped."""
+        read, wanted = self._read[sid], self._kept[sid]
+        for version, state in page:
+            if version <= start and version in wanted:
+                read[version] = state
+        # An empty page: none is left at or below ``start`` (removed since the listing).
+        self._next[sid] = page[-1][0] - 1 if page else 0

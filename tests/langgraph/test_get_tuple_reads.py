@@ -1,0 +1,115 @@
+"""What the saver's ``get_tuple`` of the latest checkpoint reads through a real sidecar: the head and its
+pending writes in one call when the saver put (or read) that head, two when another saver moved it or the
+saver never saw the namespace; the pending writes right either way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.langgraph import CkptSaver, backends
+from ckpt.sidecar.langgraph.operations import Call
+from ckpt.v1 import service_pb2
+from tests.langgraph.test_saver_sidecar import put, thread
+from tests.support import Sidecar
+
+
+class Recording(backends.ClientBackend):
+    """The saver's backend on a client, keeping the name of every call made of it."""
+
+    def __init__(self, client: CheckpointClient) -> None:
+        super().__init__(client)
+        self.calls: list[Call] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = super().__getattribute__(name)
+        if name in ("get", "get_events", "history", "versions", "events", "sessions"):
+            calls = super().__getattribute__("calls")
+
+            def recorded(*args: Any) -> Any:
+                calls.append(Call(name, args))
+                return attr(*args)
+
+            return recorded
+        return attr
+
+
+def read_latest(saver: CkptSaver, backend: Recording, thread_id: str) -> tuple[Any, list[str]]:
+    """``saver.get_tuple`` of the thread's latest checkpoint, driven on ``backend``, and the calls it made."""
+    backend.calls.clear()
+    op = saver._ops.get_tuple(thread(thread_id))  # the saver's own operation and memory
+    answer = None
+    while True:
+        try:
+            step = op.send(answer)
+        except StopIteration as done:
+            return done.value, [c.method for c in backend.calls]
+        assert isinstance(step, Call)  # get_tuple yields calls only
+        answer = getattr(backend, step.method)(*step.args)
+
+
+def _pending(found: Any) -> list[tuple[str, str, Any]]:
+    return sorted(found.pending_writes)
+
+
+def test_one_call_after_its_own_put_and_two_after_another_saver_moved_the_head(sidecar: Sidecar) -> None:
+    with (
+        CkptSaver(sidecar.unix_target) as a,
+        CkptSaver(sidecar.unix_target) as b,
+        CkptSaver(sidecar.unix_target) as fresh,
+        CheckpointClient(sidecar.unix_target) as client,
+    ):
+        backend = Recording(client)
+        config = thread("t")
+        for step in range(3):
+            config = put(a, config, {"n": step}, step)
+        a.put_writes(config, [("n", "pending"), ("log", "x")], "task-1")
+        found, calls = read_latest(a, backend, "t")
+        assert calls == ["get_events"]
+        assert found.config["configurable"]["checkpoint_id"] == config["configurable"]["checkpoint_id"]
+        assert _pending(found) == [("task-1", "log", "x"), ("task-1", "n", "pending")]
+        assert _pending(found) == _pending(fresh.get_tuple(thread("t")))  # a saver that reads it in two calls
+        again, calls = read_latest(a, backend, "t")
+        assert calls == ["get_events"] and _pending(again) == _pending(found)
+
+        # A saver that never saw the namespace reads it in two calls, then in one.
+        with CkptSaver(sidecar.unix_target) as newcomer:
+            first, calls = read_latest(newcomer, backend, "t")
+            assert calls == ["get", "events"] and _pending(first) == _pending(found)
+            _, calls = read_latest(newcomer, backend, "t")
+            assert calls == ["get_events"]
+
+        # Another saver moves the head: the one call's events are not used; the writes are read after it.
+        moved = put(b, config, {"n": 99}, 3)
+        b.put_writes(moved, [("n", "b's write")], "task-2")
+        found, calls = read_latest(a, backend, "t")
+        assert calls == ["get_events", "events"]
+        assert found.config["configurable"]["checkpoint_id"] == moved["configurable"]["checkpoint_id"]
+        assert _pending(found) == [("task-2", "n", "b's write")]
+        # Now it has seen that head: one call again.
+        found, calls = read_latest(a, backend, "t")
+        assert calls == ["get_events"] and _pending(found) == [("task-2", "n", "b's write")]
+
+
+def test_a_cut_page_is_read_on_from_its_token(sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch) -> None:
+    with CkptSaver(sidecar.unix_target) as saver, CheckpointClient(sidecar.unix_target) as client:
+        backend = Recording(client)
+        config = put(saver, thread("t"), {"n": 0}, 0)
+        for i in range(5):
+            saver.put_writes(config, [("n", i)], f"task-{i}")
+        monkeypatch.setattr(backends, "PAGE_SIZE", 2)
+        found, calls = read_latest(saver, backend, "t")
+        assert calls == ["get_events", "events"]
+        token = backend.calls[1].args[3]
+        assert token  # the rest of the page read from its token
+        assert _pending(found) == sorted((f"task-{i}", "n", i) for i in range(5))
+
+
+def test_a_reply_without_events_is_no_page_and_the_writes_are_read_after_it() -> None:
+    """A sidecar that predates GetRequest.events answers the state alone: not an empty page of writes."""
+    state_only = service_pb2.GetResponse(version=3, state=b"s")
+    assert backends._head_and_events(state_only) == (3, b"s", None, "")
+    empty_page = service_pb2.GetResponse(version=3, state=b"s", events=service_pb2.ReadEventsResponse())
+    assert backends._head_and_events(empty_page) == (3, b"s", [], "")
