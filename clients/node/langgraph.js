@@ -92,9 +92,10 @@ class CkptSaver extends BaseCheckpointSaver {
     } else {
       throw new TypeError('target must be a sidecar address string or a CheckpointClient');
     }
-    // session id -> { version, checkpointId, lists, storedElements }: the head this saver last read or
-    // wrote (version 0 and checkpointId '' when it found the namespace without any checkpoint), its list
-    // channels' element digests by channel and the list elements its state holds.
+    // session id -> { version, checkpointId, lists, storedElements, writesAfterSeq }: the head this
+    // saver last read or wrote (version 0 and checkpointId '' when it found the namespace without any
+    // checkpoint), its list channels' element digests by channel, the list elements its state holds and
+    // its Step's writes_after_seq (a read of the head asks for its pending writes with it).
     this.heads = new Map();
     // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
     // saves a task's writes while its checkpoint's put may not have begun. By session, the highest seq
@@ -112,7 +113,13 @@ class CkptSaver extends BaseCheckpointSaver {
   }
 
   sawHead(sessionId, version, step) {
-    const head = { version, checkpointId: step.checkpoint_id, lists: r.listsOf(step), storedElements: r.storedElements(step) };
+    const head = {
+      version,
+      checkpointId: step.checkpoint_id,
+      lists: r.listsOf(step),
+      storedElements: r.storedElements(step),
+      writesAfterSeq: step.writes_after_seq,
+    };
     this.heads.set(sessionId, head);
     remember(this.known, keyOf(sessionId, step.checkpoint_id), true);
   }
@@ -157,7 +164,10 @@ class CkptSaver extends BaseCheckpointSaver {
     let log;
     try {
       return await this.tupleOf(threadId, checkpointNs, found.step, (afterSeq) => {
-        log = new r.LogReader(this.client, sessionId, { afterSeq });
+        // The writes the head's Get read, if they are the ones asked (an old format's migration reads
+        // the whole log).
+        const page = found.page !== undefined && found.page.afterSeq === afterSeq ? found.page : undefined;
+        log = new r.LogReader(this.client, sessionId, { afterSeq, page });
         return log;
       });
     } finally {
@@ -168,13 +178,25 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
-  // The newest checkpoint of a session not deleted: { version, step, isHead }, { absent: true } when
-  // the session does not exist, or undefined.
+  // The newest checkpoint of a session not deleted: { version, step, isHead, page }, { absent: true }
+  // when the session does not exist, or undefined. The head this saver last saw and where its pending
+  // writes begin: one Get reads the head and the writes after that seq, `page` its pending writes if
+  // the head read is still that one (the Python saver's rule); else they are read after it, from the
+  // Step's writes_after_seq.
   async latest(sessionId) {
-    const head = await this.read(sessionId, 0);
-    if (head === undefined) return { absent: true };
+    const known = this.heads.get(sessionId);
+    const asked = known !== undefined && known.checkpointId ? known.writesAfterSeq : undefined;
+    const { page, ...head } = (await this.read(sessionId, 0, asked)) || {};
+    if (head.step === undefined) return { absent: true };
     const deleted = new Set(head.step.deleted_checkpoint_ids);
-    if (!deleted.has(head.step.checkpoint_id)) return { ...head, isHead: true };
+    if (!deleted.has(head.step.checkpoint_id)) {
+      const same =
+        page !== undefined &&
+        known.version === head.version &&
+        known.checkpointId === head.step.checkpoint_id &&
+        head.step.writes_after_seq === asked;
+      return { ...head, isHead: true, page: same ? page : undefined };
+    }
     for await (const info of this.versions(sessionId)) {
       const id = info.labels[r.ID_LABEL];
       if (id !== undefined && !deleted.has(id)) return this.read(sessionId, info.version);
@@ -213,11 +235,17 @@ class CkptSaver extends BaseCheckpointSaver {
     } while (token);
   }
 
-  // { version, step } of a session's version (0: the head), or undefined if there is none.
-  async read(sessionId, version) {
+  // { version, step } of a session's version (0: the head), or undefined if there is none. With
+  // `writesAfterSeq`, the same Get reads the first page of the writes events after it: `page`
+  // ({ afterSeq, events, next_page_token }), none when the reply has no `events` (a sidecar from before
+  // GetRequest.events read none, not an empty page).
+  async read(sessionId, version, writesAfterSeq) {
+    const events = writesAfterSeq === undefined ? undefined : r.LogReader.filter(writesAfterSeq);
     try {
-      const got = await this.client.get(sessionId, version);
-      return { version: got.version, step: r.decodeStep(got.state) };
+      const got = await this.client.get(sessionId, version, { events });
+      const found = { version: got.version, step: r.decodeStep(got.state) };
+      if (events !== undefined && got.events) found.page = { afterSeq: writesAfterSeq, ...got.events };
+      return found;
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;
@@ -445,7 +473,7 @@ class CkptSaver extends BaseCheckpointSaver {
       throw err;
     }
     this.sawSeq(sessionId, reply.last_seq);
-    this.heads.set(sessionId, { version: reply.put.version, checkpointId: checkpoint.id, lists, storedElements });
+    this.heads.set(sessionId, { version: reply.put.version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq });
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not

@@ -174,11 +174,19 @@ function foldWrites(recordsInOrder) {
 
 // The pending writes of a session's checkpoints, read from its log newest first as far as needed and
 // kept: writesOf(id, afterSeq) returns a checkpoint's folded writes once every event after afterSeq (its
-// Step's writes_after_seq) was read. A reader made with `afterSeq` reads no event at or before it.
+// Step's writes_after_seq) was read. A reader made with `afterSeq` reads no event at or before it; with
+// `page`, the first page of that read (a Get's `events`, asked with LogReader.filter(afterSeq)), the rest
+// from its next_page_token when it is needed.
 class LogReader {
-  constructor(client, sessionId, { afterSeq = 0 } = {}) {
+  // The events a reader from `afterSeq` reads: a client's events() options, a Get's `events`.
+  static filter(afterSeq) {
+    return { types: [WRITES_EVENT], afterSeq, newestFirst: true, pageSize: 1000 };
+  }
+
+  constructor(client, sessionId, { afterSeq = 0, page } = {}) {
     this.floor = afterSeq;
-    this.events = client.events(sessionId, { types: [WRITES_EVENT], afterSeq, newestFirst: true, pageSize: 1000 });
+    const filter = LogReader.filter(afterSeq);
+    this.events = page === undefined ? client.events(sessionId, filter) : pageThenRest(client, sessionId, filter, page);
     this.byCheckpoint = new Map(); // id -> [{ seq, record }]
     this.lowest = Infinity; // every writes event from this seq on was read
     this.newest = 0; // the highest seq read
@@ -215,6 +223,12 @@ class LogReader {
   close() {
     this.events.return().catch(() => {});
   }
+}
+
+// The events of `page` (a ReadEventsResponse), then those after it from its token, if it was cut.
+async function* pageThenRest(client, sessionId, filter, page) {
+  yield* page.events;
+  if (page.next_page_token) yield* client.events(sessionId, { ...filter, pageToken: page.next_page_token });
 }
 
 module.exports = {
