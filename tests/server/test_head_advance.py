@@ -206,3 +206,31 @@ def test_another_workers_writes_are_read_right(tmp_path: Path) -> None:
     finally:
         embedded.store.close()
         assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_kept_readers_stay_within_the_reply_cache_budget(tmp_path: Path) -> None:
+    """A reader weighs its state, its stream's window and a fixed part: six sessions' readers and replies
+    do not fit in 600 KB, and the least recently used go."""
+    budget, port = 600_000, free_port()
+    sidecar = start_sidecar(tmp_path / "data", "--reply-cache-bytes", str(budget), "--metrics-port", str(port))
+    sidecar.metrics_port = port  # type: ignore[attr-defined]
+    embedded = _Embedded(tmp_path / "data")
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            sessions = [f"thread-{n}" for n in range(6)]
+            for n, session in enumerate(sessions):
+                client.put(session, _base(n))
+            for i in range(3):
+                for session in sessions:
+                    client.merge(session, _step(i))
+                    embedded.check(client.get(session), session)
+            # The last session read: its reader is the most recently used, and advances.
+            for i in range(3, 6):
+                client.merge(sessions[-1], _step(i))
+                embedded.check(client.get(sessions[-1]), sessions[-1])
+            _wait_for(lambda: _advanced(sidecar) >= 3)
+            held = metric(sidecar, 'ckpt_cache_bytes{cache="reply_cache"}')
+            assert 0 < held <= budget
+    finally:
+        embedded.store.close()
+        assert sidecar.stop() == 0, sidecar.log()
