@@ -13,6 +13,7 @@ The policy may start a new chain (a FULL frame) at any write, small states
 often: so a chain to decode starts at the last FULL frame, as above.
 """
 
+from .chainreader import ChainReader, open_chain
 from .compaction import compact
 from .decoder import DecodedVersion, decode, decode_latest, iter_versions
 from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
@@ -51,6 +52,7 @@ __all__ = [
     "ChainEncoder",
     "ChainLinkError",
     "ChainPolicy",
+    "ChainReader",
     "ChainStats",
     "ChecksumError",
     "CodecError",
@@ -77,6 +79,7 @@ __all__ = [
     "frame_kind",
     "iter_versions",
     "keyframe",
+    "open_chain",
     "pack",
     "parse",
     "state_checksum",

@@ -79,7 +79,17 @@ def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
 
 
 def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None:
-    """The latest version if every header is well-formed and linked and the result checks out, else None.
+    """The latest version if every header is well-formed and linked and the result checks out, else None
+    (see :func:`latest_with_reader`)."""
+    found = latest_with_reader(chain, limit)
+    return None if found is None else found[0]
+
+
+def latest_with_reader(
+    chain: list[FrameBytes], limit: int | None
+) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
+    """The latest version if every header is well-formed and linked and the result checks out, else None;
+    with the decompressor of the chain's last stream, positioned at its end (chainreader.py continues it).
 
     The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
     and the checks of frame.parse and _check_link but the frame checksum, as
@@ -154,6 +164,7 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None
         prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, wl, xxh3_at, f
     streams.append((stream_wl, stream_prefix, parts, total, whole))
     state = b""
+    reader = None
     for wl, prefix_size, payloads, size, whole in streams:
         if prefix_size > len(state):
             return None
@@ -166,9 +177,29 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None
         # only extends the state before it.
         state = state + out if whole < 0 else out[whole:]
     xxh3 = _U64.unpack_from(prev, prev_xxh3_at)[0]
-    if len(state) != prev_size or state_checksum(state) != xxh3:
+    if len(state) != prev_size or state_checksum(state) != xxh3 or reader is None:
         return None
-    header = FrameHeader(
+    header = scanned_header(
+        kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3, base_xxh3, prev
+    )
+    return DecodedVersion(header, state), reader
+
+
+def scanned_header(
+    kf: int,
+    wl: int,
+    version: int,
+    distance: int,
+    state_size: int,
+    base_size: int,
+    prefix: int,
+    payload_size: int,
+    xxh3: int,
+    base_xxh3: int,
+    frame: FrameBytes,
+) -> FrameHeader:
+    """The FrameHeader of a frame a first pass scanned (and whose chain's state checked out)."""
+    return FrameHeader(
         kind=KINDS_BY_NUMBER[kf & 3],
         version=version,
         base_version=version - distance if distance else 0,
@@ -180,9 +211,8 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None
         base_xxh3=max(base_xxh3, 0),
         window_log=wl,
         continues_stream=bool(kf & frame_v2.FLAG_CONTINUES_STREAM),
-        format=2 if prev[2] == 2 else 1,
+        format=2 if frame[2] == 2 else 1,
     )
-    return DecodedVersion(header, state)
 
 
 def _latest_checked(chain: list[FrameBytes], limit: int | None) -> bytes:

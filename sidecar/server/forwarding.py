@@ -84,7 +84,7 @@ class _ReplyCacheGauges:
         self._link = link
         self._replies = replies
         self._interval_seconds = interval_seconds
-        self._sent: tuple[int, int] | None = None
+        self._sent: tuple[int, int, int] | None = None
         self._pending: asyncio.TimerHandle | None = None
         self._send()
 
@@ -94,10 +94,10 @@ class _ReplyCacheGauges:
 
     def _send(self) -> None:
         self._pending = None
-        size = (self._replies.size_bytes, len(self._replies))
+        size = (self._replies.size_bytes, len(self._replies), self._replies.advanced)
         if size != self._sent:
             self._sent = size
-            self._link.gauges(reply_cache_bytes=size[0], reply_cache_entries=size[1])
+            self._link.gauges(reply_cache_bytes=size[0], reply_cache_entries=size[1], reply_cache_advanced=size[2])
 
 
 def _cached_get(

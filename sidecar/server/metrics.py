@@ -66,8 +66,9 @@ class Metrics:
             "ckpt_chain_depth", "Chain depth of each written frame", buckets=_DEPTH_BUCKETS, registry=r
         )
 
-        #: The gRPC process's reply cache (bytes, entries), as it last reported it; None: it has none.
-        self.reply_cache: tuple[int, int] | None = None
+        #: The gRPC process's reply cache (bytes, entries, heads read advancing a kept reader), as it last
+        #: reported it; None: it has none.
+        self.reply_cache: tuple[int, int, int] | None = None
 
         # labels() takes a lock and a dict lookup per call: resolve each RPC's
         # children once (RPC names are a fixed set).
@@ -148,9 +149,18 @@ class _StoreCollector(Collector):
         reply_cache = self._metrics.reply_cache
         if reply_cache is not None:
             memory.add_metric(["reply_cache"], reply_cache[0])
-            entries = GaugeMetricFamily("ckpt_reply_cache_entries", "Get replies the gRPC process keeps")
+            entries = GaugeMetricFamily(
+                "ckpt_reply_cache_entries", "Get replies and session head readers the gRPC process keeps"
+            )
             entries.add_metric([], reply_cache[1])
             yield entries
+            advanced = CounterMetricFamily(
+                "ckpt_reply_cache_advanced_reads",
+                "Gets of a latest version the gRPC process read by advancing the head it kept of the session with"
+                " the frames written since, not decoding the chain whole",
+            )
+            advanced.add_metric([], reply_cache[2])
+            yield advanced
         queued = GaugeMetricFamily(
             "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
         )

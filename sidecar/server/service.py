@@ -214,9 +214,10 @@ class CheckpointService:
         else:
             self._metrics.read_by_grpc_process.labels(rpc).inc()
 
-    def reply_cache_size(self, size_bytes: int, entries: int) -> None:
-        """The gRPC process's reply cache's size, as it last reported it (its metrics are this process's)."""
-        self._metrics.reply_cache = (size_bytes, entries)
+    def reply_cache_size(self, size_bytes: int, entries: int, advanced: int) -> None:
+        """The gRPC process's reply cache's size and the heads it read by advancing a kept reader, as it
+        last reported them (its metrics are this process's)."""
+        self._metrics.reply_cache = (size_bytes, entries, advanced)
 
     async def Get(self, request: service_pb2.GetRequest, context: CallContext) -> service_pb2.GetResponse:
         async def run() -> service_pb2.GetResponse:

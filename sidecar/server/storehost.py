@@ -98,7 +98,10 @@ class _HostProtocol(LinkProtocol):
                     self.service.count_served(UNARY_METHODS[method], seconds, state_bytes, cached=cached)
         elif frame.kind is Kind.GAUGES:
             if self.service is not None:
-                self.service.reply_cache_size(frame.meta["reply_cache_bytes"], frame.meta["reply_cache_entries"])
+                meta = frame.meta
+                self.service.reply_cache_size(
+                    meta["reply_cache_bytes"], meta["reply_cache_entries"], meta["reply_cache_advanced"]
+                )
         elif frame.kind is Kind.STOP_STREAMS:
             if self.service is not None:
                 self.service.stop_streams()

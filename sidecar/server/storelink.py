@@ -263,12 +263,17 @@ class StoreLink:
             calls, self._served = self._served, []
             self._send(Frame(Kind.SERVED, meta={"calls": calls}))
 
-    def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int) -> None:
-        """Tell the store process's metrics the size of this process's reply cache."""
+    def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int, reply_cache_advanced: int) -> None:
+        """Tell the store process's metrics the size of this process's reply cache, and how many heads it
+        read by advancing a kept reader so far."""
         self._send(
             Frame(
                 Kind.GAUGES,
-                meta={"reply_cache_bytes": reply_cache_bytes, "reply_cache_entries": reply_cache_entries},
+                meta={
+                    "reply_cache_bytes": reply_cache_bytes,
+                    "reply_cache_entries": reply_cache_entries,
+                    "reply_cache_advanced": reply_cache_advanced,
+                },
             )
         )
 

@@ -4,6 +4,7 @@ from ..storage import RWLock, check_not_truncated
 from .cache import LRU
 from .dirlock import lock_data_dir
 from .engine import Store
+from .headreads import HeadEvents, advance_head, read_head
 from .records import request_of_session
 from .stateevents import GetWithEvents
 from .types import (
@@ -32,6 +33,7 @@ __all__ = [
     "EventQuery",
     "GetResult",
     "GetWithEvents",
+    "HeadEvents",
     "NewEvent",
     "PutRequest",
     "PutResult",
@@ -42,7 +44,9 @@ __all__ = [
     "SweepResult",
     "VersionInfo",
     "WriteMode",
+    "advance_head",
     "check_not_truncated",
     "lock_data_dir",
+    "read_head",
     "request_of_session",
 ]

@@ -67,13 +67,13 @@ def get_with_events(
         else:
             got = cached
         try:
-            page = read_events(_same(txn), tables, session_id, events, max_page_bytes=max_page_bytes, bound=bound)
+            page = read_events(same_txn(txn), tables, session_id, events, max_page_bytes=max_page_bytes, bound=bound)
         except InvalidArgument as exc:
             raise named_events_field(exc) from None
     return GetWithEvents(got, page)
 
 
-def _same(txn: ReadTxn) -> Read:
+def same_txn(txn: ReadTxn) -> Read:
     """A read callable answering ``txn`` itself: read_events then reads the snapshot the state came from."""
 
     @contextmanager

@@ -1,0 +1,207 @@
+"""A chain's latest state, kept with its live zstd stream so that the versions written after it cost only
+their own frames.
+
+A reader that decodes a session's head and later finds the head moved on
+would decode the whole chain again from its FULL frame (300-1000 us for a
+LangGraph thread's 30-330 KB state). Continuing frames are blocks of the
+same zstd frame as the ones before them (FORMAT.md), and a
+ZstdDecompressor keeps its window between calls while that frame has not
+ended: so a ChainReader keeps the state, the last frame's header and the
+decompressor, and :meth:`ChainReader.advance` feeds it only the new frames'
+payloads.
+
+advance() trusts nothing it is given: it makes every check decode()'s first
+pass makes (links, kinds, sizes, window) and returns a state only if its
+size and xxh3 are the last header's. Anything else, it answers None and the
+reader is spent; the caller decodes the chain whole, which names any damage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from . import _zstd
+from .decoder import (
+    _DELTA,
+    _DELTA_CONTINUING,
+    _PATCH,
+    _PATCH_CONTINUING,
+    _SCANNERS,
+    _U64,
+    DecodedVersion,
+    FrameBytes,
+    _check_chain_arg,
+    _check_limit,
+    _latest_checked,
+    latest_with_reader,
+    scanned_header,
+)
+from .frame import MAX_EXPANSION, MIN_PREFIX_SIZE, parse, state_checksum
+
+_NO_LIMIT = 1 << 64
+
+
+class ChainReader:
+    """The latest version of a chain and what continuing it needs: see :func:`open_chain`.
+
+    Not thread-safe (one decompressor); its state is immutable bytes, safe to hand out.
+    """
+
+    __slots__ = ("_decompressor", "_latest", "_limit")
+
+    def __init__(self, latest: DecodedVersion, decompressor: _zstd.ZstdDecompressor, limit: int | None) -> None:
+        self._latest = latest
+        self._decompressor: _zstd.ZstdDecompressor | None = decompressor
+        self._limit = _NO_LIMIT if limit is None else limit
+
+    @property
+    def latest(self) -> DecodedVersion:
+        """The version read last (at open, or by the last advance that returned it)."""
+        return self._latest
+
+    @property
+    def version(self) -> int:
+        return self._latest.header.version
+
+    @property
+    def window_log(self) -> int:
+        """log2 of the window the live stream's decompressor may hold: what keeping the reader costs
+        besides its state."""
+        return self._latest.header.window_log
+
+    @property
+    def spent(self) -> bool:
+        """Whether an advance failed: the decompressor may have taken part of a stream, so it answers
+        nothing more."""
+        return self._decompressor is None
+
+    def advance(self, frames: Sequence[FrameBytes]) -> DecodedVersion | None:
+        """The version of ``frames``' last frame, ``frames`` being the versions right after :attr:`version`
+        in order; None if any check fails (then, and from then on, the reader is spent).
+
+        A frame that starts a new stream (a PATCH or DELTA frame without the continuing flag) is decoded
+        from the state before it, as decode() does; a FULL frame starts a new chain: None. As in decode(),
+        the states between are not checked one by one: the last one's size and xxh3 stand for them.
+        """
+        decompressor, self._decompressor = self._decompressor, None
+        if decompressor is None or not frames:
+            return None
+        try:
+            found = self._advanced(decompressor, frames)
+        except Exception:  # a frame too short or of an unknown format: the caller decodes whole
+            return None
+        if found is None:
+            return None
+        self._latest, self._decompressor = found
+        return found[0]
+
+    def _advanced(
+        self, decompressor: _zstd.ZstdDecompressor, frames: Sequence[FrameBytes]
+    ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
+        # decoder.latest_with_reader's loop, starting inside the current stream.
+        scanners, expansion, limit = _SCANNERS, MAX_EXPANSION, self._limit
+        head = self._latest.header
+        prev_version, prev_size, prev_wl, prev_xxh3 = head.version, head.state_size, head.window_log, head.state_xxh3
+        # Streams to feed: (decompressor or None for a new one, window_log, prefix size, payloads, output size,
+        # offset of the last whole state in the output or -1 if only patches).
+        streams: list[tuple[_zstd.ZstdDecompressor | None, int, int, list[FrameBytes], int, int]] = []
+        current: _zstd.ZstdDecompressor | None = decompressor
+        stream_wl, stream_prefix, parts, total, whole = prev_wl, 0, [], 0, -1
+        kf = wl = version = distance = state_size = base_size = prefix = payload_size = 0
+        base_xxh3 = -1
+        f: FrameBytes = b""
+        for f in frames:
+            kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = (
+                scanners[f[2]](f)
+            )
+            if (
+                distance != 1
+                or version != prev_version + 1
+                or base_size != prev_size
+                or len(f) != start + payload_size
+                or state_size > limit
+            ):
+                return None
+            if kf == _PATCH_CONTINUING:
+                content = state_size - base_size
+                if content < 0 or prefix or wl != prev_wl:
+                    return None
+                parts.append(f[start:])
+            elif kf == _DELTA_CONTINUING:
+                content = state_size
+                if prefix or wl != prev_wl:
+                    return None
+                whole = total
+                parts.append(f[start:])
+            elif kf in (_PATCH, _DELTA):  # starts a stream
+                if kf == _PATCH:
+                    content = state_size - base_size
+                    if content < 0 or prefix > base_size:
+                        return None
+                else:
+                    content = state_size
+                    if prefix and prefix != base_size:
+                        return None
+                if not 10 <= wl <= 31 or 0 < prefix < MIN_PREFIX_SIZE:
+                    return None
+                streams.append((current, stream_wl, stream_prefix, parts, total, whole))
+                current, stream_wl, stream_prefix = None, wl, prefix
+                parts, total, whole = [f[start:]], 0, -1 if kf == _PATCH else 0
+            else:  # FULL (a new chain), or a kind or flag this codec does not know
+                return None
+            if content > expansion * payload_size:
+                return None
+            if base_xxh3 >= 0 and base_xxh3 != prev_xxh3:
+                return None  # a format 1 frame's link to its base's xxh3
+            total += content
+            prev_version, prev_size, prev_wl, prev_xxh3 = version, state_size, wl, _U64.unpack_from(f, xxh3_at)[0]
+        streams.append((current, stream_wl, stream_prefix, parts, total, whole))
+        state = self._latest.state
+        reader = decompressor
+        for kept, stream_wl, prefix_size, payloads, size, whole in streams:
+            if not payloads:  # the first new frame started a stream: the current one has no new blocks
+                continue
+            if kept is None:
+                if prefix_size > len(state):
+                    return None
+                prefix_bytes = state[len(state) - prefix_size :] if prefix_size else None
+                reader = _zstd.new_reader(window_log=stream_wl, prefix=prefix_bytes)
+            else:
+                reader = kept
+            out = reader.decompress(payloads[0] if len(payloads) == 1 else b"".join(payloads), max_length=size + 1)
+            # A stream the payloads ended (or left with input pending) cannot be continued.
+            if len(out) != size or reader.eof or not reader.needs_input:
+                return None
+            state = state + out if whole < 0 else out[whole:]
+        if len(state) != prev_size or state_checksum(state) != prev_xxh3:
+            return None
+        header = scanned_header(
+            kf, wl, version, distance, state_size, base_size, prefix, payload_size, prev_xxh3, base_xxh3, f
+        )
+        return DecodedVersion(header, state), reader
+
+
+def open_chain(
+    frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None
+) -> tuple[DecodedVersion, ChainReader | None]:
+    """:func:`decode_latest` (same result, same errors), with a reader to continue the chain from it; None
+    when the chain decodes only frame by frame (decode_latest's checked pass), which keeps no stream.
+
+    ``max_state_bytes`` bounds the versions the reader advances to as well.
+    """
+    _check_chain_arg(frames)
+    limit = _check_limit(max_state_bytes)
+    chain = list(frames)
+    if not chain:
+        raise ValueError("decode needs at least one frame")
+    try:
+        found = latest_with_reader(chain, limit)
+    except Exception:  # whatever the first pass tripped on, the checked pass below names it
+        found = None
+    if found is None:
+        state = _latest_checked(chain, limit)
+        return DecodedVersion(parse(chain[-1])[0], state), None
+    latest, decompressor = found
+    if decompressor.eof or not decompressor.needs_input:
+        return latest, None
+    return latest, ChainReader(latest, decompressor, limit)

@@ -1,0 +1,126 @@
+"""Reading a session's head where the last head read is kept with its chain's live stream (the gRPC
+process, replycache.py): the first read decodes the chain whole, a later one only the frames since.
+
+A head read from its FULL frame costs its whole chain's decode (300-1000 us
+for a LangGraph thread's 30-330 KB state); the frames written since the
+head a ChainReader holds are a forward scan of the session's key range
+from the version after it, and advancing the reader decodes only them.
+Nothing here trusts the kept reader: a session deleted and written again,
+a frame rewritten (a quiet keyframe, retention), another process's writes
+all show as frames that do not link to it or a state whose xxh3 fails, and
+advance_head answers None: the caller reads the head whole.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...codec import ChainReader, DecodeError, StateTooLargeError, open_chain
+from ..errors import DataLoss, InvalidArgument, StateTooLarge
+from ..storage import ReadTxn
+from . import keys
+from .eventreads import check_query, read_events
+from .reads import chain_back, refuse_unstored
+from .records import frame_of, version_info
+from .stateevents import named_events_field, same_txn
+from .types import EventPage, EventQuery, GetResult, ReadBound
+
+if TYPE_CHECKING:
+    from .engine import Store
+
+#: The most frames one advance reads: a chain is at most the policy's max_depth (64 by default) frames,
+#: so more since the version kept means a new chain, decoded whole anyway.
+MAX_ADVANCE_FRAMES = 64
+
+
+class HeadEvents:
+    """A page of events to read with the head, in its read transaction (as Store.get_with_events does)."""
+
+    __slots__ = ("bound", "max_page_bytes", "query")
+
+    def __init__(self, query: EventQuery, *, max_page_bytes: int, bound: ReadBound | None) -> None:
+        self.query, self.max_page_bytes, self.bound = query, max_page_bytes, bound
+
+    def check(self) -> None:
+        try:
+            check_query(self.query)  # a bad filter is refused before any state is decoded
+        except InvalidArgument as exc:
+            raise named_events_field(exc) from None
+
+    def page(self, txn: ReadTxn, store: Store, session_id: str) -> EventPage:
+        try:
+            return read_events(
+                same_txn(txn),
+                store.tables,
+                session_id,
+                self.query,
+                max_page_bytes=self.max_page_bytes,
+                bound=self.bound,
+            )
+        except InvalidArgument as exc:
+            raise named_events_field(exc) from None
+
+
+def read_head(
+    store: Store, session_id: str, *, max_state_bytes: int | None = None, events: HeadEvents | None = None
+) -> tuple[GetResult, ChainReader | None, EventPage | None]:
+    """``store.get(session_id, use_cache=False, max_state_bytes=...)`` (with ``events``: get_with_events),
+    same errors, with a reader of the head's chain to pass to :func:`advance_head` later (None when its
+    chain cannot be continued) and the page of ``events`` read in the same transaction."""
+    sid = keys.session_key(session_id)
+    if events is not None:
+        events.check()
+    page = None
+    with store.read() as txn:
+        found = chain_back(txn, store.tables.frames, sid, session_id, 0)
+        if found is None:  # no frame stored: the session record says why
+            refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
+        target, value, frames = found
+        try:
+            latest, reader = open_chain(frames, max_state_bytes=max_state_bytes)
+        except StateTooLargeError as exc:
+            raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
+        info = version_info(session_id, target, value, header=latest.header)
+        if events is not None:
+            page = events.page(txn, store, session_id)
+    return GetResult(target, latest.state, info), reader, page
+
+
+def advance_head(
+    store: Store, session_id: str, reader: ChainReader, *, events: HeadEvents | None = None
+) -> tuple[GetResult, EventPage | None] | None:
+    """The session's head read by advancing ``reader`` with the frames stored after its version, in one
+    read transaction; None (``reader`` then spent or unchanged) if that is not how the head is reached:
+    no frame after it, more than MAX_ADVANCE_FRAMES, a FULL frame among them, or any check advancing
+    makes failing. The state is bounded by the ``max_state_bytes`` the reader was opened with; ``events``:
+    a page read in the same transaction, as read_head reads it."""
+    sid = keys.session_key(session_id)
+    if events is not None:
+        events.check()
+    page = None
+    prefix = sid + keys.SEP
+    after = reader.version
+    frames: list[memoryview] = []
+    last_key = last_value = None
+    with store.read() as txn:
+        for key, value in txn.scan(store.tables.frames, keys.frame_key(sid, after + 1)):
+            if not key.startswith(prefix):
+                break
+            frame = frame_of(value)
+            # A format 2 FULL frame (FORMAT.md: kind_flags 1) starts a new chain: decode it whole.
+            if len(frames) == MAX_ADVANCE_FRAMES or (len(frame) > 3 and frame[2] == 2 and frame[3] == 1):
+                return None
+            frames.append(frame)
+            last_key, last_value = key, value
+        # Keys are unique and sorted from after + 1: they are exactly after + 1..after + n if the last is.
+        if last_key is None or keys.frame_version(last_key, sid) != after + len(frames):
+            return None
+        latest = reader.advance(frames)
+        if latest is None:
+            return None
+        info = version_info(session_id, latest.header.version, last_value, header=latest.header)
+        if events is not None:
+            page = events.page(txn, store, session_id)
+    return GetResult(info.version, latest.state, info), page

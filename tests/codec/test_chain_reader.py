@@ -1,0 +1,179 @@
+"""ChainReader: a chain's latest state advanced by the frames written after it equals decode() of the whole
+chain, or is None (a new chain, or anything damaged); never a wrong state."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, decode, frame_kind, open_chain, parse
+
+# Short chains and narrow windows: chains end, and streams start anew, often.
+SHORT = ChainPolicy(max_depth=6, min_window_log=10, patch_window_bytes=1024)
+LONG = ChainPolicy(max_depth=64, max_decode_cost_ratio=1e9, frame_cost_bytes=0)
+
+_text = st.binary(min_size=0, max_size=300)
+# A write: REPLACE with the state grown or cut (a DELTA, or a FULL), or MERGE of one length-delimited field.
+_writes = st.lists(
+    st.one_of(
+        st.tuples(st.just("grow"), _text),
+        st.tuples(st.just("cut"), st.integers(0, 2000)),
+        st.tuples(st.just("merge"), _text),
+        st.tuples(st.just("new"), st.binary(min_size=0, max_size=3000)),
+    ),
+    min_size=2,
+    max_size=40,
+)
+
+
+def written(writes: list[tuple[str, object]], policy: ChainPolicy) -> list[bytes]:
+    enc = ChainEncoder(policy=policy)
+    frames = [enc.replace(b"\x0a\x05start" * 40).data]
+    for op, arg in writes:
+        if op == "grow":
+            assert isinstance(arg, bytes)
+            frames.append(enc.replace(enc.state + _field(arg)).data)
+        elif op == "cut":
+            assert isinstance(arg, int)
+            frames.append(enc.replace(enc.state[: len(enc.state) - min(arg, len(enc.state))]).data)
+        elif op == "merge":
+            assert isinstance(arg, bytes)
+            frames.append(enc.merge(_field(arg)).data)
+        else:
+            assert isinstance(arg, bytes)
+            frames.append(enc.replace(arg).data)
+        enc.commit()
+    return frames
+
+
+def _field(data: bytes) -> bytes:
+    # Field 2, length-delimited: a well-formed patch whatever ``data`` holds.
+    n, size = len(data), b""
+    while True:
+        size += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return b"\x12" + size + data
+
+
+def chain_start(frames: list[bytes], version_index: int) -> int:
+    return max(i for i in range(version_index + 1) if frame_kind(frames[i]) is FrameKind.FULL)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    writes=_writes,
+    policy=st.sampled_from([SHORT, LONG]),
+    data=st.data(),
+)
+def test_advanced_equals_decode_of_the_whole_chain(
+    writes: list[tuple[str, object]], policy: ChainPolicy, data: st.DataObject
+) -> None:
+    frames = written(writes, policy)
+    at = data.draw(st.integers(0, len(frames) - 2), label="first read")
+    latest, reader = open_chain(frames[chain_start(frames, at) : at + 1])
+    assert latest.state == decode(frames[chain_start(frames, at) : at + 1])
+    assert reader is not None and reader.version == at + 1
+    while at < len(frames) - 1:
+        step = data.draw(st.integers(1, len(frames) - 1 - at), label="frames in one advance")
+        new = frames[at + 1 : at + 1 + step]
+        target = at + step
+        expected = decode(frames[chain_start(frames, target) : target + 1])
+        advanced = reader.advance(new)
+        if any(frame_kind(f) is FrameKind.FULL for f in new):
+            assert advanced is None  # a new chain: the caller decodes it whole
+            assert reader.spent
+            latest, kept = open_chain(frames[chain_start(frames, target) : target + 1])
+            assert latest.state == expected and kept is not None
+            reader = kept
+        else:
+            assert advanced is not None
+            assert advanced.state == expected
+            assert advanced.header == parse(frames[target])[0]
+            assert reader.latest is advanced
+        assert reader.version == target + 1
+        at = target
+
+
+def merge_chain(count: int, *, seed: int = 1) -> list[bytes]:
+    """A FULL frame then ``count`` PATCH frames continuing its stream (what a MERGE-written session stores)."""
+    rng = random.Random(seed)
+    enc = ChainEncoder(policy=LONG)
+    frames = [enc.replace(b"".join(_field(bytes(rng.randrange(97, 123) for _ in range(32))) for _ in range(600))).data]
+    for i in range(count):
+        frames.append(enc.merge(_field(f"message {i}: ran the tests".encode() * 3)).data)
+        enc.commit()
+    assert all(parse(f)[0].continues_stream for f in frames[1:])
+    return frames
+
+
+def test_a_continuing_stream_advances_one_frame_at_a_time() -> None:
+    frames = merge_chain(20)
+    _, reader = open_chain(frames[:5])
+    assert reader is not None
+    for i in range(5, 21):
+        advanced = reader.advance([frames[i]])
+        assert advanced is not None and advanced.state == decode(frames[: i + 1])
+
+
+@pytest.mark.parametrize("where", ["header", "payload", "checksum"])
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_bit_flipped_frame_never_advances_to_a_wrong_state(where: str, data: st.DataObject) -> None:
+    frames = merge_chain(6)
+    _, reader = open_chain(frames[:3])
+    assert reader is not None
+    new = [bytearray(f) for f in frames[3:]]
+    victim = data.draw(st.integers(0, len(new) - 1))
+    header, _ = parse(frames[3 + victim])
+    start = len(frames[3 + victim]) - header.payload_size
+    span = {"header": (0, start - 12), "checksum": (start - 12, start), "payload": (start, len(new[victim]))}[where]
+    bit = data.draw(st.integers(span[0] * 8, span[1] * 8 - 1))
+    new[victim][bit // 8] ^= 1 << (bit % 8)
+    advanced = reader.advance(new)
+    if advanced is not None:  # only a flip that leaves the state right (a skipped frame checksum) may pass
+        assert advanced.state == decode(frames)
+    # Once a flip is refused the reader is spent: the sound frames no longer advance it either.
+    if advanced is None:
+        assert reader.spent and reader.advance(frames[3:]) is None
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_truncated_frame_does_not_advance(data: st.DataObject) -> None:
+    frames = merge_chain(6)
+    _, reader = open_chain(frames[:3])
+    assert reader is not None
+    new = list(frames[3:])
+    victim = data.draw(st.integers(0, len(new) - 1))
+    new[victim] = new[victim][: data.draw(st.integers(0, len(new[victim]) - 1))]
+    assert reader.advance(new) is None
+
+
+def test_frames_that_do_not_follow_the_version_read_do_not_advance() -> None:
+    frames = merge_chain(8)
+    for given_frames in ([frames[5]], frames[4:6][::-1], [frames[3], frames[3]], []):
+        _, reader = open_chain(frames[:4])
+        assert reader is not None
+        assert reader.advance(given_frames) is None
+
+
+def test_another_chains_frames_do_not_advance() -> None:
+    # Another session (or this one deleted and written again) with the same versions and sizes.
+    ours, other = merge_chain(6), merge_chain(6, seed=2)
+    assert [parse(f)[0].state_size for f in other] == [parse(f)[0].state_size for f in ours]
+    _, reader = open_chain(ours[:3])
+    assert reader is not None
+    assert reader.advance(other[3:]) is None
+
+
+def test_the_limit_bounds_what_a_reader_advances_to() -> None:
+    frames = merge_chain(6)
+    limit = parse(frames[3])[0].state_size
+    _, reader = open_chain(frames[:3], max_state_bytes=limit)
+    assert reader is not None
+    assert reader.advance(frames[3:4]) is not None
+    assert reader.advance(frames[4:5]) is None
