@@ -22,7 +22,6 @@ from collections.abc import Iterable, Sequence
 
 from . import _zstd
 from .decoder import (
-    _DELTA,
     _DELTA_CONTINUING,
     _PATCH,
     _PATCH_CONTINUING,
@@ -34,9 +33,10 @@ from .decoder import (
     _check_limit,
     _latest_checked,
     latest_with_reader,
+    linked_content,
     scanned_header,
 )
-from .frame import MAX_EXPANSION, MIN_PREFIX_SIZE, parse, state_checksum
+from .frame import parse, state_checksum
 
 _NO_LIMIT = 1 << 64
 
@@ -99,7 +99,7 @@ class ChainReader:
         self, decompressor: _zstd.ZstdDecompressor, frames: Sequence[FrameBytes]
     ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
         # decoder.latest_with_reader's loop, starting inside the current stream.
-        scanners, expansion, limit = _SCANNERS, MAX_EXPANSION, self._limit
+        scanners, limit = _SCANNERS, self._limit
         head = self._latest.header
         prev_version, prev_size, prev_wl, prev_xxh3 = head.version, head.state_size, head.window_log, head.state_xxh3
         # Streams to feed: (decompressor or None for a new one, window_log, prefix size, payloads, output size,
@@ -114,43 +114,21 @@ class ChainReader:
             kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = (
                 scanners[f[2]](f)
             )
-            if (
-                distance != 1
-                or version != prev_version + 1
-                or base_size != prev_size
-                or len(f) != start + payload_size
-                or state_size > limit
-            ):
+            content = linked_content(
+                kf, wl, version, distance, state_size, base_size, prefix, len(f) - start, payload_size,
+                prev_version, prev_size, prev_wl, limit,
+            )  # fmt: skip
+            if content < 0:
                 return None
             if kf == _PATCH_CONTINUING:
-                content = state_size - base_size
-                if content < 0 or prefix or wl != prev_wl:
-                    return None
                 parts.append(f[start:])
             elif kf == _DELTA_CONTINUING:
-                content = state_size
-                if prefix or wl != prev_wl:
-                    return None
                 whole = total
                 parts.append(f[start:])
-            elif kf in (_PATCH, _DELTA):  # starts a stream
-                if kf == _PATCH:
-                    content = state_size - base_size
-                    if content < 0 or prefix > base_size:
-                        return None
-                else:
-                    content = state_size
-                    if prefix and prefix != base_size:
-                        return None
-                if not 10 <= wl <= 31 or 0 < prefix < MIN_PREFIX_SIZE:
-                    return None
+            else:  # a PATCH or DELTA starts a stream
                 streams.append((current, stream_wl, stream_prefix, parts, total, whole))
                 current, stream_wl, stream_prefix = None, wl, prefix
                 parts, total, whole = [f[start:]], 0, -1 if kf == _PATCH else 0
-            else:  # FULL (a new chain), or a kind or flag this codec does not know
-                return None
-            if content > expansion * payload_size:
-                return None
             if base_xxh3 >= 0 and base_xxh3 != prev_xxh3:
                 return None  # a format 1 frame's link to its base's xxh3
             total += content

@@ -85,6 +85,46 @@ def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None
     return None if found is None else found[0]
 
 
+def linked_content(
+    kf: int, wl: int, version: int, distance: int, state_size: int, base_size: int, prefix: int,
+    stored_payload: int, payload_size: int, prev_version: int, prev_size: int, prev_wl: int, limit: int,
+) -> int:  # fmt: skip
+    """What a frame after the first adds to its stream's output, if its scanned header is linked to the
+    previous frame's (``prev_*``) and is one the one-pass decode takes (a PATCH or DELTA, continuing the
+    stream or starting one, within ``limit`` and zstd's expansion); -1 otherwise. The one place both the
+    one-pass decode and ChainReader.advance judge a frame by."""
+    if (
+        distance != 1
+        or version != prev_version + 1
+        or base_size != prev_size
+        or stored_payload != payload_size
+        or state_size > limit
+    ):
+        return -1
+    if kf == _PATCH_CONTINUING:
+        content = state_size - base_size
+        if content < 0 or prefix or wl != prev_wl:
+            return -1
+    elif kf == _DELTA_CONTINUING:
+        content = state_size
+        if prefix or wl != prev_wl:
+            return -1
+    elif kf in (_PATCH, _DELTA):  # starts a stream
+        if kf == _PATCH:
+            content = state_size - base_size
+            if content < 0 or prefix > base_size:
+                return -1
+        else:
+            content = state_size
+            if prefix and prefix != base_size:
+                return -1
+        if not 10 <= wl <= 31 or 0 < prefix < MIN_PREFIX_SIZE:
+            return -1
+    else:  # FULL inside a chain, or a kind or flag this codec does not know
+        return -1
+    return -1 if content > MAX_EXPANSION * payload_size else content
+
+
 def latest_with_reader(
     chain: list[FrameBytes], limit: int | None
 ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
@@ -122,42 +162,20 @@ def latest_with_reader(
     for f in chain[1:]:
         scan = scanners[f[2]]
         kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scan(f)
-        if (
-            distance != 1
-            or version != prev_version + 1
-            or base_size != prev_size
-            or len(f) != start + payload_size
-            or state_size > limit
-        ):
+        content = linked_content(
+            kf, wl, version, distance, state_size, base_size, prefix, len(f) - start, payload_size,
+            prev_version, prev_size, prev_wl, limit,
+        )  # fmt: skip
+        if content < 0:
             return None
         if kf == _PATCH_CONTINUING:
-            content = state_size - base_size
-            if content < 0 or prefix or wl != prev_wl:
-                return None
             parts.append(f[start:])
         elif kf == _DELTA_CONTINUING:
-            content = state_size
-            if prefix or wl != prev_wl:
-                return None
             whole = total
             parts.append(f[start:])
-        elif kf in (_PATCH, _DELTA):  # starts a stream
-            if kf == _PATCH:
-                content = state_size - base_size
-                if content < 0 or prefix > base_size:
-                    return None
-            else:
-                content = state_size
-                if prefix and prefix != base_size:
-                    return None
-            if not 10 <= wl <= 31 or 0 < prefix < MIN_PREFIX_SIZE:
-                return None
+        else:  # a PATCH or DELTA starts a stream
             streams.append((stream_wl, stream_prefix, parts, total, whole))
             stream_wl, stream_prefix, parts, total, whole = wl, prefix, [f[start:]], 0, -1 if kf == _PATCH else 0
-        else:  # FULL inside a chain, or a kind or flag this codec does not know
-            return None
-        if content > expansion * payload_size:
-            return None
         if base_xxh3 >= 0 and base_xxh3 != _U64.unpack_from(prev, prev_xxh3_at)[0]:
             return None  # a format 1 frame's link to its base's xxh3
         total += content
