@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,16 @@ def metrics_text(sidecar: Sidecar) -> str:
     port = sidecar.metrics_port  # type: ignore[attr-defined]
     text: str = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return text
+
+
+def wait_for_metrics(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
+    """Wait for ``predicate`` over /metrics: calls the gRPC process answers itself reach the store process's
+    metrics over the link a moment after their replies (storelink.SERVED_REPORT_SECONDS)."""
+    deadline = time.monotonic() + timeout_seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the metrics")
+        time.sleep(0.02)
 
 
 def metric(sidecar: Sidecar, name: str, *, missing: float | None = None) -> float:

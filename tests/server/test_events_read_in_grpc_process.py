@@ -9,7 +9,6 @@ process from a forwarded one.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
 from ckpt.sidecar.store.engine import Store
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.support import Sidecar, free_port, metric, metrics_text, start_sidecar
+from tests.support import Sidecar, free_port, metric, metrics_text, start_sidecar, wait_for_metrics
 
 SECOND = 1_000_000_000
 #: Enough events for several sealed blocks and an open one.
@@ -105,15 +104,8 @@ def _served_here(sidecar: Sidecar, read: Any) -> bool:
     requests = _sample(sidecar, READ_EVENTS)
     read()
     # The gRPC process reports a call it answered in a link frame after the reply: wait for it to count.
-    _wait_for(lambda: _sample(sidecar, READ_EVENTS) > requests)
+    wait_for_metrics(lambda: _sample(sidecar, READ_EVENTS) > requests)
     return _sample(sidecar, READ_HERE) - before == _sample(sidecar, READ_EVENTS) - requests
-
-
-def _wait_for(predicate: Any, timeout_seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for the metrics"
-        time.sleep(0.02)
 
 
 _requests = st.builds(
@@ -191,7 +183,7 @@ def test_an_acknowledged_append_is_read_at_once(sidecar: Sidecar) -> None:
             assert [(e.seq, e.payload) for e in page.events] == [(i, _event(i).payload)]
             past = reader.ReadEvents(service_pb2.ReadEventsRequest(session_id="fresh", after_seq=i), timeout=10)
             assert not past.events and not past.next_page_token
-    _wait_for(lambda: _sample(sidecar, READ_HERE) >= here + 2 * (SEAL_EVENTS + 19))
+    wait_for_metrics(lambda: _sample(sidecar, READ_HERE) >= here + 2 * (SEAL_EVENTS + 19))
     assert _sample(sidecar, READ_HERE) == here + 2 * (SEAL_EVENTS + 19)
 
 

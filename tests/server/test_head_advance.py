@@ -12,7 +12,7 @@ import random
 import re
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
 from tests.server.test_workers import clients_by_worker, start_workers
-from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
+from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping, wait_for_metrics
 
 ADVANCED = "ckpt_reply_cache_advanced_reads_total"
 FULL = service_pb2.FRAME_KIND_FULL
@@ -41,15 +41,6 @@ def _base(seed: int, size: int = 40_000) -> bytes:
 
 def _step(i: int) -> bytes:
     return _field(f"step {i}: the tool answered, the plan moved on".encode() * 4)
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_seconds: float = 10.0) -> None:
-    """The gRPC process reports its counters over the link a moment after the calls (forwarding.py)."""
-    deadline = time.monotonic() + timeout_seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the metrics")
-        time.sleep(0.05)
 
 
 def _advanced(sidecar: Sidecar) -> float:
@@ -105,7 +96,7 @@ def test_gets_after_puts_advance_the_head_read_last(sidecar: Sidecar, tmp_path: 
                 got = client.get("thread")
             embedded.check(got, "thread")
             assert client.get("thread") == got.__class__(version=got.version, state=got.state, info=got.info)
-        _wait_for(lambda: _advanced(sidecar) >= 35)
+        wait_for_metrics(lambda: _advanced(sidecar) >= 35, timeout_seconds=10.0)
     embedded.store.close()
 
 
@@ -125,7 +116,7 @@ def test_a_session_deleted_and_written_again_is_read_whole(sidecar: Sidecar, tmp
         embedded.check(client.get("thread"), "thread")  # decoded whole
         client.merge("thread", _step(7))
         embedded.check(client.get("thread"), "thread")  # advanced
-        _wait_for(lambda: _advanced(sidecar) == 6)
+        wait_for_metrics(lambda: _advanced(sidecar) == 6, timeout_seconds=10.0)
     embedded.store.close()
 
 
@@ -143,7 +134,7 @@ def test_a_fork_reads_its_own_chain(sidecar: Sidecar, tmp_path: Path) -> None:
             client.merge("a", _step(200 + i))
             embedded.check(client.get("b"), "b")
             embedded.check(client.get("a"), "a")
-        _wait_for(lambda: _advanced(sidecar) >= 10)
+        wait_for_metrics(lambda: _advanced(sidecar) >= 10, timeout_seconds=10.0)
     embedded.store.close()
 
 
@@ -175,7 +166,7 @@ def test_a_quiet_keyframe_under_the_kept_head_is_seen(tmp_path: Path) -> None:
             # The FULL frame holds the state the reader holds, and a zstd stream's back-references reach
             # only into the window's last bytes: the frames after it decode the same from the kept stream,
             # which their xxh3 confirms.
-            _wait_for(lambda: _advanced(sidecar) == advanced + 3)
+            wait_for_metrics(lambda: _advanced(sidecar) == advanced + 3, timeout_seconds=10.0)
     finally:
         embedded.store.close()
         assert sidecar.stop() == 0, sidecar.log()
@@ -199,7 +190,7 @@ def test_another_workers_writes_are_read_right(tmp_path: Path) -> None:
         for i in range(4):
             writers[0].merge("thread", _step(200 + i))
             embedded.check(reader.get("thread"), "thread")
-        _wait_for(lambda: _worker_advanced(metrics[0]) >= 3)
+        wait_for_metrics(lambda: _worker_advanced(metrics[0]) >= 3, timeout_seconds=10.0)
         for group in by_worker:
             for client in group:
                 client.close()
@@ -228,7 +219,7 @@ def test_kept_readers_stay_within_the_reply_cache_budget(tmp_path: Path) -> None
             for i in range(3, 6):
                 client.merge(sessions[-1], _step(i))
                 embedded.check(client.get(sessions[-1]), sessions[-1])
-            _wait_for(lambda: _advanced(sidecar) >= 3)
+            wait_for_metrics(lambda: _advanced(sidecar) >= 3, timeout_seconds=10.0)
             held = metric(sidecar, 'ckpt_cache_bytes{cache="reply_cache"}')
             assert 0 < held <= budget
     finally:

@@ -12,7 +12,7 @@ import multiprocessing
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -26,23 +26,13 @@ from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES, ReplyCache
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
-from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping
+from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping, wait_for_metrics
 
 FULL = service_pb2.FRAME_KIND_FULL
 
 
 def _state(n: int, size: int = 2000) -> bytes:
     return (b"%08d" % n) * (size // 8)
-
-
-def _wait_for(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
-    """A call this process answered reaches the store process's metrics a moment after its reply
-    (storelink.SERVED_REPORT_SECONDS): wait for them."""
-    deadline = time.monotonic() + timeout_seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the metrics")
-        time.sleep(0.02)
 
 
 def _scrape(sidecar: Sidecar) -> str:
@@ -68,7 +58,7 @@ def test_a_repeated_get_is_answered_by_the_grpc_process_and_counted(sidecar: Sid
         again = [client.get("s"), client.get("s", 1), client.get("s")]
     assert [g.SerializeToString() for g in again] == [first.SerializeToString()] * 3
     assert first.state == _state(1) and first.version == 1
-    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 4.0)
+    wait_for_metrics(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 4.0)
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
     assert metric(sidecar, "ckpt_state_cache_hits_total") == 0.0  # the store process saw no Get
     assert metric(sidecar, 'ckpt_request_seconds_count{rpc="Get"}') == 4.0
@@ -84,7 +74,7 @@ def test_a_get_of_a_large_state_is_forwarded_to_the_store_process(sidecar: Sidec
         assert client.get("big").state == large  # forwarded: the store process's state cache answers
         assert client.get("small").state == _state(2)  # read here
         assert client.get("big").state == large  # the kept reply
-    _wait_for(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 3.0)
+    wait_for_metrics(lambda: metric(sidecar, 'ckpt_requests_total{rpc="Get"}', missing=0.0) == 3.0)
     assert metric(sidecar, "ckpt_state_cache_hits_total") == 1.0
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 1.0
 
@@ -92,7 +82,7 @@ def test_a_get_of_a_large_state_is_forwarded_to_the_store_process(sidecar: Sidec
 def test_the_reply_caches_size_reaches_the_metrics(sidecar: Sidecar) -> None:
     """Reported by the gRPC process over the link: at start, then at most once a second when it changed."""
     reply_bytes = 'ckpt_cache_bytes{cache="reply_cache"}'
-    _wait_for(lambda: "\nckpt_reply_cache_entries 0.0\n" in _scrape(sidecar))
+    wait_for_metrics(lambda: "\nckpt_reply_cache_entries 0.0\n" in _scrape(sidecar))
     assert metric(sidecar, reply_bytes) == 0.0
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("a", _state(1, 3000))
@@ -100,14 +90,14 @@ def test_the_reply_caches_size_reaches_the_metrics(sidecar: Sidecar) -> None:
         client.get("a")  # forwarded, then kept
         client.get("b")
         client.get("b")  # a hit: nothing changes
-        _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 2.0)
+        wait_for_metrics(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 2.0)
         held = metric(sidecar, reply_bytes)
         # Each entry weighs its GetResponse's bytes (the state and a little more) plus its bookkeeping.
         assert 8000 < held < 8000 + 2 * 1000, held
         client.delete("b")
         with pytest.raises(NotFoundError):
             client.get("b")  # the kept reply is stale: dropped, and the Get forwarded
-        _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 1.0)
+        wait_for_metrics(lambda: metric(sidecar, "ckpt_reply_cache_entries") == 1.0)
         assert 3000 < metric(sidecar, reply_bytes) < 3000 + 1000
 
 
@@ -148,7 +138,7 @@ def test_a_kept_reply_is_never_answered_once_the_head_moved(sidecar: Sidecar) ->
         client.fork("s", "t", version=1)
         assert client.get("t").state == _state(9)
     # Hits: the second Get after each write (2), the Get after the older version's, the fork's session none.
-    _wait_for(lambda: metric(sidecar, "ckpt_reply_cache_hits_total") >= 3.0)
+    wait_for_metrics(lambda: metric(sidecar, "ckpt_reply_cache_hits_total") >= 3.0)
     assert metric(sidecar, "ckpt_reply_cache_hits_total") == 3.0
 
 
