@@ -64,6 +64,14 @@ def metrics_text(sidecar: Sidecar) -> str:
     return text
 
 
+def start_sidecar_with_metrics(data_dir: Path, *extra: str) -> Sidecar:
+    """start_sidecar serving /metrics on a free port, kept as ``sidecar.metrics_port`` (for metric())."""
+    port = free_port()
+    sidecar = start_sidecar(data_dir, "--metrics-port", str(port), *extra)
+    sidecar.metrics_port = port  # type: ignore[attr-defined]
+    return sidecar
+
+
 def wait_for_metrics(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
     """Wait for ``predicate`` over /metrics: calls the gRPC process answers itself reach the store process's
     metrics over the link a moment after their replies (storelink.SERVED_REPORT_SECONDS)."""

@@ -12,28 +12,9 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver, backends
 from ckpt.sidecar.langgraph.operations import Call
 from ckpt.v1 import service_pb2
+from tests.langgraph.test_list_reads import Recording
 from tests.langgraph.test_saver_sidecar import put, thread
 from tests.support import Sidecar
-
-
-class Recording(backends.ClientBackend):
-    """The saver's backend on a client, keeping the name of every call made of it."""
-
-    def __init__(self, client: CheckpointClient) -> None:
-        super().__init__(client)
-        self.calls: list[Call] = []
-
-    def __getattribute__(self, name: str) -> Any:
-        attr = super().__getattribute__(name)
-        if name in ("get", "get_events", "history", "versions", "events", "sessions"):
-            calls = super().__getattribute__("calls")
-
-            def recorded(*args: Any) -> Any:
-                calls.append(Call(name, args))
-                return attr(*args)
-
-            return recorded
-        return attr
 
 
 def read_latest(saver: CkptSaver, backend: Recording, thread_id: str) -> tuple[Any, list[str]]:

@@ -27,7 +27,7 @@ class Recording(ClientBackend):
 
     def __getattribute__(self, name: str) -> Any:
         attr = super().__getattribute__(name)
-        if name in ("get", "history", "versions", "events", "sessions"):
+        if name in ("get", "get_events", "history", "versions", "events", "sessions"):
             calls = super().__getattribute__("calls")
 
             def recorded(*args: Any) -> Any:

@@ -24,7 +24,13 @@ from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
 from ckpt.sidecar.store.engine import Store
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.support import Sidecar, free_port, metric, metrics_text, start_sidecar, wait_for_metrics
+from tests.support import (
+    Sidecar,
+    metric,
+    metrics_text,
+    start_sidecar_with_metrics,
+    wait_for_metrics,
+)
 
 SECOND = 1_000_000_000
 #: Enough events for several sealed blocks and an open one.
@@ -47,9 +53,7 @@ def _event(i: int) -> service_pb2.Event:
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    port = free_port()
-    s = start_sidecar(tmp_path_factory.mktemp("inline-events") / "data", "--metrics-port", str(port))
-    s.metrics_port = port  # type: ignore[attr-defined]
+    s = start_sidecar_with_metrics(tmp_path_factory.mktemp("inline-events") / "data")
     with grpc.insecure_channel(s.unix_target) as channel:
         stub = service_pb2_grpc.CheckpointServiceStub(channel)
         events = [_event(i) for i in range(LOG_EVENTS)]

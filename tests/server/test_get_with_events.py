@@ -24,7 +24,7 @@ from ckpt.sidecar.store import EventPage
 from ckpt.sidecar.store.engine import Store
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import checkpoint_pb2, service_pb2, service_pb2_grpc
-from tests.support import Sidecar, free_port, metric, metrics_text, start_sidecar
+from tests.support import Sidecar, metric, metrics_text, start_sidecar_with_metrics
 
 GETS = 'ckpt_requests_total{rpc="Get"}'
 READS = 'ckpt_requests_total{rpc="ReadEvents"}'
@@ -43,9 +43,7 @@ def _events(n: int, kind: str = "msg") -> list[service_pb2.Event]:
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    port = free_port()
-    s = start_sidecar(tmp_path_factory.mktemp("get-events") / "data", "--metrics-port", str(port))
-    s.metrics_port = port  # type: ignore[attr-defined]
+    s = start_sidecar_with_metrics(tmp_path_factory.mktemp("get-events") / "data")
     yield s
     assert s.stop() == 0, s.log()
 

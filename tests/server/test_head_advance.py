@@ -22,7 +22,15 @@ from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
 from tests.server.test_workers import clients_by_worker, start_workers
-from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping, wait_for_metrics
+from tests.support import (
+    Sidecar,
+    free_port,
+    metric,
+    start_sidecar,
+    start_sidecar_sweeping,
+    start_sidecar_with_metrics,
+    wait_for_metrics,
+)
 
 ADVANCED = "ckpt_reply_cache_advanced_reads_total"
 FULL = service_pb2.FRAME_KIND_FULL
@@ -68,9 +76,7 @@ class _Embedded:
 
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
-    port = free_port()
-    s = start_sidecar(tmp_path / "data", "--metrics-port", str(port))
-    s.metrics_port = port  # type: ignore[attr-defined]
+    s = start_sidecar_with_metrics(tmp_path / "data")
     yield s
     assert s.stop() == 0, s.log()
 

@@ -26,7 +26,15 @@ from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES, ReplyCache
 from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
-from tests.support import Sidecar, free_port, metric, start_sidecar, start_sidecar_sweeping, wait_for_metrics
+from tests.support import (
+    Sidecar,
+    free_port,
+    metric,
+    start_sidecar,
+    start_sidecar_sweeping,
+    start_sidecar_with_metrics,
+    wait_for_metrics,
+)
 
 FULL = service_pb2.FRAME_KIND_FULL
 
@@ -44,9 +52,7 @@ def _scrape(sidecar: Sidecar) -> str:
 
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
-    port = free_port()
-    s = start_sidecar(tmp_path / "data", "--metrics-port", str(port))
-    s.metrics_port = port  # type: ignore[attr-defined]
+    s = start_sidecar_with_metrics(tmp_path / "data")
     yield s
     assert s.stop() == 0, s.log()
 
