@@ -390,7 +390,7 @@ class Operations:
             got = yield Call("get", (sid, 0, _HEAD_MASK))
             current = Head(None, 0)
             if got is None:  # no checkpoint yet; a log left by a deleted namespace is read from its start
-                encoded.full.writes_after_seq = encoded.patch.writes_after_seq = 0
+                encoded.patch.writes_after_seq = 0
             else:
                 step = decode_step(got[1])
                 current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids))
@@ -412,8 +412,7 @@ class Operations:
             step, labels = encoded.patch, encoded.labels
             stored = head.stored_elements + sum(len(entry.values) for entry in step.items)
         else:
-            step = records_pb2.Step()
-            step.CopyFrom(encoded.full)
+            step = encoded.full()
             step.deleted_checkpoint_ids.extend(head.deleted)
             labels = {**encoded.labels, **thread_label(where.thread_id)}
             stored = sum(len(v) for v in encoded.lists.values())

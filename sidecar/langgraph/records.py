@@ -131,6 +131,8 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
 Lists = Mapping[str, Sequence["Digest"]]
 Digest = tuple[str, int]
 Elements = dict[str, list[records_pb2.Typed]]
+#: An element as the serializer gives it: its type's name and bytes.
+Pair = tuple[str, bytes]
 
 
 def _digest(typed: records_pb2.Typed) -> Digest:
@@ -139,14 +141,33 @@ def _digest(typed: records_pb2.Typed) -> Digest:
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """A checkpoint ready to write: the whole Step (REPLACE) and the patch of what changed (MERGE), and
-    the digests of its list channels' elements."""
+    """A checkpoint ready to write: the patch of what changed (MERGE), what the whole Step (REPLACE) is
+    made of, and the digests of its list channels' elements."""
 
     checkpoint_id: str
-    full: records_pb2.Step
     patch: records_pb2.Step
     labels: dict[str, str]
     lists: dict[str, list[Digest]]
+    channels: dict[str, records_pb2.Typed]
+    elements: dict[str, list[Pair]]
+
+    def full(self) -> records_pb2.Step:
+        """The whole Step: every channel of the checkpoint (made only for a write that does not continue
+        the head, since it holds every element of every list)."""
+        patch = self.patch
+        return records_pb2.Step(
+            checkpoint_id=patch.checkpoint_id,
+            parent_checkpoint_id=patch.parent_checkpoint_id,
+            checkpoint=patch.checkpoint,
+            metadata=patch.metadata,
+            writes_after_seq=patch.writes_after_seq,
+            channels=self.channels,
+            items=[records_pb2.Items(channel=k, values=_typed_all(e)) for k, e in self.elements.items()],
+        )
+
+
+def _typed_all(pairs: Sequence[Pair]) -> list[records_pb2.Typed]:
+    return [records_pb2.Typed(type=t, data=d) for t, d in pairs]
 
 
 def _common_prefix(old: Sequence[Digest], new: Sequence[Digest]) -> int:
@@ -176,13 +197,13 @@ def encode_put(
     checkpoint_id, parent_id = checkpoint["id"], get_checkpoint_id(config) or ""
     checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
     channels: dict[str, records_pb2.Typed] = {}
-    elements: dict[str, list[records_pb2.Typed]] = {}
+    elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
     for k, v in values.items():
         # Element by element, so that a step sends and stores the messages it added, not the conversation.
         if type(v) is list:
-            elements[k] = [_typed(serde, e) for e in v]
-            lists[k] = [_digest(t) for t in elements[k]]
+            elements[k] = [serde.dumps_typed(e) for e in v]
+            lists[k] = [(t, xxhash.xxh3_128_intdigest(d)) for t, d in elements[k]]
             channels[k] = records_pb2.Typed(type=ITEMS)
         else:
             channels[k] = _typed(serde, v)
@@ -199,21 +220,23 @@ def encode_put(
             old = parent_lists.get(k)
             start = 0 if old is None else _common_prefix(old, lists[k])
             if old is None or start < len(old) or start < len(lists[k]):
-                items.append(records_pb2.Items(channel=k, start=start, values=elements[k][start:]))
-    head = {
-        "checkpoint_id": checkpoint_id,
-        "parent_checkpoint_id": parent_id,
-        "checkpoint": checkpoint_typed,
-        "metadata": metadata_typed,
-        "writes_after_seq": writes_after_seq,
-    }
-    full_items = [records_pb2.Items(channel=k, values=e) for k, e in elements.items()]
+                items.append(records_pb2.Items(channel=k, start=start, values=_typed_all(elements[k][start:])))
+    patch = records_pb2.Step(
+        checkpoint_id=checkpoint_id,
+        parent_checkpoint_id=parent_id,
+        checkpoint=checkpoint_typed,
+        metadata=metadata_typed,
+        writes_after_seq=writes_after_seq,
+        channels=changed,
+        items=items,
+    )
     return Encoded(
         checkpoint_id=checkpoint_id,
-        full=records_pb2.Step(**head, channels=channels, items=full_items),  # type: ignore[arg-type]
-        patch=records_pb2.Step(**head, channels=changed, items=items),  # type: ignore[arg-type]
+        patch=patch,
         labels=version_labels(checkpoint_id, metadata),
         lists=lists,
+        channels=channels,
+        elements=elements,
     )
 
 
