@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
 import xxhash
+from google.protobuf.message import DecodeError as DecodeProtoError
+
+from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
-from ..storage import ReadTxn
+from ..storage import ReadTxn, Table
 from . import keys
 from .layout import Tables
 from .records import printable, record, session_info, version_info
@@ -183,7 +187,11 @@ def list_sessions(
     out: list[SessionInfo] = []
     with read() as txn:
         scanned = page_bytes = 0
-        for key in txn.scan_keys(db, max(lo, resume)):
+        if db is tables.sessions and tables.event_logs is not None:
+            scan = _session_keys(txn, tables.sessions, tables.event_logs, max(lo, resume))
+        else:
+            scan = txn.scan_keys(db, max(lo, resume))
+        for key in scan:
             if key >= hi:
                 return out, ""
             if len(out) == size or scanned == _MAX_SCAN_PER_PAGE:
@@ -192,26 +200,64 @@ def list_sessions(
             scanned += 1
             sid = sid_of(key)
             raw = txn.get(sid, db=tables.sessions)
-            if raw is None:
-                continue
             try:
                 session_id = sid.decode()
-                rec = record(raw)
+                if raw is None:
+                    # A session of events alone (no checkpoint yet) is listed in session id order only: the
+                    # label and update-time indexes are of checkpoints.
+                    events_only = _events_only(txn, tables, session_id, sid) if db is tables.sessions else None
+                    if events_only is None:
+                        continue
+                    info = events_only
+                else:
+                    rec = record(raw)
+                    if not after <= rec.updated_unix_nanos < before:
+                        continue
+                    if any(rec.labels.get(k) != v for k, v in labels.items()):
+                        continue
+                    info = session_info(session_id, rec)
             except (DataLoss, UnicodeDecodeError) as exc:
                 # One damaged session must not hide the others; `ckpt verify` names it.
                 log.warning("listing skipped session %r: %s", printable(sid), exc)
                 continue
-            if not after <= rec.updated_unix_nanos < before:
-                continue
-            if any(rec.labels.get(k) != v for k, v in labels.items()):
-                continue
-            info = session_info(session_id, rec)
             if max_page_bytes:
                 page_bytes += session_info_bytes(info)
                 if out and page_bytes > max_page_bytes:
                     return out, _encode_token(kind, scope, key)
             out.append(info)
     return out, ""
+
+
+def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes) -> Iterator[bytes]:
+    """The ids of sessions with a checkpoint or an event log (the keys of both tables), in order, once each."""
+    last = None
+    for key in heapq.merge(txn.scan_keys(sessions, start), txn.scan_keys(event_logs, start)):
+        if key != last:
+            yield key
+            last = key
+
+
+def _events_only(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> SessionInfo | None:
+    """How a session with an event log and no checkpoint is listed (None: it has no log either)."""
+    raw = None if tables.event_logs is None else txn.get(sid, db=tables.event_logs)
+    if raw is None:
+        return None
+    try:
+        log_record = records_pb2.EventLogRecord.FromString(bytes(raw))
+    except DecodeProtoError as exc:
+        raise DataLoss(f"session {session_id!r}: its event log record does not parse: {exc}") from None
+    return SessionInfo(
+        session_id=session_id,
+        head_version=0,
+        first_version=0,
+        created_unix_nanos=log_record.created_unix_nanos,
+        updated_unix_nanos=log_record.updated_unix_nanos,
+        labels={},
+        stored_bytes=0,
+        version_count=0,
+        forked_from_session_id="",
+        forked_from_version=0,
+    )
 
 
 def _page_size(page_size: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.support import Sidecar, start_sidecar
+from tests.support import Sidecar, ckpt, start_sidecar
 
 SECOND = 1_000_000_000
 
@@ -235,3 +236,22 @@ def test_bad_input_gets_a_precise_status_and_stores_nothing(
     assert got is code and part in details, details
     assert read_all(stub, session_id="b", newest_first=True, page_size=1)[0].type == "before"
     assert stub.DeleteSession(service_pb2.DeleteSessionRequest(session_id="b")).deleted_events == 1
+
+
+def test_a_session_of_events_alone_is_listed_by_list_sessions_and_ckpt_sessions(
+    sidecar: Sidecar, stub: service_pb2_grpc.CheckpointServiceStub
+) -> None:
+    stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="listed-events-only", events=[ev("t")]), timeout=10)
+    request, listed = service_pb2.ListSessionsRequest(page_size=1), {}
+    while True:
+        page = stub.ListSessions(request, timeout=10)
+        listed.update((s.session_id, s) for s in page.sessions)
+        if not page.next_page_token:
+            break
+        request.page_token = page.next_page_token
+    info = listed["listed-events-only"]
+    assert (info.head_version, info.version_count) == (0, 0)
+    assert 0 < info.created_at.ToNanoseconds() <= info.updated_at.ToNanoseconds()
+    done = ckpt("sessions", "--target", sidecar.unix_target)
+    assert done.returncode == 0, done.stderr
+    assert "listed-events-only" in [json.loads(line)["session_id"] for line in done.stdout.decode().splitlines()]
