@@ -36,6 +36,7 @@ from .decoder import (
     linked_content,
     scanned_header,
 )
+from .errors import OutputTooLargeError
 from .frame import parse, state_checksum
 
 _NO_LIMIT = 1 << 64
@@ -75,9 +76,11 @@ class ChainReader:
         nothing more."""
         return self._decompressor is None
 
-    def advance(self, frames: Sequence[FrameBytes]) -> DecodedVersion | None:
+    def advance(self, frames: Sequence[FrameBytes], *, max_output_bytes: int | None = None) -> DecodedVersion | None:
         """The version of ``frames``' last frame, ``frames`` being the versions right after :attr:`version`
-        in order; None if any check fails (then, and from then on, the reader is spent).
+        in order; None if any check fails (then, and from then on, the reader is spent), or if ``frames``
+        would output more than ``max_output_bytes`` (their patches, and each DELTA's whole state), found
+        from their headers before anything is decompressed.
 
         A frame that starts a new stream (a PATCH or DELTA frame without the continuing flag) is decoded
         from the state before it, as decode() does; a FULL frame starts a new chain: None. As in decode(),
@@ -87,7 +90,7 @@ class ChainReader:
         if decompressor is None or not frames:
             return None
         try:
-            found = self._advanced(decompressor, frames)
+            found = self._advanced(decompressor, frames, _NO_LIMIT if max_output_bytes is None else max_output_bytes)
         except Exception:  # a frame too short or of an unknown format: the caller decodes whole
             return None
         if found is None:
@@ -96,7 +99,7 @@ class ChainReader:
         return found[0]
 
     def _advanced(
-        self, decompressor: _zstd.ZstdDecompressor, frames: Sequence[FrameBytes]
+        self, decompressor: _zstd.ZstdDecompressor, frames: Sequence[FrameBytes], max_output: int
     ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
         # decoder.latest_with_reader's loop, starting inside the current stream.
         scanners, limit = _SCANNERS, self._limit
@@ -118,7 +121,8 @@ class ChainReader:
                 kf, wl, version, distance, state_size, base_size, prefix, len(f) - start, payload_size,
                 prev_version, prev_size, prev_wl, limit,
             )  # fmt: skip
-            if content < 0:
+            max_output -= content
+            if content < 0 or max_output < 0:
                 return None
             if kf == _PATCH_CONTINUING:
                 parts.append(f[start:])
@@ -160,24 +164,30 @@ class ChainReader:
 
 
 def open_chain(
-    frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None
+    frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None, max_output_bytes: int | None = None
 ) -> tuple[DecodedVersion, ChainReader | None]:
     """:func:`decode_latest` (same result, same errors), with a reader to continue the chain from it; None
     when the chain decodes only frame by frame (decode_latest's checked pass), which keeps no stream.
 
-    ``max_state_bytes`` bounds the versions the reader advances to as well.
+    ``max_state_bytes`` bounds the versions the reader advances to as well. ``max_output_bytes`` bounds
+    the work of this decode (not the reader's advances, which take their own): OutputTooLargeError,
+    before anything is decompressed, if the chain's frames output more (the FULL frame's state, each
+    PATCH's patch, each DELTA's whole state), as their headers declare.
     """
     _check_chain_arg(frames)
     limit = _check_limit(max_state_bytes)
+    max_output = _check_limit(max_output_bytes, "max_output_bytes")
     chain = list(frames)
     if not chain:
         raise ValueError("decode needs at least one frame")
     try:
-        found = latest_with_reader(chain, limit)
+        found = latest_with_reader(chain, limit, max_output)
+    except OutputTooLargeError:
+        raise
     except Exception:  # whatever the first pass tripped on, the checked pass below names it
         found = None
     if found is None:
-        state = _latest_checked(chain, limit)
+        state = _latest_checked(chain, limit, max_output)
         return DecodedVersion(parse(chain[-1])[0], state), None
     latest, decompressor = found
     if decompressor.eof or not decompressor.needs_input:

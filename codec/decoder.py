@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import _zstd, frame_v1, frame_v2
-from .errors import ChainLinkError, ChecksumError, DecodeError, StateTooLargeError
+from .errors import ChainLinkError, ChecksumError, DecodeError, OutputTooLargeError, StateTooLargeError
 from .frame import KINDS_BY_NUMBER, MAX_EXPANSION, MIN_PREFIX_SIZE, FrameHeader, FrameKind, parse, state_checksum
 
 FrameBytes = bytes | bytearray | memoryview
@@ -126,10 +126,12 @@ def linked_content(
 
 
 def latest_with_reader(
-    chain: list[FrameBytes], limit: int | None
+    chain: list[FrameBytes], limit: int | None, max_output: int | None = None
 ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
     """The latest version if every header is well-formed and linked and the result checks out, else None;
     with the decompressor of the chain's last stream, positioned at its end (chainreader.py continues it).
+    OutputTooLargeError, before anything is decompressed, if the well-formed chain's streams would
+    output more than ``max_output`` bytes.
 
     The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
     and the checks of frame.parse and _check_link but the frame checksum, as
@@ -181,6 +183,8 @@ def latest_with_reader(
         total += content
         prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, wl, xxh3_at, f
     streams.append((stream_wl, stream_prefix, parts, total, whole))
+    if max_output is not None:
+        _check_output(sum(stream[3] for stream in streams), max_output, version)
     state = b""
     reader = None
     for wl, prefix_size, payloads, size, whole in streams:
@@ -233,8 +237,9 @@ def scanned_header(
     )
 
 
-def _latest_checked(chain: list[FrameBytes], limit: int | None) -> bytes:
-    """decode() frame by frame: every checksum, link and stream state, raising the first failure."""
+def _latest_checked(chain: list[FrameBytes], limit: int | None, max_output: int | None = None) -> bytes:
+    """decode() frame by frame: every checksum, link and stream state, raising the first failure; and
+    OutputTooLargeError, before anything is decompressed, past ``max_output`` (as latest_with_reader)."""
     parsed: list[tuple[FrameHeader, memoryview]] = []
     prev: FrameHeader | None = None
     for frame in chain:
@@ -245,6 +250,8 @@ def _latest_checked(chain: list[FrameBytes], limit: int | None) -> bytes:
     if limit is not None:
         for header, _ in parsed:
             _check_state_size(header, limit)
+    if max_output is not None:
+        _check_output(sum(header.content_size for header, _ in parsed), max_output, parsed[-1][0].version)
     state = b""
     for segment in _segments(parsed):
         state = _decode_segment(segment, state)
@@ -287,13 +294,13 @@ def _check_chain_arg(frames: object) -> None:
         )
 
 
-def _check_limit(max_state_bytes: object) -> int | None:
+def _check_limit(max_state_bytes: object, name: str = "max_state_bytes") -> int | None:
     if max_state_bytes is None:
         return None
     if isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int):
-        raise TypeError(f"max_state_bytes must be an int or None, not {type(max_state_bytes).__name__}")
+        raise TypeError(f"{name} must be an int or None, not {type(max_state_bytes).__name__}")
     if max_state_bytes < 0:
-        raise ValueError(f"max_state_bytes must be >= 0, got {max_state_bytes}")
+        raise ValueError(f"{name} must be >= 0, got {max_state_bytes}")
     return max_state_bytes
 
 
@@ -303,6 +310,17 @@ def _check_state_size(header: FrameHeader, limit: int) -> None:
             f"frame of version {header.version} declares a {header.state_size}-byte state; max_state_bytes is {limit}",
             version=header.version,
             state_size=header.state_size,
+            limit=limit,
+        )
+
+
+def _check_output(output_bytes: int, limit: int, version: int) -> None:
+    if output_bytes > limit:
+        raise OutputTooLargeError(
+            f"decoding version {version} would output {output_bytes} bytes (its chain's states and patches);"
+            f" max_output_bytes is {limit}",
+            version=version,
+            output_bytes=output_bytes,
             limit=limit,
         )
 

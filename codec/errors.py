@@ -9,7 +9,8 @@
         ├── UnsupportedFormatError magic or format version not understood
         ├── ChecksumError          a header, payload or state checksum mismatch
         ├── ChainLinkError         a frame applied to the wrong base / out of order
-        └── StateTooLargeError     a state beyond the caller's max_state_bytes
+        ├── StateTooLargeError     a state beyond the caller's max_state_bytes
+        └── OutputTooLargeError    a decode materialising more than the caller's max_output_bytes
 
 Messages name the version, offsets and sizes involved. Misuse of the API
 (wrong argument types, out-of-range configuration) raises TypeError or
@@ -66,4 +67,16 @@ class StateTooLargeError(DecodeError):
         super().__init__(message)
         self.version = version
         self.state_size = state_size
+        self.limit = limit
+
+
+class OutputTooLargeError(DecodeError):
+    """Decoding the frames would materialise more bytes than the caller's ``max_output_bytes`` (a FULL frame's
+    state, each PATCH's patch, each DELTA's whole state); nothing was decompressed. The frames may be sound:
+    it bounds the work, not the data."""
+
+    def __init__(self, message: str, *, version: int, output_bytes: int, limit: int) -> None:
+        super().__init__(message)
+        self.version = version
+        self.output_bytes = output_bytes
         self.limit = limit

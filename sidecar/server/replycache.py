@@ -45,10 +45,27 @@ log = logging.getLogger(__name__)
 # ints, the key object's header and the LRU's node (339 B with a 16-byte id,
 # tracemalloc over 20,000 entries, CPython 3.11).
 _ENTRY_BYTES = 330
-#: The largest state a Get decodes in this process, on its event loop: ~0.3 ms of decoding at most, so
-#: other calls wait no longer than that. A larger one is forwarded, and the store process decodes it
-#: off its loop.
+#: The largest state a Get of an older version decodes in this process, on its event loop (a larger one
+#: is forwarded, and the store process decodes it off its loop). A Get of the latest version is bounded
+#: by the work its read does instead (below).
 INLINE_READ_MAX_STATE_BYTES = 256 * 1024
+#: The most a read of the latest version decompresses here, on the event loop: opening a chain, its FULL
+#: frame's state, its patches and its DELTAs' whole states; advancing a kept reader, the new frames'
+#: patches and DELTA states. Measured (codec alone, this 2-core VM, a text-like state): zstd outputs
+#: ~600-720 MB/s, so a FULL frame of 423 KB and four patches decode in ~0.6 ms, 106 KB in 0.15 ms. So
+#: 512 KiB holds the loop ~0.7 ms at most, where the 256 KiB bound on the state let a chain of DELTA
+#: frames output 64 whole states; the largest read it refuses is forwarded.
+INLINE_READ_MAX_OUTPUT_BYTES = 512 * 1024
+#: The largest state a kept reader advances to, the new frames' output within the bound above. What
+#: such a read costs besides its new frames is linear in the state, at memory speed: the state copied
+#: once with its patches, its xxh3, the reply serialized: measured 0.2-0.25 ms per MB for the first two
+#: and 0.1-0.3 ms per MB for the third (~1 ms for 2 MiB), where forwarding the same reply costs this loop
+#: ~0.2 ms per MB anyway (its pieces joined, then parsed to be kept). A larger head is forwarded.
+INLINE_ADVANCE_MAX_STATE_BYTES = 2 * 1024 * 1024
+#: No entry (a reply, a reader) heavier than a quarter of its budget is kept: one session's reply and
+#: reader then leave at least half the budget to the others' (the LRU would evict them all for one
+#: entry near the whole budget).
+_MAX_ENTRY_SHARE = 4
 #: The masked replies' share of the budget: 1/8.
 _MASKED_SHARE = 8
 #: What a kept head reader weighs besides its state, its key and its stream's window (2**window_log): the
@@ -108,12 +125,20 @@ class ReplyCache:
         self._masks = Masks(store)
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply | _Kept] = LRU(
-            capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh
+            capacity_bytes // _ENTRY_BYTES,
+            max_weight=capacity_bytes,
+            weigh=_weigh,
+            max_entry_weight=capacity_bytes // _MAX_ENTRY_SHARE,
         )
         # Masked replies apart, by session and mask: a Get of the whole state never meets one. They are
         # small (a handoff note and a plan), so an eighth of the budget holds many.
         masked_bytes = capacity_bytes // _MASKED_SHARE
-        self._masked: LRU[_Reply] = LRU(masked_bytes // _ENTRY_BYTES, max_weight=masked_bytes, weigh=_weigh)
+        self._masked: LRU[_Reply] = LRU(
+            masked_bytes // _ENTRY_BYTES,
+            max_weight=masked_bytes,
+            weigh=_weigh,
+            max_entry_weight=masked_bytes // _MAX_ENTRY_SHARE,
+        )
         #: Heads read by advancing a kept reader (the rest of the Gets read here decoded a chain whole).
         self.advanced = 0
 
@@ -148,10 +173,12 @@ class ReplyCache:
         A Get the cache misses need not cross the link either: LMDB serves a read transaction in
         this process the same committed data the store process would read, so a cold Get costs a
         decode here rather than a hop to the store process and back with the state's bytes (measured
-        ~2.2x an echo of the same bytes forwarded, ~1.7x read here, on a 10 KB state). Only states up
-        to INLINE_READ_MAX_STATE_BYTES: this runs on the event loop. Anything else, and anything the
-        store refuses or finds wrong (an unknown session, damage), is forwarded, so the store process
-        answers it, with the status it always gave.
+        ~2.2x an echo of the same bytes forwarded, ~1.7x read here, on a 10 KB state). This runs on the
+        event loop, so only reads of bounded work: the latest version's within INLINE_READ_MAX_OUTPUT_BYTES
+        of decompression (a kept reader's advance up to INLINE_ADVANCE_MAX_STATE_BYTES), an older one's
+        up to INLINE_READ_MAX_STATE_BYTES. Anything else, and anything the store refuses or finds wrong
+        (an unknown session, damage), is forwarded, so the store process answers it, with the status it
+        always gave.
 
         ``events``: also a page of the session's events, read in the same read transaction within
         INLINE_EVENTS_BOUND (pages ending short of ``max_page_bytes``), else None: forward the Get. The
@@ -203,7 +230,13 @@ class ReplyCache:
         kept = self._replies.get(key)
         if isinstance(kept, _Kept):
             try:
-                advanced = advance_head(self._store, session_id, kept.reader, events=with_events)
+                advanced = advance_head(
+                    self._store,
+                    session_id,
+                    kept.reader,
+                    max_output_bytes=INLINE_READ_MAX_OUTPUT_BYTES,
+                    events=with_events,
+                )
             except Exception:  # read whole below: that names what is wrong, or the store process does
                 advanced = None
             if advanced is not None:
@@ -212,7 +245,11 @@ class ReplyCache:
                 return advanced
             self._replies.discard(key)
         got, reader, page = read_head(
-            self._store, session_id, max_state_bytes=INLINE_READ_MAX_STATE_BYTES, events=with_events
+            self._store,
+            session_id,
+            max_state_bytes=INLINE_ADVANCE_MAX_STATE_BYTES,
+            max_output_bytes=INLINE_READ_MAX_OUTPUT_BYTES,
+            events=with_events,
         )
         if (
             reader is not None
@@ -263,6 +300,8 @@ class ReplyCache:
             if read is None:
                 return None
             got, reply, page = read
+            if len(got.state) > INLINE_READ_MAX_STATE_BYTES:
+                return None  # parsing it to mask would hold the loop: the store process masks it off its loop
             state = self._masks.try_masked(got.info.message_type, got.state, paths)
             if state is None:
                 return None

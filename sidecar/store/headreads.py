@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...codec import ChainReader, DecodeError, StateTooLargeError, open_chain
+from ...codec import ChainReader, DecodeError, OutputTooLargeError, StateTooLargeError, open_chain
 from ..errors import DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
@@ -62,11 +62,20 @@ class HeadEvents:
 
 
 def read_head(
-    store: Store, session_id: str, *, max_state_bytes: int | None = None, events: HeadEvents | None = None
+    store: Store,
+    session_id: str,
+    *,
+    max_state_bytes: int | None = None,
+    max_output_bytes: int | None = None,
+    events: HeadEvents | None = None,
 ) -> tuple[GetResult, ChainReader | None, EventPage | None]:
     """``store.get(session_id, use_cache=False, max_state_bytes=...)`` (with ``events``: get_with_events),
     same errors, with a reader of the head's chain to pass to :func:`advance_head` later (None when its
-    chain cannot be continued) and the page of ``events`` read in the same transaction."""
+    chain cannot be continued) and the page of ``events`` read in the same transaction.
+
+    ``max_output_bytes`` bounds the decode's work: StateTooLarge, before anything is decompressed, if the
+    head's chain outputs more (its FULL state, its patches and its DELTAs' states). ``max_state_bytes``
+    bounds the head and every version the reader advances to."""
     sid = keys.session_key(session_id)
     if events is not None:
         events.check()
@@ -77,8 +86,8 @@ def read_head(
             refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
         target, value, frames = found
         try:
-            latest, reader = open_chain(frames, max_state_bytes=max_state_bytes)
-        except StateTooLargeError as exc:
+            latest, reader = open_chain(frames, max_state_bytes=max_state_bytes, max_output_bytes=max_output_bytes)
+        except (StateTooLargeError, OutputTooLargeError) as exc:
             raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
@@ -89,13 +98,19 @@ def read_head(
 
 
 def advance_head(
-    store: Store, session_id: str, reader: ChainReader, *, events: HeadEvents | None = None
+    store: Store,
+    session_id: str,
+    reader: ChainReader,
+    *,
+    max_output_bytes: int | None = None,
+    events: HeadEvents | None = None,
 ) -> tuple[GetResult, EventPage | None] | None:
     """The session's head read by advancing ``reader`` with the frames stored after its version, in one
     read transaction; None (``reader`` then spent or unchanged) if that is not how the head is reached:
-    no frame after it, more than MAX_ADVANCE_FRAMES, a FULL frame among them, or any check advancing
-    makes failing. The state is bounded by the ``max_state_bytes`` the reader was opened with; ``events``:
-    a page read in the same transaction, as read_head reads it."""
+    no frame after it, more than MAX_ADVANCE_FRAMES, a FULL frame among them, frames outputting more than
+    ``max_output_bytes`` (their patches and their DELTAs' states), or any check advancing makes failing.
+    The state is bounded by the ``max_state_bytes`` the reader was opened with; ``events``: a page read in
+    the same transaction, as read_head reads it."""
     sid = keys.session_key(session_id)
     if events is not None:
         events.check()
@@ -117,7 +132,7 @@ def advance_head(
         # Keys are unique and sorted from after + 1: they are exactly after + 1..after + n if the last is.
         if last_key is None or keys.frame_version(last_key, sid) != after + len(frames):
             return None
-        latest = reader.advance(frames)
+        latest = reader.advance(frames, max_output_bytes=max_output_bytes)
         if latest is None:
             return None
         info = version_info(session_id, latest.header.version, last_value, header=latest.header)

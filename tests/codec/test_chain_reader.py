@@ -4,12 +4,24 @@ chain, or is None (a new chain, or anything damaged); never a wrong state."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, decode, frame_kind, open_chain, parse
+from ckpt.codec import (
+    ChainEncoder,
+    ChainLinkError,
+    ChainPolicy,
+    FrameKind,
+    OutputTooLargeError,
+    decode,
+    decoder,
+    frame_kind,
+    open_chain,
+    parse,
+)
 
 # Short chains and narrow windows: chains end, and streams start anew, often.
 SHORT = ChainPolicy(max_depth=6, min_window_log=10, patch_window_bytes=1024)
@@ -177,3 +189,58 @@ def test_the_limit_bounds_what_a_reader_advances_to() -> None:
     assert reader is not None
     assert reader.advance(frames[3:4]) is not None
     assert reader.advance(frames[4:5]) is None
+
+
+def _output(frames: Sequence[decoder.FrameBytes]) -> int:
+    """What decoding ``frames`` materialises, from their headers: the oracle of the work bounds."""
+    return sum(parse(f)[0].content_size for f in frames)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(writes=_writes, policy=st.sampled_from([SHORT, LONG]), data=st.data())
+def test_the_output_bound_counts_whole_states_and_patches(
+    writes: list[tuple[str, object]], policy: ChainPolicy, data: st.DataObject
+) -> None:
+    """FULL and DELTA frames count their whole state, PATCH frames their patch: a chain opens (and frames
+    advance a reader) within exactly that many bytes of output, and not one byte fewer."""
+    frames = written(writes, policy)
+    at = data.draw(st.integers(0, len(frames) - 2), label="first read")
+    chain = frames[chain_start(frames, at) : at + 1]
+    with pytest.raises(OutputTooLargeError) as refused:
+        open_chain(chain, max_output_bytes=_output(chain) - 1)
+    assert (refused.value.output_bytes, refused.value.version) == (_output(chain), at + 1)
+    latest, reader = open_chain(chain, max_output_bytes=_output(chain))
+    assert latest.state == decode(chain) and reader is not None
+    new = frames[at + 1 : at + 1 + data.draw(st.integers(1, len(frames) - 1 - at), label="frames")]
+    if any(frame_kind(f) is FrameKind.FULL for f in new):
+        return
+    _, other = open_chain(chain)
+    assert other is not None and other.advance(new, max_output_bytes=_output(new) - 1) is None
+    advanced = reader.advance(new, max_output_bytes=_output(new))
+    assert advanced is not None and advanced.state == decode(frames[chain_start(frames, at) : at + 1 + len(new)])
+
+
+def test_a_large_state_advances_by_its_new_frames_output() -> None:
+    """A reader of a 20 KB state advances with 200 bytes of output allowed: the state's size is not work."""
+    frames = merge_chain(4)
+    assert parse(frames[0])[0].state_size > 19_000
+    _, reader = open_chain(frames[:2], max_output_bytes=_output(frames[:2]))
+    assert reader is not None
+    for frame in frames[2:]:
+        assert _output([frame]) < 200
+        advanced = reader.advance([frame], max_output_bytes=200)
+        assert advanced is not None and advanced.state == decode(frames[: advanced.version])
+
+
+def test_the_frame_by_frame_pass_keeps_the_output_bound() -> None:
+    """open_chain falls back to decode's frame-by-frame pass for chains the one-pass decode declines: that
+    pass refuses too much output as well, after checking the headers and before decompressing."""
+    frames: list[decoder.FrameBytes] = list(merge_chain(3))
+    with pytest.raises(OutputTooLargeError):
+        decoder._latest_checked(frames, None, _output(frames) - 1)
+    assert decoder._latest_checked(frames, None, _output(frames)) == decode(frames)
+    damaged = [frames[0], frames[2]]  # a link error is named first, whatever the bound
+    with pytest.raises(ChainLinkError):
+        decoder._latest_checked(damaged, None, 0)
+    with pytest.raises(ValueError, match="max_output_bytes must be >= 0"):
+        open_chain(frames, max_output_bytes=-1)

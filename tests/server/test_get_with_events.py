@@ -18,7 +18,7 @@ from ckpt.sidecar.server.convert import version_info_pb
 from ckpt.sidecar.server.eventconvert import event_query, read_response_pb
 from ckpt.sidecar.server.getevents import events_part, state_part
 from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
-from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES
+from ckpt.sidecar.server.replycache import INLINE_READ_MAX_OUTPUT_BYTES
 from ckpt.sidecar.server.storelink import SERVED_REPORT_SECONDS
 from ckpt.sidecar.store import EventPage
 from ckpt.sidecar.store.engine import Store
@@ -122,7 +122,7 @@ def test_a_cold_then_a_repeated_get_are_read_and_answered_in_the_grpc_process(
 def test_a_large_state_is_forwarded_and_its_reply_kept_without_the_events(
     sidecar: Sidecar, stub: service_pb2_grpc.CheckpointServiceStub, embedded: Store
 ) -> None:
-    big = b"\x0a" + b"\x80\x88\x10" + b"b" * (INLINE_READ_MAX_STATE_BYTES + 1024)  # one bytes field, > the bound
+    big = b"\x0a" + b"\x80\x88\x20" + b"b" * (INLINE_READ_MAX_OUTPUT_BYTES + 1024)  # one bytes field, > the bound
     stub.AppendEvents(
         service_pb2.AppendEventsRequest(session_id="big", events=_events(5), put=service_pb2.PutRequest(state=big))
     )
