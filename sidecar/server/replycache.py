@@ -62,10 +62,6 @@ INLINE_READ_MAX_OUTPUT_BYTES = 512 * 1024
 #: and 0.1-0.3 ms per MB for the third (~1 ms for 2 MiB), where forwarding the same reply costs this loop
 #: ~0.2 ms per MB anyway (its pieces joined, then parsed to be kept). A larger head is forwarded.
 INLINE_ADVANCE_MAX_STATE_BYTES = 2 * 1024 * 1024
-#: No entry (a reply, a reader) heavier than a quarter of its budget is kept: one session's reply and
-#: reader then leave at least half the budget to the others' (the LRU would evict them all for one
-#: entry near the whole budget).
-_MAX_ENTRY_SHARE = 4
 #: The masked replies' share of the budget: 1/8.
 _MASKED_SHARE = 8
 #: What a kept head reader weighs besides its state, its key and its stream's window (2**window_log): the
@@ -125,20 +121,12 @@ class ReplyCache:
         self._masks = Masks(store)
         # The bytes bound the count too: every entry weighs at least _ENTRY_BYTES.
         self._replies: LRU[_Reply | _Kept] = LRU(
-            capacity_bytes // _ENTRY_BYTES,
-            max_weight=capacity_bytes,
-            weigh=_weigh,
-            max_entry_weight=capacity_bytes // _MAX_ENTRY_SHARE,
+            capacity_bytes // _ENTRY_BYTES, max_weight=capacity_bytes, weigh=_weigh
         )
         # Masked replies apart, by session and mask: a Get of the whole state never meets one. They are
         # small (a handoff note and a plan), so an eighth of the budget holds many.
         masked_bytes = capacity_bytes // _MASKED_SHARE
-        self._masked: LRU[_Reply] = LRU(
-            masked_bytes // _ENTRY_BYTES,
-            max_weight=masked_bytes,
-            weigh=_weigh,
-            max_entry_weight=masked_bytes // _MAX_ENTRY_SHARE,
-        )
+        self._masked: LRU[_Reply] = LRU(masked_bytes // _ENTRY_BYTES, max_weight=masked_bytes, weigh=_weigh)
         #: Heads read by advancing a kept reader (the rest of the Gets read here decoded a chain whole).
         self.advanced = 0
 

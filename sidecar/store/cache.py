@@ -116,24 +116,16 @@ class LRU(Generic[V]):
 
     ``weigh`` is called on every put, so a value that grew since its last put
     (an encoder after a MERGE) is re-weighed then. A value heavier than the
-    whole budget, or than ``max_entry_weight`` if given, is not kept (and
-    what was kept under its key is dropped), without evicting anything else:
-    kept, it would evict every other value and then itself (or, near the
-    budget, nearly every other value).
+    whole budget is not kept (and what was kept under its key is dropped),
+    without evicting anything else: kept, it would evict every other value
+    and then itself.
     """
 
     def __init__(
-        self,
-        capacity: int,
-        *,
-        max_weight: int | None = None,
-        weigh: Callable[[V], int] | None = None,
-        max_entry_weight: int | None = None,
+        self, capacity: int, *, max_weight: int | None = None, weigh: Callable[[V], int] | None = None
     ) -> None:
         self._capacity = capacity
         self._max_weight = max_weight
-        limits = [w for w in (max_weight, max_entry_weight) if w is not None]
-        self._max_entry_weight = min(limits) if limits else None
         self._weigh = weigh
         self._items: OrderedDict[bytes, tuple[V, int]] = OrderedDict()
         self._weight = 0
@@ -152,8 +144,8 @@ class LRU(Generic[V]):
         old = self._items.pop(key, None)
         if old is not None:
             self._weight -= old[1]
-        limit, entry_limit = self._max_weight, self._max_entry_weight
-        if entry_limit is not None and weight > entry_limit:
+        limit = self._max_weight
+        if limit is not None and weight > limit:
             return
         self._items[key] = (value, weight)
         self._weight += weight

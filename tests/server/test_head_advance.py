@@ -207,8 +207,8 @@ def test_another_workers_writes_are_read_right(tmp_path: Path) -> None:
 
 def test_kept_readers_stay_within_the_reply_cache_budget(tmp_path: Path) -> None:
     """A reader weighs its state, its stream's window and a fixed part: six sessions' readers and replies
-    do not fit in 1.2 MB, and the least recently used go (a reader here weighs ~250 KB, under a quarter)."""
-    budget, port = 1_200_000, free_port()
+    do not fit in 600 KB, and the least recently used go."""
+    budget, port = 600_000, free_port()
     sidecar = start_sidecar(tmp_path / "data", "--reply-cache-bytes", str(budget), "--metrics-port", str(port))
     sidecar.metrics_port = port  # type: ignore[attr-defined]
     embedded = _Embedded(tmp_path / "data")
