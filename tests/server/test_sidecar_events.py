@@ -242,7 +242,8 @@ def test_a_session_of_events_alone_is_listed_by_list_sessions_and_ckpt_sessions(
     sidecar: Sidecar, stub: service_pb2_grpc.CheckpointServiceStub
 ) -> None:
     stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="listed-events-only", events=[ev("t")]), timeout=10)
-    request, listed = service_pb2.ListSessionsRequest(page_size=1), {}
+    request = service_pb2.ListSessionsRequest(page_size=1)
+    listed: dict[str, service_pb2.SessionInfo] = {}
     while True:
         page = stub.ListSessions(request, timeout=10)
         listed.update((s.session_id, s) for s in page.sessions)
