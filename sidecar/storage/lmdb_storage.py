@@ -327,8 +327,9 @@ class LmdbStorage:
         refuse the store. Grown with zeros (free pages: nothing reads them) and
         synced, under LMDB's writer lock, so no other worker's pages past the
         end can be cut. The file is looked at only when its last page passes
-        the size last seen: data.mdb never shrinks while it is open, and a
-        stat on each commit cost ~25 us of the writer's time per commit.
+        the size last seen: data.mdb never shrinks while it is open, and with
+        a stat on each commit this took ~25 us of the writer's time per commit
+        (~10 us without, p50, in a LangGraph replay on a busy 2-core VM).
         """
         try:
             page_bytes = self._page_bytes
