@@ -183,6 +183,12 @@ class OpenStreams:
         self.hits += 1
         return stream
 
+    def written(self, sid: bytes, value: bytes) -> OpenStream | None:
+        """The session's stream, left in the cache, if it last wrote ``value`` (the open block's value as
+        storage holds it now, without its tail); None otherwise."""
+        stream = self._lru.get(sid)
+        return stream if stream is not None and stream.value == value else None
+
     def keep(self, sid: bytes, stream: OpenStream) -> None:
         self._lru.put(sid, stream)
 

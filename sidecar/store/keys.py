@@ -66,7 +66,7 @@ def quoted(text: str) -> str:
     return f"{text[:QUOTED_CHARS]!r}... ({len(text)} characters)"
 
 
-def _has_control(text: str) -> bool:
+def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None  # ~7x faster than a per-character loop; runs on every write
 
 
@@ -79,7 +79,7 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
         raise InvalidArgument(f"{field} is empty; it must be 1-{MAX_SESSION_ID_BYTES} bytes of UTF-8")
     if len(raw) > MAX_SESSION_ID_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
-    if _has_control(session_id):
+    if has_control(session_id):
         raise InvalidArgument(f"{field} {session_id!r} {_HAS_CONTROL}")
     try:
         session_id.encode("utf-8")
@@ -100,7 +100,7 @@ def request_key(sid: bytes, request_id: str) -> bytes:
     raw = request_id.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_REQUEST_ID_BYTES:
         raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
-    if _has_control(request_id):
+    if has_control(request_id):
         raise InvalidArgument(f"request_id {request_id!r} {_HAS_CONTROL}")
     return REQUEST_KEY_MARK + raw + SEP + sid
 
@@ -136,9 +136,9 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
             raise InvalidArgument(f"{field} key {quoted(key)} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
             raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
-        if _has_control(key):
+        if has_control(key):
             raise InvalidArgument(f"{field} key {key!r} {_HAS_CONTROL}")
-        if _has_control(value):
+        if has_control(value):
             raise InvalidArgument(f"{field}[{key!r}] value {value!r} {_HAS_CONTROL}")
 
 

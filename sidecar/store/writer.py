@@ -193,7 +193,10 @@ class Writer:
                 except BaseException as exc:  # a bug: the writer must outlive it, or every caller hangs
                     self._fail_unresolved(batch, exc)
                 finally:
-                    self._answered(batch)
+                    # A batch that ran its course released its bytes as it answered them: the lock is
+                    # taken again only for one that did not (~6 us a commit, in the writer's line).
+                    if any(op.queued_bytes for op in batch):
+                        self._answered(batch)
             # Not kept while the writer waits for the next write: the ops hold
             # their requests' states and their callers' futures.
             del batch

@@ -96,6 +96,43 @@ def test_one_event_appends_go_to_a_tail_that_folds_into_the_block(config: StoreC
     assert ckpt("verify", "--data-dir", str(config.data_dir)).returncode == 0
 
 
+def test_a_cached_stream_knows_the_headers_of_the_values_it_wrote(config: StoreConfig) -> None:
+    # An append takes the open block's header (and its tail's) from the stream that wrote them instead of
+    # checking and parsing the stored values again: they must be the headers those values hold.
+    rng = random.Random(7)
+    seq = 0
+    with Store(config) as store:
+        for _ in range(300):  # past SEAL_EVENTS: folds, recompressions, seals and new blocks
+            batch = [NewEvent("step", payload(rng.randrange(1, 500))) for _ in range(rng.choice((1, 1, 1, 3, 9)))]
+            seq = store.append_events("s", batch).last_seq
+            stored = {block_header(v, "").first_seq: v for v in raw_values(store, b"s")}
+            open_seq = max(s for s, v in stored.items() if not v[3] & TAIL)
+            value = stored[open_seq]
+            if not value[3] & FRAME_OPEN:
+                continue  # just sealed: no stream is kept for a sealed block
+            stream = store._events.streams.written(b"s", value)
+            assert stream is not None
+            assert stream.header == block_header(value, "")
+            tail = stored.get(stream.header.last_seq + 1)
+            assert (stream.tail is None) == (tail is None)
+            if tail is not None:
+                assert stream.tail_value == tail
+                assert stream.tail == block_header(tail, "")
+        check_reads(store, "s", [(e.seq, e.payload) for e in store.read_events("s", EventQuery(page_size=1000)).events])
+        assert seq > 600
+        assert problems(store) == []
+
+
+def raw_values(store: Store, session: bytes) -> list[bytes]:
+    assert store.tables.events is not None
+    with store.read() as txn:
+        return [
+            bytes(value)
+            for key, value in txn.scan(store.tables.events, session + b"\0")
+            if bytes(key).startswith(session + b"\0")
+        ]
+
+
 _APPEND_CHILD = """
 import random
 import sys

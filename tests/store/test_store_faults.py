@@ -82,6 +82,7 @@ def test_an_error_outside_any_write_fails_the_batch_and_the_writer_goes_on(
     monkeypatch.setattr(Encoders, "after_write", after_write_failing_once)
     with pytest.raises(Unavailable, match=r"may not have been committed .*injected bug"):
         store.put("bug", state_of("bug", 2))
+    assert store._writer.queued_bytes == 0  # its bytes stopped counting against max_queued_write_bytes
     # It did commit; the caches were dropped, so reads and the next write go to LMDB.
     assert store.get("bug").state == state_of("bug", 2)
     assert store.put("bug", state_of("bug", 3)).version == 3
