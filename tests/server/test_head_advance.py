@@ -61,8 +61,9 @@ def _worker_advanced(metrics_address: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-class _Embedded:
-    """A read-only Store on the sidecar's data directory: what every Get must equal."""
+class EmbeddedHeads:
+    """A read-only Store on the sidecar's data directory: what every Get of a head must equal (shared with
+    test_large_head_reads)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.store = Store(StoreConfig(data_dir=data_dir), readonly=True)
@@ -82,7 +83,7 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 
 
 def test_gets_after_puts_advance_the_head_read_last(sidecar: Sidecar, tmp_path: Path) -> None:
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("thread", _base(1))
         embedded.check(client.get("thread"), "thread")  # decoded whole, its reader kept
@@ -107,7 +108,7 @@ def test_gets_after_puts_advance_the_head_read_last(sidecar: Sidecar, tmp_path: 
 
 
 def test_a_session_deleted_and_written_again_is_read_whole(sidecar: Sidecar, tmp_path: Path) -> None:
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("thread", _base(1))
         for i in range(6):
@@ -127,7 +128,7 @@ def test_a_session_deleted_and_written_again_is_read_whole(sidecar: Sidecar, tmp
 
 
 def test_a_fork_reads_its_own_chain(sidecar: Sidecar, tmp_path: Path) -> None:
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     with CheckpointClient(sidecar.unix_target) as client:
         client.put("a", _base(1))
         for i in range(4):
@@ -152,7 +153,7 @@ def test_a_quiet_keyframe_under_the_kept_head_is_seen(tmp_path: Path) -> None:
         tmp_path / "data", 0.2, "--keyframe-after-quiet-seconds", "1", "--metrics-port", str(port)
     )
     sidecar.metrics_port = port  # type: ignore[attr-defined]
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     try:
         with CheckpointClient(sidecar.unix_target) as client:
             client.put("thread", _base(1))
@@ -180,7 +181,7 @@ def test_a_quiet_keyframe_under_the_kept_head_is_seen(tmp_path: Path) -> None:
 
 def test_another_workers_writes_are_read_right(tmp_path: Path) -> None:
     sidecar, metrics = start_workers(tmp_path / "data")
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     try:
         by_worker = clients_by_worker(sidecar.targets[0], metrics)
         reader, writers = by_worker[0][0], by_worker[1]
@@ -211,7 +212,7 @@ def test_kept_readers_stay_within_the_reply_cache_budget(tmp_path: Path) -> None
     budget, port = 600_000, free_port()
     sidecar = start_sidecar(tmp_path / "data", "--reply-cache-bytes", str(budget), "--metrics-port", str(port))
     sidecar.metrics_port = port  # type: ignore[attr-defined]
-    embedded = _Embedded(tmp_path / "data")
+    embedded = EmbeddedHeads(tmp_path / "data")
     try:
         with CheckpointClient(sidecar.unix_target) as client:
             sessions = [f"thread-{n}" for n in range(6)]

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.server.replycache import INLINE_ADVANCE_MAX_STATE_BYTES, INLINE_READ_MAX_OUTPUT_BYTES
-from ckpt.sidecar.store.engine import Store
 from ckpt.v1 import service_pb2
+from tests.server.test_head_advance import EmbeddedHeads
 from tests.support import Sidecar, metric, start_sidecar_with_metrics, wait_for_metrics
 
 GETS = 'ckpt_requests_total{rpc="Get"}'
@@ -51,19 +50,6 @@ def _counted(sidecar: Sidecar, gets: int, read_here: int, advanced: int, hits: i
         raise
 
 
-class _Embedded:
-    """A read-only Store on the sidecar's data directory: what every Get must equal."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.store = Store(StoreConfig(data_dir=data_dir), readonly=True)
-
-    def check(self, got: service_pb2.GetResponse, session_id: str) -> None:
-        head = self.store.get(session_id, use_cache=False)
-        assert (got.version, got.state) == (head.version, head.state)
-        assert got.info.state_size == head.info.state_size == len(got.state)
-        assert got.info.stored_bytes == head.info.stored_bytes
-
-
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
     s = start_sidecar_with_metrics(tmp_path / "data")
@@ -72,13 +58,13 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 
 
 @pytest.fixture
-def embedded(sidecar: Sidecar) -> Iterator[_Embedded]:
-    e = _Embedded(sidecar.data_dir)
+def embedded(sidecar: Sidecar) -> Iterator[EmbeddedHeads]:
+    e = EmbeddedHeads(sidecar.data_dir)
     yield e
     e.store.close()
 
 
-def test_a_head_grown_past_256_kib_is_read_by_advancing(sidecar: Sidecar, embedded: _Embedded) -> None:
+def test_a_head_grown_past_256_kib_is_read_by_advancing(sidecar: Sidecar, embedded: EmbeddedHeads) -> None:
     """A LangGraph thread's late checkpoints: a 300 KB state and MERGE appends to ~550 KB, each Get read by
     advancing the reader kept in the gRPC process, none forwarded to the store process."""
     with CheckpointClient(sidecar.unix_target) as client:
@@ -94,7 +80,7 @@ def test_a_head_grown_past_256_kib_is_read_by_advancing(sidecar: Sidecar, embedd
     _counted(sidecar, gets=51, read_here=51, advanced=50)
 
 
-def test_a_new_chain_is_opened_here_within_the_work_budget(sidecar: Sidecar, embedded: _Embedded) -> None:
+def test_a_new_chain_is_opened_here_within_the_work_budget(sidecar: Sidecar, embedded: EmbeddedHeads) -> None:
     """A FULL frame and a few patches of a ~500 KB state: within INLINE_READ_MAX_OUTPUT_BYTES, decoded in the
     gRPC process; a FULL frame just past it is forwarded, and its reply kept for the next Get."""
     fits, over = _text(2, INLINE_READ_MAX_OUTPUT_BYTES - 40_000), _text(3, INLINE_READ_MAX_OUTPUT_BYTES + 8_000)
@@ -114,7 +100,7 @@ def test_a_new_chain_is_opened_here_within_the_work_budget(sidecar: Sidecar, emb
         _counted(sidecar, gets=4, read_here=2, advanced=1, hits=1)
 
 
-def test_too_much_work_is_forwarded_and_read_right(sidecar: Sidecar, embedded: _Embedded) -> None:
+def test_too_much_work_is_forwarded_and_read_right(sidecar: Sidecar, embedded: EmbeddedHeads) -> None:
     """A patch outputting more than the budget, a head past INLINE_ADVANCE_MAX_STATE_BYTES and a 20 MB state
     are forwarded; every Get is still the store's head."""
     with CheckpointClient(sidecar.unix_target) as client:
