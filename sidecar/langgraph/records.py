@@ -135,8 +135,9 @@ Elements = dict[str, list[records_pb2.Typed]]
 Pair = tuple[str, bytes]
 
 
-def _digest(typed: records_pb2.Typed) -> Digest:
-    return typed.type, xxhash.xxh3_128_intdigest(typed.data)
+def _digest(type_: str, data: bytes) -> Digest:
+    """An element's digest: its serializer's type name and the xxh3 of its bytes (stored or about to be)."""
+    return type_, xxhash.xxh3_128_intdigest(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ def encode_put(
         # Element by element, so that a step sends and stores the messages it added, not the conversation.
         if type(v) is list:
             elements[k] = [serde.dumps_typed(e) for e in v]
-            lists[k] = [(t, xxhash.xxh3_128_intdigest(d)) for t, d in elements[k]]
+            lists[k] = [_digest(t, d) for t, d in elements[k]]
             channels[k] = records_pb2.Typed(type=ITEMS)
         else:
             channels[k] = _typed(serde, v)
@@ -263,7 +264,9 @@ def lists_of(step: records_pb2.Step, elements: Elements | None = None) -> dict[s
     """The digests of a stored step's list elements, by channel (``elements``: its elements_of)."""
     elements = elements_of(step) if elements is None else elements
     return {
-        k: [_digest(t) for t in e] for k, e in elements.items() if k in step.channels and step.channels[k].type == ITEMS
+        k: [_digest(t.type, t.data) for t in e]
+        for k, e in elements.items()
+        if k in step.channels and step.channels[k].type == ITEMS
     }
 
 

@@ -16,13 +16,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import xxhash
-from google.protobuf.message import DecodeError as DecodeProtoError
-
-from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table
 from . import keys
+from .eventlog import log_record as event_log_record
 from .layout import Tables
 from .records import printable, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
@@ -239,13 +237,9 @@ def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes
 
 def _events_only(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> SessionInfo | None:
     """How a session with an event log and no checkpoint is listed (None: it has no log either)."""
-    raw = None if tables.event_logs is None else txn.get(sid, db=tables.event_logs)
-    if raw is None:
+    log_record = event_log_record(txn, tables, sid)
+    if log_record is None:
         return None
-    try:
-        log_record = records_pb2.EventLogRecord.FromString(bytes(raw))
-    except DecodeProtoError as exc:
-        raise DataLoss(f"session {session_id!r}: its event log record does not parse: {exc}") from None
     return SessionInfo(
         session_id=session_id,
         head_version=0,
