@@ -103,9 +103,7 @@ def check_event_type(value: object, field: str) -> str:
     if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
     if keys.has_control(value):
-        raise InvalidArgument(
-            f"{field} {keys.quoted(value)} contains an ASCII control character (U+0000-U+001F or U+007F)"
-        )
+        raise InvalidArgument(f"{field} {keys.quoted(value)} {keys.HAS_CONTROL}")
     return value
 
 

@@ -50,7 +50,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 # What ids and labels are refused for (docs/errors.md states the same rule).
-_HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
+HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
 
 
 #: How many characters of a client's string over its limit an error message quotes (a label key, a
@@ -80,7 +80,7 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     if len(raw) > MAX_SESSION_ID_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
     if has_control(session_id):
-        raise InvalidArgument(f"{field} {session_id!r} {_HAS_CONTROL}")
+        raise InvalidArgument(f"{field} {session_id!r} {HAS_CONTROL}")
     try:
         session_id.encode("utf-8")
     except UnicodeEncodeError:
@@ -101,7 +101,7 @@ def request_key(sid: bytes, request_id: str) -> bytes:
     if len(raw) > MAX_REQUEST_ID_BYTES:
         raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
     if has_control(request_id):
-        raise InvalidArgument(f"request_id {request_id!r} {_HAS_CONTROL}")
+        raise InvalidArgument(f"request_id {request_id!r} {HAS_CONTROL}")
     return REQUEST_KEY_MARK + raw + SEP + sid
 
 
@@ -137,9 +137,9 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
         if len(vb) > MAX_LABEL_VALUE_BYTES:
             raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
         if has_control(key):
-            raise InvalidArgument(f"{field} key {key!r} {_HAS_CONTROL}")
+            raise InvalidArgument(f"{field} key {key!r} {HAS_CONTROL}")
         if has_control(value):
-            raise InvalidArgument(f"{field}[{key!r}] value {value!r} {_HAS_CONTROL}")
+            raise InvalidArgument(f"{field}[{key!r}] value {value!r} {HAS_CONTROL}")
 
 
 def frame_key(sid: bytes, version: int) -> bytes:
