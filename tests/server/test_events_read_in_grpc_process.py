@@ -9,7 +9,7 @@ process from a forwarded one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -102,14 +102,26 @@ def _embedded_pages(store: Store, request: service_pb2.ReadEventsRequest) -> lis
         request.page_token = page.next_page_token
 
 
-def _served_here(sidecar: Sidecar, read: Any) -> bool:
-    """Whether ``read()`` (ReadEvents calls) was answered by the gRPC process alone, judged by the metrics."""
+def _served_here(sidecar: Sidecar, read: Callable[[], int]) -> bool:
+    """Whether ``read()`` (returning how many ReadEvents calls it made) was answered by the gRPC process
+    alone, judged by the metrics."""
     before = _sample(sidecar, READ_HERE)
     requests = _sample(sidecar, READ_EVENTS)
-    read()
-    # The gRPC process reports a call it answered in a link frame after the reply: wait for it to count.
-    wait_for_metrics(lambda: _sample(sidecar, READ_EVENTS) > requests)
+    calls = read()
+    # The gRPC process reports the calls it answered in link frames after the replies, a page read's
+    # calls possibly over several frames: wait until every call made has been counted.
+    wait_for_metrics(lambda: _sample(sidecar, READ_EVENTS) - requests >= calls)
     return _sample(sidecar, READ_HERE) - before == _sample(sidecar, READ_EVENTS) - requests
+
+
+def _one_call(call: Callable[[], object]) -> Callable[[], int]:
+    """A read for _served_here that makes one ReadEvents call."""
+
+    def read() -> int:
+        call()
+        return 1
+
+    return read
 
 
 _requests = st.builds(
@@ -149,7 +161,12 @@ def test_a_small_read_is_answered_by_the_grpc_process(
     sidecar: Sidecar, stub: service_pb2_grpc.CheckpointServiceStub, embedded: Store, request_: Any
 ) -> None:
     pages: list[bytes] = []
-    assert _served_here(sidecar, lambda: pages.extend(_pages(stub, request_)))
+
+    def read() -> int:
+        pages.extend(_pages(stub, request_))
+        return len(pages)
+
+    assert _served_here(sidecar, read)
     assert pages == _embedded_pages(embedded, request_)
 
 
@@ -169,7 +186,7 @@ def test_a_read_past_the_bound_is_forwarded_and_answered_alike(
 ) -> None:
     page = service_pb2.ReadEventsResponse()
     here = _sample(sidecar, READ_HERE)
-    _served_here(sidecar, lambda: page.CopyFrom(stub.ReadEvents(request_, timeout=10)))
+    _served_here(sidecar, _one_call(lambda: page.CopyFrom(stub.ReadEvents(request_, timeout=10))))
     assert _sample(sidecar, READ_HERE) == here
     assert [page.SerializeToString(deterministic=True)] == _embedded_pages(embedded, request_)[:1]
 
@@ -222,11 +239,12 @@ def test_bad_requests_are_forwarded_and_get_the_store_processs_status(
 ) -> None:
     failed: list[tuple[grpc.StatusCode, str]] = []
 
-    def read() -> None:
+    def read() -> int:
         with pytest.raises(grpc.RpcError) as info:
             stub.ReadEvents(request_, timeout=10)
         err: Any = info.value
         failed.append((err.code(), err.details()))
+        return 1
 
     errors = f'ckpt_errors_total{{code="{code.name}",rpc="ReadEvents"}}'
     counted = _sample(sidecar, errors)
@@ -259,5 +277,5 @@ def test_a_read_here_counts_its_seconds_as_a_read_events(
 ) -> None:
     seconds = 'ckpt_request_seconds_count{rpc="ReadEvents"}'
     before = metric(sidecar, seconds)
-    assert _served_here(sidecar, lambda: stub.ReadEvents(service_pb2.ReadEventsRequest(session_id="one")))
+    assert _served_here(sidecar, _one_call(lambda: stub.ReadEvents(service_pb2.ReadEventsRequest(session_id="one"))))
     assert metric(sidecar, seconds) == before + 1
