@@ -16,6 +16,10 @@ side, the systems' order reversed every other round. Each round, each system:
    the newest 50 events of every session once, in a shuffled order: p50/p99 over the sessions. Every read
    is checked against the events appended (seqs and payloads).
 
+The sidecar's phases are each followed by the same phase made of echo calls on the same channel, each
+carrying the bytes of the call it stands for (bench/events_echo.py): the most calls/s, and the quickest
+reply, a client making one call per event can get here, beside the goals they bound.
+
 Figures are medians over the rounds; the issue's goals, judged on ckpt's sidecar against SQLite from
 those medians (bytes per event after the N-writer run, appends/s at N writers, cold p50), are printed
 and written to DIR/events.json, which ``ckpt bench report --out DIR`` renders into REPORT.md. A missed
@@ -38,13 +42,14 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import trajectories
+from .events_echo import EchoAppender, append_requests, warm_up
 from .events_replay import SessionLog, corpus_logs, describe, many_writer_sessions, single_writer_sessions
-from .events_systems import SYSTEMS, EventSystem
+from .events_systems import SYSTEMS, Appender, EchoCall, EventSystem
 from .stats import medians, percentile
 from .store_bench.common import data_root
 
@@ -59,6 +64,13 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("appends_per_s_many", "ckpt's / SQLite's", ">=", 2.0),
     ("cold_p50_us", "ckpt's / SQLite's", "<=", 1.0),
 )
+#: The goals one call per event bounds: (the sidecar's echo figure that bounds it, what the goal asks of,
+#: what the echo figure is). The goal is within reach of a one-call-per-event client only if its echo is.
+CEILINGS: dict[str, tuple[str, str, str]] = {
+    "appends_per_s_many": ("echo_calls_per_s_many", "SQLite's appends/s", "echo calls/s at {writers} writers"),
+    "cold_p50_us": ("echo_cold_p50_us", "SQLite's cold p50", "echo p50 of the same bytes"),
+}
+Item = TypeVar("Item")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -76,9 +88,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_writers(system: EventSystem, sessions: list[SessionLog], writers: int) -> dict[str, float]:
-    """``writers`` threads append every session's events, taking sessions from one queue; appends/s over
-    the whole run (the first append to the last one's return) and each append's latency."""
+def run_writers(appender: Callable[[], Appender], sessions: list[SessionLog], writers: int) -> dict[str, float]:
+    """``writers`` threads, each with its own ``appender()``, append every session's events, taking sessions
+    from one queue; appends/s over the whole run (the first append to the last one's return) and each
+    append's latency."""
     jobs: queue.SimpleQueue[SessionLog] = queue.SimpleQueue()
     for s in sessions:
         jobs.put(s)
@@ -88,7 +101,7 @@ def run_writers(system: EventSystem, sessions: list[SessionLog], writers: int) -
 
     def body(i: int) -> None:
         try:
-            appender = system.appender()
+            handle = appender()
         except BaseException as exc:
             errors.append(exc)
             start.abort()
@@ -103,14 +116,14 @@ def run_writers(system: EventSystem, sessions: list[SessionLog], writers: int) -
                     return
                 for seq, item in enumerate(log.events, start=1):
                     t0 = time.perf_counter_ns()
-                    appender.append(log.session_id, seq, item)
+                    handle.append(log.session_id, seq, item)
                     mine.append(time.perf_counter_ns() - t0)
         except threading.BrokenBarrierError:
             return
         except BaseException as exc:
             errors.append(exc)
         finally:
-            appender.close()
+            handle.close()
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(writers)]
     for t in threads:
@@ -134,23 +147,61 @@ def run_writers(system: EventSystem, sessions: list[SessionLog], writers: int) -
     }
 
 
-def cold_reads(system: EventSystem, sessions: list[SessionLog], seed: int) -> dict[str, float]:
-    """The newest READ_LAST events of each session once, shuffled, by a new reader; each read checked."""
+def read_order(sessions: list[SessionLog], seed: int) -> list[SessionLog]:
+    """The sessions in the order the cold reads take them."""
     order = list(sessions)
     random.Random(seed).shuffle(order)
-    system.reopen()
+    return order
+
+
+def time_each(items: Sequence[Item], call: Callable[[Item], Any], check: Callable[[Item, Any], None]) -> list[int]:
+    """Each item's ``call`` timed alone (ns), the garbage collector off so that no collection lands in one;
+    each result then checked, untimed."""
     took: list[int] = []
     gc.collect()
     gc.disable()
     try:
-        for log in order:
+        for item in items:
             t0 = time.perf_counter_ns()
-            got = system.read_last(log.session_id, READ_LAST)
+            got = call(item)
             took.append(time.perf_counter_ns() - t0)
-            check_read(system, log, got)
+            check(item, got)
     finally:
         gc.enable()
-    return {"cold_p50_us": percentile(took, 50) / 1e3, "cold_p99_us": percentile(took, 99) / 1e3}
+    return took
+
+
+def p50_p99(took: list[int], prefix: str) -> dict[str, float]:
+    return {f"{prefix}_p50_us": percentile(took, 50) / 1e3, f"{prefix}_p99_us": percentile(took, 99) / 1e3}
+
+
+def cold_reads(system: EventSystem, sessions: list[SessionLog], seed: int) -> dict[str, float]:
+    """The newest READ_LAST events of each session once, shuffled, by a new reader; each read checked."""
+    order = read_order(sessions, seed)
+    system.reopen()
+    took = time_each(
+        order, lambda log: system.read_last(log.session_id, READ_LAST), lambda log, got: check_read(system, log, got)
+    )
+    return p50_p99(took, "cold")
+
+
+def echo_writers(echo: EchoCall, sessions: list[SessionLog], writers: int) -> float:
+    """Calls/s of :func:`run_writers` with each append replaced by an echo of its AppendEventsRequest."""
+    requests = append_requests(sessions)
+    return run_writers(lambda: EchoAppender(echo, requests), sessions, writers)["appends_per_s"]
+
+
+def echo_cold_reads(system: EventSystem, echo: EchoCall, sessions: list[SessionLog], seed: int) -> dict[str, float]:
+    """After :func:`cold_reads` (its reader still open): each session's newest-READ_LAST reply read again
+    (untimed), then one echo of those bytes a session, in the cold reads' order; p50/p99."""
+    replies = [system.read_reply(log.session_id, READ_LAST) for log in read_order(sessions, seed)]
+    warm_up(echo, len(replies[0]))
+
+    def same_bytes(reply: bytes, got: bytes) -> None:
+        if got != reply:
+            raise AssertionError("the echo of a ReadEvents reply came back changed")
+
+    return p50_p99(time_each(replies, echo, same_bytes), "echo_cold")
 
 
 def check_read(system: EventSystem, log: SessionLog, got: Sequence[Any]) -> None:
@@ -174,7 +225,10 @@ def one_round(
         shutil.rmtree(directory, ignore_errors=True)
         system.open(directory)
         try:
-            load = run_writers(system, sessions, threads)
+            load = run_writers(system.appender, sessions, threads)
+            echo = system.echo()
+            if echo is not None:
+                out[f"echo_calls_per_s_{phase}"] = echo_writers(echo, sessions, threads)
             system.close()
             disk = system.disk()
             for key in ("appends_per_s", "append_p50_us", "append_p99_us"):
@@ -184,29 +238,43 @@ def one_round(
             out[f"disk_{phase}"] = disk
             if phase == "many":
                 out.update(cold_reads(system, sessions, seed))
+                echo = system.echo()
+                if echo is not None:
+                    out.update(echo_cold_reads(system, echo, sessions, seed))
         finally:
             system.shutdown()
         shutil.rmtree(directory, ignore_errors=True)
     return out
 
 
-def goals(figures: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+def goals(figures: dict[str, dict[str, float]], writers: int) -> list[dict[str, Any]]:
     out = []
     for metric, ratio_of, comparison, bound in GOALS:
         ours, theirs = figures[CKPT][metric], figures[PEER][metric]
         ratio = theirs / ours if ratio_of.startswith("SQLite") else ours / theirs
         holds = ratio >= bound if comparison == ">=" else ratio <= bound
-        out.append(
-            {
-                "metric": metric,
-                "ckpt": ours,
-                "sqlite": theirs,
-                "ratio": ratio,
-                "ratio_of": ratio_of,
-                "target": f"{comparison} {bound:g}",
-                "holds": holds,
+        goal = {
+            "metric": metric,
+            "ckpt": ours,
+            "sqlite": theirs,
+            "ratio": ratio,
+            "ratio_of": ratio_of,
+            "target": f"{comparison} {bound:g}",
+            "holds": holds,
+        }
+        if metric in CEILINGS and CEILINGS[metric][0] in figures[CKPT]:
+            echo_metric, needed_of, ceiling_of = CEILINGS[metric]
+            # Both bounded goals are ckpt's figure over SQLite's: the figure the goal asks of ckpt is bound x SQLite's.
+            needed, ceiling = bound * theirs, figures[CKPT][echo_metric]
+            goal |= {
+                "needed": needed,
+                "needed_of": needed_of if bound == 1 else f"{bound:g}x {needed_of}",
+                "ceiling_metric": echo_metric,
+                "ceiling": ceiling,
+                "ceiling_of": ceiling_of.format(writers=writers),
+                "reachable_through_one_call": ceiling >= needed if comparison == ">=" else ceiling <= needed,
             }
-        )
+        out.append(goal)
     return out
 
 
@@ -254,7 +322,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             name: {"label": s.label, "settings": s.settings(), "median": figures[name], "rounds": per_round[name]}
             for name, s in systems.items()
         },
-        "goals": goals(figures),
+        "goals": goals(figures, writers),
     }
 
 
@@ -288,11 +356,26 @@ def render_text(doc: dict[str, Any]) -> str:
             f" {m['appends_per_s_x1']:13,.0f} {m['appends_per_s_many']:14,.0f}"
             f" {m['cold_p50_us']:8,.0f}us {m['cold_p99_us']:8,.0f}us"
         )
-    for g in doc["goals"]:
+    echo = doc["systems"].get(CKPT, {}).get("median", {})
+    if "echo_calls_per_s_many" in echo:
         lines.append(
+            f"{CKPT}'s one-call ceiling (echo of the same bytes, same channel): {echo['echo_calls_per_s_x1']:,.0f}"
+            f" calls/s x1, {echo['echo_calls_per_s_many']:,.0f} calls/s x{w}; a cold read's reply"
+            f" {echo['echo_cold_p50_us']:,.0f}us p50, {echo['echo_cold_p99_us']:,.0f}us p99"
+        )
+    for g in doc["goals"]:
+        line = (
             f"goal {g['metric']}: {g['ratio_of']} = {g['ratio']:.2f} (target {g['target']}):"
             f" {'holds' if g['holds'] else 'MISSED'}"
         )
+        if "ceiling" in g:
+            unit = "us" if g["metric"].endswith("_us") else "/s"
+            reachable = "yes" if g["reachable_through_one_call"] else "no"
+            line += (
+                f"; needs {g['needed']:,.0f}{unit} ({g['needed_of']}), one call's ceiling {g['ceiling']:,.0f}{unit}"
+                f" ({g['ceiling_of']}): reachable through one call: {reachable}"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 

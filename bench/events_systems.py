@@ -1,9 +1,11 @@
 """The event logs the events benchmark compares, behind one interface: ckpt's and an SQLite events table.
 
-- ``ckpt-sidecar``: a real ``ckpt serve`` subprocess on its defaults (``--durability sync``), on a unix
+- ``ckpt-sidecar``: a real ``ckpt serve`` subprocess on its defaults (``--durability sync``), started by
+  the benchmarks' echo launcher (bench/echo_sidecar.py: the same server, serving an echo too), on a unix
   socket, one ``CheckpointClient`` shared by the writer threads (it is thread-safe, and one per process is
   how an application holds it); each event is one ``append_events`` call, with the request id the client
-  generates (a retry appends nothing twice; the sidecar keeps a record of it for its TTL).
+  generates (a retry appends nothing twice; the sidecar keeps a record of it for its TTL). Its echo, on
+  the client's own channel, measures one call's ceiling (bench/events_echo.py).
 - ``ckpt-embedded``: ``Store.append_events`` in this process, StoreConfig defaults, no request id.
 - ``sqlite``: the table agent daemons keep, ``events(id INTEGER PRIMARY KEY, session_id TEXT, seq INTEGER,
   type TEXT, time REAL, payload TEXT, attributes TEXT)`` indexed on (session_id, seq), WAL with
@@ -19,21 +21,26 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
-from ..sidecar.client import CheckpointClient, NotFoundError, event
+from ckpt.v1 import service_pb2
+
+from ..sidecar.client import CheckpointClient, EventFilter, NotFoundError, event
 from ..sidecar.config import StoreConfig
 from ..sidecar.errors import NotFound
-from ..sidecar.server import SidecarProcess, start_sidecar_process
+from ..sidecar.server import SidecarProcess
 from ..sidecar.store import EventQuery, NewEvent, Store
+from .echo import ECHO_METHOD
+from .echo_sidecar import start_echo_sidecar
 from .events_replay import Event
 from .sockets import ScratchSocket
 
@@ -42,6 +49,12 @@ from .sockets import ScratchSocket
 WARMUP_READS = 20
 _ABSENT = "bench-events-absent"
 BUSY_TIMEOUT_MS = 60_000
+#: The deadline of an echo call and of a reply's re-read (the client's own default).
+CALL_TIMEOUT_SECONDS = 30.0
+#: Bytes in, the same bytes out: an echo call.
+EchoCall = Callable[[bytes], bytes]
+#: The method the client's ``events`` calls, by its full name (to read a reply as bytes).
+READ_EVENTS_METHOD = f"/{service_pb2.DESCRIPTOR.services_by_name['CheckpointService'].full_name}/ReadEvents"
 
 
 class Appender(abc.ABC):
@@ -92,6 +105,15 @@ class EventSystem(abc.ABC):
     def settings(self) -> dict[str, Any]:
         """The durability settings measured, as the system reports them."""
         return {}
+
+    def echo(self) -> EchoCall | None:
+        """An echo on the channel the system's calls take, answered by the server with the bytes it was
+        sent: one call's ceiling. None for a system in this process, which makes no call."""
+        return None
+
+    def read_reply(self, session_id: str, count: int) -> bytes:
+        """The bytes of the reply :meth:`read_last` gets, read again (a system with an :meth:`echo`)."""
+        raise NotImplementedError(f"{self.name} reads in this process: it has no reply")
 
 
 class SqliteEvents(EventSystem):
@@ -198,14 +220,12 @@ class CkptSidecarEvents(EventSystem):
         self._dir = directory
         self._socket = ScratchSocket(directory)
         self._target = self._socket.target
-        self._start()
+        self._start(keep_data=False)
 
-    def _start(self) -> None:
+    def _start(self, *, keep_data: bool) -> None:
         assert self._dir is not None
-        # Its defaults are what is measured: no CKPT_* setting of the caller's environment reaches it.
-        self._sidecar = start_sidecar_process(
-            self._dir / "data", listen=[self._target], log_path=self._dir / "sidecar.log", inherit_ckpt_env=False
-        )
+        # Its defaults are what is measured: the launcher lets no CKPT_* setting of this environment reach it.
+        self._sidecar = start_echo_sidecar(self._dir, "data", listen=self._target, keep_data=keep_data)
         self._client = CheckpointClient(self._target)
 
     def _stop(self) -> None:
@@ -230,7 +250,7 @@ class CkptSidecarEvents(EventSystem):
         return lmdb_disk(self._dir / "data" / "lmdb")
 
     def reopen(self) -> None:
-        self._start()
+        self._start(keep_data=True)
         for _ in range(WARMUP_READS):
             with contextlib.suppress(NotFoundError):
                 self.read_last(_ABSENT, 1)
@@ -250,6 +270,21 @@ class CkptSidecarEvents(EventSystem):
 
     def settings(self) -> dict[str, Any]:
         return {"durability": "sync (ckpt serve's default: every commit fsynced)"}
+
+    def echo(self) -> EchoCall:
+        assert self._client is not None
+        # The client's own channel: the connection, and the queue, its appends and reads take.
+        call = self._client._channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
+        return functools.partial(call, timeout=CALL_TIMEOUT_SECONDS)
+
+    def read_reply(self, session_id: str, count: int) -> bytes:
+        assert self._client is not None
+        read = self._client._channel.unary_unary(
+            READ_EVENTS_METHOD, request_serializer=service_pb2.ReadEventsRequest.SerializeToString
+        )  # the reply left as it came: its bytes are what is wanted
+        request = EventFilter(newest_first=True, page_size=count).request(session_id)
+        reply: bytes = read(request, timeout=CALL_TIMEOUT_SECONDS)
+        return reply
 
 
 class _ClientAppender(Appender):

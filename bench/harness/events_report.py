@@ -81,6 +81,7 @@ def section(doc: dict[str, Any]) -> list[str]:
         " newest 50 events read once (ckpt: ReadEvents newest_first, page_size 50; SQLite: ORDER BY seq DESC"
         " LIMIT 50).",
     ]
+    out += _ceilings(doc["goals"], sidecar, writers)
     if sidecar:
         events_many = cfg["events_many"]
         detail = systems["ckpt-sidecar"]["rounds"][-1]["disk_many"]
@@ -94,3 +95,43 @@ def section(doc: dict[str, Any]) -> list[str]:
             + " B/event.",
         ]
     return [*out, ""]
+
+
+_FIGURES = {"appends_per_s_many": "appends/s x{writers}", "cold_p50_us": "cold read of the last 50, p50"}
+
+
+def _ceilings(goals: list[dict[str, Any]], sidecar: dict[str, float], writers: int) -> list[str]:
+    """The goals a call per event bounds, each beside its ceiling: the sidecar's echo carrying the same
+    bytes (a results file from before these figures has none: nothing)."""
+    bounded = [g for g in goals if "ceiling" in g]
+    if not bounded:
+        return []
+    out = [
+        "",
+        "One call's ceiling: the sidecar takes one gRPC call per event appended and one per read, where SQLite"
+        " works in its client's process. Right after each of the sidecar's phases, on the same sidecar and the"
+        " client's own channel, the phase was made again with each call replaced by an echo of the bytes it"
+        " carried (`/ckpt.bench.Echo/Echo`, answered by the gRPC process unread): each append's"
+        " AppendEventsRequest, by the same writers taking sessions from one queue; each cold read's"
+        " ReadEventsResponse, in the same order (an echo carries them both ways, a read one way). A goal out"
+        " of the echo's reach is out of reach of any client making one call per event here.",
+        "",
+        "| goal | needs | one call's ceiling | reachable through one call | holds |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for g in bounded:
+        fmt = _us if g["metric"].endswith("_us") else _rate
+        figure = _FIGURES.get(g["metric"], g["metric"]).format(writers=writers)
+        out.append(
+            f"| {figure} {g['target']}x | {fmt(g['needed'])} ({g['needed_of']}) | {fmt(g['ceiling'])}"
+            f" ({g['ceiling_of']}) | {'yes' if g['reachable_through_one_call'] else 'no'} |"
+            f" {'yes' if g['holds'] else 'no'} |"
+        )
+    if "echo_calls_per_s_x1" in sidecar:
+        out += [
+            "",
+            f"The echo's other figures: {_rate(sidecar['echo_calls_per_s_x1'])} calls/s by one writer (the"
+            f" sidecar's appends/s x1: {_rate(sidecar['appends_per_s_x1'])}); a cold read's reply echoed,"
+            f" p99 {_us(sidecar['echo_cold_p99_us'])}.",
+        ]
+    return out

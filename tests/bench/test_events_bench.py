@@ -7,6 +7,7 @@ Figures are not asserted (machines are noisy); their presence, their coherence a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,12 +17,18 @@ from typing import Any
 import pytest
 
 from ckpt.bench import events_bench, trajectories
+from ckpt.bench.events_echo import EchoAppender, append_requests
 from ckpt.bench.events_replay import Event, SessionLog, corpus_logs, event_of, many_writer_sessions
 from ckpt.bench.events_systems import SqliteEvents
+from ckpt.bench.harness import events_report
+from ckpt.sidecar.client import event
+from ckpt.sidecar.client.events import append_events_request
+from ckpt.v1 import service_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = {"ckpt-sidecar", "ckpt-embedded", "sqlite"}
 PHASE_KEYS = ("appends_per_s", "append_p50_us", "append_p99_us", "disk_bytes", "bytes_per_event")
+ECHO_KEYS = ("echo_calls_per_s_x1", "echo_calls_per_s_many", "echo_cold_p50_us", "echo_cold_p99_us")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +37,8 @@ def quick_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "ckpt.bench.events_bench", "--quick", "--out", str(out), "--data-dir", str(out / "s")],
         cwd=ROOT,
+        # A value `ckpt serve` refuses: the run passes only if the sidecar measured runs on its defaults.
+        env={**os.environ, "CKPT_DURABILITY": "fast"},
         capture_output=True,
         text=True,
         timeout=600,
@@ -88,6 +97,60 @@ def test_quick_run_measures_every_system_and_judges_the_goals_from_its_medians(q
     assert not any((quick_out / "s").iterdir())
 
 
+def test_quick_run_sets_one_calls_ceiling_beside_the_goals_a_call_per_event_bounds(quick_out: Path) -> None:
+    doc = _doc(quick_out)
+    sidecar = doc["systems"]["ckpt-sidecar"]["median"]
+    assert all(sidecar[key] > 0 for key in ECHO_KEYS)
+    assert sidecar["echo_cold_p50_us"] <= sidecar["echo_cold_p99_us"]
+    for name in ("ckpt-embedded", "sqlite"):  # in process: no call, no ceiling
+        assert not any(key.startswith("echo") for key in doc["systems"][name]["median"]), name
+    peer = doc["systems"]["sqlite"]["median"]
+    goals = {g["metric"]: g for g in doc["goals"]}
+    assert "ceiling" not in goals["bytes_per_event_many"]
+    appends, cold = goals["appends_per_s_many"], goals["cold_p50_us"]
+    assert appends["needed"] == pytest.approx(2 * peer["appends_per_s_many"])
+    assert appends["needed_of"] == "2x SQLite's appends/s"
+    assert appends["ceiling"] == sidecar["echo_calls_per_s_many"]
+    assert appends["ceiling_of"] == "echo calls/s at 8 writers"
+    assert appends["reachable_through_one_call"] == (appends["ceiling"] >= appends["needed"])
+    assert cold["needed"] == pytest.approx(peer["cold_p50_us"]) and cold["needed_of"] == "SQLite's cold p50"
+    assert cold["ceiling"] == sidecar["echo_cold_p50_us"] and cold["ceiling_of"] == "echo p50 of the same bytes"
+    assert cold["reachable_through_one_call"] == (cold["ceiling"] <= cold["needed"])
+    printed = (quick_out / "stdout.txt").read_text().splitlines()
+    (ceiling_line,) = [line for line in printed if "one-call ceiling" in line]
+    assert f"{sidecar['echo_calls_per_s_many']:,.0f} calls/s x8" in ceiling_line
+    for metric, goal in (("appends_per_s_many", appends), ("cold_p50_us", cold)):
+        (line,) = [line for line in printed if line.startswith(f"goal {metric}:")]
+        reachable = "yes" if goal["reachable_through_one_call"] else "no"
+        assert f"({goal['ceiling_of']}): reachable through one call: {reachable}" in line
+
+
+def test_an_echo_appender_sends_the_append_request_the_client_would_and_checks_its_echo() -> None:
+    log = SessionLog("s-1", (Event("user", b'{"n":1}', {}), Event("tool_call", b"{}", {"tool": "grep"})))
+    requests = append_requests([log])
+    assert set(requests) == {("s-1", 1), ("s-1", 2)}
+    for (session_id, seq), sent in requests.items():
+        item = log.events[seq - 1]
+        got = service_pb2.AppendEventsRequest.FromString(sent)
+        assert got.session_id == session_id and got.request_id and not got.HasField("put")
+        assert [(e.type, e.payload, dict(e.attributes)) for e in got.events] == [
+            (item.type, item.payload, item.attributes)
+        ]
+        # Another request id the client generates is as long: the same bytes on the wire.
+        again = event(item.type, item.payload, attributes=item.attributes)
+        assert len(append_events_request(session_id, [again], None, None).SerializeToString()) == len(sent)
+    echoed: list[bytes] = []
+
+    def echo(request: bytes) -> bytes:
+        echoed.append(request)
+        return request
+
+    EchoAppender(echo, requests).append("s-1", 2, log.events[1])
+    assert echoed == [requests[("s-1", 2)]]
+    with pytest.raises(AssertionError, match="echo of s-1 seq 1's AppendEventsRequest came back changed"):
+        EchoAppender(lambda b: b[:-1], requests).append("s-1", 1, log.events[0])
+
+
 def _section(report: str) -> list[str]:
     assert report.count("## Event log against SQLite") == 1
     return report.split("## Event log against SQLite", 1)[1].split("\n## ", 1)[0].splitlines()
@@ -108,8 +171,8 @@ def test_report_renders_the_events_section_when_events_json_is_beside_the_result
     lines = _section((out / "REPORT.md").read_text())
     doc = _doc(quick_out)
     assert any(doc["command"] in line and "--quick: small sizes" in line for line in lines)
-    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("|")]
-    header, rule, *rows = table
+    figures, ceilings = _tables(lines)
+    header, rule, *rows = figures
     assert header == ["figure", "ckpt sidecar", "ckpt embedded", "SQLite events table", "ratio", "goal", "holds"]
     assert all(set(c) <= {"-", ":"} for c in rule)
     assert all(len(row) == len(header) for row in rows)
@@ -126,6 +189,54 @@ def test_report_renders_the_events_section_when_events_json_is_beside_the_result
     median = doc["systems"]["sqlite"]["median"]
     assert by_figure["appends/s x1"][3] == f"{median['appends_per_s_x1']:,.0f}"
     assert sum(row[6] in ("yes", "no") for row in rows) == 3
+
+    header, rule, *rows = ceilings
+    assert header == ["goal", "needs", "one call's ceiling", "reachable through one call", "holds"]
+    sidecar = doc["systems"]["ckpt-sidecar"]["median"]
+    appends, cold = goals["appends_per_s_many"], goals["cold_p50_us"]
+    assert rows == [
+        [
+            "appends/s x8 >= 2x",
+            f"{appends['needed']:,.0f} (2x SQLite's appends/s)",
+            f"{sidecar['echo_calls_per_s_many']:,.0f} (echo calls/s at 8 writers)",
+            "yes" if appends["reachable_through_one_call"] else "no",
+            "yes" if appends["holds"] else "no",
+        ],
+        [
+            "cold read of the last 50, p50 <= 1x",
+            f"{events_report._us(cold['needed'])} (SQLite's cold p50)",
+            f"{events_report._us(sidecar['echo_cold_p50_us'])} (echo p50 of the same bytes)",
+            "yes" if cold["reachable_through_one_call"] else "no",
+            "yes" if cold["holds"] else "no",
+        ],
+    ]
+    assert any(line.startswith("One call's ceiling:") for line in lines)
+    assert any(f"p99 {events_report._us(sidecar['echo_cold_p99_us'])}" in line for line in lines)
+
+
+def _tables(lines: list[str]) -> list[list[list[str]]]:
+    """Each markdown table of ``lines``: its rows' cells."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in lines:
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append([c.strip() for c in line.strip("|").split("|")])
+        previous = line
+    return tables
+
+
+def test_a_results_file_from_before_the_echo_figures_renders_without_ceilings(quick_out: Path) -> None:
+    doc = _doc(quick_out)
+    for system in doc["systems"].values():
+        system["median"] = {k: v for k, v in system["median"].items() if not k.startswith("echo")}
+    for goal in doc["goals"]:
+        for key in ("needed", "needed_of", "ceiling_metric", "ceiling", "ceiling_of", "reachable_through_one_call"):
+            goal.pop(key, None)
+    lines = events_report.section(doc)
+    assert len(_tables(lines)) == 1
+    assert not any("ceiling" in line for line in lines)
 
 
 def test_a_read_that_misses_an_event_or_returns_other_bytes_is_caught(tmp_path: Path) -> None:
