@@ -12,7 +12,7 @@ from ckpt.v1 import service_pb2
 from ...codec import FrameKind, count_fields
 from ..config import MAX_STREAM_BATCH_PUTS
 from ..errors import InvalidArgument
-from ..store import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode, keys
+from ..store import GetResult, PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode, keys
 
 
 def _timestamp(nanos: int) -> Timestamp:
@@ -54,8 +54,7 @@ _WRITE_MODE_PB = {
 }
 
 
-def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
-    """A version's metadata; the replies carrying its state too are encoded by replybytes.py."""
+def version_info_pb(info: VersionInfo, state: bytes = b"") -> service_pb2.VersionInfo:
     msg = service_pb2.VersionInfo(
         version=info.version,
         parent_version=info.parent_version,
@@ -64,10 +63,18 @@ def version_info_pb(info: VersionInfo) -> service_pb2.VersionInfo:
         stored_bytes=info.stored_bytes,
         state_size=info.state_size,
         mode=_WRITE_MODE_PB[info.mode],
+        state=state,
     )
     if info.labels:  # an empty map given to the constructor costs ~1.3 us; most versions carry none
         msg.labels.update(info.labels)
     return msg
+
+
+def get_response_pb(got: GetResult) -> service_pb2.GetResponse:
+    """The reply to a Get, whichever process read it (the store process, or the gRPC process's own read)."""
+    return service_pb2.GetResponse(
+        version=got.version, state=got.state, info=version_info_pb(got.info), message_type=got.info.message_type
+    )
 
 
 def session_info_pb(info: SessionInfo) -> service_pb2.SessionInfo:

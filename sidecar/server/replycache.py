@@ -35,9 +35,9 @@ from ckpt.v1 import service_pb2
 from ...codec import ChainReader, FieldMaskError, FrameKind
 from ...codec.fieldmask import check_paths
 from ..store import LRU, EventPage, EventQuery, GetResult, HeadEvents, Store, advance_head, read_head
+from .convert import get_response_pb
 from .inlineevents import INLINE_EVENTS_BOUND
 from .masking import Masks
-from .replybytes import get_response_bytes
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class ReplyCache:
             state = self._masks.try_masked(got.info.message_type, got.state, paths)
             if state is None:
                 return None
-            body = get_response_bytes(GetResult(got.version, state, got.info))
+            body = get_response_pb(GetResult(got.version, state, got.info)).SerializeToString()
             reply = reply._replace(body=body, state_bytes=len(state), key_bytes=len(key), types_generation=generation)
         if not version:
             self._masked.put(key, reply)
@@ -339,7 +339,7 @@ class ReplyCache:
     def _reply(got: GetResult, key: bytes) -> _Reply:
         """A read's reply, as a forwarded one would be kept, without parsing it back."""
         info = got.info
-        body = get_response_bytes(got)
+        body = get_response_pb(got).SerializeToString()
         return _Reply(
             got.version, info.created_unix_nanos, info.frame_kind is FrameKind.FULL, body, len(got.state), len(key)
         )

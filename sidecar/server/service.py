@@ -26,6 +26,7 @@ from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
 from ..status import status_of
 from ..store import EventPage, EventQuery, GetResult, PutResult, Store
 from .convert import (
+    get_response_pb,
     labels_arg,
     put_request,
     put_response_pb,
@@ -36,12 +37,11 @@ from .convert import (
 )
 from .eventconvert import append_args, append_response_pb, event_query, read_response_pb
 from .failures import Failure, error_message, failed_inside, failure_of, internal_error, put_error_pb
-from .getevents import events_part, events_query
+from .getevents import events_query
 from .inflight import InFlight
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
 from .metrics import Metrics
-from .replybytes import get_response_bytes, list_versions_bytes
 
 log = logging.getLogger("ckpt")
 T = TypeVar("T")
@@ -219,24 +219,24 @@ class CheckpointService:
         last reported them (its metrics are this process's)."""
         self._metrics.reply_cache = (size_bytes, entries, advanced)
 
-    async def Get(self, request: service_pb2.GetRequest, context: CallContext) -> bytes:
-        """The GetResponse, encoded (replybytes.py)."""
-
-        async def run() -> bytes:
+    async def Get(self, request: service_pb2.GetRequest, context: CallContext) -> service_pb2.GetResponse:
+        async def run() -> service_pb2.GetResponse:
             store = self._store
             paths = mask_paths(request)
             query = events_query(request)
             if query is not None:
                 both, page = await self._off_loop(functools.partial(self._read_with_events, request, paths, query))
                 self._metrics.bytes_out.inc(len(both.state))
-                return get_response_bytes(both) + events_part(page)
+                reply = get_response_pb(both)
+                reply.events.CopyFrom(read_response_pb(page))
+                return reply
             got = store.get_cached(request.session_id, request.version)
             if got is None or (paths and len(got.state) > INLINE_MASK_MAX_STATE_BYTES):
                 got = await self._off_loop(functools.partial(self._read, request, paths, got))
             elif paths:
                 got = self._masks.masked(request.session_id, got, paths)
             self._metrics.bytes_out.inc(len(got.state))
-            return get_response_bytes(got)
+            return get_response_pb(got)
 
         return await self._call("Get", context, run)
 
@@ -258,10 +258,8 @@ class CheckpointService:
 
     async def ListVersions(
         self, request: service_pb2.ListVersionsRequest, context: CallContext
-    ) -> service_pb2.ListVersionsResponse | bytes:
-        """The reply; with states, encoded (replybytes.py)."""
-
-        def run() -> service_pb2.ListVersionsResponse | bytes:
+    ) -> service_pb2.ListVersionsResponse:
+        def run() -> service_pb2.ListVersionsResponse:
             store, sid, start = self._store, request.session_id, request.start_version
             size, token, limit = request.page_size, request.page_token, self._max_page_bytes
             if not request.include_states:
@@ -279,7 +277,9 @@ class CheckpointService:
                 include_states=True,
                 start_version=start,
             )
-            reply = list_versions_bytes([(r.info, r.state) for r in got], token)
+            reply = service_pb2.ListVersionsResponse(
+                versions=[version_info_pb(r.info, r.state) for r in got], next_page_token=token
+            )
             self._metrics.bytes_out.inc(sum(len(r.state) for r in got))
             return reply
 
@@ -551,15 +551,6 @@ _PUT_PARSER = request_parser(service_pb2.PutRequest)
 UnaryHandler = tuple[Callable[[bytes, CallContext], Awaitable[Any]], Callable[[Any], bytes]]
 
 
-def _encoded_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
-    """``serialize`` for a reply message; a reply already encoded (replybytes.py) goes as it is."""
-
-    def encoded(reply: Any) -> bytes:
-        return reply if isinstance(reply, bytes) else serialize(reply)
-
-    return encoded
-
-
 def unary_handlers(service: CheckpointService) -> dict[int, UnaryHandler]:
     """By link method number (an index of UNARY_METHODS), every unary method but Put (``service.put``):
     what handles a call's request bytes, and what serializes its reply."""
@@ -569,7 +560,7 @@ def unary_handlers(service: CheckpointService) -> dict[int, UnaryHandler]:
             continue
         method = SERVICE.methods_by_name[name]
         parse = request_parser(message_factory.GetMessageClass(method.input_type))
-        serialize = _encoded_or(message_factory.GetMessageClass(method.output_type).SerializeToString)
+        serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
         out[number] = (service.parsing_unary(name, getattr(service, name), parse), serialize)
     record = service.parsing_unary("PutBlob", service.record_blob, request_parser(records_pb2.BlobCommit))
     out[RECORD_BLOB_METHOD] = (record, service_pb2.PutBlobResponse.SerializeToString)

@@ -196,7 +196,5 @@ def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
 def test_the_page_byte_estimate_of_an_entry_with_its_state_is_an_upper_bound(state_size: int) -> None:
     labels = {"k": "v" * 100}
     info = VersionInfo(2**64 - 1, 2**64 - 1, 2**64 - 1, FrameKind.PATCH, 2**64 - 1, state_size, labels, WriteMode.MERGE)
-    entry = version_info_pb(info)
-    entry.state = b"x" * state_size
-    encoded = service_pb2.ListVersionsResponse(versions=[entry]).ByteSize()
+    encoded = service_pb2.ListVersionsResponse(versions=[version_info_pb(info, b"x" * state_size)]).ByteSize()
     assert encoded <= version_info_bytes(info, with_state=True) < encoded + 64
