@@ -15,6 +15,7 @@ from ckpt.v1 import service_pb2
 
 from ..config import MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
 from ..descriptors import descriptor_set
+from .putbytes import PutCall
 
 _UINT64_MAX = 2**64 - 1
 _MAX_PAGE_SIZE = 1000  # the sidecar's cap (service.proto)
@@ -120,7 +121,7 @@ def put_request(
     labels: Mapping[str, str] | None,
     message: object = None,
     message_type: str | None = None,
-) -> service_pb2.PutRequest:
+) -> PutCall:
     """A Put of ``state`` (bytes) or ``message`` (a protobuf message, sent with its type's name)."""
     checked_id = check_str("session_id", session_id)
     data, typed = _state_and_type(
@@ -128,7 +129,6 @@ def put_request(
     )
     msg = service_pb2.PutRequest(
         session_id=checked_id,
-        state=data,
         mode=mode,  # type: ignore[arg-type]
         # An empty id is none to the sidecar (no retry protection): one is generated, as put_stream does.
         request_id=(check_str("request_id", request_id) if request_id is not None else "") or new_request_id(),
@@ -140,7 +140,7 @@ def put_request(
         msg.labels.update(checked_labels)
     if expected_version is not None:
         msg.expected_version = check_int("expected_version", expected_version)
-    return msg
+    return PutCall(msg, data)
 
 
 def get_request(

@@ -44,6 +44,7 @@ from .errors import Unknown, closed_during, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
 from .policy import DEFAULT_RETRIES, Attempts
+from .putbytes import put_call_bytes
 from .stream import StreamRun
 
 PutT = TypeVar("PutT")
@@ -52,6 +53,8 @@ ForkT = TypeVar("ForkT")
 CountT = TypeVar("CountT")
 VersionsT = TypeVar("VersionsT")
 SessionsT = TypeVar("SessionsT")
+#: The Put method's path (as the generated stub names it).
+PUT_METHOD_PATH = f"/{service_pb2.DESCRIPTOR.services_by_name['CheckpointService'].full_name}/Put"
 PutsT = TypeVar("PutsT")
 ResultsT = TypeVar("ResultsT")
 TypesT = TypeVar("TypesT")
@@ -84,6 +87,19 @@ class Unary:
         return response if self.pick is None else self.pick(response)
 
 
+def checkpoint_stub(channel: Any) -> Any:
+    """The generated CheckpointService stub on ``channel`` (sync or grpc.aio), its Put sending a PutCall
+    (putbytes.py: the state joined into the request, not serialized by protobuf)."""
+    stub = service_pb2_grpc.CheckpointServiceStub(channel)
+    stub.Put = channel.unary_unary(
+        PUT_METHOD_PATH,
+        request_serializer=put_call_bytes,
+        response_deserializer=service_pb2.PutResponse.FromString,
+        _registered_method=True,  # as the generated stub registers its methods
+    )
+    return stub
+
+
 class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, SessionsT, PutsT, ResultsT, TypesT]):
     _AIO: ClassVar[bool]
 
@@ -103,7 +119,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         self._bind()
         options = channel_options(max_message_bytes, own_connection=own_connection)
         self._channel = open_channel(target, tls_config, options, aio=self._AIO)
-        self._stub = service_pb2_grpc.CheckpointServiceStub(self._channel)
+        self._stub = checkpoint_stub(self._channel)
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
         self._retries = retries

@@ -24,6 +24,8 @@ import grpc
 import grpc.aio
 
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, NotFoundError
+from ckpt.sidecar.client.base import checkpoint_stub
+from ckpt.sidecar.client.putbytes import PutCall
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.server.test_put_stream_and_shutdown import stop_within_bound
 from tests.support import Sidecar, start_sidecar
@@ -89,7 +91,7 @@ class AsyncDriven:
         if interceptor is not None:  # grpc.aio takes interceptors when a channel is made: a new one
             await client._channel.close()
             client._channel = grpc.aio.insecure_channel(target, interceptors=[interceptor])
-            client._stub = service_pb2_grpc.CheckpointServiceStub(client._channel)
+            client._stub = checkpoint_stub(client._channel)
         return client
 
     def run(self, awaitable: Awaitable[T]) -> T:
@@ -201,11 +203,16 @@ def open_client(flavour: str, target: str, *, interceptor: Any = None, **options
         return AsyncDriven(target, interceptor=interceptor and interceptor.aio(), **options)
     client = CheckpointClient(target, **options)
     if interceptor is not None:
-        client._stub = service_pb2_grpc.CheckpointServiceStub(grpc.intercept_channel(client._channel, interceptor))
+        client._stub = checkpoint_stub(grpc.intercept_channel(client._channel, interceptor))
     return client
 
 
 # -- client-side instruments (the server is real) -------------------------------------------------
+
+
+def _message(request: Any) -> Any:
+    """The request message a call sent (a Put's PutCall as the PutRequest it encodes)."""
+    return request.message() if isinstance(request, PutCall) else request
 
 
 class LostReply(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
@@ -235,7 +242,7 @@ class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self.error = error or LostReply()
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        self.sent.append(request)
+        self.sent.append(_message(request))
         outcome = continuation(details, request)
         if len(self.sent) == 1:
             outcome.result()  # the write committed
@@ -247,7 +254,7 @@ class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
 
         class AsyncLoseFirstReply(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-                lose.sent.append(request)
+                lose.sent.append(_message(request))
                 call = await continuation(details, request)
                 if len(lose.sent) == 1:
                     await call  # the write committed
@@ -264,7 +271,7 @@ class CountCalls(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self.sent: list[Any] = []
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        self.sent.append(request)
+        self.sent.append(_message(request))
         return continuation(details, request)
 
     def aio(self) -> grpc.aio.UnaryUnaryClientInterceptor:
@@ -272,7 +279,7 @@ class CountCalls(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
 
         class AsyncCountCalls(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-                count.sent.append(request)
+                count.sent.append(_message(request))
                 return await continuation(details, request)
 
         return AsyncCountCalls()
