@@ -1,5 +1,6 @@
-"""The rules session ids, request ids and labels are checked by, wherever they are checked: by the store
-before it writes (keys.py builds its keys of them), and by a client command line before it sends."""
+"""The rules session ids, request ids, labels and event types are checked by, wherever they are checked: by
+the store before it writes (store/keys.py builds its keys of them), and by a client command line before it
+sends."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ MAX_LABEL_KEY_BYTES = 63
 #: The label index key is key NUL value NUL session: 63 + 1 + 128 + 1 + 256 =
 #: 449 bytes, under LMDB's 511-byte key limit.
 MAX_LABEL_VALUE_BYTES = 128
+MAX_EVENT_TYPE_BYTES = 128
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -77,3 +79,17 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
             raise InvalidArgument(f"{field} key {key!r} {HAS_CONTROL}")
         if has_control(value):
             raise InvalidArgument(f"{field}[{key!r}] value {value!r} {HAS_CONTROL}")
+
+
+def check_event_type(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, not {type(value).__name__}")
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field} {value!r} is not valid UTF-8 (lone surrogate)") from None
+    if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
+        raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
+    if has_control(value):
+        raise InvalidArgument(f"{field} {quoted(value)} {HAS_CONTROL}")
+    return value
