@@ -141,12 +141,16 @@ def _version() -> str:
         return "(not installed)"
 
 
-class _VersionAction(argparse._VersionAction):
-    """argparse's --version, the version looked up when it is asked for."""
+class _VersionAction(argparse.Action):
+    """argparse's ``action="version"``, the version looked up only when it is asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        self.version = f"ckpt {_version()}"
-        super().__call__(parser, *args, **kwargs)
+        print(f"ckpt {_version()}")
+        parser.exit()
 
 
 def _backup_dest(text: str) -> Path:
