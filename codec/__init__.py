@@ -11,12 +11,16 @@ the frame layout.
 
 The policy may start a new chain (a FULL frame) at any write, small states
 often: so a chain to decode starts at the last FULL frame, as above.
+
+The encoder, the decoder and the rest are imported when one of their names is first used (PEP 562):
+``ckpt.codec.ChainPolicy`` (the store's configuration names it) costs no zstd and no encoder.
 """
 
-from .chainreader import ChainReader, open_chain
-from .compaction import compact
-from .decoder import DecodedVersion, decode, decode_latest, iter_versions
-from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ChainLinkError,
     ChecksumError,
@@ -30,20 +34,26 @@ from .errors import (
     UnsupportedFormatError,
     WireFormatError,
 )
-from .fieldmask import FieldMask, compile_mask
-from .frame import (
-    FORMAT_VERSION,
-    MAX_STATE_SIZE,
-    READABLE_FORMATS,
-    FrameHeader,
-    FrameKind,
-    frame_kind,
-    pack,
-    parse,
-    state_checksum,
-)
 from .policy import DEFAULT_POLICY, ChainPolicy
-from .wire import check_patch, count_fields, field_spans
+
+if TYPE_CHECKING:
+    from .chainreader import ChainReader, open_chain
+    from .compaction import compact
+    from .decoder import DecodedVersion, decode, decode_latest, iter_versions
+    from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
+    from .fieldmask import FieldMask, compile_mask
+    from .frame import (
+        FORMAT_VERSION,
+        MAX_STATE_SIZE,
+        READABLE_FORMATS,
+        FrameHeader,
+        FrameKind,
+        frame_kind,
+        pack,
+        parse,
+        state_checksum,
+    )
+    from .wire import check_patch, count_fields, field_spans
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -86,3 +96,39 @@ __all__ = [
     "parse",
     "state_checksum",
 ]
+
+#: The module each name of __all__ not imported above comes from.
+_HOMES = {
+    **dict.fromkeys(("ChainReader", "open_chain"), ".chainreader"),
+    **dict.fromkeys(("compact",), ".compaction"),
+    **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "iter_versions"), ".decoder"),
+    **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot", "keyframe"), ".encoder"),
+    **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
+    **dict.fromkeys(
+        (
+            "FORMAT_VERSION",
+            "MAX_STATE_SIZE",
+            "READABLE_FORMATS",
+            "FrameHeader",
+            "FrameKind",
+            "frame_kind",
+            "pack",
+            "parse",
+            "state_checksum",
+        ),
+        ".frame",
+    ),
+    **dict.fromkeys(("check_patch", "count_fields", "field_spans"), ".wire"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name], __name__), name)
+    globals()[name] = value  # later lookups find it here, without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -105,6 +106,52 @@ def ckpt(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> s
         timeout=60,
         env={**os.environ, **(env or {})},
     )
+
+
+# -- what a process imports ------------------------------------------------------
+
+#: What a client process never runs: the store engine, the server, the tools, the codec's encoder and
+#: decoder, LMDB. A module is one of them if it is one of these or inside one.
+ENGINE_MODULES = (
+    "ckpt.sidecar.store",
+    "ckpt.sidecar.server",
+    "ckpt.sidecar.tools",
+    "ckpt.codec.encoder",
+    "ckpt.codec.decoder",
+    "lmdb",
+)
+
+
+def engine_modules(modules: set[str]) -> list[str]:
+    """Those of ``modules`` that are ENGINE_MODULES or inside one."""
+    return sorted(m for m in modules if any(m == e or m.startswith(e + ".") for e in ENGINE_MODULES))
+
+
+def run_fresh(code: str, *args: str, stdin: bytes = b"") -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
+    """Run ``code`` in a new interpreter (from the project root, ``args`` as its sys.argv[1:]), and the
+    names of every module it had imported when it ended, however it ended (sys.exit included)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        listing = Path(tmp) / "modules"
+        script = "\n".join(
+            [
+                "import sys",
+                "_listing = sys.argv.pop(1)",
+                "try:",
+                *("    " + line for line in code.splitlines()),
+                "finally:",
+                "    with open(_listing, 'w') as _f:",
+                "        _f.write('\\n'.join(sorted(sys.modules)))",
+            ]
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(listing), *args],
+            input=stdin,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert listing.exists(), done.stderr.decode()
+        return done, set(listing.read_text().split("\n"))
 
 
 # -- LMDB pages ------------------------------------------------------------------

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import ids
 from ..client.blobs import blob_sha256
 from ..errors import InvalidArgument
-from ..store import keys
 from .client_commands import client_of
 from .output import print_json
 
@@ -26,7 +26,7 @@ def _put(args: argparse.Namespace) -> int:
         if getattr(args, option) is not None:
             raise ValueError(f"--{option} is an option of blob get, not blob put")
     try:
-        keys.session_key(args.subject, field="SESSION")
+        ids.session_key(args.subject, field="SESSION")
     except InvalidArgument as exc:
         raise ValueError(str(exc)) from None
     if args.file == "-" and sys.stdin.isatty():

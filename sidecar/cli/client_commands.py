@@ -8,10 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+from .. import ids
 from ..client import CheckpointClient
 from ..descriptors import check_type_name
 from ..errors import InvalidArgument
-from ..store import keys
 from ..tls import ClientTLS
 from .output import print_json
 from .parser import in_option_terms
@@ -26,7 +26,7 @@ def client_of(args: argparse.Namespace) -> CheckpointClient:
         value = getattr(args, name, None)
         if value is not None:
             try:
-                keys.session_key(value, field=field)
+                ids.session_key(value, field=field)
             except InvalidArgument as exc:
                 raise ValueError(str(exc)) from None
     target = args.target or f"unix:{args.data_dir.resolve() / 'ckpt.sock'}"
@@ -58,7 +58,7 @@ def _labels(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--label {pair!r} is not KEY=VALUE (a non-empty KEY)")
         out[key] = value
     try:
-        keys.check_labels(out, field="--label")
+        ids.check_labels(out, field="--label")
     except InvalidArgument as exc:
         raise ValueError(str(exc)) from None
     return out

@@ -6,8 +6,8 @@ import argparse
 import datetime
 import time
 
+from .. import ids
 from ..errors import InvalidArgument
-from ..store import eventlog
 from .client_commands import _time_arg, client_of
 from .output import print_json
 
@@ -15,7 +15,7 @@ from .output import print_json
 def events(args: argparse.Namespace) -> int:
     for name in args.type:
         try:
-            eventlog.check_event_type(name, "--type")
+            ids.check_event_type(name, "--type")
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
     if not args.poll_seconds > 0:

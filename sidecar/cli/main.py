@@ -6,34 +6,41 @@ Errors go to stderr: exit status 1 when the command fails, 2 for a bad command l
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 from ..client import CheckpointError, UnavailableError
 from ..errors import StoreError
-from . import blob_commands, client_commands, event_commands, offline_commands
 from .output import sentence
 from .parser import parse_args
-from .serve_command import serve_command
-from .verify_command import verify
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": serve_command,
-    "put": client_commands.put,
-    "get": client_commands.get,
-    "history": client_commands.history,
-    "sessions": client_commands.sessions,
-    "fork": client_commands.fork,
-    "delete": client_commands.delete,
-    "register-type": client_commands.register_type,
-    "blob": blob_commands.blob,
-    "events": event_commands.events,
-    "inspect": offline_commands.inspect,
-    "verify": verify,
-    "stats": offline_commands.stats,
-    "backup": offline_commands.backup,
+#: Each command's module (in this package) and function. A module is imported only when its command
+#: runs: `ckpt get` (what an agent shells out to) loads neither the store engine, the server nor the tools.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("serve_command", "serve_command"),
+    "put": ("client_commands", "put"),
+    "get": ("client_commands", "get"),
+    "history": ("client_commands", "history"),
+    "sessions": ("client_commands", "sessions"),
+    "fork": ("client_commands", "fork"),
+    "delete": ("client_commands", "delete"),
+    "register-type": ("client_commands", "register_type"),
+    "blob": ("blob_commands", "blob"),
+    "events": ("event_commands", "events"),
+    "inspect": ("offline_commands", "inspect"),
+    "verify": ("verify_command", "verify"),
+    "stats": ("offline_commands", "stats"),
+    "backup": ("offline_commands", "backup"),
 }
+
+
+def command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that runs the command ``name``, its module imported."""
+    module, function = COMMANDS[name]
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(f".{module}", __package__), function)
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,8 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ckpt bench: run it as `ckpt bench` (or `python -m ckpt bench`)", file=sys.stderr)
         return 2
     args = parse_args(argv)
+    run = command(args.command)
     try:
-        return int(COMMANDS[args.command](args))
+        return int(run(args))
     except BrokenPipeError:
         # The reader went away (`ckpt history s | head -1`): stop quietly, as
         # other tools do, without a second error when Python flushes stdout.

@@ -13,8 +13,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2
 
-from ..config import MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
 from ..descriptors import descriptor_set
+from ..limits import MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
 from .putbytes import PutCall
 
 _UINT64_MAX = 2**64 - 1

@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
-from ..config import DEFAULT_MAX_MESSAGE_BYTES
+from ..limits import DEFAULT_MAX_MESSAGE_BYTES
 from ..tls import ClientTLS, open_channel
 from .arguments import (
     check_client_options,

@@ -1,6 +1,6 @@
 """Configuration: the store's and the sidecar's, frozen dataclasses whose fields also declare `ckpt serve`'s options."""
 
-from .limits import (
+from ..limits import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
     DEFAULT_MAP_SIZE_BYTES,

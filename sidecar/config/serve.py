@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import tls
-from .limits import (
+from ..limits import (
     DEFAULT_MAP_SIZE_BYTES,
     DEFAULT_MAX_MAP_SIZE_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,

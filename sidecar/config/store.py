@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...codec import ChainPolicy
 from ..descriptors import is_built_in_type
-from .limits import (
+from ..limits import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
     DEFAULT_MAP_SIZE_BYTES,

@@ -11,7 +11,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -24,10 +24,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..client import AsyncCheckpointClient, CheckpointClient
-from ..config import StoreConfig
-from ..store import Store
-from .backends import AsyncClientBackend, ClientBackend, StoreBackend
+from .backends import AsyncClientBackend, ClientBackend
 from .operations import Call, Op, Operations, Out
+
+if TYPE_CHECKING:
+    from .storebackend import StoreBackend
 
 
 def _drive(backend: Any, op: Op) -> Generator[CheckpointTuple, None, Any]:
@@ -146,10 +147,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
     @classmethod
     def embedded(cls, data_dir: str | Path, *, serde: SerializerProtocol | None = None) -> Self:
         """A saver on an in-process store in ``data_dir`` (created if missing; one process at a time)."""
-        store = Store(StoreConfig(data_dir=Path(data_dir)))
+        from .storebackend import StoreBackend  # the store engine: not for a saver on a sidecar
+
+        backend = StoreBackend.open(data_dir)
         saver = cls.__new__(cls)
         BaseCheckpointSaver.__init__(saver, serde=serde)
-        saver._setup(StoreBackend(store), store.close)
+        saver._setup(backend, backend.store.close)
         return saver
 
     @classmethod
@@ -305,14 +308,16 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
     def embedded(cls, data_dir: str | Path, *, serde: SerializerProtocol | None = None) -> Self:
         """A saver on an in-process store in ``data_dir`` (one process at a time); storage calls run on
         worker threads."""
-        store = Store(StoreConfig(data_dir=Path(data_dir)))
+        from .storebackend import StoreBackend  # the store engine: not for a saver on a sidecar
+
+        backend = StoreBackend.open(data_dir)
 
         async def close() -> None:
-            await asyncio.to_thread(store.close)
+            await asyncio.to_thread(backend.store.close)
 
         saver = cls.__new__(cls)
         BaseCheckpointSaver.__init__(saver, serde=serde)
-        saver._setup(_ThreadedStore(StoreBackend(store)), close)
+        saver._setup(_ThreadedStore(backend), close)
         return saver
 
     @classmethod

@@ -33,6 +33,7 @@ from ckpt.store.v1 import records_pb2
 from ...codec import FrameKind
 from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, EventSeqConflict, InvalidArgument, StateTooLarge
+from ..ids import check_event_type
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
@@ -55,7 +56,6 @@ from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000
-MAX_EVENT_TYPE_BYTES = 128
 
 
 #: Types a log's record keeps the last seq of (EventLogRecord.last_seq_by_type); a log with more keeps none.
@@ -91,20 +91,6 @@ def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLog
         return records_pb2.EventLogRecord.FromString(bytes(raw))
     except DecodeProtoError as exc:
         raise DataLoss(f"session {printable(sid)!r}: its event log record does not parse: {exc}") from None
-
-
-def check_event_type(value: object, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgument(f"{field} must be a string, not {type(value).__name__}")
-    try:
-        raw = value.encode()
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} {value!r} is not valid UTF-8 (lone surrogate)") from None
-    if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
-        raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
-    if keys.has_control(value):
-        raise InvalidArgument(f"{field} {keys.quoted(value)} {keys.HAS_CONTROL}")
-    return value
 
 
 def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[records_pb2.StoredEvent], list[bool]]:

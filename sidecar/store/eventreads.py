@@ -15,10 +15,11 @@ from contextlib import AbstractContextManager
 from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss, InvalidArgument, NotFound, ResourceExhausted
+from ..ids import check_event_type
 from ..storage import ReadTxn, Table
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, stored_blocks, where
-from .eventlog import check_event_type, log_record, types_tracked
+from .eventlog import log_record, types_tracked
 from .events import BlockHeader, block_events, block_header, event_nanos, is_tail, joined
 from .layout import Tables
 from .listings import decode_token, encode_token

@@ -1,4 +1,5 @@
-"""Limits and defaults the configuration, the server and the clients share."""
+"""Limits and defaults the configuration, the server and the clients share: a module of its own, so that a
+client takes them without importing the configuration (and the codec it names)."""
 
 from __future__ import annotations
 
