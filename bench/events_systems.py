@@ -35,6 +35,7 @@ import lmdb
 from ckpt.v1 import service_pb2
 
 from ..sidecar.client import CheckpointClient, EventFilter, NotFoundError, event
+from ..sidecar.client.base import method_path
 from ..sidecar.config import StoreConfig
 from ..sidecar.errors import NotFound
 from ..sidecar.server import SidecarProcess
@@ -53,8 +54,6 @@ BUSY_TIMEOUT_MS = 60_000
 CALL_TIMEOUT_SECONDS = 30.0
 #: Bytes in, the same bytes out: an echo call.
 EchoCall = Callable[[bytes], bytes]
-#: The method the client's ``events`` calls, by its full name (to read a reply as bytes).
-READ_EVENTS_METHOD = f"/{service_pb2.DESCRIPTOR.services_by_name['CheckpointService'].full_name}/ReadEvents"
 
 
 class Appender(abc.ABC):
@@ -280,7 +279,7 @@ class CkptSidecarEvents(EventSystem):
     def read_reply(self, session_id: str, count: int) -> bytes:
         assert self._client is not None
         read = self._client._channel.unary_unary(
-            READ_EVENTS_METHOD, request_serializer=service_pb2.ReadEventsRequest.SerializeToString
+            method_path("ReadEvents"), request_serializer=service_pb2.ReadEventsRequest.SerializeToString
         )  # the reply left as it came: its bytes are what is wanted
         request = EventFilter(newest_first=True, page_size=count).request(session_id)
         reply: bytes = read(request, timeout=CALL_TIMEOUT_SECONDS)

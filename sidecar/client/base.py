@@ -53,8 +53,7 @@ ForkT = TypeVar("ForkT")
 CountT = TypeVar("CountT")
 VersionsT = TypeVar("VersionsT")
 SessionsT = TypeVar("SessionsT")
-#: The Put method's path (as the generated stub names it).
-PUT_METHOD_PATH = f"/{service_pb2.DESCRIPTOR.services_by_name['CheckpointService'].full_name}/Put"
+_SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 PutsT = TypeVar("PutsT")
 ResultsT = TypeVar("ResultsT")
 TypesT = TypeVar("TypesT")
@@ -87,12 +86,17 @@ class Unary:
         return response if self.pick is None else self.pick(response)
 
 
+def method_path(method: str) -> str:
+    """A CheckpointService method's path, as the generated stub calls it (``/ckpt.v1.CheckpointService/Put``)."""
+    return f"/{_SERVICE_NAME}/{method}"
+
+
 def checkpoint_stub(channel: Any) -> Any:
     """The generated CheckpointService stub on ``channel`` (sync or grpc.aio), its Put sending a PutCall
     (putbytes.py: the state joined into the request, not serialized by protobuf)."""
     stub = service_pb2_grpc.CheckpointServiceStub(channel)
     stub.Put = channel.unary_unary(
-        PUT_METHOD_PATH,
+        method_path("Put"),
         request_serializer=put_call_bytes,
         response_deserializer=service_pb2.PutResponse.FromString,
         _registered_method=True,  # as the generated stub registers its methods
