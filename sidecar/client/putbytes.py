@@ -47,8 +47,8 @@ def put_call_bytes(call: PutCall) -> bytes:
     if not call.state:
         return rest  # proto3 leaves an empty field out
     # In field-number order the session id alone comes before the state.
-    cut = _field_end(rest, _tag(_SESSION_ID))
-    return b"".join((rest[:cut], _tag(_STATE), _varint(len(call.state)), call.state, rest[cut:]))
+    cut = _field_end(rest, _SESSION_ID_TAG)
+    return b"".join((rest[:cut], _STATE_TAG, _varint(len(call.state)), call.state, rest[cut:]))
 
 
 def _varint(value: int) -> bytes:
@@ -62,6 +62,9 @@ def _varint(value: int) -> bytes:
 
 def _tag(number: int) -> bytes:
     return _varint(number << 3 | _LENGTH_DELIMITED)
+
+
+_SESSION_ID_TAG, _STATE_TAG = _tag(_SESSION_ID), _tag(_STATE)
 
 
 def _field_end(encoded: bytes, tag: bytes) -> int:
