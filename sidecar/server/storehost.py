@@ -323,8 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     config = spec.config
     try:
         loop_factory = event_loop_factory(config.event_loop)
-    except Unavailable as exc:  # an installed uvloop that fails to import: the gRPC process says so too
-        with socket.socket(fileno=args.fd) as link:
+    except Unavailable as exc:
+        # An installed uvloop that fails to import. The gRPC process makes the same check and says
+        # so itself: it may have closed the link already.
+        with socket.socket(fileno=args.fd) as link, contextlib.suppress(OSError):
             link.sendall(encode(Frame(Kind.FAILED, meta={"error": str(exc)})))
         return 1
     with asyncio.Runner(loop_factory=loop_factory) as runner:
