@@ -11,9 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ..client import CheckpointError, UnavailableError
 from ..errors import StoreError
-from .output import sentence
 from .parser import parse_args
 
 #: Each command's module (in this package) and function. A module is imported only when its command
@@ -57,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # other tools do, without a second error when Python flushes stdout.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # killed by SIGPIPE, as the shell would report it
-    except (CheckpointError, StoreError, OSError) as exc:
+    except (StoreError, OSError) as exc:
         print(f"ckpt {args.command}: {_failure(exc, args)}", file=sys.stderr)
         return 1
     except ValueError as exc:
@@ -65,10 +63,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # The client's errors are imported only now: the client imports grpc, which `ckpt serve`
+        # loads only once it has started its store process. (A command that raised one loaded it.)
+        from ..client import CheckpointError
+
+        if not isinstance(exc, CheckpointError):
+            raise
+        print(f"ckpt {args.command}: {_failure(exc, args)}", file=sys.stderr)
+        return 1
 
 
 def _failure(exc: Exception, args: argparse.Namespace) -> str:
     """What a failed command says: the error, and where a sidecar could not be reached, what to check."""
+    from ..client import CheckpointError, UnavailableError
+    from .output import sentence
+
     message, hint = sentence(exc), ""
     if isinstance(exc, UnavailableError) and "failed to connect" in message:
         hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"

@@ -7,7 +7,8 @@ import logging
 import sys
 
 from ..config import ServeConfig
-from ..server import serve
+from ..server.extension import current_extension
+from ..server.storespawn import start_serving_store
 from .parser import in_option_terms, serve_options
 
 
@@ -21,4 +22,15 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
 
 def serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return serve(serve_config(args))
+    config = serve_config(args)
+    extension = current_extension()
+    # The store process first, once the configuration is known to be good: it imports the store engine
+    # while this process imports grpc and the server below (storespawn.py).
+    started = start_serving_store(config, extension)
+    try:
+        from ..server.launch import serve
+
+        return serve(config, extension=extension, started=started)
+    finally:
+        if started is not None:
+            started.discard()

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import tls
 from ..limits import (
     DEFAULT_MAP_SIZE_BYTES,
     DEFAULT_MAX_MAP_SIZE_BYTES,
@@ -237,6 +236,9 @@ class ServeConfig:
         """TLS credentials for the host:port listeners (None: plaintext)."""
         if self.tls_cert_file is None or self.tls_key_file is None:
             return None
+        # Imported here: grpc (which tls imports) is not loaded before `ckpt serve` starts its store process.
+        from .. import tls
+
         return tls.server_credentials(
             cert_file=self.tls_cert_file, key_file=self.tls_key_file, client_ca_file=self.tls_client_ca_file
         )

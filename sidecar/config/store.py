@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...codec import ChainPolicy
-from ..descriptors import is_built_in_type
 from ..limits import (
     DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_ENCODER_CACHE_BYTES,
@@ -296,9 +295,16 @@ class StoreConfig:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         # Checked now, naming the field, not at the first MERGE. Only built-in types: a registered one
         # is the store's to know, and a default that might not resolve would refuse writes later.
-        if self.merge_message_type is not None and not is_built_in_type(self.merge_message_type):
+        if self.merge_message_type is not None and not _is_built_in_type(self.merge_message_type):
             raise ValueError(
                 f"merge_message_type {self.merge_message_type!r} is not a protobuf message type built into ckpt"
                 " (ckpt.v1.Checkpoint, google.protobuf's well-known types); a client's own types are registered"
                 " (RegisterType) and named on each put (message_type)"
             )
+
+
+def _is_built_in_type(name: str) -> bool:
+    # Imported here: protobuf is not loaded before `ckpt serve` starts its store process.
+    from ..descriptors import is_built_in_type
+
+    return is_built_in_type(name)

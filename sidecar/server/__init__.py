@@ -1,9 +1,33 @@
-"""The gRPC sidecar: the service, status mapping, listening, metrics, the store process and its link."""
+"""The gRPC sidecar: the service, status mapping, listening, metrics, the store process and its link.
 
-from .extension import BytesHandler, LinkMethod, ServerExtension, extended_serving
-from .launch import serve
-from .loops import event_loop_factory
-from .process import SidecarProcess, start_sidecar_process, wait_until_serving
+The names here are imported from their modules when first used (PEP 562): ``ckpt serve`` starts its
+store process (storespawn.py) before it imports grpc and the server, and the store process, started
+as ``python -m ckpt.sidecar.server.storehost``, does not import the gRPC server through this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .extension import BytesHandler, LinkMethod, ServerExtension, extended_serving
+    from .launch import serve
+    from .loops import event_loop_factory
+    from .process import SidecarProcess, start_sidecar_process, wait_until_serving
+
+#: Each name of __all__, and the module (in this package) it comes from.
+_MODULE_OF = {
+    "BytesHandler": "extension",
+    "LinkMethod": "extension",
+    "ServerExtension": "extension",
+    "SidecarProcess": "process",
+    "event_loop_factory": "loops",
+    "extended_serving": "extension",
+    "serve": "launch",
+    "start_sidecar_process": "process",
+    "wait_until_serving": "process",
+}
 
 __all__ = [
     "BytesHandler",
@@ -16,3 +40,16 @@ __all__ = [
     "start_sidecar_process",
     "wait_until_serving",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups find it here, without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,11 +14,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import grpc
-
-from .methods import LAST_LINK_METHOD, MAX_EXTENSION_METHODS
+if TYPE_CHECKING:  # not imported at run time: `ckpt serve` reads its extension before it loads grpc
+    import grpc
 
 #: A unary gRPC handler of raw bytes (registered without (de)serializers): request in, reply out.
 BytesHandler = Callable[[bytes, Any], Awaitable[bytes]]
@@ -44,17 +43,6 @@ class ServerExtension(Protocol):
         call INTERNAL.
         """
         ...
-
-
-def link_method_numbers(extension: ServerExtension | None) -> dict[str, int]:
-    """The number a link frame carries for each of ``extension``'s link methods: from
-    LAST_LINK_METHOD down, in the order it names them (both processes number them alike)."""
-    if extension is None:
-        return {}
-    names = list(extension.link_methods())
-    if len(names) > MAX_EXTENSION_METHODS:
-        raise ValueError(f"an extension may add {MAX_EXTENSION_METHODS} link methods, not {len(names)}")
-    return {name: LAST_LINK_METHOD - i for i, name in enumerate(names)}
 
 
 _EXTENSION: ContextVar[ServerExtension | None] = ContextVar("ckpt_server_extension", default=None)

@@ -15,11 +15,11 @@ from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument
 from ..store import EventQuery, Store
-from .extension import BytesHandler, ServerExtension, link_method_numbers
+from .extension import BytesHandler, ServerExtension
 from .failures import abort_with
 from .getevents import events_part, events_query, state_part
 from .inlineevents import INLINE_EVENTS_BOUND, inline_read_events
-from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS
+from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS, link_method_numbers
 from .replycache import ReplyCache
 from .storelink import StoreLink
 

@@ -10,16 +10,19 @@ from ..errors import Unavailable
 from .extension import ServerExtension, current_extension
 from .loops import event_loop_factory
 from .serving import serve_async
+from .storespawn import StoreProcess
 from .workers import serve_workers
 
 log = logging.getLogger("ckpt")
 
 
-def serve(config: ServeConfig, *, extension: ServerExtension | None = None) -> int:
+def serve(config: ServeConfig, *, extension: ServerExtension | None = None, started: StoreProcess | None = None) -> int:
     """Run until SIGTERM or SIGINT (exit code 0), or until the store stops taking writes (1).
 
     ``extension``: methods served beside the CheckpointService (extension.py); by default, the one
-    an enclosing ``extended_serving`` names, if any.
+    an enclosing ``extended_serving`` names, if any. ``started``: the store process
+    ``storespawn.start_serving_store`` started for ``config`` and ``extension``, taken over (the
+    caller discards it after, in case it was not).
     """
     if extension is None:
         extension = current_extension()
@@ -31,4 +34,4 @@ def serve(config: ServeConfig, *, extension: ServerExtension | None = None) -> i
         log.error("ckpt cannot start: %s", exc)
         return 1
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve_async(config, extension=extension))
+        return runner.run(serve_async(config, extension=extension, started=started))

@@ -1,29 +1,15 @@
 """What both ends of the link share: the asyncio protocol (frames in from a FrameReader, out through a
-FrameWriter), and what the gRPC process tells its store process as it starts it."""
+FrameWriter), and the largest frame either reads."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from .link import Frame, FrameReader, FrameWriter, LinkError
 
-if TYPE_CHECKING:
-    from ..config import ServeConfig
-    from .extension import ServerExtension
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StoreHostSpec:
-    """What the gRPC process sends its store process on stdin, pickled (storehost.main)."""
-
-    config: ServeConfig
-    #: Served beside the CheckpointService (extension.py); unpickled by importing its module.
-    extension: ServerExtension | None = None
 
 
 def link_frame_bytes(max_message_bytes: int) -> int:

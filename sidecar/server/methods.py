@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ckpt.v1 import service_pb2
+
+if TYPE_CHECKING:
+    from .extension import ServerExtension
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["CheckpointService"]
 SERVICE_NAME = SERVICE.full_name
@@ -22,3 +27,14 @@ RECORD_BLOB_METHOD = len(UNARY_METHODS) + INTERNAL_METHODS.index("RecordBlob")
 LAST_LINK_METHOD = 255
 #: How many link methods an extension may add.
 MAX_EXTENSION_METHODS = LAST_LINK_METHOD + 1 - len(UNARY_METHODS) - len(INTERNAL_METHODS)
+
+
+def link_method_numbers(extension: ServerExtension | None) -> dict[str, int]:
+    """The number a link frame carries for each of ``extension``'s link methods: from
+    LAST_LINK_METHOD down, in the order it names them (both processes number them alike)."""
+    if extension is None:
+        return {}
+    names = list(extension.link_methods())
+    if len(names) > MAX_EXTENSION_METHODS:
+        raise ValueError(f"an extension may add {MAX_EXTENSION_METHODS} link methods, not {len(names)}")
+    return {name: LAST_LINK_METHOD - i for i, name in enumerate(names)}

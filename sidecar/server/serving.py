@@ -20,6 +20,7 @@ from .extension import ServerExtension
 from .frontend import SidecarServer
 from .gctune import serving_gc
 from .storelink import StoreLink
+from .storespawn import StoreProcess
 
 log = logging.getLogger("ckpt")
 
@@ -31,14 +32,15 @@ async def serve_async(
     serving: Callable[[], None] | None = None,
     lock_fd: int | None = None,
     extension: ServerExtension | None = None,
+    started: StoreProcess | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT; ``worker``, ``extension``: as SidecarServer's; ``serving`` is called
-    once it serves; ``lock_fd``: as StoreLink.start's."""
+    once it serves; ``lock_fd``, ``started``: as StoreLink.start's."""
     stop = asyncio.Event()
     with _stopped_by_signals(asyncio.get_running_loop(), stop):
         link = None
         try:
-            link = await StoreLink.start(config, worker=worker, lock_fd=lock_fd, extension=extension)
+            link = await StoreLink.start(config, worker=worker, lock_fd=lock_fd, extension=extension, started=started)
             sidecar = SidecarServer(config, link, worker=worker, extension=extension)
         except StoreError as exc:
             if link is not None:

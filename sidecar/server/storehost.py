@@ -3,7 +3,7 @@
     python -m ckpt.sidecar.server.storehost FD [--unheld-fd FD] [--worker N]
     (a StoreHostSpec, pickled, on stdin: the ServeConfig and the server extension, if any)
 
-Started by the sidecar's gRPC process (storelink.py), never by hand. It
+Started by the sidecar's gRPC process (storespawn.py), never by hand. It
 ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group): it
 stops when the gRPC process says so, or when the link closes because that
 process died; either way it finishes the calls under way, commits what is
@@ -27,16 +27,17 @@ from typing import Any, NoReturn
 import grpc
 
 from ..config import ServeConfig
-from ..errors import StoreError
+from ..errors import StoreError, Unavailable
 from .convert import stream_request_parser
-from .extension import LinkMethod, ServerExtension, link_method_numbers
+from .extension import LinkMethod, ServerExtension
 from .gctune import serving_gc
-from .link import Frame, Kind
-from .linkprotocol import LinkProtocol, StoreHostSpec, link_frame_bytes
+from .link import Frame, Kind, encode
+from .linkprotocol import LinkProtocol, link_frame_bytes
 from .loops import event_loop_factory
-from .methods import PUT_METHOD, UNARY_METHODS
+from .methods import PUT_METHOD, UNARY_METHODS, link_method_numbers
 from .service import CheckpointService, UnaryHandler, unary_handlers
 from .storeside import StoreSide
+from .storespawn import StoreHostSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class _HostProtocol(LinkProtocol):
         #: larger than one such message and its status: a larger reply is refused here, as gRPC would.
         self.max_message_bytes = max_message_bytes
         self.dispatch: dict[int, UnaryHandler] = {}
-        #: A server extension's link methods, by number (extension.link_method_numbers).
+        #: A server extension's link methods, by number (methods.link_method_numbers).
         self.link_methods: dict[int, LinkMethod] = {}
         self.closed = asyncio.Event() if closed is None else closed
         self.calls: set[asyncio.Task[None]] = set()
@@ -320,7 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(spec, StoreHostSpec):
         raise TypeError(f"stdin must hold a pickled StoreHostSpec, not {type(spec).__name__}")
     config = spec.config
-    with asyncio.Runner(loop_factory=event_loop_factory(config.event_loop)) as runner:
+    try:
+        loop_factory = event_loop_factory(config.event_loop)
+    except Unavailable as exc:
+        # An installed uvloop that fails to import. The gRPC process makes the same check and says
+        # so itself: it may have closed the link already.
+        with socket.socket(fileno=args.fd) as link, contextlib.suppress(OSError):
+            link.sendall(encode(Frame(Kind.FAILED, meta={"error": str(exc)})))
+        return 1
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(host(config, args.fd, worker=args.worker, unheld_fd=args.unheld_fd, extension=spec.extension))
 
 

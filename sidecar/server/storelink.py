@@ -1,14 +1,11 @@
-"""The gRPC process's end of the link to its store process: starting it, forwarding calls, its life."""
+"""The gRPC process's end of the link to its store process: its start, forwarding calls, its life."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import pickle
-import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +16,8 @@ from .exitstatus import exit_status
 from .failures import abort_with
 from .inflight import InFlight
 from .link import MAX_TAG, Frame, Kind
-from .linkprotocol import LinkProtocol, StoreHostSpec, link_frame_bytes
+from .linkprotocol import LinkProtocol, link_frame_bytes
+from .storespawn import StoreProcess, start_store_process
 
 if TYPE_CHECKING:
     from ..config import ServeConfig
@@ -119,8 +117,11 @@ class StoreLink:
         worker: int | None,
         lock_fd: int | None = None,
         extension: ServerExtension | None = None,
+        started: StoreProcess | None = None,
     ) -> StoreLink:
         """Start the store process and wait until it serves; Unavailable with its reason if it cannot.
+
+        ``started``: that process, started already for these arguments (storespawn.py), taken over here.
 
         ``extension``: the store process serves its link methods (extension.py).
 
@@ -128,34 +129,16 @@ class StoreLink:
         store process keeps it open too, so that the lock is held while any process of the server
         lives, this store process (which may outlive its worker, finishing its commits) included.
         """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        ours_unheld, theirs_unheld = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command = [sys.executable, "-m", "ckpt.sidecar.server.storehost", str(theirs.fileno())]
-        command += ["--unheld-fd", str(theirs_unheld.fileno())]
-        if worker is not None:
-            command += ["--worker", str(worker)]
-        fds = (theirs.fileno(), theirs_unheld.fileno())
-        try:
-            # A session of its own: a terminal's Ctrl-C reaches the gRPC process only, which
-            # stops the store process in order (after gRPC's grace), not at once.
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                pass_fds=fds if lock_fd is None else (*fds, lock_fd),
-                start_new_session=True,
-            )
-        finally:
-            theirs.close()
-            theirs_unheld.close()
-        assert process.stdin is not None
-        with process.stdin:
-            process.stdin.write(pickle.dumps(StoreHostSpec(config, extension)))
+        if started is None:
+            started = start_store_process(config, worker=worker, lock_fd=lock_fd, extension=extension)
+        process = started.process
+        link, unheld_link = started.take_links()
         loop = asyncio.get_running_loop()
         max_frame_bytes = link_frame_bytes(config.max_message_bytes)
         protocol = _LinkProtocol(max_frame_bytes=max_frame_bytes)
         unheld = _LinkProtocol(max_frame_bytes=max_frame_bytes)
-        await loop.connect_accepted_socket(lambda: protocol, ours)
-        await loop.connect_accepted_socket(lambda: unheld, ours_unheld)
+        await loop.connect_accepted_socket(lambda: protocol, link)
+        await loop.connect_accepted_socket(lambda: unheld, unheld_link)
         # The link closes when the process dies, whatever killed it: then first is None.
         first = await protocol.first
         if first is None or first.kind is Kind.FAILED:
