@@ -279,7 +279,7 @@ class EventLog:
             session_raw = txn.get(sid, db=sessions)
             return request_of_session(done, record(session_raw) if session_raw is not None else None)
 
-        return self._requests.lookup(txn, rid_key, sid, session_id, request_id, made=made, ours=ours)
+        return self._requests.lookup(txn, rid_key, session_id, request_id, made=made, ours=ours)
 
     def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
         """The log's open block and its tail, checked (None: no block is open): with the stream that wrote

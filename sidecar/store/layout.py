@@ -27,10 +27,7 @@ log = logging.getLogger("ckpt.store")
 #: not compact them: every store opened writable is stamped 3, so no older ckpt writes one again.
 #: 4: the event log (the `events` and `event_logs` tables, eventlog.py). An older ckpt would not delete a
 #: session's events with it (a session made again under its id would find them), nor apply their retention.
-#: 5: request records keyed by two 8-byte hashes (keys.request_key): 17 bytes, where layouts 2-4's named
-#: both ids. An older ckpt would not find them: a retry of a write this one acknowledged would be written
-#: twice, so a store stamped 5 is refused by it. Records of layouts 1-4 are still read until they expire.
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 4
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
@@ -71,8 +68,8 @@ class Layout:
     #: Whether the store carries a layout stamp. One without is layout 1 as the first builds
     #: wrote it, whose updated-time index may hold exact update times: `ckpt verify` accepts those.
     stamped: bool
-    #: The older forms of request keys the requests table still holds (see older_request_keys).
-    older_requests: OlderRequestKeys
+    #: Whether the requests table still holds records keyed as layout 1 did (see has_layout1_requests).
+    layout1_requests: bool
 
 
 def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> Layout:
@@ -98,8 +95,8 @@ def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) ->
         meta=meta, types=types, blobs=blobs, blob_refs=blob_refs, events=events, event_logs=event_logs, **opened
     )
     with storage.read() as txn:
-        older = older_request_keys(txn, tables)
-    return Layout(tables, stamped, older)
+        layout1 = has_layout1_requests(txn, tables)
+    return Layout(tables, stamped, layout1)
 
 
 def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> tuple[Table | None, bool]:
@@ -130,7 +127,6 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     # this one writes, and a retry across the downgrade would write twice. 2 to 3 adds
                     # the types table, created below; an older ckpt would write typed sessions unchecked. 3 to 4
                     # adds the event log's tables, which an older ckpt would leave behind a deleted session.
-                    # 4 to 5 rewrites nothing either: request records of layouts 1-4 are read where they are.
                     wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.
@@ -191,30 +187,14 @@ def _index_updated_by_granule(txn: WriteTxn, updated: Table) -> int:
     return moved
 
 
-@dataclass(frozen=True, slots=True)
-class OlderRequestKeys:
-    """Which older forms of request keys the requests table holds (keys.py): a write's lookup tries each,
-    after the current key, only while some remain.
+def has_layout1_requests(txn: ReadTxn, tables: Tables) -> bool:
+    """Whether the requests table holds records keyed as store layout 1 did (session first).
 
-    No ckpt writes them any more (an older one cannot open this layout), and the sweeper expires them within
-    request_id_ttl_seconds of the last one written: from then on a write's lookup is one get.
+    Such keys sort after every current one (see keys.py). Writes look them up only while
+    some remain: no ckpt writes them any more (an older one cannot open this layout),
+    and the sweeper expires them within request_id_ttl_seconds of the last one written.
     """
-
-    #: ``\1 request_id \0 session``: layouts 2-4.
-    layout4: bool
-    #: ``session \0 request_id``: layout 1 (a delete removes these with their session).
-    layout1: bool
-
-    def __bool__(self) -> bool:
-        return self.layout4 or self.layout1
-
-
-def older_request_keys(txn: ReadTxn, tables: Tables) -> OlderRequestKeys:
-    """Which older forms of request keys remain: two seeks (each form is one key range, keys.py)."""
-    first = next(txn.scan_keys(tables.requests, keys.LAYOUT4_REQUEST_KEY_MARK), None)
-    layout4 = first is not None and first.startswith(keys.LAYOUT4_REQUEST_KEY_MARK)
-    layout1 = next(txn.scan_keys(tables.requests, keys.LAYOUT1_REQUEST_KEYS_START), None) is not None
-    return OlderRequestKeys(layout4=layout4, layout1=layout1)
+    return next(txn.scan_keys(tables.requests, keys.LAYOUT1_REQUEST_KEYS_START), None) is not None
 
 
 def meta_int(read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, key: bytes) -> int:

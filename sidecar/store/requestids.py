@@ -2,8 +2,6 @@
 
 Each write with a request id stores what it made (a RequestRecord) under
 keys.request_key, with an entry in the req_expiry index at its expiry time.
-Records of older layouts (other keys, keys.py) are looked up too while any
-remain, and expire where they are.
 A retry within request_id_ttl_seconds gets the same answer, replayed; one
 that asks something else under the same id is refused.
 """
@@ -22,7 +20,7 @@ from ckpt.store.v1 import records_pb2
 from ..errors import DataLoss
 from ..storage import ReadTxn, WriteTxn
 from . import keys
-from .layout import OlderRequestKeys, Tables, older_request_keys
+from .layout import Tables, has_layout1_requests
 from .ops import Batch
 from .records import expiry_of, request_of_session
 from .types import PutRequest, PutResult, WriteMode
@@ -35,24 +33,15 @@ EXPIRE_CHUNK = 5000
 class RequestIds:
     """The requests table and its expiry index."""
 
-    def __init__(self, tables: Tables, *, older: OlderRequestKeys) -> None:
+    def __init__(self, tables: Tables, *, layout1: bool) -> None:
         self._tables = tables
-        #: The older forms of keys whose records may remain (see layout.older_request_keys).
-        self.older = older
-        #: Lookups that found no current record and looked under an older key (a store's evidence that
-        #: the fallback runs, and stops once none is left).
-        self.older_lookups = 0
-
-    @property
-    def layout1(self) -> bool:
-        """Whether records keyed as store layout 1 did may remain: a delete removes those with their session."""
-        return self.older.layout1
+        #: Whether records keyed as store layout 1 did may remain (see layout.has_layout1_requests).
+        self.layout1 = layout1
 
     def remembered(
         self,
         txn: ReadTxn,
         rid_key: bytes,
-        sid: bytes,
         rec: records_pb2.SessionRecord | None,
         req: PutRequest,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
@@ -60,13 +49,12 @@ class RequestIds:
 
         It answers while it has not expired and names the session as it is now: one naming a
         deleted, earlier holder of the same id (the records outlive it) does not, so the
-        write is made anew and its record replaces that one. A record of an older layout (layouts 1-4) is
-        looked up under its own key, and returned only if it answers (the sweeper expires it where it is).
+        write is made anew and its record replaces that one. A record of store layout 1 is looked
+        up under its own key, and returned only if it answers (the sweeper expires it where it is).
         """
         return self.lookup(
             txn,
             rid_key,
-            sid,
             req.session_id,
             req.request_id,
             made=lambda: rec is not None,
@@ -77,7 +65,6 @@ class RequestIds:
         self,
         txn: ReadTxn,
         rid_key: bytes,
-        sid: bytes,
         session_id: str,
         request_id: str,
         *,
@@ -89,38 +76,29 @@ class RequestIds:
         now (an AppendEvents' record names its log, eventlog.py)."""
         requests = self._tables.requests
         raw = txn.get(rid_key, db=requests)
-        older = self.older
-        form = 5
-        if raw is None and older:
-            self.older_lookups += 1
-            if older.layout4:
-                form, raw = 4, txn.get(keys.layout4_request_key(sid, request_id), db=requests)
-            if raw is None and older.layout1:
-                form, raw = 1, txn.get(keys.layout1_request_key(sid, request_id), db=requests)
+        layout1 = raw is None and self.layout1
+        if layout1:
+            raw = txn.get(keys.layout1_request_key(rid_key), db=requests)
         if raw is None:
             return None, False
         try:
             done = records_pb2.RequestRecord.FromString(raw)
         except DecodeProtoError as exc:
-            if form != 1 and not made():
-                # No session: the write that made the record made none that still stands (a retry of it
-                # would find its session), so this write is a new one (and, for a current record, its
-                # record replaces this one). Its expiry entry, whose time only the record held, is left:
-                # an entry expires only the record it was written for (expire_op).
+            if not layout1 and not made():
+                # No session: the write that made the record made none that still stands (a retry
+                # of it would find its session), so this write is a new one and replaces the record.
+                # Its expiry entry, whose time only the record held, is left: an entry expires only
+                # the record it was written for (expire_op).
                 return None, False
             raise DataLoss(
                 f"session {session_id!r}: the record of request_id {request_id!r} does not"
                 f" parse ({exc}), so whether that write was made is unknown"
             ) from None
         live = done.expires_unix_nanos > time.time_ns()
-        if form == 1:
+        if layout1:
             # A delete removed layout 1's records with their session: one found belongs to the session as it is now.
             return (done, True) if live else (None, False)
-        answers = live and ours(done)
-        if form == 4:
-            # Left where it is (the sweeper expires it): this write's record, if it makes one, is a current one.
-            return (done, True) if answers else (None, False)
-        return done, answers
+        return done, live and ours(done)
 
     def remember(
         self,
@@ -199,9 +177,9 @@ class RequestIds:
 
         return apply
 
-    def recheck_older(self, txn: ReadTxn) -> None:
-        """After expiring some: which older forms' records remain (while one is left, writes look under its key)."""
-        self.older = older_request_keys(txn, self._tables)
+    def recheck_layout1(self, txn: ReadTxn) -> None:
+        """After expiring some: whether layout 1's records remain (while one is left, writes look under its key)."""
+        self.layout1 = has_layout1_requests(txn, self._tables)
 
 
 def write_fingerprint(req: PutRequest, mode: WriteMode) -> int:

@@ -81,10 +81,10 @@ class Retention:
         while more:  # request ids first: they expire even if a session cannot be pruned
             n, more = self._submit(Op(self._requests.expire_op(now))).wait()
             expired += n
-        if expired and self._requests.older:
-            # Read once committed: while an older form's record is left, writes must look under its key too.
+        if expired and self._requests.layout1:
+            # Read once committed: while one is left, writes must look under its key too.
             with self._read() as txn:
-                self._requests.recheck_older(txn)
+                self._requests.recheck_layout1(txn)
         pruned_sids: list[bytes] = []
         if self._config.retention.enabled:
             after = b""

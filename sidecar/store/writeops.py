@@ -126,7 +126,7 @@ class WriteOps:
             rec = record(raw) if raw is not None else None
             expired_rid: records_pb2.RequestRecord | None = None
             if rid_key is not None:
-                done, live = requests.remembered(txn, rid_key, sid, rec, req)
+                done, live = requests.remembered(txn, rid_key, rec, req)
                 if live:
                     assert done is not None
                     if done.write_xxh3 and done.write_xxh3 != asked:

@@ -18,9 +18,8 @@ look like damage):
   its session's record.
 - requests: a request record names a version at or below its session's head.
   One keyed as store layout 1 did (session first) belongs to a session with a
-  record: a delete removes those with their session. A current one (two
-  hashes, keys.request_key) or one of layouts 2-4 (request id first) stays
-  after a delete until it expires, answering nothing: one naming
+  record: a delete removes those with their session. A current one (request id
+  first) stays after a delete until it expires, answering nothing: one naming
   a session with no record, or a deleted, earlier holder of the same id (its
   session_created_unix_nanos), is not checked against a head. But one whose
   session_created_unix_nanos is 0 names no session (every write stores its
@@ -28,13 +27,8 @@ look like damage):
   write would be written again, and it is reported. A record may
   name a version retention has since removed, may have expired and not been
   swept yet, and a fork has none: none of that is reported.
-  A current key names its session by a hash that leads it, so each session's
-  current records are found by a seek (a current record of a deleted session
-  is not read: it answers nothing), and named by its request's hash.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
-  request key)`` and every entry names a request record expiring then. Where
-  only a current key's session hash says whose it is, the session is found by
-  one more pass over the sessions table, holding the hashes of those problems.
+  request key)`` and every entry names a request record expiring then.
 - events: every event block of every log passes its checksum, holds the seqs its key and header
   say without a gap, and the blocks run from the log record's first seq to its next one, their sizes
   summing to its stored bytes; no block is stored without its log record (tools/eventcheck.py).
@@ -62,7 +56,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import chain
 from typing import Any
 
 from google.protobuf import descriptor_pb2
@@ -107,21 +100,6 @@ def _when(nanos: int) -> str:
 
 
 _MISSING: Any = object()  # a session with no record, in the lookup cache
-
-# A current request key's mark and session hash (keys.session_requests_prefix).
-_PREFIX_BYTES = 9
-
-
-def _is_current(request_key: bytes) -> bool:
-    return len(request_key) == keys.REQUEST_KEY_BYTES and request_key.startswith(keys.REQUEST_KEY_MARK)
-
-
-def _request_named(key: bytes) -> str:
-    """A request in messages: a current key names its request by a hash (keys.request_key), an older one by its id."""
-    if key.startswith(keys.REQUEST_KEY_MARK):
-        return f"request hash {key[_PREFIX_BYTES:].hex()}"
-    parts = keys.request_key_parts(key)
-    return f"request_id {_text(parts[1])!r}" if parts is not None else f"request key {key!r}"
 
 
 class CrossCheck:
@@ -297,198 +275,127 @@ class CrossCheck:
 
     # -- requests ----------------------------------------------------------------------
 
-    def _session_ids(self) -> Iterator[bytes]:
-        """Each session id with a record (parsing or not): all, or the named ones."""
-        txn, db = self._txn, self._tables.sessions
+    def _request_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """The requests table's (key, record) pairs: all, or those of the sessions checked. A current key
+        names its session last (keys.request_key), so for named sessions every current key is read;
+        store layout 1's keys are found by a seek per session."""
+        txn, requests = self._txn, self._tables.requests
         if self._wanted is None:
-            yield from txn.scan_keys(db)
+            yield from txn.scan(requests)
             return
-        yield from (sid for sid in sorted(self._wanted) if txn.get(sid, db=db) is not None)
-
-    def _current_requests(self) -> Iterator[tuple[bytes, bytes, bytes]]:
-        """(session, key, record) of the current request records of each session with a record (all, or the
-        named ones): a seek per session, whose records are one key range (keys.request_key). A current record
-        of a deleted session is not among them: it answers nothing, and expires."""
-        txn, requests = self._txn, self._tables.requests
-        for sid in self._session_ids():
-            prefix = keys.session_requests_prefix(sid)
-            for key, value in txn.scan(requests, prefix):
-                if not key.startswith(prefix):
-                    break
-                yield sid, key, value
-
-    def _older_requests(self) -> Iterator[tuple[bytes | None, bytes, bytes]]:
-        """(session, key, record) of the records keyed as store layouts 1-4 did, whose keys name their session
-        (None: a key of no form): all, or those of the sessions checked. Layouts 2-4's keys name the session
-        last, so for named sessions every one is read; layout 1's are found by a seek per session."""
-        txn, requests = self._txn, self._tables.requests
         for key, value in txn.scan(requests):
-            if key >= keys.REQUEST_KEY_MARK:
+            if not key.startswith(keys.REQUEST_KEY_MARK):
                 break
             parts = keys.request_key_parts(key)
-            if parts is None or not self._skipped(parts[0]):
-                yield None if parts is None else parts[0], key, value
-        if self._wanted is None:
-            for key, value in txn.scan(requests, keys.LAYOUT1_REQUEST_KEYS_START):
-                parts = keys.request_key_parts(key)
-                yield None if parts is None else parts[0], key, value
-            return
+            if parts is None or parts[0] in self._wanted:
+                yield key, value
         for sid in sorted(self._wanted):
             prefix = sid + keys.SEP
             for key, value in txn.scan(requests, prefix):
                 if not key.startswith(prefix):
                     break
-                yield sid, key, value
-
-    def _current_keys(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every current request key and record (the whole store's check)."""
-        for key, value in self._txn.scan(self._tables.requests, keys.REQUEST_KEY_MARK):
-            if not key.startswith(keys.REQUEST_KEY_MARK):
-                break
-            yield key, value
+                yield key, value
 
     def _requests(self) -> Iterator[Problem]:
-        for sid, key, value in self._older_requests():
-            if sid is None:
-                text = (
-                    f"key {key!r} is none of \\2 and two 8-byte hashes, \\1 request id NUL session id, and"
-                    " session id NUL request id"
-                )
+        parse = records_pb2.RequestRecord.FromString
+        for key, value in self._request_items():
+            parts = keys.request_key_parts(key)
+            if parts is None:
+                text = f"key {key!r} is neither \\1 request id NUL session id nor session id NUL request id"
                 yield Problem("requests", None, False, text)
                 continue
-            yield from self._request_problems(sid, key, value)
-        for sid, key, value in self._current_requests():
-            yield from self._request_problems(sid, key, value)
-        if self._wanted is None:
-            for key in self._txn.scan_keys(self._tables.requests, keys.REQUEST_KEY_MARK):
-                if not key.startswith(keys.REQUEST_KEY_MARK):
-                    break
-                if len(key) != keys.REQUEST_KEY_BYTES:
-                    yield Problem("requests", None, False, f"key {key!r} is not \\2 and two 8-byte hashes")
-
-    def _request_problems(self, sid: bytes, key: bytes, value: bytes) -> Iterator[Problem]:
-        """What is wrong with the record ``value`` under ``key``, of session ``sid``."""
-        rec = self._record(sid)
-        what = _request_named(key)
-        try:
-            done = records_pb2.RequestRecord.FromString(value)
-        except DecodeProtoError as exc:
-            yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
-            return
-        if done.events_log_created_unix_nanos and not done.events_had_put:
-            return  # an append of events alone: it names no version (the events pass checks the logs)
-        version = done.version
-        session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
-        if key[:1] < keys.LAYOUT1_REQUEST_KEYS_START and not request_of_session(done, session):
-            if done.session_created_unix_nanos == 0 and session is not None:
-                # Every write stores its session's creation time (never 0): this record names no
-                # session, so a retry of its write to the session, which lives, is written again.
+            sid, rid = parts
+            rec = self._record(sid)
+            what = f"request_id {_text(rid)!r}"
+            try:
+                done = parse(value)
+            except DecodeProtoError as exc:
+                yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
+                continue
+            if done.events_log_created_unix_nanos and not done.events_had_put:
+                continue  # an append of events alone: it names no version (the events pass checks the logs)
+            version = done.version
+            session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
+            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, session):
+                if done.session_created_unix_nanos == 0 and session is not None:
+                    # Every write stores its session's creation time (never 0): this record names no
+                    # session, so a retry of its write to the session, which lives, is written again.
+                    yield Problem(
+                        "requests",
+                        sid,
+                        True,
+                        f"the record of {what} (version {version}) names no session (session_created_unix_nanos"
+                        " is 0): a retry of that write would be written again",
+                    )
+                continue  # written to a deleted, earlier holder of that id: it answers nothing, and expires
+            head = -1 if session is None else session.head_version
+            if head >= version >= 1:
+                continue
+            if rec is _MISSING:
+                yield Problem(
+                    "requests", sid, False, f"the record of {what} (version {version}) names a session with no record"
+                )
+            elif rec is not None:
                 yield Problem(
                     "requests",
                     sid,
                     True,
-                    f"the record of {what} (version {version}) names no session (session_created_unix_nanos"
-                    " is 0): a retry of that write would be written again",
+                    f"the record of {what} says the write made version {version}, but the head is version {head}",
                 )
-            return  # written to a deleted, earlier holder of that id: it answers nothing, and expires
-        head = -1 if session is None else session.head_version
-        if head >= version >= 1:
-            return
-        if rec is _MISSING:
-            yield Problem(
-                "requests", sid, False, f"the record of {what} (version {version}) names a session with no record"
-            )
-        elif rec is not None:
-            yield Problem(
-                "requests",
-                sid,
-                True,
-                f"the record of {what} says the write made version {version}, but the head is version {head}",
-            )
 
     def _expiry_index(self) -> Iterator[Problem]:
         txn, requests, expiry = self._txn, self._tables.requests, self._tables.req_expiry
         parse = records_pb2.RequestRecord.FromString
         time_key = keys.time_key
-        # Problems of current keys whose session is known only by its hash (the whole store's check):
-        # (that hash's key prefix, text), named once the pass is over (_named_by_hash).
-        pending: list[tuple[bytes, str]] = []
-        wanted = None if self._wanted is None else {keys.session_requests_prefix(sid): sid for sid in self._wanted}
         for key in txn.scan_keys(expiry):
             request = key[8:]
-            sid: bytes | None = None
-            if _is_current(request):
-                if wanted is not None:
-                    sid = wanted.get(request[:_PREFIX_BYTES])
-                    if sid is None:
-                        continue
-            else:
-                parts = keys.request_key_parts(request) if len(key) > 8 else None
-                if parts is None:
-                    yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a requests key")
-                    continue
-                sid = parts[0]
-                if self._skipped(sid):
-                    continue
+            parts = keys.request_key_parts(request) if len(key) > 8 else None
+            if parts is None:
+                yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a requests key")
+                continue
+            sid, rid = parts
+            if self._skipped(sid):
+                continue
             raw = txn.get(request, db=requests)
             when = keys.time_of(key)
             if raw is None:
-                text = f"an entry at {_when(when)} names {_request_named(request)}, which has no record"
-            else:
-                try:
-                    done = parse(bytes(raw))
-                except DecodeProtoError:
-                    continue  # the requests pass names it
-                if time_key(done.expires_unix_nanos, request) == key:
-                    continue
-                text = (
-                    f"a stale entry at {_when(when)} for {_request_named(request)}: its record expires at"
-                    f" {_when(done.expires_unix_nanos)}"
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    self._record(sid) is not _MISSING,
+                    f"an entry at {_when(when)} names request_id {_text(rid)!r}, which has no record",
                 )
-            if sid is None:
-                pending.append((request[:_PREFIX_BYTES], text))
-            else:
-                yield Problem("req_expiry", sid, self._record(sid) is not _MISSING, text)
-        records: Iterable[tuple[bytes | None, bytes, bytes]] = self._older_requests()
-        if self._wanted is None:
-            records = chain(records, ((None, key, value) for key, value in self._current_keys()))
-        else:
-            records = chain(records, self._current_requests())
-        for sid, key, value in records:
+                continue
+            try:
+                done = parse(bytes(raw))
+            except DecodeProtoError:
+                continue  # the requests pass names it
+            if time_key(done.expires_unix_nanos, request) == key:
+                continue
+            yield Problem(
+                "req_expiry",
+                sid,
+                self._record(sid) is not _MISSING,
+                f"a stale entry at {_when(when)} for request_id {_text(rid)!r}: its record expires at"
+                f" {_when(done.expires_unix_nanos)}",
+            )
+        for key, value in self._request_items():
             try:
                 expires = parse(value).expires_unix_nanos
             except DecodeProtoError:
                 continue  # the requests pass names it
-            if txn.get(time_key(expires, key), db=expiry) is not None:
-                continue
-            if sid is None and not _is_current(key):
-                continue  # a key of no form: the requests pass names it
-            text = (
-                f"no entry for {_request_named(key)} (its record expires at {_when(expires)}): the sweep never"
-                " removes it"
-            )
-            if sid is None:
-                pending.append((key[:_PREFIX_BYTES], text))
-            else:
-                yield Problem("req_expiry", sid, self._record(sid) is not _MISSING, text)
-        yield from self._named_by_hash("req_expiry", pending)
-
-    def _named_by_hash(self, table: str, pending: list[tuple[bytes, str]]) -> Iterator[Problem]:
-        """The problems ``pending`` holds, each named by the session whose hash its key begins with (one pass
-        over the sessions table, holding only the hashes pending); unnamed if no session with a record has it."""
-        if not pending:
-            return
-        named: dict[bytes, bytes | None] = dict.fromkeys(prefix for prefix, _ in pending)
-        for found in self._txn.scan_keys(self._tables.sessions):
-            prefix = keys.session_requests_prefix(found)
-            if prefix in named and named[prefix] is None:
-                named[prefix] = found
-        for prefix, text in pending:
-            sid = named[prefix]
-            if sid is None:
-                yield Problem(table, None, False, f"{text} (no session with a record has its session's hash)")
-            else:
-                yield Problem(table, sid, True, text)
+            if txn.get(time_key(expires, key), db=expiry) is None:
+                parts = keys.request_key_parts(key)
+                if parts is None:
+                    continue  # the requests pass names it
+                sid, rid = parts
+                yield Problem(
+                    "req_expiry",
+                    sid,
+                    self._record(sid) is not _MISSING,
+                    f"no entry for request_id {_text(rid)!r} (its record expires at {_when(expires)}): the sweep"
+                    " never removes it",
+                )
 
     # -- types -------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ def test_node_client_put_merge_get_history_conflict(tmp_path: Path) -> None:
         "run `make install` (npm install in clients/node)"
     )
     sidecar = start_sidecar(tmp_path / "data")
+    began_ms = time.time_ns() // 1_000_000
     try:
         results: dict[str, Any] = {}
         for target in (sidecar.unix_target, sidecar.tcp_target):
@@ -67,22 +68,23 @@ def test_node_client_put_merge_get_history_conflict(tmp_path: Path) -> None:
         assert out["sessions_later"] == []
         assert out["deleted"] == 1
         assert out["delete_again"] == 5  # NOT_FOUND, not retried
-    # One record per write it made (its ids are generated: test_node_events_and_blobs checks they are UUIDv7s),
-    # keyed by the two hashes the store keys a request by (keys.request_key).
-    stored = stored_request_keys(tmp_path / "data")
-    assert len(stored) == 2 * 2, stored  # per run: put and merge (the conflicting put wrote nothing)
-    assert all(len(k) == keys.REQUEST_KEY_BYTES and k.startswith(keys.REQUEST_KEY_MARK) for k in stored), stored
+    # The ids it generated for its writes are UUIDv7s, time first, which the store keeps side by side.
+    generated = stored_request_ids(tmp_path / "data")
+    assert len(generated) == 2 * 2, generated  # per run: put and merge (the conflicting put wrote nothing)
+    assert all(re.fullmatch("[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}", i) for i in generated), generated
+    assert all(began_ms <= int(i[:12], 16) <= time.time_ns() // 1_000_000 for i in generated), generated
 
 
-def stored_request_keys(data: Path) -> list[bytes]:
-    """The keys of the request records a sidecar's store holds."""
+def stored_request_ids(data: Path) -> list[str]:
+    """The request ids a sidecar's store remembers, in key order."""
     env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
     try:
         with env.begin() as txn:
             cursor = txn.cursor(db=env.open_db(b"requests", txn=txn, create=False))
-            return [bytes(k) for k in cursor.iternext(values=False)]
+            parts = [keys.request_key_parts(bytes(k)) for k in cursor.iternext(values=False)]
     finally:
         env.close()
+    return [rid.decode() for _, rid in filter(None, parts)]
 
 
 # One write from Node, printed as JSON: its result, or its error's code and requestId.

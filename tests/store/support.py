@@ -12,17 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
-
-import lmdb
 
 from ckpt.codec import ChainPolicy
 from ckpt.sidecar import PutRequest, PutResult, Store
-from ckpt.sidecar.store import keys
-from ckpt.sidecar.store.layout import OlderRequestKeys
 from ckpt.sidecar.store.ops import Op
-from ckpt.store.v1 import records_pb2
 from ckpt.v1 import checkpoint_pb2 as pb
 
 # Small test states would always be FULL frames under the default per-frame
@@ -166,37 +160,3 @@ def storage_write_lock_held(store: Store) -> Iterator[None]:
 def storage_of(store: Store) -> Any:
     """The store's storage (sidecar/storage), for tests of what only the LMDB implementation does."""
     return store._storage
-
-
-def older_request_keys(store: Store) -> OlderRequestKeys:
-    """Which older forms of request keys the store still looks under: a write's lookup answers the same
-    whether it looked or not, so only the store's own flag shows that the fallback stops."""
-    return store._requests.older
-
-
-def older_request_lookups(store: Store) -> int:
-    """How many lookups found no current record and looked under an older form's key (see older_request_keys)."""
-    return store._requests.older_lookups
-
-
-def request_keys_as_older_layout(data: Path, requests: list[tuple[str, str]], layout_version: int) -> None:
-    """Make the records of ``requests`` ((session id, request id) pairs) what store layout ``layout_version``
-    wrote, with raw LMDB (no ckpt writes them any more): keyed session NUL request id (layout 1) or
-    \\1 request id NUL session id (layouts 2-4), their expiry entries naming those keys; and stamp the store so."""
-    older = keys.layout1_request_key if layout_version == 1 else keys.layout4_request_key
-    env = lmdb.open(str(data / "lmdb"), max_dbs=10)
-    try:
-        db, expiry, meta = env.open_db(b"requests"), env.open_db(b"req_expiry"), env.open_db(b"meta")
-        with env.begin(write=True) as txn:
-            for session_id, request_id in requests:
-                key = keys.request_key(session_id.encode(), request_id)
-                value = txn.pop(key, db=db)
-                assert value is not None, (session_id, request_id)
-                when = records_pb2.RequestRecord.FromString(value).expires_unix_nanos
-                assert txn.delete(keys.time_key(when, key), db=expiry)
-                moved = older(session_id.encode(), request_id)
-                txn.put(moved, value, db=db)
-                txn.put(keys.time_key(when, moved), b"", db=expiry)
-            txn.put(b"layout_version", b"%d" % layout_version, db=meta)
-    finally:
-        env.close()

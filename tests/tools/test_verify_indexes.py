@@ -108,11 +108,6 @@ def keys_of(txn: lmdb.Transaction, db: lmdb._Database, match: Callable[[bytes], 
     return [bytes(k) for k in txn.cursor(db=db).iternext(values=False) if match(bytes(k))]
 
 
-def named(sid: bytes, request_id: str) -> str:
-    """How verify names a request: a current key holds its hash, not its id (keys.request_key)."""
-    return f"request hash {request_key(sid, request_id)[9:].hex()}"
-
-
 def record(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database], sid: bytes) -> records_pb2.SessionRecord:
     return records_pb2.SessionRecord.FromString(bytes(txn.get(sid, db=dbs["sessions"]) or b"\xff"))
 
@@ -158,12 +153,12 @@ def add_label_entry_of_no_session(txn: lmdb.Transaction, dbs: dict[str, lmdb._Da
 def delete_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
     (key,) = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == request_key(b"s7", "s7:1"))
     assert txn.delete(key, db=dbs["req_expiry"])
-    return "s7", "req_expiry", f"no entry for {named(b's7', 's7:1')}"
+    return "s7", "req_expiry", "no entry for request_id 's7:1'"
 
 
 def add_stray_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
     txn.put(time_key(time.time_ns(), request_key(b"a", "never-made")), b"", db=dbs["req_expiry"])
-    return "a", "req_expiry", f"names {named(b'a', 'never-made')}, which has no record"
+    return "a", "req_expiry", "names request_id 'never-made', which has no record"
 
 
 def add_stale_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
@@ -212,8 +207,7 @@ def zero_request_record_session_created(
     return (
         sid.decode(),
         "requests",
-        f"the record of {named(sid, f'{sid.decode()}:1')} (version 1) names no session"
-        " (session_created_unix_nanos is 0)",
+        f"the record of request_id '{sid.decode()}:1' (version 1) names no session (session_created_unix_nanos is 0)",
     )
 
 
@@ -294,7 +288,7 @@ def test_a_request_record_naming_no_session_is_damage_while_its_session_lives(da
     code, out, err = verify(data, "s5", "s7")
     assert code == 1 and out == "verified 2 sessions: 1 ok, 1 failed\n", (out, err)
     assert err == (
-        f"FAIL session 's5': requests table: the record of {named(b's5', 's5:1')} (version 1) names no session"
+        "FAIL session 's5': requests table: the record of request_id 's5:1' (version 1) names no session"
         " (session_created_unix_nanos is 0): a retry of that write would be written again\n"
     )
     with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
@@ -350,7 +344,7 @@ def test_a_cross_check_pass_lmdb_aborts_on_is_reported_and_the_other_tables_are_
         + re.escape(") while reading the labels table; its cross-checks are skipped\n"),
         err,
     ), err
-    assert f"FAIL session 's007': req_expiry table: no entry for {named(b's007', 'r7')}" in err, err
+    assert "FAIL session 's007': req_expiry table: no entry for request_id 'r7'" in err, err
     assert out == "verified 300 sessions: 299 ok, 1 failed; 1 more problem cross-checking the tables (see above)\n"
 
 
