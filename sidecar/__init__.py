@@ -7,8 +7,9 @@ The configuration's and the store engine's names here are imported from their mo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ckpt._lazy import lazy_names
 
 from .errors import (
     AlreadyExists,
@@ -77,16 +78,25 @@ __all__ = [
 ]
 
 #: The module each lazily imported name of __all__ comes from (the rest are the errors', above).
-_CONFIG_NAMES = frozenset({"Durability", "Retention", "StoreConfig"})
+_HOMES = {
+    **dict.fromkeys(("Durability", "Retention", "StoreConfig"), ".config"),
+    **dict.fromkeys(
+        (
+            "AppendResult",
+            "EventPage",
+            "EventQuery",
+            "GetResult",
+            "NewEvent",
+            "PutRequest",
+            "PutResult",
+            "SessionInfo",
+            "Store",
+            "SweepResult",
+            "VersionInfo",
+            "WriteMode",
+        ),
+        ".store",
+    ),
+}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(".config" if name in _CONFIG_NAMES else ".store", __name__), name)
-    globals()[name] = value  # later lookups find it here, without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -7,8 +7,9 @@ as ``python -m ckpt.sidecar.server.storehost``, does not import the gRPC server 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ckpt._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .extension import BytesHandler, LinkMethod, ServerExtension, extended_serving
@@ -17,16 +18,16 @@ if TYPE_CHECKING:
     from .process import SidecarProcess, start_sidecar_process, wait_until_serving
 
 #: Each name of __all__, and the module (in this package) it comes from.
-_MODULE_OF = {
-    "BytesHandler": "extension",
-    "LinkMethod": "extension",
-    "ServerExtension": "extension",
-    "SidecarProcess": "process",
-    "event_loop_factory": "loops",
-    "extended_serving": "extension",
-    "serve": "launch",
-    "start_sidecar_process": "process",
-    "wait_until_serving": "process",
+_HOMES = {
+    "BytesHandler": ".extension",
+    "LinkMethod": ".extension",
+    "ServerExtension": ".extension",
+    "SidecarProcess": ".process",
+    "event_loop_factory": ".loops",
+    "extended_serving": ".extension",
+    "serve": ".launch",
+    "start_sidecar_process": ".process",
+    "wait_until_serving": ".process",
 }
 
 __all__ = [
@@ -42,14 +43,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups find it here, without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
