@@ -71,7 +71,7 @@ def version_page(
 ) -> tuple[list[tuple[VersionInfo, Any]], str]:
     """A page of versions, newest first, each with its stored value (valid while ``txn`` is), and the
     next page's token. ``with_states``: each version's state counts towards ``max_page_bytes`` too, and a
-    first one over it alone is StateTooLarge."""
+    first one whose state alone is over it is StateTooLarge (a page always holds one version)."""
     sid = keys.session_key(session_id)
     size = _page_size(page_size)
     if not isinstance(start_version, int) or isinstance(start_version, bool) or start_version < 0:
@@ -109,14 +109,15 @@ def version_page(
             return out, _encode_token(b"v", scope, str(version).encode())
         info = version_info(session_id, version, value)
         if max_page_bytes:
-            entry_bytes = version_info_bytes(info, with_state=with_states)
-            if not out and entry_bytes > max_page_bytes:
+            # A page keeps one version whatever its size: only a state over the budget itself is refused,
+            # as Get refuses it. Its metadata fits the envelope the caller keeps clear above the budget.
+            if not out and with_states and info.state_size > max_page_bytes:
                 raise StateTooLarge(
                     f"session {session_id!r} version {version}: its state is {info.state_size} bytes, more than"
-                    f" a page of versions with their states holds ({max_page_bytes} bytes with its metadata,"
-                    f" max_state_bytes); read it alone with Get"
+                    f" the {max_page_bytes} bytes a page of versions with their states holds (max_state_bytes);"
+                    " read it alone with Get"
                 )
-            page_bytes += entry_bytes
+            page_bytes += version_info_bytes(info, with_state=with_states)
             if out and page_bytes > max_page_bytes:
                 return out, _encode_token(b"v", scope, str(version).encode())
         out.append((info, value))

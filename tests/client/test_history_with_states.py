@@ -208,12 +208,27 @@ def test_a_single_state_over_the_message_limit_is_resource_exhausted_naming_it(t
                 list(c.history("big", include_states=True))
             message = str(raised.value)
             assert f"session 'big' version 2: its state is {len(big)} bytes" in message, message
-            assert f"({LIMIT // 2} bytes with its metadata, max_state_bytes)" in message, message
+            assert f"more than the {LIMIT // 2} bytes a page of versions with their states holds" in message, message
             assert f"--max-message-bytes ({LIMIT})" in message, message
             with pytest.raises(ResourceExhaustedError, match="over the sidecar's message limit"):
                 c.get("big", 2)  # as a Get of it fails
             assert [v.version for v in c.history("big")] == [3, 2, 1]
             assert [v.state for v in c.history("big", include_states=True, start_version=1)] == [b"\x08\x01"]
             assert sidecar.process.poll() is None, sidecar.log()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_a_state_of_the_largest_size_a_put_takes_is_listed_with_all_its_labels(tmp_path: Path) -> None:
+    # A one-version page is the state plus its metadata: the envelope kept clear above max_state_bytes.
+    labels = {f"label-{i:02d}": "v" * 128 for i in range(64)}
+    largest = b"x" * (LIMIT // 2)
+    sidecar = start_sidecar(tmp_path / "data", "--max-message-bytes", str(LIMIT))
+    try:
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            c.put("edge", largest, labels=labels)
+            listed = list(c.history("edge", include_states=True))
+            assert [(v.version, v.state, dict(v.labels)) for v in listed] == [(1, largest, labels)]
+            assert c.get("edge").state == largest
     finally:
         assert sidecar.stop() == 0, sidecar.log()

@@ -174,9 +174,23 @@ def test_a_page_ends_early_by_the_bytes_of_its_states(tmp_path: Path) -> None:
 def test_a_single_state_over_the_page_bytes_is_state_too_large_naming_it(tmp_path: Path) -> None:
     config = untyped_store(tmp_path, 3, ChainPolicy(frame_cost_bytes=0, max_depth=3), size=5000)
     with Store(config) as store:
-        with pytest.raises(StateTooLarge, match=r"session 's' version 2: its state is 5006 bytes, .*\(4000 bytes"):
+        with pytest.raises(StateTooLarge, match=r"session .s. version 2: its state is 5006 bytes, more than the 4000"):
             store.list_versions("s", include_states=True, max_page_bytes=4000, start_version=2)
         assert store.get("s", 2).state.endswith(b"tail 2")  # a Get is not bounded by a page
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_state_of_exactly_the_page_bytes_is_listed_alone_whatever_its_labels(tmp_path: Path, over: int) -> None:
+    # The budget bounds states as Get does: a version whose state fits is listed, its metadata on top.
+    labels = {f"label-{i:02d}": "v" * 128 for i in range(64)}
+    with Store(StoreConfig(data_dir=tmp_path)) as store:
+        store.put("s", b"x" * (4000 + over), labels=labels)
+        if over:
+            with pytest.raises(StateTooLarge, match=r"version 1: its state is 4001 bytes, more than the 4000 bytes"):
+                store.list_versions("s", include_states=True, max_page_bytes=4000)
+            return
+        page, token = store.list_versions("s", include_states=True, max_page_bytes=4000)
+        assert [(r.version, r.state, r.info.labels) for r in page] == [(1, b"x" * 4000, labels)] and not token
 
 
 def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
