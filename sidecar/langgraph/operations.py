@@ -13,6 +13,7 @@ new branch on purpose, written whole.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
@@ -170,8 +171,15 @@ class Operations:
             self._ids.popitem(last=False)
 
     def _saw_seq(self, session_id: str, seq: int) -> None:
+        # The seq just read or appended is where the log is now, so it replaces (not maxes) the one kept:
+        # another saver that deleted or rebuilt the namespace began a new log, whose seqs start over. One
+        # lower than the end (a slower call's answer) only makes readers of a checkpoint scan a few more.
         with self._lock:
-            if seq > self._last_seq.get(session_id, 0):
+            self._last_seq[session_id] = seq
+
+    def _saw_log_at_most(self, session_id: str, seq: int) -> None:
+        with self._lock:
+            if seq < self._last_seq.get(session_id, 0):
                 self._last_seq[session_id] = seq
 
     def _forget(self, session_id: str) -> None:
@@ -226,6 +234,9 @@ class Operations:
                 deleted = tuple(step.deleted_checkpoint_ids)
                 lists = lists_of(step, elements)
                 seen = Head(step.checkpoint_id, version, deleted, lists, stored_elements(step), step.writes_after_seq)
+                # A head this saver did not put or read last may be another saver's in a log made anew: its
+                # writes_after_seq is a seq of the log as it is.
+                self._saw_log_at_most(sid, step.writes_after_seq)
             elif seen.writes_after_seq != step.writes_after_seq:
                 seen = replace(seen, writes_after_seq=step.writes_after_seq)
             self._saw_head(sid, seen)
@@ -419,7 +430,18 @@ class Operations:
         args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
         version, seq = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
-        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, step.writes_after_seq)
+        writes_after_seq = step.writes_after_seq
+        if seq <= writes_after_seq:
+            # The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
+            # not the one this saver saw (another saver deleted or rebuilt the namespace since). Its writes,
+            # any already sent among them, are then found from the log's start: restated at once, with
+            # compare-and-set on the version just written (lost to a newer put, it is no longer the head).
+            restate = records_pb2.Step(writes_after_seq=0).SerializeToString()
+            with contextlib.suppress(HeadMoved):
+                version, seq = yield Call("put", (where.session_id, restate, True, version, labels, None))
+                self._saw_seq(where.session_id, seq)
+                writes_after_seq = 0
+        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, writes_after_seq)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
         where = where_of(config)

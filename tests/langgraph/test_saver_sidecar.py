@@ -176,3 +176,39 @@ def test_writes_saved_before_their_checkpoints_put_are_read_with_it(sidecar: Sid
         with CkptSaver(sidecar.tcp_target) as fresh:
             assert got(fresh, thread("early")).pending_writes == got(saver, saved).pending_writes
             assert got(fresh, first).pending_writes == [("task-0", "n", "late for the first")]
+
+
+@pytest.mark.parametrize("reads_first", [True, False], ids=["read-then-put", "put-a-branch"])
+@pytest.mark.parametrize("rebuild", ["delete", "prune", "delete_for_runs"])
+def test_writes_are_kept_after_another_saver_makes_the_threads_log_anew(
+    sidecar: Sidecar, rebuild: str, reads_first: bool
+) -> None:
+    # One saver wrote a thread far into its log; another deleted, pruned or cut it, so that its log began
+    # again at seq 1. The first saver's next checkpoint and its pending writes must read back whole, whether
+    # it read the thread first (as LangGraph does before a step) or wrote a new branch without reading.
+    def step(saver: Any, config: Any, n: int, run: str = "run-a") -> Any:
+        checkpoint: Any = empty_checkpoint()
+        checkpoint.update(id=str(uuid6(clock_seq=n)), channel_values={"n": n}, channel_versions={"n": n + 1})
+        metadata = {"source": "loop", "step": n, "parents": {}, "run_id": run}
+        written = saver.put(config, checkpoint, metadata, {"n": n + 1})
+        saver.put_writes(written, [("__interrupt__", f"ask {n}"), ("n", n)], f"task-{n}")
+        return written
+
+    with CkptSaver(sidecar.unix_target) as first, CkptSaver(sidecar.tcp_target) as second:
+        config = thread("remade")
+        for n in range(10):
+            config = step(first, config, n)
+        if rebuild == "delete":
+            second.delete_thread("remade")
+            step(second, thread("remade"), 100, run="run-b")
+        elif rebuild == "prune":
+            second.prune(["remade"], strategy="keep_latest")
+        else:
+            step(second, config, 100, run="run-b")
+            second.delete_for_runs(["run-a"])
+        parent = got(first, thread("remade")).config if reads_first else thread("remade")
+        config = step(first, parent, 101)
+        for saver in (first, second, CkptSaver(sidecar.unix_target)):
+            found = got(saver, thread("remade"))
+            assert found.config == config
+            assert found.pending_writes == [("task-101", "__interrupt__", "ask 101"), ("task-101", "n", 101)]
