@@ -123,6 +123,12 @@ def sessions(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
     after = _time_arg("--updated-after", args.updated_after)
     before = _time_arg("--updated-before", args.updated_before)
+    if after is not None and before is not None and after > before:
+        raise ValueError(
+            f"--updated-after {args.updated_after!r} is later than --updated-before {args.updated_before!r}:"
+            " no session could match (the listing is of sessions last written at or after --updated-after"
+            " and before --updated-before)"
+        )
     with client_of(args) as c:
         for info in c.sessions(labels=labels, updated_after=after, updated_before=before):
             print_json(info)

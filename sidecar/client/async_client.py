@@ -139,20 +139,31 @@ class AsyncCheckpointClient(
         chunk_size = blobs.check_chunk_size(chunk_size_bytes, self._max_message_bytes)
         self._check_open()
 
+        failure = blobs.ReadFailure()
+
         async def requests() -> AsyncIterator[service_pb2.PutBlobRequest]:
             yield blobs.first_request(session_id, media_type, expected_sha256)
             if isinstance(data, (bytes, bytearray, memoryview)):
                 for request in blobs.byte_requests(data, chunk_size):
                     yield request
             else:
-                while piece := blobs.chunk_of(await asyncio.to_thread(data.read, chunk_size)):
+                while True:
+                    try:
+                        piece = blobs.chunk_of(await asyncio.to_thread(data.read, chunk_size))
+                    except Exception as exc:  # as ReadFailure.guard: the stream ends cut short; raised below
+                        failure.error = exc
+                        return
+                    if not piece:
+                        break
                     yield service_pb2.PutBlobRequest(chunk=piece)
             yield blobs.END
 
         try:
             response = await self._stub.PutBlob(requests())
         except grpc.RpcError as exc:
-            translate(exc)
+            if failure.error is None:
+                translate(exc)
+        failure.raise_it()  # the stream was cut short: the sidecar refused it, nothing stored
         return blobs.artifact_ref(response, media_type)
 
     def get_blob(

@@ -66,6 +66,30 @@ def file_requests(file: BinaryIO, chunk_size: int) -> Iterator[service_pb2.PutBl
 END = service_pb2.PutBlobRequest(end=True)
 
 
+class ReadFailure:
+    """Keeps what reading the caller's data raised (a text-mode file's TypeError from :func:`chunk_of`, a
+    ``read()``'s OSError) out of gRPC, which runs the request iterator and would report it as an error of
+    its own (the sync client's UNKNOWN "Exception iterating requests!", the async client's CancelledError).
+    The stream ends there without :data:`END`, so the sidecar stores nothing; put_blob then raises the
+    error itself through :meth:`raise_it`."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+
+    def guard(self, requests: Iterator[service_pb2.PutBlobRequest]) -> Iterator[service_pb2.PutBlobRequest]:
+        """``requests`` (ending with END) until one raises: then the stream ends, cut short."""
+        try:
+            yield from requests
+        except Exception as exc:
+            self.error = exc
+
+    def raise_it(self) -> None:
+        """Raise the kept error, if any (outside any ``except``: it stays as the caller's read raised it)."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
 def artifact_ref(response: service_pb2.PutBlobResponse, media_type: str) -> checkpoint_pb2.ArtifactRef:
     """The ArtifactRef naming a stored blob (put it in a checkpoint's ``artifacts``)."""
     return checkpoint_pb2.ArtifactRef(

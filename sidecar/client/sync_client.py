@@ -140,10 +140,13 @@ class CheckpointClient(
             rest = blobs.byte_requests(data, chunk_size)
         else:
             rest = blobs.file_requests(data, chunk_size)
+        failure = blobs.ReadFailure()
         try:
-            response = self._stub.PutBlob(itertools.chain((first,), rest, (blobs.END,)))
+            response = self._stub.PutBlob(failure.guard(itertools.chain((first,), rest, (blobs.END,))))
         except grpc.RpcError as exc:
-            translate(exc)
+            if failure.error is None:
+                translate(exc)
+        failure.raise_it()  # the stream was cut short: the sidecar refused it, nothing stored
         return blobs.artifact_ref(response, media_type)
 
     def get_blob(self, ref: checkpoint_pb2.ArtifactRef | str, *, offset: int = 0, length: int = 0) -> Iterator[bytes]:

@@ -81,6 +81,26 @@ def test_a_bad_id_or_label_is_a_bad_command_line_even_with_no_sidecar(
     assert out.stderr.startswith(f"ckpt {args[0]}: ".encode()) and b"connect" not in out.stderr
 
 
+def test_an_update_time_range_ending_before_it_starts_is_a_bad_command_line(tmp_path: Path) -> None:
+    """Said in the options' own terms before connecting: exit 2, not the sidecar's fields in nanoseconds."""
+    # 10:00Z is later than 10:30+01:00 (09:30Z): the instants are compared, not the text.
+    after, before = "2026-11-21T10:00:00Z", "2026-11-21T10:30:00+01:00"
+    t = ("--target", f"unix:{tmp_path / 'nobody.sock'}")
+    out = ckpt("sessions", "--updated-after", after, "--updated-before", before, *t)
+    assert out.returncode == 2 and out.stdout == b"", out.stderr
+    assert out.stderr.startswith(
+        f"ckpt sessions: --updated-after '{after}' is later than --updated-before '{before}'".encode()
+    ), out.stderr
+    assert b" ns" not in out.stderr and b"connect" not in out.stderr
+
+
+def test_an_update_time_range_of_one_instant_is_sent(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    same = "2026-11-21T10:00:00Z"
+    out = ckpt("sessions", "--updated-after", same, "--updated-before", "2026-11-21T11:00:00+01:00", *t)
+    assert out.returncode == 0 and out.stdout == b"", out.stderr
+
+
 def test_ids_and_labels_print_as_text_not_escapes(sidecar: Sidecar) -> None:
     t = ("--target", sidecar.unix_target)
     out = ckpt("put", "überseeq", "--label", "план=шаг", *t, stdin=b"\x08\x01")

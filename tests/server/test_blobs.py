@@ -4,14 +4,16 @@ a blob's life: stored once, removed when no session references it any more."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import io
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -156,6 +158,64 @@ def test_a_stream_cancelled_half_way_stores_nothing_and_leaves_no_temporary_file
         assert time.monotonic() < deadline, temp_files(sidecar.data_dir)
         time.sleep(0.02)
     assert blob_files(sidecar.data_dir) == []
+
+
+class FailingFile(io.RawIOBase):
+    """A binary file whose reads after the first raise EIO (a disk or network file going bad)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return b"first part"
+
+
+def _unreadable_files(tmp_path: Path) -> list[tuple[Callable[[], Any], type[Exception], str]]:
+    text = tmp_path / "page.html"
+    text.write_text("<html>")
+    return [
+        (lambda: open(text), TypeError, r"gave str, not bytes: open it in binary mode \('rb'\)"),
+        (FailingFile, OSError, r"\[Errno 5\] Input/output error"),
+    ]
+
+
+def test_an_error_reading_the_file_reaches_the_caller_and_nothing_is_stored(sidecar: Sidecar, tmp_path: Path) -> None:
+    with CheckpointClient(sidecar.unix_target) as client:
+        for make_file, error, words in _unreadable_files(tmp_path):
+            with make_file() as f, pytest.raises(error, match=words) as caught:
+                client.put_blob(f, session_id="s")
+            assert type(caught.value) is error
+            with pytest.raises(NotFoundError):
+                list(client.get_blob(hashlib.sha256(b"first part").hexdigest()))
+        assert blob_files(sidecar.data_dir) == [] and temp_files(sidecar.data_dir) == []
+        ref = client.put_blob(b"after", session_id="s")  # the client still works
+        assert b"".join(client.get_blob(ref)) == b"after"
+    assert len(blob_files(sidecar.data_dir)) == 1
+
+
+def test_an_error_reading_the_file_reaches_the_async_caller_and_nothing_is_stored(
+    sidecar: Sidecar, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        async with AsyncCheckpointClient(sidecar.unix_target) as client:
+            for make_file, error, words in _unreadable_files(tmp_path):
+                with make_file() as f, pytest.raises(error, match=words) as caught:
+                    await client.put_blob(f, session_id="s")
+                assert type(caught.value) is error
+                with pytest.raises(NotFoundError):
+                    await client.get_blob_to(hashlib.sha256(b"first part").hexdigest(), io.BytesIO())
+            assert blob_files(sidecar.data_dir) == [] and temp_files(sidecar.data_dir) == []
+            ref = await client.put_blob(b"after", session_id="s")  # the client still works
+            assert [chunk async for chunk in client.get_blob(ref)] == [b"after"]
+
+    asyncio.run(main())
+    assert len(blob_files(sidecar.data_dir)) == 1
 
 
 def test_bad_blob_requests_get_precise_errors(sidecar: Sidecar) -> None:
