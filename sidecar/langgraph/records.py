@@ -26,6 +26,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ckpt.langgraph.v1 import records_pb2
 
+from ..ids import HAS_CONTROL, MAX_LABEL_VALUE_BYTES, MAX_SESSION_ID_BYTES, has_control, quoted
+
 STEP_TYPE = records_pb2.Step.DESCRIPTOR.full_name
 #: The session label naming the thread, so that a thread's namespaces are found together.
 THREAD_LABEL = "langgraph.thread"
@@ -41,9 +43,6 @@ ITEMS = "ckpt.items"
 
 _PREFIX = "langgraph/"
 _PRUNING_PREFIX = "langgraph-pruning/"
-# PutRequest's limits (service.proto): a session id of 1-256 bytes, a label value of at most 128.
-MAX_SESSION_ID_BYTES = 256
-MAX_LABEL_VALUE_BYTES = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +71,10 @@ class Where:
 
 
 def _session_id(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
+    # Refused as the session id would be, but naming what the caller gave.
+    for field, value in (("thread_id", thread_id), ("checkpoint_ns", checkpoint_ns)):
+        if has_control(value):
+            raise ValueError(f"{field} {quoted(value)} {HAS_CONTROL}: ckpt's savers cannot store it")
     # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
     session_id = f"{prefix}{len(thread_id)}/{thread_id}/{checkpoint_ns}"
     size = len(session_id.encode())

@@ -341,10 +341,11 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
         return _next_version(current)
 
     async def _ready(self) -> None:
-        # The Step type is registered once, by the first call; concurrent first calls share it.
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        if self._registered is None:
+        # The Step type is registered once, by the first call; concurrent first calls share it. The sync
+        # methods hand their calls to the loop the saver was last used on (a program may asyncio.run twice);
+        # a registration left unfinished on an earlier loop is made again on this one.
+        loop = self._loop = asyncio.get_running_loop()
+        if self._registered is None or (not self._registered.done() and self._registered.get_loop() is not loop):
             self._registered = asyncio.ensure_future(self._backend.register())
         try:
             await asyncio.shield(self._registered)

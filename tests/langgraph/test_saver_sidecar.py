@@ -137,6 +137,11 @@ def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
             put(saver, thread("t" * 129), {"n": 0}, 0)
         with pytest.raises(ValueError, match="over ckpt's limit of 256"):
             put(saver, thread("t", "ns" * 200), {"n": 0}, 0)
+        with pytest.raises(ValueError, match=r"^thread_id 'a\\nb' contains an ASCII control character"):
+            put(saver, thread("a\nb"), {"n": 0}, 0)
+        with pytest.raises(ValueError, match=r"^checkpoint_ns 'sub\\x00' contains an ASCII control character"):
+            saver.get_tuple(thread("t", "sub\x00"))
+        assert list(saver.list(None)) == []  # nothing was stored
         with pytest.raises(ValueError, match="checkpoint_id"):
             saver.put_writes(thread("t"), [("n", 1)], "task")
         with pytest.raises(ValueError, match='"keep_latest" or "delete"'):
