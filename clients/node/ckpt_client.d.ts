@@ -259,7 +259,10 @@ export class ConflictError extends Error {
 export interface StreamError extends CallError {
   /** Results yielded before the error. */
   answered: number;
-  /** The batch sent without a result (perhaps committed), with its request ids: resend as is. */
+  /**
+   * The writes sent without a result (perhaps committed: the batch in flight, or those a stopping
+   * sidecar did not queue), with their request ids: resend as is.
+   */
   unanswered: PutRequest[];
 }
 
@@ -331,6 +334,10 @@ export class CheckpointClient {
    * name of its package's file (default: after the package), the one other clients register it under.
    */
   registerType(root: import('protobufjs').Root, typeName: string, options?: { fileName?: string }): Promise<string[]>;
+  /**
+   * batchSize: 1..1000 (64). Throws a TypeError/RangeError naming a bad `puts` or `batchSize` at once;
+   * writes a stopping sidecar did not queue are resent on the next stream, as a broken batch is.
+   */
   putStream(
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },

@@ -9,6 +9,7 @@ const protoLoader = require('@grpc/proto-loader');
 const { checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
+const { retryDelayMs, streamPuts } = require('./put_stream');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
@@ -16,6 +17,8 @@ const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 // The most versions a ListVersions page holds (service.proto).
 const MAX_PAGE_SIZE = 1000;
+// The most writes a PutStream message holds (the sidecar's limit, as the Python clients' batch_size).
+const MAX_STREAM_BATCH_PUTS = 1000;
 
 function loadService() {
   const definition = protoLoader.loadSync('ckpt/v1/service.proto', {
@@ -135,83 +138,6 @@ class ConflictError extends Error {
   }
 }
 
-// What the sidecar answers while it restarts or shuts down (CANCELLED: a call
-// it received but had not started): the same request is sent again.
-const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
-
-// How long to wait before retrying a call that failed with `err` after
-// `attempt` retries, or null to give up: the one policy of call() and
-// putStream(), as the Python clients' _retry_delay_seconds.
-function retryDelayMs(err, { retry = true, attempt, retries }) {
-  if (retry && RETRYABLE.has(err.code) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
-  return null;
-}
-
-// A PutStream call whose answers are awaited one at a time: next(timeoutMs)
-// resolves to the next PutStreamResponse, or rejects with the stream's error
-// (the same one again after it), or DEADLINE_EXCEEDED after timeoutMs.
-function openStream(stub) {
-  const call = stub.PutStream();
-  const replies = [];
-  let failure = null;
-  let waiter = null;
-  const wake = () => {
-    if (waiter !== null && (replies.length || failure)) {
-      const w = waiter;
-      waiter = null;
-      w();
-    }
-  };
-  call.on('data', (reply) => {
-    replies.push(reply);
-    wake();
-  });
-  call.on('error', (err) => {
-    failure = failure || err;
-    wake();
-  });
-  call.on('end', () => {
-    if (!failure) {
-      failure = new Error('the sidecar ended the stream without answering');
-      failure.code = grpc.status.UNAVAILABLE;
-    }
-    wake();
-  });
-  return {
-    send(request) {
-      try {
-        call.write(request);
-      } catch (err) {
-        // The call ended already (the sidecar stopping): its error, else this one, as UNAVAILABLE.
-        failure = failure || Object.assign(err, { code: grpc.status.UNAVAILABLE });
-      }
-    },
-    async next(timeoutMs) {
-      if (!replies.length && !failure) {
-        let timer;
-        await new Promise((resolve) => {
-          waiter = resolve;
-          timer = setTimeout(() => {
-            waiter = null;
-            failure = failure || Object.assign(new Error(`no answer within ${timeoutMs} ms`), {
-              code: grpc.status.DEADLINE_EXCEEDED,
-            });
-            resolve();
-          }, timeoutMs);
-        });
-        clearTimeout(timer);
-      }
-      if (replies.length) return replies.shift();
-      throw failure;
-    },
-    close({ end = false } = {}) {
-      // All answered: half-close, so the sidecar ends the call OK; else cancel it.
-      if (end) call.end();
-      else call.cancel();
-    },
-  };
-}
-
 class CheckpointClient {
   // target: "unix:/path/ckpt.sock" or "host:port". timeoutMs bounds a whole
   // call, retries included; UNAVAILABLE is retried `retries` (8) times, backing
@@ -300,14 +226,16 @@ class CheckpointClient {
 
   request(sessionId, state, mode, expectedVersion, requestId, labels, messageType) {
     const req = {
-      session_id: sessionId,
+      session_id: checkString('sessionId', sessionId),
       state: Buffer.from(state),
       mode,
       request_id: requestId || newRequestId(),
       labels: labels || {},
       message_type: messageType || '',
     };
-    if (expectedVersion !== undefined) req.expected_version = expectedVersion;
+    if (expectedVersion !== undefined && expectedVersion !== null) {
+      req.expected_version = checkInt('expectedVersion', expectedVersion);
+    }
     return req;
   }
 
@@ -329,7 +257,7 @@ class CheckpointClient {
   // than a get and an events read); its `next_page_token`, if not empty, is
   // the rest: events(sessionId, { ...filter, pageToken }).
   get(sessionId, version = 0, { fieldMask, events } = {}) {
-    const request = { session_id: sessionId, version };
+    const request = { session_id: checkString('sessionId', sessionId), version: checkInt('version', version) };
     if (fieldMask !== undefined) {
       if (!Array.isArray(fieldMask)) throw new TypeError('fieldMask must be an array of paths');
       request.field_mask = { paths: fieldMask };
@@ -427,9 +355,9 @@ class CheckpointClient {
   async fork(sessionId, newSessionId, { version = 0, labels, copyEvents = false } = {}) {
     if (typeof copyEvents !== 'boolean') throw new TypeError(`copyEvents must be a boolean, not ${typeof copyEvents}`);
     const request = {
-      session_id: sessionId,
-      new_session_id: newSessionId,
-      version,
+      session_id: checkString('sessionId', sessionId),
+      new_session_id: checkString('newSessionId', newSessionId),
+      version: checkInt('version', version),
       labels: labels || {},
       copy_events: copyEvents,
     };
@@ -474,95 +402,31 @@ class CheckpointClient {
     return (await this.call('DeleteSession', { session_id: sessionId }, { retry: false })).deleted_versions;
   }
 
-  // Many writes on one PutStream, `batchSize` to a message: an async iterator
-  // of one PutResult per write, in order: { outcome: 'response', response }
-  // or { outcome: 'error', error: { code, message, current_version } } (a
-  // failed write, e.g. a conflict; the others go on). `puts` is an iterable
-  // or async iterable of { sessionId, state, merge, expectedVersion,
-  // requestId, labels }. A batch is sent once `batchSize` writes are ready
-  // or no further one is yet (an agent giving a write per step gets each
-  // answered before its next step), one batch in flight at a time. If `puts`
-  // throws, the writes it gave before are sent and answered, then its error
-  // is thrown. Each write keeps one request id (its own or a generated one),
-  // so when the stream breaks with UNAVAILABLE or CANCELLED (a sidecar
-  // restart) the batch sent and not answered is resent on a new stream and
-  // lands once (`replayed` on what was committed before the break).
-  // `retries` counts reconnects since the last answer and `timeoutMs` bounds
-  // each wait for an answer; giving up throws the error with `answered` (the
-  // results yielded) and `unanswered` (the batch's requests, request ids
-  // included: resend them as they are) on it.
-  async *putStream(puts, { batchSize = 64 } = {}) {
-    const source = puts[Symbol.asyncIterator] ? puts[Symbol.asyncIterator]() : puts[Symbol.iterator]();
-    const notReady = Symbol('not ready');
-    let pending = null; // source.next() asked and not taken yet
-    // The next write: waited for, or notReady if `puts` has none ready now.
-    const take = async (wait) => {
-      if (pending === null) {
-        pending = Promise.resolve().then(() => source.next());
-        pending.catch(() => {}); // rejected while a batch is out: thrown when taken
-      }
-      const got = wait ? await pending : await Promise.race([pending, new Promise((r) => setImmediate(r, notReady))]);
-      if (got !== notReady) pending = null;
-      return got;
-    };
-    let stream = null;
-    let batchId = 0;
-    let answered = 0;
-    let failed = null; // what `puts` threw
-    try {
-      while (failed === null) {
-        const batch = [];
-        while (batch.length < batchSize) {
-          let next;
-          try {
-            next = await take(batch.length === 0);
-          } catch (err) {
-            failed = { err };
-            break;
-          }
-          if (next === notReady) break;
-          if (next.done) {
-            failed = { done: true };
-            break;
-          }
-          const put = next.value;
-          const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
-          batch.push(
-            this.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels, put.messageType),
-          );
-        }
-        if (batch.length === 0) break;
-        for (let attempt = 0; ; attempt++) {
-          try {
-            if (stream === null) stream = openStream(this.stub);
-            batchId += 1;
-            stream.send({ puts: batch, batch_id: batchId });
-            const reply = await stream.next(this.timeoutMs);
-            if (reply.batch_id !== batchId || reply.results.length !== batch.length) {
-              const err = new Error(`batch ${batchId} was answered by batch ${reply.batch_id}'s results`);
-              err.code = grpc.status.INTERNAL;
-              throw err;
-            }
-            answered += batch.length;
-            yield* reply.results;
-            break;
-          } catch (err) {
-            if (stream !== null) stream.close();
-            stream = null;
-            const delayMs = retryDelayMs(err, { attempt, retries: this.retries });
-            if (delayMs === null) {
-              err.answered = answered;
-              err.unanswered = batch;
-              throw err;
-            }
-            await new Promise((resolve) => setTimeout(resolve, delayMs));
-          }
-        }
-      }
-      if (failed !== null && failed.err !== undefined) throw failed.err;
-    } finally {
-      if (stream !== null) stream.close({ end: true });
+  // Many writes on one PutStream, `batchSize` (1..1000) to a message: an
+  // async iterator of one PutResult per write, in order: { outcome:
+  // 'response', response } or { outcome: 'error', error: { code, message,
+  // current_version } } (a failed write, e.g. a conflict; the others go on).
+  // `puts` is an iterable or async iterable of { sessionId, state, merge,
+  // expectedVersion, requestId, labels }. A batch is sent once `batchSize`
+  // writes are ready or no further one is yet (an agent giving a write per
+  // step gets each answered before its next step), one batch in flight at a
+  // time. If `puts` throws (or gives a write with a bad argument), the
+  // writes it gave before are sent and answered, then its error is thrown.
+  // Each write keeps one request id (its own or a generated one), so when
+  // the stream breaks with UNAVAILABLE or CANCELLED (a sidecar restart) the
+  // batch sent and not answered is resent on a new stream and lands once
+  // (`replayed` on what was committed before the break); so are the writes a
+  // stopping sidecar answered UNAVAILABLE without queuing them, the last of
+  // their batch. `retries` counts reconnects since the last answer and
+  // `timeoutMs` bounds each wait for an answer; giving up throws the error
+  // with `answered` (the results yielded) and `unanswered` (the batch's
+  // requests not answered, request ids included: resend them as they are)
+  // on it. A bad `puts` or `batchSize` throws here, before anything is sent.
+  putStream(puts, { batchSize = 64 } = {}) {
+    if (puts === null || puts === undefined || !(puts[Symbol.asyncIterator] || puts[Symbol.iterator])) {
+      throw new TypeError(`puts must be an iterable or async iterable of writes, not ${kindOf(puts)}`);
     }
+    return streamPuts(this, puts, checkInt('batchSize', batchSize, { low: 1, high: MAX_STREAM_BATCH_PUTS }));
   }
 
   close() {

@@ -1,0 +1,206 @@
+// putStream's machinery: one PutStream call at a time, its answers awaited
+// one by one, and the loop that sends the writes of `puts` in batches across
+// the streams a sidecar restart makes, resending what was not answered.
+'use strict';
+
+const grpc = require('@grpc/grpc-js');
+
+// A PutResult's error code when the sidecar, stopping, did not queue the write (UNAVAILABLE).
+const NOT_QUEUED = 14;
+
+// What the sidecar answers while it restarts or shuts down (CANCELLED: a call
+// it received but had not started): the same request is sent again.
+const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
+
+// How long to wait before retrying a call that failed with `err` after
+// `attempt` retries, or null to give up: the one policy of call() and
+// putStream(), as the Python clients' _retry_delay_seconds.
+function retryDelayMs(err, { retry = true, attempt, retries }) {
+  if (retry && RETRYABLE.has(err.code) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
+  return null;
+}
+
+// A PutStream call whose answers are awaited one at a time: next(timeoutMs)
+// resolves to the next PutStreamResponse, or rejects with the stream's error
+// (the same one again after it), or DEADLINE_EXCEEDED after timeoutMs;
+// endedOk: the call has ended with OK (next() then rejects UNAVAILABLE).
+function openStream(stub) {
+  const call = stub.PutStream();
+  const replies = [];
+  let failure = null;
+  let endedOk = false;
+  let waiter = null;
+  const wake = () => {
+    if (waiter !== null && (replies.length || failure)) {
+      const w = waiter;
+      waiter = null;
+      w();
+    }
+  };
+  call.on('data', (reply) => {
+    replies.push(reply);
+    wake();
+  });
+  call.on('error', (err) => {
+    failure = failure || err;
+    wake();
+  });
+  call.on('end', () => {
+    if (!failure) {
+      endedOk = true;
+      failure = new Error('the sidecar ended the stream without answering');
+      failure.code = grpc.status.UNAVAILABLE;
+    }
+    wake();
+  });
+  return {
+    get endedOk() {
+      return endedOk;
+    },
+    send(request) {
+      try {
+        call.write(request);
+      } catch (err) {
+        // The call ended already (the sidecar stopping): its error, else this one, as UNAVAILABLE.
+        failure = failure || Object.assign(err, { code: grpc.status.UNAVAILABLE });
+      }
+    },
+    async next(timeoutMs) {
+      if (!replies.length && !failure) {
+        let timer;
+        await new Promise((resolve) => {
+          waiter = resolve;
+          timer = setTimeout(() => {
+            waiter = null;
+            failure = failure || Object.assign(new Error(`no answer within ${timeoutMs} ms`), {
+              code: grpc.status.DEADLINE_EXCEEDED,
+            });
+            resolve();
+          }, timeoutMs);
+        });
+        clearTimeout(timer);
+      }
+      if (replies.length) return replies.shift();
+      throw failure;
+    },
+    close({ end = false } = {}) {
+      // All answered: half-close, so the sidecar ends the call OK; else cancel it.
+      if (end) call.end();
+      else call.cancel();
+    },
+  };
+}
+
+function contractError(message) {
+  return Object.assign(new Error(message), { code: grpc.status.INTERNAL });
+}
+
+// A result of a write the sidecar, stopping, did not queue.
+function notQueued(result) {
+  return result.outcome === 'error' && result.error.code === NOT_QUEUED;
+}
+
+// A write of `puts` as a PutRequest.
+function streamRequest(client, put) {
+  const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
+  return client.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels, put.messageType);
+}
+
+// The results of `client`'s putStream(puts, { batchSize }), its arguments checked.
+async function* streamPuts(client, puts, batchSize) {
+  const source = puts[Symbol.asyncIterator] ? puts[Symbol.asyncIterator]() : puts[Symbol.iterator]();
+  const notReady = Symbol('not ready');
+  let pending = null; // source.next() asked and not taken yet
+  // The next write: waited for, or notReady if `puts` has none ready now.
+  const take = async (wait) => {
+    if (pending === null) {
+      pending = Promise.resolve().then(() => source.next());
+      pending.catch(() => {}); // rejected while a batch is out: thrown when taken
+    }
+    const got = wait ? await pending : await Promise.race([pending, new Promise((r) => setImmediate(r, notReady))]);
+    if (got !== notReady) pending = null;
+    return got;
+  };
+  let stream = null;
+  let batchId = 0;
+  let answered = 0;
+  let failed = null; // what `puts` threw
+  try {
+    while (failed === null) {
+      let batch = [];
+      while (batch.length < batchSize) {
+        let next;
+        try {
+          next = await take(batch.length === 0);
+        } catch (err) {
+          failed = { err };
+          break;
+        }
+        if (next === notReady) break;
+        if (next.done) {
+          failed = { done: true };
+          break;
+        }
+        try {
+          // A bad argument is refused by name, and ends the writes as an error of `puts` would.
+          batch.push(streamRequest(client, next.value));
+        } catch (err) {
+          failed = { err };
+          break;
+        }
+      }
+      if (batch.length === 0) break;
+      let attempt = 0; // reconnects since the last answer
+      for (;;) {
+        try {
+          if (stream === null) stream = openStream(client.stub);
+          batchId += 1;
+          stream.send({ puts: batch, batch_id: batchId });
+          const reply = await stream.next(client.timeoutMs);
+          if (reply.batch_id !== batchId || reply.results.length !== batch.length) {
+            throw contractError(`batch ${batchId} was answered by batch ${reply.batch_id}'s results`);
+          }
+          // A sidecar stopped while the stream waited for room in its write queue answers the
+          // batch whole, the writes it had not queued UNAVAILABLE (not written), and ends the
+          // stream: they are the batch's last results. Those are held back until the stream
+          // ends: broken, their writes are resent first on the next one, request ids the same;
+          // ended OK, they are given as they are (as the Python clients' ledger does).
+          let given = reply.results.length;
+          while (given > 0 && notQueued(reply.results[given - 1])) given -= 1;
+          if (given > 0) attempt = 0;
+          answered += given;
+          yield* reply.results.slice(0, given);
+          if (given === batch.length) break;
+          const held = reply.results.slice(given);
+          batch = batch.slice(given);
+          stream.close({ end: true }); // nothing more is sent on it: how it ends says which
+          const end = await stream.next(client.timeoutMs).then(
+            () => contractError('PutStream answered a batch that was not sent'),
+            (err) => err,
+          );
+          if (!stream.endedOk) throw end;
+          stream = null;
+          answered += held.length;
+          yield* held;
+          break;
+        } catch (err) {
+          if (stream !== null) stream.close();
+          stream = null;
+          const delayMs = retryDelayMs(err, { attempt, retries: client.retries });
+          attempt += 1;
+          if (delayMs === null) {
+            err.answered = answered;
+            err.unanswered = batch;
+            throw err;
+          }
+          await new Promise((resolve) => setTimeout(resolve, delayMs));
+        }
+      }
+    }
+    if (failed !== null && failed.err !== undefined) throw failed.err;
+  } finally {
+    if (stream !== null) stream.close({ end: true });
+  }
+}
+
+module.exports = { retryDelayMs, streamPuts };

@@ -1,0 +1,98 @@
+"""The Node.js client refuses bad numeric arguments by name before anything is sent, as the Python
+clients do (sidecar/client/arguments.py): proto-loader would otherwise truncate or zero them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from ckpt.sidecar.client import CheckpointClient, NotFoundError
+from tests.client.test_node_client import node_command
+from tests.support import Sidecar
+
+# Each call of CASES against a session "n" with versions 1..3: prints [label, what it threw or answered].
+_CALLS = """
+const { CheckpointClient } = require(process.argv[1]);
+const client = new CheckpointClient(process.argv[2], { timeoutMs: 5000 });
+const state = Buffer.from([0x08, 0x07]);
+const drain = async (results) => { const out = []; for await (const r of results) out.push(r); return out; };
+const CASES = {
+  'get -1': () => client.get('n', -1),
+  'get NaN': () => client.get('n', NaN),
+  'get abc': () => client.get('n', 'abc'),
+  'get 1.5': () => client.get('n', 1.5),
+  'get 2^53': () => client.get('n', 2 ** 53),
+  'get sessionId 5': () => client.get(5),
+  'put expectedVersion 3.7': () => client.put('n', state, { expectedVersion: 3.7 }),
+  'put expectedVersion -1': () => client.put('new', state, { expectedVersion: -1 }),
+  'put expectedVersion "3"': () => client.put('n', state, { expectedVersion: '3' }),
+  'merge expectedVersion NaN': () => client.merge('n', state, { expectedVersion: NaN }),
+  'fork version -1': () => client.fork('n', 'n-fork', { version: -1 }),
+  'fork version 1.5': () => client.fork('n', 'n-fork', { version: 1.5 }),
+  'putStream batchSize 0': () => drain(client.putStream([{ sessionId: 'n', state }], { batchSize: 0 })),
+  'putStream batchSize 1001': () => drain(client.putStream([{ sessionId: 'n', state }], { batchSize: 1001 })),
+  'putStream batchSize 2.5': () => drain(client.putStream([{ sessionId: 'n', state }], { batchSize: 2.5 })),
+  'putStream puts 5': () => drain(client.putStream(5)),
+  'putStream expectedVersion -1': () => drain(client.putStream([{ sessionId: 'new', state, expectedVersion: -1 }])),
+  'putStream expectedVersion 3.7': () => drain(client.putStream([{ sessionId: 'n', state, expectedVersion: 3.7 }])),
+};
+(async () => {
+  const out = {};
+  for (const [label, call] of Object.entries(CASES)) {
+    try {
+      const r = await call();
+      out[label] = { answered: JSON.stringify(r).slice(0, 80) };
+    } catch (e) {
+      out[label] = { [e.constructor.name]: e.message };
+    }
+  }
+  console.log(JSON.stringify(out));
+})().finally(() => client.close());
+"""
+
+_WHOLE = "whole Number"
+
+
+def _expected() -> dict[str, dict[str, Any]]:
+    top = 2**53 - 1
+    return {
+        "get -1": {"RangeError": f"version must be in 0..{top}, got -1"},
+        "get NaN": {"TypeError": f"version must be a {_WHOLE}, not NaN"},
+        "get abc": {"TypeError": f"version must be a {_WHOLE}, not abc"},
+        "get 1.5": {"TypeError": f"version must be a {_WHOLE}, not 1.5"},
+        "get 2^53": {"TypeError": f"version must be a {_WHOLE}, not {2**53}"},
+        "get sessionId 5": {"TypeError": "sessionId must be a string, not number"},
+        "put expectedVersion 3.7": {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3.7"},
+        "put expectedVersion -1": {"RangeError": f"expectedVersion must be in 0..{top}, got -1"},
+        'put expectedVersion "3"': {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3"},
+        "merge expectedVersion NaN": {"TypeError": f"expectedVersion must be a {_WHOLE}, not NaN"},
+        "fork version -1": {"RangeError": f"version must be in 0..{top}, got -1"},
+        "fork version 1.5": {"TypeError": f"version must be a {_WHOLE}, not 1.5"},
+        "putStream batchSize 0": {"RangeError": "batchSize must be in 1..1000, got 0"},
+        "putStream batchSize 1001": {"RangeError": "batchSize must be in 1..1000, got 1001"},
+        "putStream batchSize 2.5": {"TypeError": f"batchSize must be a {_WHOLE}, not 2.5"},
+        "putStream puts 5": {"TypeError": "puts must be an iterable or async iterable of writes, not number"},
+        "putStream expectedVersion -1": {"RangeError": f"expectedVersion must be in 0..{top}, got -1"},
+        "putStream expectedVersion 3.7": {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3.7"},
+    }
+
+
+def test_node_refuses_bad_versions_and_batch_sizes_by_name_and_writes_nothing(sidecar: Sidecar) -> None:
+    """Before, get(-1), get(NaN) and get('abc') read the head and get(1.5) version 1; expectedVersion 3.7
+    ran the compare-and-set against 3 and -1 against 0 (creating 'new'); fork version -1 forked the head;
+    putStream with batchSize 0 wrote nothing and answered nothing, silently."""
+    with CheckpointClient(sidecar.unix_target) as c:
+        for k in range(3):
+            c.put("n", bytes([0x08, k]))
+    proc = subprocess.run(node_command(_CALLS, sidecar.unix_target), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == _expected()
+    with CheckpointClient(sidecar.unix_target) as c:
+        assert [v.version for v in c.history("n")] == [3, 2, 1]  # nothing written
+        assert c.get("n").state == bytes([0x08, 2])
+        for absent in ("new", "n-fork"):
+            with pytest.raises(NotFoundError):
+                c.get(absent)
