@@ -98,9 +98,9 @@ class CkptSaver extends BaseCheckpointSaver {
     // its Step's writes_after_seq (a read of the head asks for its pending writes with it).
     this.heads = new Map();
     // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
-    // saves a task's writes while its checkpoint's put may not have begun. By session, the highest seq
-    // this saver saw; by checkpoint, the seq seen before a write to it that came before its put, the
-    // puts under way, and the checkpoints it put or read.
+    // saves a task's writes while its checkpoint's put may not have begun. By session, the seq this
+    // saver last read or appended (where the log is); by checkpoint, the seq seen before a write to it
+    // that came before its put, the puts under way, and the checkpoints it put or read.
     this.lastSeq = new Map();
     this.early = new Map();
     this.putting = new Set();
@@ -108,8 +108,15 @@ class CkptSaver extends BaseCheckpointSaver {
     this.registered = null;
   }
 
+  // The seq just read or appended is where the log is now, so it replaces (not maxes) the one kept:
+  // another saver that deleted or rebuilt the namespace began a new log, whose seqs start over. One
+  // lower than the end (a slower call's answer) only makes readers of a checkpoint scan a few more.
   sawSeq(sessionId, seq) {
-    if (seq > (this.lastSeq.get(sessionId) || 0)) this.lastSeq.set(sessionId, seq);
+    this.lastSeq.set(sessionId, seq);
+  }
+
+  sawLogAtMost(sessionId, seq) {
+    if (seq < (this.lastSeq.get(sessionId) || 0)) this.lastSeq.set(sessionId, seq);
   }
 
   sawHead(sessionId, version, step) {
@@ -157,8 +164,19 @@ class CkptSaver extends BaseCheckpointSaver {
       found = await this.locate(sessionId, checkpointId);
     }
     if (found === undefined) return undefined;
-    if (found.isHead) this.sawHead(sessionId, found.version, found.step);
-    else if (found.absent) this.heads.set(sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 });
+    if (found.isHead) {
+      const seen = this.heads.get(sessionId);
+      // A head this saver did not put or read last may be another saver's in a log made anew: its
+      // writes_after_seq is a seq of the log as it is.
+      if (seen === undefined || seen.version !== found.version || seen.checkpointId !== found.step.checkpoint_id) {
+        this.sawLogAtMost(sessionId, found.step.writes_after_seq);
+      }
+      this.sawHead(sessionId, found.version, found.step);
+    } else if (found.absent) {
+      // A namespace deleted and made again has a new log: its seqs start over.
+      this.lastSeq.delete(sessionId);
+      this.heads.set(sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 });
+    }
     if (found.step === undefined) return undefined;
     remember(this.known, keyOf(sessionId, found.step.checkpoint_id), true);
     let log;
@@ -173,7 +191,7 @@ class CkptSaver extends BaseCheckpointSaver {
     } finally {
       if (log !== undefined) {
         log.close();
-        this.sawSeq(sessionId, log.newest);
+        if (log.newest > 0) this.sawSeq(sessionId, log.newest);
       }
     }
   }
@@ -353,7 +371,7 @@ class CkptSaver extends BaseCheckpointSaver {
         }
       } finally {
         log.close();
-        this.sawSeq(sessionId, log.newest);
+        if (log.newest > 0) this.sawSeq(sessionId, log.newest);
       }
     }
   }
@@ -473,7 +491,25 @@ class CkptSaver extends BaseCheckpointSaver {
       throw err;
     }
     this.sawSeq(sessionId, reply.last_seq);
-    this.heads.set(sessionId, { version: reply.put.version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq });
+    let version = reply.put.version;
+    if (reply.last_seq <= writesAfterSeq) {
+      // The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
+      // not the one this saver saw (another saver deleted or rebuilt the namespace since). Its writes,
+      // any already sent among them, are then found from the log's start: restated at once, with
+      // compare-and-set on the version just written (lost to a newer put, it is no longer the head).
+      try {
+        const restate = r.encodeStep({ writes_after_seq: 0 });
+        const restated = await this.client.appendEvents(sessionId, [], {
+          put: { state: restate, merge: true, expectedVersion: version, labels, messageType: r.STEP_TYPE },
+        });
+        this.sawSeq(sessionId, restated.last_seq);
+        version = restated.put.version;
+        writesAfterSeq = 0;
+      } catch (err) {
+        if (!(err instanceof ConflictError)) throw err;
+      }
+    }
+    this.heads.set(sessionId, { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq });
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not
