@@ -42,10 +42,19 @@ const Step = () => records().lookupType(STEP_TYPE);
 const Writes = () => records().lookupType('ckpt.langgraph.v1.Writes');
 
 const utf8Bytes = (s) => Buffer.byteLength(s, 'utf8');
+// What ids may not hold (ckpt/sidecar/ids.py): refused here naming the saver's own field.
+const CONTROL = /[\x00-\x1f\x7f]/;
 
 // The session of (threadId, checkpointNs): the thread id's length, in code points as Python's len()
 // counts them, lets a thread id hold '/'.
 function sessionIdOf(threadId, checkpointNs) {
+  for (const [field, value] of [['thread_id', threadId], ['checkpoint_ns', checkpointNs]]) {
+    if (CONTROL.test(value)) {
+      throw new RangeError(
+        `${field} ${JSON.stringify(value)} contains an ASCII control character (U+0000-U+001F or U+007F): ckpt's savers cannot store it`,
+      );
+    }
+  }
   if (utf8Bytes(threadId) > MAX_LABEL_BYTES) {
     throw new RangeError(
       `thread_id is ${utf8Bytes(threadId)} bytes of UTF-8; ckpt's LangGraph saver takes at most ${MAX_LABEL_BYTES} (a label's limit)`,

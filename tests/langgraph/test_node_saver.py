@@ -299,6 +299,8 @@ const put = (threadId, ns, metadata = { source: 'input', step: -1, parents: {} }
     out.all = await listed({});
     out.missing = (await saver.getTuple({ configurable: { thread_id: 'nobody' } })) === undefined;
     out.long = await failure(() => put('x'.repeat(129), ''));
+    out.control = await failure(() => put('a\nb', ''));
+    out.controlNs = await failure(() => saver.getTuple({ configurable: { thread_id: 't', checkpoint_ns: 'sub\x00' } }));
     out.noThread = await failure(() => put(undefined, ''));
     out.noCheckpoint = await failure(() => saver.putWrites({ configurable: { thread_id: 'a' } }, [['c', 1]], 't'));
     // Two savers find a thread empty; the second to write its first checkpoint would start it twice.
@@ -361,6 +363,11 @@ def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_d
     assert out["long"] == (
         "RangeError: thread_id is 129 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"
     )
+    assert out["control"] == (
+        'RangeError: thread_id "a\\nb" contains an ASCII control character (U+0000-U+001F or U+007F):'
+        " ckpt's savers cannot store it"
+    )
+    assert out["controlNs"].startswith('RangeError: checkpoint_ns "sub\\u0000" contains an ASCII control character')
     assert out["noThread"].startswith("Error: put: the config's configurable has no thread_id")
     assert out["noCheckpoint"].startswith("Error: putWrites: the config's configurable has no checkpoint_id")
     assert out["empty"] == [True, True]
