@@ -223,7 +223,9 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         ``events``: also the first page of the session's events this filter selects, in the same call
         (one round trip rather than a get and an ``events``): the reply's ``events.events``, and
         ``events.next_page_token``, empty unless the page was cut (pass it to :meth:`events` with the same
-        filters for the rest). For an agent resuming from its state and its newest events, say."""
+        filters for the rest). The page is cut where the state leaves no room in the reply, and is empty
+        if its first event does not fit: :meth:`events` reads on from the token. For an agent resuming
+        from its state and its newest events, say."""
         read = events.request(session_id) if events is not None else None
         build = functools.partial(get_request, session_id, version, field_mask, read)
         return cast(GetT, self._unary(Unary("Get", build, retry=True)))

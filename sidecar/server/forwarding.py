@@ -188,7 +188,9 @@ def _answer(
     if page is None:
         assert reader is not None
         try:
-            page = reader.read_events(sid, query, max_page_bytes=max_page_bytes, bound=INLINE_EVENTS_BOUND)
+            page = reader.read_events(
+                sid, query, max_page_bytes=max_page_bytes, bound=INLINE_EVENTS_BOUND, beside_bytes=state_bytes
+            )
         except Exception:  # past the bound, or anything the store process answers with its status
             return None
     return body + events_part(page), state_bytes, cached, may_change

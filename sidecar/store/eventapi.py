@@ -100,13 +100,22 @@ class EventEntryPoints:
         *,
         max_page_bytes: int = 0,
         bound: ReadBound | None = None,
+        beside_bytes: int | None = None,
     ) -> EventPage:
         """A page of a session's events (oldest first unless ``query.newest_first``) and the next page's
         token; NotFound if the session has neither events nor versions. ``max_page_bytes`` (0: no limit)
         ends a page early rather than pass that many bytes encoded (a page holds one event at least).
-        ``bound``: ResourceExhausted, and no page, rather than read past it."""
+        ``bound``: ResourceExhausted, and no page, rather than read past it. ``beside_bytes``: the page
+        shares its reply with that many bytes (a Get's state): it holds ``max_page_bytes`` less them, and
+        is empty, its token at the first event, if that event does not fit (as :meth:`get_with_events`)."""
         return read_events(
-            self._read, self._tables, session_id, query or EventQuery(), max_page_bytes=max_page_bytes, bound=bound
+            self._read,
+            self._tables,
+            session_id,
+            query or EventQuery(),
+            max_page_bytes=max_page_bytes,
+            bound=bound,
+            beside_bytes=beside_bytes,
         )
 
     def get_with_events(

@@ -64,9 +64,14 @@ def read_events(
     *,
     max_page_bytes: int,
     bound: ReadBound | None = None,
+    beside_bytes: int | None = None,
 ) -> EventPage:
     """A page of a session's events (Store.read_events); NotFound if it has neither events nor versions;
-    ResourceExhausted if it would read past ``bound``."""
+    ResourceExhausted if it would read past ``bound``.
+
+    ``beside_bytes``: the page shares its reply with that many bytes (a Get's state), so it holds
+    ``max_page_bytes`` less them, and may be empty: its token then resumes at the first event, which a
+    read without them carries (a page holds one event at least)."""
     sid = keys.session_key(session_id)
     size = check_query(query)
     with read() as txn:
@@ -74,6 +79,8 @@ def read_events(
         if log is None:
             if txn.get(sid, db=tables.sessions) is None:
                 raise NotFound(f"session {session_id!r} does not exist (it has neither events nor versions)")
+            if query.page_token:
+                _refuse_token(query.page_token)
             return EventPage([], "")
         assert tables.events is not None
         resume = decode_token(query.page_token, _TOKEN_KIND, _scope(sid, log, query)) if query.page_token else b""
@@ -93,7 +100,7 @@ def read_events(
                 high = min(high, int(resume))
             else:
                 low = max(low, int(resume))
-        page = _Page(size, max_page_bytes, query, bound)
+        page = _Page(size, max_page_bytes, query, bound, beside_bytes)
         if low <= high:
             blocks = (
                 _blocks_back(txn, tables.events, sid, high)
@@ -108,6 +115,16 @@ def read_events(
         return EventPage(page.events, "")
 
 
+def _refuse_token(token: str) -> None:
+    """InvalidArgument for ``token`` on a session without an event log: no token was issued for it (one of
+    a log deleted since is refused as a new log of the same id refuses it)."""
+    decode_token(token, _TOKEN_KIND, b"")  # a malformed token is named as such
+    raise InvalidArgument(
+        f"page_token {keys.quoted(token)} was issued for another listing (another session, one deleted since under"
+        " the same id, or other filters); a listing resumes only with the tokens it returned"
+    )
+
+
 def _scope(sid: bytes, log: records_pb2.EventLogRecord, query: EventQuery) -> bytes:
     """What a page token is valid for: this log (not one deleted before under the same id) and filters."""
     filters = (query.after_seq, sorted(set(query.types)), query.after_unix_nanos, query.before_unix_nanos)
@@ -117,13 +134,18 @@ def _scope(sid: bytes, log: records_pb2.EventLogRecord, query: EventQuery) -> by
 class _Page:
     """The events one page collects, and where the next page resumes."""
 
-    def __init__(self, size: int, max_bytes: int, query: EventQuery, bound: ReadBound | None = None) -> None:
+    def __init__(
+        self, size: int, max_bytes: int, query: EventQuery, bound: ReadBound | None = None, beside: int | None = None
+    ) -> None:
         self.events: list[records_pb2.StoredEvent] = []
         self._bound = bound
         self._raw_bytes = 0
         self._size = size
+        #: The page's bytes at most (0: no limit). With ``beside`` (bytes its reply also carries, a Get's
+        #: state) the count starts at them, and the page may be empty: its first event did not fit.
         self._max_bytes = max_bytes
-        self._bytes = 0
+        self._may_be_empty = bool(max_bytes) and beside is not None
+        self._bytes = beside if max_bytes and beside is not None else 0
         self._types = frozenset(query.types)
         self._after = query.after_unix_nanos
         self._before = query.before_unix_nanos
@@ -160,7 +182,7 @@ class _Page:
             return len(events)
         for i, event in enumerate(events):
             self._bytes += event.ByteSize() + _EVENT_OVERHEAD_BYTES
-            if (self.events or i) and self._bytes > self._max_bytes:
+            if (self.events or i or self._may_be_empty) and self._bytes > self._max_bytes:
                 return i
         return len(events)
 
@@ -234,7 +256,7 @@ class _Page:
                 self._check_events(len(self.events) + 1)
                 if self._max_bytes:
                     self._bytes += event.ByteSize() + _EVENT_OVERHEAD_BYTES
-                    if self.events and self._bytes > self._max_bytes:
+                    if (self.events or self._may_be_empty) and self._bytes > self._max_bytes:
                         return seq
                 self.events.append(event)
         if low <= expect <= high:  # the blocks end before the page's range does

@@ -47,7 +47,8 @@ class HeadEvents:
         except InvalidArgument as exc:
             raise named_events_field(exc) from None
 
-    def page(self, txn: ReadTxn, store: Store, session_id: str) -> EventPage:
+    def page(self, txn: ReadTxn, store: Store, session_id: str, state_bytes: int) -> EventPage:
+        """The page, in what ``max_page_bytes`` leaves beside a state of ``state_bytes`` (get_with_events)."""
         try:
             return read_events(
                 same_txn(txn),
@@ -56,6 +57,7 @@ class HeadEvents:
                 self.query,
                 max_page_bytes=self.max_page_bytes,
                 bound=self.bound,
+                beside_bytes=state_bytes,
             )
         except InvalidArgument as exc:
             raise named_events_field(exc) from None
@@ -93,7 +95,7 @@ def read_head(
             raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
         info = version_info(session_id, target, value, header=latest.header)
         if events is not None:
-            page = events.page(txn, store, session_id)
+            page = events.page(txn, store, session_id, len(latest.state))
     return GetResult(target, latest.state, info), reader, page
 
 
@@ -137,5 +139,5 @@ def advance_head(
             return None
         info = version_info(session_id, latest.header.version, last_value, header=latest.header)
         if events is not None:
-            page = events.page(txn, store, session_id)
+            page = events.page(txn, store, session_id, len(latest.state))
     return GetResult(info.version, latest.state, info), page

@@ -52,7 +52,9 @@ def get_with_events(
     one read transaction, or, with ``cached``, the events in one begun after the cache was checked.
 
     The Get's errors come first (NotFound for the session or version); an events read's InvalidArgument
-    names its field as ``events.<field>``.
+    names its field as ``events.<field>``. ``max_page_bytes`` (0: no limit) bounds the reply: the page
+    holds what the state leaves of it, and is empty, with a token resuming at its first event, if not even
+    that event fits beside the state.
     """
     check_version_arg(version)
     sid = keys.session_key(session_id)
@@ -67,7 +69,15 @@ def get_with_events(
         else:
             got = cached
         try:
-            page = read_events(same_txn(txn), tables, session_id, events, max_page_bytes=max_page_bytes, bound=bound)
+            page = read_events(
+                same_txn(txn),
+                tables,
+                session_id,
+                events,
+                max_page_bytes=max_page_bytes,
+                bound=bound,
+                beside_bytes=len(got.state),
+            )
         except InvalidArgument as exc:
             raise named_events_field(exc) from None
     return GetWithEvents(got, page)

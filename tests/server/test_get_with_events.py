@@ -178,6 +178,22 @@ def test_a_session_with_no_events_answers_an_empty_page(stub: service_pb2_grpc.C
         assert reply.state == b"\x0a\x01q"
 
 
+def test_a_page_token_is_refused_on_a_session_with_versions_and_no_events(
+    stub: service_pb2_grpc.CheckpointServiceStub,
+) -> None:
+    stub.Put(service_pb2.PutRequest(session_id="no-log", state=b"\x0a\x01n"))
+    for _ in range(2):  # the second with its state's reply kept
+        with pytest.raises(grpc.RpcError) as info:
+            _get(stub, "no-log", page_token="abc")
+        err: Any = info.value
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err.details()
+        assert "events.page_token 'abc' is not a token" in err.details()
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ReadEvents(service_pb2.ReadEventsRequest(session_id="no-log", page_token="not-a-token"), timeout=10)
+    err = info.value
+    assert err.code() is grpc.StatusCode.INVALID_ARGUMENT and "page_token 'not-a-token' is not a token" in err.details()
+
+
 @pytest.mark.parametrize(
     ("events", "code", "part"),
     [

@@ -187,6 +187,9 @@ def test_reads_of_unknown_sessions_sessions_without_events_and_bad_queries(store
         store.read_events("nope")
     store.put("versions-only", b"")
     assert store.read_events("versions-only").events == []
+    # No token was issued for a log it does not have: one is refused, as for a session with events.
+    with pytest.raises(InvalidArgument, match="'not-a-token' is not a token this server issued"):
+        store.read_events("versions-only", EventQuery(page_token="not-a-token"))
     store.append_events("s", [NewEvent("a"), NewEvent("b")])
     for query, message in [
         (EventQuery(page_size=1001), r"page_size must be in 0..1000"),

@@ -95,3 +95,52 @@ def test_errors_name_the_events_field_and_the_get_errors_come_first(tmp_path: Pa
             store.get_with_events("s", 9, events=EventQuery())
         with pytest.raises(NotFound, match="does not exist"):
             store.get_with_events("nobody", events=EventQuery())
+
+
+def _page_bytes(events: Any) -> int:
+    return sum(e.ByteSize() + 8 for e in events)  # each event's encoding and what eventreads adds for it
+
+
+@pytest.mark.parametrize("use_cache", [False, True], ids=["read", "cached"])
+def test_the_page_holds_what_max_page_bytes_leaves_beside_the_state(tmp_path: Path, use_cache: bool) -> None:
+    with Store(StoreConfig(data_dir=tmp_path)) as store:
+        store.put("s", b"s" * 1000)
+        store.append_events("s", [NewEvent("msg", b"%02d" % i + b"e" * 98) for i in range(10)])
+        store.get("s")  # the state cached
+        both = store.get_with_events("s", events=EventQuery(), use_cache=use_cache, max_page_bytes=1500)
+        assert 0 < len(both.events.events) < 10 and both.events.next_page_token
+        assert 1000 + _page_bytes(both.events.events) <= 1500
+        rest = store.read_events("s", EventQuery(page_token=both.events.next_page_token), max_page_bytes=1500)
+        assert [e.seq for e in (*both.events.events, *rest.events)] == list(range(1, 11))
+        assert not rest.next_page_token
+
+
+@pytest.mark.parametrize("newest_first", [False, True], ids=["oldest-first", "newest-first"])
+def test_an_event_that_does_not_fit_beside_the_state_leaves_the_page_empty_with_a_token_to_it(
+    tmp_path: Path, newest_first: bool
+) -> None:
+    with Store(StoreConfig(data_dir=tmp_path)) as store:
+        store.put("s", b"s" * 1400)
+        store.append_events("s", [NewEvent("msg", b"a" * 200), NewEvent("msg", b"b" * 200)])
+        query = EventQuery(newest_first=newest_first)
+        both = store.get_with_events("s", events=query, max_page_bytes=1500)
+        assert both.got.state == b"s" * 1400
+        assert both.events.events == [] and both.events.next_page_token
+        # read_events carries it: a page holds one event at least, even one over max_page_bytes.
+        page = store.read_events(
+            "s", EventQuery(newest_first=newest_first, page_token=both.events.next_page_token), max_page_bytes=150
+        )
+        assert [e.seq for e in page.events] == ([2] if newest_first else [1]) and page.next_page_token
+        # Without a limit (0), the page is not cut.
+        assert len(store.get_with_events("s", events=query).events.events) == 2
+
+
+def test_a_page_token_is_refused_on_a_session_with_versions_and_no_events(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path)) as store:
+        store.put("s", b"state")
+        store.append_events("other", [NewEvent("msg"), NewEvent("msg")])
+        issued = store.read_events("other", EventQuery(page_size=1)).next_page_token
+        with pytest.raises(InvalidArgument, match=r"^events\.page_token 'nope' is not a token"):
+            store.get_with_events("s", events=EventQuery(page_token="nope"))
+        with pytest.raises(InvalidArgument, match=r"^events\.page_token '.*' was issued for another listing"):
+            store.get_with_events("s", events=EventQuery(page_size=1, page_token=issued))

@@ -57,6 +57,21 @@ def test_the_page_of_events_is_read_with_the_head(tmp_path: Path) -> None:
         assert [e.payload for e in advanced[1].events] == [b"one"]
 
 
+def test_the_page_read_with_the_head_holds_what_its_state_leaves(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        store.put("a", _base(1))
+        store.append_events("a", [NewEvent("w", b"%d" % i + b"e" * 99) for i in range(5)])
+        state_bytes = len(_base(1))
+        events = HeadEvents(EventQuery(), max_page_bytes=state_bytes + 300, bound=None)
+        _, reader, page = read_head(store, "a", events=events)
+        assert reader is not None and page is not None
+        assert len(page.events) == 2 and page.next_page_token  # 2 of ~110 bytes each fit in the 300 left
+        store.put("a", _field(b"x" * 150), mode=WriteMode.MERGE)  # the state grows: 1 fits
+        advanced = advance_head(store, "a", reader, events=events)
+        assert advanced is not None and advanced[1] is not None
+        assert [e.seq for e in advanced[1].events] == [1] and advanced[1].next_page_token
+
+
 def test_no_frame_since_or_a_new_chain_is_not_advanced(tmp_path: Path) -> None:
     with _store(tmp_path, max_depth=3) as store:
         store.put("a", _base(1))
