@@ -37,7 +37,7 @@ from .keyframes import QuietKeyframes
 from .layout import Tables
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames, read_state
-from .records import META_LEN, record, session_info
+from .records import META_LEN, record, request_made, session_info
 from .registry import Registry
 from .requestids import RequestIds, write_fingerprint
 from .types import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode
@@ -129,10 +129,11 @@ class WriteOps:
                 done, live = requests.remembered(txn, rid_key, rec, req)
                 if live:
                     assert done is not None
-                    if done.write_xxh3 and done.write_xxh3 != asked:
+                    # An AppendEvents' record never answers a Put, whatever its fingerprint.
+                    if done.events_log_created_unix_nanos or (done.write_xxh3 and done.write_xxh3 != asked):
                         raise InvalidArgument(
                             f"request_id {req.request_id!r} was used for a different write to session"
-                            f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
+                            f" {req.session_id!r} (it {request_made(done)}); a retry must resend the same"
                             " write, and a new write needs a new request_id"
                         )
                     return PutResult(

@@ -126,6 +126,23 @@ def test_append_with_a_put_a_conflict_and_a_replay(stub: service_pb2_grpc.Checkp
     assert (put_only.first_seq, put_only.last_seq, put_only.put.version) == (0, 0, 2)
 
 
+def test_a_put_reusing_an_appends_request_id_on_a_session_of_events_alone_is_refused(
+    stub: service_pb2_grpc.CheckpointServiceStub,
+) -> None:
+    append = service_pb2.AppendEventsRequest(session_id="rid-e", events=[ev("a"), ev("b")], request_id="r")
+    assert (stub.AppendEvents(append, timeout=10).last_seq, stub.AppendEvents(append, timeout=10).replayed) == (2, True)
+    code, details = code_of(
+        lambda: stub.Put(service_pb2.PutRequest(session_id="rid-e", state=b"\x08\x01", request_id="r"), timeout=10)
+    )
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+    assert "request_id 'r' was used for a different write to session 'rid-e' (it appended events seq 1..2)" in details
+    code, _ = code_of(lambda: stub.Get(service_pb2.GetRequest(session_id="rid-e"), timeout=10))
+    assert code is grpc.StatusCode.NOT_FOUND  # the put made nothing
+    again = stub.AppendEvents(append, timeout=10)  # the acknowledged append's retry is still answered
+    assert (again.first_seq, again.last_seq, again.replayed) == (1, 2, True)
+    assert [e.seq for e in read_all(stub, session_id="rid-e")] == [1, 2]
+
+
 def test_fork_copies_events_only_when_asked_and_delete_counts_them(
     stub: service_pb2_grpc.CheckpointServiceStub,
 ) -> None:

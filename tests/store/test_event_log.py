@@ -145,6 +145,32 @@ def test_a_request_id_makes_a_retry_append_nothing_twice(store: Store) -> None:
     assert not store.append_events("t", [NewEvent("x")], request_id="q").replayed
 
 
+def test_a_put_reusing_an_appends_request_id_on_a_session_of_events_alone_is_refused(store: Store) -> None:
+    store.append_events("e", [NewEvent("a"), NewEvent("b")], request_id="r")
+    refused = r"request_id 'r' was used for a different write to session 'e' \(it appended events seq 1\.\.2\)"
+    with pytest.raises(InvalidArgument, match=refused):
+        store.put("e", b"\x08\x01", request_id="r")
+    with pytest.raises(NotFound):
+        store.get("e")  # the put made nothing
+    # The record stands: the append's retry is answered, not refused or appended again.
+    again = store.append_events("e", [NewEvent("a"), NewEvent("b")], request_id="r")
+    assert again.replayed and (again.first_seq, again.last_seq) == (1, 2)
+    # Once the session has versions too, the same id is refused the same way.
+    store.put("e", b"\x08\x02")
+    with pytest.raises(InvalidArgument, match=refused):
+        store.put("e", b"\x08\x03", request_id="r")
+    both = store.append_events("p", [NewEvent("a")], put=PutRequest("", b"\x08\x01"), request_id="q")
+    assert both.put is not None and both.put.version == 1
+    with pytest.raises(InvalidArgument, match=r"\(it appended events seq 1\.\.1 and made version 1\)"):
+        store.put("p", b"\x08\x02", request_id="q")
+    # A record of a deleted, earlier holder of the id answers nothing: the put is made, and its record replaces it.
+    store.delete_session("e")
+    made = store.put("e", b"\x08\x04", request_id="r")
+    assert not made.replayed and made.version == 1
+    assert store.put("e", b"\x08\x04", request_id="r").replayed
+    assert [seq for seq, _, _ in every(store, "p")] == [1] and store.get("p").version == 1
+
+
 @pytest.mark.parametrize(
     ("event", "message"),
     [
