@@ -218,6 +218,43 @@ def test_fork_copies_events_only_when_asked_and_delete_counts_them(
             "put.session_id 'c' is not the session appended to ('b')",
         ),
         (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[ev("t")], put=service_pb2.PutRequest(state=b"x", labels={"": "v"})
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.labels key '' is 0 bytes; it must be 1-63",
+        ),
+        (
+            service_pb2.AppendEventsRequest(session_id="b", events=[ev("t")], put=service_pb2.PutRequest(mode=7)),  # type: ignore[arg-type]
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.mode 7 is not a WriteMode",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b",
+                events=[ev("t")],
+                put=service_pb2.PutRequest(state=b"\xff\xff", mode=service_pb2.WRITE_MODE_MERGE),
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.state is not a valid MERGE patch",
+        ),
+        (  # a patch this large is checked off the event loop
+            service_pb2.AppendEventsRequest(
+                session_id="b",
+                events=[ev("t")],
+                put=service_pb2.PutRequest(state=b"\x08\x01" * 10_000 + b"\xff", mode=service_pb2.WRITE_MODE_MERGE),
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.state is not a valid MERGE patch",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[ev("t")], put=service_pb2.PutRequest(message_type="no.Such")
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "put.message_type 'no.Such' is not registered",
+        ),
+        (
             service_pb2.AppendEventsRequest(session_id="", events=[ev("t")]),
             grpc.StatusCode.INVALID_ARGUMENT,
             "session_id is empty",

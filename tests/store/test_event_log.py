@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,11 @@ import xxhash
 from ckpt.codec._zstd import ZstdDecompressor
 from ckpt.sidecar import (
     AlreadyExists,
+    AppendResult,
     DataLoss,
     EventQuery,
     EventSeqConflict,
+    FailedPrecondition,
     InvalidArgument,
     NewEvent,
     NotFound,
@@ -30,7 +33,7 @@ from ckpt.sidecar import (
 from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.sidecar.tools.crosscheck import CrossCheck
-from tests.support import ckpt
+from tests.support import AGENT_STATE, agent_file, ckpt, descriptor_set_of
 
 SECOND = 1_000_000_000
 
@@ -101,6 +104,60 @@ def test_a_version_conflict_on_the_put_appends_nothing(store: Store) -> None:
     assert merged.first_seq == 2 and merged.put is not None and merged.put.version == 2
     with pytest.raises(InvalidArgument, match=r"put\.session_id 'other' is not the session appended to"):
         store.append_events("s", [NewEvent("d")], put=PutRequest("other", b""))
+
+
+@pytest.mark.parametrize(
+    ("put", "error", "message"),
+    [
+        (
+            PutRequest("", b"\x08\x01", labels={"": "v"}),
+            InvalidArgument,
+            r"^put\.labels key '' is 0 bytes; it must be 1-63",
+        ),
+        (
+            PutRequest("", b"\x08\x01", mode=WriteMode.FORK),
+            InvalidArgument,
+            r"^put\.mode must be REPLACE \(1\) or MERGE",
+        ),
+        (PutRequest("", b"\xff\xff", mode=WriteMode.MERGE), InvalidArgument, r"^put\.state is not a valid MERGE patch"),
+        (
+            PutRequest("", b"x" * 4097),
+            StateTooLarge,
+            r"^put\.state is 4097 bytes; the limit \(max_state_bytes\) is 4096",
+        ),
+        (
+            PutRequest("", b"", message_type="no.Such"),
+            FailedPrecondition,
+            r"^put\.message_type 'no\.Such' is not registered",
+        ),
+        (PutRequest("", b"", message_type="no such"), InvalidArgument, r"^put\.message_type 'no such' is not"),
+    ],
+)
+def test_a_bad_put_in_an_append_is_refused_naming_its_field_as_put_dot(
+    tmp_path: Path, put: PutRequest, error: type[Exception], message: str
+) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_state_bytes=4096)) as store:
+        with pytest.raises(error, match=message):
+            store.append_events("s", [NewEvent("a")], put=put)
+        with pytest.raises(NotFound):
+            store.read_events("s")
+
+
+def test_a_put_in_an_append_that_its_typed_session_refuses_names_put_state(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.register_types(descriptor_set_of(agent_file()))
+        store.put("s", b"\x08\x01", message_type=AGENT_STATE)
+        # Checked against the session's type inside the write, and a large patch off the event loop: both named so.
+        with pytest.raises(InvalidArgument, match=r"^put\.state \(6 bytes\) does not parse as acme\.agent\.v1\.State"):
+            store.append_events("s", [NewEvent("a")], put=PutRequest("", b"\x18\x01\x12\x05ab"))
+        big_bad_patch = b"\x08\x01" * 10_000 + b"\xff"
+        with pytest.raises(InvalidArgument, match=r"^put\.state is not a valid MERGE patch"):
+            asyncio.run(_aappend(store, PutRequest("", big_bad_patch, mode=WriteMode.MERGE)))
+        assert every(store, "s") == [] and store.get("s").version == 1
+
+
+async def _aappend(store: Store, put: PutRequest) -> AppendResult:
+    return await store.aappend_events("s", [NewEvent("a")], put=put)
 
 
 def test_an_expected_last_seq_appends_only_onto_that_seq(store: Store) -> None:
