@@ -64,7 +64,9 @@ def _cross_check(
 
     A session whose entries are wrong fails (one with frames but no record
     counts as checked too, as when the sessions are listed from the frames
-    table); an entry naming a session that does not exist, or an index table
+    table); a session holding events alone, which the per-session checks do
+    not list, counts as checked by the events pass, and fails if its log
+    does; an entry naming a session that does not exist, or an index table
     that cannot be read, is one of the other problems. The frames and
     sessions tables failing here are not: the per-session checks read them.
     """
@@ -86,8 +88,18 @@ def _cross_check(
             checked += p.table == "sessions"  # found by its frames: not listed before
 
     broken = cross.finish(problem, fail)
+    checked += cross.events_only
     others += sum(table not in ("sessions", "frames") for table in broken)
     return checked, failures, others
+
+
+def _holds_events(store: Store, session: str) -> bool:
+    """Whether ``session`` has an event log (a session may hold events and no version)."""
+    logs = store.tables.event_logs
+    if logs is None:  # a read-only store of a layout before the event log
+        return False
+    with store.read() as txn:
+        return txn.get(session.encode("utf-8", "surrogateescape"), db=logs) is not None
 
 
 def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:
@@ -98,6 +110,8 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
     try:
         info, frames = store.frames_of(session)
     except NotFound as exc:
+        if _holds_events(store, session):
+            return []  # events alone, no versions: its log is the events cross-check's (tools/eventcheck.py)
         return None if vanished_ok else [str(exc)]
     except (
         StoreError

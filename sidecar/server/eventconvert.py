@@ -31,7 +31,12 @@ def append_args(
                 raise InvalidArgument(f"events[{i}].time is before 1970-01-01T00:00:00Z, the earliest an event may be")
         attributes = labels_arg(event.attributes, f"events[{i}].attributes") if event.attributes else {}
         events.append(NewEvent(event.type, event.payload, attributes, when))
-    put = put_request(request.put) if request.HasField("put") else None
+    put = None
+    if request.HasField("put"):
+        try:
+            put = put_request(request.put)
+        except InvalidArgument as exc:  # named as the nested field it is, as the store names the put's others
+            raise InvalidArgument(f"put.{exc}") from None
     return events, put
 
 

@@ -90,7 +90,7 @@ class EventEntryPoints:
                 )
             # The append's request id covers the put: the put keeps no record of its own.
             put = dataclasses.replace(put, session_id=session_id, request_id="")
-            put_op = self._ops.put_op(put, defer_patch_check=defer_check)
+            put_op = self._ops.put_op(put, defer_patch_check=defer_check, field="put.")
         return self._events.append_op(session_id, events, put, put_op, request_id, expected_last_seq)
 
     def read_events(

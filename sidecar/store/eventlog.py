@@ -50,7 +50,7 @@ from .events import (
 from .eventstream import OpenStream, OpenStreams
 from .layout import Tables
 from .ops import Batch, Op
-from .records import printable, record, request_of_session
+from .records import log_record, record, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 
@@ -78,19 +78,6 @@ def _track_types(log: records_pb2.EventLogRecord, appended: Sequence[records_pb2
         log.types_next_seq = 0  # never equal to next_seq again: the log is read as if it had none
     else:
         log.types_next_seq = log.next_seq
-
-
-def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:
-    """A session's event log record (None: it has no log); DataLoss if it does not parse."""
-    if tables.event_logs is None:
-        return None
-    raw = txn.get(sid, db=tables.event_logs)
-    if raw is None:
-        return None
-    try:
-        return records_pb2.EventLogRecord.FromString(bytes(raw))
-    except DecodeProtoError as exc:
-        raise DataLoss(f"session {printable(sid)!r}: its event log record does not parse: {exc}") from None
 
 
 def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[records_pb2.StoredEvent], list[bool]]:
@@ -273,11 +260,9 @@ class EventLog:
             return log is not None or txn.get(sid, db=sessions) is not None
 
         def ours(done: records_pb2.RequestRecord) -> bool:
-            if done.events_log_created_unix_nanos:
-                return log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
             # A Put's: refused below as a different request if it was made to the same session.
-            session_raw = txn.get(sid, db=sessions)
-            return request_of_session(done, record(session_raw) if session_raw is not None else None)
+            session_raw = txn.get(sid, db=sessions) if not done.events_log_created_unix_nanos else None
+            return request_of_current(done, record(session_raw) if session_raw is not None else None, log)
 
         return self._requests.lookup(txn, rid_key, session_id, request_id, made=made, ours=ours)
 

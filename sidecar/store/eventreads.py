@@ -19,10 +19,11 @@ from ..ids import check_event_type
 from ..storage import ReadTxn, Table
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, stored_blocks, where
-from .eventlog import log_record, types_tracked
+from .eventlog import types_tracked
 from .events import BlockHeader, block_events, block_header, event_nanos, is_tail, joined
 from .layout import Tables
 from .listings import decode_token, encode_token
+from .records import log_record
 from .types import EventPage, EventQuery, ReadBound
 
 Read = Callable[[], AbstractContextManager[ReadTxn]]

@@ -20,8 +20,8 @@ import xxhash
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table
 from . import keys
-from .eventlog import log_record as event_log_record
 from .layout import Tables
+from .records import log_record as event_log_record
 from .records import printable, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 

@@ -17,6 +17,8 @@ from ckpt.store.v1 import records_pb2
 
 from ...codec import DecodeError, FrameHeader, parse
 from ..errors import DataLoss
+from ..storage import ReadTxn
+from .layout import Tables
 from .types import SessionInfo, VersionInfo, WriteMode
 
 META_LEN = struct.Struct("<H")
@@ -112,6 +114,46 @@ def request_of_session(done: records_pb2.RequestRecord, rec: records_pb2.Session
     and is no damage (`ckpt verify`).
     """
     return rec is not None and done.session_created_unix_nanos == rec.created_unix_nanos
+
+
+def request_of_current(
+    done: records_pb2.RequestRecord,
+    rec: records_pb2.SessionRecord | None,
+    log: records_pb2.EventLogRecord | None,
+) -> bool:
+    """Whether a current request record was written to the session as it is now, whichever write finds it.
+
+    An AppendEvents' record names the event log it appended to (``log``: the session's now, None if it has
+    none), so it belongs to a session that holds only events as much as to one with versions; a Put's names
+    the session record (request_of_session). A log or record made anew after a delete has another creation
+    time: a record of the deleted, earlier holder of the same id answers nothing.
+    """
+    if done.events_log_created_unix_nanos:
+        return log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
+    return request_of_session(done, rec)
+
+
+def request_made(done: records_pb2.RequestRecord) -> str:
+    """What the write a request record answers for did, for messages: "made version 3", "appended events seq 4..6"."""
+    if not done.events_log_created_unix_nanos:
+        return f"made version {done.version}"
+    did = [f"appended events seq {done.events_first_seq}..{done.events_last_seq}"] if done.events_first_seq else []
+    if done.events_had_put:
+        did.append(f"made version {done.version}")
+    return " and ".join(did)
+
+
+def log_record(txn: ReadTxn, tables: Tables, sid: bytes) -> records_pb2.EventLogRecord | None:
+    """A session's event log record (None: it has no log); DataLoss if it does not parse."""
+    if tables.event_logs is None:
+        return None
+    raw = txn.get(sid, db=tables.event_logs)
+    if raw is None:
+        return None
+    try:
+        return records_pb2.EventLogRecord.FromString(bytes(raw))
+    except DecodeProtoError as exc:
+        raise DataLoss(f"session {printable(sid)!r}: its event log record does not parse: {exc}") from None
 
 
 def printable(sid: bytes) -> str:

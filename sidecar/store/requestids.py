@@ -22,7 +22,7 @@ from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .layout import Tables, has_layout1_requests
 from .ops import Batch
-from .records import expiry_of, request_of_session
+from .records import expiry_of, log_record, request_of_current
 from .types import PutRequest, PutResult, WriteMode
 
 # Request ids expired per write op: a backlog (after downtime) must not hold
@@ -47,18 +47,21 @@ class RequestIds:
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record stored under ``rid_key`` (None if none) and whether it answers this write's retry.
 
-        It answers while it has not expired and names the session as it is now: one naming a
-        deleted, earlier holder of the same id (the records outlive it) does not, so the
-        write is made anew and its record replaces that one. A record of store layout 1 is looked
-        up under its own key, and returned only if it answers (the sweeper expires it where it is).
+        It answers while it has not expired and names the session as it is now (an AppendEvents'
+        record, its event log: a session may hold only events): one naming a deleted, earlier
+        holder of the same id (the records outlive it) does not, so the write is made anew and its
+        record replaces that one. A record of store layout 1 is looked up under its own key, and
+        returned only if it answers (the sweeper expires it where it is).
         """
+        tables = self._tables
+        sid = keys.session_key(req.session_id)
         return self.lookup(
             txn,
             rid_key,
             req.session_id,
             req.request_id,
-            made=lambda: rec is not None,
-            ours=lambda done: request_of_session(done, rec),
+            made=lambda: rec is not None or log_record(txn, tables, sid) is not None,
+            ours=lambda done: request_of_current(done, rec, log_record(txn, tables, sid)),
         )
 
     def lookup(

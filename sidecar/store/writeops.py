@@ -25,6 +25,7 @@ from ..errors import (
     InvalidArgument,
     NotFound,
     StateTooLarge,
+    StoreError,
     VersionConflict,
 )
 from ..storage import WriteTxn
@@ -37,7 +38,7 @@ from .keyframes import QuietKeyframes
 from .layout import Tables
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames, read_state
-from .records import META_LEN, record, session_info
+from .records import META_LEN, record, request_made, session_info
 from .registry import Registry
 from .requestids import RequestIds, write_fingerprint
 from .types import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode
@@ -70,12 +71,21 @@ class WriteOps:
         #: The blobs' references a delete drops and a fork copies (set by the store once it has them).
         self.blobs: Blobs | None = None
 
-    def put_op(self, req: PutRequest, *, defer_patch_check: bool = False) -> Op:
+    def put_op(self, req: PutRequest, *, defer_patch_check: bool = False, field: str = "") -> Op:
         """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued.
 
         ``defer_patch_check``: a MERGE patch's check is left to ``op.check``
-        (run on a thread before the op is queued, see checkline.py).
+        (run on a thread before the op is queued, see checkline.py). ``field``: where the put is in
+        its request ("put." in an AppendEvents); errors about its fields name them so ("put.labels ...").
         """
+        if not field:
+            return self._put_op(req, defer_patch_check, field)
+        try:
+            return self._put_op(req, defer_patch_check, field)
+        except (InvalidArgument, FailedPrecondition, StateTooLarge) as exc:
+            raise nested_field(field, exc) from None
+
+    def _put_op(self, req: PutRequest, defer_patch_check: bool, field: str) -> Op:
         sid = keys.session_key(req.session_id)
         try:
             mode = WriteMode(req.mode)
@@ -115,10 +125,13 @@ class WriteOps:
         def check() -> None:
             # On the caller's thread (or one of its loop's): it needs no state,
             # and the writer thread is the store's one serial path.
-            check_state(state, mode, checked)
+            try:
+                check_state(state, mode, checked)
+            except InvalidArgument as exc:
+                raise nested_field(field, exc) from None
 
         if (mode is WriteMode.MERGE or checked is not None) and not defer_patch_check:
-            check()
+            check_state(state, mode, checked)  # named as a nested field by put_op
         sessions = self._tables.sessions
 
         def apply(batch: Batch, txn: WriteTxn) -> PutResult:
@@ -129,10 +142,11 @@ class WriteOps:
                 done, live = requests.remembered(txn, rid_key, rec, req)
                 if live:
                     assert done is not None
-                    if done.write_xxh3 and done.write_xxh3 != asked:
+                    # An AppendEvents' record never answers a Put, whatever its fingerprint.
+                    if done.events_log_created_unix_nanos or (done.write_xxh3 and done.write_xxh3 != asked):
                         raise InvalidArgument(
                             f"request_id {req.request_id!r} was used for a different write to session"
-                            f" {req.session_id!r} (it made version {done.version}); a retry must resend the same"
+                            f" {req.session_id!r} (it {request_made(done)}); a retry must resend the same"
                             " write, and a new write needs a new request_id"
                         )
                     return PutResult(
@@ -156,7 +170,10 @@ class WriteOps:
             if typed:
                 compact = self._registry.require_in(txn, typed)
                 if compact is not checked:  # typed by the session (or the store's default), or registered again
-                    check_state(state, mode, compact)
+                    try:
+                        check_state(state, mode, compact)
+                    except InvalidArgument as exc:
+                        raise nested_field(field, exc) from None
             encoder = encoders.for_session(txn, sid, req.session_id, rec, compact)
             if mode is WriteMode.MERGE and encoder.state_size + len(state) > config.max_state_bytes:
                 raise StateTooLarge(
@@ -168,7 +185,7 @@ class WriteOps:
                 # The patch was checked in put_op, before queueing.
                 frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
             except EncodeError as exc:
-                raise InvalidArgument(f"state cannot be encoded: {exc}") from None
+                raise InvalidArgument(f"{field}state cannot be encoded: {exc}") from None
             try:
                 now = time.time_ns()
                 if rec is None:
@@ -368,6 +385,12 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
             f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
             f" over the limit of {keys.MAX_LABELS} per session"
         )
+
+
+def nested_field(field: str, exc: StoreError) -> StoreError:
+    """``exc``, whose message begins with the field it is about ("labels key ..."), naming that field inside
+    ``field`` ("put.labels key ..."; ``exc`` itself when ``field`` is "")."""
+    return type(exc)(f"{field}{exc}") if field else exc
 
 
 def check_state(state: bytes, mode: WriteMode, message_class: type[Message] | None) -> None:

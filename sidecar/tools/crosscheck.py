@@ -67,7 +67,7 @@ from ..descriptors import build_pool
 from ..errors import DataLoss, InvalidArgument
 from ..storage import ReadTxn
 from ..store import Store, keys, request_of_session
-from .eventcheck import event_problems
+from .eventcheck import event_problems, events_only_sessions
 
 #: The passes after the sessions table's, in the order they run.
 TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types", "events")
@@ -156,6 +156,11 @@ class CrossCheck:
     def _events(self) -> Iterator[Problem]:
         for sid, exists, text in event_problems(self._txn, self._tables, self._wanted):
             yield Problem("events", sid, exists, text)
+
+    def events_only(self) -> int:
+        """How many sessions hold events alone (eventcheck.events_only_sessions), all of them checked by the
+        events pass; 0 with named sessions, which the per-session checks count."""
+        return events_only_sessions(self._txn, self._tables) if self._wanted is None else 0
 
     def _record(self, sid: bytes) -> records_pb2.SessionRecord | None:
         """A session's record (_MISSING: none; None: it does not parse), for checking an entry."""

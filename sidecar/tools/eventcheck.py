@@ -30,3 +30,20 @@ def event_problems(txn: ReadTxn, tables: Tables, wanted: frozenset[bytes] | None
         if txn.get(sid, db=logs) is None:
             yield sid, False, "event blocks are stored, but the session has no event log record"
         after = sid
+
+
+def events_only_sessions(txn: ReadTxn, tables: Tables) -> int:
+    """How many sessions hold events alone: an event log record, and neither a session record nor frames (one
+    with frames and no record is the frames pass's, counted as a session there). The per-session checks
+    list the sessions table, so verify counts these among the sessions it checked: their logs are checked here."""
+    logs = tables.event_logs
+    if logs is None:
+        return 0
+    count = 0
+    for raw_sid in txn.scan_keys(logs):
+        sid = bytes(raw_sid)
+        if txn.get(sid, db=tables.sessions) is not None:
+            continue
+        frame = next(txn.scan_keys(tables.frames, sid + keys.SEP), None)
+        count += frame is None or not bytes(frame).startswith(sid + keys.SEP)
+    return count

@@ -331,6 +331,8 @@ class CrossChecks:
         self._opener = opener
         self._wanted = frozenset(s.encode("utf-8", "surrogateescape") for s in sessions) if sessions else None
         self._progress = Progress()
+        #: The sessions holding events alone that the events pass checked (CrossCheck.events_only).
+        self.events_only = 0
         self._child: Child | None = self._start(list(TABLES), after_death=False)
 
     def _start(self, todo: list[str], *, after_death: bool) -> Child:
@@ -361,6 +363,8 @@ class CrossChecks:
                         problem(event[1])
                     elif event[0] == "done":
                         done.add(event[1])
+                    elif event[0] == "events_only":
+                        self.events_only = event[1]
                     elif event[0] == "table":
                         failed = (event[1], event[2])
                     elif event[0] == "error":
@@ -419,6 +423,8 @@ def _cross_check_child(
                     progress.set(CROSS, table.encode())
                     for found in check.run(table):
                         send(events, "problem", found)
+                    if table == "events":
+                        send(events, "events_only", check.events_only())
                     send(events, "done", table)
         except StoreError as exc:  # DataLoss (MDB_CORRUPTED, page not found): this table cannot be read
             send(events, "table", table, str(exc))

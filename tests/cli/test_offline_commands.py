@@ -7,6 +7,8 @@ from pathlib import Path
 
 import lmdb
 
+from ckpt.sidecar.client import CheckpointClient, event
+from ckpt.v1 import service_pb2
 from tests.support import Sidecar, ckpt, start_sidecar
 
 
@@ -49,3 +51,32 @@ def test_verify_names_a_corrupt_frame(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert b"FAIL session 'bad': frame checksum mismatch for version 3" in result.stderr
     assert b"verified 2 sessions: 1 ok, 1 failed" in result.stdout
+
+
+def test_verify_counts_each_session_of_events_alone_once(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.append_events("events-only", [event("t", b"%d" % i) for i in range(230)])
+        client.append_events("sound-events", [event("t")])
+        client.put("versions", b"\x08\x01")
+        client.append_events("both", [event("t")], put=service_pb2.PutRequest(state=b"\x08\x01"))
+    assert sidecar.stop() == 0
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok = ckpt("verify", *d)
+    assert (ok.returncode, ok.stdout) == (0, b"verified 4 sessions: 4 ok, 0 failed\n"), ok.stderr
+    named = ckpt("verify", *d, "events-only", "versions")
+    assert (named.returncode, named.stdout) == (0, b"verified 2 sessions: 2 ok, 0 failed\n"), named.stderr
+    env = lmdb.open(str(tmp_path / "data" / "lmdb"), max_dbs=16)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"events", txn=txn)
+        key = b"events-only\x00" + (1).to_bytes(8, "big")
+        value = bytearray(txn.get(key, db=db) or b"")
+        value[len(value) // 2] ^= 0xFF
+        txn.put(key, bytes(value), db=db)
+    env.close()
+    damaged = ckpt("verify", *d)
+    assert damaged.returncode == 1
+    assert b"FAIL session 'events-only': events table: event seq 1: " in damaged.stderr
+    assert damaged.stdout == b"verified 4 sessions: 3 ok, 1 failed\n"
+    some = ckpt("verify", *d, "events-only", "versions")
+    assert (some.returncode, some.stdout) == (1, b"verified 2 sessions: 1 ok, 1 failed\n"), some.stderr

@@ -126,6 +126,23 @@ def test_append_with_a_put_a_conflict_and_a_replay(stub: service_pb2_grpc.Checkp
     assert (put_only.first_seq, put_only.last_seq, put_only.put.version) == (0, 0, 2)
 
 
+def test_a_put_reusing_an_appends_request_id_on_a_session_of_events_alone_is_refused(
+    stub: service_pb2_grpc.CheckpointServiceStub,
+) -> None:
+    append = service_pb2.AppendEventsRequest(session_id="rid-e", events=[ev("a"), ev("b")], request_id="r")
+    assert (stub.AppendEvents(append, timeout=10).last_seq, stub.AppendEvents(append, timeout=10).replayed) == (2, True)
+    code, details = code_of(
+        lambda: stub.Put(service_pb2.PutRequest(session_id="rid-e", state=b"\x08\x01", request_id="r"), timeout=10)
+    )
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+    assert "request_id 'r' was used for a different write to session 'rid-e' (it appended events seq 1..2)" in details
+    code, _ = code_of(lambda: stub.Get(service_pb2.GetRequest(session_id="rid-e"), timeout=10))
+    assert code is grpc.StatusCode.NOT_FOUND  # the put made nothing
+    again = stub.AppendEvents(append, timeout=10)  # the acknowledged append's retry is still answered
+    assert (again.first_seq, again.last_seq, again.replayed) == (1, 2, True)
+    assert [e.seq for e in read_all(stub, session_id="rid-e")] == [1, 2]
+
+
 def test_fork_copies_events_only_when_asked_and_delete_counts_them(
     stub: service_pb2_grpc.CheckpointServiceStub,
 ) -> None:
@@ -199,6 +216,43 @@ def test_fork_copies_events_only_when_asked_and_delete_counts_them(
             service_pb2.AppendEventsRequest(session_id="b", put=service_pb2.PutRequest(session_id="c")),
             grpc.StatusCode.INVALID_ARGUMENT,
             "put.session_id 'c' is not the session appended to ('b')",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[ev("t")], put=service_pb2.PutRequest(state=b"x", labels={"": "v"})
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.labels key '' is 0 bytes; it must be 1-63",
+        ),
+        (
+            service_pb2.AppendEventsRequest(session_id="b", events=[ev("t")], put=service_pb2.PutRequest(mode=7)),  # type: ignore[arg-type]
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.mode 7 is not a WriteMode",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b",
+                events=[ev("t")],
+                put=service_pb2.PutRequest(state=b"\xff\xff", mode=service_pb2.WRITE_MODE_MERGE),
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.state is not a valid MERGE patch",
+        ),
+        (  # a patch this large is checked off the event loop
+            service_pb2.AppendEventsRequest(
+                session_id="b",
+                events=[ev("t")],
+                put=service_pb2.PutRequest(state=b"\x08\x01" * 10_000 + b"\xff", mode=service_pb2.WRITE_MODE_MERGE),
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "put.state is not a valid MERGE patch",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[ev("t")], put=service_pb2.PutRequest(message_type="no.Such")
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "put.message_type 'no.Such' is not registered",
         ),
         (
             service_pb2.AppendEventsRequest(session_id="", events=[ev("t")]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,11 @@ import xxhash
 from ckpt.codec._zstd import ZstdDecompressor
 from ckpt.sidecar import (
     AlreadyExists,
+    AppendResult,
     DataLoss,
     EventQuery,
     EventSeqConflict,
+    FailedPrecondition,
     InvalidArgument,
     NewEvent,
     NotFound,
@@ -30,7 +33,7 @@ from ckpt.sidecar import (
 from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.sidecar.tools.crosscheck import CrossCheck
-from tests.support import ckpt
+from tests.support import AGENT_STATE, agent_file, ckpt, descriptor_set_of
 
 SECOND = 1_000_000_000
 
@@ -103,6 +106,60 @@ def test_a_version_conflict_on_the_put_appends_nothing(store: Store) -> None:
         store.append_events("s", [NewEvent("d")], put=PutRequest("other", b""))
 
 
+@pytest.mark.parametrize(
+    ("put", "error", "message"),
+    [
+        (
+            PutRequest("", b"\x08\x01", labels={"": "v"}),
+            InvalidArgument,
+            r"^put\.labels key '' is 0 bytes; it must be 1-63",
+        ),
+        (
+            PutRequest("", b"\x08\x01", mode=WriteMode.FORK),
+            InvalidArgument,
+            r"^put\.mode must be REPLACE \(1\) or MERGE",
+        ),
+        (PutRequest("", b"\xff\xff", mode=WriteMode.MERGE), InvalidArgument, r"^put\.state is not a valid MERGE patch"),
+        (
+            PutRequest("", b"x" * 4097),
+            StateTooLarge,
+            r"^put\.state is 4097 bytes; the limit \(max_state_bytes\) is 4096",
+        ),
+        (
+            PutRequest("", b"", message_type="no.Such"),
+            FailedPrecondition,
+            r"^put\.message_type 'no\.Such' is not registered",
+        ),
+        (PutRequest("", b"", message_type="no such"), InvalidArgument, r"^put\.message_type 'no such' is not"),
+    ],
+)
+def test_a_bad_put_in_an_append_is_refused_naming_its_field_as_put_dot(
+    tmp_path: Path, put: PutRequest, error: type[Exception], message: str
+) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data", max_state_bytes=4096)) as store:
+        with pytest.raises(error, match=message):
+            store.append_events("s", [NewEvent("a")], put=put)
+        with pytest.raises(NotFound):
+            store.read_events("s")
+
+
+def test_a_put_in_an_append_that_its_typed_session_refuses_names_put_state(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.register_types(descriptor_set_of(agent_file()))
+        store.put("s", b"\x08\x01", message_type=AGENT_STATE)
+        # Checked against the session's type inside the write, and a large patch off the event loop: both named so.
+        with pytest.raises(InvalidArgument, match=r"^put\.state \(6 bytes\) does not parse as acme\.agent\.v1\.State"):
+            store.append_events("s", [NewEvent("a")], put=PutRequest("", b"\x18\x01\x12\x05ab"))
+        big_bad_patch = b"\x08\x01" * 10_000 + b"\xff"
+        with pytest.raises(InvalidArgument, match=r"^put\.state is not a valid MERGE patch"):
+            asyncio.run(_aappend(store, PutRequest("", big_bad_patch, mode=WriteMode.MERGE)))
+        assert every(store, "s") == [] and store.get("s").version == 1
+
+
+async def _aappend(store: Store, put: PutRequest) -> AppendResult:
+    return await store.aappend_events("s", [NewEvent("a")], put=put)
+
+
 def test_an_expected_last_seq_appends_only_onto_that_seq(store: Store) -> None:
     assert store.append_events("s", [NewEvent("a")], expected_last_seq=0).first_seq == 1  # a new log
     with pytest.raises(EventSeqConflict, match="expected_last_seq 0 but the event log's last seq is 1") as caught:
@@ -143,6 +200,32 @@ def test_a_request_id_makes_a_retry_append_nothing_twice(store: Store) -> None:
     # Deleted and begun again: the id names the old log, so the same request appends anew.
     store.delete_session("t")
     assert not store.append_events("t", [NewEvent("x")], request_id="q").replayed
+
+
+def test_a_put_reusing_an_appends_request_id_on_a_session_of_events_alone_is_refused(store: Store) -> None:
+    store.append_events("e", [NewEvent("a"), NewEvent("b")], request_id="r")
+    refused = r"request_id 'r' was used for a different write to session 'e' \(it appended events seq 1\.\.2\)"
+    with pytest.raises(InvalidArgument, match=refused):
+        store.put("e", b"\x08\x01", request_id="r")
+    with pytest.raises(NotFound):
+        store.get("e")  # the put made nothing
+    # The record stands: the append's retry is answered, not refused or appended again.
+    again = store.append_events("e", [NewEvent("a"), NewEvent("b")], request_id="r")
+    assert again.replayed and (again.first_seq, again.last_seq) == (1, 2)
+    # Once the session has versions too, the same id is refused the same way.
+    store.put("e", b"\x08\x02")
+    with pytest.raises(InvalidArgument, match=refused):
+        store.put("e", b"\x08\x03", request_id="r")
+    both = store.append_events("p", [NewEvent("a")], put=PutRequest("", b"\x08\x01"), request_id="q")
+    assert both.put is not None and both.put.version == 1
+    with pytest.raises(InvalidArgument, match=r"\(it appended events seq 1\.\.1 and made version 1\)"):
+        store.put("p", b"\x08\x02", request_id="q")
+    # A record of a deleted, earlier holder of the id answers nothing: the put is made, and its record replaces it.
+    store.delete_session("e")
+    made = store.put("e", b"\x08\x04", request_id="r")
+    assert not made.replayed and made.version == 1
+    assert store.put("e", b"\x08\x04", request_id="r").replayed
+    assert [seq for seq, _, _ in every(store, "p")] == [1] and store.get("p").version == 1
 
 
 @pytest.mark.parametrize(
