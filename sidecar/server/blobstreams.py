@@ -62,7 +62,16 @@ class BlobStreams:
             "GetBlob": grpc.unary_stream_rpc_method_handler(self.get_blob),
         }
 
+    def _count(self, context: grpc.aio.ServicerContext) -> None:
+        # Blob streams are served here, not forwarded: they count among the link's calls, so that a
+        # stopping sidecar gives them its grace (frontend.stop) instead of cancelling them with the idle
+        # streams; until the call is over, not the handler: a GetBlob's last messages are still being sent.
+        calls = self._link.calls
+        calls.began()
+        context.add_done_callback(lambda _: calls.ended())
+
     async def put_blob(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        self._count(context)
         temp: TempBlob | None = None
         writing: asyncio.Future[Any] | None = None
         try:
@@ -116,6 +125,7 @@ class BlobStreams:
                 temp.discard()  # nothing if the store process moved it into place
 
     async def get_blob(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        self._count(context)
         request = await _checked(context, _parse_get, raw)
         info = await _checked(context, _blob_info, self._store, request.sha256)
         if request.offset > info.size_bytes:
