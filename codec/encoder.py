@@ -240,6 +240,11 @@ class ChainEncoder:
         return self._state_size
 
     @property
+    def state_xxh3(self) -> int:
+        """XXH3-64 of the head state (what its frame header records), without hashing the state again."""
+        return self._hasher.intdigest()
+
+    @property
     def memory_bytes(self) -> int:
         """Estimated memory this encoder keeps: the head state, its live zstd stream, and
         until :meth:`commit` the previous version's state that :meth:`rollback` would restore

@@ -28,10 +28,18 @@ class FailedPrecondition(StoreError):
 
 
 class VersionConflict(StoreError):
-    """Compare-and-set failed: the head is not the expected version."""
+    """Compare-and-set failed: the head is not the expected version, or its state not the expected one
+    (``expected_state_xxh3``, when that was the check)."""
 
-    def __init__(self, session_id: str, expected: int, current: int) -> None:
-        if current:
+    def __init__(self, session_id: str, expected: int, current: int, *, expected_state_xxh3: int | None = None) -> None:
+        if expected_state_xxh3 is not None:  # compare-and-set on the head's content (``expected``: the head)
+            asked = f"expected_state_xxh3 {expected_state_xxh3:#018x}"
+            message = (
+                f"session {session_id!r}: {asked} but the head, version {current}, holds another state"
+                if current
+                else f"session {session_id!r}: {asked} but the session has no versions (the head is version 0)"
+            )
+        elif current:
             message = f"session {session_id!r}: expected_version {expected} but the head is version {current}"
         else:  # version 0: nothing was ever written, or the session was deleted
             message = (
@@ -42,6 +50,7 @@ class VersionConflict(StoreError):
         self.session_id = session_id
         self.expected_version = expected
         self.current_version = current
+        self.expected_state_xxh3 = expected_state_xxh3
 
 
 class EventSeqConflict(StoreError):

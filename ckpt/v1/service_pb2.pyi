@@ -32,7 +32,7 @@ FRAME_KIND_DELTA: FrameKind
 FRAME_KIND_PATCH: FrameKind
 
 class PutRequest(_message.Message):
-    __slots__ = ("session_id", "state", "mode", "expected_version", "request_id", "labels", "message_type")
+    __slots__ = ("session_id", "state", "mode", "expected_version", "request_id", "labels", "message_type", "expected_state_xxh3")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class PutRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     state: bytes
     mode: WriteMode
@@ -54,21 +55,24 @@ class PutRequest(_message.Message):
     request_id: str
     labels: _containers.ScalarMap[str, str]
     message_type: str
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[bytes] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., expected_version: _Optional[int] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
+    expected_state_xxh3: int
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[bytes] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., expected_version: _Optional[int] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ..., expected_state_xxh3: _Optional[int] = ...) -> None: ...
 
 class PutResponse(_message.Message):
-    __slots__ = ("version", "stored_bytes", "frame_kind", "replayed", "state_size")
+    __slots__ = ("version", "stored_bytes", "frame_kind", "replayed", "state_size", "state_xxh3")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRAME_KIND_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     STATE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     version: int
     stored_bytes: int
     frame_kind: FrameKind
     replayed: bool
     state_size: int
-    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., replayed: _Optional[bool] = ..., state_size: _Optional[int] = ...) -> None: ...
+    state_xxh3: int
+    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., replayed: _Optional[bool] = ..., state_size: _Optional[int] = ..., state_xxh3: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("session_id", "version", "field_mask", "events")
@@ -97,7 +101,7 @@ class GetResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ..., events: _Optional[_Union[ReadEventsResponse, _Mapping]] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
-    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state")
+    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state", "state_xxh3")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +118,7 @@ class VersionInfo(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     version: int
     parent_version: int
     created_at: _timestamp_pb2.Timestamp
@@ -123,7 +128,8 @@ class VersionInfo(_message.Message):
     labels: _containers.ScalarMap[str, str]
     mode: WriteMode
     state: bytes
-    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., state: _Optional[bytes] = ...) -> None: ...
+    state_xxh3: int
+    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., state: _Optional[bytes] = ..., state_xxh3: _Optional[int] = ...) -> None: ...
 
 class ListVersionsRequest(_message.Message):
     __slots__ = ("session_id", "page_size", "page_token", "include_states", "start_version")

@@ -121,6 +121,7 @@ def put_request(
     labels: Mapping[str, str] | None,
     message: object = None,
     message_type: str | None = None,
+    expected_state_xxh3: int | None = None,
 ) -> PutCall:
     """A Put of ``state`` (bytes) or ``message`` (a protobuf message, sent with its type's name)."""
     checked_id = check_str("session_id", session_id)
@@ -140,6 +141,8 @@ def put_request(
         msg.labels.update(checked_labels)
     if expected_version is not None:
         msg.expected_version = check_int("expected_version", expected_version)
+    if expected_state_xxh3 is not None:
+        msg.expected_state_xxh3 = check_int("expected_state_xxh3", expected_state_xxh3)
     return PutCall(msg, data)
 
 

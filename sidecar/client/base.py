@@ -155,12 +155,21 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         expected_version: int | None = None,
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        expected_state_xxh3: int | None = None,
     ) -> PutT:
         """Write the whole new state (REPLACE): ``state`` bytes, or ``message``, a protobuf message sent
         serialized with its type's name (register the type first: :meth:`register_type`). ``message_type``
-        names the type of ``state`` bytes. A typed state reads back byte for byte."""
+        names the type of ``state`` bytes. A typed state reads back byte for byte.
+
+        ``expected_version``, ``expected_state_xxh3``: compare-and-set; write only if the head is that
+        version, and if its state has that XXH3-64 (the ``state_xxh3`` of the PutResponse that wrote it,
+        or of a Get's ``info``): ConflictError otherwise, nothing written. Only the second tells the head
+        you hold from another state at the same version (the session deleted and written again). The
+        reply's ``state_xxh3`` is the new head's, to pass to the next write."""
         mode = service_pb2.WRITE_MODE_REPLACE
-        return self._write(session_id, state, mode, expected_version, request_id, labels, message, message_type)
+        return self._write(
+            session_id, state, mode, expected_version, request_id, labels, message, message_type, expected_state_xxh3
+        )
 
     def merge(
         self,
@@ -172,12 +181,17 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         expected_version: int | None = None,
         request_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        expected_state_xxh3: int | None = None,
     ) -> PutT:
         """Write a partial message merged onto the latest state (MERGE): ``patch`` bytes, or ``message``, a
         protobuf message holding only what changed, sent with its type's name. A typed session's state
-        reads back equal as a message to every patch merged, not byte for byte (it is compacted)."""
+        reads back equal as a message to every patch merged, not byte for byte (it is compacted).
+        ``expected_version``, ``expected_state_xxh3``: as :meth:`put`'s; a read-modify-merge that must land
+        on the state it read passes that state's ``state_xxh3``."""
         mode = service_pb2.WRITE_MODE_MERGE
-        return self._write(session_id, patch, mode, expected_version, request_id, labels, message, message_type)
+        return self._write(
+            session_id, patch, mode, expected_version, request_id, labels, message, message_type, expected_state_xxh3
+        )
 
     def _write(
         self,
@@ -189,10 +203,20 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         labels: Mapping[str, str] | None,
         message: Message | None,
         message_type: str | None,
+        expected_state_xxh3: int | None,
     ) -> PutT:
         # The request (and so its request id) is built once: retries resend it unchanged.
         build = functools.partial(
-            put_request, session_id, data, mode, expected_version, request_id, labels, message, message_type
+            put_request,
+            session_id,
+            data,
+            mode,
+            expected_version,
+            request_id,
+            labels,
+            message,
+            message_type,
+            expected_state_xxh3,
         )
         return cast(PutT, self._unary(Unary("Put", build, retry=True, writes=True)))
 

@@ -73,7 +73,8 @@ class AlreadyExistsError(CheckpointError):
 
 
 class ConflictError(CheckpointError):
-    """The session's head is not the expected version; ``current_version`` is the head."""
+    """The session's head is not the expected version, or its state not the expected one (a put's
+    ``expected_state_xxh3``); ``current_version`` is the head's version."""
 
     def __init__(self, message: str, code: grpc.StatusCode, current_version: int) -> None:
         super().__init__(message, code)

@@ -94,12 +94,12 @@ class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
     ) -> AppendT:
         """Append ``events`` (ckpt.v1.Event; :func:`event` makes one) to a session's event log, and with
         ``put`` (a ckpt.v1.PutRequest; its session_id empty or this one) write a checkpoint in the same
-        transaction: both are committed, or neither (ConflictError on the put's expected_version appends
-        nothing). Returns the AppendEventsResponse: ``first_seq``/``last_seq`` of the events, and ``put``,
-        the checkpoint's PutResponse. Retried as put is, with the same ``request_id`` (one is generated if
-        none is given), so a retry appends nothing twice. ``expected_last_seq``: append only if the log's
-        last seq is this (0: no event yet), else EventConflictError (its ``last_seq``) and nothing is
-        written."""
+        transaction: both are committed, or neither (ConflictError on the put's expected_version or
+        expected_state_xxh3 appends nothing). Returns the AppendEventsResponse: ``first_seq``/``last_seq``
+        of the events, and ``put``, the checkpoint's PutResponse. Retried as put is, with the same
+        ``request_id`` (one is generated if none is given), so a retry appends nothing twice.
+        ``expected_last_seq``: append only if the log's last seq is this (0: no event yet), else
+        EventConflictError (its ``last_seq``) and nothing is written."""
         build = functools.partial(append_events_request, session_id, events, put, request_id, expected_last_seq)
         return cast(AppendT, self._unary(Unary("AppendEvents", build, retry=True, writes=True)))
 

@@ -3,7 +3,8 @@ in-process Store, storebackend.py makes them (a module of its own: a saver on a 
 
 Each backend method answers one ``Call`` of operations.py. Backends translate the store's answers at this
 one boundary: a missing session is None, False or an empty list; a compare-and-set that lost is
-``HeadMoved``.
+``HeadMoved``. A head read or written comes with its state's XXH3-64 (``state_xxh3``), which a put continuing
+it passes as ``expected_xxh3``: compare-and-set on the head's content, not only its version number.
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ States = list[tuple[int, bytes]]
 Events = list[tuple[str, bytes]]
 #: Events read: seq, type, payload.
 SeqEvents = list[tuple[int, str, bytes]]
-#: A head read with a page of events: its version, its state, the page (None: not read, by a sidecar that
-#: predates GetRequest.events), the token of the rest ("": none).
-HeadAndEvents = tuple[int, bytes, SeqEvents | None, str]
+#: A version read: its version, its state (masked if asked), its whole state's XXH3-64 (0: a sidecar that
+#: predates VersionInfo.state_xxh3).
+Got = tuple[int, bytes, int]
+#: A put's version, the event log's last seq, and the state's XXH3-64 (0: as Got's).
+Put = tuple[int, int, int]
+#: A head read with a page of events: Got, the page (None: not read, by a sidecar that predates
+#: GetRequest.events), the token of the rest ("": none).
+HeadAndEvents = tuple[int, bytes, int, SeqEvents | None, str]
 
 
 class HeadMoved(Exception):
@@ -40,21 +46,32 @@ class HeadMoved(Exception):
         self.current_version = current_version
 
 
-def _wire_put(step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str]) -> service_pb2.PutRequest:
+def _wire_put(
+    step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None, labels: dict[str, str]
+) -> service_pb2.PutRequest:
     return service_pb2.PutRequest(
         state=step,
         mode=service_pb2.WRITE_MODE_MERGE if merge else service_pb2.WRITE_MODE_REPLACE,
         expected_version=expected_version,
+        expected_state_xxh3=expected_xxh3,
         labels=labels,
         message_type=STEP_TYPE,
     )
 
 
+def _got(reply: service_pb2.GetResponse) -> Got:
+    return int(reply.version), bytes(reply.state), int(reply.info.state_xxh3)
+
+
+def _put(reply: service_pb2.AppendEventsResponse) -> Put:
+    return int(reply.put.version), int(reply.last_seq), int(reply.put.state_xxh3)
+
+
 def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
     if not reply.HasField("events"):  # an older sidecar ignored the events asked for: none were read
-        return int(reply.version), bytes(reply.state), None, ""
+        return *_got(reply), None, ""
     events = [(int(e.seq), e.type, bytes(e.payload)) for e in reply.events.events]
-    return int(reply.version), bytes(reply.state), events, reply.events.next_page_token
+    return *_got(reply), events, reply.events.next_page_token
 
 
 def markers(checkpoint_id: str | None) -> Events:
@@ -72,26 +89,26 @@ class ClientBackend:
         self.client.register_type(records_pb2.Step)
 
     def put(
-        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
-        marker: str | None,
-    ) -> tuple[int, int]:  # fmt: skip
-        put = _wire_put(step, merge, expected_version, labels)
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
+        labels: dict[str, str], marker: str | None,
+    ) -> Put:  # fmt: skip
+        put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
         events = [event(t, p) for t, p in markers(marker)]
         try:
             reply = self.client.append_events(session_id, events, put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
-        return int(reply.put.version), int(reply.last_seq)
+        return _put(reply)
 
     def append(self, session_id: str, events: Events) -> int:
         return int(self.client.append_events(session_id, [event(t, p) for t, p in events]).last_seq)
 
-    def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+    def get(self, session_id: str, version: int, mask: Sequence[str]) -> Got | None:
         try:
             reply = self.client.get(session_id, version, field_mask=mask)
         except NotFoundError:
             return None
-        return int(reply.version), bytes(reply.state)
+        return _got(reply)
 
     def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
         read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
@@ -147,27 +164,27 @@ class AsyncClientBackend:
         await self.client.register_type(records_pb2.Step)
 
     async def put(
-        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
-        marker: str | None,
-    ) -> tuple[int, int]:  # fmt: skip
-        put = _wire_put(step, merge, expected_version, labels)
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
+        labels: dict[str, str], marker: str | None,
+    ) -> Put:  # fmt: skip
+        put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
         events = [event(t, p) for t, p in markers(marker)]
         try:
             reply = await self.client.append_events(session_id, events, put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
-        return int(reply.put.version), int(reply.last_seq)
+        return _put(reply)
 
     async def append(self, session_id: str, events: Events) -> int:
         reply = await self.client.append_events(session_id, [event(t, p) for t, p in events])
         return int(reply.last_seq)
 
-    async def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+    async def get(self, session_id: str, version: int, mask: Sequence[str]) -> Got | None:
         try:
             reply = await self.client.get(session_id, version, field_mask=mask)
         except NotFoundError:
             return None
-        return int(reply.version), bytes(reply.state)
+        return _got(reply)
 
     async def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
         read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)

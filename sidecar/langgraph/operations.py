@@ -117,6 +117,8 @@ class Head:
     stored_elements: int = 0
     #: Its Step's writes_after_seq (None: not known): a read of the head asks for its pending writes with it.
     writes_after_seq: int | None = None
+    #: Its state's XXH3-64 (0: unknown), which a put continuing it expects: its version alone may be another's.
+    state_xxh3: int = 0
 
     @property
     def needs_rewrite(self) -> bool:
@@ -212,8 +214,7 @@ class Operations:
             if asked is not None:
                 got = yield Call("get_events", (sid, (WRITES_EVENT,), asked))
                 if got is not None:
-                    version, state, page, token = got
-                    got = version, state
+                    *got, page, token = got
             else:
                 got = yield Call("get", (sid, 0, ()))
             if got is None and (yield from self._finish_prune(where)):
@@ -223,17 +224,18 @@ class Operations:
                     self._last_seq.pop(sid, None)
                 self._saw_head(sid, Head(None, 0))
                 return None
-            version, state = got
+            version, state, xxh3 = got
             step = decode_step(state)
             elements = elements_of(step)
             with self._lock:
                 seen = self._heads.get(sid)
-            # A version's state never changes, and checkpoint ids are unique: the head this saver put (or
-            # read) is this one, digests and all, so they are not hashed again for every read.
-            if seen is None or seen.version != version or seen.checkpoint_id != step.checkpoint_id:
-                deleted = tuple(step.deleted_checkpoint_ids)
-                lists = lists_of(step, elements)
-                seen = Head(step.checkpoint_id, version, deleted, lists, stored_elements(step), step.writes_after_seq)
+            # A version's state never changes, and its xxh3 tells it from another's at the same version: the
+            # head this saver put (or read) is this one, digests and all, so they are not hashed again.
+            read = (version, step.checkpoint_id, xxh3)
+            if seen is None or (seen.version, seen.checkpoint_id, seen.state_xxh3) != read:
+                deleted, lists = tuple(step.deleted_checkpoint_ids), lists_of(step, elements)
+                stored, after = stored_elements(step), step.writes_after_seq
+                seen = Head(step.checkpoint_id, version, deleted, lists, stored, after, xxh3)
                 # A head this saver did not put or read last may be another saver's in a log made anew: its
                 # writes_after_seq is a seq of the log as it is.
                 self._saw_log_at_most(sid, step.writes_after_seq)
@@ -404,7 +406,7 @@ class Operations:
                 encoded.patch.writes_after_seq = 0
             else:
                 step = decode_step(got[1])
-                current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids))
+                current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids), state_xxh3=got[2])
             try:
                 head = yield from self._write(where, encoded, current)
             except HeadMoved:
@@ -427,8 +429,9 @@ class Operations:
             step.deleted_checkpoint_ids.extend(head.deleted)
             labels = {**encoded.labels, **thread_label(where.thread_id)}
             stored = sum(len(v) for v in encoded.lists.values())
-        args = (where.session_id, step.SerializeToString(), continues, head.version, labels, encoded.checkpoint_id)
-        version, seq = yield Call("put", args)
+        expected = (head.version, head.state_xxh3 or None)  # (head.version 0: no head, and none expected)
+        args = (where.session_id, step.SerializeToString(), continues, *expected, labels, encoded.checkpoint_id)
+        version, seq, xxh3 = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
         writes_after_seq = step.writes_after_seq
         if seq <= writes_after_seq:
@@ -438,10 +441,11 @@ class Operations:
             # compare-and-set on the version just written (lost to a newer put, it is no longer the head).
             restate = records_pb2.Step(writes_after_seq=0).SerializeToString()
             with contextlib.suppress(HeadMoved):
-                version, seq = yield Call("put", (where.session_id, restate, True, version, labels, None))
+                again = (where.session_id, restate, True, version, xxh3 or None, labels, None)
+                version, seq, xxh3 = yield Call("put", again)
                 self._saw_seq(where.session_id, seq)
                 writes_after_seq = 0
-        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, writes_after_seq)
+        return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, writes_after_seq, xxh3)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
         where = where_of(config)
@@ -501,14 +505,14 @@ class Operations:
             step.deleted_checkpoint_ids.extend(sorted(deleted))
             labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)}
             try:
-                written, _ = yield Call("put", (sid, step.SerializeToString(), False, got[0], labels, None))
+                args = (sid, step.SerializeToString(), False, got[0], got[2] or None, labels, None)
+                written, _, xxh3 = yield Call("put", args)
             except HeadMoved:
                 newest = _newest_versions((yield Call("versions", (sid,))))
                 continue
             self._forget(sid)
-            head = Head(
-                cid, written, tuple(sorted(deleted)), lists_of(step), stored_elements(step), step.writes_after_seq
-            )
+            deleted_ids, lists, stored = tuple(sorted(deleted)), lists_of(step), stored_elements(step)
+            head = Head(cid, written, deleted_ids, lists, stored, step.writes_after_seq, xxh3)
             self._saw_head(sid, head)
             return
 
@@ -534,7 +538,7 @@ class Operations:
                 del step.deleted_checkpoint_ids[:]
                 step.writes_after_seq = seq
                 labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)} | target_label
-                _, seq = yield Call("put", (target, step.SerializeToString(), False, None, labels, cid))
+                _, seq, _ = yield Call("put", (target, step.SerializeToString(), False, None, None, labels, cid))
                 writes = [(WRITES_EVENT, p) for p in payloads.get(cid, [])]
                 for i in range(0, len(writes), _MAX_EVENTS):
                     seq = yield Call("append", (target, writes[i : i + _MAX_EVENTS]))
@@ -574,7 +578,7 @@ class Operations:
         step.writes_after_seq = 0  # the stage's log holds them alone
         yield Call("delete", (staging,))  # a stage a crash left behind while the namespace was whole
         staged = {**labels, PRUNING_LABEL: where.thread_id}
-        yield Call("put", (staging, step.SerializeToString(), False, 0, staged, cid))
+        yield Call("put", (staging, step.SerializeToString(), False, 0, None, staged, cid))
         for i in range(0, len(writes), _MAX_EVENTS):
             yield Call("append", (staging, writes[i : i + _MAX_EVENTS]))
         yield Call("delete", (sid,))

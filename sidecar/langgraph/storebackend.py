@@ -12,13 +12,15 @@ from ..config import StoreConfig
 from ..descriptors import descriptor_set
 from ..errors import NotFound, VersionConflict
 from ..store import EventQuery, NewEvent, PutRequest, Store, WriteMode
-from .backends import PAGE_SIZE, Events, HeadAndEvents, HeadMoved, SeqEvents, States, Versions, markers
+from .backends import PAGE_SIZE, Events, Got, HeadAndEvents, HeadMoved, Put, SeqEvents, States, Versions, markers
 from .records import STEP_TYPE
 
 
-def _put_request(step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str]) -> PutRequest:
+def _put_request(
+    step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None, labels: dict[str, str]
+) -> PutRequest:
     mode = WriteMode.MERGE if merge else WriteMode.REPLACE
-    return PutRequest("", step, mode, expected_version, "", labels, STEP_TYPE)
+    return PutRequest("", step, mode, expected_version, "", labels, STEP_TYPE, expected_xxh3)
 
 
 class StoreBackend:
@@ -36,29 +38,28 @@ class StoreBackend:
         self.store.register_types(descriptor_set(records_pb2.Step))
 
     def put(
-        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, labels: dict[str, str],
-        marker: str | None,
-    ) -> tuple[int, int]:  # fmt: skip
+        self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
+        labels: dict[str, str], marker: str | None,
+    ) -> Put:  # fmt: skip
         events = [NewEvent(t, p) for t, p in markers(marker)]
+        put = _put_request(step, merge, expected_version, expected_xxh3, labels)
         try:
-            result = self.store.append_events(
-                session_id, events, put=_put_request(step, merge, expected_version, labels)
-            )
+            result = self.store.append_events(session_id, events, put=put)
         except VersionConflict as exc:
             raise HeadMoved(exc.current_version) from None
         assert result.put is not None  # a put was sent
-        return result.put.version, result.last_seq
+        return result.put.version, result.last_seq, result.put.state_xxh3
 
     def append(self, session_id: str, events: Events) -> int:
         return self.store.append_events(session_id, [NewEvent(t, p) for t, p in events]).last_seq
 
-    def get(self, session_id: str, version: int, mask: Sequence[str]) -> tuple[int, bytes] | None:
+    def get(self, session_id: str, version: int, mask: Sequence[str]) -> Got | None:
         # A mask only saves the sidecar's wire; in process, the whole state is as cheap.
         try:
             got = self.store.get(session_id, version)
         except NotFound:
             return None
-        return got.version, got.state
+        return got.version, got.state, got.info.state_xxh3
 
     def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
         query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
@@ -67,7 +68,7 @@ class StoreBackend:
         except NotFound:
             return None
         events = [(e.seq, e.type, e.payload) for e in both.events.events]
-        return both.got.version, both.got.state, events, both.events.next_page_token
+        return both.got.version, both.got.state, both.got.info.state_xxh3, events, both.events.next_page_token
 
     def versions(self, session_id: str) -> Versions:
         out: Versions = []

@@ -64,6 +64,7 @@ def version_info_pb(info: VersionInfo, state: bytes = b"") -> service_pb2.Versio
         state_size=info.state_size,
         mode=_WRITE_MODE_PB[info.mode],
         state=state,
+        state_xxh3=info.state_xxh3,
     )
     if info.labels:  # an empty map given to the constructor costs ~1.3 us; most versions carry none
         msg.labels.update(info.labels)
@@ -99,6 +100,7 @@ def put_response_pb(r: PutResult) -> service_pb2.PutResponse:
         frame_kind=_FRAME_KIND_PB[r.frame_kind],
         replayed=r.replayed,
         state_size=r.state_size,
+        state_xxh3=r.state_xxh3,
     )
 
 
@@ -117,6 +119,7 @@ def put_request(msg: service_pb2.PutRequest) -> PutRequest:
         request_id=msg.request_id,
         labels=labels_arg(msg.labels, "labels") if msg.labels else {},  # most writes carry none: skip a copy
         message_type=msg.message_type,
+        expected_state_xxh3=msg.expected_state_xxh3 if msg.HasField("expected_state_xxh3") else None,
     )
 
 

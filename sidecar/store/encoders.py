@@ -23,11 +23,13 @@ from ...codec import ChainEncoder, DecodeError, StateSnapshot, decode, parse
 from ..config import StoreConfig
 from ..errors import DataLoss
 from ..storage import ReadTxn
+from . import keys
 from .cache import LRU, StateCache
 from .coherence import Coherence
 from .layout import Tables
 from .ops import Batch
 from .reads import chain_frames
+from .records import frame_of
 from .types import VersionInfo
 
 
@@ -94,6 +96,27 @@ class Encoders:
         # A batch that aborts drops every encoder it touched.
         self.lru.put(sid, encoder)
         return encoder
+
+    def head_xxh3(self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None) -> int | None:
+        """XXH3-64 of the session's head state (None: it has no head), for a write's expected_state_xxh3: its
+        cached encoder's (the head it holds), else what the head frame's header records."""
+        if rec is None or not rec.head_version:
+            return None
+        cached = self.lru.get(sid)
+        if (
+            cached is not None
+            and cached.version == rec.head_version
+            and (self.coherence is None or self.coherence.continues_chain(cached, rec))
+        ):
+            return cached.state_xxh3
+        value = txn.get(keys.frame_key(sid, rec.head_version), db=self._tables.frames)
+        if value is None:
+            raise DataLoss(f"session {session_id!r} version {rec.head_version}: its frame is missing")
+        try:
+            header, _ = parse(frame_of(value))
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {rec.head_version}: {exc}") from None
+        return header.state_xxh3
 
     def hold(self, batch: Batch, sid: bytes, encoder: ChainEncoder) -> ChainEncoder | None:
         """``encoder`` if the batch may keep it until its commit, for the encoder cache; else None.

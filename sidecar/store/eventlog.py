@@ -237,6 +237,7 @@ class EventLog:
                     rec.stored_bytes = put_result.stored_bytes
                     rec.frame_kind = put_result.frame_kind
                     rec.state_size = put_result.state_size
+                    rec.state_xxh3 = put_result.state_xxh3
                 requests.store(txn, rid_key, rec, expired)
             return AppendResult(first, last, put_result)
 
@@ -453,7 +454,14 @@ class EventLog:
 def _replayed(done: records_pb2.RequestRecord) -> AppendResult:
     put = None
     if done.events_had_put:
-        put = PutResult(done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True)
+        put = PutResult(
+            done.version,
+            done.stored_bytes,
+            FrameKind(done.frame_kind),
+            done.state_size,
+            replayed=True,
+            state_xxh3=done.state_xxh3,
+        )
     return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True)
 
 

@@ -78,6 +78,7 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
         labels=dict(meta.labels),
         mode=mode,
         message_type=meta.message_type,
+        state_xxh3=header.state_xxh3,
     )
 
 

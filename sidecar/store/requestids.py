@@ -119,6 +119,7 @@ class RequestIds:
             stored_bytes=result.stored_bytes,
             frame_kind=result.frame_kind,
             state_size=result.state_size,
+            state_xxh3=result.state_xxh3,
             expires_unix_nanos=expires,
             write_xxh3=asked,
             session_created_unix_nanos=session_created,
@@ -200,5 +201,7 @@ def write_fingerprint(req: PutRequest, mode: WriteMode) -> int:
         h.update(key.encode() + b"\0" + value.encode() + b"\0")
     if req.message_type:  # hashed only when given, so that untyped writes' fingerprints stay what they were
         h.update(b"\1" + req.message_type.encode() + b"\0")
+    if req.expected_state_xxh3 is not None:  # likewise: fingerprints of writes without it stay what they were
+        h.update(struct.pack("<BQ", 2, req.expected_state_xxh3))
     h.update(req.state)
     return h.intdigest() or 1

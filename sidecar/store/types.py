@@ -25,6 +25,8 @@ class PutResult:
     replayed: bool = False
     #: Frames after the chain's FULL frame, this one included (0 for a FULL frame).
     chain_depth: int = 0
+    #: XXH3-64 of the state written (a replay's: the recorded one, 0 if its record predates keeping it).
+    state_xxh3: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,8 @@ class VersionInfo:
     mode: WriteMode
     #: The message type the version's state holds (registry.py); "" for opaque bytes.
     message_type: str = ""
+    #: XXH3-64 of the version's state, as its frame header records it (a write's expected_state_xxh3).
+    state_xxh3: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,8 @@ class PutRequest:
     labels: dict[str, str] = field(default_factory=dict)
     #: The message type ``state`` holds (a registered or built-in full name); "": the session's, if typed.
     message_type: str = ""
+    #: Compare-and-set on the head's content: write only if the head state has this XXH3-64 (None: unchecked).
+    expected_state_xxh3: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

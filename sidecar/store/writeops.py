@@ -111,6 +111,8 @@ class WriteOps:
             raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
         if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
             raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
+        if req.expected_state_xxh3 is not None:
+            _check_xxh3_arg(req.expected_state_xxh3)
         if req.message_type:
             check_type_name(req.message_type)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
@@ -150,12 +152,21 @@ class WriteOps:
                             " write, and a new write needs a new request_id"
                         )
                     return PutResult(
-                        done.version, done.stored_bytes, FrameKind(done.frame_kind), done.state_size, replayed=True
+                        done.version,
+                        done.stored_bytes,
+                        FrameKind(done.frame_kind),
+                        done.state_size,
+                        replayed=True,
+                        state_xxh3=done.state_xxh3,
                     )
                 expired_rid = done
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
                 raise VersionConflict(req.session_id, req.expected_version, head)
+            if req.expected_state_xxh3 is not None:
+                found = encoders.head_xxh3(txn, sid, req.session_id, rec)
+                if found != req.expected_state_xxh3:
+                    raise VersionConflict(req.session_id, head, head, expected_state_xxh3=req.expected_state_xxh3)
             if rec is not None and req.labels:
                 _check_session_labels(req.session_id, rec, req.labels)
             have = rec.message_type if rec is not None else ""
@@ -199,7 +210,12 @@ class WriteOps:
                         rec.message_type = typed
                 info = self._append(txn, sid, rec, frame, mode, req.labels, now, old_updated, typed)
                 result = PutResult(
-                    frame.version, frame.stored_bytes, frame.kind, encoder.state_size, chain_depth=encoder.chain.depth
+                    frame.version,
+                    frame.stored_bytes,
+                    frame.kind,
+                    encoder.state_size,
+                    chain_depth=encoder.chain.depth,
+                    state_xxh3=frame.header.state_xxh3,
                 )
                 if rid_key is not None:
                     expires = now + int(config.request_id_ttl_seconds * 1e9)
@@ -365,6 +381,7 @@ class WriteOps:
             labels=dict(labels),
             mode=mode,
             message_type=message_type,
+            state_xxh3=frame.header.state_xxh3,
         )
 
     def _delete_index_entries(self, txn: WriteTxn, sid: bytes) -> None:
@@ -385,6 +402,13 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
             f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
             f" over the limit of {keys.MAX_LABELS} per session"
         )
+
+
+def _check_xxh3_arg(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"expected_state_xxh3 must be an int or None, not {type(value).__name__}")
+    if not 0 <= value < 1 << 64:
+        raise InvalidArgument(f"expected_state_xxh3 must be in 0..2**64-1 (a uint64), got {value}")
 
 
 def nested_field(field: str, exc: StoreError) -> StoreError:

@@ -54,15 +54,29 @@ class WriteEntryPoints:
         request_id: str = "",
         labels: dict[str, str] | None = None,
         message_type: str = "",
+        expected_state_xxh3: int | None = None,
     ) -> PutResult:
         """Write the next version of a session; returns once it is committed.
+
+        ``expected_version``, ``expected_state_xxh3``: compare-and-set on the head's version and on its
+        state's XXH3-64 (a VersionInfo's or PutResult's ``state_xxh3``), VersionConflict unless each given
+        holds (a session without versions matches no ``expected_state_xxh3``).
 
         ``message_type``: the registered (or built-in) type ``state`` holds; the session takes it if it has
         none (see PutRequest.message_type in service.proto). Waits for room first when
         ``max_queued_write_bytes`` of writes are queued.
         """
         op = self._ops.put_op(
-            PutRequest(session_id, state, mode, expected_version, request_id, dict(labels or {}), message_type)
+            PutRequest(
+                session_id,
+                state,
+                mode,
+                expected_version,
+                request_id,
+                dict(labels or {}),
+                message_type,
+                expected_state_xxh3,
+            )
         )
         # Not the main thread's: a signal handler raising there (Ctrl-C, an
         # alarm) can leave it between queueing and waiting, or between its

@@ -90,7 +90,8 @@ def test_a_cut_page_is_read_on_from_its_token(sidecar: Sidecar, monkeypatch: pyt
 
 def test_a_reply_without_events_is_no_page_and_the_writes_are_read_after_it() -> None:
     """A sidecar that predates GetRequest.events answers the state alone: not an empty page of writes."""
-    state_only = service_pb2.GetResponse(version=3, state=b"s")
-    assert backends._head_and_events(state_only) == (3, b"s", None, "")
-    empty_page = service_pb2.GetResponse(version=3, state=b"s", events=service_pb2.ReadEventsResponse())
-    assert backends._head_and_events(empty_page) == (3, b"s", [], "")
+    info = service_pb2.VersionInfo(state_xxh3=7)
+    state_only = service_pb2.GetResponse(version=3, state=b"s", info=info)
+    assert backends._head_and_events(state_only) == (3, b"s", 7, None, "")
+    empty_page = service_pb2.GetResponse(version=3, state=b"s", info=info, events=service_pb2.ReadEventsResponse())
+    assert backends._head_and_events(empty_page) == (3, b"s", 7, [], "")

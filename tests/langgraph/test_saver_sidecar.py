@@ -64,6 +64,45 @@ def test_a_put_that_lost_a_race_fails_and_hides_no_checkpoint(sidecar: Sidecar) 
         assert got(first, thread("raced")).checkpoint["channel_values"] == {"n": 2}
 
 
+def step(saver: Any, config: Any, n: int, messages: list[str]) -> Any:
+    checkpoint: Any = empty_checkpoint()
+    checkpoint.update(id=str(uuid6(clock_seq=n)), channel_values={"messages": messages})
+    checkpoint["channel_versions"] = {"messages": n + 1}
+    return saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}}, {"messages": n + 1})
+
+
+@pytest.mark.parametrize("reads_first", [False, True], ids=["own-head", "read-head"])
+def test_a_thread_deleted_and_written_again_to_the_same_version_refuses_the_stale_writer(
+    sidecar: Sidecar, reads_first: bool
+) -> None:
+    """Another saver deletes the thread and writes it up to the version the first one holds: the first
+    one's next put, which continues its own head, must not merge its step onto the other content."""
+    with CkptSaver(sidecar.unix_target) as a, CkptSaver(sidecar.tcp_target) as b:
+        config, messages = thread("t"), list[str]()
+        for n in range(3):
+            messages = [*messages, f"A{n}"]
+            config = step(a, config, n, messages)
+        if reads_first:  # the head it holds is one it read, not one it wrote
+            assert got(a, thread("t")).config == config
+        b.delete_thread("t")
+        b_config, b_messages = thread("t"), list[str]()
+        for n in range(3):
+            b_messages = [*b_messages, f"B{n}"]
+            b_config = step(b, b_config, 10 + n, b_messages)
+        with pytest.raises(CheckpointConflictError) as stale:
+            step(a, config, 3, [*messages, "A3"])
+        assert (
+            stale.value.current_version == 3
+            and stale.value.parent_checkpoint_id == config["configurable"]["checkpoint_id"]
+        )
+        head = got(b, thread("t"))
+        assert head.config == b_config and head.checkpoint["channel_values"]["messages"] == b_messages
+        assert ids(b, thread("t")) == ids(a, thread("t")) and len(ids(b, thread("t"))) == 3
+        # Retrying as the error says: read the new head, continue from it.
+        on_b = step(a, got(a, thread("t")).config, 13, [*b_messages, "A3"])
+        assert got(b, thread("t")).config == on_b
+
+
 def test_a_branch_from_an_older_checkpoint_is_written_on_purpose(sidecar: Sidecar) -> None:
     with CkptSaver(sidecar.unix_target) as saver:
         first = put(saver, thread("branched"), {"n": 0}, 0)

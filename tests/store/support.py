@@ -63,6 +63,8 @@ def put_request(store: Store, request: PutRequest) -> PutResult:
         expected_version=request.expected_version,
         request_id=request.request_id,
         labels=request.labels,
+        message_type=request.message_type,
+        expected_state_xxh3=request.expected_state_xxh3,
     )
 
 
