@@ -46,6 +46,28 @@ function checkInt(name, value, { low = 0, high = Number.MAX_SAFE_INTEGER } = {})
   return value;
 }
 
+// The largest fixed64.
+const UINT64_MAX = (1n << 64n) - 1n;
+
+// A fixed64 (an XXH3-64: a state_xxh3) as the decimal string the client returns them as, from that
+// string or a BigInt in 0..2^64-1. A Number is refused: most 64-bit hashes are over 2^53, where a Number
+// holds another value.
+function checkFixed64(name, value) {
+  let n;
+  if (typeof value === 'bigint') {
+    n = value;
+  } else if (typeof value === 'string') {
+    if (!/^[0-9]+$/.test(value)) throw new TypeError(`${name} must be a string of decimal digits, not ${JSON.stringify(value)}`);
+    n = BigInt(value);
+  } else {
+    const what =
+      typeof value === 'number' ? `a Number (${value}): a 64-bit hash is mostly over 2^53, where Numbers are not exact` : kindOf(value);
+    throw new TypeError(`${name} must be a decimal string (a state_xxh3 as the client returns it) or a BigInt, not ${what}`);
+  }
+  if (n < 0n || n > UINT64_MAX) throw new RangeError(`${name} must be in 0..${UINT64_MAX}, got ${value}`);
+  return n.toString();
+}
+
 // Bytes as a Buffer over the same memory (a Uint8Array is not copied).
 function bytesOf(name, value) {
   if (Buffer.isBuffer(value)) return value;
@@ -53,4 +75,4 @@ function bytesOf(name, value) {
   throw new TypeError(`${name} must be a Buffer or a Uint8Array, not ${kindOf(value)}`);
 }
 
-module.exports = { bytesOf, checkInt, checkString, kindOf, newRequestId, timestamp };
+module.exports = { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp };

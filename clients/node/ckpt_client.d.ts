@@ -1,5 +1,6 @@
 // Types of ckpt_client.js. Messages keep the proto's field names (proto-loader
-// keepCase), 64-bit integers are Numbers and enums their names as strings.
+// keepCase), 64-bit integers are Numbers (fixed64 hashes, state_xxh3, decimal
+// strings: a Number is not exact over 2^53) and enums their names as strings.
 
 export type FrameKind = 'FRAME_KIND_UNSPECIFIED' | 'FRAME_KIND_FULL' | 'FRAME_KIND_DELTA' | 'FRAME_KIND_PATCH';
 export type WriteMode = 'WRITE_MODE_UNSPECIFIED' | 'WRITE_MODE_REPLACE' | 'WRITE_MODE_MERGE';
@@ -16,6 +17,12 @@ export interface PutResponse {
   frame_kind: FrameKind;
   replayed: boolean;
   state_size: number;
+  /**
+   * XXH3-64 of the state this write made (the new head's), as a decimal string: pass it as the next
+   * write's `expectedStateXxh3`. A replay answers the first write's ('0' if it was recorded before
+   * sidecars kept it).
+   */
+  state_xxh3: string;
 }
 
 export interface VersionInfo {
@@ -29,6 +36,11 @@ export interface VersionInfo {
   mode: WriteMode;
   /** The version's state when `history` was asked for states (`includeStates`); empty otherwise. */
   state: Buffer;
+  /**
+   * XXH3-64 of the version's whole state (a masked get's info too), as a decimal string: pass it as a
+   * write's `expectedStateXxh3` to write on top of exactly this state.
+   */
+  state_xxh3: string;
 }
 
 export interface HistoryOptions {
@@ -79,6 +91,8 @@ export interface PutRequest {
   state: Buffer;
   mode: WriteMode;
   expected_version?: number;
+  /** A decimal string. */
+  expected_state_xxh3?: string;
   request_id: string;
   labels: Record<string, string>;
   message_type: string;
@@ -99,6 +113,14 @@ export type PutResult =
 export interface WriteOptions {
   /** Compare-and-set: the write succeeds only if the head is this version (0: the session must not exist). */
   expectedVersion?: number;
+  /**
+   * Compare-and-set on the head's content: the write succeeds only if the head's state has this XXH3-64
+   * (the `state_xxh3` of the reply that wrote it or of a get's `info`; a decimal string in
+   * 0..2^64-1, or a BigInt; a Number is refused, TypeError). Else ConflictError, nothing written. Only
+   * this tells the head you hold from another state at the same version (the session deleted and written
+   * again); pass both. A session without versions matches no value.
+   */
+  expectedStateXxh3?: string | bigint;
   /** Idempotency key (at most 128 bytes); one is generated when absent. */
   requestId?: string;
   labels?: Record<string, string>;
@@ -172,6 +194,8 @@ export interface EventsPut {
   merge?: boolean;
   /** Compare-and-set, as for put: on a conflict (ConflictError) nothing is appended either. */
   expectedVersion?: number;
+  /** Compare-and-set on the head's state XXH3-64, as for put. */
+  expectedStateXxh3?: string | bigint;
   labels?: Record<string, string>;
   messageType?: string;
 }
@@ -242,7 +266,7 @@ export interface CallError extends Error {
   requestId?: string;
 }
 
-/** The head moved: `expectedVersion` was not the session's head. */
+/** The head moved: `expectedVersion` was not the session's head, or `expectedStateXxh3` not its state's. */
 export class ConflictError extends Error {
   readonly name: 'ConflictError';
   /** 10 (ABORTED). */

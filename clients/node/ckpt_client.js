@@ -6,7 +6,7 @@
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
+const { checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
 const { retryDelayMs, streamPuts } = require('./put_stream');
@@ -20,16 +20,68 @@ const MAX_PAGE_SIZE = 1000;
 // The most writes a PutStream message holds (the sidecar's limit, as the Python clients' batch_size).
 const MAX_STREAM_BATCH_PUTS = 1000;
 
+const LOAD_OPTIONS = {
+  keepCase: true,
+  longs: Number, // versions and sizes stay far below 2^53; fixed64s (state_xxh3) are read exactly below
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
+
 function loadService() {
-  const definition = protoLoader.loadSync('ckpt/v1/service.proto', {
-    includeDirs: [PROTO_ROOT],
-    keepCase: true,
-    longs: Number, // versions and sizes stay far below 2^53
-    enums: String,
-    defaults: true,
-    oneofs: true,
-  });
+  const definition = protoLoader.loadSync('ckpt/v1/service.proto', { includeDirs: [PROTO_ROOT], ...LOAD_OPTIONS });
+  readFixed64Exactly(definition);
   return grpc.loadPackageDefinition(definition).ckpt.v1.CheckpointService;
+}
+
+// How to set every fixed64 reachable from a message of `type` (a state_xxh3: an XXH3-64, mostly over
+// 2^53, where a Number holds another value) on its object as its decimal string, from the decoded
+// message: fix(message, object), or null when the type reaches none.
+function fixed64Fixer(type, fixers = new Map()) {
+  if (fixers.has(type)) return fixers.get(type);
+  fixers.set(type, null); // a type within itself reaches nothing more
+  const protobuf = require('protobufjs');
+  const steps = [];
+  for (const field of type.fieldsArray) {
+    const name = field.name;
+    if (field.type === 'fixed64' && !field.repeated && !field.map) {
+      // The decoded value is an unsigned Long (long.js, which protobufjs reads 64-bit fields with).
+      steps.push((m, o) => {
+        const v = m[name];
+        if (v !== null && v !== undefined) o[name] = ((BigInt(v.high >>> 0) << 32n) | BigInt(v.low >>> 0)).toString();
+      });
+    } else if (field.resolvedType instanceof protobuf.Type && !field.map) {
+      const inner = fixed64Fixer(field.resolvedType, fixers);
+      if (inner === null) continue;
+      if (field.repeated) steps.push((m, o) => m[name].forEach((each, i) => inner(each, o[name][i])));
+      else steps.push((m, o) => m[name] && inner(m[name], o[name]));
+    }
+  }
+  const fix = steps.length === 0 ? null : (m, o) => steps.forEach((step) => step(m, o));
+  fixers.set(type, fix);
+  return fix;
+}
+
+// proto-loader's `longs` is one type for every 64-bit field: the replies holding a fixed64 are read
+// with protobufjs (the same decoding and options) and their fixed64s set as decimal strings, which a
+// write's expectedStateXxh3 takes back.
+function readFixed64Exactly(definition) {
+  const protobuf = require('protobufjs');
+  const root = new protobuf.Root();
+  root.resolvePath = (origin, target) => path.join(PROTO_ROOT, target);
+  root.loadSync('ckpt/v1/service.proto', { keepCase: true }).resolveAll();
+  const service = root.lookupService('ckpt.v1.CheckpointService');
+  for (const method of service.methodsArray) {
+    const type = method.resolvedResponseType;
+    const fix = fixed64Fixer(type);
+    if (fix === null) continue;
+    definition['ckpt.v1.CheckpointService'][method.name].responseDeserialize = (buffer) => {
+      const message = type.decode(buffer);
+      const object = type.toObject(message, LOAD_OPTIONS);
+      fix(message, object);
+      return object;
+    };
+  }
 }
 
 // google.protobuf's well-known types are built into the sidecar: a file using
@@ -210,21 +262,30 @@ class CheckpointClient {
   }
 
   // messageType: the registered type `state` holds (e.g. 'acme.agent.v1.State'); the session keeps it.
-  put(sessionId, state, { expectedVersion, requestId, labels, messageType } = {}) {
+  // expectedVersion, expectedStateXxh3: compare-and-set; write only if the head is that version, and if
+  // its state has that XXH3-64 (the `state_xxh3` of the reply that wrote it, or of a get's `info`: a
+  // decimal string; a BigInt is taken too), else ConflictError (its currentVersion the head's) and
+  // nothing is written. Only the second tells the head you hold from another state at the same version
+  // (the session deleted and written again). The reply's `state_xxh3` is the new head's.
+  put(sessionId, state, { expectedVersion, expectedStateXxh3, requestId, labels, messageType } = {}) {
+    const mode = 'WRITE_MODE_REPLACE';
     return this.call(
       'Put',
-      this.request(sessionId, state, 'WRITE_MODE_REPLACE', expectedVersion, requestId, labels, messageType),
+      this.request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3),
     );
   }
 
-  merge(sessionId, patch, { expectedVersion, requestId, labels, messageType } = {}) {
+  // A read-modify-merge that must land on the state it read passes that state's `state_xxh3`:
+  // merge(s, patch, { expectedVersion: got.version, expectedStateXxh3: got.info.state_xxh3 }).
+  merge(sessionId, patch, { expectedVersion, expectedStateXxh3, requestId, labels, messageType } = {}) {
+    const mode = 'WRITE_MODE_MERGE';
     return this.call(
       'Put',
-      this.request(sessionId, patch, 'WRITE_MODE_MERGE', expectedVersion, requestId, labels, messageType),
+      this.request(sessionId, patch, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3),
     );
   }
 
-  request(sessionId, state, mode, expectedVersion, requestId, labels, messageType) {
+  request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3) {
     const req = {
       session_id: checkString('sessionId', sessionId),
       state: Buffer.from(state),
@@ -235,6 +296,9 @@ class CheckpointClient {
     };
     if (expectedVersion !== undefined && expectedVersion !== null) {
       req.expected_version = checkInt('expectedVersion', expectedVersion);
+    }
+    if (expectedStateXxh3 !== undefined && expectedStateXxh3 !== null) {
+      req.expected_state_xxh3 = checkFixed64('expectedStateXxh3', expectedStateXxh3);
     }
     return req;
   }
@@ -327,13 +391,14 @@ class CheckpointClient {
 
   // Append `events` ({ type, payload, attributes, time }: payload bytes or a
   // string sent as UTF-8, time a Date, else the commit's) to the session's
-  // event log, and with `put` ({ state, merge, expectedVersion, labels,
-  // messageType }) write a checkpoint in the same transaction: both are
-  // committed or neither (a ConflictError on the put appends nothing).
-  // Resolves to { first_seq, last_seq, put, replayed }. Retried as put is,
-  // with one request id per call (`requestId`, else a generated one) sent
-  // unchanged on every retry, so a retry appends nothing twice and answers
-  // `replayed`; the error carries it as `requestId`.
+  // event log, and with `put` ({ state, merge, expectedVersion,
+  // expectedStateXxh3, labels, messageType }, as put's) write a checkpoint in
+  // the same transaction: both are committed or neither (a ConflictError on
+  // the put appends nothing). Resolves to { first_seq, last_seq, put,
+  // replayed }, `put` the checkpoint's PutResponse (its state_xxh3 too).
+  // Retried as put is, with one request id per call (`requestId`, else a
+  // generated one) sent unchanged on every retry, so a retry appends nothing
+  // twice and answers `replayed`; the error carries it as `requestId`.
   appendEvents(sessionId, events, { put, requestId, expectedLastSeq } = {}) {
     return this.call('AppendEvents', appendEventsRequest(sessionId, events, { put, requestId, expectedLastSeq }));
   }
@@ -407,10 +472,10 @@ class CheckpointClient {
   // 'response', response } or { outcome: 'error', error: { code, message,
   // current_version } } (a failed write, e.g. a conflict; the others go on).
   // `puts` is an iterable or async iterable of { sessionId, state, merge,
-  // expectedVersion, requestId, labels }. A batch is sent once `batchSize`
-  // writes are ready or no further one is yet (an agent giving a write per
-  // step gets each answered before its next step), one batch in flight at a
-  // time. If `puts` throws (or gives a write with a bad argument), the
+  // expectedVersion, expectedStateXxh3, requestId, labels, messageType }
+  // (as put's). A batch is sent once `batchSize` writes are ready or no
+  // further one is yet (an agent giving a write per step gets each answered
+  // before its next step), one batch in flight at a time. If `puts` throws (or gives a write with a bad argument), the
   // writes it gave before are sent and answered, then its error is thrown.
   // Each write keeps one request id (its own or a generated one), so when
   // the stream breaks with UNAVAILABLE or CANCELLED (a sidecar restart) the

@@ -2,7 +2,7 @@
 // events), checked as the Python clients check theirs (sidecar/client/events.py).
 'use strict';
 
-const { bytesOf, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
+const { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
 
 // The sidecar's limits (service.proto): events per append, events per page.
 const MAX_EVENTS_PER_APPEND = 1000;
@@ -32,11 +32,14 @@ function eventOf(name, e) {
   return message;
 }
 
-// The PutRequest of an append's `put`: { state, merge, expectedVersion, labels, messageType }. Its request
+// The PutRequest of an append's `put`: { state, merge, expectedVersion, expectedStateXxh3, labels,
+// messageType }. Its request
 // id is the append's (the sidecar ignores the put's own), so it carries none.
 function putOf(sessionId, put) {
   if (typeof put !== 'object' || Array.isArray(put)) {
-    throw new TypeError(`put must be an object { state, merge, expectedVersion, labels, messageType }, not ${kindOf(put)}`);
+    throw new TypeError(
+      `put must be an object { state, merge, expectedVersion, expectedStateXxh3, labels, messageType }, not ${kindOf(put)}`,
+    );
   }
   const request = {
     session_id: sessionId,
@@ -46,6 +49,9 @@ function putOf(sessionId, put) {
     message_type: put.messageType === undefined ? '' : checkString('put.messageType', put.messageType),
   };
   if (put.expectedVersion !== undefined) request.expected_version = checkInt('put.expectedVersion', put.expectedVersion);
+  if (put.expectedStateXxh3 !== undefined && put.expectedStateXxh3 !== null) {
+    request.expected_state_xxh3 = checkFixed64('put.expectedStateXxh3', put.expectedStateXxh3);
+  }
   return request;
 }
 

@@ -3,8 +3,8 @@
 // (proto/ckpt/langgraph/v1/records.proto), so either reads what the other wrote when both use the
 // same serializer: a thread's namespace is one session, a checkpoint one typed Step version, written
 // as a MERGE patch of what changed when it continues the head this saver last saw (of a list channel,
-// the elements after those it shares with the head's), compare-and-set on that head so that two
-// writers never fork a thread silently.
+// the elements after those it shares with the head's), compare-and-set on that head (its version and
+// its state's XXH3-64) so that two writers never fork a thread silently.
 'use strict';
 
 const { status } = require('@grpc/grpc-js');
@@ -40,6 +40,9 @@ function needsRewrite(head) {
   for (const digests of head.lists.values()) live += digests.length;
   return head.storedElements - live > Math.max(DEAD_ELEMENTS_ALLOWED, live);
 }
+
+// A head's state XXH3-64 to expect, or undefined when it is not known ('0': a sidecar that predates it).
+const knownXxh3 = (stateXxh3) => (stateXxh3 && stateXxh3 !== '0' ? stateXxh3 : undefined);
 
 // Sets key to value in a Map kept as a least recently set first cache of at most ID_CACHE_SIZE keys.
 function remember(map, key, value) {
@@ -92,10 +95,12 @@ class CkptSaver extends BaseCheckpointSaver {
     } else {
       throw new TypeError('target must be a sidecar address string or a CheckpointClient');
     }
-    // session id -> { version, checkpointId, lists, storedElements, writesAfterSeq }: the head this
-    // saver last read or wrote (version 0 and checkpointId '' when it found the namespace without any
-    // checkpoint), its list channels' element digests by channel, the list elements its state holds and
-    // its Step's writes_after_seq (a read of the head asks for its pending writes with it).
+    // session id -> { version, checkpointId, lists, storedElements, writesAfterSeq, stateXxh3 }: the
+    // head this saver last read or wrote (version 0 and checkpointId '' when it found the namespace
+    // without any checkpoint), its list channels' element digests by channel, the list elements its
+    // state holds, its Step's writes_after_seq (a read of the head asks for its pending writes with it)
+    // and its state's XXH3-64 (a decimal string; '0' or none: unknown), which a put continuing it
+    // expects: its version alone may be another state's, the thread deleted and written again.
     this.heads = new Map();
     // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
     // saves a task's writes while its checkpoint's put may not have begun. By session, the seq this
@@ -119,13 +124,14 @@ class CkptSaver extends BaseCheckpointSaver {
     if (seq < (this.lastSeq.get(sessionId) || 0)) this.lastSeq.set(sessionId, seq);
   }
 
-  sawHead(sessionId, version, step) {
+  sawHead(sessionId, version, step, stateXxh3) {
     const head = {
       version,
       checkpointId: step.checkpoint_id,
       lists: r.listsOf(step),
       storedElements: r.storedElements(step),
       writesAfterSeq: step.writes_after_seq,
+      stateXxh3,
     };
     this.heads.set(sessionId, head);
     remember(this.known, keyOf(sessionId, step.checkpoint_id), true);
@@ -168,10 +174,12 @@ class CkptSaver extends BaseCheckpointSaver {
       const seen = this.heads.get(sessionId);
       // A head this saver did not put or read last may be another saver's in a log made anew: its
       // writes_after_seq is a seq of the log as it is.
-      if (seen === undefined || seen.version !== found.version || seen.checkpointId !== found.step.checkpoint_id) {
+      // Its XXH3-64 tells it from another's at the same version.
+      const read = [found.version, found.step.checkpoint_id, found.stateXxh3];
+      if (seen === undefined || !isDeepStrictEqual([seen.version, seen.checkpointId, seen.stateXxh3], read)) {
         this.sawLogAtMost(sessionId, found.step.writes_after_seq);
       }
-      this.sawHead(sessionId, found.version, found.step);
+      this.sawHead(sessionId, found.version, found.step, found.stateXxh3);
     } else if (found.absent) {
       // A namespace deleted and made again has a new log: its seqs start over.
       this.lastSeq.delete(sessionId);
@@ -196,7 +204,7 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
-  // The newest checkpoint of a session not deleted: { version, step, isHead, page }, { absent: true }
+  // The newest checkpoint of a session not deleted: { version, step, stateXxh3, isHead, page }, { absent: true }
   // when the session does not exist, or undefined. The head this saver last saw and where its pending
   // writes begin: one Get reads the head and the writes after that seq, `page` its pending writes if
   // the head read is still that one (the Python saver's rule); else they are read after it, from the
@@ -212,6 +220,7 @@ class CkptSaver extends BaseCheckpointSaver {
         page !== undefined &&
         known.version === head.version &&
         known.checkpointId === head.step.checkpoint_id &&
+        known.stateXxh3 === head.stateXxh3 &&
         head.step.writes_after_seq === asked;
       return { ...head, isHead: true, page: same ? page : undefined };
     }
@@ -222,7 +231,7 @@ class CkptSaver extends BaseCheckpointSaver {
     return undefined;
   }
 
-  // The version holding `checkpointId`: { version, step, isHead }, or undefined.
+  // The version holding `checkpointId`: { version, step, stateXxh3, isHead }, or undefined.
   async locate(sessionId, checkpointId) {
     let headVersion = null;
     for await (const info of this.versions(sessionId)) {
@@ -253,7 +262,7 @@ class CkptSaver extends BaseCheckpointSaver {
     } while (token);
   }
 
-  // { version, step } of a session's version (0: the head), or undefined if there is none. With
+  // { version, step, stateXxh3 } of a session's version (0: the head), or undefined if there is none. With
   // `writesAfterSeq`, the same Get reads the first page of the writes events after it: `page`
   // ({ afterSeq, events, next_page_token }), none when the reply has no `events` (a sidecar from before
   // GetRequest.events read none, not an empty page).
@@ -261,7 +270,7 @@ class CkptSaver extends BaseCheckpointSaver {
     const events = writesAfterSeq === undefined ? undefined : r.LogReader.filter(writesAfterSeq);
     try {
       const got = await this.client.get(sessionId, version, { events });
-      const found = { version: got.version, step: r.decodeStep(got.state) };
+      const found = { version: got.version, step: r.decodeStep(got.state), stateXxh3: got.info.state_xxh3 };
       if (events !== undefined && got.events) found.page = { afterSeq: writesAfterSeq, ...got.events };
       return found;
     } catch (err) {
@@ -474,6 +483,7 @@ class CkptSaver extends BaseCheckpointSaver {
           state: r.encodeStep(step),
           merge,
           expectedVersion: continues ? seen.version : undefined,
+          expectedStateXxh3: continues ? knownXxh3(seen.stateXxh3) : undefined,
           labels,
           messageType: r.STEP_TYPE,
         },
@@ -492,24 +502,27 @@ class CkptSaver extends BaseCheckpointSaver {
     }
     this.sawSeq(sessionId, reply.last_seq);
     let version = reply.put.version;
+    let stateXxh3 = reply.put.state_xxh3;
     if (reply.last_seq <= writesAfterSeq) {
       // The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
       // not the one this saver saw (another saver deleted or rebuilt the namespace since). Its writes,
       // any already sent among them, are then found from the log's start: restated at once, with
-      // compare-and-set on the version just written (lost to a newer put, it is no longer the head).
+      // compare-and-set on the head just written (lost to a newer put, it is no longer the head).
       try {
         const restate = r.encodeStep({ writes_after_seq: 0 });
+        const expected = { expectedVersion: version, expectedStateXxh3: knownXxh3(stateXxh3) };
         const restated = await this.client.appendEvents(sessionId, [], {
-          put: { state: restate, merge: true, expectedVersion: version, labels, messageType: r.STEP_TYPE },
+          put: { state: restate, merge: true, ...expected, labels, messageType: r.STEP_TYPE },
         });
         this.sawSeq(sessionId, restated.last_seq);
         version = restated.put.version;
+        stateXxh3 = restated.put.state_xxh3;
         writesAfterSeq = 0;
       } catch (err) {
         if (!(err instanceof ConflictError)) throw err;
       }
     }
-    this.heads.set(sessionId, { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq });
+    this.heads.set(sessionId, { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq, stateXxh3 });
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not

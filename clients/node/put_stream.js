@@ -103,7 +103,8 @@ function notQueued(result) {
 // A write of `puts` as a PutRequest.
 function streamRequest(client, put) {
   const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
-  return client.request(put.sessionId, put.state, mode, put.expectedVersion, put.requestId, put.labels, put.messageType);
+  const { sessionId, state, expectedVersion, requestId, labels, messageType, expectedStateXxh3 } = put;
+  return client.request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3);
 }
 
 // The results of `client`'s putStream(puts, { batchSize }), its arguments checked.
