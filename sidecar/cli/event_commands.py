@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
+
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from .. import ids
 from ..errors import InvalidArgument
@@ -29,7 +30,7 @@ def events(args: argparse.Namespace) -> int:
         raise
 
 
-def _print_events(args: argparse.Namespace, since: datetime.datetime | None) -> int:
+def _print_events(args: argparse.Namespace, since: Timestamp | None) -> int:
     last = 0
     with client_of(args) as c:
         while True:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from ckpt.sidecar.client import CheckpointClient, event
 from tests.support import ROOT, Sidecar, ckpt
 
@@ -52,3 +54,22 @@ def test_events_lists_filters_and_follows(sidecar: Sidecar) -> None:
                 time.sleep(0.1)
                 follow.send_signal(signal.SIGINT)
                 assert follow.wait(timeout=30) == 0
+
+
+def test_since_the_printed_time_of_an_event_prints_only_later_ones_to_the_nanosecond(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    with CheckpointClient(sidecar.unix_target) as c:
+        # Times apart by nanoseconds: a microsecond reading of --since would take in all three.
+        at = [Timestamp(seconds=1_767_225_600, nanos=956_706_043 + n) for n in range(3)]
+        c.append_events("ns", [event("e", time=when) for when in at])
+        printed = lines(ckpt("events", "ns", *t))
+        assert [e["time"] for e in printed] == [when.ToJsonString() for when in at]
+        assert printed[0]["time"] == "2026-01-01T00:00:00.956706043Z"
+        later = lines(ckpt("events", "ns", "--since", str(printed[0]["time"]), *t))
+        assert [e["seq"] for e in later] == ["2", "3"]
+        # The same instant in another offset, and a fraction finer than nanoseconds, which no time holds.
+        assert [
+            e["seq"] for e in lines(ckpt("events", "ns", "--since", "2026-01-01T01:00:00.956706044+01:00", *t))
+        ] == ["3"]
+        bad = ckpt("events", "ns", "--since", "2026-01-01T00:00:00.9567060431Z", *t)
+        assert bad.returncode == 2 and b"finer than nanoseconds (9 digits at most)" in bad.stderr
