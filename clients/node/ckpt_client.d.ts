@@ -369,8 +369,12 @@ export class CheckpointClient {
   close(): void;
 }
 
-/** `value` as the canonical JSON of the tool-result cache: JSON.stringify's text with object keys sorted. */
-export function canonicalJson(value: unknown): string;
+/**
+ * `value` as the canonical JSON of the tool-result cache: JSON.stringify's text with object keys sorted. A
+ * TypeError naming where in `value` (`path`, default "value": `value.q`, `value[2]`) a value is not JSON:
+ * objects must be arrays or plain (a Map or a Set is refused, not written as `{}`), a toJSON() applied first.
+ */
+export function canonicalJson(value: unknown, path?: string): string;
 
 /** The tool-result cache key of a call (hex XXH3-128 of tool, NUL, canonical arguments) and the arguments' canonical JSON. */
 export function toolCacheKey(tool: string, args: unknown): { key: string; canonical: string };

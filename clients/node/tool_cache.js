@@ -31,29 +31,47 @@ function checkpoint() {
   return checkpointType;
 }
 
-// `value` as canonical JSON: JSON.stringify's text with object keys sorted, or a TypeError for what is
-// not a JSON value (undefined, a function, a symbol, a BigInt, NaN or an infinity, a lone surrogate).
-function canonicalJson(value) {
+// `value` as canonical JSON: JSON.stringify's text with object keys sorted, or a TypeError naming where in
+// `value` (`path`: args.q, result[2]) what is not a JSON value is: undefined, a function, a symbol, a BigInt,
+// NaN or an infinity, a lone surrogate, or an object neither an array nor plain (of Object.prototype or
+// none; a Map or a Set, which JSON.stringify would write as {}). A toJSON() is applied first, as
+// JSON.stringify applies it (a Date is its string).
+function canonicalJson(value, path = 'value') {
   if (value === null) return 'null';
   switch (typeof value) {
     case 'boolean':
       return value ? 'true' : 'false';
     case 'number':
-      if (!Number.isFinite(value)) throw new TypeError(`${value} has no JSON form`);
+      if (!Number.isFinite(value)) throw new TypeError(`${path}: ${value} has no JSON form`);
       return JSON.stringify(value);
     case 'string':
-      if (!value.isWellFormed()) throw new TypeError('a string holds a lone surrogate, which is not text: it has no canonical JSON');
+      if (!value.isWellFormed()) throw new TypeError(`${path}: a string holds a lone surrogate, which is not text: it has no canonical JSON`);
       return JSON.stringify(value);
     case 'object':
       break;
     default:
-      throw new TypeError(`${typeof value} is not a JSON value`);
+      throw new TypeError(`${path}: ${typeof value} is not a JSON value`);
   }
-  if (typeof value.toJSON === 'function') return canonicalJson(value.toJSON());
-  if (Array.isArray(value)) return `[${Array.from(value, canonicalJson).join(',')}]`;
+  if (typeof value.toJSON === 'function') return canonicalJson(value.toJSON(), path);
+  if (Array.isArray(value)) return `[${Array.from(value, (item, i) => canonicalJson(item, `${path}[${i}]`)).join(',')}]`;
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) {
+    throw new TypeError(`${path}: ${kindOf(proto)} is not a JSON value (null, a boolean, number or string, an array, a plain object)`);
+  }
   // The default sort compares UTF-16 code units, as the Python clients do.
   const keys = Object.keys(value).sort();
-  return `{${keys.map((k) => `${canonicalJson(k)}:${canonicalJson(value[k])}`).join(',')}}`;
+  return `{${keys.map((k) => `${canonicalJson(k, member(path, k))}:${canonicalJson(value[k], member(path, k))}`).join(',')}}`;
+}
+
+// What an object of prototype `proto` is, for an error: "a Map", "an object of another prototype".
+function kindOf(proto) {
+  const ctor = Object.prototype.hasOwnProperty.call(proto, 'constructor') ? proto.constructor : undefined;
+  return typeof ctor === 'function' && ctor.name ? `a ${ctor.name}` : 'an object of another prototype';
+}
+
+// The path of member `key` of the object at `path`: args.q, or args["a b"].
+function member(path, key) {
+  return /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 }
 
 // The cache key of a call of `tool` with `args`, and the arguments' canonical JSON.
@@ -61,7 +79,7 @@ function toolCacheKey(tool, args) {
   if (typeof tool !== 'string') throw new TypeError(`tool must be a string, not ${typeof tool}`);
   if (tool.includes('\0')) throw new TypeError(`tool ${JSON.stringify(tool)} holds a NUL, which separates it from the arguments in the key`);
   if (!tool.isWellFormed()) throw new TypeError('tool holds a lone surrogate');
-  const canonical = canonicalJson(args);
+  const canonical = canonicalJson(args, 'args');
   const key = xxh3.xxh128(Buffer.from(`${tool}\0${canonical}`, 'utf8')).toString(16).padStart(32, '0');
   return { key, canonical };
 }
@@ -94,7 +112,7 @@ async function cachedCall(client, sessionId, tool, args, fn) {
       return JSON.parse(Buffer.from(entry.result).toString('utf8'));
     }
   }
-  const result = canonicalJson(await fn());
+  const result = canonicalJson(await fn(), 'result');
   const now = Date.now();
   const patch = Checkpoint.encode({
     tool_cache: {

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from pathlib import Path
+
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from .. import ids
 from ..client import CheckpointClient
@@ -107,23 +110,36 @@ def history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_arg(option: str, text: str | None) -> datetime.datetime | None:
+# A time's fraction of a second, apart from the rest: up to 9 digits (nanoseconds), which fromisoformat cuts
+# to microseconds, while event times (printed by `ckpt events`) carry nanoseconds.
+_FRACTION = re.compile(r"(?P<head>.*?\d)[.,](?P<fraction>\d+)(?P<tail>Z|[+-].*)?")
+
+
+def _time_arg(option: str, text: str | None) -> Timestamp | None:
+    """``text`` (ISO 8601 with a UTC offset or Z, to the nanosecond) as a Timestamp; None for None."""
     if text is None:
         return None
+    fraction = _FRACTION.fullmatch(text)
     try:
-        when = datetime.datetime.fromisoformat(text)
+        when = datetime.datetime.fromisoformat(fraction["head"] + (fraction["tail"] or "") if fraction else text)
     except ValueError:
         raise ValueError(f"{option} {text!r} is not an ISO 8601 time (e.g. 2026-11-21T09:30:00Z)") from None
     if when.tzinfo is None:
         raise ValueError(f"{option} {text!r} has no UTC offset; add Z or e.g. +01:00")
-    return when
+    if fraction and len(fraction["fraction"]) > 9:
+        raise ValueError(f"{option} {text!r} has a fraction of a second finer than nanoseconds (9 digits at most)")
+    ts = Timestamp()
+    ts.FromDatetime(when.astimezone(datetime.UTC))
+    if fraction:  # added, not set: an offset may carry a fraction of its own (+01:00:30.25)
+        ts.FromNanoseconds(ts.ToNanoseconds() + int(fraction["fraction"].ljust(9, "0")))
+    return ts
 
 
 def sessions(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
     after = _time_arg("--updated-after", args.updated_after)
     before = _time_arg("--updated-before", args.updated_before)
-    if after is not None and before is not None and after > before:
+    if after is not None and before is not None and after.ToNanoseconds() > before.ToNanoseconds():
         raise ValueError(
             f"--updated-after {args.updated_after!r} is later than --updated-before {args.updated_before!r}:"
             " no session could match (the listing is of sessions last written at or after --updated-after"

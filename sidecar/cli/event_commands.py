@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import datetime
+import sys
 import time
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ckpt.v1.service_pb2 import Event
+
 from .. import ids
+from ..client import CheckpointClient, NotFoundError
 from ..errors import InvalidArgument
 from .client_commands import _time_arg, client_of
 from .output import print_json
@@ -29,15 +34,63 @@ def events(args: argparse.Namespace) -> int:
         raise
 
 
-def _print_events(args: argparse.Namespace, since: datetime.datetime | None) -> int:
-    last = 0
+class _LogRemade(Exception):
+    """The session followed was deleted and written again: its log numbers its events from 1 anew."""
+
+
+def _print_events(args: argparse.Namespace, since: Timestamp | None) -> int:
+    seen: Event | None = None  # the last event printed
     with client_of(args) as c:
         while True:
-            for event in c.events(args.session, after_seq=last, types=args.type, after=since, page_size=1000):
-                print_json(event)
-                last = event.seq
+            try:
+                seen = _print_after(c, args, since, seen)
+            except _LogRemade:
+                return _stop(args, "was deleted (and written again) while following: its log began anew")
+            except NotFoundError:
+                if seen is None:
+                    raise
+                return _stop(args, "was deleted while following")
             if not args.follow:
                 return 0
             # Flushed per poll: a reader of a pipe (`ckpt events s --follow | jq`) sees each event as it comes.
             print(end="", flush=True)
             time.sleep(args.poll_seconds)
+
+
+def _print_after(
+    c: CheckpointClient, args: argparse.Namespace, since: Timestamp | None, seen: Event | None
+) -> Event | None:
+    """Prints the events after ``seen`` (the last printed; None: none yet) and returns the last printed.
+
+    The read starts at ``seen`` itself, which it finds again first while the log is the one it was read
+    from: one read (its first page one reply) both checks that and reads on. Missing, it was dropped by
+    retention (from the front of the log only) or its log was remade (_LogRemade): the log then holds an
+    older seq, or the same seq as another event."""
+    read = c.events(
+        args.session, after_seq=seen.seq - 1 if seen is not None else 0, types=args.type, after=since, page_size=1000
+    )
+    first = seen is not None
+    for event in read:
+        if first:
+            first = False
+            if event == seen:
+                continue
+            _check_dropped(c, args.session, seen)
+        print_json(event)
+        seen = event
+    if first:  # nothing read, not even ``seen``
+        _check_dropped(c, args.session, seen)
+    return seen
+
+
+def _check_dropped(c: CheckpointClient, session: str, seen: Event | None) -> None:
+    """Raises _LogRemade unless ``seen`` is missing from the session's log because retention dropped it."""
+    assert seen is not None
+    oldest = next(iter(c.events(session, page_size=1)), None)
+    if oldest is not None and oldest.seq <= seen.seq:
+        raise _LogRemade
+
+
+def _stop(args: argparse.Namespace, what: str) -> int:
+    print(f"ckpt events: session {args.session!r} {what}; run ckpt events again", file=sys.stderr)
+    return 1

@@ -190,11 +190,14 @@ def history_request(
 
 
 def _when(name: str, value: object) -> Timestamp | None:
-    """An aware datetime as a Timestamp (a naive one has no single instant: refused)."""
+    """An aware datetime as a Timestamp (a naive one has no single instant: refused); a Timestamp (to the
+    nanosecond, which a datetime cannot hold) as it is."""
     if value is None:
         return None
+    if isinstance(value, Timestamp):
+        return Timestamp(seconds=value.seconds, nanos=value.nanos)
     if not isinstance(value, datetime.datetime):
-        raise TypeError(f"{name} must be a datetime.datetime, not {type(value).__name__}")
+        raise TypeError(f"{name} must be a datetime.datetime or a Timestamp, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value!r}")
     ts = Timestamp()

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 import grpc
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2, service_pb2_grpc
 
@@ -272,13 +273,13 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         self,
         *,
         labels: Mapping[str, str] | None = None,
-        updated_after: datetime.datetime | None = None,
-        updated_before: datetime.datetime | None = None,
+        updated_after: datetime.datetime | Timestamp | None = None,
+        updated_before: datetime.datetime | Timestamp | None = None,
         page_size: int = 100,
     ) -> SessionsT:
-        """Every session carrying all of ``labels`` and last written at or after
-        ``updated_after`` and before ``updated_before`` (aware datetimes), if given;
-        pages fetched as needed."""
+        """Every session carrying all of ``labels`` and last written at or after ``updated_after`` and
+        before ``updated_before`` (aware datetimes, or Timestamps to the nanosecond), if given; pages
+        fetched as needed."""
         request = sessions_request(labels, page_size, updated_after, updated_before)
         return cast(SessionsT, self._pages("ListSessions", request, "sessions"))
 

@@ -6,6 +6,8 @@ import datetime
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from ckpt.v1 import service_pb2
 
 from .arguments import _when, check_int, check_str
@@ -17,14 +19,14 @@ MAX_PAGE_SIZE = 1000
 @dataclass(frozen=True, slots=True)
 class EventFilter:
     """A read of a session's events: those after seq ``after_seq``, of any of ``types`` (empty: all), with
-    a time after ``after`` and before ``before`` (aware datetimes), if given; oldest first (or
-    ``newest_first``), ``page_size`` a page. Pass it to ``get(..., events=EventFilter(...))`` to read a
-    state and the first page of these events in one call."""
+    a time after ``after`` and before ``before`` (aware datetimes, or Timestamps to the nanosecond), if
+    given; oldest first (or ``newest_first``), ``page_size`` a page. Pass it to ``get(...,
+    events=EventFilter(...))`` to read a state and the first page of these events in one call."""
 
     after_seq: int = 0
     types: Iterable[str] = ()
-    after: datetime.datetime | None = None
-    before: datetime.datetime | None = None
+    after: datetime.datetime | Timestamp | None = None
+    before: datetime.datetime | Timestamp | None = None
     newest_first: bool = False
     page_size: int = 100
 

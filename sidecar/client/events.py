@@ -8,6 +8,8 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar, cast
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from ckpt.v1 import service_pb2
 
 from .arguments import _when, check_int, check_str, new_request_id
@@ -26,10 +28,10 @@ def event(
     payload: bytes = b"",
     *,
     attributes: dict[str, str] | None = None,
-    time: datetime.datetime | None = None,
+    time: datetime.datetime | Timestamp | None = None,
 ) -> service_pb2.Event:
     """A ckpt.v1.Event to append: its ``type`` (e.g. "tool_call"), ``payload`` bytes (JSON, protobuf, text),
-    ``attributes`` to filter by, and ``time`` (an aware datetime; None: the commit's time)."""
+    ``attributes`` to filter by, and ``time`` (an aware datetime or a Timestamp; None: the commit's time)."""
     msg = service_pb2.Event(type=check_str("type", type))
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"payload must be bytes, not {type_name(payload)}")
@@ -109,17 +111,18 @@ class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
         *,
         after_seq: int = 0,
         types: Iterable[str] = (),
-        after: datetime.datetime | None = None,
-        before: datetime.datetime | None = None,
+        after: datetime.datetime | Timestamp | None = None,
+        before: datetime.datetime | Timestamp | None = None,
         newest_first: bool = False,
         page_size: int = 100,
         page_token: str = "",
     ) -> EventsT:
         """A session's events (ckpt.v1.Event, each with its ``seq`` and ``time``), oldest first (or
         ``newest_first``), after seq ``after_seq``, of any of ``types`` (empty: all), with a time after
-        ``after`` and before ``before`` (aware datetimes), if given (the filters of :class:`EventFilter`);
-        pages of ``page_size`` fetched as needed, from ``page_token`` if given (a page's
-        ``next_page_token``, with the same filters: the rest of a page ``get(..., events=...)`` cut).
+        ``after`` and before ``before`` (aware datetimes, or Timestamps to the nanosecond), if given (the
+        filters of :class:`EventFilter`); pages of ``page_size`` fetched as needed, from ``page_token`` if
+        given (a page's ``next_page_token``, with the same filters: the rest of a page ``get(...,
+        events=...)`` cut).
         NotFoundError if the session has neither events nor versions."""
         read = EventFilter(after_seq, types, after, before, newest_first, page_size)
         return cast(EventsT, self._pages("ReadEvents", read.request(session_id, page_token), "events"))

@@ -53,8 +53,9 @@ _MASK = ("tool_cache",)
 
 
 def canonical_json(value: object) -> str:
-    """``value`` (None, bool, int, float, str, a list or tuple, a mapping with str keys, nested) as canonical
-    JSON. TypeError for anything else; ValueError for NaN, an infinity or a lone surrogate."""
+    """``value`` (None, bool, int, float, str, a list or tuple, a mapping with str keys, nested; a subclass
+    of one as the value it is, so a numpy.float64 as its float) as canonical JSON. TypeError for anything
+    else (numpy.int64 too, which subclasses no int); ValueError for NaN, an infinity or a lone surrogate."""
     out: list[str] = []
     _write(value, out)
     text = "".join(out)
@@ -90,10 +91,10 @@ def _write(value: object, out: list[str]) -> None:
         out.append("false")
     elif isinstance(value, str):
         out.append(json.dumps(value, ensure_ascii=False))
-    elif isinstance(value, int):
+    elif isinstance(value, int):  # a subclass (an IntEnum) as the int it is
         out.append(str(int(value)))
-    elif isinstance(value, float):
-        out.append(_number(value))
+    elif isinstance(value, float):  # a subclass (numpy.float64) as the float it is
+        out.append(_number(float(value)))
     elif isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
@@ -114,11 +115,15 @@ def _write(value: object, out: list[str]) -> None:
             _write(item, out)
         out.append("]")
     else:
-        raise TypeError(f"{type(value).__name__} is not a JSON value (None, bool, int, float, str, list, dict)")
+        name, hint = type(value).__name__, ""
+        if type(value).__module__ == "numpy":  # its int64, float32, bool_ subclass no int, float nor bool
+            name, hint = f"numpy.{name}", ": convert it first (.item(), .tolist())"
+        raise TypeError(f"{name} is not a JSON value (None, bool, int, float, str, list, dict){hint}")
 
 
 def _number(x: float) -> str:
-    """``x`` as ECMAScript's Number::toString writes it (the shortest digits that read back as ``x``)."""
+    """``x`` (a float, not a subclass: float's repr is read) as ECMAScript's Number::toString writes it (the
+    shortest digits that read back as ``x``)."""
     if not math.isfinite(x):
         raise ValueError(f"{x} has no JSON form")
     if x == 0:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.sidecar.client import CheckpointClient
 from tests.support import ROOT, Sidecar, ckpt
@@ -162,3 +163,23 @@ def test_history_into_a_closed_pipe_stops_quietly(sidecar: Sidecar) -> None:
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 141
     assert err == b"", err
+
+
+def test_update_time_bounds_are_read_to_the_nanosecond(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    assert ckpt("put", "ns", *t, stdin=b"\x08\x01").returncode == 0
+    with CheckpointClient(sidecar.unix_target) as c:
+        (info,) = [s for s in c.sessions() if s.session_id == "ns"]
+    written = info.updated_at.ToNanoseconds()
+
+    def listed(option: str, nanoseconds: int) -> bool:
+        when = Timestamp()
+        when.FromNanoseconds(nanoseconds)
+        text = when.ToDatetime().strftime("%Y-%m-%dT%H:%M:%S.") + f"{nanoseconds % 10**9:09d}Z"
+        done = ckpt("sessions", option, text, *t)
+        assert done.returncode == 0, done.stderr
+        return "ns" in [json.loads(line)["session_id"] for line in done.stdout.decode().splitlines()]
+
+    # Last written at or after --updated-after, and before --updated-before: a nanosecond either way counts.
+    assert listed("--updated-after", written) and not listed("--updated-after", written + 1)
+    assert listed("--updated-before", written + 1) and not listed("--updated-before", written)

@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from ckpt.sidecar.client import CheckpointClient, event
 from tests.support import ROOT, Sidecar, ckpt
 
@@ -52,3 +55,79 @@ def test_events_lists_filters_and_follows(sidecar: Sidecar) -> None:
                 time.sleep(0.1)
                 follow.send_signal(signal.SIGINT)
                 assert follow.wait(timeout=30) == 0
+
+
+def test_since_the_printed_time_of_an_event_prints_only_later_ones_to_the_nanosecond(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    with CheckpointClient(sidecar.unix_target) as c:
+        # Times apart by nanoseconds: a microsecond reading of --since would take in all three.
+        at = [Timestamp(seconds=1_767_225_600, nanos=956_706_043 + n) for n in range(3)]
+        c.append_events("ns", [event("e", time=when) for when in at])
+        printed = lines(ckpt("events", "ns", *t))
+        assert [e["time"] for e in printed] == [when.ToJsonString() for when in at]
+        assert printed[0]["time"] == "2026-01-01T00:00:00.956706043Z"
+        later = lines(ckpt("events", "ns", "--since", str(printed[0]["time"]), *t))
+        assert [e["seq"] for e in later] == ["2", "3"]
+        # The same instant in another offset, and a fraction finer than nanoseconds, which no time holds.
+        assert [
+            e["seq"] for e in lines(ckpt("events", "ns", "--since", "2026-01-01T01:00:00.956706044+01:00", *t))
+        ] == ["3"]
+        bad = ckpt("events", "ns", "--since", "2026-01-01T00:00:00.9567060431Z", *t)
+        assert bad.returncode == 2 and b"finer than nanoseconds (9 digits at most)" in bad.stderr
+
+
+_POLL = ("--poll-seconds", "0.05")
+
+
+def _follow(sidecar: Sidecar, session: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ckpt.sidecar.cli",
+            "events",
+            session,
+            "--follow",
+            *_POLL,
+            "--target",
+            sidecar.unix_target,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+
+
+def _ended(follow: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """What a follow printed until it ended by itself: killed (and the test failed) if it goes on."""
+    try:
+        return follow.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        out, err = follow.communicate()
+        pytest.fail(f"still following after 30 s, having printed {out!r} {err!r}")
+
+
+def test_follow_stops_with_a_failure_when_its_session_is_deleted_and_written_again(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.append_events("remade", [event("old", str(n).encode()) for n in range(3)])
+        with _follow(sidecar, "remade") as follow:
+            assert follow.stdout is not None
+            assert [json.loads(follow.stdout.readline())["seq"] for _ in range(3)] == ["1", "2", "3"]
+            c.delete("remade")
+            # A new log, numbered from 1 again and past the last seq printed: none of it is skipped silently.
+            c.append_events("remade", [event("new", str(n).encode()) for n in range(4)])
+            out, err = _ended(follow)
+        assert follow.returncode == 1 and out == b"", err
+        assert err.decode() == (
+            "ckpt events: session 'remade' was deleted (and written again) while following: its log began anew;"
+            " run ckpt events again\n"
+        )
+        c.append_events("gone", [event("e")])
+        with _follow(sidecar, "gone") as follow:
+            assert follow.stdout is not None
+            assert json.loads(follow.stdout.readline())["seq"] == "1"
+            c.delete("gone")
+            out, err = _ended(follow)
+        assert follow.returncode == 1 and out == b"", err
+        assert err == b"ckpt events: session 'gone' was deleted while following; run ckpt events again\n"

@@ -7,6 +7,7 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +57,14 @@ def test_node_computes_the_python_clients_key_for_the_same_call(calls: list[tupl
     everything: list[list[Any]] = _FIXED + [[tool, args] for tool, args in calls]
     expected = [dict(zip(("key", "canonical"), tool_cache_key(tool, args), strict=True)) for tool, args in everything]
     assert _node_keys(everything) == expected
+
+
+def test_node_keys_a_number_as_python_keys_the_numpy_float_of_it() -> None:
+    np = pytest.importorskip("numpy")
+    values = [0.5, 0.1, 1e21, 1.5e-7, -2.5e-10, 5e-324, 1.7976931348623157e308, 10.0, -0.0]
+    node = _node_keys([["t", {"x": x}] for x in values])
+    python = [dict(zip(("key", "canonical"), tool_cache_key("t", {"x": np.float64(x)}), strict=True)) for x in values]
+    assert node == python
 
 
 # Node's side of a session: cachedCall of a tool that prints when it runs, then a masked Get.
@@ -115,3 +124,50 @@ def test_a_result_either_client_records_the_other_hits(sidecar: Sidecar) -> None
         hit = client.cached_call("shared", "fetch", (1, 2, 3.0), lambda: {"from": "python"})
         assert hit == {"from": "node", "n": 1.5}
         assert pb.Checkpoint.FromString(client.get("shared").state).goal == "g"  # the state beside it kept
+
+
+# cachedCall with arguments or results that are no JSON values: each outcome printed, then nothing else.
+_NODE_NOT_JSON = """
+const { CheckpointClient } = require(process.argv[1]);
+const client = new CheckpointClient(process.argv[2]);
+(async () => {
+  const out = { ran: 0, outcomes: [] };
+  const tool = (result) => () => { out.ran += 1; return result; };
+  const calls = [
+    ['map', new Map([['q', 'a']]), tool('A')],
+    ['map', new Map([['q', 'b']]), tool('B')],
+    ['set', { q: ['x', new Set([1])] }, tool('S')],
+    ['result', { q: 'x' }, tool({ found: new Map([['k', 1]]) })],
+    ['plain', { when: new Date(0), bare: Object.assign(Object.create(null), { b: 1 }) }, tool({ ok: [new Date(0)] })],
+  ];
+  for (const [name, args, fn] of calls) {
+    try {
+      out.outcomes.push({ value: await client.cachedCall('not-json', name, args, fn) });
+    } catch (err) {
+      out.outcomes.push({ error: `${err.constructor.name}: ${err.message}` });
+    }
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); }).finally(() => client.close());
+"""
+
+
+def test_node_refuses_a_map_or_set_as_arguments_or_result_rather_than_write_it_as_an_empty_object(
+    sidecar: Sidecar,
+) -> None:
+    proc = subprocess.run(node_command(_NODE_NOT_JSON, sidecar.unix_target), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    shape = "is not a JSON value (null, a boolean, number or string, an array, a plain object)"
+    assert out["outcomes"] == [
+        {"error": f"TypeError: args: a Map {shape}"},
+        {"error": f"TypeError: args: a Map {shape}"},  # not a hit of the first: neither ran
+        {"error": f"TypeError: args.q[1]: a Set {shape}"},
+        {"error": f"TypeError: result.found: a Map {shape}"},  # the tool ran; nothing recorded
+        {"value": {"ok": ["1970-01-01T00:00:00.000Z"]}},  # toJSON applied, a null prototype plain
+    ]
+    assert out["ran"] == 2
+    with CheckpointClient(sidecar.unix_target) as client:
+        cache = pb.Checkpoint.FromString(client.get("not-json").state).tool_cache
+        key, canonical = tool_cache_key("plain", {"when": "1970-01-01T00:00:00.000Z", "bare": {"b": 1}})
+        assert list(cache) == [key] and cache[key].canonical_args_json == canonical

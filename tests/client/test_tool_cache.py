@@ -67,6 +67,20 @@ def test_the_key_is_the_xxh3_128_of_the_tool_a_nul_and_the_canonical_arguments()
         tool_cache_key("a\0b", {})
 
 
+_FLOATS = (0.5, 0.1, 1e21, 1e20, 1.5e-7, -2.5e-10, 5e-324, 1.7976931348623157e308, 123456789.125, -0.0, 10.0)
+
+
+def test_a_numpy_float_keys_as_the_float_it_is_and_other_numpy_scalars_are_refused() -> None:
+    np = pytest.importorskip("numpy")
+    for x in _FLOATS:
+        assert tool_cache_key("t", {"x": np.float64(x)}) == tool_cache_key("t", {"x": x}), x
+    assert canonical_json([np.float64(0.5), np.float64(1e21)]) == "[0.5,1e+21]"
+    # numpy's int64, float32 and bool_ subclass no int, float nor bool: refused, named, not guessed at.
+    for value, name in ((np.int64(3), "numpy.int64"), (np.float32(0.5), "numpy.float32"), (np.bool_(1), "numpy.bool")):
+        with pytest.raises(TypeError, match=rf"^{name} is not a JSON value .*: convert it first \(\.item\(\)"):
+            tool_cache_key("t", {"x": [value]})
+
+
 class _Tool:
     """A paid tool: counts its calls, returns a JSON value (or raises)."""
 
@@ -105,6 +119,23 @@ def test_a_hit_returns_the_recorded_result_without_calling_the_tool(sidecar: Sid
             with pytest.raises(RuntimeError, match="the tool failed"):
                 client.cached_call("agent", "search", {"q": "failing"}, tool)
         assert tool.calls == 5 and client.get("agent").version == 3
+
+
+def test_a_result_holding_a_numpy_float_is_recorded_once_and_read_back_as_a_float(sidecar: Sidecar) -> None:
+    np = pytest.importorskip("numpy")
+    calls = []
+
+    def score() -> Any:
+        calls.append(1)
+        return {"score": np.float64(0.25), "big": np.float64(1e21)}
+
+    with CheckpointClient(sidecar.unix_target) as client:
+        for _ in range(2):
+            got = client.cached_call("numpy", "score", {"q": np.float64(0.5)}, score)
+            assert got == {"score": 0.25, "big": 1e21} and type(got["score"]) is float
+        assert len(calls) == 1
+        entry = pb.Checkpoint.FromString(client.get("numpy").state).tool_cache[tool_cache_key("score", {"q": 0.5})[0]]
+        assert (entry.canonical_args_json, entry.result) == ('{"q":0.5}', b'{"big":1e+21,"score":0.25}')
 
 
 def test_the_cache_lives_beside_the_agents_state(sidecar: Sidecar) -> None:
