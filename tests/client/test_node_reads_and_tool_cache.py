@@ -7,7 +7,7 @@ import json
 import subprocess
 from typing import Any
 
-import pytest
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +60,6 @@ def test_node_computes_the_python_clients_key_for_the_same_call(calls: list[tupl
 
 
 def test_node_keys_a_number_as_python_keys_the_numpy_float_of_it() -> None:
-    np = pytest.importorskip("numpy")
     values = [0.5, 0.1, 1e21, 1.5e-7, -2.5e-10, 5e-324, 1.7976931348623157e308, 10.0, -0.0]
     node = _node_keys([["t", {"x": x}] for x in values])
     python = [dict(zip(("key", "canonical"), tool_cache_key("t", {"x": np.float64(x)}), strict=True)) for x in values]

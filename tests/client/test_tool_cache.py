@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import xxhash
 
@@ -71,7 +72,6 @@ _FLOATS = (0.5, 0.1, 1e21, 1e20, 1.5e-7, -2.5e-10, 5e-324, 1.7976931348623157e30
 
 
 def test_a_numpy_float_keys_as_the_float_it_is_and_other_numpy_scalars_are_refused() -> None:
-    np = pytest.importorskip("numpy")
     for x in _FLOATS:
         assert tool_cache_key("t", {"x": np.float64(x)}) == tool_cache_key("t", {"x": x}), x
     assert canonical_json([np.float64(0.5), np.float64(1e21)]) == "[0.5,1e+21]"
@@ -122,7 +122,6 @@ def test_a_hit_returns_the_recorded_result_without_calling_the_tool(sidecar: Sid
 
 
 def test_a_result_holding_a_numpy_float_is_recorded_once_and_read_back_as_a_float(sidecar: Sidecar) -> None:
-    np = pytest.importorskip("numpy")
     calls = []
 
     def score() -> Any:
