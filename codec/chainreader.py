@@ -189,7 +189,5 @@ def open_chain(
     if found is None:
         state = _latest_checked(chain, limit, max_output)
         return DecodedVersion(parse(chain[-1])[0], state), None
-    latest, decompressor = found
-    if decompressor.eof or not decompressor.needs_input:
-        return latest, None
+    latest, decompressor = found  # its stream has not ended: latest_with_reader refuses one that has
     return latest, ChainReader(latest, decompressor, limit)

@@ -47,9 +47,12 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
     Per frame, only the header's structure and links are checked: one xxh3
     pass over the result stands for the per-frame checksums (a damaged frame
     that still yields the right state is not an error here; iter_versions
-    finds it). When anything fails, the chain is checked again frame by
-    frame, checksums and every stream's state included, to raise the precise
-    error.
+    finds it). When anything fails, the chain is read again frame by frame
+    as iter_versions reads it, checksums and every version's state included,
+    and raises the error iter_versions raises (naming the same version). A
+    payload that ends its stream's zstd frame, or a zstd frame header asking
+    for a window over the header's window_log, is a DecodeError (FORMAT.md §4).
+    No frames at all is a ValueError: a chain starts with its FULL frame.
 
     ``max_state_bytes`` bounds what frames from an untrusted source may make
     this allocate: a chain with any version's state over it raises
@@ -192,7 +195,8 @@ def latest_with_reader(
             return None
         reader = _zstd.new_reader(window_log=wl, prefix=state[len(state) - prefix_size :] if prefix_size else None)
         out = reader.decompress(payloads[0] if len(payloads) == 1 else b"".join(payloads), max_length=size + 1)
-        if len(out) != size:
+        # A stream's zstd frame never ends (nor leaves input undecoded): FORMAT.md §4.
+        if len(out) != size or reader.eof or not reader.needs_input:
             return None
         # From the stream's last whole-state frame (FULL or DELTA) on, the
         # output is that state and every patch after it; a stream of patches
@@ -238,24 +242,35 @@ def scanned_header(
 
 
 def _latest_checked(chain: list[FrameBytes], limit: int | None, max_output: int | None = None) -> bytes:
-    """decode() frame by frame: every checksum, link and stream state, raising the first failure; and
-    OutputTooLargeError, before anything is decompressed, past ``max_output`` (as latest_with_reader)."""
+    """decode() frame by frame, raising the error iter_versions raises for the chain: every header and link
+    is checked, and the bounds (StateTooLargeError past ``limit``, OutputTooLargeError past ``max_output``),
+    before anything is decompressed; then the frames are read in order as iter_versions reads them."""
     parsed: list[tuple[FrameHeader, memoryview]] = []
-    prev: FrameHeader | None = None
-    for frame in chain:
-        header, payload = parse(frame)
-        _check_link(prev, header)
-        parsed.append((header, payload))
-        prev = header
+    try:
+        for item in _linked(chain, None):
+            parsed.append(item)
+    except DecodeError:
+        # iter_versions meets this frame after reading the ones before it: read them too (if within the
+        # bounds; else the header's error stands) so that damage to an earlier one is what is named.
+        if parsed and _within(parsed, limit, max_output):
+            for _ in _versions(parsed):
+                pass
+        raise
     if limit is not None:
         for header, _ in parsed:
             _check_state_size(header, limit)
     if max_output is not None:
         _check_output(sum(header.content_size for header, _ in parsed), max_output, parsed[-1][0].version)
     state = b""
-    for segment in _segments(parsed):
-        state = _decode_segment(segment, state)
+    for found in _versions(parsed):
+        state = found.state
     return state
+
+
+def _within(parsed: list[tuple[FrameHeader, memoryview]], limit: int | None, max_output: int | None) -> bool:
+    return (limit is None or all(header.state_size <= limit for header, _ in parsed)) and (
+        max_output is None or sum(header.content_size for header, _ in parsed) <= max_output
+    )
 
 
 def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> Iterator[DecodedVersion]:
@@ -266,15 +281,26 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     StateTooLargeError is raised without decompressing that frame.
     """
     _check_chain_arg(frames)
-    limit = _check_limit(max_state_bytes)
+    yield from _versions(_linked(frames, _check_limit(max_state_bytes)))
+
+
+def _linked(frames: Iterable[FrameBytes], limit: int | None) -> Iterator[tuple[FrameHeader, memoryview]]:
+    """Each frame parsed, once its header is checked, linked to the one before it and within ``limit``."""
     prev: FrameHeader | None = None
-    state = b""
-    reader: _zstd.ZstdDecompressor | None = None
     for frame in frames:
         header, payload = parse(frame)
         _check_link(prev, header)
         if limit is not None:
             _check_state_size(header, limit)
+        yield header, payload
+        prev = header
+
+
+def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[DecodedVersion]:
+    """Every version of a chain of linked frames, one payload fed to its stream's decompressor at a time."""
+    state = b""
+    reader: _zstd.ZstdDecompressor | None = None
+    for header, payload in frames:
         if not header.continues_stream:
             reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
         assert reader is not None  # _check_link refuses a chain starting with a continuation
@@ -282,7 +308,6 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
         state = state + content if header.kind is FrameKind.PATCH else content
         _verify_state(header, state)
         yield DecodedVersion(header, state)
-        prev = header
 
 
 def _check_chain_arg(frames: object) -> None:
@@ -352,34 +377,6 @@ def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
         )
 
 
-def _segments(parsed: list[tuple[FrameHeader, memoryview]]) -> Iterator[list[tuple[FrameHeader, memoryview]]]:
-    segment: list[tuple[FrameHeader, memoryview]] = []
-    for item in parsed:
-        if segment and not item[0].continues_stream:
-            yield segment
-            segment = []
-        segment.append(item)
-    yield segment
-
-
-def _decode_segment(segment: list[tuple[FrameHeader, memoryview]], base: bytes) -> bytes:
-    first, last = segment[0][0], segment[-1][0]
-    reader = _zstd.new_reader(window_log=first.window_log, prefix=_prefix_of(first, base))
-    expected = sum(h.content_size for h, _ in segment)
-    out = _decompress(reader, b"".join(p for _, p in segment), expected, last)
-    # The head is the content of the segment's last whole-state frame (FULL or
-    # DELTA) followed by every patch after it, which is exactly the tail of the
-    # output from that frame on; with no whole-state frame it is base + output.
-    offset, whole = 0, None
-    for header, _ in segment:
-        if header.kind is not FrameKind.PATCH:
-            whole = offset
-        offset += header.content_size
-    state = base + out if whole is None else out[whole:]
-    _verify_state(last, state)
-    return state
-
-
 def _prefix_of(header: FrameHeader, base: bytes) -> bytes | None:
     if header.continues_stream or not header.prefix_size:
         return None
@@ -399,13 +396,14 @@ def _decompress(reader: _zstd.ZstdDecompressor, data: FrameBytes, expected: int,
         out = reader.decompress(data, max_length=expected + 1)
     except _zstd.ZstdError as exc:
         raise DecodeError(f"zstd payload of version {header.version} is corrupt: {exc}") from None
-    except EOFError:
-        # An earlier payload ended the zstd frame (or was a skippable frame):
-        # the writer never ends a stream, so nothing can continue it.
+    if reader.eof:
+        # The writer never ends a stream (FORMAT.md §4): whatever the end
+        # leaves out (bytes after it, frames continuing the stream) would go unread.
+        after = len(reader.unused_data)
         raise DecodeError(
-            f"frame of version {header.version} continues a zstd stream that an earlier frame ended"
-            f" ({len(data)}-byte payload)"
-        ) from None
+            f"zstd stream of version {header.version} ends in its {len(data)}-byte payload"
+            f"{f' ({after} bytes after the end)' if after else ''}; a ckpt stream never ends its zstd frame"
+        )
     if len(out) != expected:
         more = "more than " if len(out) > expected else ""
         raise ChecksumError(

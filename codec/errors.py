@@ -13,8 +13,8 @@
         └── OutputTooLargeError    a decode materialising more than the caller's max_output_bytes
 
 Messages name the version, offsets and sizes involved. Misuse of the API
-(wrong argument types, out-of-range configuration) raises TypeError or
-ValueError instead, as the standard library does.
+(wrong argument types, out-of-range configuration, no frames to decode)
+raises TypeError or ValueError instead, as the standard library does.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ import xxhash
 from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame
 
 if sys.version_info >= (3, 14):
-    from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict
+    from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
 else:
-    from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict
+    from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
 
 FORMAT_MD = Path(__file__).parents[2] / "codec" / "FORMAT.md"
 
@@ -170,7 +170,12 @@ def new_stream(h: Header, base: bytes) -> ZstdDecompressor:
 
 
 def decompress(dec: ZstdDecompressor, data: bytes, size: int) -> bytes:
-    out = dec.decompress(data, max_length=size + 1)
+    try:
+        out = dec.decompress(data, max_length=size + 1)
+    except ZstdError as exc:  # a corrupt payload, or a window over window_log
+        raise FormatError(f"zstd: {exc}") from None
+    if dec.eof:
+        raise FormatError("stream ends")  # §4: nothing may end a stream's zstd frame
     if len(out) != size:
         raise FormatError("content size")
     return out
