@@ -163,6 +163,10 @@ class ServeConfig:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.event_loop not in EVENT_LOOPS:
             raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
+        for address in self.listen:
+            _, sep, port = address.rpartition(":")
+            if not address.startswith("unix:") and sep and port.isdigit() and int(port) > 65535:
+                raise ValueError(f"listen port must be in 0..65535, got {address!r}")
         if self.workers > 1:
             for address in self.addresses:
                 _, sep, port = address.rpartition(":")
@@ -179,6 +183,11 @@ class ServeConfig:
         check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+        if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:
+            raise ValueError(
+                f"metrics_port must be at most {65536 - self.workers} with workers {self.workers} (worker i serves"
+                f" /metrics on metrics_port + i, at most 65535), got {self.metrics_port}"
+            )
         if self.metrics_address.startswith("[") and self.metrics_address.endswith("]"):  # as in --listen [::1]:N
             object.__setattr__(self, "metrics_address", self.metrics_address[1:-1])
         if not self.metrics_address or self.metrics_address != self.metrics_address.strip():

@@ -26,7 +26,7 @@ import grpc.aio
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
-from ..errors import InvalidArgument, NotFound, StoreError
+from ..errors import InvalidArgument, NotFound, StoreError, StoreFull
 from ..store import Store
 from ..store.blobfiles import TempBlob, check_sha256
 from ..store.keys import QUOTED_CHARS, quoted, session_key
@@ -85,18 +85,18 @@ class BlobStreams:
                 ended = message.end
                 if temp is None:
                     expected = await _checked(context, _first_message, message, commit)
-                    temp = self._files.new_temp(self._max_blob_bytes, " (ckpt serve --max-blob-bytes)")
+                    temp = await self._checked_file(context, self._files.new_temp, self._max_blob_bytes, _LIMIT)
                 elif message.session_id or message.media_type or message.expected_sha256:
                     await _abort(context, InvalidArgument(_FIRST_ONLY))
                 if message.chunk:
                     if writing is not None:
-                        await _checked_future(context, writing)
+                        await self._checked_write(context, writing)
                     # On a thread: a slow disk must not hold the event loop. One chunk is hashed and
                     # written while the next arrives (two held at most): the hash and the write, about
                     # as long as receiving a chunk, no longer wait for each other.
                     writing = asyncio.get_running_loop().run_in_executor(None, temp.write, message.chunk)
             if writing is not None:
-                await _checked_future(context, writing)
+                await self._checked_write(context, writing)
             if temp is None:
                 await _abort(context, InvalidArgument("the PutBlob stream sent no message; the first names session_id"))
             if not ended:
@@ -110,7 +110,7 @@ class BlobStreams:
                     ),
                 )
             writing = asyncio.get_running_loop().run_in_executor(None, temp.finish, expected)
-            sha256: str = await _checked_future(context, writing)
+            sha256: str = await self._checked_write(context, writing)
             commit.sha256, commit.size_bytes, commit.temp_name = sha256, temp.size_bytes, temp.name
             status, meta, body = await self._link.call(RECORD_BLOB_METHOD, commit.SerializeToString(), batched=False)
             if status:
@@ -123,6 +123,23 @@ class BlobStreams:
                     with contextlib.suppress(BaseException):
                         await asyncio.wait((writing,))
                 temp.discard()  # nothing if the store process moved it into place
+
+    async def _checked_write(self, context: grpc.aio.ServicerContext, writing: Awaitable[T]) -> T:
+        """A blob file operation's result; a StoreError ends the call with its status (a full disk also
+        counted among the store process's full writes)."""
+        try:
+            return await writing
+        except StoreFull as exc:
+            self._link.store_full(str(exc))
+            await _abort(context, exc)
+        except StoreError as exc:
+            await _abort(context, exc)
+
+    async def _checked_file(self, context: grpc.aio.ServicerContext, fn: Callable[..., T], *args: Any) -> T:
+        async def run() -> T:
+            return fn(*args)
+
+        return await self._checked_write(context, run())
 
     async def get_blob(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         self._count(context)
@@ -167,6 +184,7 @@ class BlobStreams:
                     yield service_pb2.GetBlobResponse(chunk=chunk).SerializeToString()
 
 
+_LIMIT = " (ckpt serve --max-blob-bytes)"
 _FIRST_ONLY = "session_id, media_type and expected_sha256 go in a PutBlob stream's first message only"
 
 
@@ -198,13 +216,6 @@ async def _checked(context: grpc.aio.ServicerContext, fn: Callable[..., T], *arg
     """``fn(*args)``; a StoreError it raises ends the call with its status."""
     try:
         return fn(*args)
-    except StoreError as exc:
-        await _abort(context, exc)
-
-
-async def _checked_future(context: grpc.aio.ServicerContext, future: Awaitable[T]) -> T:
-    try:
-        return await future
     except StoreError as exc:
         await _abort(context, exc)
 

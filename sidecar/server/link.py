@@ -64,7 +64,8 @@ class Kind(enum.IntEnum):
     #: gRPC -> store: the sidecar is stopping: streams answer what they read and end UNAVAILABLE.
     STOP_STREAMS = 14
     #: gRPC -> store: the gRPC process answered a call of ``method`` itself (a Get from its reply
-    #: cache), for the store process's metrics; meta {"seconds": float, "state_bytes": int}.
+    #: cache), for the store process's metrics; meta {"calls": [[method, seconds, state_bytes, cached], ...]},
+    #: and "store_full": [error, ...], writes it refused for want of disk space (a PutBlob's bytes).
     SERVED = 15
     #: gRPC -> store: the gRPC process's own gauges, for the store process's metrics;
     #: meta {"reply_cache_bytes": int, "reply_cache_entries": int}.

@@ -22,7 +22,7 @@ from google.protobuf import message_factory
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
-from ..errors import InvalidArgument, Overloaded, StoreError, Unavailable
+from ..errors import InvalidArgument, Overloaded, StoreError, StoreFull, Unavailable
 from ..status import status_of
 from ..store import EventPage, EventQuery, GetResult, PutResult, Store
 from .convert import (
@@ -213,6 +213,11 @@ class CheckpointService:
             self._metrics.reply_cache_hits.inc()
         else:
             self._metrics.read_by_grpc_process.labels(rpc).inc()
+
+    def count_store_full(self, error: str) -> None:
+        """Count a write the gRPC process refused for want of disk space (a PutBlob's bytes) among the
+        store's full writes (ckpt_store_full_writes_total), and log it as those are."""
+        self._store.blob_files.count_full(StoreFull(error))
 
     def reply_cache_size(self, size_bytes: int, entries: int, advanced: int) -> None:
         """The gRPC process's reply cache's size and the heads it read by advancing a kept reader, as it

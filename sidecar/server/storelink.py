@@ -246,6 +246,11 @@ class StoreLink:
             calls, self._served = self._served, []
             self._send(Frame(Kind.SERVED, meta={"calls": calls}))
 
+    def store_full(self, error: str) -> None:
+        """Tell the store process's metrics (and log) of a write this process refused for want of disk
+        space (a PutBlob's bytes): ``error``, what the client was told."""
+        self._send(Frame(Kind.SERVED, meta={"calls": [], "store_full": [error]}))
+
     def gauges(self, *, reply_cache_bytes: int, reply_cache_entries: int, reply_cache_advanced: int) -> None:
         """Tell the store process's metrics the size of this process's reply cache, and how many heads it
         read by advancing a kept reader so far."""

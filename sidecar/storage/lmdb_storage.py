@@ -310,8 +310,9 @@ class LmdbStorage:
         return f"the LMDB map reached {cap}"
 
     def why_full(self, exc: BaseException, needed_bytes: int) -> str | None:
-        # py-lmdb raises a plain lmdb.Error for system errors.
-        if type(exc) is not lmdb.Error:
+        # py-lmdb raises lmdb.DiskError for ENOSPC and a plain lmdb.Error for the system errors it has no
+        # class for (EIO, EDQUOT, EFBIG); its other subclasses (map full, corruption, ...) are not the disk.
+        if type(exc) not in (lmdb.Error, lmdb.DiskError):
             return None
         return disk_full_reason(str(exc), self.data_file, needed_bytes)
 

@@ -26,16 +26,18 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import InvalidArgument, ResourceExhausted
+from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
 #: A temporary file younger than this is never taken for abandoned: its writer may not have locked it yet.
 _TEMP_GRACE_SECONDS = 60.0
+#: What a blob file's writes fail with when the disk (a quota, the file size limit) is full.
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def check_sha256(text: str, *, field: str = "sha256") -> str:
@@ -55,11 +57,15 @@ class TempBlob:
         self._limit_origin = limit_origin
         self.name = f"{secrets.token_hex(16)}.part"
         self.path = files.temp_dir / self.name
-        files.temp_dir.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)  # "being written": see BlobFiles.remove_abandoned
+        self._fd = -1
         self._hash = hashlib.sha256()
         self.size_bytes = 0
+        try:
+            files.temp_dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # "being written": see BlobFiles.remove_abandoned
+        except OSError as exc:
+            raise self._failed("create", exc) from exc
 
     def write(self, chunk: bytes) -> None:
         """Append ``chunk``; ResourceExhausted (and nothing kept) once the blob would pass its limit."""
@@ -70,8 +76,11 @@ class TempBlob:
             )
         self._hash.update(chunk)
         view = memoryview(chunk)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            raise self._failed("write", exc) from exc
         self.size_bytes += len(chunk)
 
     def finish(self, expected_sha256: str = "") -> str:
@@ -84,7 +93,10 @@ class TempBlob:
                 " nothing was stored"
             )
         if self._files.sync:
-            os.fsync(self._fd)
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise self._failed("flush", exc) from exc
         return sha256
 
     def close(self) -> None:
@@ -99,16 +111,36 @@ class TempBlob:
             self.path.unlink()
         self.close()
 
+    def _failed(self, doing: str, exc: OSError) -> StoreError:
+        """The error for a system error ``exc`` on the temporary file (removed): StoreFull (counted) if the
+        disk is full, else Unavailable; nothing was stored either way."""
+        self.discard()
+        where = f"{doing} the blob's temporary file {self.path} ({self.size_bytes} bytes written)"
+        if exc.errno in _FULL_ERRNOS:
+            full = StoreFull(
+                f"no space to write blob bytes under {self._files.root} (the disk is full: {os.strerror(exc.errno)}):"
+                f" could not {where}; nothing was stored: free disk space, then send the blob again"
+            )
+            self._files.count_full(full)
+            return full
+        return Unavailable(f"could not {where}: {exc}; nothing was stored")
+
 
 class BlobFiles:
     """The blobs directory of one data directory."""
 
-    def __init__(self, root: Path, *, sync: bool = True) -> None:
+    def __init__(self, root: Path, *, sync: bool = True, on_full: Callable[[StoreFull], object] | None = None) -> None:
         self.root = root
         self.temp_dir = root / "tmp"
         self._files = root / "sha256"
         #: Whether files and directories are flushed to disk (off only where durability is not wanted: tests).
         self.sync = sync
+        self._on_full = on_full
+
+    def count_full(self, error: StoreFull) -> None:
+        """Count a blob refused for want of disk space among the store's full writes (and log it)."""
+        if self._on_full is not None:
+            self._on_full(error)
 
     def path(self, sha256: str) -> Path:
         return self._files / sha256[:2] / sha256

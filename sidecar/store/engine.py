@@ -155,7 +155,8 @@ class Store(WriteEntryPoints, EventEntryPoints):
             config, self._tables, self._read, submit, self._requests, self._keyframes, self._events
         )
         #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
-        self.blob_files = BlobFiles(config.data_dir / "blobs")
+        full = None if readonly else self._writer.count_store_full  # the gRPC process tells the store's
+        self.blob_files = BlobFiles(config.data_dir / "blobs", on_full=full)
         self._blobs = Blobs(self._tables, self._storage, self.blob_files, self._read, submit)
         self._ops.blobs = self._retention.blobs = self._blobs
         self._sweeper: Sweeper | None = None

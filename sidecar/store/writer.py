@@ -411,10 +411,10 @@ class Writer:
                 self._run_batch([op], isolate=isolate)
         else:
             self._answered(ops)
-            self._count_store_full(error)
+            self.count_store_full(error)
             ops[0].resolve(None, error)
 
-    def _count_store_full(self, error: StoreFull) -> None:
+    def count_store_full(self, error: StoreFull) -> None:
         """Count a write refused for want of room; log it the first time and then once a minute at most."""
         self.store_full_refusals += 1
         logged_at, logged_count = self._store_full_logged

@@ -78,6 +78,16 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--max-map-size-bytes", "1000"), b"--max-map-size-bytes must be >= 1 MiB, got 1000"),
         (("--keep-last-versions", "0"), b"--keep-last-versions must be >= 1 (or left out), got 0"),
         (("--metrics-port", "70000"), b"--metrics-port must be in 0..65535"),
+        # A port past 65535 was bound modulo 65536, or (--workers 2) an OverflowError traceback.
+        (("--listen", "127.0.0.1:99999"), b"--listen port must be in 0..65535, got '127.0.0.1:99999'"),
+        (("--listen", "127.0.0.1:99999", "--workers", "2"), b"--listen port must be in 0..65535"),
+        (("--listen", "[::1]:65536"), b"--listen port must be in 0..65535, got '[::1]:65536'"),
+        # Worker 1 would serve /metrics on 65536: its store process crashed.
+        (
+            ("--listen", "127.0.0.1:50051", "--workers", "2", "--metrics-port", "65535"),
+            b"--metrics-port must be at most 65534 with --workers 2 (worker i serves /metrics on --metrics-port + i,"
+            b" at most 65535), got 65535",
+        ),
         (("--metrics-address", ""), b"--metrics-address must be an IP address or host name, got ''"),
         (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
         # Durations must fit a nanosecond time: inf and NaN made retention skip every session, or every

@@ -23,10 +23,11 @@ EIO = lmdb.Error("mdb_txn_commit: " + os.strerror(errno.EIO))
 
 
 class _FailingCommit:
-    """A write transaction whose commit fails: aborted, then EIO."""
+    """A write transaction whose commit fails: aborted, then ``error`` (EIO unless told)."""
 
-    def __init__(self, scope: Any) -> None:
+    def __init__(self, scope: Any, error: lmdb.Error = EIO) -> None:
         self._scope = scope
+        self._error = error
 
     def __enter__(self) -> Any:
         return self._scope.__enter__()
@@ -35,15 +36,16 @@ class _FailingCommit:
         if exc_type is not None:
             self._scope.__exit__(exc_type, exc, tb)
             return
-        self._scope.__exit__(type(EIO), EIO, None)  # aborted, as LMDB leaves a transaction whose commit failed
-        raise EIO
+        # aborted, as LMDB leaves a transaction whose commit failed
+        self._scope.__exit__(type(self._error), self._error, None)
+        raise self._error
 
 
 class _FailingCommits:
     """The next ``failures`` write commits of a store's storage fail (a private hook: a disk that fails a
     write cannot be had on demand)."""
 
-    def __init__(self, store: Store, failures: int) -> None:
+    def __init__(self, store: Store, failures: int, error: lmdb.Error = EIO) -> None:
         self.failures = failures
         storage = storage_of(store)
         real_write = storage.write
@@ -52,7 +54,7 @@ class _FailingCommits:
             scope = real_write()
             if self.failures:
                 self.failures -= 1
-                return _FailingCommit(scope)
+                return _FailingCommit(scope, error)
             return scope
 
         storage.write = write

@@ -19,8 +19,11 @@ import lmdb
 import pytest
 
 from ckpt.bench.output import process_and_children
+from ckpt.sidecar import Store, StoreConfig, StoreFull
 from ckpt.sidecar.client import CheckpointClient, NotFoundError, ResourceExhaustedError
 from ckpt.sidecar.storage import LmdbStorage
+from tests.store.support import state_of
+from tests.store.test_commit_failure import _FailingCommits as FailingCommits  # storage whose next commits fail
 from tests.support import ROOT, start_sidecar
 
 STATE_BYTES = 64 * 1024
@@ -98,24 +101,55 @@ def _storage(tmp_path: Path) -> LmdbStorage:
     )
 
 
+def _commit_error(cls: type[lmdb.Error], code: int) -> lmdb.Error:
+    """The exception py-lmdb raises for a commit failing with the system error ``code`` (class and text)."""
+    return cls("mdb_txn_commit: " + os.strerror(code))
+
+
+# py-lmdb's class for each system error: DiskError for ENOSPC, ReadonlyError for EACCES, MemoryError for ENOMEM,
+# a plain Error for the errors it has no class for.
 @pytest.mark.parametrize(
-    ("message", "reason"),
+    ("error", "reason"),
     [
-        ("mdb_txn_commit: " + os.strerror(errno.ENOSPC), "the disk is full: " + os.strerror(errno.ENOSPC)),
-        ("mdb_txn_commit: " + os.strerror(errno.EDQUOT), "the disk is full: " + os.strerror(errno.EDQUOT)),
-        ("mdb_txn_commit: " + os.strerror(errno.EFBIG), "the disk is full: " + os.strerror(errno.EFBIG)),
-        ("mdb_txn_commit: " + os.strerror(errno.EIO), None),  # plenty of free space: a real I/O error
-        ("mdb_txn_commit: " + os.strerror(errno.EACCES), None),
+        (_commit_error(lmdb.DiskError, errno.ENOSPC), "the disk is full: " + os.strerror(errno.ENOSPC)),
+        (_commit_error(lmdb.Error, errno.ENOSPC), "the disk is full: " + os.strerror(errno.ENOSPC)),
+        (_commit_error(lmdb.Error, errno.EDQUOT), "the disk is full: " + os.strerror(errno.EDQUOT)),
+        (_commit_error(lmdb.Error, errno.EFBIG), "the disk is full: " + os.strerror(errno.EFBIG)),
+        (_commit_error(lmdb.Error, errno.EIO), None),  # plenty of free space: a real I/O error
+        (_commit_error(lmdb.ReadonlyError, errno.EACCES), None),
+        (_commit_error(lmdb.MemoryError, errno.ENOMEM), None),
+        (lmdb.CorruptedError("mdb_txn_commit: MDB_CORRUPTED: Located page was wrong type"), None),
     ],
 )
-def test_which_commit_failures_are_a_full_disk(tmp_path: Path, message: str, reason: str | None) -> None:
+def test_which_commit_failures_are_a_full_disk(tmp_path: Path, error: lmdb.Error, reason: str | None) -> None:
     storage = _storage(tmp_path)
     free = shutil.disk_usage(tmp_path).free
     assert free > 64 * 1024 * 1024, "this test needs a disk with room to spare"
     try:
-        assert storage.why_full(lmdb.Error(message), 4096) == reason
+        assert storage.why_full(error, 4096) == reason
     finally:
         storage.close()
+
+
+def test_a_commit_failing_with_no_space_is_refused_and_writes_go_on_once_there_is_room(tmp_path: Path) -> None:
+    """py-lmdb raises lmdb.DiskError for ENOSPC: the write is refused as a full store, the store keeps writing."""
+    config = StoreConfig(data_dir=tmp_path / "data", sweep_interval_seconds=3600)
+    stopped: list[str] = []
+    with Store(config, on_writes_stopped=stopped.append) as store:
+        store.put("s", state_of("s", 1))
+        failing = FailingCommits(store, failures=1, error=_commit_error(lmdb.DiskError, errno.ENOSPC))
+        with pytest.raises(StoreFull, match=r"no space to write under .*\(the disk is full: No space left on device\)"):
+            store.put("t", state_of("t", 1))
+        assert failing.failures == 0
+        assert store.store_full_refusals == 1
+        assert store.writes_stopped is None and stopped == []
+        assert store.get("s").state == state_of("s", 1)  # reads go on
+        # The disk has room again: the refused write, and others, are written.
+        assert store.put("t", state_of("t", 1)).version == 1
+        assert store.put("s", state_of("s", 2)).version == 2
+    with Store(config) as store:
+        assert store.get("t").state == state_of("t", 1)
+        assert store.get("s").version == 2
 
 
 def test_an_io_error_on_a_nearly_full_disk_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
