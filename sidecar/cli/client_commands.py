@@ -43,7 +43,7 @@ def _client_tls(args: argparse.Namespace) -> ClientTLS | bool:
     files = (args.tls_ca_file, args.tls_client_cert_file, args.tls_client_key_file)
     if all(f is None for f in files):
         if args.tls_server_name is not None:
-            raise ValueError("--tls-server-name needs --tls-ca-file (or the client certificate options)")
+            raise ValueError("tls_server_name needs tls_ca_file (or the client certificate options)")
         return False
     return ClientTLS.from_files(
         ca_file=args.tls_ca_file,

@@ -103,10 +103,29 @@ def add_option(parser: argparse.ArgumentParser, opt: Declared) -> None:
     where += f"; default {opt.shown}" if opt.shown is not None else ""
     more: dict[str, Any] = {"choices": how.choices} if how.choices else {}
     if how.repeated:  # the variable is read after parsing: argparse would append the flags to it (serve_options)
-        more.update(action="append", default=None)
+        more.update(append=True, default=None)
     else:
         more.update(type=_reader(opt), default=_env_text(opt) or opt.default)
-    parser.add_argument(opt.flag, metavar=how.metavar, help=f"{how.help} (env {where})", **more)
+    parser.add_argument(opt.flag, action=_Given, metavar=how.metavar, help=f"{how.help} (env {where})", **more)
+
+
+#: The attribute of a parsed command line holding the options it gave: the others' values are their variables'
+#: (where set) or their defaults.
+_GIVEN = "options_given"
+
+
+class _Given(argparse.Action):
+    """argparse's ``store`` (``append``, with ``append=True``), noting in the namespace that the option was given."""
+
+    def __init__(self, *args: Any, append: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.append = append
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any) -> None:
+        if self.append:
+            values = [*(getattr(namespace, self.dest) or []), values]
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN, {*getattr(namespace, _GIVEN, ()), self.dest})
 
 
 def serve_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,11 +138,22 @@ def serve_options(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
+#: The options with a variable, by field name.
+_DECLARED = {d.name: d for d in (*SERVE_OPTIONS, *CLIENT_OPTIONS)}
+
+
 def in_option_terms(message: str, args: argparse.Namespace) -> str:
-    """A configuration error with its field names spelled as the options that set them."""
+    """A configuration error with its field names spelled as the options that set them; a value that came
+    from the option's variable is named by it too: ``--threads (from CKPT_THREADS) must be >= 1, got 0``."""
+    given: set[str] = getattr(args, _GIVEN, set())
     for name in vars(args):
-        if name != "command":
-            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+        if name in ("command", _GIVEN):
+            continue
+        term = "--" + name.replace("_", "-")
+        opt = _DECLARED.get(name)
+        if opt is not None and name not in given and _env_text(opt) is not None:
+            term += f" (from {opt.env})"
+        message = re.sub(rf"\b{name}\b", term, message)
     # An option left out is the config's None.
     return message.replace(" or None, got", " (or left out), got")
 

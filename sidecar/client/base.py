@@ -40,7 +40,7 @@ from .arguments import (
     register_request,
     sessions_request,
 )
-from .channel import channel_options, from_environment, tls_of
+from .channel import channel_options, from_environment, in_variable_terms, tls_of
 from .errors import Unknown, closed_during, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
@@ -144,7 +144,11 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         ``options`` are this class's keyword arguments, and win over the environment.
         Raises ValueError naming the variable that is missing or wrong.
         """
-        return cls(**from_environment(os.environ, options))
+        arguments = from_environment(os.environ, options)
+        try:
+            return cls(**arguments)
+        except ValueError as exc:  # e.g. "CKPT_MAX_MESSAGE_BYTES must be >= 1024, got 5"
+            raise ValueError(in_variable_terms(str(exc), arguments.keys() - options.keys())) from None
 
     def put(
         self,

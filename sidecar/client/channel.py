@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..tls import ClientTLS
@@ -44,12 +44,17 @@ def from_environment(environ: Mapping[str, str], options: dict[str, Any]) -> dic
                 key_file=files["tls_client_key_file"],
                 server_name=env.get("tls_server_name"),
             )
-        except ValueError as exc:  # named by the variables that set them
-            message = str(exc)
-            for name, var in ENV_VARS.items():
-                message = re.sub(rf"\b{name}\b", var, message)
-            raise ValueError(message) from None
+        except ValueError as exc:
+            raise ValueError(in_variable_terms(str(exc), ENV_VARS)) from None  # TLS is from the variables alone
     return {**out, **options}
+
+
+def in_variable_terms(message: str, names: Iterable[str]) -> str:
+    """An error with the client options ``names`` (set from the environment) spelled as their variables."""
+    for name in names:
+        if name in ENV_VARS:
+            message = re.sub(rf"\b{name}\b", ENV_VARS[name], message)
+    return message
 
 
 def tls_of(target: str, tls: object) -> ClientTLS | None:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.cli.parser import CLIENT_OPTIONS
+from ckpt.sidecar.client import ENV_VARS, CheckpointClient
 from tests.support import ROOT, Sidecar, ckpt
 
 
@@ -183,3 +184,47 @@ def test_update_time_bounds_are_read_to_the_nanosecond(sidecar: Sidecar) -> None
     # Last written at or after --updated-after, and before --updated-before: a nanosecond either way counts.
     assert listed("--updated-after", written) and not listed("--updated-after", written + 1)
     assert listed("--updated-before", written + 1) and not listed("--updated-before", written)
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        (
+            {"CKPT_MAX_MESSAGE_BYTES": "10"},
+            (),
+            b"ckpt get: --max-message-bytes (from CKPT_MAX_MESSAGE_BYTES) must be >= 1024, got 10\n",
+        ),
+        (
+            {"CKPT_TLS_CLIENT_CERT_FILE": "agent.pem"},
+            (),
+            b"ckpt get: --tls-client-cert-file (from CKPT_TLS_CLIENT_CERT_FILE) and --tls-client-key-file go together:"
+            b" give both or neither\n",
+        ),
+        (
+            {"CKPT_TLS_SERVER_NAME": "ckpt.internal"},
+            (),
+            b"ckpt get: --tls-server-name (from CKPT_TLS_SERVER_NAME) needs --tls-ca-file (or the client certificate"
+            b" options)\n",
+        ),
+        # The option wins over its variable, and is what the error names.
+        (
+            {"CKPT_MAX_MESSAGE_BYTES": "131072"},
+            ("--max-message-bytes", "10"),
+            b"ckpt get: --max-message-bytes must be >= 1024, got 10\n",
+        ),
+        (
+            {"CKPT_TLS_CLIENT_CERT_FILE": "other.pem"},
+            ("--tls-client-cert-file", "agent.pem"),
+            b"ckpt get: --tls-client-cert-file and --tls-client-key-file go together: give both or neither\n",
+        ),
+    ],
+)
+def test_client_command_errors_name_the_variable_a_value_came_from(
+    tmp_path: Path, env: dict[str, str], flags: tuple[str, ...], message: bytes
+) -> None:
+    out = ckpt("get", "s", "--target", f"unix:{tmp_path / 'none.sock'}", *flags, env=env)
+    assert out.returncode == 2 and out.stderr == message
+
+
+def test_client_commands_read_the_variables_from_env_reads() -> None:
+    assert {d.name: d.env for d in CLIENT_OPTIONS} == ENV_VARS

@@ -128,3 +128,47 @@ def test_serve_accepts_a_map_cap_below_the_default_initial_map(tmp_path: Path) -
 def test_a_bracketed_ipv6_metrics_address_is_taken_as_in_listen(tmp_path: Path) -> None:
     assert ServeConfig(data_dir=tmp_path, metrics_address="[::1]").metrics_address == "::1"
     assert ServeConfig(data_dir=tmp_path, metrics_address="::").metrics_address == "::"
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({"CKPT_THREADS": "0"}, (), b"--threads (from CKPT_THREADS) must be >= 1, got 0"),
+        ({"CKPT_CACHE_SIZE_BYTES": "-1"}, (), b"--cache-size-bytes (from CKPT_CACHE_SIZE_BYTES) must be >= 0, got -1"),
+        (
+            {"CKPT_MAX_MESSAGE_BYTES": "10"},
+            (),
+            b"--max-message-bytes (from CKPT_MAX_MESSAGE_BYTES) must be >= 131072 (twice the 65536-byte envelope",
+        ),
+        (
+            {"CKPT_KEEP_LAST_VERSIONS": "0"},
+            (),
+            b"--keep-last-versions (from CKPT_KEEP_LAST_VERSIONS) must be >= 1 (or left out), got 0",
+        ),
+        (
+            {"CKPT_LISTEN": "127.0.0.1:99999"},
+            (),
+            b"--listen (from CKPT_LISTEN) port must be in 0..65535, got '127.0.0.1:99999'",
+        ),
+        # One value from a variable, one from the command line: each named by where it came from.
+        (
+            {"CKPT_WORKERS": "2"},
+            ("--listen", "127.0.0.1:50051", "--metrics-port", "65535"),
+            b"--metrics-port must be at most 65534 with --workers (from CKPT_WORKERS) 2",
+        ),
+        (
+            {"CKPT_TLS_CERT_FILE": "cert.pem"},
+            ("--listen", "127.0.0.1:0"),
+            b"--tls-cert-file (from CKPT_TLS_CERT_FILE) and --tls-key-file go together",
+        ),
+        # The option wins over its variable, and is what the error names.
+        ({"CKPT_THREADS": "4"}, ("--threads", "0"), b"ckpt serve: --threads must be >= 1, got 0\n"),
+        ({"CKPT_LISTEN": "unix:x.sock"}, ("--listen", "127.0.0.1:99999"), b"ckpt serve: --listen port must be"),
+    ],
+)
+def test_serve_configuration_errors_name_the_variable_a_value_came_from(
+    tmp_path: Path, env: dict[str, str], flags: tuple[str, ...], message: bytes
+) -> None:
+    out = ckpt("serve", "--data-dir", str(tmp_path / "d"), *flags, env=env)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert b"Traceback" not in out.stderr

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.sidecar.client import AsyncCheckpointClient
+from ckpt.sidecar.client import ENV_VARS, AsyncCheckpointClient, CheckpointClient
 from tests.client.support import FLAVOURS, open_client
 from tests.support import Sidecar
 
@@ -64,3 +64,22 @@ def test_an_async_client_belongs_to_the_loop_it_was_made_in(sidecar: Sidecar) ->
             kept.put_stream([])
 
     asyncio.run(reuse())
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_client_from_the_environment_names_the_variable_of_a_bad_value(
+    tmp_path: Path, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls = CheckpointClient if flavour == "sync" else AsyncCheckpointClient
+    for var in ENV_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CKPT_TARGET", f"unix:{tmp_path / 'x.sock'}")
+    monkeypatch.setenv("CKPT_MAX_MESSAGE_BYTES", "5")
+    with pytest.raises(ValueError, match=r"^CKPT_MAX_MESSAGE_BYTES must be >= 1024, got 5$"):
+        cls.from_env()
+    with pytest.raises(ValueError, match=r"^max_message_bytes must be >= 1024, got 7$"):  # the argument wins
+        cls.from_env(max_message_bytes=7)
+    monkeypatch.delenv("CKPT_MAX_MESSAGE_BYTES")
+    monkeypatch.setenv("CKPT_TLS_CLIENT_CERT_FILE", str(tmp_path / "agent.pem"))
+    with pytest.raises(ValueError, match=r"^CKPT_TLS_CLIENT_CERT_FILE and CKPT_TLS_CLIENT_KEY_FILE go together"):
+        cls.from_env()
