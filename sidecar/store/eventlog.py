@@ -30,7 +30,6 @@ from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import FrameKind
 from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, EventSeqConflict, InvalidArgument, StateTooLarge
 from ..ids import check_event_type
@@ -50,7 +49,7 @@ from .events import (
 from .eventstream import OpenStream, OpenStreams
 from .layout import Tables
 from .ops import Batch, Op
-from .records import log_record, record, request_of_current
+from .records import log_record, record, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 
@@ -452,16 +451,7 @@ class EventLog:
 
 
 def _replayed(done: records_pb2.RequestRecord) -> AppendResult:
-    put = None
-    if done.events_had_put:
-        put = PutResult(
-            done.version,
-            done.stored_bytes,
-            FrameKind(done.frame_kind),
-            done.state_size,
-            replayed=True,
-            state_xxh3=done.state_xxh3,
-        )
+    put = replayed_put(done) if done.events_had_put else None
     return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True)
 
 

@@ -15,11 +15,11 @@ from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameHeader, parse
+from ...codec import DecodeError, FrameHeader, FrameKind, parse
 from ..errors import DataLoss
 from ..storage import ReadTxn
 from .layout import Tables
-from .types import SessionInfo, VersionInfo, WriteMode
+from .types import PutResult, SessionInfo, VersionInfo, WriteMode
 
 META_LEN = struct.Struct("<H")
 
@@ -132,6 +132,18 @@ def request_of_current(
     if done.events_log_created_unix_nanos:
         return log is not None and log.created_unix_nanos == done.events_log_created_unix_nanos
     return request_of_session(done, rec)
+
+
+def replayed_put(done: records_pb2.RequestRecord) -> PutResult:
+    """The answer a retry of the put ``done`` records gets (a Put's, or an AppendEvents' put)."""
+    return PutResult(
+        done.version,
+        done.stored_bytes,
+        FrameKind(done.frame_kind),
+        done.state_size,
+        replayed=True,
+        state_xxh3=done.state_xxh3,
+    )
 
 
 def request_made(done: records_pb2.RequestRecord) -> str:

@@ -38,7 +38,7 @@ from .keyframes import QuietKeyframes
 from .layout import Tables
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames, read_state
-from .records import META_LEN, record, request_made, session_info
+from .records import META_LEN, record, replayed_put, request_made, session_info
 from .registry import Registry
 from .requestids import RequestIds, write_fingerprint
 from .types import PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode
@@ -151,14 +151,7 @@ class WriteOps:
                             f" {req.session_id!r} (it {request_made(done)}); a retry must resend the same"
                             " write, and a new write needs a new request_id"
                         )
-                    return PutResult(
-                        done.version,
-                        done.stored_bytes,
-                        FrameKind(done.frame_kind),
-                        done.state_size,
-                        replayed=True,
-                        state_xxh3=done.state_xxh3,
-                    )
+                    return replayed_put(done)
                 expired_rid = done
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
