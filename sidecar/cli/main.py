@@ -88,6 +88,12 @@ def _failure(exc: Exception, args: argparse.Namespace) -> str:
             and not any(getattr(args, name, None) for name in ("tls_ca_file", "tls_client_cert_file"))
         ):
             hint += "; if it serves TLS, give --tls-ca-file"
+        elif getattr(args, "tls_ca_file", None) and not getattr(args, "tls_client_cert_file", None):
+            # A mutual-TLS sidecar closes a handshake without a client certificate: all the client sees.
+            hint += (
+                "; if it asks for a client certificate (mutual TLS), give --tls-client-cert-file and"
+                " --tls-client-key-file"
+            )
     if isinstance(exc, CheckpointError):  # the client's limit, as this command sets it
         message = message.replace("max_message_bytes", "--max-message-bytes")
     return message + hint

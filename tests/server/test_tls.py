@@ -334,3 +334,18 @@ def test_a_client_from_the_environment_reads_what_the_command_line_reads(
     monkeypatch.setenv("CKPT_MAX_MESSAGE_BYTES", "64MiB")
     with pytest.raises(ValueError, match="CKPT_MAX_MESSAGE_BYTES '64MiB' is not an integer"):
         CheckpointClient.from_env()
+
+
+def test_the_command_line_names_a_client_certificate_when_mutual_tls_refuses_it(
+    mtls_sidecar: Sidecar, pki: dict[str, Path]
+) -> None:
+    command = ["get", "s", "--target", mtls_sidecar.tcp_target, "--tls-ca-file", str(pki["ca"])]
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt.sidecar.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CKPT_")},
+    )
+    assert done.returncode == 1
+    assert "if it asks for a client certificate (mutual TLS), give --tls-client-cert-file and" in done.stderr
