@@ -10,7 +10,7 @@ from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
 from ..store import Store
 from ..tools import Problem, isolated
-from ..tools.blobcheck import blob_problems, blob_records
+from ..tools.blobcheck import blob_problems, blob_records, session_blob_problems
 from .offline_commands import open_readonly, starts_chain
 
 # A session whose record or B-tree page is damaged: reported, and the others checked.
@@ -30,8 +30,11 @@ def verify(args: argparse.Namespace) -> int:
             args.sessions,
             open_readonly,
             # A session listed here may be deleted by a running sidecar before it is read:
-            # gone is not damaged. A session named on the command line must exist.
-            lambda store, session, vanished_ok: verify_session(store, session, vanished_ok=vanished_ok),
+            # gone is not damaged. A session named on the command line must exist, and its blobs are
+            # checked with it (unnamed, every blob is checked below).
+            lambda store, session, vanished_ok: verify_session(
+                store, session, vanished_ok=vanished_ok, blobs=not vanished_ok
+            ),
             fail,
         )
         checked, failures = counts.checked, counts.failed
@@ -46,6 +49,7 @@ def verify(args: argparse.Namespace) -> int:
     if not args.sessions:  # every blob's file against its record
         found = isolated.call(args.data_dir, open_readonly, blob_records, "reading the blobs' records")
         blobs = len(found.records)
+        checked += found.blobs_only  # sessions holding blob references alone: not listed, nor counted above
         for subject, text in blob_problems(args.data_dir, found):
             fail(subject, text)
             others += 1
@@ -102,16 +106,22 @@ def _holds_events(store: Store, session: str) -> bool:
         return txn.get(session.encode("utf-8", "surrogateescape"), db=logs) is not None
 
 
-def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> list[str] | None:
+def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blobs: bool = False) -> list[str] | None:
     """Every frame's checksum and link, every version's metadata, every version decoded; the problems found.
 
-    None if the session does not exist and ``vanished_ok`` (it was deleted since it was listed).
+    None if the session does not exist and ``vanished_ok`` (it was deleted since it was listed). A session
+    may hold events or blob references and no version. ``blobs``: each blob it references is checked too.
     """
+    try:
+        held = session_blob_problems(store, session) if blobs else []
+    except StoreError as exc:  # a damaged record or B-tree page
+        held = [str(exc)]
     try:
         info, frames = store.frames_of(session)
     except NotFound as exc:
-        if _holds_events(store, session):
-            return []  # events alone, no versions: its log is the events cross-check's (tools/eventcheck.py)
+        # No versions: its log is the events cross-check's (tools/eventcheck.py), its blobs are checked above.
+        if _holds_events(store, session) or store.blob_refs(session):
+            return held
         return None if vanished_ok else [str(exc)]
     except (
         StoreError
@@ -158,4 +168,4 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False) -> 
             f"the session record says the head's chain starts at version {info.chain_start_version},"
             f" but its last FULL frame is version {starts[-1]}"
         )
-    return problems
+    return problems + held

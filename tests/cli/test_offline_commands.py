@@ -80,3 +80,35 @@ def test_verify_counts_each_session_of_events_alone_once(tmp_path: Path) -> None
     assert damaged.stdout == b"verified 4 sessions: 3 ok, 1 failed\n"
     some = ckpt("verify", *d, "events-only", "versions")
     assert (some.returncode, some.stdout) == (1, b"verified 2 sessions: 1 ok, 1 failed\n"), some.stderr
+
+
+def test_verify_counts_and_checks_a_session_holding_blobs_alone(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    t = ("--target", sidecar.unix_target)
+    (tmp_path / "shot.png").write_bytes(b"a screenshot" * 100)
+    (tmp_path / "log.txt").write_bytes(b"a tool's output")
+    ref = json.loads(ckpt("blob", "put", "blobs-only", str(tmp_path / "shot.png"), *t).stdout)
+    assert ckpt("blob", "put", "events-and-blobs", str(tmp_path / "log.txt"), *t).returncode == 0
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.append_events("events-and-blobs", [event("t")])
+        client.put("versions", b"\x08\x01")
+    assert sidecar.stop() == 0
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok = ckpt("verify", *d)
+    assert (ok.returncode, ok.stdout) == (0, b"verified 3 sessions: 3 ok, 0 failed; 2 blobs checked\n"), ok.stderr
+    named = ckpt("verify", *d, "blobs-only", "versions")
+    assert (named.returncode, named.stdout) == (0, b"verified 2 sessions: 2 ok, 0 failed\n"), named.stderr
+    sha = ref["uri"].removeprefix("ckpt-blob:sha256:")
+    blob = tmp_path / "data" / "blobs" / "sha256" / sha[:2] / sha
+    blob.write_bytes(b"A" + blob.read_bytes()[1:])
+    damaged = ckpt("verify", *d, "blobs-only", "versions")
+    assert damaged.returncode == 1
+    assert f"FAIL session 'blobs-only': blob {sha}: its file {blob} hashes to ".encode() in damaged.stderr
+    assert damaged.stdout == b"verified 2 sessions: 1 ok, 1 failed\n"
+    everything = ckpt("verify", *d)
+    assert everything.returncode == 1
+    assert f"FAIL blob {sha}: its file {blob} hashes to ".encode() in everything.stderr
+    assert everything.stdout == (
+        b"verified 3 sessions: 3 ok, 0 failed; 1 more problem cross-checking the tables (see above); 2 blobs checked\n"
+    )
+    assert ckpt("verify", *d, "never-written").stdout == b"verified 1 session: 0 ok, 1 failed\n"
