@@ -231,9 +231,10 @@ class StoreConfig:
     #: LMDB reader slots: concurrent read transactions across threads.
     max_readers: int = 512
     #: The message type a MERGE that names none gives an untyped session: a
-    #: built-in type's full name ("ckpt.v1.Checkpoint"). The session is then
-    #: typed, as if the write had named it (PutRequest.message_type): the FULL
-    #: frame starting each chain holds its state compacted, parsed and
+    #: built-in type's full name ("ckpt.v1.Checkpoint"). The session, if its
+    #: head state parses as the type (a new one's does), is then typed, as if
+    #: the write had named it (PutRequest.message_type): the FULL frame
+    #: starting each chain holds its state compacted, parsed and
     #: re-serialized, so fields later patches overwrote are dropped (when that
     #: saves >= 10%), and its MERGE patches and REPLACE states must parse as
     #: the type. A client's own registered types are named on its puts.
@@ -242,7 +243,8 @@ class StoreConfig:
     merge_message_type: str | None = field(
         default=None,
         metadata=option(
-            "the type a MERGE naming none gives an untyped session (a built-in type: ckpt.v1.Checkpoint): its states"
+            "the type a MERGE naming none gives an untyped session whose state parses as it (a built-in type:"
+            " ckpt.v1.Checkpoint): its states"
             " are then compacted at each chain start, so fields that later patches overwrite do not pile up, and"
             " must parse as TYPE",
             metavar="TYPE",

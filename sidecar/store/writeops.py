@@ -169,7 +169,11 @@ class WriteOps:
                     f"session {req.session_id!r} holds {have} states; this put's message_type is {named}"
                     " (a session keeps the type it was first written with: write another session, or fork one)"
                 )
-            typed = named or have or (self._merge_type if mode is WriteMode.MERGE else "")
+            typed = named or have
+            if not typed and mode is WriteMode.MERGE and self._merge_type:
+                # The store's default types a session only if its head parses as that type: bytes of
+                # something else (a REPLACE of opaque bytes) stay untyped, this MERGE landing as it would untyped.
+                typed = self._merge_type if self._head_parses(txn, sid, req.session_id, rec) else ""
             compact: type[Message] | None = None
             if typed:
                 compact = self._registry.require_in(txn, typed)
@@ -226,6 +230,17 @@ class WriteOps:
 
         deferred = check if (mode is WriteMode.MERGE or checked is not None) and defer_patch_check else None
         return Op(apply, fails_clean=True, size_bytes=len(state), check=deferred)
+
+    def _head_parses(self, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None) -> bool:
+        """Whether an untyped session's head state (none: a new session's) parses as the store's merge type."""
+        if rec is None:
+            return True
+        state = self._encoders.for_session(txn, sid, session_id, rec).state
+        try:
+            self._registry.require_in(txn, self._merge_type).FromString(state)
+        except DecodeError:
+            return False
+        return True
 
     def fork_op(
         self, session_id: str, version: int, new_session_id: str, labels: dict[str, str], *, copy_events: bool = False

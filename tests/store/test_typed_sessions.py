@@ -237,3 +237,32 @@ def test_merge_message_type_types_the_sessions_merged_without_one(config: StoreC
         pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"),
     ):
         store.put("merged", b"\x82\x01\x01\x08", mode=MERGE)
+
+
+def test_the_store_merge_type_leaves_untyped_a_session_whose_head_does_not_parse_as_it(config: StoreConfig) -> None:
+    garbage = b"\xff\xfe opaque bytes"
+    patches = [pb.Checkpoint(step=i).SerializeToString() for i in range(1, 12)]  # past a chain start (max_depth 8)
+    with Store(replace(config, merge_message_type="ckpt.v1.Checkpoint")) as store:
+        store.put("opaque", garbage)
+        for patch in patches:
+            store.put("opaque", patch, mode=MERGE)
+        assert store.session("opaque").message_type == ""
+        got = store.get("opaque")
+        assert (got.state, got.info.message_type) == (garbage + b"".join(patches), "")
+    with Store(replace(config, merge_message_type="ckpt.v1.Checkpoint")) as store:  # cold, from LMDB
+        assert store.get("opaque").state == garbage + b"".join(patches)
+        assert store.session("opaque").message_type == ""
+
+
+def test_the_store_merge_type_types_a_session_whose_head_parses_as_it(config: StoreConfig) -> None:
+    with Store(replace(config, merge_message_type="ckpt.v1.Checkpoint")) as store:
+        store.put("checkpoint", pb.Checkpoint(goal="ship it", step=1).SerializeToString())
+        assert store.session("checkpoint").message_type == ""  # a REPLACE naming no type
+        store.put("checkpoint", pb.Checkpoint(step=2).SerializeToString(), mode=MERGE)
+        assert store.session("checkpoint").message_type == "ckpt.v1.Checkpoint"
+        assert store.get("checkpoint").info.message_type == "ckpt.v1.Checkpoint"
+        assert pb.Checkpoint.FromString(store.get("checkpoint").state) == pb.Checkpoint(goal="ship it", step=2)
+        store.put("fresh", pb.Checkpoint(step=1).SerializeToString(), mode=MERGE)
+        assert store.session("fresh").message_type == "ckpt.v1.Checkpoint"
+        with pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"):
+            store.put("checkpoint", b"\x82\x01\x01\x08", mode=MERGE)  # typed now: its patches are checked
