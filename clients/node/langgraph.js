@@ -13,18 +13,7 @@ const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
 const { HistoryPages, LISTING_PAGE_SIZE, wantedVersions } = require('./langgraph_history');
 const r = require('./langgraph_records');
-
-// What put throws when another writer moved the thread's head since this saver read it: the graph's
-// run fails with it, and running the thread again resumes from the new head.
-class CheckpointConflictError extends Error {
-  constructor(message, { threadId, checkpointNs, currentVersion }) {
-    super(message);
-    this.name = 'CheckpointConflictError';
-    this.threadId = threadId;
-    this.checkpointNs = checkpointNs;
-    this.currentVersion = currentVersion;
-  }
-}
+const { CheckpointConflictError, configOf, conflictError, requireThread, threadOf } = require('./langgraph_threads');
 
 const isNotFound = (err) => err && err.code === status.NOT_FOUND;
 
@@ -33,6 +22,8 @@ const ID_CACHE_SIZE = 65536;
 // List elements cut off (a message removed, say) a namespace's state may keep before a step is written
 // whole, dropping them.
 const DEAD_ELEMENTS_ALLOWED = 256;
+// Compare-and-set attempts of a put that starts a branch (it has no head to lose to, only to follow).
+const BRANCH_ATTEMPTS = 16;
 
 // Whether a head's stored cut-off list elements outweigh its live ones.
 function needsRewrite(head) {
@@ -52,33 +43,6 @@ function remember(map, key, value) {
 }
 
 const keyOf = (sessionId, checkpointId) => `${sessionId}\0${checkpointId}`;
-
-// thread_id, checkpoint_ns and checkpoint_id of a config: thread_id undefined when it has none.
-function threadOf(config) {
-  const configurable = (config && config.configurable) || {};
-  const threadId = configurable.thread_id;
-  const checkpointNs = configurable.checkpoint_ns ?? '';
-  if (typeof checkpointNs !== 'string') throw new TypeError(`checkpoint_ns must be a string, not ${typeof checkpointNs}`);
-  if (threadId === undefined || threadId === null) return { threadId: undefined, checkpointNs };
-  if (typeof threadId !== 'string' && typeof threadId !== 'number') {
-    throw new TypeError(`thread_id must be a string, not ${typeof threadId}`);
-  }
-  return { threadId: String(threadId), checkpointNs, checkpointId: getCheckpointId(config) || undefined };
-}
-
-function requireThread(config, what) {
-  const t = threadOf(config);
-  if (t.threadId === undefined) {
-    throw new Error(
-      `${what}: the config's configurable has no thread_id; pass one: graph.invoke(input, { configurable: { thread_id: 'my-thread' } })`,
-    );
-  }
-  return t;
-}
-
-const configOf = (threadId, checkpointNs, checkpointId) => ({
-  configurable: { thread_id: threadId, checkpoint_ns: checkpointNs, checkpoint_id: checkpointId },
-});
 
 class CkptSaver extends BaseCheckpointSaver {
   // target: a sidecar ('unix:/path/ckpt.sock', 'localhost:50051'), or a CheckpointClient to use (then
@@ -281,11 +245,18 @@ class CkptSaver extends BaseCheckpointSaver {
 
   // The checkpoints removed from a session (by the Python saver's delete_for_runs): its head's list.
   async deletedIds(sessionId) {
+    const head = await this.headIds(sessionId);
+    return head ? head.deleted : [];
+  }
+
+  // { version, checkpointId, deleted, stateXxh3 } of a session's head, or undefined when it has none.
+  async headIds(sessionId) {
     try {
-      const got = await this.client.get(sessionId, 0, { fieldMask: ['deleted_checkpoint_ids'] });
-      return r.decodeStep(got.state).deleted_checkpoint_ids;
+      const got = await this.client.get(sessionId, 0, { fieldMask: ['checkpoint_id', 'deleted_checkpoint_ids'] });
+      const step = r.decodeStep(got.state);
+      return { version: got.version, checkpointId: step.checkpoint_id, deleted: step.deleted_checkpoint_ids, stateXxh3: got.info.state_xxh3 };
     } catch (err) {
-      if (isNotFound(err)) return [];
+      if (isNotFound(err)) return undefined;
       throw err;
     }
   }
@@ -471,34 +442,45 @@ class CkptSaver extends BaseCheckpointSaver {
       }
     }
     if (!merge && !(continues && seen.version === 0)) await this.wholeStep(sessionId, step, checkpoint, lists);
+    // A head too full of cut-off elements is written whole: its deleted checkpoints with it (a branch
+    // reads them below).
+    if (continues && !merge && seen.version > 0) step.deleted_checkpoint_ids = await this.deletedIds(sessionId);
     const storedElements = (merge ? seen.storedElements : 0) + r.storedElements(step);
     const labels = { [r.THREAD_LABEL]: threadId, [r.ID_LABEL]: checkpoint.id };
     const runId = metadata && metadata.run_id;
     if (typeof runId === 'string' && runId && r.utf8Bytes(runId) <= r.MAX_LABEL_BYTES) labels[r.RUN_LABEL] = runId;
     await registering;
+    const put = { merge, labels, messageType: r.STEP_TYPE };
+    const marker = [{ type: r.CHECKPOINT_EVENT, payload: checkpoint.id }];
+    const conflict = (read, currentVersion) => conflictError({ threadId, checkpointNs }, read, currentVersion);
     let reply;
-    try {
-      reply = await this.client.appendEvents(sessionId, [{ type: r.CHECKPOINT_EVENT, payload: checkpoint.id }], {
-        put: {
-          state: r.encodeStep(step),
-          merge,
-          expectedVersion: continues ? seen.version : undefined,
-          expectedStateXxh3: continues ? knownXxh3(seen.stateXxh3) : undefined,
-          labels,
-          messageType: r.STEP_TYPE,
-        },
-      });
-    } catch (err) {
-      if (err instanceof ConflictError) {
-        const read = seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints';
-        throw new CheckpointConflictError(
-          `thread ${JSON.stringify(threadId)} (checkpoint_ns ${JSON.stringify(checkpointNs)}) moved on since this saver read` +
-            ` ${read}; the head is version ${err.currentVersion}: another writer wrote it; run the thread again to` +
-            ' resume from its new head',
-          { threadId, checkpointNs, currentVersion: err.currentVersion },
-        );
+    if (continues) {
+      try {
+        const expected = { expectedVersion: seen.version, expectedStateXxh3: knownXxh3(seen.stateXxh3) };
+        reply = await this.client.appendEvents(sessionId, marker, { put: { ...put, state: r.encodeStep(step), ...expected } });
+      } catch (err) {
+        if (!(err instanceof ConflictError)) throw err;
+        throw conflict(seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints', err.currentVersion);
       }
-      throw err;
+    } else {
+      // A branch follows the head as it is now, compare-and-set on it and with its deleted checkpoints;
+      // another write landing first moves the head: read again. With no head, a log left by a deleted
+      // namespace is read from its start.
+      const after = step.writes_after_seq;
+      for (let attempt = 1, lost; reply === undefined; attempt++) {
+        if (attempt > BRANCH_ATTEMPTS) throw conflict(`its head, ${BRANCH_ATTEMPTS} times in a row,`, lost);
+        const head = await this.headIds(sessionId);
+        step.deleted_checkpoint_ids = head ? head.deleted : [];
+        step.writes_after_seq = head ? after : 0;
+        const expected = { expectedVersion: head ? head.version : 0, expectedStateXxh3: head && knownXxh3(head.stateXxh3) };
+        try {
+          reply = await this.client.appendEvents(sessionId, marker, { put: { ...put, state: r.encodeStep(step), ...expected } });
+        } catch (err) {
+          if (!(err instanceof ConflictError)) throw err;
+          lost = err.currentVersion;
+        }
+      }
+      writesAfterSeq = step.writes_after_seq;
     }
     this.sawSeq(sessionId, reply.last_seq);
     let version = reply.put.version;
@@ -526,8 +508,7 @@ class CkptSaver extends BaseCheckpointSaver {
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not
-  // change come from its parent (a list's elements with it), and the checkpoints deleted from the
-  // session stay deleted.
+  // change come from its parent (a list's elements with it).
   async wholeStep(sessionId, step, checkpoint, lists) {
     const parentId = step.parent_checkpoint_id;
     const parent = parentId ? await this.locate(sessionId, parentId) : undefined;
@@ -546,7 +527,6 @@ class CkptSaver extends BaseCheckpointSaver {
         }
       }
     }
-    step.deleted_checkpoint_ids = await this.deletedIds(sessionId);
   }
 
   async putWrites(config, writes, taskId, taskPath = '') {

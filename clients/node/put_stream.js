@@ -23,7 +23,9 @@ function retryDelayMs(err, { retry = true, attempt, retries }) {
 // A PutStream call whose answers are awaited one at a time: next(timeoutMs)
 // resolves to the next PutStreamResponse, or rejects with the stream's error
 // (the same one again after it), or DEADLINE_EXCEEDED after timeoutMs;
-// endedOk: the call has ended with OK (next() then rejects UNAVAILABLE).
+// endedOk: the call has ended with OK (next() then rejects INTERNAL: a sidecar
+// ends a stream only once it answered every write sent, so one ending before
+// is a broken contract, given up on, not retried, as the Python clients do).
 function openStream(stub) {
   const call = stub.PutStream();
   const replies = [];
@@ -48,8 +50,7 @@ function openStream(stub) {
   call.on('end', () => {
     if (!failure) {
       endedOk = true;
-      failure = new Error('the sidecar ended the stream without answering');
-      failure.code = grpc.status.UNAVAILABLE;
+      failure = contractError('the sidecar ended the stream (OK) before every write was sent and answered');
     }
     wake();
   });

@@ -130,3 +130,24 @@ def test_node_gives_up_naming_the_not_queued_writes_unanswered(tmp_path: Path) -
     with scripted_server(tmp_path / "stub.sock", script) as target:
         lines = _run(_STREAM, target, "4", "16")
     assert lines == [{"version": 1}, {"version": 2}, {"failed": 2, "answered": 2, "unanswered": ["q-2", "q-3"]}]
+
+
+def test_node_gives_up_with_internal_when_the_stream_ends_ok_before_answering_a_batch(tmp_path: Path) -> None:
+    """A stream that ends OK with a batch sent and not answered breaks the sidecar's contract: putStream
+    ends with INTERNAL (as the Python clients' put_stream does), naming that batch unanswered, and opens no
+    new stream to resend it."""
+    streams: list[list[str]] = []
+
+    def script(requests: Iterator[service_pb2.PutStreamRequest]) -> Iterator[service_pb2.PutStreamResponse]:
+        streams.append([])
+        for batch in requests:
+            streams[-1] += [p.request_id for p in batch.puts]
+            if len(streams[-1]) > 8:
+                return  # ends the stream OK, this batch unanswered
+            yield _not_queued_after(batch, len(batch.puts))
+
+    with scripted_server(tmp_path / "stub.sock", script) as target:
+        lines = _run(_STREAM, target, "12", "16")
+    assert lines[:8] == [{"version": k + 1} for k in range(8)]
+    assert lines[8:] == [{"failed": 13, "answered": 8, "unanswered": [f"q-{i}" for i in range(8, 12)]}]
+    assert streams == [[f"q-{i}" for i in range(12)]]
