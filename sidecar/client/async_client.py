@@ -162,7 +162,11 @@ class AsyncCheckpointClient(
             response = await self._stub.PutBlob(requests())
         except grpc.RpcError as exc:
             if failure.error is None:
-                translate(exc)
+                self._blob_failed(exc)
+        except asyncio.CancelledError:
+            if self._cancelled_by_close():  # a cut stream stores nothing: no outcome is unknown
+                raise self._closed_during(None) from None
+            raise
         failure.raise_it()  # the stream was cut short: the sidecar refused it, nothing stored
         return blobs.artifact_ref(response, media_type)
 
@@ -175,12 +179,17 @@ class AsyncCheckpointClient(
         return self._blob_chunks(request)
 
     async def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> AsyncIterator[bytes]:
+        self._check_open()  # where it is iterated: a client of another event loop is refused by name
         try:
             async for message in self._stub.GetBlob(request):
                 if message.chunk:
                     yield message.chunk
         except grpc.RpcError as exc:
-            translate(exc)
+            self._blob_failed(exc)
+        except asyncio.CancelledError:
+            if self._cancelled_by_close():
+                raise self._closed_during(None) from None
+            raise
 
     async def get_blob_to(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self, TypeVar, cast
+from typing import Any, ClassVar, Generic, NoReturn, Self, TypeVar, cast
 
 import grpc
 from google.protobuf.descriptor import Descriptor
@@ -41,7 +41,7 @@ from .arguments import (
     sessions_request,
 )
 from .channel import channel_options, from_environment, in_variable_terms, tls_of
-from .errors import Unknown, closed_during, unknown_write
+from .errors import Unknown, closed_during, translate, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
 from .policy import DEFAULT_RETRIES, Attempts
@@ -377,6 +377,13 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
 
     def _closed_during(self, unknown: Unknown | None) -> ValueError:
         return closed_during(type(self).__name__, unknown)
+
+    def _blob_failed(self, exc: grpc.RpcError) -> NoReturn:
+        """A blob stream's error: ClientClosedError if close() ended it (a cut stream stores nothing, so
+        nothing is unknown), else the status translated."""
+        if self._closed:
+            raise self._closed_during(None) from None
+        translate(exc)
 
     @staticmethod
     def _next_page(request: Any, page: Any) -> bool:

@@ -145,7 +145,7 @@ class CheckpointClient(
             response = self._stub.PutBlob(failure.guard(itertools.chain((first,), rest, (blobs.END,))))
         except grpc.RpcError as exc:
             if failure.error is None:
-                translate(exc)
+                self._blob_failed(exc)
         failure.raise_it()  # the stream was cut short: the sidecar refused it, nothing stored
         return blobs.artifact_ref(response, media_type)
 
@@ -164,7 +164,7 @@ class CheckpointClient(
                 if message.chunk:
                     yield message.chunk
         except grpc.RpcError as exc:
-            translate(exc)
+            self._blob_failed(exc)
 
     def get_blob_to(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0

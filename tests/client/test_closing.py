@@ -4,6 +4,7 @@ unknown, and close() itself waits for gRPC timeout_seconds at most."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -256,3 +257,69 @@ def test_the_async_close_waits_timeout_seconds_at_most_too(sidecar: Sidecar, cap
         assert grpc_closed.is_set()
 
     asyncio.run(run())
+
+
+def test_closing_the_client_under_a_blob_stream_raises_client_closed_error(sidecar: Sidecar) -> None:
+    """PutBlob and GetBlob under a frozen sidecar, their client closed: ClientClosedError, as every other
+    call gets (a cut blob stream stores nothing, so no outcome is unknown). The async client's used to
+    raise a CancelledError nobody asked for, which a TaskGroup took for its own cancellation and
+    swallowed; the sync client's an UnavailableError telling to resend by a request id blobs have not."""
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("blobs", PATCH)
+        stored = c.put_blob(b"kept" * 1000, session_id="blobs")
+    closed = "this {} was closed during the call"
+    outcomes: list[Any] = []
+
+    @contextlib.contextmanager
+    def frozen() -> Iterator[None]:
+        # Frozen once the client is connected: a blob call (not retried) then waits for an answer.
+        sidecar.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            sidecar.process.send_signal(signal.SIGCONT)
+
+    def sync_call(kind: str) -> None:
+        c = CheckpointClient(sidecar.unix_target)
+        c.get("blobs")
+
+        def call() -> None:
+            try:
+                if kind == "put_blob":
+                    c.put_blob(b"x" * 1000, session_id="blobs")
+                else:
+                    list(c.get_blob(stored))
+                outcomes.append((kind, "answered"))
+            except ClientClosedError as exc:
+                outcomes.append((kind, str(exc)))
+
+        with frozen():
+            caller = threading.Thread(target=call)
+            caller.start()
+            time.sleep(0.3)  # sent; no answer comes
+            c.close()
+            caller.join(30)
+
+    async def async_call(kind: str) -> None:
+        ac = AsyncCheckpointClient(sidecar.unix_target)
+        await ac.get("blobs")
+        call: Any = ac.put_blob(b"x" * 1000, session_id="blobs") if kind == "put_blob" else alist(ac.get_blob(stored))
+        with frozen():
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(call)
+                    await asyncio.sleep(0.3)  # sent; no answer comes
+                    await ac.close()
+                outcomes.append((f"async {kind}", "answered"))
+            except* ClientClosedError as raised:
+                outcomes.append((f"async {kind}", str(raised.exceptions[0])))
+
+    for kind in ("put_blob", "get_blob"):
+        sync_call(kind)
+        asyncio.run(async_call(kind))
+    assert outcomes == [
+        ("put_blob", closed.format("CheckpointClient")),
+        ("async put_blob", closed.format("AsyncCheckpointClient")),
+        ("get_blob", closed.format("CheckpointClient")),
+        ("async get_blob", closed.format("AsyncCheckpointClient")),
+    ]

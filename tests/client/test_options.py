@@ -50,18 +50,21 @@ def test_an_async_client_belongs_to_the_loop_it_was_made_in(sidecar: Sidecar) ->
     with pytest.raises(RuntimeError, match="must be created in the event loop that uses it"):
         AsyncCheckpointClient(sidecar.unix_target)
 
-    async def make() -> AsyncCheckpointClient:
+    async def make() -> tuple[AsyncCheckpointClient, Any]:
         c = AsyncCheckpointClient(sidecar.unix_target)
         await c.put("loop", b"first")
-        return c
+        ref = await c.put_blob(b"blob", session_id="loop")
+        return c, c.get_blob(ref)  # an iterator made in this loop, iterated in the next
 
-    kept = asyncio.run(make())
+    kept, chunks = asyncio.run(make())
 
     async def reuse() -> None:
         with pytest.raises(RuntimeError, match="belongs to the event loop it was created in, not this one"):
             await kept.get("loop")
         with pytest.raises(RuntimeError, match="belongs to the event loop it was created in, not this one"):
             kept.put_stream([])
+        with pytest.raises(RuntimeError, match="belongs to the event loop it was created in, not this one"):
+            await anext(chunks)
 
     asyncio.run(reuse())
 
