@@ -14,7 +14,7 @@ from . import blobs, toolcache
 from .async_stream import AsyncFeed
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
-from .errors import translate, unknown_write
+from .errors import unknown_write
 from .events import EventMethods
 from .ledger import StreamLimits
 from .stream import Move

@@ -15,7 +15,7 @@ from ckpt.v1 import checkpoint_pb2, service_pb2
 from . import blobs, toolcache
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
-from .errors import translate, unknown_write
+from .errors import unknown_write
 from .events import EventMethods
 from .ledger import StreamLimits
 from .stream import Move
