@@ -43,6 +43,7 @@ from .dirlock import lock_data_dir
 from .encoders import Encoders
 from .eventapi import EventEntryPoints
 from .eventlog import EventLog
+from .forks import OneProcess
 from .history import list_states
 from .keyframes import QuietKeyframes
 from .layout import Tables, open_layout
@@ -59,7 +60,7 @@ from .writer import Writer
 from .writes import WriteEntryPoints
 
 
-class Store(WriteEntryPoints, EventEntryPoints):
+class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     """A durable, versioned checkpoint store on one data directory.
 
     Thread-safe: call it from any number of threads. Use as a context manager
@@ -167,6 +168,7 @@ class Store(WriteEntryPoints, EventEntryPoints):
                     config, self._tables, self._read, self.sweep, self.forget_dead_readers, self._writer.closing
                 )
                 self._sweeper.start()
+        self._track_process()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -587,7 +589,7 @@ class Store(WriteEntryPoints, EventEntryPoints):
     def _check_open_for_reads(self) -> None:
         # Reads go on while close() commits the queued writes; after it, none (the cache's neither).
         if self._closed and not self._writer.alive():
-            raise Unavailable("the store is closed")
+            raise Unavailable(self._closed_reason)
 
     def _read(self) -> AbstractContextManager[ReadTxn]:
         self._check_open_for_reads()
