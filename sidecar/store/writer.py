@@ -125,7 +125,13 @@ class Writer:
         """Queue ``op``; past max_queued_write_bytes, wait for room."""
         with self.room:
             self.admit(op, wait=True)
-            self.put_locked(op)
+            try:
+                self.put_locked(op)
+            except BaseException:
+                # A KeyboardInterrupt (a signal handler) after admit: the op never reaches the queue, so its
+                # bytes must not count against max_queued_write_bytes for ever.
+                self.release_locked([op])
+                raise
         return op
 
     def put_locked(self, op: Op) -> None:
