@@ -3,6 +3,8 @@ client takes them without importing the configuration (and the codec it names)."
 
 from __future__ import annotations
 
+import math
+
 #: Largest gRPC message, both directions, on the server and the clients alike.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: The most max_message_bytes may be: gRPC takes its message size options as C ints.
@@ -37,6 +39,13 @@ MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
 
 
 def check_duration(name: str, seconds: float | None) -> None:
-    """ValueError naming ``name`` unless ``seconds`` is None or at most MAX_DURATION_SECONDS (NaN is not)."""
-    if seconds is not None and not seconds <= MAX_DURATION_SECONDS:
+    """TypeError or ValueError naming ``name`` unless ``seconds`` is None or a finite number (int or float, not
+    bool) of at most MAX_DURATION_SECONDS."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (int or float), not {type(seconds).__name__}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{name} must be a finite number of seconds, got {seconds}")
+    if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{name} must be at most {MAX_DURATION_SECONDS} seconds (100 years), got {seconds}")

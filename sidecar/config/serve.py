@@ -175,12 +175,12 @@ class ServeConfig:
                         f"workers > 1 needs TCP listen addresses with a fixed port (host:port), got {address!r}:"
                         " gRPC cannot share a unix socket between processes, and every worker binds the same port"
                     )
+        check_duration("grace_seconds", self.grace_seconds)
+        check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if not self.heap_trim_interval_seconds >= 0:
             raise ValueError(
                 f"heap_trim_interval_seconds must be >= 0 (0 = never), got {self.heap_trim_interval_seconds}"
             )
-        check_duration("grace_seconds", self.grace_seconds)
-        check_duration("heap_trim_interval_seconds", self.heap_trim_interval_seconds)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
         if self.metrics_port and self.metrics_port + self.workers - 1 > 65535:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,18 +68,19 @@ class Retention:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.keep_last_events, bool) or not isinstance(self.keep_last_events, int):
-            raise TypeError(f"keep_last_events must be an int, not {type(self.keep_last_events).__name__}")
+        check_int("keep_last_events", self.keep_last_events)
         if self.keep_last_events < 0:
             raise ValueError(f"keep_last_events must be >= 0 (0 = keep all), got {self.keep_last_events}")
+        check_duration("max_event_age_seconds", self.max_event_age_seconds)
         if not self.max_event_age_seconds >= 0:
             raise ValueError(f"max_event_age_seconds must be >= 0 (0 = never), got {self.max_event_age_seconds}")
-        check_duration("max_event_age_seconds", self.max_event_age_seconds)
-        if self.keep_last_versions is not None and self.keep_last_versions < 1:
-            raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
+        if self.keep_last_versions is not None:
+            check_int("keep_last_versions", self.keep_last_versions)
+            if self.keep_last_versions < 1:
+                raise ValueError(f"keep_last_versions must be >= 1 or None, got {self.keep_last_versions}")
+        check_duration("max_version_age_seconds", self.max_version_age_seconds)
         if self.max_version_age_seconds is not None and self.max_version_age_seconds <= 0:
             raise ValueError(f"max_version_age_seconds must be > 0 or None, got {self.max_version_age_seconds}")
-        check_duration("max_version_age_seconds", self.max_version_age_seconds)
 
     @property
     def enabled(self) -> bool:
@@ -254,6 +256,11 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        for name in _INT_FIELDS:
+            check_int(name, getattr(self, name), MAX_READERS if name == "max_readers" else MAX_INT)
+        for name in ("request_id_ttl_seconds", "sweep_interval_seconds", "max_commit_delay_seconds"):
+            check_duration(name, getattr(self, name))
+        check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
         if self.max_map_size_bytes < 1024 * 1024:
             raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
         if self.map_size_bytes < 1024 * 1024:
@@ -269,8 +276,6 @@ class StoreConfig:
             raise TypeError(f"chain_policy must be a ChainPolicy, not {type(self.chain_policy).__name__}")
         if not isinstance(self.retention, Retention):
             raise TypeError(f"retention must be a Retention, not {type(self.retention).__name__}")
-        if isinstance(self.max_readers, bool) or not isinstance(self.max_readers, int):
-            raise TypeError(f"max_readers must be an int, not {type(self.max_readers).__name__}")
         if self.max_readers < 1:
             raise ValueError(f"max_readers must be >= 1, got {self.max_readers}")
         for name in ("cache_size_bytes", "encoder_cache_entries", "encoder_cache_bytes"):
@@ -279,7 +284,6 @@ class StoreConfig:
         for name in ("request_id_ttl_seconds", "sweep_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-            check_duration(name, getattr(self, name))
         if not 1 <= self.max_state_bytes <= 0xFFFF_FFFF:
             raise ValueError(f"max_state_bytes must be in 1..{0xFFFF_FFFF}, got {self.max_state_bytes}")
         if self.max_blob_bytes < 0:
@@ -292,7 +296,6 @@ class StoreConfig:
             raise ValueError(
                 f"keyframe_after_quiet_seconds must be > 0 or None, got {self.keyframe_after_quiet_seconds}"
             )
-        check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
         if self.max_queued_write_bytes < 1:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         # Checked now, naming the field, not at the first MERGE. Only built-in types: a registered one
@@ -303,6 +306,33 @@ class StoreConfig:
                 " (ckpt.v1.Checkpoint, google.protobuf's well-known types); a client's own types are registered"
                 " (RegisterType) and named on each put (message_type)"
             )
+
+
+#: The most any integer setting may be: a size or count the machine can address (a C ssize_t; LMDB takes
+#: its map sizes as size_t).
+MAX_INT = sys.maxsize
+#: The most LMDB reader slots: py-lmdb takes max_readers as a C int.
+MAX_READERS = 2**31 - 1
+_INT_FIELDS = (
+    "map_size_bytes",
+    "max_map_size_bytes",
+    "cache_size_bytes",
+    "encoder_cache_entries",
+    "encoder_cache_bytes",
+    "max_state_bytes",
+    "max_blob_bytes",
+    "max_batch_writes",
+    "max_queued_write_bytes",
+    "max_readers",
+)
+
+
+def check_int(name: str, value: object, most: int = MAX_INT) -> None:
+    """TypeError naming ``name`` unless ``value`` is an int (not a bool, nor a float); ValueError if past ``most``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value > most:
+        raise ValueError(f"{name} must be at most {most}, got {value}")
 
 
 def _is_built_in_type(name: str) -> bool:

@@ -127,6 +127,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         #: Whether the store carries a layout stamp (layout.Layout.stamped): `ckpt verify` reads it.
         self.layout_stamped = layout.stamped
         self._closed = False
+        self._storage_closed = self._close_finished = False
         self._close_lock = threading.Lock()
         self._states = StateCache(config.cache_size_bytes)
         self._coherence = Coherence(self._read, self._tables)
@@ -174,17 +175,22 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
 
     def close(self) -> None:
         """Stop accepting writes, commit every queued one, close the storage."""
+        # Each step is safe to repeat, and a close interrupted midway (Ctrl-C) is finished by the next; a
+        # close while another runs waits for it.
         with self._close_lock:
-            if self._closed:
-                return
             self._closed = True
-        # A batch gathering on the loop commits too, and the checked writes in line.
-        self._writer.stop(lambda: self._loop.take_pending() + self._line.take_locked())
-        if self._sweeper is not None:
-            self._sweeper.join()
-        self._storage.close()
-        if self._lock_file is not None:
-            self._lock_file.close()
+            if self._close_finished:
+                return
+            # A batch gathering on the loop commits too, and the checked writes in line.
+            self._writer.stop(lambda: self._loop.take_pending() + self._line.take_locked())
+            if self._sweeper is not None:
+                self._sweeper.join()
+            if not self._storage_closed:
+                self._storage.close()
+                self._storage_closed = True
+            if self._lock_file is not None:
+                self._lock_file.close()
+            self._close_finished = True
 
     def __enter__(self) -> Store:
         return self

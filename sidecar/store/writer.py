@@ -67,6 +67,7 @@ class Writer:
         self.queue: queue.SimpleQueue[Op | list[Op] | None] = queue.SimpleQueue()
         #: Set once no more writes are taken (closing, or read-only).
         self.closing = threading.Event()
+        self._stop_queued = False  # stop() queued its marker
         # Bytes of states queued and not yet answered (max_queued_write_bytes);
         # blocking submitters wait on `room`, which the writer signals per batch.
         # Held while enqueueing, so that no write can land behind the stop marker.
@@ -107,15 +108,20 @@ class Writer:
         return self._thread.is_alive()
 
     def stop(self, pending: Callable[[], list[Op]]) -> None:
-        """Take no more writes; commit those queued and ``pending()`` (a loop's batch), then end the thread."""
+        """Take no more writes; commit those queued and ``pending()`` (a loop's batch), then end the thread.
+
+        Called again (after an interrupted call), it only waits for the thread.
+        """
         with self.room:
-            self.closing.set()
-            ops = pending()
-            if ops:
-                self.queue.put(ops)
-            self.queue.put(None)
-            self._gathered.set()  # a writer waiting for more writes commits what it has
-            self.room.notify_all()  # writes waiting for room are refused now
+            if not self._stop_queued:
+                self.closing.set()
+                ops = pending()
+                if ops:
+                    self.queue.put(ops)
+                self.queue.put(None)
+                self._stop_queued = True
+                self._gathered.set()  # a writer waiting for more writes commits what it has
+                self.room.notify_all()  # writes waiting for room are refused now
         if not self._readonly:
             self._thread.join()
 
@@ -125,7 +131,13 @@ class Writer:
         """Queue ``op``; past max_queued_write_bytes, wait for room."""
         with self.room:
             self.admit(op, wait=True)
-            self.put_locked(op)
+            try:
+                self.put_locked(op)
+            except BaseException:
+                # A KeyboardInterrupt (a signal handler) after admit: the op never reaches the queue, so its
+                # bytes must not count against max_queued_write_bytes for ever.
+                self.release_locked([op])
+                raise
         return op
 
     def put_locked(self, op: Op) -> None:

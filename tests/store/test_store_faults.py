@@ -418,3 +418,37 @@ def test_a_frame_failing_its_checksum_is_reported_once_and_keeps_its_place_in_th
     chain_column = {line.split()[0]: line.split()[2] for line in inspect[2:]}
     assert chain_column == {"1": "0", "2": "1", "3": "2"}, inspect
     assert inspect[3].split()[1] == "CORRUPT"
+
+
+@pytest.mark.parametrize("step", ["writer", "sweeper", "storage", "lock"])
+def test_a_close_interrupted_midway_is_finished_by_the_next(
+    config: StoreConfig, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C inside close(): each of its steps in turn raises KeyboardInterrupt once, before doing its work.
+    store = Store(config)
+    store.put("s", state_of("s", 1))
+    assert store._sweeper is not None and store._lock_file is not None
+    target, name = {
+        "writer": (store._writer._thread, "join"),
+        "sweeper": (store._sweeper, "join"),
+        "storage": (store._storage, "close"),
+        "lock": (store._lock_file, "close"),
+    }[step]
+    real = getattr(target, name)
+    interrupts = iter([True])
+
+    def interrupted_once() -> None:
+        if next(interrupts, False):
+            raise KeyboardInterrupt
+        real()
+
+    monkeypatch.setattr(target, name, interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        store.close()
+    store.close()
+    assert not store._writer.alive()
+    with pytest.raises(Unavailable, match="closed"):
+        store.get("s")
+    with Store(config) as reopened:  # the directory is no longer locked by this process
+        assert reopened.get("s").state == state_of("s", 1)
+    store.close()  # and a close after that does nothing

@@ -100,6 +100,37 @@ def test_a_write_larger_than_the_budget_goes_alone(store: Store) -> None:
     assert store.get("big").state == big
 
 
+def test_a_put_interrupted_before_it_is_queued_leaves_no_bytes_counted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C between admitting a write and queueing it (a signal handler raising there).
+    writer = store._writer
+    put_locked = writer.put_locked
+    interrupts = iter([True])
+
+    def interrupted_once(op: object) -> None:
+        if next(interrupts, False):
+            raise KeyboardInterrupt
+        put_locked(op)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "put_locked", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1")
+    assert store.queued_write_bytes == 0
+    # The retry lands once, and the budget is whole: three states still fit before the fourth waits.
+    assert store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1").version == 1
+    assert store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1").version == 1
+    assert store.get("s").version == 1
+    with writer_held(store) as gate:
+        futures = [put_later(store, PutRequest(f"b{i}", state(i))) for i in range(3)]
+        wait_queued(store, 3)
+        assert room_waiters(store) == 0
+        assert store.queued_write_bytes == BUDGET_BYTES
+        gate.set()
+        assert [f.result(timeout=10).version for f in futures] == [1, 1, 1]
+    assert store.queued_write_bytes == 0
+
+
 def test_close_refuses_writes_waiting_for_room_and_commits_the_queued(tmp_path: Path) -> None:
     config = StoreConfig(data_dir=tmp_path / "data", max_queued_write_bytes=BUDGET_BYTES)
     store = Store(config)
