@@ -126,8 +126,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._tables = layout.tables
         #: Whether the store carries a layout stamp (layout.Layout.stamped): `ckpt verify` reads it.
         self.layout_stamped = layout.stamped
-        self._closed = False
-        self._storage_closed = self._close_finished = False
+        self._closed = self._storage_closed = self._close_finished = False
         self._close_lock = threading.Lock()
         self._states = StateCache(config.cache_size_bytes)
         self._coherence = Coherence(self._read, self._tables)
@@ -175,8 +174,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
 
     def close(self) -> None:
         """Stop accepting writes, commit every queued one, close the storage."""
-        # Each step is safe to repeat, and a close interrupted midway (Ctrl-C) is finished by the next; a
-        # close while another runs waits for it.
+        # Each step is safe to repeat: a close interrupted (Ctrl-C) is finished by the next; one waits for another.
         with self._close_lock:
             self._closed = True
             if self._close_finished:
@@ -568,9 +566,8 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         The snapshot holds every write committed before it began and nothing
         of a later one. While the copy runs, the writer cannot reuse pages
         freed after the snapshot, so a store written meanwhile grows by what
-        it writes; in this process a map resize waits for the copy to end. ``blobs``: the SHA-256
-        of every blob the snapshot records is added to it (their files are not copied here).
-        """
+        it writes; in this process a map resize waits for the copy to end. ``blobs``: gets the SHA-256
+        of every blob the snapshot records (their files are not copied here)."""
         with self._read() as txn:
             sessions, versions = self._entry_counts(txn)
             self._storage.copy_to(lmdb_dir, txn)

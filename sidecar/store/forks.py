@@ -27,6 +27,8 @@ class OneProcess:
     #: Why the store can no longer be used, raised as Unavailable by its reads (and, forked, its writes).
     _closed_reason = "the store is closed"
     _closed: bool
+    _close_finished: bool
+    _close_lock: Any
     _lock_file: IO[str] | None
     _writer: Any
 
@@ -41,7 +43,11 @@ class OneProcess:
             " it): open a new Store in the child, or start processes with the 'spawn' or 'forkserver' method"
         )
         self._closed_reason = why
-        self._closed = True  # close() does nothing now; the reads' check raises `why` (no writer thread here)
+        self._closed = True  # the reads' check raises `why` (no writer thread here)
+        # close() does nothing now (closing the environment in a child is unsafe), and never waits on a
+        # lock a parent thread held at the fork.
+        self._close_finished = True
+        self._close_lock = threading.Lock()
         writer = self._writer
         writer.writes_stopped = why  # every write is refused with it, before it is queued
         # A lock another thread of the parent held at the fork would be held forever here.
