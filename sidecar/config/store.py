@@ -256,11 +256,10 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
-        for name in _INT_FIELDS:
-            check_int(name, getattr(self, name), MAX_READERS if name == "max_readers" else MAX_INT)
-        for name in ("request_id_ttl_seconds", "sweep_interval_seconds", "max_commit_delay_seconds"):
+        for name, most in _INT_FIELDS.items():
+            check_int(name, getattr(self, name), most)
+        for name in _DURATION_FIELDS:
             check_duration(name, getattr(self, name))
-        check_duration("keyframe_after_quiet_seconds", self.keyframe_after_quiet_seconds)
         if self.max_map_size_bytes < 1024 * 1024:
             raise ValueError(f"max_map_size_bytes must be >= 1 MiB, got {self.max_map_size_bytes}")
         if self.map_size_bytes < 1024 * 1024:
@@ -313,17 +312,25 @@ class StoreConfig:
 MAX_INT = sys.maxsize
 #: The most LMDB reader slots: py-lmdb takes max_readers as a C int.
 MAX_READERS = 2**31 - 1
-_INT_FIELDS = (
-    "map_size_bytes",
-    "max_map_size_bytes",
-    "cache_size_bytes",
-    "encoder_cache_entries",
-    "encoder_cache_bytes",
-    "max_state_bytes",
-    "max_blob_bytes",
-    "max_batch_writes",
-    "max_queued_write_bytes",
-    "max_readers",
+#: StoreConfig's integer fields and the most each may be.
+_INT_FIELDS = {
+    "map_size_bytes": MAX_INT,
+    "max_map_size_bytes": MAX_INT,
+    "cache_size_bytes": MAX_INT,
+    "encoder_cache_entries": MAX_INT,
+    "encoder_cache_bytes": MAX_INT,
+    "max_state_bytes": MAX_INT,
+    "max_blob_bytes": MAX_INT,
+    "max_batch_writes": MAX_INT,
+    "max_queued_write_bytes": MAX_INT,
+    "max_readers": MAX_READERS,
+}
+#: StoreConfig's durations (None allowed where the field is optional).
+_DURATION_FIELDS = (
+    "request_id_ttl_seconds",
+    "sweep_interval_seconds",
+    "max_commit_delay_seconds",
+    "keyframe_after_quiet_seconds",
 )
 
 

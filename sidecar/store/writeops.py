@@ -103,16 +103,10 @@ class WriteOps:
         if not isinstance(req.labels, dict):
             raise InvalidArgument(f"labels must be a dict of str to str, not {type(req.labels).__name__}")
         keys.check_labels(req.labels)
-        if req.expected_version is not None and (
-            isinstance(req.expected_version, bool) or not isinstance(req.expected_version, int)
-        ):
-            raise InvalidArgument(f"expected_version must be an int or None, not {type(req.expected_version).__name__}")
         if not isinstance(req.request_id, str):
             raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
-        if req.expected_version is not None and not 0 <= req.expected_version < 1 << 64:
-            raise InvalidArgument(f"expected_version must be in 0..2**64-1 (a uint64), got {req.expected_version}")
-        if req.expected_state_xxh3 is not None:
-            _check_xxh3_arg(req.expected_state_xxh3)
+        _check_uint64_arg("expected_version", req.expected_version)
+        _check_uint64_arg("expected_state_xxh3", req.expected_state_xxh3)
         if req.message_type:
             check_type_name(req.message_type)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
@@ -412,11 +406,14 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
         )
 
 
-def _check_xxh3_arg(value: object) -> None:
+def _check_uint64_arg(name: str, value: object) -> None:
+    """InvalidArgument naming ``name`` unless ``value`` is None or an int (not a bool) a uint64 holds."""
+    if value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"expected_state_xxh3 must be an int or None, not {type(value).__name__}")
+        raise InvalidArgument(f"{name} must be an int or None, not {type(value).__name__}")
     if not 0 <= value < 1 << 64:
-        raise InvalidArgument(f"expected_state_xxh3 must be in 0..2**64-1 (a uint64), got {value}")
+        raise InvalidArgument(f"{name} must be in 0..2**64-1 (a uint64), got {value}")
 
 
 def nested_field(field: str, exc: StoreError) -> StoreError:
