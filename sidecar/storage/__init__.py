@@ -1,11 +1,12 @@
 """The storage seam (an ordered, transactional key-value store with named tables) and its LMDB implementation."""
 
-from .files import in_use_in_this_process
+from .files import DISK_FULL_ERRNOS, in_use_in_this_process
 from .lmdb_storage import LmdbStorage, check_not_truncated, open_lmdb
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, Storage, StorageFailure, Table, WriteTxn
 
 __all__ = [
+    "DISK_FULL_ERRNOS",
     "LmdbStorage",
     "NativeErrors",
     "RWLock",

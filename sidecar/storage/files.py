@@ -11,7 +11,8 @@ from ..errors import Unavailable
 
 # What a commit's page writes fail with when the file cannot grow: no space,
 # a quota, or a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ).
-_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: What a write fails with when the disk (a quota, the file size limit) is full.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # Below this much free space, a commit failing with EIO is taken for a full disk.
 _LOW_FREE_BYTES = 16 * 1024 * 1024
 
@@ -25,7 +26,7 @@ def disk_full_reason(text: str, data_file: Path, needed_bytes: int) -> str | Non
     fills mid-write usually shows; so for EIO the file size limit and the
     free space decide.
     """
-    for code in _DISK_FULL_ERRNOS:
+    for code in DISK_FULL_ERRNOS:
         if text.endswith(os.strerror(code)):
             return f"the disk is full: {os.strerror(code)}"
     if not text.endswith(os.strerror(errno.EIO)):

@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
+from ..storage import DISK_FULL_ERRNOS
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
 #: A temporary file younger than this is never taken for abandoned: its writer may not have locked it yet.
 _TEMP_GRACE_SECONDS = 60.0
-#: What a blob file's writes fail with when the disk (a quota, the file size limit) is full.
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def check_sha256(text: str, *, field: str = "sha256") -> str:
@@ -116,7 +115,7 @@ class TempBlob:
         disk is full, else Unavailable; nothing was stored either way."""
         self.discard()
         where = f"{doing} the blob's temporary file {self.path} ({self.size_bytes} bytes written)"
-        if exc.errno in _FULL_ERRNOS:
+        if exc.errno in DISK_FULL_ERRNOS:
             full = StoreFull(
                 f"no space to write blob bytes under {self._files.root} (the disk is full: {os.strerror(exc.errno)}):"
                 f" could not {where}; nothing was stored: free disk space, then send the blob again"
