@@ -167,7 +167,20 @@ class WriteOps:
             if not typed and mode is WriteMode.MERGE and self._merge_type:
                 # The store's default types a session only if its head parses as that type: bytes of
                 # something else (a REPLACE of opaque bytes) stay untyped, this MERGE landing as it would untyped.
-                typed = self._merge_type if self._head_parses(txn, sid, req.session_id, rec) else ""
+                merge_type = self._merge_type
+                typed = merge_type if self._head_parses(txn, sid, req.session_id, rec, merge_type) else ""
+            elif (
+                named
+                and not have
+                and mode is WriteMode.MERGE
+                and not self._head_parses(txn, sid, req.session_id, rec, named)
+            ):
+                # A typed session's every state parses as its type (compaction, masks and clients rely on it).
+                raise FailedPrecondition(
+                    f"session {req.session_id!r} is untyped and its head (version {head}) does not parse as"
+                    f" {named}, so this put's message_type cannot type it: REPLACE the state with a {named} first,"
+                    " or write another session"
+                )
             compact: type[Message] | None = None
             if typed:
                 compact = self._registry.require_in(txn, typed)
@@ -225,13 +238,15 @@ class WriteOps:
         deferred = check if (mode is WriteMode.MERGE or checked is not None) and defer_patch_check else None
         return Op(apply, fails_clean=True, size_bytes=len(state), check=deferred)
 
-    def _head_parses(self, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None) -> bool:
-        """Whether an untyped session's head state (none: a new session's) parses as the store's merge type."""
+    def _head_parses(
+        self, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None, type_name: str
+    ) -> bool:
+        """Whether an untyped session's head state (none: a new session's) parses as ``type_name``."""
         if rec is None:
             return True
         state = self._encoders.for_session(txn, sid, session_id, rec).state
         try:
-            self._registry.require_in(txn, self._merge_type).FromString(state)
+            self._registry.require_in(txn, type_name).FromString(state)
         except DecodeError:
             return False
         return True

@@ -107,7 +107,7 @@ def test_a_session_keeps_its_type_and_an_untyped_one_takes_the_first_it_is_given
     state_class = agent_state_class()
     with Store(config) as store:
         store.register_types(descriptor_set_of(agent_file()))
-        store.put("s", b"opaque bytes")  # untyped: anything goes
+        store.put("s", state_class(step=7).SerializeToString())  # untyped: any bytes would go
         store.put("s", state_class(step=1).SerializeToString(), mode=MERGE, message_type=AGENT_STATE)
         assert store.session("s").message_type == AGENT_STATE
         assert [store.get("s", v).info.message_type for v in (1, 2)] == ["", AGENT_STATE]
@@ -266,3 +266,25 @@ def test_the_store_merge_type_types_a_session_whose_head_parses_as_it(config: St
         assert store.session("fresh").message_type == "ckpt.v1.Checkpoint"
         with pytest.raises(InvalidArgument, match=r"does not parse as ckpt\.v1\.Checkpoint"):
             store.put("checkpoint", b"\x82\x01\x01\x08", mode=MERGE)  # typed now: its patches are checked
+
+
+def test_a_typed_merge_onto_an_untyped_head_that_does_not_parse_as_its_type_is_refused(config: StoreConfig) -> None:
+    garbage = b"\xff\xfe opaque bytes"
+    with Store(config) as store:
+        store.put("opaque", garbage)
+        with pytest.raises(
+            FailedPrecondition,
+            match=r"session 'opaque' is untyped and its head \(version 1\) does not parse as ckpt\.v1\.Checkpoint",
+        ):
+            store.put(
+                "opaque", pb.Checkpoint(step=1).SerializeToString(), mode=MERGE, message_type="ckpt.v1.Checkpoint"
+            )
+        assert (store.session("opaque").message_type, store.get("opaque").state) == ("", garbage)
+        # A REPLACE under the type types it; MERGEs under it then land.
+        store.put("opaque", pb.Checkpoint(goal="g").SerializeToString(), message_type="ckpt.v1.Checkpoint")
+        store.put("opaque", pb.Checkpoint(step=2).SerializeToString(), mode=MERGE, message_type="ckpt.v1.Checkpoint")
+        assert pb.Checkpoint.FromString(store.get("opaque").state) == pb.Checkpoint(goal="g", step=2)
+        # An untyped head that parses takes the type as before.
+        store.put("parses", pb.Checkpoint(goal="h").SerializeToString())
+        store.put("parses", pb.Checkpoint(step=3).SerializeToString(), mode=MERGE, message_type="ckpt.v1.Checkpoint")
+        assert store.session("parses").message_type == "ckpt.v1.Checkpoint"
