@@ -54,6 +54,10 @@ BLOCK_FORMAT = 2
 FRAME_OPEN = 0x01
 #: Flag bit 1: the value is a tail: the part of an open block's frame after the value keyed before it.
 TAIL = 0x02
+#: Format 1 is format 2 without flags (byte 3 was reserved, 0): every block one ended zstd frame. Its
+#: blocks are read as format 2's sealed ones (the open one is decompressed by the next append and
+#: written again as format 2).
+_FORMATS_READ = (1, BLOCK_FORMAT)
 _HEADER = struct.Struct("<2sBBQIIQQ")
 HEADER_BYTES = _HEADER.size
 _CHECKSUM = struct.Struct("<Q")
@@ -137,9 +141,9 @@ def block_header(value: bytes | memoryview, where: object) -> BlockHeader:
     if xxhash.xxh3_64_intdigest(body) != value_xxh3(value):
         raise DataLoss(f"{where}: the event block fails its checksum (damaged on disk)")
     magic, fmt, flags, first, count, raw_bytes, low, high = _HEADER.unpack_from(value)
-    if magic != MAGIC or fmt != BLOCK_FORMAT:
+    if magic != MAGIC or fmt not in _FORMATS_READ:
         raise DataLoss(f"{where}: not an event block of a format this ckpt reads ({bytes(magic)!r}, format {fmt})")
-    if flags & ~(FRAME_OPEN | TAIL) or flags == TAIL:
+    if flags & ~(FRAME_OPEN | TAIL) or flags == TAIL or (flags and fmt == 1):
         raise DataLoss(f"{where}: the event block has flags {flags:#04x}, not a combination this ckpt writes")
     if count == 0:
         raise DataLoss(f"{where}: the event block holds no events")
