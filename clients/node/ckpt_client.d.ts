@@ -112,7 +112,7 @@ export type PutResult =
 
 export interface WriteOptions {
   /** Compare-and-set: the write succeeds only if the head is this version (0: the session must not exist). */
-  expectedVersion?: number;
+  expectedVersion?: number | null;
   /**
    * Compare-and-set on the head's content: the write succeeds only if the head's state has this XXH3-64
    * (the `state_xxh3` of the reply that wrote it or of a get's `info`; a decimal string in
@@ -120,7 +120,7 @@ export interface WriteOptions {
    * this tells the head you hold from another state at the same version (the session deleted and written
    * again); pass both. A session without versions matches no value.
    */
-  expectedStateXxh3?: string | bigint;
+  expectedStateXxh3?: string | bigint | null;
   /** Idempotency key (at most 128 bytes); one is generated when absent. */
   requestId?: string;
   labels?: Record<string, string>;
@@ -193,9 +193,9 @@ export interface EventsPut {
   /** true: `state` is a MERGE patch; else the whole state (REPLACE). */
   merge?: boolean;
   /** Compare-and-set, as for put: on a conflict (ConflictError) nothing is appended either. */
-  expectedVersion?: number;
+  expectedVersion?: number | null;
   /** Compare-and-set on the head's state XXH3-64, as for put. */
-  expectedStateXxh3?: string | bigint;
+  expectedStateXxh3?: string | bigint | null;
   labels?: Record<string, string>;
   messageType?: string;
 }

@@ -48,7 +48,7 @@ function putOf(sessionId, put) {
     labels: stringMap('put.labels', put.labels),
     message_type: put.messageType === undefined ? '' : checkString('put.messageType', put.messageType),
   };
-  if (put.expectedVersion !== undefined) request.expected_version = checkInt('put.expectedVersion', put.expectedVersion);
+  if (put.expectedVersion !== undefined && put.expectedVersion !== null) request.expected_version = checkInt('put.expectedVersion', put.expectedVersion);
   if (put.expectedStateXxh3 !== undefined && put.expectedStateXxh3 !== null) {
     request.expected_state_xxh3 = checkFixed64('put.expectedStateXxh3', put.expectedStateXxh3);
   }

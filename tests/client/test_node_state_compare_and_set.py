@@ -52,6 +52,9 @@ run(async () => {
   out.appendStale = await failure(() => client.appendEvents('a', [{ type: 'lost' }], {
     put: { state: b(16, 11), merge: true, expectedStateXxh3: appended.put.state_xxh3 },
   }));
+  // null, as put and merge take it, asks no compare-and-set.
+  const noCas = { state: b(8, 16), expectedVersion: null, expectedStateXxh3: null };
+  out.appendNull = (await client.appendEvents('n', [{ type: 'x' }], { put: noCas })).put.version;
   out.appendTypes = [];
   for await (const e of client.events('a')) out.appendTypes.push(e.type);
   // putStream: the first write expects the head it continues and lands; the second expects that head
@@ -112,6 +115,7 @@ def test_node_client_reads_state_xxh3_exactly_and_writes_only_on_the_expected_st
     assert out["append"] == [digest(8, 9), 2, digest(8, 9, 16, 10)]
     assert out["appendStale"]["name"] == "ConflictError" and out["appendStale"]["current"] == 2
     assert out["appendTypes"] == ["one", "two"]
+    assert out["appendNull"] == 1
     assert heads["a"].version == 2
     assert out["stream"][0] == [2, digest(8, 12, 16, 13)]
     assert out["stream"][1][:2] == [10, 2] and "expected_state_xxh3" in out["stream"][1][2]
