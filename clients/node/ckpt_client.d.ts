@@ -366,6 +366,7 @@ export class CheckpointClient {
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },
   ): AsyncGenerator<PutResult, void, undefined>;
+  /** Closes the channel: calls in flight end CANCELLED; later calls reject CANCELLED (code 1) naming close(). */
   close(): void;
 }
 

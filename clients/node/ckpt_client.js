@@ -207,7 +207,7 @@ class CheckpointClient {
       ? grpc.credentials.createSsl(tls.rootCerts || null, tls.privateKey || null, tls.certChain || null)
       : grpc.credentials.createInsecure();
     const nameOverride = tls && tls.serverName ? { 'grpc.ssl_target_name_override': tls.serverName } : {};
-    this.stub = new Service(target, credentials, {
+    this.channelStub = new Service(target, credentials, {
       ...nameOverride,
       'grpc.max_receive_message_length': maxMessageBytes,
       'grpc.max_send_message_length': maxMessageBytes,
@@ -440,7 +440,7 @@ class CheckpointClient {
   // nor when `data` throws (its error is thrown once the sidecar refused the
   // stream). Not retried nor bounded by timeoutMs: a stream may not be read
   // twice.
-  putBlob(data, options = {}) {
+  async putBlob(data, options = {}) {
     return putBlob(this.stub, this.maxMessageBytes, data, options);
   }
 
@@ -457,7 +457,7 @@ class CheckpointClient {
   // the bytes written. It is written beside it and renamed into place once
   // whole: on an error no partial file is left, and a file already there is
   // untouched.
-  getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
+  async getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
     return blobToFile(this.stub, getBlobRequest(ref, { offset, length }), file);
   }
 
@@ -494,8 +494,22 @@ class CheckpointClient {
     return streamPuts(this, puts, checkInt('batchSize', batchSize, { low: 1, high: MAX_STREAM_BATCH_PUTS }));
   }
 
+  // The generated stub; a call on a closed client fails as the Python clients' do (ClientClosedError):
+  // CANCELLED naming close(), not gRPC's "Channel has been shut down" without a code.
+  get stub() {
+    if (this.closed) {
+      const err = new Error('the client is closed (close() was called): make a new CheckpointClient');
+      err.code = grpc.status.CANCELLED;
+      err.details = err.message;
+      throw err;
+    }
+    return this.channelStub;
+  }
+
+  // Closes the channel: calls in flight end CANCELLED, later calls fail CANCELLED naming close().
   close() {
-    this.stub.close();
+    this.closed = true;
+    this.channelStub.close();
   }
 }
 
