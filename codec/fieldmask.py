@@ -11,6 +11,9 @@ occurrences merges them as parsing the whole state would (sub-messages
 merge, scalars last wins, repeated fields and maps append). Only what a path
 into a sub-message (``handoff.next``) needs is parsed: the occurrences of its
 top-level field, then protobuf's own FieldMask logic on that small message.
+A closed enum's value the enum lacks is an unknown field to a parser: the
+scan skips it (it does not set its oneof), and a closed enum field, or a map
+of one, is parsed rather than kept as its bytes.
 
 Byte for byte the result may differ from the oracle's serialization (the
 occurrences are kept as written); as a message it is equal.
@@ -92,6 +95,9 @@ class FieldMask:
     parsed_paths: tuple[str, ...]
     #: Members of the real oneofs of kept fields: field number -> its oneof (setting one clears the others).
     oneof_of: dict[int, int]
+    #: Of the scanned fields, the singular closed enums: field number -> the values the enum has. Another
+    #: value goes to the unknown fields and, in a oneof, leaves the member set before it as it is.
+    closed_values: dict[int, frozenset[int]]
 
     def apply(self, state: bytes | memoryview) -> bytes:
         """The masked state: ``state`` (a serialized message of :attr:`message_type`) with every other field
@@ -104,6 +110,9 @@ class FieldMask:
             wires = scanned.get(field)
             if wires is None or wire not in wires:
                 continue  # another field, or bytes a parser keeps as an unknown field
+            known = self.closed_values.get(field)
+            if known is not None and _int32_value(view, start) not in known:
+                continue  # a closed enum's unknown value: an unknown field too
             oneof = oneof_of.get(field)
             if oneof is not None and winner.get(oneof) != field:
                 winner[oneof] = field  # a member set anew starts empty; the others are cleared
@@ -159,11 +168,13 @@ def compile_mask(message_type: type[_message.Message], paths: Iterable[str]) -> 
     parsed: set[int] = set()
     parsed_paths: list[str] = []
     oneof_of: dict[int, int] = {}
+    closed_values: dict[int, frozenset[int]] = {}
     for name, node in tree.items():
         field = descriptor.fields_by_name[name]
         scanned[field.number] = _wires(field)
-        if node or (field.enum_type is not None and field.enum_type.is_closed):
-            # A closed enum's unknown values go to the unknown fields: its bytes would bring them back.
+        if node or _closed_enum(field) is not None:
+            # A closed enum's unknown values go to the unknown fields (a map's entry whole): its bytes would
+            # bring them back.
             parsed.add(field.number)
             parsed_paths.extend(_leaves(name, node))
         else:
@@ -173,6 +184,10 @@ def compile_mask(message_type: type[_message.Message], paths: Iterable[str]) -> 
             for member in oneof.fields:
                 oneof_of[member.number] = oneof.index
                 scanned.setdefault(member.number, _wires(member))  # kept or not: setting it clears the kept one
+    for number in scanned:
+        field = descriptor.fields_by_number[number]
+        if not field.is_repeated and field.enum_type is not None and field.enum_type.is_closed:
+            closed_values[number] = frozenset(field.enum_type.values_by_number)
     return FieldMask(
         message_type=message_type,
         paths=tuple(_leaves("", tree)),
@@ -181,7 +196,35 @@ def compile_mask(message_type: type[_message.Message], paths: Iterable[str]) -> 
         parsed=frozenset(parsed),
         parsed_paths=tuple(parsed_paths),
         oneof_of=oneof_of,
+        closed_values=closed_values,
     )
+
+
+def _closed_enum(field: Any) -> Any:
+    """The closed enum ``field`` holds (or a map field, as its values), or None."""
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        field = field.message_type.fields_by_name["value"]
+    enum = field.enum_type
+    return enum if enum is not None and enum.is_closed else None
+
+
+def _int32_value(view: memoryview, start: int) -> int:
+    """The value of the varint field whose tag is at ``start``, as a parser reads an enum: its low 32 bits,
+    signed."""
+    pos = start
+    while view[pos] & 0x80:  # the tag
+        pos += 1
+    pos += 1
+    value = shift = 0
+    while True:
+        byte = view[pos]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        pos += 1
+        shift += 7
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
 
 
 def _wires(field: Any) -> frozenset[int]:

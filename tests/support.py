@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
 
@@ -292,3 +292,50 @@ def agent_step(state_class: Any, step: int) -> Any:
     patch.log.append(f"step {step}")
     patch.step = step
     return patch
+
+
+#: A proto2 type whose second version adds a closed enum's value and a oneof member: what version 1 reads
+#: as unknown fields (at the top, in a sub-message, a map's entries whole) is known to version 2.
+EVOLVING_STATE = "evolve.S"
+_EVOLVING = """
+name: "evolve/s.proto" package: "evolve" syntax: "proto2"
+enum_type { name: "Color" value { name: "NONE" number: 0 } value { name: "RED" number: 1 } %(blue)s }
+message_type {
+  name: "Sub"
+  field { name: "a" number: 1 label: LABEL_OPTIONAL type: TYPE_INT32 }
+  field { name: "c" number: 2 label: LABEL_OPTIONAL type: TYPE_ENUM type_name: ".evolve.Color" }
+}
+message_type {
+  name: "S"
+  field { name: "color" number: 1 label: LABEL_OPTIONAL type: TYPE_ENUM type_name: ".evolve.Color" }
+  field { name: "ostr" number: 2 label: LABEL_OPTIONAL type: TYPE_STRING oneof_index: 0 }
+  field { name: "osub" number: 3 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".evolve.Sub" oneof_index: 0 }
+  %(onew)s
+  field { name: "sub" number: 4 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".evolve.Sub" }
+  field { name: "cmap" number: 5 label: LABEL_REPEATED type: TYPE_MESSAGE type_name: ".evolve.S.CmapEntry" }
+  field { name: "note" number: 6 label: LABEL_OPTIONAL type: TYPE_STRING }
+  nested_type {
+    name: "CmapEntry" options { map_entry: true }
+    field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
+    field { name: "value" number: 2 label: LABEL_OPTIONAL type: TYPE_ENUM type_name: ".evolve.Color" }
+  }
+  oneof_decl { name: "choice" }
+}
+"""
+
+
+def evolving_file(version: int) -> descriptor_pb2.FileDescriptorProto:
+    """evolve/s.proto, version 1 or 2 (2 adds ``BLUE = 99`` to Color and ``int32 onew = 20`` to the oneof)."""
+    v2 = version == 2
+    text = _EVOLVING % {
+        "blue": 'value { name: "BLUE" number: 99 }' if v2 else "",
+        "onew": 'field { name: "onew" number: 20 label: LABEL_OPTIONAL type: TYPE_INT32 oneof_index: 0 }' if v2 else "",
+    }
+    return text_format.Parse(text, descriptor_pb2.FileDescriptorProto())
+
+
+def evolving_state_class(version: int) -> Any:
+    """evolve.S's class of ``version``, from a pool of its own."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(evolving_file(version))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(EVOLVING_STATE))

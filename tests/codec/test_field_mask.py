@@ -46,6 +46,15 @@ message_type {
   field { name: "g" number: 12 label: LABEL_OPTIONAL type: TYPE_GROUP type_name: ".masktest.Outer.G" }
   field { name: "other" number: 14 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".masktest.Inner" }
   field { name: "fixed" number: 15 label: LABEL_OPTIONAL type: TYPE_FIXED64 }
+  field {
+    name: "pick_color" number: 16 label: LABEL_OPTIONAL type: TYPE_ENUM type_name: ".masktest.Color" oneof_index: 0
+  }
+  field { name: "tags" number: 17 label: LABEL_REPEATED type: TYPE_MESSAGE type_name: ".masktest.Outer.TagsEntry" }
+  nested_type {
+    name: "TagsEntry" options { map_entry: true }
+    field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
+    field { name: "value" number: 2 label: LABEL_OPTIONAL type: TYPE_ENUM type_name: ".masktest.Color" }
+  }
   nested_type {
     name: "ByIdEntry" options { map_entry: true }
     field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
@@ -68,8 +77,8 @@ Inner = Outer.DESCRIPTOR.fields_by_name["inner"].message_type._concrete_class
 
 _OUTER_PATHS = [
     "n", "s", "inner", "inners", "nums", "by_id", "color", "colors", "pick_msg", "pick_str", "pick_num", "g",
-    "other", "fixed", "inner.a", "inner.c", "inner.deeper", "inner.deeper.b", "inner.color", "pick_msg.a",
-    "pick_msg.deeper.c", "g.x", "other.deeper",
+    "other", "fixed", "pick_color", "tags", "inner.a", "inner.c", "inner.deeper", "inner.deeper.b",
+    "inner.color", "pick_msg.a", "pick_msg.deeper.c", "g.x", "other.deeper",
 ]  # fmt: skip
 _CHECKPOINT_PATHS = [
     "handoff", "plan", "status", "step", "goal", "model", "messages", "tool_cache", "working_memory",
@@ -120,7 +129,8 @@ def _tag(number: int, wire: int) -> bytes:
 @st.composite
 def outer_patches(draw: st.DrawFn) -> bytes:
     """One MERGE patch of Outer, sometimes followed by what a parser keeps as unknown fields: a closed
-    enum's unknown value, a known field number with a wire type it does not read."""
+    enum's unknown value (a oneof member's, a map entry's), a known field number with a wire type it does
+    not read."""
     msg = Outer()
     if draw(st.booleans()):
         msg.n = draw(st.integers(-5, 5))
@@ -136,13 +146,17 @@ def outer_patches(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         msg.color = draw(st.integers(0, 2))
     msg.colors.extend(draw(st.lists(st.integers(0, 2), max_size=2)))
-    choice = draw(st.sampled_from(["", "pick_msg", "pick_str", "pick_num"]))
+    choice = draw(st.sampled_from(["", "pick_msg", "pick_str", "pick_num", "pick_color"]))
     if choice == "pick_msg":
         msg.pick_msg.CopyFrom(draw(inners()))
     elif choice == "pick_str":
         msg.pick_str = draw(_small)
     elif choice == "pick_num":
         msg.pick_num = draw(st.integers(0, 9))
+    elif choice == "pick_color":
+        msg.pick_color = draw(st.integers(0, 2))
+    for key in draw(st.lists(st.sampled_from("xy"), max_size=2)):
+        msg.tags[key] = draw(st.integers(0, 2))
     if draw(st.booleans()):
         msg.g.x = draw(st.integers(0, 9))
     if draw(st.booleans()):
@@ -151,9 +165,11 @@ def outer_patches(draw: st.DrawFn) -> bytes:
         msg.fixed = draw(st.integers(0, 2**64 - 1))
     patch = bytes(msg.SerializeToString())
     for number, value in draw(
-        st.lists(st.sampled_from([(7, 9), (8, 7), (1, None), (3, None), (15, None)]), max_size=2)
+        st.lists(st.sampled_from([(7, 9), (8, 7), (16, 9), (17, 9), (1, None), (3, None), (15, None)]), max_size=2)
     ):
-        if value is not None:  # an unknown value of a closed enum
+        if value is not None and number == 17:  # a map entry whose value the closed enum lacks
+            patch += _tag(number, 2) + b"\x05\x0a\x01x\x10" + bytes([value])
+        elif value is not None:  # an unknown value of a closed enum
             patch += _tag(number, 0) + bytes([value])
         elif number == 15:  # fixed64 sent as a varint
             patch += _tag(number, 0) + b"\x05"
@@ -200,6 +216,28 @@ def test_later_occurrences_win_merge_and_append() -> None:
     )
     nested = pb.Checkpoint.FromString(compile_mask(pb.Checkpoint, ["handoff.decided"]).apply(state))
     assert nested == pb.Checkpoint(handoff=pb.Handoff(decided="x"))
+
+
+_UNKNOWN_COLOR = b"\x80\x01\x09"  # pick_color = 9: Color has no 9, so a parser keeps it as an unknown field
+
+
+@pytest.mark.parametrize(
+    ("state", "paths", "expected"),
+    [
+        (Outer(pick_msg=Inner(b=5)).SerializeToString() + _UNKNOWN_COLOR, ["pick_msg"], Outer(pick_msg=Inner(b=5))),
+        (Outer(pick_str="s").SerializeToString() + _UNKNOWN_COLOR, ["pick_str", "n"], Outer(pick_str="s")),
+        (Outer(pick_color=2).SerializeToString() + _UNKNOWN_COLOR, ["pick_color"], Outer(pick_color=2)),
+        (Outer(pick_num=1).SerializeToString() + _UNKNOWN_COLOR, ["pick_color"], Outer()),
+        (Outer(pick_num=1).SerializeToString() + b"\x80\x01" + b"\xff" * 9 + b"\x01", ["pick_num"], Outer(pick_num=1)),
+        (Outer(pick_num=1).SerializeToString() + b"\x80\x01\x81\x80\x80\x80\x10", ["pick_num"], Outer()),
+        (Outer(tags={"a": 1}).SerializeToString() + b"\x8a\x01\x05\x0a\x01b\x10\x09", ["tags"], Outer(tags={"a": 1})),
+    ],
+    ids=["msg", "str", "enum", "none", "negative", "low-32-bits", "map"],
+)
+def test_a_closed_enums_unknown_value_neither_sets_its_oneof_nor_enters_a_map(
+    state: bytes, paths: list[str], expected: Any
+) -> None:
+    assert _masked(Outer, state, paths) == _oracle(Outer, state, paths) == expected.SerializeToString()
 
 
 def test_a_oneof_member_set_later_clears_the_masked_one() -> None:

@@ -13,7 +13,16 @@ from ckpt.codec import ChainPolicy
 from ckpt.sidecar import FailedPrecondition, InvalidArgument, Store, StoreConfig, WriteMode
 from ckpt.sidecar.descriptors import MAX_DESCRIPTOR_SET_BYTES, descriptor_set
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.support import AGENT_STATE, agent_file, agent_state_class, agent_step, descriptor_set_of
+from tests.support import (
+    AGENT_STATE,
+    EVOLVING_STATE,
+    agent_file,
+    agent_state_class,
+    agent_step,
+    descriptor_set_of,
+    evolving_file,
+    evolving_state_class,
+)
 
 MERGE = WriteMode.MERGE
 F = descriptor_pb2.FieldDescriptorProto
@@ -213,6 +222,30 @@ def test_a_compatible_registration_is_used_from_then_on_by_every_session_and_cac
         # The same set again changes nothing.
         store.register_types(descriptor_set_of(agent_file(summary=True)))
         assert registered_files(store)[""] == b"%d" % (int(generation) + 1)
+
+
+def test_versions_holding_what_the_type_did_not_know_read_as_their_writes_once_it_is_registered(
+    config: StoreConfig,
+) -> None:
+    # A newer client writes a closed enum's value (BLUE = 99) and a oneof member (onew) that the registered
+    # version 1 lacks, then writes of RED and ostr; version 2, adding both, is registered afterwards.
+    v2 = evolving_state_class(2)
+    writes = [v2(color=99, onew=5).SerializeToString()]
+    writes += [v2(color=1, ostr="x", note=f"{i}" * 400).SerializeToString() for i in range(1, 9)]
+    with Store(replace(config, chain_policy=ChainPolicy(max_depth=2))) as store:
+        store.register_types(descriptor_set_of(evolving_file(1)))
+        for write in writes:
+            store.put("s", write, mode=MERGE, message_type=EVOLVING_STATE)
+        store.register_types(descriptor_set_of(evolving_file(2)))
+        later = [v2(color=1, note=f"{i}" * 400).SerializeToString() for i in range(9, 30)]
+        for write in later:  # version 2 knows every field: its chain starts compact again
+            store.put("s", write, mode=MERGE)
+        want = v2()
+        for version, write in enumerate(writes + later, 1):
+            want.MergeFromString(write)
+            got = v2.FromString(store.get("s", version).state)
+            assert (got, got.WhichOneof("choice")) == (want, "ostr" if version > 1 else "onew"), version
+        assert len(store.get("s").state) < len(b"".join(writes + later)) / 4
 
 
 def test_the_built_in_files_may_be_sent_again_unchanged(config: StoreConfig) -> None:
