@@ -4,6 +4,7 @@
     ├── EncodeError            producing a frame failed (bad input to the encoder)
     │   └── WireFormatError    a MERGE patch is not well-formed protobuf wire format
     ├── FieldMaskError         a field mask names no field of the message type (fieldmask.py)
+    ├── MaskedStateError       a state's fields a mask's path goes into do not parse as its type
     └── DecodeError            reading frames failed; no bytes are returned
         ├── TruncatedFrameError    fewer bytes than the header says
         ├── UnsupportedFormatError magic or format version not understood
@@ -38,6 +39,11 @@ class WireFormatError(EncodeError):
 
 class FieldMaskError(CodecError):
     """A field mask's path is malformed, or names a field its message type does not have."""
+
+
+class MaskedStateError(CodecError):
+    """The fields of a state a field mask's path goes into (``handoff`` of ``handoff.next``) do not parse as
+    the state's message type: the state is not what its type says (fieldmask.py)."""
 
 
 class DecodeError(CodecError):

@@ -30,7 +30,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2
 from google.protobuf import message as _message
 
-from .errors import FieldMaskError
+from .errors import FieldMaskError, MaskedStateError
 from .wire import field_spans
 
 _FD = _descriptor.FieldDescriptor
@@ -101,7 +101,8 @@ class FieldMask:
 
     def apply(self, state: bytes | memoryview) -> bytes:
         """The masked state: ``state`` (a serialized message of :attr:`message_type`) with every other field
-        cleared. WireFormatError naming the offset if ``state`` is not well-formed wire format."""
+        cleared. WireFormatError naming the offset if ``state`` is not well-formed wire format; MaskedStateError
+        if the fields a path goes into do not parse as :attr:`message_type` (fields kept whole are not parsed)."""
         scanned, oneof_of = self.scanned, self.oneof_of
         spans: dict[int, list[tuple[int, int]]] = {}
         winner: dict[int, int] = {}  # oneof -> the member set last
@@ -126,11 +127,20 @@ class FieldMask:
             sub = b"".join(
                 view[start:end] for field in sorted(spans) if field in self.parsed for start, end in spans[field]
             )
-            kept.append(memoryview(self._merge_parsed(sub)))
+            kept.append(memoryview(self._merge_parsed(sub, sorted(spans.keys() & self.parsed))))
         return b"".join(kept)
 
-    def _merge_parsed(self, sub: bytes) -> bytes:
-        source = self.message_type.FromString(sub)
+    def _merge_parsed(self, sub: bytes, numbers: list[int]) -> bytes:
+        try:
+            source = self.message_type.FromString(sub)
+        except _message.DecodeError as exc:
+            fields = self.message_type.DESCRIPTOR.fields_by_number
+            names = ", ".join(f"{n} ({fields[n].name})" for n in numbers)
+            detail = str(exc).rpartition("': ")[2] or str(exc)
+            which = f"field {names} does" if len(numbers) == 1 else f"fields {names} do"
+            raise MaskedStateError(
+                f"{self.message_type.DESCRIPTOR.full_name}'s {which} not parse as declared ({len(sub)} bytes): {detail}"
+            ) from None
         out = self.message_type()
         field_mask_pb2.FieldMask(paths=self.parsed_paths).MergeMessage(source, out)
         return out.SerializePartialToString()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 
 from google.protobuf import (
@@ -235,7 +236,7 @@ def check_compatible(
     replaced: Iterable[str],
 ) -> None:
     """FailedPrecondition unless each message the files ``replaced`` defined in ``old_pool`` is still
-    defined in ``new_pool``, with every field number it had holding the same type and cardinality."""
+    defined in ``new_pool`` (what its fields may change is :func:`check_field_uses`'s)."""
     for name in replaced:
         for message in old_pool.FindFileByName(name).message_types_by_name.values():
             _check_message(message, new_pool, name)
@@ -245,25 +246,79 @@ def _check_message(old: descriptor.Descriptor, new_pool: descriptor_pool.Descrip
     if old.GetOptions().map_entry:
         return  # its field's kind says what it holds
     try:
-        new = new_pool.FindMessageTypeByName(old.full_name)
+        new_pool.FindMessageTypeByName(old.full_name)
     except KeyError:
         raise FailedPrecondition(
             f"message {old.full_name} (of file {file_name!r}) is no longer defined: sessions of that type could not be"
             " read as it; keep it (fields and messages may be added)"
         ) from None
-    for field in old.fields:
-        now = new.fields_by_number.get(field.number)
-        if now is None:
-            continue  # a field removed: its bytes are kept as unknown fields
-        was, is_ = kind_of(field), kind_of(now)
-        if was != is_:
-            renamed = f", named {field.name!r} before" if field.name != now.name else ""
-            raise FailedPrecondition(
-                f"message {old.full_name}: field {now.name!r} (number {field.number}{renamed}) would change from"
-                f" {was} to {is_}; a field number keeps its type and cardinality: add a new field instead"
-            )
     for nested in old.nested_types:
         _check_message(nested, new_pool, file_name)
+
+
+#: A field number of a message (an extension's: of the message it extends).
+FieldKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldUse:
+    """What a field number of a message holds: its kind (:func:`kind_of`'s words, which the `meta` table's
+    field history stores: change them only with a migration) and the name it was registered under."""
+
+    kind: str
+    #: The field's name; an extension's full name.
+    name: str
+    extension: bool = False
+
+
+def field_uses(pool: descriptor_pool.DescriptorPool, file_names: Iterable[str]) -> dict[FieldKey, FieldUse]:
+    """Every field number the files ``file_names`` (in ``pool``) give a message, their extensions' included
+    (under the message they extend), nested messages' too but map entries'."""
+    out: dict[FieldKey, FieldUse] = {}
+
+    def extension(ext: descriptor.FieldDescriptor) -> None:
+        extendee = ext.containing_type
+        assert extendee is not None  # an extension's is the message it extends
+        out[(extendee.full_name, ext.number)] = FieldUse(kind_of(ext), ext.full_name, extension=True)
+
+    def visit(message: descriptor.Descriptor) -> None:
+        if message.GetOptions().map_entry:
+            return
+        for f in message.fields:
+            out[(message.full_name, f.number)] = FieldUse(kind_of(f), f.name)
+        for ext in message.extensions:
+            extension(ext)
+        for nested in message.nested_types:
+            visit(nested)
+
+    for name in file_names:
+        f = pool.FindFileByName(name)
+        for message in f.message_types_by_name.values():
+            visit(message)
+        for ext in f.extensions_by_name.values():
+            extension(ext)
+    return out
+
+
+def check_field_uses(
+    known: Mapping[FieldKey, FieldUse], new: Mapping[FieldKey, FieldUse], current: Mapping[FieldKey, FieldUse]
+) -> None:
+    """FailedPrecondition naming the first field number ``new`` gives another kind than ``known`` does
+    (every number ever registered, removed fields' too); ``current``: those registered now, the others'
+    fields were removed since."""
+    for key, now in sorted(new.items()):
+        was = known.get(key)
+        if was is None or was.kind == now.kind:
+            continue
+        message, number = key
+        what = "extension" if now.extension else "field"
+        before = f", named {was.name!r} before" if was.name != now.name else ""
+        removed = "" if key in current else ", removed since"
+        raise FailedPrecondition(
+            f"message {message}: {what} {now.name!r} (number {number}{before}{removed}) would change from"
+            f" {was.kind} to {now.kind}; a field number keeps its type and cardinality for good, even once its"
+            " field is removed (stored states hold it): give the new field another number"
+        )
 
 
 _SCALARS = {

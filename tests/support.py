@@ -339,3 +339,44 @@ def evolving_state_class(version: int) -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(evolving_file(version))
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(EVOLVING_STATE))
+
+
+# -- a field number removed, then given another type ---------------------------------------------
+
+#: acme.State of NOTE_V1: step = 1, note (field 2, bytes) = b"\xff\xff", which is no well-formed acme.Sub.
+NOTE_STATE = b"\x08\x01\x12\x02\xff\xff"
+
+
+def numbered_file(*fields: tuple[str, int, int, str]) -> descriptor_pb2.FileDescriptorProto:
+    """acme/r.proto: message Sub { int32 n = 1; } and message State with ``fields`` (name, number, type,
+    type name)."""
+    f = descriptor_pb2.FileDescriptorProto(name="acme/r.proto", package="acme", syntax="proto3")
+    f.message_type.add(name="Sub").field.add(name="n", number=1, type=_F.TYPE_INT32, label=_F.LABEL_OPTIONAL)
+    state = f.message_type.add(name="State")
+    for name, number, type_, type_name in fields:
+        field = state.field.add(name=name, number=number, type=type_, label=_F.LABEL_OPTIONAL)
+        if type_name:
+            field.type_name = type_name
+    return f
+
+
+STEP_FIELD = ("step", 1, _F.TYPE_INT32, "")
+NOTE_FIELD = ("note", 2, _F.TYPE_BYTES, "")
+NOTE_V1 = numbered_file(STEP_FIELD, NOTE_FIELD)
+NOTE_REMOVED = numbered_file(STEP_FIELD)  # note removed
+DETAIL_FIELD = ("detail", 2, _F.TYPE_MESSAGE, ".acme.Sub")
+NOTE_AS_MESSAGE = numbered_file(STEP_FIELD, DETAIL_FIELD)  # number 2 again, as a message
+
+
+def edit_meta_and_types(data: Path, *, delete: bytes = b"", put_types: dict[bytes, bytes] | None = None) -> None:
+    """Change a closed store's LMDB as an earlier ckpt could have left it."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
+    try:
+        meta, types = env.open_db(b"meta"), env.open_db(b"types")
+        with env.begin(write=True) as txn:
+            if delete:
+                assert txn.delete(delete, db=meta)
+            for key, value in (put_types or {}).items():
+                txn.put(key, value, db=types)
+    finally:
+        env.close()

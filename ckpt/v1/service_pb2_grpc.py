@@ -50,7 +50,8 @@ class CheckpointServiceStub:
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
-    and version);
+    and version), or a masked Get's path goes into a
+    field that does not parse as the session's type;
     UNAVAILABLE         shutting down, restarting or overloaded: retry the
     same request (a Put with the same `request_id`).
     Unknown request fields are ignored, as proto3 does.
@@ -149,7 +150,8 @@ class CheckpointServiceServicer:
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
-    and version);
+    and version), or a masked Get's path goes into a
+    field that does not parse as the session's type;
     UNAVAILABLE         shutting down, restarting or overloaded: retry the
     same request (a Put with the same `request_id`).
     Unknown request fields are ignored, as proto3 does.
@@ -225,7 +227,8 @@ class CheckpointServiceServicer:
         sidecar does not know yet (ckpt.v1.Checkpoint's files and google.protobuf's
         well-known types are built in). Sending a file again with compatible
         changes (fields or messages added) replaces it, for every session of its
-        types; a field number reused with another type or cardinality is
+        types; a field number reused with another type or cardinality (one
+        whose field or extension an earlier registration removed included) is
         FAILED_PRECONDITION naming the message and the field. A set that does
         not parse, is empty, is over 4 MiB, imports a file neither in it nor
         known, or that protobuf refuses is INVALID_ARGUMENT. Either way nothing
@@ -377,7 +380,8 @@ class CheckpointService:
     RESOURCE_EXHAUSTED  a message or state over the size limits, or the store
     is full (nothing was written);
     DATA_LOSS           a stored frame failed its checksum (names the session
-    and version);
+    and version), or a masked Get's path goes into a
+    field that does not parse as the session's type;
     UNAVAILABLE         shutting down, restarting or overloaded: retry the
     same request (a Put with the same `request_id`).
     Unknown request fields are ignored, as proto3 does.

@@ -5,7 +5,8 @@ The mask is applied to the whole state read (codec/fieldmask.py: top-level
 fields kept as their bytes, only what a nested path needs parsed); the reply
 carries the masked state, the version's info and its message type. A mask on
 a version with no message type, a malformed path or a field the type does not
-have is INVALID_ARGUMENT naming it.
+have is INVALID_ARGUMENT naming it; a state whose fields a path goes into do
+not parse as its type is DATA_LOSS naming the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from google.protobuf.message import DecodeError, Message
 
 from ckpt.v1 import service_pb2
 
-from ...codec import FieldMask, FieldMaskError, WireFormatError, compile_mask
+from ...codec import FieldMask, FieldMaskError, MaskedStateError, WireFormatError, compile_mask
 from ...codec.fieldmask import check_paths
 from ..errors import DataLoss, FailedPrecondition, InvalidArgument
 from ..store import GetResult, Store
@@ -58,6 +59,10 @@ class Masks:
                 f"session {session_id!r} version {got.version}: its {got.info.message_type} state is not"
                 f" well-formed wire format: {exc}"
             ) from None
+        except MaskedStateError as exc:  # it parsed as its type when it was stored: this is damage too
+            raise DataLoss(
+                f"session {session_id!r} version {got.version}: its state does not parse as its type: {exc}"
+            ) from None
         return GetResult(got.version, state, got.info)
 
     def masked_reply(self, body: bytes, paths: Sequence[str]) -> tuple[bytes, int] | None:
@@ -84,7 +89,7 @@ class Masks:
             return None
         try:
             return self._compile(cls, tuple(paths)).apply(state)
-        except (FieldMaskError, WireFormatError):
+        except (FieldMaskError, WireFormatError, MaskedStateError):
             return None
 
     def _mask(self, session_id: str, got: GetResult, paths: tuple[str, ...]) -> FieldMask:

@@ -35,6 +35,8 @@ LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
 KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
 #: Registrations that changed the `types` table (registry.py): another process reloads it when it moved.
 TYPES_GENERATION_KEY = b"types_generation"
+#: Every field number each registered message has held, and its kind (registry.py): a FieldHistory.
+FIELD_HISTORY_KEY = b"types_field_history"
 # Keys the updated-time index rewrite reads per step of its scan.
 _REWRITE_CHUNK = 1000
 

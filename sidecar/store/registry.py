@@ -14,6 +14,14 @@ and reloads the table when it moved, and a put naming a type this process
 does not know reloads it before refusing. Each generation is one immutable
 :class:`Schema`, swapped in whole; cached encoders built with an earlier
 generation's classes are rebuilt at their next write (encoders.py).
+
+A registration may not give a field number another type or cardinality,
+including one whose field an earlier registration removed: states stored
+then still hold it. The meta table's ``types_field_history`` (a FieldHistory)
+remembers every number each message (and each extendee's extension) has
+held; a store written before it was kept starts from its registered files,
+which also stand over the record where they disagree (a ckpt that did not
+keep it registered them since).
 """
 
 from __future__ import annotations
@@ -27,11 +35,13 @@ from dataclasses import dataclass, field
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
+from ckpt.store.v1 import records_pb2
+
 from .. import descriptors
-from ..descriptors import BUILT_IN_FILES, FileProto
+from ..descriptors import BUILT_IN_FILES, FieldKey, FieldUse, FileProto
 from ..errors import DataLoss, FailedPrecondition, InvalidArgument
 from ..storage import ReadTxn, WriteTxn
-from .layout import TYPES_GENERATION_KEY, Tables
+from .layout import FIELD_HISTORY_KEY, TYPES_GENERATION_KEY, Tables
 from .ops import Batch, Op
 
 log = logging.getLogger("ckpt.store")
@@ -158,8 +168,13 @@ class Registry:
             merged = {**old.files, **changed}
             pool = descriptors.build_pool(merged)
             descriptors.check_compatible(old.pool, pool, [name for name in changed if name in old.files])
+            current = descriptors.field_uses(old.pool, old.files)
+            known = {**self._field_history(txn), **current}
+            new = descriptors.field_uses(pool, changed)
+            descriptors.check_field_uses(known, new, current)
             for name, f in changed.items():
                 txn.put(name.encode(), f.SerializeToString(deterministic=True), db=tables.types)
+            txn.put(FIELD_HISTORY_KEY, _history_record({**known, **new}), db=tables.meta)
             generation = old.generation + 1
             txn.put(TYPES_GENERATION_KEY, b"%d" % generation, db=tables.meta)
             schema = Schema(generation, merged, pool)
@@ -179,6 +194,18 @@ class Registry:
             return int(raw)
         except ValueError:
             raise DataLoss(f"the meta table's types_generation {bytes(raw)!r} is not a number") from None
+
+    def _field_history(self, txn: ReadTxn) -> dict[FieldKey, FieldUse]:
+        """The field numbers registered messages have held, as the meta table records them ({} if it does not)."""
+        meta = self._tables.meta
+        raw = txn.get(FIELD_HISTORY_KEY, db=meta) if meta is not None else None
+        if raw is None:
+            return {}
+        try:
+            record = records_pb2.FieldHistory.FromString(bytes(raw))
+        except DecodeError as exc:
+            raise DataLoss(f"the meta table's types_field_history does not parse: {exc}") from None
+        return {(u.message, u.number): FieldUse(u.kind, u.name, u.extension) for u in record.fields}
 
     def _load(self, txn: ReadTxn) -> Schema:
         """The registry as ``txn`` sees it; DataLoss naming a stored file that does not parse or build."""
@@ -202,3 +229,10 @@ class Registry:
         with self._swap:
             if schema.generation >= self.current.generation:
                 self.current = schema
+
+
+def _history_record(uses: Mapping[FieldKey, FieldUse]) -> bytes:
+    record = records_pb2.FieldHistory()
+    for (message, number), use in sorted(uses.items()):
+        record.fields.add(message=message, number=number, kind=use.kind, name=use.name, extension=use.extension)
+    return record.SerializeToString(deterministic=True)

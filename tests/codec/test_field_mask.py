@@ -11,7 +11,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, field_mask_pb2, mes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt.codec import FieldMaskError, compile_mask
+from ckpt.codec import FieldMaskError, MaskedStateError, compile_mask
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.codec.strategies import checkpoints, serialize
 
@@ -265,6 +265,17 @@ def test_a_oneof_member_set_later_clears_the_masked_one() -> None:
 def test_a_bad_path_is_refused_naming_it(paths: list[str], refusal: str) -> None:
     with pytest.raises(FieldMaskError, match=refusal):
         compile_mask(pb.Checkpoint, paths)
+
+
+def test_a_path_into_a_field_that_does_not_parse_as_its_type_names_the_field() -> None:
+    # inner (field 3) holding bytes that are no masktest.Inner: what a field number given another type leaves.
+    state = Outer(n=1).SerializeToString() + _tag(3, 2) + b"\x02\xff\xff"
+    assert compile_mask(Outer, ["inner", "n"]).apply(state) == state  # kept whole: not parsed
+    with pytest.raises(
+        MaskedStateError,
+        match=r"^masktest\.Outer's field 3 \(inner\) does not parse as declared \(4 bytes\): ",
+    ):
+        compile_mask(Outer, ["inner.a", "n"]).apply(state)
 
 
 def test_paths_are_canonical() -> None:

@@ -176,3 +176,23 @@ class BlobCommit(_message.Message):
     media_type: str
     temp_name: str
     def __init__(self, session_id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., temp_name: _Optional[str] = ...) -> None: ...
+
+class FieldHistory(_message.Message):
+    __slots__ = ("fields",)
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.RepeatedCompositeFieldContainer[FieldUse]
+    def __init__(self, fields: _Optional[_Iterable[_Union[FieldUse, _Mapping]]] = ...) -> None: ...
+
+class FieldUse(_message.Message):
+    __slots__ = ("message", "number", "kind", "name", "extension")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXTENSION_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    number: int
+    kind: str
+    name: str
+    extension: bool
+    def __init__(self, message: _Optional[str] = ..., number: _Optional[int] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., extension: _Optional[bool] = ...) -> None: ...
