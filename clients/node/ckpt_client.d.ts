@@ -356,6 +356,7 @@ export class CheckpointClient {
    * Register `typeName` of a protobufjs Root (its package's file and the files it uses) so that puts can
    * name it in `messageType`; resolves to the full names of the message types registered. `fileName`: the
    * name of its package's file (default: after the package), the one other clients register it under.
+   * Each file keeps its .proto's syntax (proto2 or proto3); a type from an editions file is refused.
    */
   registerType(root: import('protobufjs').Root, typeName: string, options?: { fileName?: string }): Promise<string[]>;
   /**

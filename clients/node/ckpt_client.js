@@ -8,6 +8,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
+const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
 const { retryDelayMs, streamPuts } = require('./put_stream');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
@@ -82,104 +83,6 @@ function readFixed64Exactly(definition) {
       return object;
     };
   }
-}
-
-// google.protobuf's well-known types are built into the sidecar: a file using
-// one imports the sidecar's own file for it, by its usual name.
-const WELL_KNOWN_FILES = {
-  Any: 'any', Duration: 'duration', Empty: 'empty', FieldMask: 'field_mask', Struct: 'struct', Value: 'struct',
-  ListValue: 'struct', NullValue: 'struct', Timestamp: 'timestamp', DoubleValue: 'wrappers', FloatValue: 'wrappers',
-  Int64Value: 'wrappers', UInt64Value: 'wrappers', Int32Value: 'wrappers', UInt32Value: 'wrappers',
-  BoolValue: 'wrappers', StringValue: 'wrappers', BytesValue: 'wrappers',
-};
-
-// A map field's entry type as protoc names it: my_map -> MyMapEntry.
-function mapEntryName(fieldName) {
-  const camel = fieldName.replace(/_+([a-z0-9])/g, (_, c) => c.toUpperCase());
-  return `${camel.charAt(0).toUpperCase()}${camel.slice(1)}Entry`;
-}
-
-// protobufjs's message descriptor in protoc's shape: type names fully
-// qualified and map entries named <Field>Entry. The sidecar tells two
-// registrations of a file apart by what they define, so a file registered
-// from here is then the same one protoc (the Python clients) would register.
-function protocShape(type, message) {
-  const protobuf = require('protobufjs');
-  for (const f of message.field) {
-    const field = type.fieldsById[f.number];
-    if (field instanceof protobuf.MapField) {
-      const entry = message.nestedType.find((n) => n.name === f.typeName && n.options && n.options.mapEntry);
-      entry.name = mapEntryName(field.name);
-      f.typeName = `${type.fullName}.${entry.name}`;
-      if (field.resolvedType) entry.field[1].typeName = field.resolvedType.fullName;
-    } else if (field.resolvedType) {
-      f.typeName = field.resolvedType.fullName;
-    }
-    // A proto3 `optional` field: protobufjs sets the flag under a name its descriptor type does not
-    // encode, and leaves behind the empty options the flag came from.
-    if (f.proto3_optional) {
-      delete f.proto3_optional;
-      f.proto3Optional = true;
-    }
-    if (f.options && Object.keys(f.options.toJSON()).length === 0) delete f.options;
-  }
-  for (const nested of type.nestedArray) {
-    if (nested instanceof protobuf.Type) protocShape(nested, message.nestedType.find((n) => n.name === nested.name));
-  }
-  return message;
-}
-
-// The serialized FileDescriptorSet RegisterType takes for `typeName` of a
-// protobufjs Root: one file per package the type reaches (named after the
-// package: acme.agent.v1 -> acme/agent/v1.proto, or `fileName` for the
-// type's own package), holding every message and enum of that package and
-// importing the files of the others it uses. Built with protobufjs's
-// descriptor extension (a dependency of @grpc/proto-loader).
-function descriptorSet(root, typeName, fileName) {
-  const protobuf = require('protobufjs');
-  const descriptor = require('protobufjs/ext/descriptor');
-  root.resolveAll();
-  const packageOf = (obj) => {
-    let ns = obj.parent;
-    while (ns instanceof protobuf.Type) ns = ns.parent;
-    return ns;
-  };
-  const typePackage = packageOf(root.lookupType(typeName));
-  const nameOf = (ns) =>
-    ns === typePackage && fileName ? fileName : `${ns.fullName.slice(1).replace(/\./g, '/') || 'root'}.proto`;
-  const files = new Map();
-  const add = (ns) => {
-    if (files.has(ns)) return;
-    const file = { name: nameOf(ns), package: ns.fullName.slice(1), syntax: 'proto3', messageType: [], enumType: [] };
-    files.set(ns, file);
-    const imports = new Set();
-    const uses = (type) => {
-      for (const field of type.fieldsArray) {
-        if (!field.resolvedType) continue;
-        const used = packageOf(field.resolvedType);
-        if (used.fullName === '.google.protobuf') {
-          let top = field.resolvedType;
-          while (top.parent instanceof protobuf.Type) top = top.parent;
-          imports.add(`google/protobuf/${WELL_KNOWN_FILES[top.name] || top.name.toLowerCase()}.proto`);
-        } else if (used !== ns) {
-          imports.add(nameOf(used));
-          add(used);
-        }
-      }
-      for (const nested of type.nestedArray) if (nested instanceof protobuf.Type) uses(nested);
-    };
-    for (const nested of ns.nestedArray) {
-      if (nested instanceof protobuf.Type) {
-        file.messageType.push(protocShape(nested, nested.toDescriptor('proto3')));
-        uses(nested);
-      } else if (nested instanceof protobuf.Enum) {
-        file.enumType.push(nested.toDescriptor());
-      }
-    }
-    file.dependency = [...imports];
-  };
-  add(typePackage);
-  return Buffer.from(descriptor.FileDescriptorSet.encode({ file: [...files.values()] }).finish());
 }
 
 class ConflictError extends Error {
@@ -308,7 +211,8 @@ class CheckpointClient {
   // full names of the message types registered. Registering again is harmless.
   // fileName: the name of its package's file, when other clients register the
   // same type under the name protoc gives it ('acme/agent/v1/state.proto'):
-  // a type is defined by one file only.
+  // a type is defined by one file only. Each file is described as protoc
+  // would describe it, in its .proto's syntax (descriptor_set.js).
   async registerType(root, typeName, { fileName } = {}) {
     const reply = await this.call('RegisterType', { file_descriptor_set: descriptorSet(root, typeName, fileName) });
     return reply.message_types;
