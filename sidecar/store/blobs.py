@@ -9,7 +9,8 @@ A blob's bytes are a file (blobfiles.py). Its record commits in the same
 transaction that moves its file into place, so a blob recorded is on disk. A
 blob is kept once however many sessions store it (its reference count); when
 the last reference goes (DeleteSession, or retention once no version kept
-names the blob's uri), its record goes in that transaction and its file only
+names the blob's uri: :meth:`Blobs.release_unnamed`, for each session a
+sweep's pruning marked), its record goes in that transaction and its file only
 after the commit, in a write transaction of its own that finds no record
 again. Moves and removals of files both happen under the storage's write
 lock, so a PutBlob of the same bytes racing a removal, in this process or
@@ -76,6 +77,19 @@ def _info(sha256: str, raw: bytes) -> BlobInfo:
 
 def ref_key(sid: bytes, sha: bytes) -> bytes:
     return sid + keys.SEP + sha
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A session's references retention may drop, and the session as read: its release is applied only to
+    the same session (its creation time) at the same versions."""
+
+    created: int
+    first_version: int
+    head: int
+    #: When the oldest version kept was written: a reference made since (stored again) is kept.
+    oldest: int
+    shas: list[bytes]
 
 
 class Blobs:
@@ -248,8 +262,10 @@ class Blobs:
     # -- retention -------------------------------------------------------------------
 
     def release_unnamed(self, sids: list[bytes]) -> int:
-        """After retention removed versions of sessions ``sids``: drop each reference that no version kept
-        names (by its uri's bytes) and that is older than the oldest version kept; how many."""
+        """For sessions ``sids``, marked by retention (SessionRecord.blob_refs_unchecked): drop each
+        reference that no version kept names (by its uri's bytes) and that is older than the oldest version
+        kept, and clear the mark; how many were dropped. A session whose release is skipped keeps its mark,
+        and the next sweep looks again."""
         if self._tables.blob_refs is None:
             return 0
         dropped = 0
@@ -261,22 +277,23 @@ class Blobs:
                 log.warning("blob references of session %r kept: %s", printable(sid), exc)
                 continue
             if plan is not None:
-                dropped += self._submit(Op(self._release_op(sid, *plan))).wait()
+                dropped += self._submit(Op(self._release_op(sid, plan))).wait()
         return dropped
 
-    def _unnamed(self, txn: ReadTxn, sid: bytes) -> tuple[int, list[bytes]] | None:
-        """(the head read, references no version kept names) of session ``sid``; None if there are none."""
+    def _unnamed(self, txn: ReadTxn, sid: bytes) -> Release | None:
+        """What session ``sid`` is as read, and the references no version kept names and older than the
+        oldest version kept; None if the session has no record."""
         tables = self._tables
-        refs = list(_refs(txn, tables, sid))
         raw = txn.get(sid, db=tables.sessions)
-        if not refs or raw is None:
+        if raw is None:
             return None
         rec = record(raw)
+        refs = list(_refs(txn, tables, sid))
         prefix = sid + keys.SEP
         chain: list[memoryview] = []
         oldest: int | None = None
         candidates: dict[bytes, bytes] = {}
-        for key, value in txn.scan(tables.frames, keys.frame_key(sid, rec.first_version)):
+        for key, value in txn.scan(tables.frames, keys.frame_key(sid, rec.first_version)) if refs else ():
             if not key.startswith(prefix):
                 break
             if oldest is None:
@@ -287,26 +304,44 @@ class Blobs:
                     if records_pb2.BlobRefRecord.FromString(ref).created_unix_nanos < oldest
                 }
                 if not candidates:
-                    return None
+                    break
             frame = frame_of(value)
             if chain and frame_kind(frame) is FrameKind.FULL:
                 _strike_named(chain, candidates)
                 chain = []
             chain.append(frame)
         _strike_named(chain, candidates)
-        return (rec.head_version, list(candidates)) if candidates else None
+        return Release(rec.created_unix_nanos, rec.first_version, rec.head_version, oldest or 0, list(candidates))
 
-    def _release_op(self, sid: bytes, head: int, shas: list[bytes]) -> Callable[[Batch, WriteTxn], int]:
+    def _release_op(self, sid: bytes, plan: Release) -> Callable[[Batch, WriteTxn], int]:
         tables = self._tables
 
         def apply(batch: Batch, txn: WriteTxn) -> int:
             raw = txn.get(sid, db=tables.sessions)
-            # A version written since the states were read may name a blob: look again next sweep.
-            if raw is None or record(raw).head_version != head:
+            if raw is None:
                 return 0
-            present = [sha for sha in shas if txn.get(ref_key(sid, sha), db=tables.blob_refs) is not None]
-            doomed = [self._unref(txn, sid, sha) for sha in present]
-            self._remove_after(batch, [sha for sha in doomed if sha is not None])
+            rec = record(raw)
+            # Another session under the id (deleted and written again), or versions removed since: that
+            # session's mark, or that sweep's, to look at.
+            if rec.created_unix_nanos != plan.created or rec.first_version != plan.first_version:
+                return 0
+            present: list[bytes] = []
+            if plan.shas:
+                # A version written since the states were read may name a blob: keep the mark, look again
+                # next sweep. (With none to drop, none is until versions are removed again: they are only
+                # added, and references only made newer, in between.)
+                if rec.head_version != plan.head:
+                    return 0
+                for sha in plan.shas:
+                    ref = txn.get(ref_key(sid, sha), db=tables.blob_refs)
+                    # Stored again since (a fresh time): kept while a version older than that is.
+                    if ref is not None and records_pb2.BlobRefRecord.FromString(ref).created_unix_nanos < plan.oldest:
+                        present.append(sha)
+                doomed = [self._unref(txn, sid, sha) for sha in present]
+                self._remove_after(batch, [sha for sha in doomed if sha is not None])
+            if rec.blob_refs_unchecked:
+                rec.blob_refs_unchecked = False
+                txn.put(sid, rec.SerializeToString(), db=tables.sessions)
             return len(present)
 
         return apply

@@ -85,7 +85,9 @@ class Retention:
             # Read once committed: while one is left, writes must look under its key too.
             with self._read() as txn:
                 self._requests.recheck_layout1(txn)
-        pruned_sids: list[bytes] = []
+        # Sessions marked for a look at their blob references (SessionRecord.blob_refs_unchecked): pruned
+        # now, or earlier by a sweep whose release was skipped or cut off (a crash, a full store).
+        marked: list[bytes] = []
         if self._config.retention.enabled:
             after = b""
             while True:
@@ -94,11 +96,11 @@ class Retention:
                 if not chunk:
                     break
                 after = chunk[-1]
-                counts = self._submit(Op(self._prune_op(chunk, now, pruned_sids))).wait()
+                counts = self._submit(Op(self._prune_op(chunk, now, marked))).wait()
                 pruned += counts[0]
                 removed += counts[1]
         if self.blobs is not None:
-            self.blobs.release_unnamed(pruned_sids)
+            self.blobs.release_unnamed(marked)
             self.blobs.sweep_files()
         events_removed = self._sweep_events(now) if self._config.retention.events_enabled else 0
         keyframes = 0
@@ -134,15 +136,17 @@ class Retention:
         return apply
 
     def _prune_op(
-        self, sids: list[bytes], now: int, pruned_sids: list[bytes]
+        self, sids: list[bytes], now: int, marked: list[bytes]
     ) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
-        """The op pruning sessions ``sids``; those it pruned are added to ``pruned_sids`` once committed."""
+        """The op pruning sessions ``sids``; those whose blob references retention must look at (marked in
+        their record: the mark commits with the versions' removal) are added to ``marked`` once committed."""
         tables = self._tables
+        blobs = self.blobs
 
         def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
             pruned = removed = 0
             done: list[bytes] = []
-            batch.after_commit.append(lambda: pruned_sids.extend(done))
+            batch.after_commit.append(lambda: marked.extend(done))
             for sid in sids:
                 raw = txn.get(sid, db=tables.sessions)
                 if raw is None:
@@ -155,15 +159,19 @@ class Retention:
                     log.warning("retention skipped session %r: %s", printable(sid), exc)
                     continue
                 if start <= rec.first_version:
+                    if rec.blob_refs_unchecked:
+                        done.append(sid)
                     continue
                 n, freed = delete_frames(txn, tables.frames, sid, below=start)
                 rec.first_version = start
                 rec.version_count -= n
                 rec.stored_bytes -= freed
+                if blobs is not None and (rec.blob_refs_unchecked or blobs.has_refs(txn, sid)):
+                    rec.blob_refs_unchecked = True
+                    done.append(sid)
                 txn.put(sid, rec.SerializeToString(), db=tables.sessions)
                 pruned += 1
                 removed += n
-                done.append(sid)
             return pruned, removed
 
         return apply

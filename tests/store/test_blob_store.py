@@ -62,9 +62,9 @@ def test_a_version_written_while_retention_read_the_states_keeps_its_blob(tmp_pa
         blobs = store._blobs
         with store.read() as txn:
             plan = blobs._unnamed(txn, b"s")
-        assert plan is not None and plan[1] == [bytes.fromhex(ref.sha256)]
+        assert plan is not None and plan.shas == [bytes.fromhex(ref.sha256)]
         store.put("s", b"v3 " + ref.uri.encode())
-        assert blobs._submit(Op(blobs._release_op(b"s", *plan))).wait() == 0
+        assert blobs._submit(Op(blobs._release_op(b"s", plan))).wait() == 0
         assert store.blob(ref.sha256).ref_count == 1
 
 
