@@ -70,6 +70,10 @@ def _forwarder(
     async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         status, meta, body = await link.call(method, raw, batched=batched)
         if status:
+            # The abort's exception and this frame end in a reference cycle inside grpc.aio, freed only
+            # by the collector (rare here: gctune.py): it must not keep the request (up to the message
+            # limit) alive until then, once per refused call.
+            del raw, body
             await abort_with(context, status, meta)
         return body
 

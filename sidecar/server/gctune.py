@@ -14,7 +14,11 @@ have traversed is freed by reference counting before the threshold is reached:
 threshold costs is memory for up to 10,000 young objects (gRPC leaves ~5.4
 small cyclic objects per RPC to the collector, ~450 bytes: under 1 MB
 between collections, measured with the collector off) and a longer but
-rarer pause (~3 ms here).
+rarer pause (~3 ms here). An aborted call leaves its handler's frame in such
+a cycle too, so a handler drops the request before it aborts
+(forwarding.py), and the store frees a refused write's request when the
+write is answered (ops.py, writer.py): kept until a collection, a client
+retrying a large write that keeps failing would hold one request a call.
 
 ``gc.freeze()`` moves everything allocated at start-up (imports, protobuf
 descriptors, the store; ~33,000 objects) out of the collector's sight, so the

@@ -85,8 +85,16 @@ class Op:
                 _wake_in_order(_taken(self))
             raise
         _wake_in_order(_taken(self))
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is not None:
+            # Raised, the error's traceback holds the caller's frame, which holds this op: without it the
+            # op no longer holds the error, and the request it carries is freed with the error, not by
+            # the collector.
+            self._error = None
+            try:
+                raise error
+            finally:
+                del error  # nor this frame (in the traceback too)
         return self._result
 
 

@@ -379,7 +379,11 @@ class Writer:
 
     def _as_store_error(self, exc: BaseException) -> StoreError:
         if isinstance(exc, StoreError):
-            return exc
+            # A write's refusal is told by its message. Its traceback holds this batch's frames, and they
+            # the outcomes holding it: a cycle that would keep every refused request (a state of up to
+            # max_state_bytes) until the collector ran.
+            exc.__context__ = None
+            return exc.with_traceback(None)
         if isinstance(exc, DecodeError):
             return DataLoss(str(exc))
         if isinstance(exc, self._storage.errors.damage):
