@@ -49,3 +49,15 @@ def check_duration(name: str, seconds: float | None) -> None:
         raise ValueError(f"{name} must be a finite number of seconds, got {seconds}")
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{name} must be at most {MAX_DURATION_SECONDS} seconds (100 years), got {seconds}")
+
+
+#: The times the sidecar takes, in nanoseconds since the Unix epoch. A time filter (ListSessions'
+#: updated_after and updated_before, ReadEvents' after and before): from protobuf's earliest Timestamp
+#: (0001-01-01T00:00:00Z; a filter before the epoch acts as the epoch) to the latest the store keys (a u64).
+MIN_FILTER_TIME_NANOS = -62_135_596_800 * 10**9
+MAX_FILTER_TIME_NANOS = 2**64 - 1
+FILTER_TIME_RANGE = "0001-01-01T00:00:00Z to 2554-07-21T23:34:33.709551615Z"
+#: An event's time (Event.time): from the epoch to the latest an int64 of nanoseconds holds.
+MIN_EVENT_TIME_NANOS = 0
+MAX_EVENT_TIME_NANOS = 2**63 - 1
+EVENT_TIME_RANGE = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z"

@@ -13,8 +13,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from .. import ids
 from ..client import CheckpointClient
+from ..client.arguments import unix_nanos
 from ..descriptors import check_type_name
 from ..errors import InvalidArgument
+from ..limits import FILTER_TIME_RANGE, MAX_FILTER_TIME_NANOS, MIN_FILTER_TIME_NANOS
 from ..tls import ClientTLS
 from .output import print_json
 from .parser import in_option_terms
@@ -128,10 +130,13 @@ def _time_arg(option: str, text: str | None) -> Timestamp | None:
         raise ValueError(f"{option} {text!r} has no UTC offset; add Z or e.g. +01:00")
     if fraction and len(fraction["fraction"]) > 9:
         raise ValueError(f"{option} {text!r} has a fraction of a second finer than nanoseconds (9 digits at most)")
-    ts = Timestamp()
-    ts.FromDatetime(when.astimezone(datetime.UTC))
+    nanos = unix_nanos(when)
     if fraction:  # added, not set: an offset may carry a fraction of its own (+01:00:30.25)
-        ts.FromNanoseconds(ts.ToNanoseconds() + int(fraction["fraction"].ljust(9, "0")))
+        nanos += int(fraction["fraction"].ljust(9, "0"))
+    if not MIN_FILTER_TIME_NANOS <= nanos <= MAX_FILTER_TIME_NANOS:
+        raise ValueError(f"{option} {text!r} is out of range: it must be a time from {FILTER_TIME_RANGE}")
+    ts = Timestamp()
+    ts.FromNanoseconds(nanos)
     return ts
 
 

@@ -14,7 +14,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ckpt.v1 import service_pb2
 
 from ..descriptors import descriptor_set
-from ..limits import MAX_DURATION_SECONDS, MAX_MESSAGE_BYTES, MAX_STREAM_BATCH_PUTS
+from ..limits import (
+    FILTER_TIME_RANGE,
+    MAX_DURATION_SECONDS,
+    MAX_FILTER_TIME_NANOS,
+    MAX_MESSAGE_BYTES,
+    MAX_STREAM_BATCH_PUTS,
+    MIN_FILTER_TIME_NANOS,
+)
 from .putbytes import PutCall
 
 _UINT64_MAX = 2**64 - 1
@@ -189,9 +196,17 @@ def history_request(
     )
 
 
-def _when(name: str, value: object) -> Timestamp | None:
-    """An aware datetime as a Timestamp (a naive one has no single instant: refused); a Timestamp (to the
-    nanosecond, which a datetime cannot hold) as it is."""
+def _when(
+    name: str,
+    value: object,
+    *,
+    earliest: int = MIN_FILTER_TIME_NANOS,
+    latest: int = MAX_FILTER_TIME_NANOS,
+    time_range: str = FILTER_TIME_RANGE,
+) -> Timestamp | None:
+    """An aware datetime as a Timestamp (a naive one has no single instant: refused; one outside the times
+    the field takes, a filter's by default: ValueError naming them); a Timestamp (to the nanosecond, which
+    a datetime cannot hold) as it is, for the sidecar to check."""
     if value is None:
         return None
     if isinstance(value, Timestamp):
@@ -200,9 +215,22 @@ def _when(name: str, value: object) -> Timestamp | None:
         raise TypeError(f"{name} must be a datetime.datetime or a Timestamp, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value!r}")
+    nanos = unix_nanos(value)
+    if not earliest <= nanos <= latest:
+        raise ValueError(f"{name} {value.isoformat()} is out of range: it must be a time from {time_range}")
     ts = Timestamp()
-    ts.FromDatetime(value.astimezone(datetime.UTC))
+    ts.FromNanoseconds(nanos)
     return ts
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def unix_nanos(value: datetime.datetime) -> int:
+    """An aware datetime as nanoseconds since the Unix epoch. Not through astimezone, whose result must be a
+    datetime: year 1 with an offset east of UTC (or 9999 west of it) was an OverflowError."""
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 def sessions_request(

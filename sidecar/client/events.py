@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2
 
+from ..limits import EVENT_TIME_RANGE, MAX_EVENT_TIME_NANOS, MIN_EVENT_TIME_NANOS
 from .arguments import _when, check_int, check_str, new_request_id
 from .base import Unary
 from .eventfilter import EventFilter
@@ -40,7 +41,7 @@ def event(
         for key, value in attributes.items():
             check_str(f"attributes key {key!r}", key)
             msg.attributes[key] = check_str(f"attributes[{key!r}]", value)
-    when = _when("time", time)
+    when = _when("time", time, earliest=MIN_EVENT_TIME_NANOS, latest=MAX_EVENT_TIME_NANOS, time_range=EVENT_TIME_RANGE)
     if when is not None:
         msg.time.CopyFrom(when)
     return msg

@@ -160,8 +160,13 @@ class StoreConfig:
         ),
     )
     #: How long a request id deduplicates retries: a retry later than this
-    #: after the first write is a new write. Exact (checked on every put);
-    #: the sweeper only frees the records' space.
+    #: after the first write is a new write. Checked on every write against
+    #: the wall clock (the sweeper only frees the records' space), so it is
+    #: exact while the clock runs true. A clock stepped back keeps the
+    #: records longer by the step. One stepped forward shortens their time
+    #: by the step, and a sweep while it is ahead removes those it expired:
+    #: a retry after the clock comes back then writes again. Keep it above
+    #: the clients' retry window plus any step the host's clock may take.
     request_id_ttl_seconds: float = field(
         default=DEFAULT_REQUEST_ID_TTL_SECONDS,
         metadata=option(

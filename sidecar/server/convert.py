@@ -12,6 +12,7 @@ from ckpt.v1 import service_pb2
 from ...codec import FrameKind, count_fields
 from ..config import MAX_STREAM_BATCH_PUTS
 from ..errors import InvalidArgument
+from ..limits import FILTER_TIME_RANGE, MAX_FILTER_TIME_NANOS, MIN_FILTER_TIME_NANOS
 from ..store import GetResult, PutRequest, PutResult, SessionInfo, VersionInfo, WriteMode, keys
 
 
@@ -21,23 +22,26 @@ def _timestamp(nanos: int) -> Timestamp:
     return ts
 
 
-# The store keys times as unsigned 64-bit nanoseconds since the Unix epoch
-# (keys.time_key); earlier times act as the epoch, later ones cannot be keyed.
-_MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z, protobuf's earliest Timestamp
-_TIME_RANGE = f"0001-01-01T00:00:00Z to {_timestamp(keys.MAX_TIME_NANOS).ToJsonString()}"
-
-
-def time_filter_nanos(request: Message, field_name: str) -> int | None:
-    """A Timestamp filter field in nanoseconds (None if unset), or InvalidArgument naming it."""
+def time_filter_nanos(
+    request: Message,
+    field_name: str,
+    *,
+    earliest: int = MIN_FILTER_TIME_NANOS,
+    latest: int = MAX_FILTER_TIME_NANOS,
+    time_range: str = FILTER_TIME_RANGE,
+) -> int | None:
+    """A Timestamp field in nanoseconds (None if unset), or InvalidArgument naming it and the times it may
+    hold (a filter's by default: the store keys times as unsigned 64-bit nanoseconds, keys.time_key;
+    earlier ones act as the epoch)."""
     if not request.HasField(field_name):
         return None
     ts: Timestamp = getattr(request, field_name)
     nanos = ts.seconds * 1_000_000_000 + ts.nanos
-    if 0 <= ts.nanos <= 999_999_999 and ts.seconds >= _MIN_TIMESTAMP_SECONDS and nanos <= keys.MAX_TIME_NANOS:
+    if 0 <= ts.nanos <= 999_999_999 and earliest <= nanos <= latest:
         return nanos
     raise InvalidArgument(
         f"{field_name} (seconds={ts.seconds}, nanos={ts.nanos}) is out of range: it must be a time from"
-        f" {_TIME_RANGE}, with nanos in 0..999,999,999"
+        f" {time_range}, with nanos in 0..999,999,999"
     )
 
 

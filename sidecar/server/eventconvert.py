@@ -6,6 +6,7 @@ from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument
+from ..limits import EVENT_TIME_RANGE, MAX_EVENT_TIME_NANOS, MIN_EVENT_TIME_NANOS
 from ..store import AppendResult, EventPage, EventQuery, NewEvent, PutRequest
 from ..store.eventlog import MAX_EVENTS_PER_APPEND
 from .convert import labels_arg, put_request, put_response_pb, time_filter_nanos
@@ -24,11 +25,15 @@ def append_args(
         when = None
         if event.HasField("time"):
             try:
-                when = time_filter_nanos(event, "time")
+                when = time_filter_nanos(
+                    event,
+                    "time",
+                    earliest=MIN_EVENT_TIME_NANOS,
+                    latest=MAX_EVENT_TIME_NANOS,
+                    time_range=EVENT_TIME_RANGE,
+                )
             except InvalidArgument as exc:
                 raise InvalidArgument(f"events[{i}].{exc}") from None
-            if when is not None and when < 0:
-                raise InvalidArgument(f"events[{i}].time is before 1970-01-01T00:00:00Z, the earliest an event may be")
         attributes = labels_arg(event.attributes, f"events[{i}].attributes") if event.attributes else {}
         events.append(NewEvent(event.type, event.payload, attributes, when))
     put = None

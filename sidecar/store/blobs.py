@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, Storage, WriteTxn
 from . import keys
 from .blobfiles import BlobFiles, check_sha256
-from .layout import Tables
+from .layout import Tables, write_time
 from .ops import Batch, Op
 from .records import frame_of, meta_of, printable, record
 
@@ -150,7 +149,9 @@ class Blobs:
         tables, files = self._tables, self.files
 
         def apply(batch: Batch, txn: WriteTxn) -> BlobInfo:
-            now = time.time_ns()
+            # Later than every version written before (write_time, whatever the wall clock did): retention
+            # keeps the reference until a version written after it is the oldest kept.
+            now = write_time(txn, tables)
             raw = txn.get(sha, db=tables.blobs)
             if raw is None or not files.path(sha256).is_file():  # a recorded blob's lost file is restored too
                 # Moved in under the write lock: no removal (another worker's too) can come between the
@@ -180,7 +181,8 @@ class Blobs:
             if txn.get(key, db=tables.blob_refs) is None:
                 rec.ref_count += 1
             # A fresh time on each PutBlob: retention keeps a reference at least as long as the versions
-            # written after it (the checkpoint naming the blob comes after its upload).
+            # written after it (the checkpoint naming the blob comes after its upload), and no version
+            # written before it has a later time (write_time).
             txn.put(key, records_pb2.BlobRefRecord(created_unix_nanos=now).SerializeToString(), db=tables.blob_refs)
             txn.put(sha, rec.SerializeToString(), db=tables.blobs)
             return _info(sha256, rec.SerializeToString())

@@ -33,6 +33,7 @@ from ckpt.store.v1 import records_pb2
 from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, EventSeqConflict, InvalidArgument, StateTooLarge
 from ..ids import check_event_type
+from ..limits import EVENT_TIME_RANGE
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
@@ -101,7 +102,7 @@ def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[reco
         when = event.time_unix_nanos
         if when is not None and (isinstance(when, bool) or not isinstance(when, int) or not 0 <= when <= 2**63 - 1):
             raise InvalidArgument(
-                f"events[{i}].time must be a time from 1970-01-01T00:00:00Z on (nanoseconds 0..2**63-1), got {when!r}"
+                f"events[{i}].time must be a time from {EVENT_TIME_RANGE} (nanoseconds 0..2**63-1), got {when!r}"
             )
         total += len(event.payload)
         if total > max_bytes:

@@ -33,6 +33,8 @@ LAYOUT_KEY = b"layout_version"
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
 #: The quiet-keyframe sweep's bound (QuietKeyframes.before_nanos).
 KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
+#: The latest time a write was stamped with (write_time, as digits): the store's times never go backwards.
+WRITE_TIME_KEY = b"last_write_unix_nanos"
 #: Registrations that changed the `types` table (registry.py): another process reloads it when it moved.
 TYPES_GENERATION_KEY = b"types_generation"
 #: Every field number each registered message has held, and its kind (registry.py): a FieldHistory.
@@ -187,6 +189,32 @@ def _index_updated_by_granule(txn: WriteTxn, updated: Table) -> int:
             moved += 1
         after = chunk[-1]
     return moved
+
+
+def write_time(txn: WriteTxn, tables: Tables) -> int:
+    """The time a write in ``txn`` is stamped with (a version's creation, a session's update, a blob
+    reference): the wall clock, or 1 ns past the latest time the store stamped if the clock is not past it.
+
+    A wall clock steps back (NTP, a restored VM snapshot): stamped as read, a write would look older than
+    writes made before it, and retention (blob references against versions) and listings by update time
+    (a position in the updated-time index) order writes by these times. Kept in the meta table and read in
+    the write transaction, so that every process writing the store (ckpt serve --workers) follows it. A
+    store that never kept it starts from its updated-time index's latest granule.
+    """
+    now = time.time_ns()
+    meta = tables.meta
+    assert meta is not None, "a writable store has a meta table"
+    raw = txn.get(WRITE_TIME_KEY, db=meta)
+    last = 0
+    if raw is not None and raw.isdigit():
+        last = int(raw)
+    elif raw is None:
+        newest = next(txn.scan_back(tables.updated), None)
+        last = keys.time_of(newest[0]) if newest is not None and len(newest[0]) >= 8 else 0
+    if now <= last:
+        now = min(last + 1, keys.MAX_TIME_NANOS)
+    txn.put(WRITE_TIME_KEY, b"%d" % now, db=meta)
+    return now
 
 
 def has_layout1_requests(txn: ReadTxn, tables: Tables) -> bool:

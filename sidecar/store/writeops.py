@@ -9,8 +9,6 @@ writers can never both succeed against one head.
 
 from __future__ import annotations
 
-import time
-
 from google.protobuf.message import DecodeError, Message
 
 from ckpt.store.v1 import records_pb2
@@ -35,7 +33,7 @@ from .coherence import Coherence
 from .encoders import Encoders
 from .eventlog import EventLog
 from .keyframes import QuietKeyframes
-from .layout import Tables
+from .layout import Tables, write_time
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames, read_state
 from .records import META_LEN, record, replayed_put, request_made, session_info
@@ -202,7 +200,7 @@ class WriteOps:
             except EncodeError as exc:
                 raise InvalidArgument(f"{field}state cannot be encoded: {exc}") from None
             try:
-                now = time.time_ns()
+                now = write_time(txn, self._tables)  # never behind an earlier write's, whatever the clock
                 if rec is None:
                     rec = records_pb2.SessionRecord(created_unix_nanos=now, message_type=typed)
                     old_updated = None
@@ -275,7 +273,7 @@ class WriteOps:
             # A type the registry lost (damage) leaves the fork uncompacted, not refused: it copies a state.
             encoder = encoders.new(registry.resolve(typed) if typed else None)
             frame = encoder.replace(state)
-            now = time.time_ns()
+            now = write_time(txn, tables)
             rec = records_pb2.SessionRecord(
                 created_unix_nanos=now,
                 forked_from_session_id=session_id,

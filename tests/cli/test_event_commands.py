@@ -131,3 +131,37 @@ def test_follow_stops_with_a_failure_when_its_session_is_deleted_and_written_aga
             out, err = _ended(follow)
         assert follow.returncode == 1 and out == b"", err
         assert err == b"ckpt events: session 'gone' was deleted while following; run ckpt events again\n"
+
+
+FILTER_RANGE = b"it must be a time from 0001-01-01T00:00:00Z to 2554-07-21T23:34:33.709551615Z"
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "when"),
+    [
+        (("events", "s"), "--since", "0001-01-01T00:00:00+01:00"),  # before year 1 in UTC: was a traceback
+        (("events", "s"), "--since", "9999-12-31T23:59:59-01:00"),  # after year 9999 in UTC: likewise
+        (("events", "s"), "--since", "9999-12-31T23:59:59Z"),  # was the sidecar's error, naming `after`
+        (("sessions",), "--updated-after", "0001-01-01T00:00:00+01:00"),
+        (("sessions",), "--updated-before", "2554-07-21T23:34:34Z"),
+    ],
+)
+def test_a_time_option_the_sidecar_cannot_hold_is_a_bad_command_line_naming_the_option_and_the_range(
+    sidecar: Sidecar, command: tuple[str, ...], option: str, when: str
+) -> None:
+    out = ckpt(*command, option, when, "--target", sidecar.unix_target)
+    assert out.returncode == 2 and out.stdout == b"", out.stderr
+    assert (
+        out.stderr.decode().strip() == f"ckpt {command[0]}: {option} {when!r} is out of range: {FILTER_RANGE.decode()}"
+    )
+
+
+def test_time_options_at_the_ends_of_the_range_are_sent(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.append_events("ends", [event("t")])
+        c.put("ends", b"v1")
+    assert len(lines(ckpt("events", "ends", "--since", "0001-01-01T00:30:00+00:30", *t))) == 1
+    assert lines(ckpt("events", "ends", "--since", "2554-07-21T23:34:33.709551615Z", *t)) == []
+    listed = lines(ckpt("sessions", "--updated-after", "0001-01-01T00:00:00Z", *t))
+    assert "ends" in [s["session_id"] for s in listed]

@@ -96,3 +96,51 @@ def test_an_append_on_another_last_seq_is_an_event_conflict_and_writes_nothing(s
         assert c.append_events("tail", [event("b")], expected_last_seq=1).first_seq == 2
         with pytest.raises(ValueError, match="expected_last_seq"):
             c.append_events("tail", [event("c")], expected_last_seq=-1)
+
+
+EAST, WEST = (datetime.timezone(datetime.timedelta(hours=h)) for h in (1, -1))
+EVENT_RANGE = "it must be a time from 1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z"
+FILTER_RANGE = "it must be a time from 0001-01-01T00:00:00Z to 2554-07-21T23:34:33.709551615Z"
+# Before year 1 and after year 9999 in UTC: converting them was an OverflowError.
+YEAR_1_EAST = datetime.datetime(1, 1, 1, tzinfo=EAST)
+YEAR_9999_WEST = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=WEST)
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        YEAR_1_EAST,
+        YEAR_9999_WEST,
+        datetime.datetime(2300, 1, 1, tzinfo=datetime.UTC),
+        datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC),
+    ],
+    ids=["year-1-east", "year-9999-west", "year-2300", "before-1970"],
+)
+def test_an_event_time_the_sidecar_cannot_hold_is_a_value_error_naming_the_times_it_can(
+    when: datetime.datetime,
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        event("t", time=when)
+    assert str(caught.value) == f"time {when.isoformat()} is out of range: {EVENT_RANGE}"
+
+
+@pytest.mark.parametrize("when", [YEAR_1_EAST, YEAR_9999_WEST], ids=["year-1-east", "year-9999-west"])
+def test_a_time_filter_the_sidecar_cannot_hold_is_a_value_error_naming_the_times_it_can(
+    sidecar: Sidecar, when: datetime.datetime
+) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        with pytest.raises(ValueError) as after:
+            list(c.events("s", after=when))
+        with pytest.raises(ValueError) as before:
+            list(c.events("s", before=when))
+        with pytest.raises(ValueError) as updated_after:
+            list(c.sessions(updated_after=when))
+        with pytest.raises(ValueError) as updated_before:
+            list(c.sessions(updated_before=when))
+    for name, caught in [
+        ("after", after),
+        ("before", before),
+        ("updated_after", updated_after),
+        ("updated_before", updated_before),
+    ]:
+        assert str(caught.value) == f"{name} {when.isoformat()} is out of range: {FILTER_RANGE}"

@@ -210,7 +210,24 @@ def test_fork_copies_events_only_when_asked_and_delete_counts_them(
                 session_id="b", events=[service_pb2.Event(type="t", time=Timestamp(seconds=-5))]
             ),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "events[0].time is before 1970-01-01T00:00:00Z",
+            "events[0].time (seconds=-5, nanos=0) is out of range: it must be a time from 1970-01-01T00:00:00Z to"
+            " 2262-04-11T23:47:16.854775807Z",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[service_pb2.Event(type="t", time=Timestamp(seconds=253_402_300_799))]
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "events[0].time (seconds=253402300799, nanos=0) is out of range: it must be a time from"
+            " 1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z",
+        ),
+        (
+            service_pb2.AppendEventsRequest(
+                session_id="b", events=[service_pb2.Event(type="t", time=Timestamp(seconds=9_223_372_037))]
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "events[0].time (seconds=9223372037, nanos=0) is out of range: it must be a time from"
+            " 1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z",
         ),
         (
             service_pb2.AppendEventsRequest(session_id="b", put=service_pb2.PutRequest(session_id="c")),
