@@ -45,7 +45,10 @@ class Masks:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._compiled: dict[tuple[type[Message], tuple[str, ...]], FieldMask] = {}
+        #: By type name and paths; a mask holds its class, and the class its registration's descriptor pool.
+        self._compiled: dict[tuple[str, tuple[str, ...]], FieldMask] = {}
+        #: Each type name's class the masks kept were compiled against.
+        self._classes: dict[str, type[Message]] = {}
         self._lock = threading.Lock()
 
     def masked(self, session_id: str, got: GetResult, paths: Sequence[str]) -> GetResult:
@@ -110,12 +113,20 @@ class Masks:
             raise InvalidArgument(f"{exc} (session {session_id!r})") from None
 
     def _compile(self, cls: type[Message], paths: tuple[str, ...]) -> FieldMask:
-        key = (cls, paths)
+        name = cls.DESCRIPTOR.full_name
+        key = (name, paths)
         mask = self._compiled.get(key)
-        if mask is None:
-            mask = compile_mask(cls, paths)
-            with self._lock:
-                if len(self._compiled) >= _MASKS_KEPT:
-                    self._compiled.clear()
-                self._compiled[key] = mask
+        if mask is not None and mask.message_type is cls:
+            return mask
+        mask = compile_mask(cls, paths)
+        with self._lock:
+            if self._classes.get(name) is not cls:
+                # The type was registered again: the masks of its earlier class go, and with them that
+                # registration's descriptor pool (~250 KB each), which they alone would keep alive.
+                for stale in [k for k in self._compiled if k[0] == name]:
+                    del self._compiled[stale]
+                self._classes[name] = cls
+            if len(self._compiled) >= _MASKS_KEPT:
+                self._compiled.clear()
+            self._compiled[key] = mask
         return mask
