@@ -41,6 +41,8 @@ T = TypeVar("T")
 BLOB_CHUNK_BYTES = 1024 * 1024
 #: Longest media type PutBlob takes (IANA's are far shorter).
 MAX_MEDIA_TYPE_BYTES = 255
+#: A GetBlobResponse's bytes besides its chunk, at most: tags and lengths, size_bytes, media_type.
+_FIRST_RESPONSE_BYTES = MAX_MEDIA_TYPE_BYTES + 32
 
 _parse_put = cast(Callable[[bytes], service_pb2.PutBlobRequest], request_parser(service_pb2.PutBlobRequest))
 _parse_get = cast(Callable[[bytes], service_pb2.GetBlobRequest], request_parser(service_pb2.GetBlobRequest))
@@ -50,11 +52,16 @@ class BlobStreams:
     """The PutBlob and GetBlob handlers (raw bytes in and out) on ``store``, a read-only Store whose
     ``blob_files`` the store process moves blobs into; ``link`` records them."""
 
-    def __init__(self, store: Store, link: StoreLink, *, max_blob_bytes: int) -> None:
+    def __init__(
+        self, store: Store, link: StoreLink, *, max_blob_bytes: int, max_message_bytes: int = 64 << 20
+    ) -> None:
         self._store = store
         self._files = store.blob_files
         self._link = link
         self._max_blob_bytes = max_blob_bytes
+        # GetBlob's chunks: 1 MiB, or less under a smaller --max-message-bytes, with room for the first
+        # message's size and media type: the sidecar never sends a message over its own limit.
+        self._chunk_bytes = min(BLOB_CHUNK_BYTES, max_message_bytes - _FIRST_RESPONSE_BYTES)
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         return {
@@ -171,7 +178,7 @@ class BlobStreams:
                 return
             while position < end:
                 chunk = await loop.run_in_executor(
-                    None, _read_at, blob, position, min(BLOB_CHUNK_BYTES, end - position)
+                    None, _read_at, blob, position, min(self._chunk_bytes, end - position)
                 )
                 if not chunk:
                     await _abort(context, NotFound(f"blob {info.sha256}: its file ended at byte {position}"))

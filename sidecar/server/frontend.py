@@ -83,7 +83,12 @@ class SidecarServer:
                     ("grpc.so_reuseport", 0 if worker is None else 1),
                 ],
             )
-            blobs = BlobStreams(self.reader, link, max_blob_bytes=config.store.max_blob_bytes)
+            blobs = BlobStreams(
+                self.reader,
+                link,
+                max_blob_bytes=config.store.max_blob_bytes,
+                max_message_bytes=config.max_message_bytes,
+            )
             # A ReadEvents' pages end where the store process's would (storeside.py): the same envelope clear.
             add_forwarded_service(
                 link,

@@ -136,6 +136,24 @@ def test_a_blob_over_max_blob_bytes_is_refused_naming_the_limit_and_nothing_is_s
         assert sc.stop() == 0, sc.log()
 
 
+@pytest.mark.parametrize("limit", [128 * 1024, MIB], ids=["smallest", "one-mib"])
+def test_get_blob_sends_chunks_within_the_sidecars_own_message_limit(tmp_path: Path, limit: int) -> None:
+    sc = start_sidecar(tmp_path / "data", "--max-message-bytes", str(limit))
+    data = os.urandom(3 * limit + 17)
+    media_type = "application/" + "x" * 243  # 255 bytes: the longest taken, sent in the first reply
+    try:
+        with grpc.insecure_channel(sc.unix_target) as channel:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            with CheckpointClient(sc.unix_target) as client:
+                ref = client.put_blob(data, session_id="s", media_type=media_type, chunk_size_bytes=limit // 2)
+            replies = list(stub.GetBlob(service_pb2.GetBlobRequest(sha256=ref.content_hash.removeprefix("sha256:"))))
+        assert b"".join(r.chunk for r in replies) == data
+        assert replies[0].media_type == media_type
+        assert max(r.ByteSize() for r in replies) <= limit
+    finally:
+        assert sc.stop() == 0, sc.log()
+
+
 def test_a_stream_cancelled_half_way_stores_nothing_and_leaves_no_temporary_file(sidecar: Sidecar) -> None:
     sent = threading.Event()
 
