@@ -1,6 +1,6 @@
 """The storage seam (an ordered, transactional key-value store with named tables) and its LMDB implementation."""
 
-from .files import DISK_FULL_ERRNOS, in_use_in_this_process
+from .files import DISK_FULL_ERRNOS, in_use_in_this_process, make_dirs, sync_dir
 from .lmdb_storage import LmdbStorage, check_not_truncated, open_lmdb
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, Storage, StorageFailure, Table, WriteTxn
@@ -17,5 +17,7 @@ __all__ = [
     "WriteTxn",
     "check_not_truncated",
     "in_use_in_this_process",
+    "make_dirs",
     "open_lmdb",
+    "sync_dir",
 ]

@@ -53,5 +53,38 @@ def grow_file(path: Path, size_bytes: int) -> None:
             os.fsync(f.fileno())
 
 
+def sync_dir(path: Path) -> None:
+    """Flush a directory's entries (a file or directory made, renamed or removed in it) to disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # some file systems cannot flush a directory; their entries are then as durable as can be
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path, *, sync: bool = True) -> None:
+    """``mkdir -p path``, each directory made flushed into its parent (``sync``): a power cut must not undo
+    a directory that files acknowledged as durable live in (POSIX makes a new entry durable only once its
+    directory is flushed)."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for made in reversed(missing):
+        try:
+            made.mkdir()
+        except FileExistsError:
+            if not made.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(made)) from None
+            continue  # made meanwhile, by another process, which flushes it
+        if sync:
+            sync_dir(made.parent)
+
+
 def in_use_in_this_process(data_dir: os.PathLike[str]) -> Unavailable:
     return Unavailable(f"data directory {data_dir} is in use by another Store in this process (close it first)")

@@ -234,6 +234,7 @@ class LmdbStorage:
         meta_sync: bool,
     ) -> None:
         self.readonly = readonly
+        self._meta_sync = meta_sync
         self.data_file = lmdb_dir / "data.mdb"
         self.location = str(self.data_file)
         self._max_map_size = max_map_size_bytes
@@ -317,6 +318,11 @@ class LmdbStorage:
         return disk_full_reason(str(exc), self.data_file, needed_bytes)
 
     # -- upkeep --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make every commit so far durable: without meta sync, the last commit's meta page is not yet."""
+        if not self._meta_sync:
+            self.env.sync(True)
 
     def committed(self) -> None:
         """After a commit: grow data.mdb to the committed last page if LMDB left it shorter.

@@ -155,6 +155,11 @@ class Storage(Protocol):
         """Called by the writer after each commit, before it answers the writes (LMDB: file upkeep)."""
         ...
 
+    def flush(self) -> None:
+        """Make every commit so far durable, whatever the durability setting (before removing a file
+        that a commit undone by an OS crash would still name)."""
+        ...
+
     def forget_dead_readers(self) -> None:
         """Release what readers in processes that died left held (LMDB: their reader slots)."""
         ...

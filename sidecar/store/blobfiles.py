@@ -19,7 +19,6 @@ goes with the process): :meth:`BlobFiles.remove_abandoned` removes those.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
-from ..storage import DISK_FULL_ERRNOS
+from ..storage import DISK_FULL_ERRNOS, make_dirs, sync_dir
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
@@ -60,7 +59,7 @@ class TempBlob:
         self._hash = hashlib.sha256()
         self.size_bytes = 0
         try:
-            files.temp_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(files.temp_dir, sync=files.sync)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             fcntl.flock(self._fd, fcntl.LOCK_EX)  # "being written": see BlobFiles.remove_abandoned
         except OSError as exc:
@@ -161,9 +160,7 @@ class BlobFiles:
         final = self.path(sha256)
         source = self.temp_dir / temp_name
         size = source.stat().st_size
-        if not final.parent.is_dir():
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self._sync_dir(final.parent.parent)
+        make_dirs(final.parent, sync=self.sync)  # blobs/sha256/ab, and blobs/sha256 or blobs first
         os.replace(source, final)
         self._sync_dir(final.parent)
         return size
@@ -219,13 +216,5 @@ class BlobFiles:
         return removed
 
     def _sync_dir(self, path: Path) -> None:
-        if not self.sync:
-            return
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        except OSError as exc:  # some file systems cannot flush a directory; the rename is still atomic
-            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
-                raise
-        finally:
-            os.close(fd)
+        if self.sync:
+            sync_dir(path)

@@ -242,6 +242,9 @@ class Blobs:
         """
         removed = 0
         try:
+            # Under Durability.NO_META_SYNC an OS crash may undo the commit that dropped the records: it
+            # must be on disk before the files go, or the records would come back naming no file.
+            self._storage.flush()
             with self._storage.write() as txn:
                 for sha in shas:
                     if txn.get(sha, db=self._tables.blobs) is None and self.files.remove(sha.hex()):

@@ -5,13 +5,11 @@ the writer thread and its queue (writer.py, loopwrites.py, gather.py), the
 write ops (writeops.py) and their entry points (writes.py, checkline.py),
 chain reads (reads.py), listings (listings.py), request ids
 (requestids.py), retention and the sweeper (retention.py), quiet keyframes
-(keyframes.py), registered message types (registry.py), blobs (blobs.py, their
-files: blobfiles.py), the caches (cache.py, encoders.py) and their checks against
-shared storage (coherence.py).
-Storage is reached only through the seam (sidecar/storage).
-
-Reads run in their own read transactions, concurrently with the writer.
-No gRPC here: the server maps StoreError subclasses to status codes.
+(keyframes.py), registered message types (registry.py), blobs (blobs.py,
+blobfiles.py), the caches (cache.py, encoders.py) and their checks against
+shared storage (coherence.py). Storage is reached only through the seam
+(sidecar/storage). Reads run in their own read transactions, concurrently
+with the writer. No gRPC here: the server maps StoreErrors to status codes.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from ckpt.store.v1 import records_pb2
 
 from ..config import Durability, StoreConfig
 from ..errors import DataLoss, NotFound, Unavailable
-from ..storage import ReadTxn, check_not_truncated, open_lmdb
+from ..storage import ReadTxn, check_not_truncated, make_dirs, open_lmdb, sync_dir
 from . import keys
 from .blobfiles import BlobFiles, check_sha256
 from .blobs import BlobInfo, Blobs
@@ -96,11 +94,12 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         if readonly:
             if not (lmdb_dir / "data.mdb").is_file():
                 raise NotFound(f"no ckpt store in {config.data_dir} (missing {lmdb_dir / 'data.mdb'})")
-            self._lock_file = None
+            self._lock_file, made = None, False
         else:
             if config.data_dir.exists() and not config.data_dir.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
-            config.data_dir.mkdir(parents=True, exist_ok=True)
+            made = not (lmdb_dir / "data.mdb").exists()  # LMDB makes data.mdb, but flushes no directory
+            make_dirs(lmdb_dir)  # and the data directory: each made flushed into its parent
             self._lock_file = None if shared else lock_data_dir(config.data_dir, holder=lock_holder)
         try:
             # Shared: the parent checked (and extended) the file before any
@@ -118,6 +117,8 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
                     open_layout, writable=not readonly, max_map_size_bytes=config.max_map_size_bytes
                 ),
             )
+            if made:
+                sync_dir(lmdb_dir)
         except BaseException:
             # The caller never gets a store to close(): release the directory now.
             if self._lock_file is not None:
