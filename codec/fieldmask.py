@@ -60,6 +60,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _Tree = dict[str, "_Tree"]
 #: Paths per mask: a mask names fields of one message, and a message has few.
 MAX_PATHS = 1000
+#: The nested messages a path may go into (its dots): as deep as protobuf parses messages (upb's limit, which
+#: a typed session's states and MERGE patches are held to), so no state has a field deeper.
+MAX_PATH_DEPTH = 100
 
 
 def check_paths(paths: Iterable[str]) -> tuple[str, ...]:
@@ -68,7 +71,14 @@ def check_paths(paths: Iterable[str]) -> tuple[str, ...]:
     if len(out) > MAX_PATHS:
         raise FieldMaskError(f"field_mask has {len(out)} paths; the limit is {MAX_PATHS}")
     for path in out:
-        if not all(_NAME.fullmatch(name) for name in path.split(".")):
+        names = path.split(".")
+        if len(names) > MAX_PATH_DEPTH + 1:
+            shown = repr(path) if len(path) <= 100 else f"{path[:100]!r}... ({len(path)} characters)"
+            raise FieldMaskError(
+                f"field_mask path {shown} goes {len(names) - 1} messages deep; the limit is {MAX_PATH_DEPTH}"
+                " (protobuf parses messages nested no deeper)"
+            )
+        if not all(_NAME.fullmatch(name) for name in names):
             raise FieldMaskError(
                 f"field_mask path {path!r} is malformed: it must be field names separated by dots (e.g. 'handoff',"
                 " 'handoff.next')"

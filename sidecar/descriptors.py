@@ -59,19 +59,23 @@ _BUILT_IN_MODULES: tuple[ModuleType, ...] = (
 
 
 def _with_imports(files: Iterable[descriptor.FileDescriptor]) -> Iterator[descriptor.FileDescriptor]:
-    """``files`` and every file they import, each after its imports, once."""
+    """``files`` and every file they import, each after its imports, once (a loop: an import chain may be
+    longer than Python's recursion limit)."""
     seen: set[str] = set()
-
-    def visit(f: descriptor.FileDescriptor) -> Iterator[descriptor.FileDescriptor]:
-        if f.name in seen:
-            return
-        seen.add(f.name)
-        for dep in f.dependencies:
-            yield from visit(dep)
-        yield f
-
-    for f in files:
-        yield from visit(f)
+    for root in files:
+        if root.name in seen:
+            continue
+        seen.add(root.name)
+        stack = [(root, iter(root.dependencies))]
+        while stack:
+            f, deps = stack[-1]
+            dep = next((d for d in deps if d.name not in seen), None)
+            if dep is None:
+                stack.pop()
+                yield f
+            else:
+                seen.add(dep.name)
+                stack.append((dep, iter(dep.dependencies)))
 
 
 def _built_in() -> dict[str, FileProto]:
@@ -177,7 +181,8 @@ def _messages(messages: Iterable[descriptor_pb2.DescriptorProto]) -> Iterator[de
 
 
 def build_pool(files: Mapping[str, FileProto]) -> descriptor_pool.DescriptorPool:
-    """A pool of the built-in files and ``files`` (by name), each added after its imports.
+    """A pool of the built-in files and ``files`` (by name), each added after its imports, whatever order
+    ``files`` has and however long its import chains are (a loop, not recursion).
 
     InvalidArgument when a file imports one that is neither among them nor built in, files import each
     other in a circle, or protobuf refuses a file (naming it and why).
@@ -186,30 +191,34 @@ def build_pool(files: Mapping[str, FileProto]) -> descriptor_pool.DescriptorPool
     for f in BUILT_IN_FILES.values():
         pool.Add(f)
     added: set[str] = set(BUILT_IN_FILES)
-    visiting: set[str] = set()
-
-    def add(name: str, importer: str | None) -> None:
-        if name in added:
-            return
-        f = files.get(name)
-        if f is None:
-            raise InvalidArgument(
-                f"file {importer!r} imports {name!r}, which is neither in the set nor registered nor built in:"
-                " send it too"
-            )
-        if name in visiting:
-            raise InvalidArgument(f"file {name!r} imports itself, through {importer!r}")
-        visiting.add(name)
-        for dep in f.dependency:
-            add(dep, name)
-        try:
-            pool.Add(f)
-        except Exception as exc:  # upb raises TypeError, the pure-Python pool others
-            raise InvalidArgument(f"protobuf refuses file {name!r}: {exc}") from None
-        added.add(name)
-
-    for name in files:
-        add(name, None)
+    for root in files:
+        if root in added:
+            continue
+        # The files being added, each with its imports not yet looked at: the chain from ``root``.
+        stack = [(root, iter(files[root].dependency))]
+        visiting = {root}
+        while stack:
+            name, deps = stack[-1]
+            dep = next((d for d in deps if d not in added), None)
+            if dep is None:
+                stack.pop()
+                visiting.discard(name)
+                try:
+                    pool.Add(files[name])
+                except Exception as exc:  # upb raises TypeError, the pure-Python pool others
+                    raise InvalidArgument(f"protobuf refuses file {name!r}: {exc}") from None
+                added.add(name)
+                continue
+            imported = files.get(dep)
+            if imported is None:
+                raise InvalidArgument(
+                    f"file {name!r} imports {dep!r}, which is neither in the set nor registered nor built in:"
+                    " send it too"
+                )
+            if dep in visiting:
+                raise InvalidArgument(f"file {dep!r} imports itself, through {name!r}")
+            visiting.add(dep)
+            stack.append((dep, iter(imported.dependency)))
     return pool
 
 

@@ -222,6 +222,10 @@ class Registry:
             pool = descriptors.build_pool(files)
         except InvalidArgument as exc:
             raise DataLoss(f"the types table's files do not build: {exc}") from None
+        except Exception as exc:  # whatever else building them raises: DataLoss too, so the store still opens
+            raise DataLoss(
+                f"the types table's files ({len(files)}) do not build: {type(exc).__name__}: {str(exc)[:500]}"
+            ) from None
         return Schema(generation, files, pool)
 
     def _install(self, schema: Schema) -> None:

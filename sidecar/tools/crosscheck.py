@@ -417,6 +417,10 @@ class CrossCheck:
         except InvalidArgument as exc:
             yield Problem("types", None, False, f"the registered files do not build: {exc}; typed writes fail")
             return  # which types they would define is unknown
+        except Exception as exc:  # whatever else building them raises is damage to report, not a crash
+            detail = f"{type(exc).__name__}: {str(exc)[:500]}"
+            yield Problem("types", None, False, f"the registered files do not build: {detail}; typed writes fail")
+            return
         for sid, rec in self._records():
             name = rec.message_type
             if not name:

@@ -267,6 +267,25 @@ def test_a_bad_path_is_refused_naming_it(paths: list[str], refusal: str) -> None
         compile_mask(pb.Checkpoint, paths)
 
 
+def test_a_path_deeper_than_protobuf_parses_is_refused_naming_the_limit() -> None:
+    state = Outer()
+    deepest = state.inner
+    for _ in range(99):  # masktest.Inner nested 100 deep: as deep as protobuf parses
+        deepest = deepest.deeper
+    deepest.a = "bottom"
+    data = state.SerializeToString()
+    path = ".".join(["inner", *["deeper"] * 99, "a"])
+    assert _masked(Outer, data, [path]) == _oracle(Outer, data, [path]) == data
+    for depth in (101, 2000):
+        path = ".".join(["inner", *["deeper"] * (depth - 1), "a"])
+        with pytest.raises(
+            FieldMaskError,
+            match=rf"^field_mask path 'inner\.deeper\.[a-z.]+'\.\.\. \({len(path)} characters\) goes {depth} messages"
+            r" deep; the limit is 100 \(protobuf parses messages nested no deeper\)$",
+        ):
+            compile_mask(Outer, [path])
+
+
 def test_a_path_into_a_field_that_does_not_parse_as_its_type_names_the_field() -> None:
     # inner (field 3) holding bytes that are no masktest.Inner: what a field number given another type leaves.
     state = Outer(n=1).SerializeToString() + _tag(3, 2) + b"\x02\xff\xff"

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2
+from google.protobuf import descriptor_pb2, field_mask_pb2
 
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, InvalidArgumentError, NotFoundError
 from ckpt.sidecar.server.replycache import INLINE_READ_MAX_STATE_BYTES
@@ -30,6 +30,7 @@ from tests.support import (
 )
 
 CHECKPOINT = "ckpt.v1.Checkpoint"
+F = descriptor_pb2.FieldDescriptorProto
 
 
 def _oracle(message_class: Any, state: bytes, paths: list[str]) -> Any:
@@ -253,3 +254,43 @@ def test_the_async_client_masks_and_both_clients_refuse_a_str_mask(tmp_path: Pat
         assert asyncio.run(read()) == pb.Checkpoint(handoff=pb.Handoff(next="n"))
     finally:
         assert sidecar.stop() == 0, sidecar.log()
+
+
+@pytest.mark.parametrize("reply_cache", [True, False], ids=["reply-cache", "forwarded"])
+def test_a_mask_path_deeper_than_protobuf_parses_is_invalid_argument_naming_the_limit(
+    tmp_path: Path, reply_cache: bool
+) -> None:
+    node = descriptor_pb2.FileDescriptorProto(name="acme/node.proto", package="acme", syntax="proto3")
+    message = node.message_type.add(name="Node")  # acme.Node {Node child = 1; int64 v = 2;}
+    message.field.add(name="child", number=1, type=F.TYPE_MESSAGE, type_name=".acme.Node", label=F.LABEL_OPTIONAL)
+    message.field.add(name="v", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    state = b"\x10\x07"  # v = 7, under 100 children: nested as deep as protobuf parses
+    for _ in range(100):
+        state = b"\x0a" + _varint(len(state)) + state
+    sidecar = start_sidecar(tmp_path / "data", *([] if reply_cache else ["--reply-cache-bytes", "0"]))
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            client.register_type(descriptor_set_of(node))
+            client.put("tree", state, message_type="acme.Node")
+            assert client.get("tree").state == state
+            deepest = ".".join(["child"] * 100 + ["v"])
+            assert client.get("tree", field_mask=[deepest]).state == state
+            for depth in (101, 2000):
+                path = ".".join(["child"] * depth + ["v"])
+                with pytest.raises(
+                    InvalidArgumentError,
+                    match=rf"field_mask path 'child\.child[a-z.]+'\.\.\. \({len(path)} characters\) goes {depth}"
+                    r" messages deep; the limit is 100",
+                ):
+                    client.get("tree", field_mask=[path])
+            assert client.get("tree", field_mask=["v"]).state == b""  # the sidecar still answers
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
