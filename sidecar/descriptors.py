@@ -22,6 +22,7 @@ from google.protobuf import (
     duration_pb2,
     empty_pb2,
     field_mask_pb2,
+    message_factory,
     struct_pb2,
     timestamp_pb2,
     wrappers_pb2,
@@ -220,6 +221,27 @@ def build_pool(files: Mapping[str, FileProto]) -> descriptor_pool.DescriptorPool
             visiting.add(dep)
             stack.append((dep, iter(imported.dependency)))
     return pool
+
+
+def message_class(message: descriptor.Descriptor) -> type[Message]:
+    """``message``'s dynamic class, the classes of the message types its fields hold made first, leaves
+    first: protobuf makes a class's field types' classes by recursion, and a chain of a few hundred types
+    each holding the next would pass Python's recursion limit (a RegisterType any client may send)."""
+    order: list[descriptor.Descriptor] = []
+    seen = {message.full_name}
+    stack = [(message, iter(message.fields))]
+    while stack:
+        current, fields = stack[-1]
+        child = next((f.message_type for f in fields if f.message_type is not None), None)
+        if child is None:
+            stack.pop()
+            order.append(current)
+        elif child.full_name not in seen:
+            seen.add(child.full_name)
+            stack.append((child, iter(child.fields)))
+    for each in order:
+        cls = message_factory.GetMessageClass(each)
+    return cls
 
 
 def message_types(files: Iterable[FileProto], pool: descriptor_pool.DescriptorPool) -> list[str]:

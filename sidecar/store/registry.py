@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from google.protobuf import descriptor_pool, message_factory
+from google.protobuf import descriptor_pool
 from google.protobuf.message import DecodeError, Message
 
 from ckpt.store.v1 import records_pb2
@@ -65,7 +65,7 @@ class Schema:
         except KeyError:
             pass
         try:
-            cls: MessageClass | None = message_factory.GetMessageClass(self.pool.FindMessageTypeByName(name))
+            cls: MessageClass | None = descriptors.message_class(self.pool.FindMessageTypeByName(name))
         except KeyError:
             cls = None
         self._classes[name] = cls  # racing threads build equal classes: either one is kept

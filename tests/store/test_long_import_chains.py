@@ -5,11 +5,12 @@ registry that does not load leaves the store open, naming why."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ckpt.sidecar import DataLoss, InvalidArgument, Store, StoreConfig, descriptors
+from ckpt.sidecar import DataLoss, InvalidArgument, Store, StoreConfig, WriteMode, descriptors
 from ckpt.sidecar.tools import crosscheck
 from tests.support import descriptor_set_of
 
@@ -91,3 +92,27 @@ def test_a_registry_that_fails_to_build_for_any_reason_leaves_the_store_open_and
         with store.read() as txn:  # what `ckpt verify` reports
             (problem,) = crosscheck.CrossCheck(store, txn, None).run("types")
         assert problem.text.startswith("the registered files do not build: RecursionError: maximum"), problem
+
+
+def test_a_long_chain_of_types_each_holding_the_next_is_written_and_read_typed(config: StoreConfig) -> None:
+    # One file, types A0 .. A1999, each with a field of the next: protobuf makes a class's field types'
+    # classes by recursion, past Python's limit for a chain this long unless made leaves first.
+    f = descriptor_pb2.FileDescriptorProto(name="chain/t.proto", package="chain", syntax="proto3")
+    for i in range(2000):
+        m = f.message_type.add(name=f"A{i}")
+        m.field.add(name="v", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+        if i + 1 < 2000:
+            m.field.add(
+                name="next", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, type_name=f".chain.A{i + 1}"
+            )
+    state = b"\x08\x05\x12\x02\x08\x06"  # v: 5, next {v: 6}
+    with Store(config) as store:
+        store.register_types(descriptor_pb2.FileDescriptorSet(file=[f]).SerializeToString())
+        store.put("s", state, message_type="chain.A0")
+        store.put("s", b"\x08\x07", mode=WriteMode.MERGE)
+    with Store(config) as store:  # cold: the classes made again on a fresh registry
+        got = store.get("s")
+        assert got.info.message_type == "chain.A0"
+        cls: Any = store.current_message_class("chain.A0")
+        assert cls.FromString(got.state).next.v == 6
+        store.put("t", b"\x08\x01", message_type="chain.A1999")
