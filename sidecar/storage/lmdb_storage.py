@@ -24,6 +24,7 @@ import lmdb
 
 from ..errors import DataLoss, Unavailable
 from .files import disk_full_reason, grow_file, in_use_in_this_process
+from .free_pages import unwritten_tail_bytes
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
 
@@ -329,14 +330,16 @@ class LmdbStorage:
 
         LMDB never writes pages a transaction allocated and freed again (a large
         state put and its session deleted in one group commit: a thousand pages
-        for 4 MB), so the file can end far before its last page number, and a
-        reopen would take the gap for a truncated copy (check_not_truncated) and
-        refuse the store. Grown with zeros (free pages: nothing reads them) and
-        synced, under LMDB's writer lock, so no other worker's pages past the
-        end can be cut. The file is looked at only when its last page passes
-        the size last seen: data.mdb never shrinks while it is open, and with
-        a stat on each commit this took ~25 us of the writer's time per commit
-        (~10 us without, p50, in a LangGraph replay on a busy 2-core VM).
+        for 4 MB), so the file can end far before its last page number, and
+        every open would have to read the free list to tell the gap from a
+        truncated copy (check_not_truncated: a power cut before this growth
+        leaves the gap, and the next open grows the file). Grown with zeros
+        (free pages: nothing reads them) and synced, under LMDB's writer lock,
+        so no other worker's pages past the end can be cut. The file is looked
+        at only when its last page passes the size last seen: data.mdb never
+        shrinks while it is open, and with a stat on each commit this took
+        ~25 us of the writer's time per commit (~10 us without, p50, in a
+        LangGraph replay on a busy 2-core VM).
         """
         try:
             page_bytes = self._page_bytes
@@ -357,7 +360,7 @@ class LmdbStorage:
                 self._file_bytes_seen = needed
             finally:
                 txn.abort()
-        except (OSError, lmdb.Error) as exc:  # the commit stands; a reopen may then refuse a large gap
+        except (OSError, lmdb.Error) as exc:  # the commit stands; the next open grows the file
             log.warning("could not grow %s to its last page after a commit: %s", self.data_file, exc)
 
     def _check_readers_on_growth(self) -> None:
@@ -493,24 +496,20 @@ def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
     raise AssertionError("unreachable")
 
 
-# How many pages data.mdb may fall short of its last page without being called
-# truncated: LMDB counts pages a transaction allocated and freed again but never
-# writes them, so the file can end a page or so before its last page number
-# (seen after a SIGKILL under forks, deletes and retention).
-_UNWRITTEN_TAIL_PAGES = 64
-
-
 def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
-    """DataLoss if data.mdb is clearly shorter than the pages its meta page says are in use.
+    """DataLoss if data.mdb lacks a page its newest meta page's database uses.
 
     LMDB maps the file: reading a page past its end kills the process with
     SIGBUS, so a truncated file (a partial copy or restore) must be caught
-    before anything reads the B-trees. A short tail (pages LMDB never wrote)
-    is normal; with ``extend`` (the writer, holding the directory) the file is
-    grown to its last page with zeros, so should such a page be one a damaged
-    copy lost, reading it is MDB_CORRUPTED (DataLoss), not SIGBUS. The meta
-    pages are read before the size: a writer beside us extends the file
-    before its meta page points into the new pages.
+    before anything reads the B-trees. A file may also end before its last
+    page with nothing lost: LMDB never writes pages a transaction allocated
+    and freed again, and a power cut (or SIGKILL) after such a commit, before
+    :meth:`LmdbStorage.committed` grew the file, leaves it short. Those pages
+    are on LMDB's free list, so when the file is short the list is read from
+    the file with plain reads (:mod:`.free_pages`): if every page past the
+    end is on it, the store opens (with ``extend``, the writer holding the
+    directory, after growing the file to its last page with zeros, synced);
+    if any is not, or the list cannot be read, DataLoss.
     """
     if not data_mdb.is_file():
         return  # a new store, or (read-only) reported as missing by the caller
@@ -521,16 +520,12 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
             raise in_use_in_this_process(data_mdb.parent.parent) from None
         raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
     try:
-        pages, page_bytes = env.info()["last_pgno"] + 1, env.stat()["psize"]
+        needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     finally:
         env.close()
-    needed, size = pages * page_bytes, data_mdb.stat().st_size
-    if size >= needed:
+    # The meta pages are read before the size: a writer beside us writes a commit's pages before its meta page.
+    if data_mdb.stat().st_size >= needed:
         return
-    if needed - size > page_bytes * max(2, min(_UNWRITTEN_TAIL_PAGES, pages // 8)):
-        raise DataLoss(
-            f"{data_mdb} is truncated: {size} bytes, but its database uses {needed}"
-            f" ({needed - size} bytes missing); nothing in it can be read safely (restore it from a copy)"
-        )
+    needed = unwritten_tail_bytes(data_mdb)
     if extend:
         grow_file(data_mdb, needed)
