@@ -75,4 +75,27 @@ function bytesOf(name, value) {
   throw new TypeError(`${name} must be a Buffer or a Uint8Array, not ${kindOf(value)}`);
 }
 
-module.exports = { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp };
+// A write's state: bytes, or an array of byte values (putStream's writes, as the declarations allow).
+function stateBytes(name, value) {
+  if (!Array.isArray(value)) return bytesOf(name, value);
+  for (const [i, b] of value.entries()) {
+    if (!Number.isInteger(b) || b < 0 || b > 255) {
+      throw new TypeError(`${name}[${i}] must be a byte value 0..255, not ${typeof b === 'number' ? b : kindOf(b)}`);
+    }
+  }
+  return Buffer.from(value);
+}
+
+function stringMap(name, value) {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new TypeError(`${name} must be an object of strings, not ${kindOf(value)}`);
+  }
+  for (const [key, v] of Object.entries(value)) {
+    checkString(`${name} key ${JSON.stringify(key)}`, key);
+    checkString(`${name}[${JSON.stringify(key)}]`, v);
+  }
+  return value;
+}
+
+module.exports = { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp };

@@ -6,7 +6,7 @@
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
+const { checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
@@ -191,11 +191,11 @@ class CheckpointClient {
   request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3) {
     const req = {
       session_id: checkString('sessionId', sessionId),
-      state: Buffer.from(state),
+      state: stateBytes('state', state),
       mode,
-      request_id: requestId || newRequestId(),
-      labels: labels || {},
-      message_type: messageType || '',
+      request_id: requestId === undefined || requestId === null || requestId === '' ? newRequestId() : checkString('requestId', requestId),
+      labels: stringMap('labels', labels),
+      message_type: messageType === undefined || messageType === null ? '' : checkString('messageType', messageType),
     };
     if (expectedVersion !== undefined && expectedVersion !== null) {
       req.expected_version = checkInt('expectedVersion', expectedVersion);

@@ -2,23 +2,11 @@
 // events), checked as the Python clients check theirs (sidecar/client/events.py).
 'use strict';
 
-const { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, timestamp } = require('./arguments');
+const { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, stringMap, timestamp } = require('./arguments');
 
 // The sidecar's limits (service.proto): events per append, events per page.
 const MAX_EVENTS_PER_APPEND = 1000;
 const MAX_PAGE_SIZE = 1000;
-
-function stringMap(name, value) {
-  if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new TypeError(`${name} must be an object of strings, not ${kindOf(value)}`);
-  }
-  for (const [key, v] of Object.entries(value)) {
-    checkString(`${name} key ${JSON.stringify(key)}`, key);
-    checkString(`${name}[${JSON.stringify(key)}]`, v);
-  }
-  return value;
-}
 
 // { type, payload, attributes, time } as a ckpt.v1.Event; payload: bytes, or a string sent as UTF-8.
 function eventOf(name, e) {

@@ -38,6 +38,12 @@ const CASES = {
   'putStream puts 5': () => drain(client.putStream(5)),
   'putStream expectedVersion -1': () => drain(client.putStream([{ sessionId: 'new', state, expectedVersion: -1 }])),
   'putStream expectedVersion 3.7': () => drain(client.putStream([{ sessionId: 'n', state, expectedVersion: 3.7 }])),
+  'put state string': () => client.put('n', 'text'),
+  'put state array 300': () => client.put('n', [8, 300]),
+  'put labels value 5': () => client.put('n', state, { labels: { k: 5 } }),
+  'put requestId 5': () => client.put('n', state, { requestId: 5 }),
+  'merge messageType 5': () => client.merge('n', state, { messageType: 5 }),
+  'putStream state string': () => drain(client.putStream([{ sessionId: 'n', state: 'text' }])),
 };
 (async () => {
   const out = {};
@@ -77,6 +83,12 @@ def _expected() -> dict[str, dict[str, Any]]:
         "putStream puts 5": {"TypeError": "puts must be an iterable or async iterable of writes, not number"},
         "putStream expectedVersion -1": {"RangeError": f"expectedVersion must be in 0..{top}, got -1"},
         "putStream expectedVersion 3.7": {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3.7"},
+        "put state string": {"TypeError": "state must be a Buffer or a Uint8Array, not string"},
+        "put state array 300": {"TypeError": "state[1] must be a byte value 0..255, not 300"},
+        "put labels value 5": {"TypeError": 'labels["k"] must be a string, not number'},
+        "put requestId 5": {"TypeError": "requestId must be a string, not number"},
+        "merge messageType 5": {"TypeError": "messageType must be a string, not number"},
+        "putStream state string": {"TypeError": "state must be a Buffer or a Uint8Array, not string"},
     }
 
 

@@ -146,7 +146,9 @@ async function* puts() {
       await lines.next();
     }
     const put = { sessionId: `stream-${i % 3}`, state: Buffer.from([0x08, i % 128]), requestId: `w${i}` };
-    yield { ...put, ...JSON.parse(extra)[i] };
+    const changed = { ...JSON.parse(extra)[i] };
+    if (changed.state) changed.state = Buffer.from(changed.state);  // sent as a JSON array of bytes
+    yield { ...put, ...changed };
   }
 }
 (async () => {
