@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
-from ..store import Store
+from ..store import SessionInfo, Store, VersionInfo
 from ..tools import Problem, isolated
 from ..tools.blobcheck import blob_problems, blob_records, session_blob_problems
 from .offline_commands import open_readonly, starts_chain
@@ -161,6 +161,7 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blo
         expected += 1
     if expected - 1 != info.head_version:
         problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
+    problems += _time_problems(info, frames)
     # Where a cold read of the head starts decoding, as the record says: a wrong one fails every read and write.
     starts = [v for v, _i, frame in frames if starts_chain(frame) and v <= info.head_version]
     if starts and info.chain_start_version != starts[-1]:
@@ -169,3 +170,27 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blo
             f" but its last FULL frame is version {starts[-1]}"
         )
     return problems + held
+
+
+def _time_problems(info: SessionInfo, frames: list[tuple[int, VersionInfo | DataLoss, bytes]]) -> list[str]:
+    """The record's times against its frames': a frame swapped in from another session (frames do not name
+    theirs), or a record whose times were changed, which decides whether a retry of a write is answered.
+
+    Version 1 is stamped with the record's creation time (a put, or a fork) and the head with its update time
+    (every write that makes a version stamps both; a quiet keyframe rewrites the frame, not its metadata,
+    and an append of events alone touches neither). Retention never removes the head, but may remove
+    version 1 (first_version > 1): its time is then not checked."""
+    stamped = {version: vinfo.created_unix_nanos for version, vinfo, _ in frames if isinstance(vinfo, VersionInfo)}
+    problems: list[str] = []
+    if info.first_version == 1 and 1 in stamped and stamped[1] != info.created_unix_nanos:
+        problems.append(
+            f"the session record says it was created at {info.created_unix_nanos} ns, but version 1 was written"
+            f" at {stamped[1]} ns"
+        )
+    head = info.head_version
+    if head in stamped and stamped[head] != info.updated_unix_nanos:
+        problems.append(
+            f"the session record says it was updated at {info.updated_unix_nanos} ns, but its head (version"
+            f" {head}) was written at {stamped[head]} ns"
+        )
+    return problems

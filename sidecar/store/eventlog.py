@@ -21,7 +21,6 @@ records and no scan.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -48,7 +47,7 @@ from .events import (
     joined,
 )
 from .eventstream import OpenStream, OpenStreams
-from .layout import Tables
+from .layout import Tables, write_time
 from .ops import Batch, Op
 from .records import log_record, record, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
@@ -206,7 +205,13 @@ class EventLog:
                 put_result = put_op.apply(batch, txn)
             session_raw = txn.get(sid, db=tables.sessions)
             session = record(session_raw) if session_raw is not None else None
-            now = session.updated_unix_nanos if put_result is not None and session is not None else time.time_ns()
+            # Never behind an earlier write's (layout.write_time): a log made after a delete is created later than
+            # the deleted one, so a request record naming that one is told from one naming this (`ckpt verify`).
+            now = (
+                session.updated_unix_nanos
+                if put_result is not None and session is not None
+                else write_time(txn, tables)
+            )
             if log is None:
                 log = records_pb2.EventLogRecord(next_seq=1, first_seq=1, created_unix_nanos=now, types_next_seq=1)
             first = log.next_seq if stored else 0

@@ -338,6 +338,7 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
                 last_by_type[event.type] = event.seq
 
     base: tuple[bytes, BlockHeader] | None = None  # the open block just checked, which a tail may follow
+    last: tuple[int, bool] | None = None  # the last block (not a tail): its key's seq, and whether it is open
     for first, value in blocks:
         stored += len(value)
         at = where(sid, first)
@@ -355,9 +356,10 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
                 header, events = block_events(value, at)
                 saw(events)
                 base = (value, header) if header.frame_open else None
+                last = (first, header.frame_open)
         except DataLoss as exc:
             problems.append(str(exc))
-            expected = base = None  # the next block cannot be checked against this one
+            expected = base = last = None  # the next block cannot be checked against this one
             continue
         if header.first_seq != first:
             problems.append(f"{where(sid, first)}: the block stored there begins at seq {header.first_seq}")
@@ -369,6 +371,13 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
             f"{where(sid, expected if expected < log.next_seq else log.next_seq)}: the log's blocks end before seq"
             f" {expected}, its record says the next seq is {log.next_seq}"
         )
+    if log.event_count != log.next_seq - log.first_seq:
+        problems.append(
+            f"{where(sid, log.first_seq)}: the event log record counts {log.event_count} events, but its seqs"
+            f" {log.first_seq} to {log.next_seq - 1} are {log.next_seq - log.first_seq}"
+        )
+    if blocks and expected is not None:  # every block decoded: the one appends go to is known
+        problems += _open_block_problems(sid, log, last)
     if types_tracked(log):
         # A bound below an event would hide it from every read filtered by its type.
         for name, seq in sorted(last_by_type.items()):
@@ -383,3 +392,22 @@ def check_log(txn: ReadTxn, tables: Tables, sid: bytes) -> list[str]:
             f" stored bytes; its blocks hold {stored}"
         )
     return problems
+
+
+def _open_block_problems(sid: bytes, log: records_pb2.EventLogRecord, last: tuple[int, bool] | None) -> list[str]:
+    """The log record's open block against the blocks: appends rewrite the block it names, which must be the
+    last one (a tail may follow it), or, when it names none, start a block after the last, which must then be
+    sealed (an open one beside it is damage, the reads say)."""
+    opened = log.open_block_seq
+    if opened and (last is None or last[0] != opened):
+        found = "no block" if last is None else f"the last block begins at seq {last[0]}"
+        return [
+            f"{where(sid, opened)}: the event log record says the open block begins at seq {opened}, but {found}:"
+            " every append to the log fails"
+        ]
+    if not opened and last is not None and last[1]:
+        return [
+            f"{where(sid, last[0])}: the last event block is open, but the event log record names no open block:"
+            " the next append would start a block beside it"
+        ]
+    return []

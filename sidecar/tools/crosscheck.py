@@ -24,14 +24,20 @@ look like damage):
   session_created_unix_nanos), is not checked against a head. But one whose
   session_created_unix_nanos is 0 names no session (every write stores its
   session's creation time): while its session has a record, a retry of its
-  write would be written again, and it is reported. A record may
+  write would be written again, and it is reported. So is one naming a time
+  later than its session's creation: write times never go back
+  (layout.write_time), so an earlier holder was created before the session
+  now; alike, an AppendEvents' record naming an event log created after the
+  session's log (appends are stamped by write_time too). A record may
   name a version retention has since removed, may have expired and not been
   swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.time_key(expires,
   request key)`` and every entry names a request record expiring then.
 - events: every event block of every log passes its checksum, holds the seqs its key and header
   say without a gap, and the blocks run from the log record's first seq to its next one, their sizes
-  summing to its stored bytes; no block is stored without its log record (tools/eventcheck.py).
+  summing to its stored bytes, the record's event count and open block matching them; no block is stored
+  without its log record (tools/eventcheck.py).
+- meta: each value the store reads is what it writes (tools/metacheck.py).
 - types: every registered file parses as a FileDescriptorProto and they all
   build, with the built-in files, into one pool (what the store loads), and
   each typed session's message type is defined there.
@@ -67,10 +73,12 @@ from ..descriptors import build_pool
 from ..errors import DataLoss, InvalidArgument
 from ..storage import ReadTxn
 from ..store import Store, keys, request_of_session
+from ..store.records import log_record
 from .eventcheck import event_problems, events_only_sessions
+from .metacheck import meta_problems
 
 #: The passes after the sessions table's, in the order they run.
-TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types", "events")
+TABLES = ("frames", "updated", "labels", "requests", "req_expiry", "types", "events", "meta")
 
 
 @dataclass(frozen=True)
@@ -150,12 +158,17 @@ class CrossCheck:
             "req_expiry": self._expiry_index,
             "types": self._types,
             "events": self._events,
+            "meta": self._meta,
         }
         return passes[table]()
 
     def _events(self) -> Iterator[Problem]:
         for sid, exists, text in event_problems(self._txn, self._tables, self._wanted):
             yield Problem("events", sid, exists, text)
+
+    def _meta(self) -> Iterator[Problem]:
+        for text in meta_problems(self._txn, self._tables):
+            yield Problem("meta", None, False, text)
 
     def events_only(self) -> int:
         """How many sessions hold events alone (eventcheck.events_only_sessions), all of them checked by the
@@ -317,11 +330,29 @@ class CrossCheck:
             except DecodeProtoError as exc:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
+            current = key.startswith(keys.REQUEST_KEY_MARK)
+            if current and done.events_log_created_unix_nanos:
+                later = self._later_log(sid, done.events_log_created_unix_nanos)
+                if later is not None:
+                    yield Problem("requests", sid, True, f"the record of {what} {later}")
             if done.events_log_created_unix_nanos and not done.events_had_put:
                 continue  # an append of events alone: it names no version (the events pass checks the logs)
             version = done.version
             session = None if rec is _MISSING else rec  # the session as it is now, if its record parses
-            if key.startswith(keys.REQUEST_KEY_MARK) and not request_of_session(done, session):
+            if current and not request_of_session(done, session):
+                if session is not None and done.session_created_unix_nanos > session.created_unix_nanos:
+                    # Write times never go back (layout.write_time): an earlier holder of the id, deleted
+                    # before this session was made, was created before it.
+                    yield Problem(
+                        "requests",
+                        sid,
+                        True,
+                        f"the record of {what} (version {version}) names a session created at"
+                        f" {_when(done.session_created_unix_nanos)}, after the session's record says it was"
+                        f" ({_when(session.created_unix_nanos)}): no session of that id was created later, and a"
+                        " retry of that write would be written again",
+                    )
+                    continue
                 if done.session_created_unix_nanos == 0 and session is not None:
                     # Every write stores its session's creation time (never 0): this record names no
                     # session, so a retry of its write to the session, which lives, is written again.
@@ -347,6 +378,22 @@ class CrossCheck:
                     True,
                     f"the record of {what} says the write made version {version}, but the head is version {head}",
                 )
+
+    def _later_log(self, sid: bytes, named: int) -> str | None:
+        """What is wrong with an AppendEvents' record naming an event log created at ``named``: None unless the
+        session's log was created before that (its record parses): an earlier log of that id, deleted before
+        this one was made, was created before it (write times never go back)."""
+        try:
+            log = log_record(self._txn, self._tables, sid)
+        except DataLoss:
+            return None  # the events pass names it
+        if log is None or named <= log.created_unix_nanos:
+            return None
+        return (
+            f"names an event log created at {_when(named)}, after the session's log record says it was"
+            f" ({_when(log.created_unix_nanos)}): no log of that id was created later, and a retry of that"
+            " append would be written again"
+        )
 
     def _expiry_index(self) -> Iterator[Problem]:
         txn, requests, expiry = self._txn, self._tables.requests, self._tables.req_expiry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -142,18 +143,29 @@ def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) 
 def _index_at_exact_update_times(data: Path, *, hours_ago: int) -> None:
     """Make ``data`` what the first builds wrote (before 45d3d3a, which keyed the updated-time index by
     ~1 s granule): no layout stamp, and each session indexed at its exact update time, here set
-    ``hours_ago`` back with a non-zero nanosecond part (as a real clock gives)."""
+    ``hours_ago`` back with a non-zero nanosecond part (as a real clock gives), as are its versions' and its
+    creation's times (`ckpt verify` checks them against each other)."""
     set_stamp(data, None)
+    back = hours_ago * 3600 * 10**9 - 123_457
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     try:
-        sessions, updated = env.open_db(b"sessions"), env.open_db(b"updated")
+        sessions, updated, frames = env.open_db(b"sessions"), env.open_db(b"updated"), env.open_db(b"frames")
         with env.begin(write=True) as txn:
             txn.drop(updated, delete=False)
             for sid, raw in list(txn.cursor(db=sessions)):
                 rec = records_pb2.SessionRecord.FromString(raw)
-                rec.updated_unix_nanos -= hours_ago * 3600 * 10**9 - 123_457
+                rec.updated_unix_nanos -= back
+                rec.created_unix_nanos -= back
                 assert keys.updated_granule(rec.updated_unix_nanos) != rec.updated_unix_nanos
                 txn.put(sid, rec.SerializeToString(), db=sessions)
+                for version in range(rec.first_version, rec.head_version + 1):
+                    key = keys.frame_key(sid, version)
+                    value = bytes(txn.get(key, db=frames) or b"")
+                    (n,) = struct.unpack_from("<H", value)
+                    meta = records_pb2.VersionRecord.FromString(value[2 : 2 + n])
+                    meta.created_unix_nanos -= back
+                    encoded = meta.SerializeToString()
+                    txn.put(key, struct.pack("<H", len(encoded)) + encoded + value[2 + n :], db=frames)
                 txn.put(keys.time_key(rec.updated_unix_nanos, sid), b"", db=updated)
     finally:
         env.close()
