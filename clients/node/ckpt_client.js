@@ -351,7 +351,9 @@ class CheckpointClient {
   // A blob's bytes, or `length` of them (0: to the end) from `offset`, as an
   // async iterator of Buffers (1 MiB chunks; a stream.Readable with
   // Readable.from). `ref`: an ArtifactRef, its uri, 'sha256:<hex>' or the
-  // hex digits. NOT_FOUND for a blob never stored or removed. Stopping early
+  // hex digits. NOT_FOUND for a blob never stored or removed; DATA_LOSS for a
+  // whole blob whose bytes do not hash to it (the chunks before are not its
+  // bytes), or a file cut short or gone (a range is not hashed). Stopping early
   // cancels the call. Not retried nor bounded by timeoutMs.
   getBlob(ref, { offset = 0, length = 0 } = {}) {
     return blobChunks(this.stub, getBlobRequest(ref, { offset, length }));

@@ -153,7 +153,9 @@ class CheckpointClient(
         """A blob's bytes, or ``length`` of them (0: to the end) from ``offset``, as chunks.
 
         ``ref``: an ArtifactRef, its uri, "sha256:<hex>" or the hex digits. NotFoundError for a blob
-        never stored or removed (no session references it any more)."""
+        never stored or removed (no session references it any more); DataLossError for a damaged one: a
+        whole blob whose bytes do not hash to its SHA-256 (the chunks before are not its bytes), or a file
+        shorter than the blob or gone (a range is not hashed)."""
         request = blobs.get_blob_request(ref, offset, length)
         self._check_open()
         return self._blob_chunks(request)

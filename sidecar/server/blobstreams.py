@@ -7,18 +7,21 @@ and counting them as they arrive, flushes it, and only then asks the store
 process (a link call, RECORD_BLOB_METHOD) to move it into place and commit
 its record: the call is answered once that commit is durable. A GetBlob checks
 the blob's record in LMDB (read-only here, as the reply cache reads it) and
-streams the file in chunks. File writes and reads run on a thread, off the
-event loop; a PutBlob chunk is written while the next arrives, and a GetBlob
-chunk is sent before the next is read, so the memory a stream holds is one
-or two chunks.
+streams the file in chunks; a whole blob's chunks are hashed as they are
+read, and its last is sent only if they hash to its SHA-256 (else DATA_LOSS).
+File writes and reads run on a thread, off the event loop; a PutBlob chunk is
+written while the next arrives, and a GetBlob chunk is read (and hashed)
+while the one before is sent, so the memory a stream holds is one or two
+chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -26,7 +29,7 @@ import grpc.aio
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
-from ..errors import InvalidArgument, NotFound, StoreError, StoreFull
+from ..errors import DataLoss, InvalidArgument, NotFound, StoreError, StoreFull
 from ..store import Store
 from ..store.blobfiles import TempBlob, check_sha256
 from ..store.keys import QUOTED_CHARS, quoted, session_key
@@ -160,35 +163,72 @@ class BlobStreams:
                 ),
             )
         end = info.size_bytes if not request.length else min(info.size_bytes, request.offset + request.length)
-        try:
-            # Open before the first message: a blob removed since its record was read is NOT_FOUND,
-            # and once open, its file stays readable whatever removes it meanwhile.
-            blob = self._files.open(info.sha256)
-        except FileNotFoundError:
-            await _abort(context, NotFound(f"blob {info.sha256} does not exist (removed as it was read)"))
+        # Open before the first message: once open, its file stays readable whatever removes it meanwhile.
+        blob = await _checked(context, self._open, info.sha256)
+        # A whole blob's bytes are hashed as they are read (on the thread that reads them) and the last
+        # chunk is sent only once they hash to the blob's SHA-256: damaged bytes never end a stream OK. A
+        # range is sent as read: checking it would take reading the whole blob (ckpt verify checks them all).
+        hasher = hashlib.sha256() if request.offset == 0 and end == info.size_bytes else None
         loop = asyncio.get_running_loop()
+        reading: asyncio.Future[bytes] | None = None
+
+        def read_from(at: int) -> asyncio.Future[bytes]:
+            return loop.run_in_executor(None, _read_at, blob, at, min(self._chunk_bytes, end - at), hasher)
+
         with blob:
-            position = request.offset
-            first: service_pb2.GetBlobResponse | None = service_pb2.GetBlobResponse(
-                size_bytes=info.size_bytes, media_type=info.media_type
-            )
-            if position == end:
-                assert first is not None
-                yield first.SerializeToString()
-                return
-            while position < end:
-                chunk = await loop.run_in_executor(
-                    None, _read_at, blob, position, min(self._chunk_bytes, end - position)
+            try:
+                position = request.offset
+                first: service_pb2.GetBlobResponse | None = service_pb2.GetBlobResponse(
+                    size_bytes=info.size_bytes, media_type=info.media_type
                 )
-                if not chunk:
-                    await _abort(context, NotFound(f"blob {info.sha256}: its file ended at byte {position}"))
-                position += len(chunk)
-                if first is not None:
-                    first.chunk = chunk
+                if position == end:
+                    if hasher is not None:
+                        await _checked(context, _check_hash, hasher, info)
+                    assert first is not None
                     yield first.SerializeToString()
-                    first = None
-                else:
-                    yield service_pb2.GetBlobResponse(chunk=chunk).SerializeToString()
+                    return
+                reading = read_from(position)
+                while reading is not None:
+                    chunk = await reading
+                    reading = None
+                    if not chunk:
+                        await _abort(context, _cut_short(info, position))
+                    position += len(chunk)
+                    if position < end:
+                        # The next chunk is read (and hashed) while this one is sent: two held at most.
+                        reading = read_from(position)
+                    elif hasher is not None:
+                        await _checked(context, _check_hash, hasher, info)
+                    if first is not None:
+                        first.chunk = chunk
+                        yield first.SerializeToString()
+                        first = None
+                    else:
+                        yield service_pb2.GetBlobResponse(chunk=chunk).SerializeToString()
+            finally:
+                if reading is not None:
+                    # The call ended mid-read: the thread still reads the file; close it only after.
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait((reading,))
+                    if not reading.cancelled():
+                        reading.exception()  # retrieved: a read of a file being closed is no error to log
+
+    def _open(self, sha256: str) -> BinaryIO:
+        """Blob ``sha256``'s file, open. Its record was read: a file missing is NotFound only if the record
+        went too (the blob removed as it was read: a file is removed after its record, blobs.py), else it is
+        damage (DataLoss). Opened twice if need be: a blob removed and stored again meanwhile is read."""
+        for _ in range(2):
+            try:
+                return self._files.open(sha256)
+            except FileNotFoundError:
+                try:
+                    self._store.blob(sha256)
+                except NotFound:
+                    raise NotFound(f"blob {sha256} does not exist (removed as it was read)") from None
+        raise DataLoss(
+            f"blob {sha256}: its file {self._files.path(sha256)} is missing though its record is kept:"
+            " it is damaged (ckpt verify checks every blob file)"
+        )
 
 
 _LIMIT = " (ckpt serve --max-blob-bytes)"
@@ -214,9 +254,29 @@ def _blob_info(store: Store, sha256: str) -> Any:
     return store.blob(check_sha256(sha256))
 
 
-def _read_at(blob: Any, position: int, size: int) -> bytes:
+def _read_at(blob: Any, position: int, size: int, hasher: Any) -> bytes:
     blob.seek(position)
-    return cast(bytes, blob.read(size))
+    chunk = cast(bytes, blob.read(size))
+    if hasher is not None:
+        hasher.update(chunk)  # hashlib lets go of the GIL for a chunk this size
+    return chunk
+
+
+def _cut_short(info: Any, position: int) -> DataLoss:
+    return DataLoss(
+        f"blob {info.sha256}: its file ends at byte {position} of the {info.size_bytes} recorded: it is damaged"
+        " (ckpt verify checks every blob file)"
+    )
+
+
+def _check_hash(hasher: Any, info: Any) -> None:
+    """DataLoss unless the whole blob's bytes, hashed into ``hasher``, hash to its SHA-256."""
+    digest = hasher.hexdigest()
+    if digest != info.sha256:
+        raise DataLoss(
+            f"blob {info.sha256}: its file's {info.size_bytes} bytes hash to {digest}: it is damaged"
+            " (the bytes sent are not the blob's; ckpt verify checks every blob file)"
+        )
 
 
 async def _checked(context: grpc.aio.ServicerContext, fn: Callable[..., T], *args: Any) -> T:

@@ -1,0 +1,156 @@
+"""Damaged data read through a real sidecar: a blob file changed, cut short or gone, and a session whose
+head version's frame is lost. Each read answers DATA_LOSS naming what is damaged, never other bytes as if
+they were the ones stored."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, DataLossError, NotFoundError
+from tests.client.test_node_events_and_blobs import _run_node
+from tests.support import Sidecar, start_sidecar
+
+MIB = 1024 * 1024
+SIZE = 3 * MIB + 12345  # four GetBlob messages
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    sc = start_sidecar(tmp_path / "data")
+    try:
+        yield sc
+    finally:
+        assert sc.stop() == 0, sc.log()
+
+
+def _stored_blob(sidecar: Sidecar, data: bytes) -> tuple[str, Path]:
+    """Store ``data`` as a blob; its SHA-256 and its file (made writable, to damage it)."""
+    with CheckpointClient(sidecar.unix_target) as client:
+        sha = client.put_blob(data, session_id="s").content_hash.removeprefix("sha256:")
+    path = sidecar.data_dir / "blobs" / "sha256" / sha[:2] / sha
+    os.chmod(path, 0o644)
+    return sha, path
+
+
+async def _read_async(target: str, sha: str) -> bytes:
+    async with AsyncCheckpointClient(target) as client:
+        return b"".join([chunk async for chunk in client.get_blob(sha)])
+
+
+_NODE_READS = """
+const [, , , sha, dir] = process.argv;
+run(async () => {
+  const whole = await failure(async () => { for await (const c of client.getBlob(sha)) void c; });
+  const toFile = await failure(() => client.getBlobToFile(sha, path.join(dir, 'copy.bin')));
+  return { whole, toFile, files: fs.readdirSync(dir) };
+});
+"""
+
+
+def test_a_whole_read_of_a_blob_whose_bytes_changed_is_data_loss_and_a_range_is_sent_as_stored(
+    sidecar: Sidecar, tmp_path: Path
+) -> None:
+    data = os.urandom(SIZE)
+    sha, path = _stored_blob(sidecar, data)
+    damaged = bytearray(data)
+    damaged[2 * MIB + 7] ^= 1
+    path.write_bytes(bytes(damaged))
+    with CheckpointClient(sidecar.unix_target) as client:
+        with pytest.raises(DataLossError, match=f"blob {sha}: its file's {SIZE} bytes hash to [0-9a-f]{{64}}"):
+            b"".join(client.get_blob(sha))
+        copy = io.BytesIO()
+        with pytest.raises(DataLossError, match=sha):
+            client.get_blob_to(sha, copy)
+        assert len(copy.getvalue()) < SIZE  # the last chunk is never sent
+        # A range is not checked (that would read the whole blob): it is sent as the file holds it.
+        assert b"".join(client.get_blob(sha, offset=1)) == bytes(damaged[1:])
+        assert b"".join(client.get_blob(sha, length=SIZE - 1)) == bytes(damaged[: SIZE - 1])
+    with pytest.raises(DataLossError, match=sha):
+        asyncio.run(_read_async(sidecar.unix_target, sha))
+    files = tmp_path / "node"
+    files.mkdir()
+    out = _run_node(_NODE_READS, sidecar.unix_target, sha, str(files))
+    assert out["whole"]["code"] == 15 and sha in out["whole"]["message"]  # DATA_LOSS
+    assert out["toFile"]["code"] == 15 and out["files"] == []  # no file, not even a partial one
+    path.write_bytes(data)  # repaired: read whole again
+    with CheckpointClient(sidecar.unix_target) as client:
+        assert b"".join(client.get_blob(sha)) == data
+
+
+def test_a_blob_file_cut_short_is_data_loss_for_whole_and_ranged_reads(sidecar: Sidecar) -> None:
+    data = os.urandom(SIZE)
+    sha, path = _stored_blob(sidecar, data)
+    path.write_bytes(data[:100])
+    cut = f"blob {sha}: its file ends at byte 100 of the {SIZE} recorded: it is damaged"
+    with CheckpointClient(sidecar.unix_target) as client:
+        with pytest.raises(DataLossError, match=cut):
+            b"".join(client.get_blob(sha))
+        with pytest.raises(DataLossError, match=cut):
+            b"".join(client.get_blob(sha, offset=50, length=200))
+        assert b"".join(client.get_blob(sha, offset=10, length=20)) == data[10:30]  # within what is left
+
+
+def test_a_recorded_blob_whose_file_is_gone_is_data_loss_and_a_removed_one_not_found(sidecar: Sidecar) -> None:
+    sha, path = _stored_blob(sidecar, b"small blob " * 100)
+    path.unlink()
+    with CheckpointClient(sidecar.unix_target) as client:
+        with pytest.raises(DataLossError, match=f"blob {sha}: its file .* is missing though its record is kept"):
+            b"".join(client.get_blob(sha))
+        empty = client.put_blob(b"", session_id="e").content_hash.removeprefix("sha256:")
+        assert b"".join(client.get_blob(empty)) == b""
+        client.delete("s")  # its last reference: record and file removed
+        with pytest.raises(NotFoundError, match=sha):
+            b"".join(client.get_blob(sha))
+
+
+def _lose_frame(data_dir: Path, session: bytes, version: int) -> None:
+    env = lmdb.open(str(data_dir / "lmdb"), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            frames = env.open_db(b"frames", txn=txn, create=False)
+            assert txn.delete(session + b"\0" + struct.pack(">Q", version), db=frames)
+    finally:
+        env.close()
+
+
+def test_a_get_of_the_latest_version_whose_frame_is_lost_is_data_loss_not_the_version_before(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    sidecar = start_sidecar(data)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            for i in range(1, 4):
+                client.put("agent", bytes([8, i]))
+    finally:
+        assert sidecar.stop() == 0
+    _lose_frame(data, b"agent", 3)
+    sidecar = start_sidecar(data)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            lost = "session 'agent': the head is version 3 but the last stored frame is version 2"
+            with pytest.raises(DataLossError, match=lost):
+                client.get("agent")
+            with pytest.raises(DataLossError, match="the frame of version 3 is missing"):
+                client.get("agent", version=3)
+            assert client.get("agent", version=2).state == bytes([8, 2])
+    finally:
+        assert sidecar.stop() == 0
+
+
+def test_a_head_read_advancing_a_kept_reader_never_answers_a_version_before_a_lost_head(sidecar: Sidecar) -> None:
+    state = bytes(os.urandom(20_000))  # large enough for the gRPC process to keep its head's reader
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("agent", b"\x0a\x10" + state[:16] + b"\x12\xa0\x9c\x01" + state)
+        assert client.get("agent").version == 1  # read, and its reader kept, by the gRPC process
+        for i in range(2, 4):
+            client.merge("agent", b"\x0a\x04" + f"v{i:03d}".encode())
+        _lose_frame(sidecar.data_dir, b"agent", 3)
+        got = client.get("agent")  # the store process answers: it holds the head it wrote
+        assert got.version == 3 and got.state.endswith(b"\x0a\x04v002\x0a\x04v003")
