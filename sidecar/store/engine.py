@@ -99,7 +99,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             if config.data_dir.exists() and not config.data_dir.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
             made = not (lmdb_dir / "data.mdb").exists()  # LMDB makes data.mdb, but flushes no directory
-            make_dirs(lmdb_dir)  # and the data directory: each made flushed into its parent
+            make_dirs(config.data_dir if lmdb_dir.exists() else lmdb_dir)  # each made flushed into its parent
             self._lock_file = None if shared else lock_data_dir(config.data_dir, holder=lock_holder)
         try:
             # Shared: the parent checked (and extended) the file before any
