@@ -10,7 +10,7 @@ except ImportError as exc:  # the extra is optional: say which one, not only wha
         f"ckpt.sidecar.langgraph needs LangGraph's checkpoint package ({exc}): pip install 'ckpt-sidecar[langgraph]'"
     ) from exc
 
-from .operations import CheckpointConflictError
+from .heads import CheckpointConflictError
 from .savers import AsyncCkptSaver, CkptSaver
 
 __all__ = ["AsyncCkptSaver", "CheckpointConflictError", "CkptSaver"]

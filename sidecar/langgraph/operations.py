@@ -14,10 +14,11 @@ new branch on purpose, written whole.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,6 +34,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ckpt.langgraph.v1 import records_pb2
 
 from .backends import HeadMoved, SeqEvents, Versions
+from .heads import CheckpointConflictError, Head
 from .liststates import ListStates
 from .records import (
     ID_LABEL,
@@ -40,11 +42,11 @@ from .records import (
     RUN_LABEL,
     WRITES_EVENT,
     Encoded,
-    Lists,
     Where,
     WriteFold,
     checkpoint_tuple,
     decode_step,
+    delta_channels_rebuilt,
     elements_of,
     encode_put,
     encode_writes,
@@ -67,30 +69,10 @@ _BRANCH_ATTEMPTS = 16
 _HEADS_REMEMBERED = 16384
 #: Checkpoint ids whose version the saver remembers.
 _ID_CACHE_SIZE = 65536
-#: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
-_DEAD_ELEMENTS_ALLOWED = 256
 #: No seq yet (a bound above any).
 _NO_SEQ = 2**64
 #: Events one AppendEvents carries at most (service.proto).
 _MAX_EVENTS = 1000
-
-
-class CheckpointConflictError(RuntimeError):
-    """Another writer moved a thread's head since this saver read it: the put that continued the old head
-    wrote nothing. Re-run the graph on the thread (``invoke`` with the thread's config and no
-    checkpoint_id) to continue from the new head."""
-
-    def __init__(self, where: Where, parent_id: str | None, current_version: int) -> None:
-        super().__init__(
-            f"thread {where.thread_id!r} (checkpoint_ns {where.checkpoint_ns!r}) moved on: this saver continued"
-            f" checkpoint {parent_id!r}, but another writer put a checkpoint after it (the namespace is now at"
-            f" version {current_version}); nothing was written. Re-run the graph on the thread to continue from"
-            " the new head."
-        )
-        self.thread_id = where.thread_id
-        self.checkpoint_ns = where.checkpoint_ns
-        self.parent_checkpoint_id = parent_id
-        self.current_version = current_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +84,6 @@ class Call:
 @dataclass(frozen=True, slots=True)
 class Out:
     item: CheckpointTuple
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """A namespace's head as a saver last saw it: its checkpoint (None: no checkpoint yet) and version."""
-
-    checkpoint_id: str | None
-    version: int
-    deleted: tuple[str, ...] = ()
-    #: Its list channels' element digests (empty when unknown: a continuing step then sends lists whole).
-    lists: Lists = field(default_factory=dict)
-    #: List elements its stored state holds, cut-off ones included.
-    stored_elements: int = 0
-    #: Its Step's writes_after_seq (None: not known): a read of the head asks for its pending writes with it.
-    writes_after_seq: int | None = None
-    #: Its state's XXH3-64 (0: unknown), which a put continuing it expects: its version alone may be another's.
-    state_xxh3: int = 0
-
-    @property
-    def needs_rewrite(self) -> bool:
-        """Whether cut-off list elements outweigh live ones: the next step is written whole, dropping them."""
-        live = sum(len(v) for v in self.lists.values())
-        return self.stored_elements - live > max(_DEAD_ELEMENTS_ALLOWED, live)
 
 
 Op = Generator[Call | Out, Any, Any]
@@ -153,6 +112,13 @@ class Operations:
         self._last_seq: dict[str, int] = {}
         self._early: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._putting: set[tuple[str, str]] = set()
+
+    def with_serde(self, serde: SerializerProtocol) -> Operations:
+        """These operations with another serializer (a saver's ``with_allowlist`` copy), sharing what they
+        remember: the heads, ids and seqs seen are the store's, whichever copy saw them."""
+        clone = copy.copy(self)
+        clone.serde = serde
+        return clone
 
     # -- what the saver remembers ------------------------------------------------------------------
 
@@ -549,14 +515,26 @@ class Operations:
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Op:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f'strategy must be "keep_latest" or "delete", not {strategy!r}')
-        for thread_id in thread_ids:
-            if strategy == "delete":
+        if strategy == "delete":
+            for thread_id in thread_ids:
                 yield from self.delete_thread(thread_id)
-                continue
-            for sid in (yield Call("sessions", (thread_label(thread_id),))):
-                where = where_of_session(sid)
-                if where is not None:
-                    yield from self._keep_latest(where)
+            return
+        namespaces: dict[str, list[Where]] = {}
+        for thread_id in thread_ids:
+            sids = yield Call("sessions", (thread_label(thread_id),))
+            namespaces[thread_id] = [w for w in map(where_of_session, sids) if w is not None]
+        refused = []  # checked first, so that a refusal prunes nothing
+        for thread_id, wheres in namespaces.items():
+            for where in wheres:
+                got = yield Call("get", (where.session_id, 0, ("metadata",)))
+                if got is not None and delta_channels_rebuilt(self.serde, decode_step(got[1])):
+                    refused.append(thread_id)
+                    break
+        if refused:
+            raise _delta_refusal(refused)
+        for wheres in namespaces.values():
+            for where in wheres:
+                yield from self._keep_latest(where)
 
     def _keep_latest(self, where: Where) -> Op:
         """Rewrite a namespace as its newest checkpoint and that checkpoint's writes. The checkpoint is
@@ -570,6 +548,8 @@ class Operations:
         if got is None:
             return
         step = decode_step(got[1])
+        if delta_channels_rebuilt(self.serde, step):  # since the check: the thread's namespaces before it pruned
+            raise _delta_refusal([where.thread_id])
         del step.deleted_checkpoint_ids[:]
         cid = step.checkpoint_id
         labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
@@ -596,3 +576,12 @@ class Operations:
         yield Call("fork", (staging, sid, {**labels, **thread_label(where.thread_id)}))
         yield Call("delete", (staging,))
         return True
+
+
+def _delta_refusal(thread_ids: Sequence[str]) -> NotImplementedError:
+    return NotImplementedError(
+        f"prune(strategy='keep_latest') refused threads {', '.join(map(repr, thread_ids))}: a DeltaChannel of"
+        " their latest checkpoint is rebuilt from older checkpoints and their writes, which the prune would"
+        " drop (emptying the channel); nothing of these threads was pruned. Prune them when their latest"
+        " checkpoint holds a delta snapshot of every DeltaChannel, or use strategy='delete'."
+    )

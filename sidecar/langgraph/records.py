@@ -121,8 +121,15 @@ def version_labels(checkpoint_id: str, metadata: Mapping[str, Any]) -> dict[str,
     return labels
 
 
-def _typed(serde: SerializerProtocol, value: Any) -> records_pb2.Typed:
+def _dumps(serde: SerializerProtocol, value: Any) -> Pair:
+    # JsonPlusSerializer gives a bytearray's own bytes as they are (("bytearray", the bytearray)): a Typed's
+    # data takes bytes alone.
     type_, data = serde.dumps_typed(value)
+    return type_, bytes(data)
+
+
+def _typed(serde: SerializerProtocol, value: Any) -> records_pb2.Typed:
+    type_, data = _dumps(serde, value)
     return records_pb2.Typed(type=type_, data=data)
 
 
@@ -206,7 +213,9 @@ def encode_put(
     for k, v in values.items():
         # Element by element, so that a step sends and stores the messages it added, not the conversation.
         if type(v) is list:
-            elements[k] = [serde.dumps_typed(e) for e in v]
+            # A bytearray element comes back as bytes, as from a list serialized whole (msgpack has no
+            # bytearray): as InMemorySaver and PostgresSaver give it.
+            elements[k] = [_dumps(serde, bytes(e) if isinstance(e, bytearray) else e) for e in v]
             lists[k] = [_digest(t, d) for t, d in elements[k]]
             channels[k] = records_pb2.Typed(type=ITEMS)
         else:
@@ -309,6 +318,20 @@ def checkpoint_tuple(
 def metadata_of(serde: SerializerProtocol, step: records_pb2.Step) -> dict[str, Any]:
     metadata: dict[str, Any] = _untyped(serde, step.metadata)
     return metadata
+
+
+#: Metadata keys of a checkpoint a DeltaChannel of which is not a snapshot there (LangGraph's loop counts
+#: the updates since the channel's last snapshot; the second key is an older form): its value is rebuilt
+#: from older checkpoints and their writes. PostgresSaver's prune looks for the same keys.
+_DELTA_KEYS = ("counters_since_delta_snapshot", "delta_writes_versioned")
+
+
+def delta_channels_rebuilt(serde: SerializerProtocol, step: records_pb2.Step) -> bool:
+    """Whether a DeltaChannel of ``step``'s checkpoint is rebuilt from its ancestors (read from its metadata)."""
+    if not step.metadata.data:
+        return False
+    metadata = metadata_of(serde, step)
+    return isinstance(metadata, Mapping) and any(k in metadata for k in _DELTA_KEYS)
 
 
 def encode_writes(

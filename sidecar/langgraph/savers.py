@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -98,6 +98,15 @@ async def _arun(backend: Any, op: Op) -> Any:
             error = exc
 
 
+def _with_allowlist(saver: Any, clone: Any) -> Any:
+    """``clone`` (BaseCheckpointSaver.with_allowlist's copy of ``saver``, with a serializer of its own) running
+    its operations with that serializer. They share the rest with ``saver``'s: the store, and what it
+    remembers of it (the heads, ids and seqs seen), as both write the same threads."""
+    if clone is not saver:
+        clone._ops = saver._ops.with_serde(clone.serde)
+    return clone
+
+
 def _next_version(current: str | int | None) -> str:
     # InMemorySaver's and PostgresSaver's versions: a counter, then a random tie-breaker for
     # concurrent branches.
@@ -173,6 +182,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return _next_version(current)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
+        # What compile() calls under LANGGRAPH_STRICT_MSGPACK: the graph's types are read back with the copy.
+        clone: BaseCheckpointSaver[str] = _with_allowlist(self, super().with_allowlist(extra_allowlist))
+        return clone
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         result: CheckpointTuple | None = _run(self._backend, self._ops.get_tuple(config))
@@ -339,6 +353,11 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return _next_version(current)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
+        # What compile() calls under LANGGRAPH_STRICT_MSGPACK: the graph's types are read back with the copy.
+        clone: BaseCheckpointSaver[str] = _with_allowlist(self, super().with_allowlist(extra_allowlist))
+        return clone
 
     async def _ready(self) -> None:
         # The Step type is registered once, by the first call; concurrent first calls share it. The sync
