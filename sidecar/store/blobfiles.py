@@ -8,10 +8,11 @@ copy-on-write commit) nor the link between the sidecar's processes:
     blobs/sha256/ab/ab01...ef   a blob's bytes (two hex digits fan the files out)
     blobs/tmp/<random>.part     a blob being written
 
-A writer streams into a temporary file, hashing as it goes, flushes it, and
-the store moves it into place only inside the write transaction that records
-it (blobs.py), after a flush of its directory: a blob recorded is a blob on
-disk. A writer holds an flock on its temporary file while it writes, so a
+A writer streams into a temporary file, hashing as it goes (SHA-256, the
+blob's name, and XXH3-128, the fast checksum its record keeps for a read to
+check), flushes it, and the store moves it into place only inside the write
+transaction that records it (blobs.py), after a flush of its directory: a
+blob recorded is a blob on disk. A writer holds an flock on its temporary file while it writes, so a
 temporary file that can be locked was abandoned (its writer died; the lock
 goes with the process): :meth:`BlobFiles.remove_abandoned` removes those.
 """
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+import xxhash
 
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
 from ..storage import DISK_FULL_ERRNOS, make_dirs, sync_dir
@@ -47,7 +50,8 @@ def check_sha256(text: str, *, field: str = "sha256") -> str:
 
 
 class TempBlob:
-    """A blob being written: its bytes go to a temporary file, hashed and counted as they arrive."""
+    """A blob being written: its bytes go to a temporary file, hashed (SHA-256 and XXH3-128) and counted
+    as they arrive."""
 
     def __init__(self, files: BlobFiles, max_bytes: int, limit_origin: str) -> None:
         self._files = files
@@ -57,6 +61,7 @@ class TempBlob:
         self.path = files.temp_dir / self.name
         self._fd = -1
         self._hash = hashlib.sha256()
+        self._xxh3 = xxhash.xxh3_128()
         self.size_bytes = 0
         try:
             make_dirs(files.temp_dir, sync=files.sync)
@@ -73,6 +78,7 @@ class TempBlob:
                 f"the blob is larger than max_blob_bytes ({self._max_bytes}{self._limit_origin}); nothing was stored"
             )
         self._hash.update(chunk)
+        self._xxh3.update(chunk)
         view = memoryview(chunk)
         try:
             while view:
@@ -96,6 +102,11 @@ class TempBlob:
             except OSError as exc:
                 raise self._failed("flush", exc) from exc
         return sha256
+
+    @property
+    def xxh3_128(self) -> bytes:
+        """The XXH3-128 of the bytes written so far (16 bytes, xxhash's digest())."""
+        return self._xxh3.digest()
 
     def close(self) -> None:
         """Let go of the file (it stays where it is: moved into place, or discarded, or abandoned)."""

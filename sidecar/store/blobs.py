@@ -2,7 +2,7 @@
 
 Tables (keys.py lists them all):
 
-    blobs       sha256 (32 bytes)        -> BlobRecord (size, media type, created, references)
+    blobs       sha256 (32 bytes)        -> BlobRecord (size, media type, created, references, XXH3-128)
     blob_refs   session \\0 sha256        -> BlobRefRecord (when the reference was made)
 
 A blob's bytes are a file (blobfiles.py). Its record commits in the same
@@ -53,13 +53,15 @@ def blob_uri(sha256: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BlobInfo:
-    """A stored blob: its SHA-256 (hex), size, media type, when it was first stored, and its references."""
+    """A stored blob: its SHA-256 (hex), size, media type, when it was first stored, its references, and
+    the XXH3-128 of its bytes (16 bytes; empty if its record was written before it was kept)."""
 
     sha256: str
     size_bytes: int
     media_type: str
     created_unix_nanos: int
     ref_count: int
+    xxh3_128: bytes = b""
 
     @property
     def uri(self) -> str:
@@ -71,7 +73,7 @@ def _info(sha256: str, raw: bytes) -> BlobInfo:
         rec = records_pb2.BlobRecord.FromString(raw)
     except Exception:
         raise DataLoss(f"blob {sha256}: its record does not parse") from None
-    return BlobInfo(sha256, rec.size_bytes, rec.media_type, rec.created_unix_nanos, rec.ref_count)
+    return BlobInfo(sha256, rec.size_bytes, rec.media_type, rec.created_unix_nanos, rec.ref_count, rec.xxh3_128)
 
 
 def ref_key(sid: bytes, sha: bytes) -> bytes:
@@ -169,7 +171,10 @@ class Blobs:
                 if size != commit.size_bytes:
                     raise DataLoss(f"blob {sha256}: {size} bytes on disk, {commit.size_bytes} sent")
                 rec = records_pb2.BlobRecord(
-                    size_bytes=commit.size_bytes, media_type=commit.media_type, created_unix_nanos=now
+                    size_bytes=commit.size_bytes,
+                    media_type=commit.media_type,
+                    created_unix_nanos=now,
+                    xxh3_128=commit.xxh3_128,
                 )
                 if raw is not None:
                     rec.MergeFrom(records_pb2.BlobRecord.FromString(raw))
@@ -177,6 +182,9 @@ class Blobs:
                 rec = records_pb2.BlobRecord.FromString(raw)
                 # Stored already: the bytes sent are not needed (the file in place has the same hash).
                 batch.after_commit.append(lambda: _unlink_temp(files, commit.temp_name))
+                if not rec.xxh3_128:
+                    # A record written before the checksum was kept gains it: the bytes sent are the blob's.
+                    rec.xxh3_128 = commit.xxh3_128
             key = ref_key(sid, sha)
             if txn.get(key, db=tables.blob_refs) is None:
                 rec.ref_count += 1

@@ -263,14 +263,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         try:
             for chunk in chunks:
                 temp.write(chunk)
-            sha256 = temp.finish(expected_sha256)
-            commit = records_pb2.BlobCommit(
-                session_id=session_id,
-                sha256=sha256,
-                size_bytes=temp.size_bytes,
-                media_type=media_type,
-                temp_name=temp.name,
-            )
+            commit = records_pb2.BlobCommit(session_id=session_id, sha256=temp.finish(expected_sha256))
+            commit.size_bytes, commit.media_type, commit.temp_name = temp.size_bytes, media_type, temp.name
+            commit.xxh3_128 = temp.xxh3_128
             return self.record_blob(commit)
         finally:
             temp.discard()  # gone if moved into place

@@ -5,16 +5,20 @@ they were the ones stored."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
+import xxhash
 
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, DataLossError, NotFoundError
+from ckpt.store.v1 import records_pb2
 from tests.client.test_node_events_and_blobs import _run_node
 from tests.support import Sidecar, start_sidecar
 
@@ -55,16 +59,38 @@ run(async () => {
 """
 
 
-def test_a_whole_read_of_a_blob_whose_bytes_changed_is_data_loss_and_a_range_is_sent_as_stored(
+def _blob_record(data_dir: Path, sha: str, change: Callable[[records_pb2.BlobRecord], object] | None = None) -> Any:
+    """Blob ``sha``'s record as LMDB holds it, after ``change`` (written back) if given."""
+    env = lmdb.open(str(data_dir / "lmdb"), max_dbs=16)
+    try:
+        with env.begin(write=change is not None) as txn:
+            blobs = env.open_db(b"blobs", txn=txn, create=False)
+            raw = txn.get(bytes.fromhex(sha), db=blobs)
+            assert raw is not None
+            rec = records_pb2.BlobRecord.FromString(raw)
+            if change is not None:
+                change(rec)
+                txn.put(bytes.fromhex(sha), rec.SerializeToString(), db=blobs)
+            return rec
+    finally:
+        env.close()
+
+
+def test_a_whole_read_of_a_blob_whose_bytes_changed_is_data_loss_by_its_xxh3_128_and_a_range_is_sent_as_stored(
     sidecar: Sidecar, tmp_path: Path
 ) -> None:
     data = os.urandom(SIZE)
     sha, path = _stored_blob(sidecar, data)
+    assert _blob_record(sidecar.data_dir, sha).xxh3_128 == xxhash.xxh3_128(data).digest()  # kept at put time
     damaged = bytearray(data)
     damaged[2 * MIB + 7] ^= 1
     path.write_bytes(bytes(damaged))
+    changed = (
+        f"blob {sha}: its file's {SIZE} bytes have XXH3-128 {xxhash.xxh3_128(damaged).hexdigest()}, not the"
+        f" {xxhash.xxh3_128(data).hexdigest()} recorded when it was stored: it is damaged"
+    )
     with CheckpointClient(sidecar.unix_target) as client:
-        with pytest.raises(DataLossError, match=f"blob {sha}: its file's {SIZE} bytes hash to [0-9a-f]{{64}}"):
+        with pytest.raises(DataLossError, match=changed):
             b"".join(client.get_blob(sha))
         copy = io.BytesIO()
         with pytest.raises(DataLossError, match=sha):
@@ -83,6 +109,33 @@ def test_a_whole_read_of_a_blob_whose_bytes_changed_is_data_loss_and_a_range_is_
     path.write_bytes(data)  # repaired: read whole again
     with CheckpointClient(sidecar.unix_target) as client:
         assert b"".join(client.get_blob(sha)) == data
+
+
+def test_a_whole_read_of_a_blob_whose_record_has_no_xxh3_128_is_checked_by_its_sha256_until_stored_again(
+    sidecar: Sidecar,
+) -> None:
+    data = os.urandom(SIZE)
+    sha, path = _stored_blob(sidecar, data)
+    _blob_record(sidecar.data_dir, sha, lambda rec: rec.ClearField("xxh3_128"))  # as a record written before
+    damaged = bytearray(data)
+    damaged[SIZE - 1] ^= 0x80
+    path.write_bytes(bytes(damaged))
+    by_sha256 = f"blob {sha}: its file's {SIZE} bytes hash to {hashlib.sha256(damaged).hexdigest()}: it is damaged"
+    with CheckpointClient(sidecar.unix_target) as client:
+        with pytest.raises(DataLossError, match=by_sha256):
+            b"".join(client.get_blob(sha))
+        copy = io.BytesIO()
+        with pytest.raises(DataLossError, match=by_sha256):
+            client.get_blob_to(sha, copy)
+        assert len(copy.getvalue()) < SIZE  # the last chunk is never sent
+        path.write_bytes(data)
+        assert b"".join(client.get_blob(sha)) == data  # whole again: checked, and sent
+        # Stored again (deduplicated: the file in place is kept), its record gains the checksum.
+        assert client.put_blob(data, session_id="t").content_hash == f"sha256:{sha}"
+        assert _blob_record(sidecar.data_dir, sha).xxh3_128 == xxhash.xxh3_128(data).digest()
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(DataLossError, match=f"blob {sha}: its file's {SIZE} bytes have XXH3-128"):
+            b"".join(client.get_blob(sha))
 
 
 def test_a_blob_file_cut_short_is_data_loss_for_whole_and_ranged_reads(sidecar: Sidecar) -> None:

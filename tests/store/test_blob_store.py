@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from ckpt.codec import ChainPolicy
 from ckpt.sidecar.config import Retention, StoreConfig
@@ -77,6 +78,12 @@ def test_put_blob_checks_the_hash_and_the_limit_and_stores_nothing_otherwise(tmp
         assert files_of(tmp_path) == []
         assert list((tmp_path / "blobs" / "tmp").iterdir()) == []
         assert store.blob_refs("s") == []
+
+
+def test_put_blob_records_the_xxh3_128_of_the_bytes_for_reads_to_check(tmp_path: Path) -> None:
+    with Store(config(tmp_path)) as store:
+        ref = store.put_blob("s", [b"first chunk, ", b"second chunk"])
+        assert store.blob(ref.sha256).xxh3_128 == xxhash.xxh3_128(b"first chunk, second chunk").digest()
 
 
 def test_a_sweep_removes_files_without_a_record_and_abandoned_temporary_files(tmp_path: Path) -> None:

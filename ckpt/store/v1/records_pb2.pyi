@@ -148,16 +148,18 @@ class EventBlock(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[StoredEvent, _Mapping]]] = ...) -> None: ...
 
 class BlobRecord(_message.Message):
-    __slots__ = ("size_bytes", "media_type", "created_unix_nanos", "ref_count")
+    __slots__ = ("size_bytes", "media_type", "created_unix_nanos", "ref_count", "xxh3_128")
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     REF_COUNT_FIELD_NUMBER: _ClassVar[int]
+    XXH3_128_FIELD_NUMBER: _ClassVar[int]
     size_bytes: int
     media_type: str
     created_unix_nanos: int
     ref_count: int
-    def __init__(self, size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., created_unix_nanos: _Optional[int] = ..., ref_count: _Optional[int] = ...) -> None: ...
+    xxh3_128: bytes
+    def __init__(self, size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., created_unix_nanos: _Optional[int] = ..., ref_count: _Optional[int] = ..., xxh3_128: _Optional[bytes] = ...) -> None: ...
 
 class BlobRefRecord(_message.Message):
     __slots__ = ("created_unix_nanos",)
@@ -166,18 +168,20 @@ class BlobRefRecord(_message.Message):
     def __init__(self, created_unix_nanos: _Optional[int] = ...) -> None: ...
 
 class BlobCommit(_message.Message):
-    __slots__ = ("session_id", "sha256", "size_bytes", "media_type", "temp_name")
+    __slots__ = ("session_id", "sha256", "size_bytes", "media_type", "temp_name", "xxh3_128")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
     TEMP_NAME_FIELD_NUMBER: _ClassVar[int]
+    XXH3_128_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     sha256: str
     size_bytes: int
     media_type: str
     temp_name: str
-    def __init__(self, session_id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., temp_name: _Optional[str] = ...) -> None: ...
+    xxh3_128: bytes
+    def __init__(self, session_id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., temp_name: _Optional[str] = ..., xxh3_128: _Optional[bytes] = ...) -> None: ...
 
 class FieldHistory(_message.Message):
     __slots__ = ("fields",)
