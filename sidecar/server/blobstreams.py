@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
@@ -168,6 +169,10 @@ class BlobStreams:
         end = info.size_bytes if not request.length else min(info.size_bytes, request.offset + request.length)
         # Open before the first message: once open, its file stays readable whatever removes it meanwhile.
         blob = await _checked(context, self._open, info.sha256)
+        size = os.fstat(blob.fileno()).st_size
+        if size < info.size_bytes:  # a range inside what is left would read fine: damage all the same
+            blob.close()
+            await _abort(context, _cut_short(info, size))
         # A whole blob's bytes are hashed as they are read (on the thread that reads them) and the last
         # chunk is sent only once they hash to the blob's XXH3-128 (its SHA-256 if its record has none):
         # damaged bytes never end a stream OK. A range is sent as read: checking it would take reading the
