@@ -342,7 +342,7 @@ class CrossCheck:
             if current and not request_of_session(done, session):
                 if session is not None and done.session_created_unix_nanos > session.created_unix_nanos:
                     # Write times never go back (layout.write_time): an earlier holder of the id, deleted
-                    # before this session was made, was created before it.
+                    # before the session standing now was made, was created before it.
                     yield Problem(
                         "requests",
                         sid,
