@@ -20,7 +20,7 @@ from ..errors import DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
 from .eventreads import check_query, read_events
-from .reads import chain_back, check_head, refuse_unstored
+from .reads import chain_back, refuse_unstored
 from .records import frame_of, version_info
 from .stateevents import named_events_field, same_txn
 from .types import EventPage, EventQuery, GetResult, ReadBound
@@ -87,7 +87,6 @@ def read_head(
         if found is None:  # no frame stored: the session record says why
             refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
         target, value, frames = found
-        check_head(txn, store.tables.sessions, sid, session_id, target)
         try:
             latest, reader = open_chain(frames, max_state_bytes=max_state_bytes, max_output_bytes=max_output_bytes)
         except (StateTooLargeError, OutputTooLargeError) as exc:
@@ -135,7 +134,6 @@ def advance_head(
         # Keys are unique and sorted from after + 1: they are exactly after + 1..after + n if the last is.
         if last_key is None or keys.frame_version(last_key, sid) != after + len(frames):
             return None
-        check_head(txn, store.tables.sessions, sid, session_id, after + len(frames))
         latest = reader.advance(frames, max_output_bytes=max_output_bytes)
         if latest is None:
             return None

@@ -44,8 +44,6 @@ def read_state(
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
     target, value, frames = found
-    if not version:
-        check_head(txn, tables.sessions, sid, session_id, target)
     try:
         head = decode_latest(frames, max_state_bytes=max_state_bytes)
     except StateTooLargeError as exc:
@@ -63,9 +61,10 @@ def chain_back(
 
     The frames table alone answers: retention and delete remove frames and
     update the session record in one transaction, so the frames stored are
-    exactly versions first_version..head. Unless the head's frame was lost
-    (damage): then the last frame stored is an older version, so a caller
-    reading version 0 checks the one found with :func:`check_head`.
+    exactly versions first_version..head. A cold read then makes one B-tree
+    descent (of the frames table) instead of two: its pages are what a read
+    from disk waits for, and the sessions table's descent grows with the
+    number of sessions.
     """
     prefix = sid + keys.SEP
     wanted = b""
@@ -133,24 +132,6 @@ def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> in
             break
         expected -= 1
     return expected
-
-
-def check_head(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, target: int) -> None:
-    """DataLoss unless ``target``, the session's last stored frame, is the head its record names: a lost
-    head frame must not make an older version read as the latest. One more B-tree descent (the sessions
-    table's) on a read of the latest version. A record missing or that does not parse names no head: the
-    frames answer, as every other read of them does (``ckpt verify`` and writes report the record)."""
-    raw = txn.get(sid, db=sessions)
-    if raw is None:
-        return
-    try:
-        head = record(raw).head_version
-    except DataLoss:
-        return
-    if head != target:
-        raise DataLoss(
-            f"session {session_id!r}: the head is version {head} but the last stored frame is version {target}"
-        )
 
 
 def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, version: int) -> NoReturn:

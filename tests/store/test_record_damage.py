@@ -14,7 +14,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import DataLoss, Store, StoreConfig, WriteMode
-from ckpt.sidecar.store import EventQuery, keys
+from ckpt.sidecar.store import keys
 from ckpt.store.v1 import records_pb2
 from tests.support import ckpt
 
@@ -85,27 +85,3 @@ def test_a_sound_frame_under_another_versions_key_is_data_loss_not_that_version(
     done = ckpt("verify", "--data-dir", str(data))
     assert done.returncode == 1, done
     assert b"version 3: the frame stored there is version 1's" in done.stdout + done.stderr
-
-
-def test_a_latest_read_whose_head_frame_is_lost_is_data_loss_not_the_version_before(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    with Store(StoreConfig(data_dir=data)) as store:
-        for i in range(1, 4):
-            store.put("agent", bytes([8, i]))
-    env = lmdb.open(str(data / "lmdb"), max_dbs=8)
-    try:
-        with env.begin(write=True, db=env.open_db(b"frames")) as txn:
-            assert txn.delete(keys.frame_key(keys.session_key("agent"), 3))
-    finally:
-        env.close()
-    lost = "session 'agent': the head is version 3 but the last stored frame is version 2"
-    with Store(StoreConfig(data_dir=data)) as store:
-        with pytest.raises(DataLoss, match=lost):
-            store.get("agent")
-        with pytest.raises(DataLoss, match=lost):
-            store.get_with_events("agent", events=EventQuery())
-        with pytest.raises(DataLoss, match=lost):
-            store.fork("agent", 0, "copy")
-        with pytest.raises(DataLoss, match="the frame of version 3 is missing"):
-            store.get("agent", 3)
-        assert store.get("agent", 2).state == bytes([8, 2])
