@@ -28,6 +28,9 @@ log = logging.getLogger("ckpt.store")
 #: 4: the event log (the `events` and `event_logs` tables, eventlog.py). An older ckpt would not delete a
 #: session's events with it (a session made again under its id would find them), nor apply their retention.
 LAYOUT_VERSION = 4
+#: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
+#: next layout is 6). 5 keyed request records by two hashes; taken out before any release.
+_WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by development builds only and withdrawn"}
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
@@ -158,6 +161,11 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
         found = int(raw)
     except ValueError:
         raise DataLoss(f"{storage.location}: the store's layout version {raw!r} is not a number") from None
+    if found in _WITHDRAWN_LAYOUTS:
+        raise IncompatibleStore(
+            f"{storage.location} is in store layout {found} ({_WITHDRAWN_LAYOUTS[found]}): no ckpt reads it;"
+            f" restore a backup of layout {LAYOUT_VERSION} or earlier"
+        )
     if found > LAYOUT_VERSION:
         raise IncompatibleStore(
             f"{storage.location} was written by a newer ckpt (store layout {found}; this ckpt reads layout"
