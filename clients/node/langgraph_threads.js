@@ -32,11 +32,12 @@ function threadOf(config) {
   const threadId = configurable.thread_id;
   const checkpointNs = configurable.checkpoint_ns ?? '';
   if (typeof checkpointNs !== 'string') throw new TypeError(`checkpoint_ns must be a string, not ${typeof checkpointNs}`);
-  if (threadId === undefined || threadId === null) return { threadId: undefined, checkpointNs };
+  const checkpointId = (config && getCheckpointId(config)) || undefined;
+  if (threadId === undefined || threadId === null) return { threadId: undefined, checkpointNs, checkpointId };
   if (typeof threadId !== 'string' && typeof threadId !== 'number') {
     throw new TypeError(`thread_id must be a string, not ${typeof threadId}`);
   }
-  return { threadId: String(threadId), checkpointNs, checkpointId: getCheckpointId(config) || undefined };
+  return { threadId: String(threadId), checkpointNs, checkpointId };
 }
 
 function requireThread(config, what) {

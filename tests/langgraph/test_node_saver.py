@@ -297,6 +297,8 @@ const put = (threadId, ns, metadata = { source: 'input', step: -1, parents: {} }
     out.writes = (await saver.getTuple(config)).pendingWrites;
     out.thread = await listed({ configurable: { thread_id: parrot } });
     out.all = await listed({});
+    // A checkpoint id without a thread lists that checkpoint only, as MemorySaver and the Python saver do.
+    out.byIdOnly = await listed({ configurable: { checkpoint_id: config.configurable.checkpoint_id } });
     out.missing = (await saver.getTuple({ configurable: { thread_id: 'nobody' } })) === undefined;
     out.long = await failure(() => put('x'.repeat(129), ''));
     out.control = await failure(() => put('a\nb', ''));
@@ -359,6 +361,7 @@ def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_d
     ]
     assert out["thread"] == [[parrot, ""], [parrot, "sub/x"]]
     assert out["all"] == [["a", "\N{PARROT}/sub/x"], [parrot, ""], [parrot, "sub/x"]]  # before "fresh"
+    assert out["byIdOnly"] == [[parrot, "sub/x"]]
     assert out["missing"] is True
     assert out["long"] == (
         "RangeError: thread_id is 129 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"
