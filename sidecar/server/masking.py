@@ -47,8 +47,6 @@ class Masks:
         self._store = store
         #: By type name and paths; a mask holds its class, and the class its registration's descriptor pool.
         self._compiled: dict[tuple[str, tuple[str, ...]], FieldMask] = {}
-        #: Each type name's class the masks kept were compiled against.
-        self._classes: dict[str, type[Message]] = {}
         self._lock = threading.Lock()
 
     def masked(self, session_id: str, got: GetResult, paths: Sequence[str]) -> GetResult:
@@ -120,12 +118,10 @@ class Masks:
             return mask
         mask = compile_mask(cls, paths)
         with self._lock:
-            if self._classes.get(name) is not cls:
-                # The type was registered again: the masks of its earlier class go, and with them that
-                # registration's descriptor pool (~250 KB each), which they alone would keep alive.
-                for stale in [k for k in self._compiled if k[0] == name]:
-                    del self._compiled[stale]
-                self._classes[name] = cls
+            # The type may have been registered again: the masks of its earlier class go, and with them that
+            # registration's descriptor pool (~250 KB each), which they alone would keep alive.
+            for stale in [k for k, kept in self._compiled.items() if k[0] == name and kept.message_type is not cls]:
+                del self._compiled[stale]
             if len(self._compiled) >= _MASKS_KEPT:
                 self._compiled.clear()
             self._compiled[key] = mask
