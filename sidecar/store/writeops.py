@@ -243,11 +243,7 @@ class WriteOps:
         if rec is None:
             return True
         state = self._encoders.for_session(txn, sid, session_id, rec).state
-        try:
-            self._registry.require_in(txn, type_name).FromString(state)
-        except DecodeError:
-            return False
-        return True
+        return _parses(self._registry.require_in(txn, type_name), state)
 
     def fork_op(
         self, session_id: str, version: int, new_session_id: str, labels: dict[str, str], *, copy_events: bool = False
@@ -264,14 +260,19 @@ class WriteOps:
             if txn.get(new_sid, db=tables.sessions) is not None:
                 raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
             self._events.check_no_log(txn, new_sid, new_session_id)
-            state, _ = read_state(txn, tables, sid, session_id, version)
+            state, forked = read_state(txn, tables, sid, session_id, version)
             src = record(txn.get(sid, db=tables.sessions))
             resolved = version or src.head_version
             typed = src.message_type  # the fork is of the same type
             if typed and registry.shared:
                 registry.sync(txn)
             # A type the registry lost (damage) leaves the fork uncompacted, not refused: it copies a state.
-            encoder = encoders.new(registry.resolve(typed) if typed else None)
+            state_class = registry.resolve(typed) if typed else None
+            if state_class is not None and forked.message_type != typed and not _parses(state_class, state):
+                # A version written before the session took its type need not be one: a typed session's every
+                # state parses as its type (compaction, masks and clients rely on it), so its fork stays untyped.
+                typed, state_class = "", None
+            encoder = encoders.new(state_class)
             frame = encoder.replace(state)
             now = write_time(txn, tables)
             rec = records_pb2.SessionRecord(
@@ -407,6 +408,14 @@ class WriteOps:
         doomed += [(tables.updated, k) for k in txn.scan_keys(tables.updated) if k[8:] == sid]
         for db, key in doomed:
             txn.delete(key, db=db)
+
+
+def _parses(message_class: type[Message], state: bytes) -> bool:
+    try:
+        message_class.FromString(state)
+    except DecodeError:
+        return False
+    return True
 
 
 def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, labels: dict[str, str]) -> None:

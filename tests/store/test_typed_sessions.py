@@ -321,3 +321,25 @@ def test_a_typed_merge_onto_an_untyped_head_that_does_not_parse_as_its_type_is_r
         store.put("parses", pb.Checkpoint(goal="h").SerializeToString())
         store.put("parses", pb.Checkpoint(step=3).SerializeToString(), mode=MERGE, message_type="ckpt.v1.Checkpoint")
         assert store.session("parses").message_type == "ckpt.v1.Checkpoint"
+
+
+def test_a_fork_of_a_version_from_before_the_session_was_typed_stays_untyped_unless_it_parses(
+    config: StoreConfig,
+) -> None:
+    opaque = b"\xff\xff\xff"
+    typed = pb.Checkpoint(goal="g").SerializeToString()
+    with Store(config) as store:
+        store.put("s", opaque)
+        store.put("s", typed, message_type="ckpt.v1.Checkpoint")
+        store.put("p", pb.Checkpoint(goal="early").SerializeToString())  # untyped, but parses as the type
+        store.put("p", typed, message_type="ckpt.v1.Checkpoint")
+        assert store.fork("s", 1, "s-early").message_type == ""
+        got = store.get("s-early")
+        assert (got.state, got.info.message_type) == (opaque, "")
+        # Untyped, a MERGE lands as bytes; a typed MERGE onto it is refused as onto any untyped head.
+        with pytest.raises(FailedPrecondition, match=r"session 's-early' is untyped"):
+            store.put("s-early", typed, mode=MERGE, message_type="ckpt.v1.Checkpoint")
+        assert store.fork("s", 2, "s-late").message_type == "ckpt.v1.Checkpoint"
+        # An early version that parses as the type carries the session's type into its fork.
+        assert store.fork("p", 1, "p-early").message_type == "ckpt.v1.Checkpoint"
+        assert store.get("p-early").info.message_type == "ckpt.v1.Checkpoint"
