@@ -307,9 +307,10 @@ export class CheckpointClient {
   get(sessionId: string, version?: number, options?: { fieldMask?: string[]; events?: EventFilter }): Promise<GetResponse>;
   /**
    * The result of `fn()`, the call of `tool` with `args`, recorded in the session's Checkpoint.tool_cache
-   * before it resolves: a hit resolves to the recorded result without calling `fn`. Results and
-   * arguments are JSON values; the value is the recorded JSON parsed back. Nothing is recorded if `fn`
-   * throws.
+   * before it resolves: a hit resolves to the recorded result without calling `fn`. An entry marked
+   * is_error, holding an artifact_id or a result that is not JSON is a miss, and the record replaces it.
+   * Results and arguments are JSON values; the value is the recorded JSON parsed back. Nothing is recorded
+   * if `fn` throws.
    */
   cachedCall<T = unknown>(sessionId: string, tool: string, args: unknown, fn: () => T | Promise<T>): Promise<T>;
   /**

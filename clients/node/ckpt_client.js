@@ -236,13 +236,15 @@ class CheckpointClient {
 
   // The result of `fn()` (awaited), the call of `tool` with `args` (JSON
   // values), recorded in the session's Checkpoint.tool_cache so that it is paid
-  // for once: a hit returns the recorded result without calling `fn`; a miss
-  // calls it and records its result (a JSON value) with a durable merge before
-  // resolving to it, so an agent killed after that does not call the tool
-  // again. Either way the value is the recorded JSON parsed back. If `fn`
-  // throws, nothing is recorded. Two callers missing the same key at once both
-  // call `fn`; the later record wins, whole. Same key as the Python clients
-  // (tool_cache.js), so either hits what the other recorded.
+  // for once: a hit returns the recorded result without calling `fn` (an entry
+  // marked is_error, holding an artifact_id or a result that is not JSON is a
+  // miss, and the record replaces it); a miss calls it and records its result
+  // (a JSON value) with a durable merge before resolving to it, so an agent
+  // killed after that does not call the tool again. Either way the value is
+  // the recorded JSON parsed back. If `fn` throws, nothing is recorded. Two
+  // callers missing the same key at once both call `fn`; the later record
+  // wins, whole. Same key as the Python clients (tool_cache.js), so either
+  // hits what the other recorded.
   cachedCall(sessionId, tool, args, fn) {
     return cachedCall(this, sessionId, tool, args, fn);
   }

@@ -96,6 +96,18 @@ async function readCache(client, sessionId) {
   }
 }
 
+// Whether a recorded `result` is JSON (UTF-8 text, no BOM) and its value: { ok, value }. A result that is
+// not (empty, written by another writer) answers no call, so the call misses, as the Python clients'.
+function readResult(result) {
+  try {
+    const text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(result);
+    return { ok: true, value: JSON.parse(text) };
+  } catch (err) {
+    if (err instanceof SyntaxError || err instanceof TypeError) return { ok: false };
+    throw err;
+  }
+}
+
 // See CheckpointClient.cachedCall.
 async function cachedCall(client, sessionId, tool, args, fn) {
   const { key, canonical } = toolCacheKey(tool, args);
@@ -108,8 +120,10 @@ async function cachedCall(client, sessionId, tool, args, fn) {
     }
     messageType = got.message_type; // '' keeps an untyped session untyped
     const entry = Checkpoint.decode(got.state).tool_cache[key];
-    if (entry && !entry.is_error && entry.tool === tool && entry.canonical_args_json === canonical) {
-      return JSON.parse(Buffer.from(entry.result).toString('utf8'));
+    // An entry whose result is kept in an artifact (the cache does not fetch it) answers no call.
+    if (entry && !entry.is_error && !entry.artifact_id && entry.tool === tool && entry.canonical_args_json === canonical) {
+      const recorded = readResult(entry.result);
+      if (recorded.ok) return recorded.value;
     }
   }
   const result = canonicalJson(await fn(), 'result');

@@ -83,13 +83,14 @@ class CheckpointClient(
         session's ``Checkpoint.tool_cache`` so that it is paid for once.
 
         A hit (the session holds a result of the same tool with the same canonical arguments) returns it
-        without calling ``fn``. A miss calls ``fn`` and records its result (a JSON value) with a durable
-        MERGE before returning it, so an agent killed after that does not call the tool again. Either way
-        the value returned is the recorded JSON read back (a tuple comes back a list). An exception from
-        ``fn`` is raised and nothing is recorded. Two callers missing the same key at once both call
-        ``fn``; the later record wins, whole. The key and canonical JSON: ``toolcache.py``; a typed
-        session's cache is read with a masked Get of ``tool_cache``; an untyped one whole, and it stays
-        untyped.
+        without calling ``fn``; an entry holding no result it can return (``is_error``, an ``artifact_id``,
+        a ``result`` that is not JSON) is a miss, and the record replaces it. A miss calls ``fn`` and
+        records its result (a JSON value) with a durable MERGE before returning it, so an agent killed
+        after that does not call the tool again. Either way the value returned is the recorded JSON read
+        back (a tuple comes back a list). An exception from ``fn`` is raised and nothing is recorded. Two
+        callers missing the same key at once both call ``fn``; the later record wins, whole. The key and
+        canonical JSON: ``toolcache.py``; a typed session's cache is read with a masked Get of
+        ``tool_cache``; an untyped one whole, and it stays untyped.
         """
         return toolcache.cached_call(self, session_id, tool, args, fn)
 

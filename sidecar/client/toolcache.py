@@ -179,10 +179,11 @@ class _Call:
         if (
             entry is None
             or entry.is_error
+            or entry.artifact_id  # a result kept in an artifact: the cache does not fetch it
             or (entry.tool, entry.canonical_args_json) != (self.tool, self.canonical_args)
         ):
             return False, None
-        return True, json.loads(entry.result)
+        return _read_result(entry.result)
 
     def record(self, result: object) -> tuple[bytes, Any]:
         """The MERGE patch recording ``result``, and the value a hit would return (its JSON read back)."""
@@ -192,6 +193,19 @@ class _Call:
         patch = checkpoint_pb2.Checkpoint()
         patch.tool_cache[self.key].CopyFrom(entry)
         return patch.SerializeToString(), json.loads(encoded)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _read_result(result: bytes) -> tuple[bool, Any]:
+    """Whether ``result`` is JSON (UTF-8 text JavaScript's JSON.parse reads, so no NaN nor a BOM), and its
+    value: a result that is not (empty, written by another writer) answers no call, so the call misses."""
+    try:
+        return True, json.loads(result.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return False, None
 
 
 def cached_call(client: _Client, session_id: str, tool: str, args: object, fn: Callable[[], Any]) -> Any:

@@ -15,6 +15,7 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.client.toolcache import tool_cache_key
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.client.test_node_client import node_command
+from tests.client.test_tool_cache import UNANSWERABLE, assert_each_entry_replaced, unanswerable_checkpoint
 from tests.support import Sidecar
 
 # Keys of calls read as JSON from stdin ([tool, args] pairs): printed as JSON.
@@ -170,3 +171,33 @@ def test_node_refuses_a_map_or_set_as_arguments_or_result_rather_than_write_it_a
         cache = pb.Checkpoint.FromString(client.get("not-json").state).tool_cache
         key, canonical = tool_cache_key("plain", {"when": "1970-01-01T00:00:00.000Z", "bare": {"b": 1}})
         assert list(cache) == [key] and cache[key].canonical_args_json == canonical
+
+
+# cachedCall of each case's arguments twice, with a tool that counts its runs: the outcomes printed.
+_NODE_UNANSWERABLE = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, cases] = process.argv.slice(2);
+const client = new CheckpointClient(target);
+(async () => {
+  const out = { ran: [], values: [] };
+  for (const c of JSON.parse(cases)) {
+    for (let i = 0; i < 2; i += 1) {
+      const fetch = () => { out.ran.push(c); return { fresh: c }; };
+      out.values.push(await client.cachedCall('node', 'fetch', { case: c }, fetch));
+    }
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); }).finally(() => client.close());
+"""
+
+
+def test_node_misses_an_entry_holding_no_readable_result_and_replaces_it(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("node", message=unanswerable_checkpoint())
+        command = node_command(_NODE_UNANSWERABLE, sidecar.unix_target, json.dumps(list(UNANSWERABLE)))
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["ran"] == list(UNANSWERABLE)  # once each: a miss, then a hit of its record
+        assert out["values"] == [{"fresh": case} for case in UNANSWERABLE for _ in range(2)]
+        assert_each_entry_replaced(client.get("node").state)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,73 @@ def test_an_agent_killed_after_a_paid_call_does_not_pay_for_it_again(sidecar: Si
         assert line == "recorded 42\n", (run, line, err)
         assert agent.returncode == -signal.SIGKILL
         assert counter.read_text() == "called\n", run  # once, whichever run
+
+
+# ToolResults of the right tool and arguments that hold no result the cache can return: each call of one
+# misses, and its record replaces the entry whole. Node's cachedCall is held to the same cases.
+UNANSWERABLE: dict[str, dict[str, Any]] = {
+    "an error": {"is_error": True, "result": b'{"error":"timed out"}'},
+    "in an artifact": {"artifact_id": "page"},  # the proto's "large outputs go to artifact_id instead"
+    "in an artifact, a preview beside it": {"artifact_id": "page", "result": b'"the first lines"'},
+    "empty": {},
+    "not JSON": {"result": b"<html>"},
+    "NaN, which JSON.parse does not read": {"result": b"NaN"},
+    "not UTF-8": {"result": b'"\xff"'},
+    "behind a byte order mark": {"result": b'\xef\xbb\xbf{"a":1}'},
+}
+
+
+def unanswerable_checkpoint() -> pb.Checkpoint:
+    """A Checkpoint holding an artifact and a ``fetch`` entry of arguments ``{"case": case}`` per case."""
+    checkpoint = pb.Checkpoint(goal="g")
+    checkpoint.artifacts["page"].uri = "ckpt-blob:sha256:" + "ab" * 32
+    for case, fields in UNANSWERABLE.items():
+        key, canonical = tool_cache_key("fetch", {"case": case})
+        checkpoint.tool_cache[key].CopyFrom(pb.ToolResult(tool="fetch", canonical_args_json=canonical, **fields))
+    return checkpoint
+
+
+def assert_each_entry_replaced(state: bytes) -> None:
+    """Each case's entry in ``state`` is the record of the tool's result ``{"fresh": case}``, whole."""
+    checkpoint = pb.Checkpoint.FromString(state)
+    for case in UNANSWERABLE:
+        entry = checkpoint.tool_cache[tool_cache_key("fetch", {"case": case})[0]]
+        fresh = canonical_json({"fresh": case}).encode()
+        assert (entry.is_error, entry.artifact_id, entry.result) == (False, "", fresh), case
+    assert checkpoint.goal == "g" and "page" in checkpoint.artifacts  # the artifact is left where it was
+
+
+def test_an_entry_holding_no_readable_result_is_a_miss_whose_record_replaces_it(sidecar: Sidecar) -> None:
+    calls: list[str] = []
+
+    def fetch(case: str) -> Any:
+        calls.append(case)
+        return {"fresh": case}
+
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("sync", message=unanswerable_checkpoint())
+        for case in UNANSWERABLE:
+            for _ in range(2):  # a miss, then a hit of its record
+                assert client.cached_call("sync", "fetch", {"case": case}, partial(fetch, case)) == {"fresh": case}
+        assert calls == list(UNANSWERABLE)
+        assert_each_entry_replaced(client.get("sync").state)
+
+
+def test_the_async_client_misses_an_entry_holding_no_readable_result_and_replaces_it(sidecar: Sidecar) -> None:
+    calls: list[str] = []
+
+    async def fetch(case: str) -> Any:
+        calls.append(case)
+        return {"fresh": case}
+
+    async def run() -> bytes:
+        async with AsyncCheckpointClient(sidecar.unix_target) as client:
+            await client.put("async", message=unanswerable_checkpoint())
+            for case in UNANSWERABLE:
+                for _ in range(2):
+                    got = await client.cached_call("async", "fetch", {"case": case}, partial(fetch, case))
+                    assert got == {"fresh": case}
+            return (await client.get("async")).state
+
+    assert_each_entry_replaced(asyncio.run(run()))
+    assert calls == list(UNANSWERABLE)
