@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 
 from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
 from ..store import SessionInfo, Store, VersionInfo
 from ..tools import Problem, isolated
-from ..tools.blobcheck import blob_problems, blob_records, session_blob_problems
+from ..tools.blobcheck import blob_lookup, blob_problems, blob_records, session_blob_problems
 from .offline_commands import open_readonly, starts_chain
 
 # A session whose record or B-tree page is damaged: reported, and the others checked.
@@ -50,7 +51,7 @@ def verify(args: argparse.Namespace) -> int:
         found = isolated.call(args.data_dir, open_readonly, blob_records, "reading the blobs' records")
         blobs = len(found.records)
         checked += found.blobs_only  # sessions holding blob references alone: not listed, nor counted above
-        for subject, text in blob_problems(args.data_dir, found):
+        for subject, text in blob_problems(args.data_dir, found, partial(_blobs_now, args)):
             fail(subject, text)
             others += 1
     listing = "; listing the sessions failed (see above)" if counts.listing_failures else ""
@@ -59,6 +60,12 @@ def verify(args: argparse.Namespace) -> int:
     held = f"; {blobs} blob{'s' if blobs != 1 else ''} checked" if blobs else ""
     print(f"verified {checked} {sessions}: {checked - failures} ok, {failures} failed{listing}{more}{held}")
     return 1 if failures or counts.listing_failures or others else 0
+
+
+def _blobs_now(args: argparse.Namespace, shas: list[str]) -> dict[str, tuple[int, int]]:
+    """The records of ``shas`` as the store has them now (in a child): a running sidecar may have deleted a
+    blob, or stored it anew, since verify read them (tools/blobcheck.py)."""
+    return isolated.call(args.data_dir, open_readonly, partial(blob_lookup, shas=shas), "reading the blobs' records")
 
 
 def _cross_check(

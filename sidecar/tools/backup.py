@@ -12,9 +12,11 @@ reads one snapshot instead, and leaves out free pages.
 
 Blobs' files (data_dir/blobs) are copied after the snapshot, each one it
 records: files never change once in place, so each copy is the blob's bytes.
-A blob removed between the snapshot and its copy (its last session deleted
-meanwhile) is missing from the backup, and logged; ``ckpt verify`` of the
-backup names it.
+A file found missing is looked up again (tools/blobcheck.py): a blob no
+longer recorded was released after the snapshot (its last session deleted
+meanwhile), and is missing from the backup, and logged (``ckpt verify`` of
+the backup names it); one stored anew since is copied from its new file; one
+whose record still stands without its file is damage, and fails the backup.
 
 The copy is written under a hidden name beside the destination, flushed to
 disk (the file and both directories), and only then renamed to it: the
@@ -38,8 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import DataLoss
 from ..store import Store
 from ..store.blobfiles import BlobFiles
+from .blobcheck import blob_lookup, confirmed
 
 log = logging.getLogger("ckpt")
 
@@ -68,27 +72,43 @@ def copy_with_blobs(store: Store, lmdb_dir: Path) -> tuple[int, int]:
     shas: list[str] = []
     counts = store.copy_to(lmdb_dir, blobs=shas)
     source, target = store.blob_files, BlobFiles(lmdb_dir.parent / "blobs")
-    missing = []
     synced: set[Path] = set()
-    for sha256 in shas:
+
+    def copy(sha256: str, size: int = 0) -> str | None:
+        """Copy blob ``sha256``'s file; what is wrong if it cannot be (a :data:`blobcheck.FileCheck`)."""
         dest = target.path(sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             shutil.copyfile(source.path(sha256), dest)
         except FileNotFoundError:
-            missing.append(sha256)
-            continue
+            return f"its file {source.path(sha256)} is missing"
         _fsync(dest)
         synced.add(dest.parent)
+        return None
+
+    missing: dict[str, tuple[str, int | None]] = {
+        sha256: (problem, None) for sha256 in shas if (problem := copy(sha256)) is not None
+    }
+    # Looked up again: released since the snapshot (not reported), stored anew (copied again), or damage.
+    damaged = confirmed(missing, copy, lambda shas: blob_lookup(store, shas)) if missing else {}
+    if damaged:
+        named = "; ".join(f"blob {sha256}: {problem}" for sha256, problem in sorted(damaged.items())[:10])
+        more = f"; and {len(damaged) - 10} more blobs" if len(damaged) > 10 else ""
+        stand = "their records stand" if len(damaged) > 1 else "its record stands"
+        raise DataLoss(
+            f"the store is damaged: {named}{more}, though {stand};"
+            " no backup was written (`ckpt verify` names every problem)"
+        )
     for directory in (*synced, *{d.parent for d in synced}, target.root):
         if directory.is_dir():
             _fsync(directory)
-    if missing:
+    released = [sha256 for sha256 in missing if not target.path(sha256).is_file()]
+    if released:
         log.warning(
             "%d blobs were removed after the backup's snapshot and before their copy (their sessions deleted"
             " meanwhile): the backup records them without their bytes: %s",
-            len(missing),
-            ", ".join(missing[:10]),
+            len(released),
+            ", ".join(released[:10]),
         )
     return counts
 

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ckpt.codec import ChainPolicy
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.config import StoreConfig
+from ckpt.sidecar.errors import DataLoss
 from ckpt.sidecar.store import Store
 from ckpt.sidecar.tools.backup import backup
-from tests.support import ckpt
+from tests.support import ROOT, ckpt, start_sidecar
 
 
 def _store_with_blobs(data_dir: Path) -> tuple[str, str]:
@@ -58,3 +69,133 @@ def test_a_backup_carries_the_blobs_and_serves_them(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=data_dir)) as store:  # the library call too
         backup(store, tmp_path / "copy2")
     assert sorted(p.name for p in (tmp_path / "copy2" / "blobs").rglob("*") if p.is_file()) == sorted([a, b])
+
+
+def _until(done: Callable[[], bool], what: str, *, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.005)
+
+
+def _writer_once_read(fifo: Path, reader: subprocess.Popen[bytes]) -> int:
+    """A write end of ``fifo``, opened once ``reader`` has opened it to read: that process is paused there."""
+    fd = -1
+
+    def opened() -> bool:
+        nonlocal fd
+        assert reader.poll() is None, reader.communicate()
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            return False
+        return True
+
+    _until(opened, f"{fifo.name} is opened to be read")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _release(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as pipe:
+        pipe.write(data)
+
+
+def test_verify_beside_a_sidecar_passes_a_blob_deleted_and_stored_anew_while_it_hashes(tmp_path: Path) -> None:
+    """verify reads the blobs' records in one snapshot and hashes their files after it: a blob whose last
+    session is deleted meanwhile has no file, and one stored again has a new record. Neither is damage. A
+    blob file missing under a record that stands still fails."""
+    data_dir = tmp_path / "data"
+    sidecar = start_sidecar(data_dir)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            blobs: dict[str, tuple[str, bytes]] = {}
+            for n in range(3):
+                data = os.urandom(50_000)
+                ref = client.put_blob(data, session_id=f"s{n}")
+                blobs[ref.content_hash.removeprefix("sha256:")] = (f"s{n}", data)
+            first, middle, last = sorted(blobs)  # the order verify hashes the files in
+            path = {sha: data_dir / "blobs" / "sha256" / sha[:2] / sha for sha in blobs}
+            # The first and last blob files become pipes: verify's read of each waits until the test writes the bytes.
+            for sha in (first, last):
+                path[sha].unlink()
+                os.mkfifo(path[sha])
+            verify = subprocess.Popen(
+                [sys.executable, "-m", "ckpt.sidecar.cli", "verify", "--data-dir", str(data_dir)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                paused = _writer_once_read(path[first], verify)  # the records are read: hashing has begun
+                assert client.delete(blobs[middle][0]) == 0  # the middle blob's only session: its file goes
+                _until(lambda: not path[middle].exists(), "the deleted blob's file is removed")
+                _release(paused, blobs[first][1])
+                paused = _writer_once_read(path[last], verify)  # the middle file was found missing
+                client.put_blob(blobs[middle][1], session_id="again")  # a new record, a new file
+                _release(paused, blobs[last][1])
+                out, err = verify.communicate(timeout=60)
+            finally:
+                verify.kill()
+                verify.wait()
+            assert verify.returncode == 0, err
+            assert b"FAIL" not in err
+            assert b"3 blobs checked" in out
+            for sha in (first, last):  # files again, then one missing under a record that stands
+                path[sha].unlink()
+                path[sha].write_bytes(blobs[sha][1])
+            path[middle].unlink()
+            damaged = ckpt("verify", "--data-dir", str(data_dir))
+            assert damaged.returncode == 1
+            assert f"FAIL blob {middle}: its file {path[middle]} is missing".encode() in damaged.stderr
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_backup_of_a_store_missing_a_recorded_blob_file_fails_naming_the_blob(tmp_path: Path) -> None:
+    """A blob file missing while its record stands is damage, as a damaged page is: the backup fails and
+    leaves nothing behind, rather than taking it for a blob released after the snapshot."""
+    data_dir = tmp_path / "data"
+    _, b = _store_with_blobs(data_dir)
+    path = data_dir / "blobs" / "sha256" / b[:2] / b
+    path.unlink()
+    failed = ckpt("backup", str(tmp_path / "copy"), "--data-dir", str(data_dir))
+    assert failed.returncode == 1, failed.stdout
+    assert f"the store is damaged: blob {b}: its file {path} is missing".encode() in failed.stderr
+    assert b"no backup was written" in failed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no DEST, no partial copy
+    with (
+        Store(StoreConfig(data_dir=data_dir)) as store,  # the library call too
+        pytest.raises(DataLoss, match=f"blob {b}: its file .* is missing, though its record stands"),
+    ):
+        backup(store, tmp_path / "copy2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_backup_leaves_out_a_blob_released_after_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A blob whose last session is deleted between the snapshot and its copy has no file to copy: the
+    backup records it without its bytes and says so, and succeeds."""
+    data_dir = tmp_path / "data"
+    a, b = _store_with_blobs(data_dir)
+    copies: list[str] = []
+    with Store(StoreConfig(data_dir=data_dir)) as store:
+        copyfile = shutil.copyfile
+
+        def delete_then_copy(source: Path, dest: Path) -> object:
+            if not copies:  # after the snapshot, before the first copy: the session holding blob b goes
+                store.delete_session("t")
+                _until(lambda: not store.blob_files.path(b).exists(), "the released blob's file is removed")
+            copies.append(Path(source).name)
+            return copyfile(source, dest)
+
+        monkeypatch.setattr(shutil, "copyfile", delete_then_copy)  # as backup.py calls it
+        result = backup(store, tmp_path / "copy")
+    assert sorted(copies) == sorted([a, b])
+    assert result.path == tmp_path / "copy"
+    assert [p.name for p in (tmp_path / "copy" / "blobs").rglob("*") if p.is_file()] == [a]
+    assert "1 blobs were removed after the backup's snapshot and before their copy" in caplog.text
+    assert b in caplog.text
