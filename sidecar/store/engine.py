@@ -45,7 +45,7 @@ from .forks import OneProcess
 from .history import list_states
 from .keyframes import QuietKeyframes
 from .layout import Tables, open_layout
-from .listings import list_sessions, list_versions
+from .listings import count_sessions, list_sessions, list_versions
 from .loopwrites import LoopBatches
 from .reads import check_version_arg, frames_of, read_state, session_ids
 from .records import record, session_info
@@ -551,8 +551,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         }
 
     def _entry_counts(self, txn: ReadTxn) -> tuple[int, int]:
-        """Sessions and stored versions in ``txn``'s snapshot."""
-        return txn.count(self._tables.sessions), txn.count(self._tables.frames)
+        """Sessions (as a listing lists them: those of events alone too) and stored versions in ``txn``'s
+        snapshot."""
+        return count_sessions(txn, self._tables), txn.count(self._tables.frames)
 
     def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a
