@@ -32,7 +32,7 @@ from ..config import Durability, StoreConfig
 from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, make_dirs, open_lmdb, sync_dir
 from . import keys
-from .blobfiles import BlobFiles, check_sha256
+from .blobfiles import BlobFiles, check_media_type, check_sha256
 from .blobs import BlobInfo, Blobs
 from .cache import StateCache
 from .checkline import CheckLine
@@ -244,6 +244,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     def record_blob(self, commit: records_pb2.BlobCommit) -> BlobInfo:
         """Record a blob whose bytes a caller streamed into ``self.blob_files`` (a temporary file, flushed):
         the file moves into place and the blob's record and the session's reference commit together."""
+        check_media_type(commit.media_type)
         try:
             return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
         except BaseException:
@@ -255,8 +256,10 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     ) -> BlobInfo:
         """Store a blob referenced by ``session_id`` from its bytes, ``chunks`` (never held whole), once
         however many sessions store it. ResourceExhausted past max_blob_bytes, InvalidArgument if
-        ``expected_sha256`` is given and the bytes hash otherwise: nothing is stored then."""
+        ``expected_sha256`` is given and the bytes hash otherwise, or for a ``media_type`` over 255 bytes
+        or not printable: nothing is stored then."""
         keys.session_key(session_id)
+        check_media_type(media_type)
         if expected_sha256:
             check_sha256(expected_sha256, field="expected_sha256")
         temp = self.blob_files.new_temp(self.config.max_blob_bytes)
