@@ -34,8 +34,8 @@ from ckpt.v1 import service_pb2
 
 from ..errors import DataLoss, InvalidArgument, NotFound, StoreError, StoreFull
 from ..store import Store
-from ..store.blobfiles import TempBlob, check_sha256
-from ..store.keys import QUOTED_CHARS, quoted, session_key
+from ..store.blobfiles import MAX_MEDIA_TYPE_BYTES, TempBlob, check_media_type, check_sha256
+from ..store.keys import session_key
 from .convert import request_parser
 from .failures import abort_with, failure_of
 from .methods import RECORD_BLOB_METHOD
@@ -45,8 +45,6 @@ T = TypeVar("T")
 
 #: Bytes per GetBlob message (a range's last is shorter).
 BLOB_CHUNK_BYTES = 1024 * 1024
-#: Longest media type PutBlob takes (IANA's are far shorter).
-MAX_MEDIA_TYPE_BYTES = 255
 #: A GetBlobResponse's bytes besides its chunk, at most: tags and lengths, size_bytes, media_type.
 _FIRST_RESPONSE_BYTES = MAX_MEDIA_TYPE_BYTES + 32
 
@@ -247,12 +245,7 @@ _FIRST_ONLY = "session_id, media_type and expected_sha256 go in a PutBlob stream
 def _first_message(message: service_pb2.PutBlobRequest, commit: records_pb2.BlobCommit) -> str:
     """Check a PutBlob's first message into ``commit``; the SHA-256 the bytes must have ("": any)."""
     session_key(message.session_id)
-    media_type = message.media_type
-    if len(media_type.encode()) > MAX_MEDIA_TYPE_BYTES or not media_type.isprintable():
-        shown = quoted(media_type) if len(media_type) > QUOTED_CHARS else repr(media_type)
-        raise InvalidArgument(
-            f"media_type {shown} must be at most {MAX_MEDIA_TYPE_BYTES} bytes of printable characters"
-        )
+    media_type = check_media_type(message.media_type)
     if message.expected_sha256:
         check_sha256(message.expected_sha256, field="expected_sha256")
     commit.session_id, commit.media_type = message.session_id, media_type

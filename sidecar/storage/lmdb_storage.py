@@ -45,6 +45,8 @@ _MAX_TABLES = 32
 DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What opening a file that is no LMDB database (or a damaged one) fails with.
 _NOT_LMDB: tuple[type[lmdb.Error], ...] = (*DAMAGE, lmdb.InvalidError, lmdb.VersionMismatchError)
+# A key of the main database that release_freed() puts and deletes again in one transaction: never kept.
+_RELEASE_KEY = b"ckpt:release-freed-pages"
 ERRORS = NativeErrors(full=(lmdb.MapFullError,), damage=DAMAGE)
 
 
@@ -261,6 +263,8 @@ class LmdbStorage:
         self._next_reader_check = 0.0
         # The size data.mdb was last seen to have (it only grows): committed() stats it only past that.
         self._file_bytes_seen = 0
+        # The transaction release_freed() last committed (0: none).
+        self._released_at = 0
 
     # -- tables and transactions --------------------------------------------------
 
@@ -297,6 +301,28 @@ class LmdbStorage:
             self.env.set_mapsize(new_size)
         self._map_size = new_size
         self.resizes += 1
+        return True
+
+    def release_freed(self) -> bool:
+        """After a full error: if a transaction committed since the last one this made, commit one that
+        leaves every table as it was (a key put and deleted again); whether it committed one.
+
+        LMDB reuses pages freed by transaction N only in N + 2 and later: the
+        writer's own snapshot, N, still counts as a reader of them. A session
+        deleted in the last commit thus makes no room for the next; after this
+        commit it does (unless a reader's older snapshot still holds them).
+        """
+        if self.env.info()["last_txnid"] == self._released_at:
+            return False
+        try:
+            with self.write() as txn:
+                txn.put(_RELEASE_KEY, b"")
+                txn.delete(_RELEASE_KEY)
+                txnid = self.env.info()["last_txnid"] + 1  # this one's: no other writer commits meanwhile
+        except lmdb.Error:  # no room even for this: nothing was committed
+            return False
+        self._released_at = txnid
+        self.committed()
         return True
 
     def adopt_size(self) -> None:

@@ -142,6 +142,12 @@ class Storage(Protocol):
         """Make room after a full error; False if the storage may not grow (its cap is reached)."""
         ...
 
+    def release_freed(self) -> bool:
+        """After a full error the storage cannot grow out of: make room that commits since the last call
+        freed but the next transaction may not reuse yet (LMDB: by committing one that changes nothing);
+        whether the full transaction is worth redoing."""
+        ...
+
     def cap_reached(self) -> str:
         """Why the storage cannot grow, for error messages."""
         ...

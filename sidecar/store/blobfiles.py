@@ -33,6 +33,7 @@ from typing import BinaryIO
 import xxhash
 
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
+from ..ids import quoted
 from ..storage import DISK_FULL_ERRNOS, make_dirs, sync_dir
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -47,6 +48,26 @@ def check_sha256(text: str, *, field: str = "sha256") -> str:
         shown = repr(text[:80]) if isinstance(text, str) else type(text).__name__
         raise InvalidArgument(f"{field} must be a SHA-256 in 64 lowercase hex digits, got {shown}")
     return text
+
+
+#: Longest media type a blob takes (IANA's are far shorter): a GetBlob reply's first message counts on it.
+MAX_MEDIA_TYPE_BYTES = 255
+
+
+def check_media_type(media_type: str) -> str:
+    """``media_type`` if it is at most MAX_MEDIA_TYPE_BYTES bytes of printable characters, else
+    InvalidArgument naming it and the limit."""
+    if (
+        not isinstance(media_type, str)
+        or len(media_type) > MAX_MEDIA_TYPE_BYTES
+        or not media_type.isprintable()  # before encoding: a lone surrogate is not printable
+        or len(media_type.encode()) > MAX_MEDIA_TYPE_BYTES
+    ):
+        shown = quoted(media_type) if isinstance(media_type, str) else type(media_type).__name__
+        raise InvalidArgument(
+            f"media_type {shown} must be at most {MAX_MEDIA_TYPE_BYTES} bytes of printable characters"
+        )
+    return media_type
 
 
 class TempBlob:

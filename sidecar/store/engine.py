@@ -32,7 +32,7 @@ from ..config import Durability, StoreConfig
 from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, check_not_truncated, make_dirs, open_lmdb, sync_dir
 from . import keys
-from .blobfiles import BlobFiles, check_sha256
+from .blobfiles import BlobFiles, check_media_type, check_sha256
 from .blobs import BlobInfo, Blobs
 from .cache import StateCache
 from .checkline import CheckLine
@@ -45,7 +45,7 @@ from .forks import OneProcess
 from .history import list_states
 from .keyframes import QuietKeyframes
 from .layout import Tables, open_layout
-from .listings import list_sessions, list_versions
+from .listings import count_sessions, list_sessions, list_versions
 from .loopwrites import LoopBatches
 from .reads import check_version_arg, frames_of, read_state, session_ids
 from .records import record, session_info
@@ -244,6 +244,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     def record_blob(self, commit: records_pb2.BlobCommit) -> BlobInfo:
         """Record a blob whose bytes a caller streamed into ``self.blob_files`` (a temporary file, flushed):
         the file moves into place and the blob's record and the session's reference commit together."""
+        check_media_type(commit.media_type)
         try:
             return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
         except BaseException:
@@ -255,8 +256,10 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     ) -> BlobInfo:
         """Store a blob referenced by ``session_id`` from its bytes, ``chunks`` (never held whole), once
         however many sessions store it. ResourceExhausted past max_blob_bytes, InvalidArgument if
-        ``expected_sha256`` is given and the bytes hash otherwise: nothing is stored then."""
+        ``expected_sha256`` is given and the bytes hash otherwise, or for a ``media_type`` over 255 bytes
+        or not printable: nothing is stored then."""
         keys.session_key(session_id)
+        check_media_type(media_type)
         if expected_sha256:
             check_sha256(expected_sha256, field="expected_sha256")
         temp = self.blob_files.new_temp(self.config.max_blob_bytes)
@@ -551,8 +554,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         }
 
     def _entry_counts(self, txn: ReadTxn) -> tuple[int, int]:
-        """Sessions and stored versions in ``txn``'s snapshot."""
-        return txn.count(self._tables.sessions), txn.count(self._tables.frames)
+        """Sessions (as a listing lists them: those of events alone too) and stored versions in ``txn``'s
+        snapshot."""
+        return count_sessions(txn, self._tables), txn.count(self._tables.frames)
 
     def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a

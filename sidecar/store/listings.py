@@ -236,6 +236,16 @@ def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes
             last = key
 
 
+def count_sessions(txn: ReadTxn, tables: Tables) -> int:
+    """How many sessions an unfiltered listing lists (:func:`_session_keys`): those with a checkpoint, and
+    those with an event log alone. One count and a scan of the event logs' keys, not of every session."""
+    count = txn.count(tables.sessions)
+    if tables.event_logs is not None:
+        sessions = tables.sessions
+        count += sum(1 for sid in txn.scan_keys(tables.event_logs) if txn.get(sid, db=sessions) is None)
+    return count
+
+
 def _events_only(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> SessionInfo | None:
     """How a session with an event log and no checkpoint is listed (None: it has no log either)."""
     log_record = event_log_record(txn, tables, sid)

@@ -334,7 +334,8 @@ class Writer:
                 # batch are dropped (they are rebuilt from storage on next use).
                 for sid in batch.touched_encoders:
                     self._encoders.discard(sid)
-                if self._storage.grow():
+                # Pages the last commit freed (a session deleted) are not reusable until another commits.
+                if self._storage.grow() or self._storage.release_freed():
                     continue
                 self._split_or_refuse(
                     ops,
@@ -354,6 +355,8 @@ class Writer:
                     self._stop_writes(exc)
                     self._refuse(ops)
                     return
+                if self._storage.release_freed():
+                    continue
                 # Pages freed inside the file may still hold a smaller commit.
                 self._split_or_refuse(
                     ops,

@@ -25,6 +25,9 @@ from ckpt.sidecar.client import (
     NotFoundError,
     ResourceExhaustedError,
 )
+from ckpt.sidecar.config import StoreConfig
+from ckpt.sidecar.errors import InvalidArgument
+from ckpt.sidecar.store import Store
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.server.test_store_process import _alive, _store_process
 from tests.support import Sidecar, ckpt, start_sidecar
@@ -234,6 +237,42 @@ def test_an_error_reading_the_file_reaches_the_async_caller_and_nothing_is_store
 
     asyncio.run(main())
     assert len(blob_files(sidecar.data_dir)) == 1
+
+
+# Over 255 bytes (in characters, or in UTF-8 bytes), or not printable.
+BAD_MEDIA_TYPES = ["m" * 256, "\u00e9" * 128, "a\x00b", "text/plain\n"]
+
+
+def test_the_embedded_store_refuses_the_media_types_the_sidecar_does(tmp_path: Path) -> None:
+    """Store.put_blob took any media type (2,000 bytes, a NUL, 10 MB), and a blob so stored could not be
+    read through a sidecar at its smallest --max-message-bytes: GetBlob's first reply counts on 255 bytes."""
+    data_dir, limit = tmp_path / "data", 128 * 1024
+    data, longest = os.urandom(limit + 17), "application/" + "x" * 243
+    refused: dict[str, str] = {}
+    with Store(StoreConfig(data_dir=data_dir)) as store:
+        for media_type in [*BAD_MEDIA_TYPES, "m" * 10_000_000, "a\ud800"]:
+            with pytest.raises(InvalidArgument) as caught:
+                store.put_blob("s", [b"bytes"], media_type=media_type)
+            assert str(caught.value).startswith("media_type ")
+            assert str(caught.value).endswith("must be at most 255 bytes of printable characters")
+            refused[media_type] = str(caught.value)
+        assert len(refused["m" * 10_000_000]) < 200  # named, not repeated whole
+        sha256 = store.put_blob("s", [data], media_type=longest).sha256
+        assert len(blob_files(data_dir)) == 1  # the refused ones stored nothing
+    sc = start_sidecar(data_dir, "--max-message-bytes", str(limit))
+    try:
+        with CheckpointClient(sc.unix_target) as client:
+            for media_type in BAD_MEDIA_TYPES:
+                with pytest.raises(InvalidArgumentError) as sent:
+                    client.put_blob(b"bytes", session_id="s", media_type=media_type)
+                assert refused[media_type] in str(sent.value)
+        with grpc.insecure_channel(sc.unix_target) as channel:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            replies = list(stub.GetBlob(service_pb2.GetBlobRequest(sha256=sha256)))
+        assert b"".join(r.chunk for r in replies) == data and replies[0].media_type == longest
+        assert len(blob_files(data_dir)) == 1
+    finally:
+        assert sc.stop() == 0, sc.log()
 
 
 def test_bad_blob_requests_get_precise_errors(sidecar: Sidecar) -> None:

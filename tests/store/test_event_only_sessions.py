@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt.sidecar import NewEvent, SessionInfo, Store, StoreConfig
+from ckpt.sidecar.client import CheckpointClient, event
+from tests.support import ckpt, metric, start_sidecar_with_metrics
 
 
 def _all(store: Store, page_size: int, **filters: object) -> list[SessionInfo]:
@@ -64,3 +67,33 @@ def test_pages_list_every_session_once_in_id_order(
         assert [s.session_id for s in listed] == sorted(ids)
         heads = {s.session_id: s.head_version for s in listed}
         assert heads == {sid: 0 if kind == "events" else 1 for sid, kind in zip(ids, kinds, strict=True)}
+
+
+def test_sessions_of_events_alone_count_where_they_are_listed(tmp_path: Path) -> None:
+    """ckpt_sessions, `ckpt stats` and `ckpt backup` counted the sessions table alone: a session of events
+    alone, listed by ListSessions and `ckpt sessions`, was left out of their counts."""
+    data = tmp_path / "data"
+    sidecar = start_sidecar_with_metrics(data)
+    try:
+        with CheckpointClient(sidecar.unix_target) as c:
+            c.put("checkpoints-only", b"x")
+            c.put("both", b"x")
+            c.append_events("both", [event("note", b"")])
+            c.append_events("events-only", [event("tool_call", b"{}")])
+            c.append_events("events-deleted", [event("tool_call", b"{}")])
+            c.delete("events-deleted")
+            listed = [s.session_id for s in c.sessions()]
+        assert listed == ["both", "checkpoints-only", "events-only"]
+        assert metric(sidecar, "ckpt_sessions") == 3
+        assert metric(sidecar, "ckpt_versions") == 2
+        assert sidecar.stop() == 0, sidecar.log()
+    finally:
+        sidecar.stop()
+    stats = ckpt("stats", "--data-dir", str(data))
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["sessions"] == 3
+    backup = ckpt("backup", str(tmp_path / "backup"), "--data-dir", str(data))
+    assert backup.returncode == 0, backup.stderr
+    assert json.loads(backup.stdout)["sessions"] == 3
+    with Store(StoreConfig(data_dir=tmp_path / "backup")) as restored:
+        assert restored.stats()["sessions"] == len(_all(restored, 100)) == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,52 @@ def test_a_data_file_over_a_lowered_map_cap_is_named_as_such(tmp_path: Path, cap
     over = f"the LMDB map is {size} bytes, the size of {tmp_path / 'copy' / 'lmdb' / 'data.mdb'}, already over"
     assert str(refused.value).startswith(f"the store is full: {over} max_map_size_bytes (1048576;")
     assert any(over in record.getMessage() and "cannot grow" in record.getMessage() for record in caplog.records)
+
+
+def fill(put: Callable[[str, bytes], object], state_bytes: int) -> int:
+    """Put incompressible states of ``state_bytes`` until the store refuses one: how many it took."""
+    for written in range(1000):
+        try:
+            put(f"fill-{written}", os.urandom(state_bytes))
+        except (StoreFull, ResourceExhaustedError) as exc:
+            assert "the store is full" in str(exc)
+            return written
+    raise AssertionError("the store never filled")
+
+
+def test_a_write_refused_at_the_cap_succeeds_on_its_first_retry_after_a_delete(tmp_path: Path) -> None:
+    """LMDB reuses pages a commit freed only after one more commit: the delete's room was found only
+    once some unrelated write committed, and retries of the refused write kept failing until then."""
+    sidecar = start_sidecar(tmp_path / "data", "--max-map-size-bytes", str(MAP_CAP))
+    try:
+        with CheckpointClient(sidecar.unix_target) as c:
+            written = fill(c.put, 256 << 10)
+            state = os.urandom(256 << 10)
+            with pytest.raises(ResourceExhaustedError, match="the store is full"):
+                c.put("refused", state, request_id="refused-1")
+            c.delete("fill-0")
+            assert c.put("refused", state, request_id="refused-1").version == 1
+            assert c.get("refused").state == state
+            assert [s.session_id for s in c.sessions()].count("refused") == 1
+            assert len(list(c.sessions())) == written  # one deleted, one added
+        assert sidecar.stop() == 0, sidecar.log()
+    finally:
+        sidecar.stop()
+
+
+def test_an_embedded_store_finds_a_deleted_sessions_room_unless_a_reader_holds_it(tmp_path: Path) -> None:
+    config = StoreConfig(data_dir=tmp_path / "data", map_size_bytes=MAP_CAP, max_map_size_bytes=MAP_CAP)
+    with Store(config) as store:
+        fill(store.put, 256 << 10)
+        state = os.urandom(256 << 10)
+        with store.read():  # a snapshot from before the delete: the deleted session's pages are still its own
+            store.delete_session("fill-0")
+            with pytest.raises(StoreFull, match="the store is full"):
+                store.put("refused", state, request_id="refused-1")
+        assert store.put("refused", state, request_id="refused-1").version == 1
+        assert store.get("refused").state == state
+        # Once more, with no reader: the retry right after the delete finds its room.
+        with pytest.raises(StoreFull):
+            store.put("refused-too", state, request_id="refused-2")
+        store.delete_session("fill-1")
+        assert store.put("refused-too", state, request_id="refused-2").version == 1
