@@ -53,11 +53,11 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     if len(raw) > MAX_SESSION_ID_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
     if has_control(session_id):
-        raise InvalidArgument(f"{field} {session_id!r} {HAS_CONTROL}")
+        raise InvalidArgument(f"{field} {quoted(session_id)} {HAS_CONTROL}")
     try:
         session_id.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} {session_id!r} is not valid UTF-8 (lone surrogate)") from None
+        raise InvalidArgument(f"{field} {quoted(session_id)} is not valid UTF-8 (lone surrogate)") from None
     return raw
 
 
@@ -70,15 +70,17 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
         try:
             kb, vb = key.encode(), value.encode()
         except UnicodeEncodeError:
-            raise InvalidArgument(f"{field} entry {key!r} is not valid UTF-8 (lone surrogate)") from None
+            raise InvalidArgument(f"{field} entry {quoted(key)} is not valid UTF-8 (lone surrogate)") from None
         if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
             raise InvalidArgument(f"{field} key {quoted(key)} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
-            raise InvalidArgument(f"{field}[{key!r}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}")
+            raise InvalidArgument(
+                f"{field}[{quoted(key)}] value is {len(vb)} bytes; the limit is {MAX_LABEL_VALUE_BYTES}"
+            )
         if has_control(key):
-            raise InvalidArgument(f"{field} key {key!r} {HAS_CONTROL}")
+            raise InvalidArgument(f"{field} key {quoted(key)} {HAS_CONTROL}")
         if has_control(value):
-            raise InvalidArgument(f"{field}[{key!r}] value {value!r} {HAS_CONTROL}")
+            raise InvalidArgument(f"{field}[{quoted(key)}] value {quoted(value)} {HAS_CONTROL}")
 
 
 def check_event_type(value: object, field: str) -> str:
@@ -87,7 +89,7 @@ def check_event_type(value: object, field: str) -> str:
     try:
         raw = value.encode()
     except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} {value!r} is not valid UTF-8 (lone surrogate)") from None
+        raise InvalidArgument(f"{field} {quoted(value)} is not valid UTF-8 (lone surrogate)") from None
     if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
     if has_control(value):

@@ -22,7 +22,8 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
 import grpc
@@ -81,8 +82,23 @@ class BlobStreams:
         calls.began()
         context.add_done_callback(lambda _: calls.ended())
 
+    def _report(self, rpc: str, context: grpc.aio.ServicerContext, start: float, error: BaseException | None) -> None:
+        """Tell the store process's metrics of a blob call that ended (its status and how long it took),
+        as a Get answered here is: its requests, errors and latency are counted there like any RPC's."""
+        self._link.served_blob(rpc, _status_name(context, error), time.perf_counter() - start)
+
     async def put_blob(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
         self._count(context)
+        start = time.perf_counter()
+        try:
+            reply = await self._put_blob(requests, context)
+        except BaseException as exc:
+            self._report("PutBlob", context, start, exc)
+            raise
+        self._report("PutBlob", context, start, None)
+        return reply
+
+    async def _put_blob(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
         temp: TempBlob | None = None
         writing: asyncio.Future[Any] | None = None
         try:
@@ -155,6 +171,17 @@ class BlobStreams:
 
     async def get_blob(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         self._count(context)
+        start = time.perf_counter()
+        try:
+            async with contextlib.aclosing(self._get_blob(raw, context)) as messages:
+                async for message in messages:
+                    yield message
+        except BaseException as exc:
+            self._report("GetBlob", context, start, exc)
+            raise
+        self._report("GetBlob", context, start, None)
+
+    async def _get_blob(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncGenerator[bytes, None]:
         request = await _checked(context, _parse_get, raw)
         info = await _checked(context, _blob_info, self._store, request.sha256)
         if request.offset > info.size_bytes:
@@ -303,6 +330,22 @@ async def _checked(context: grpc.aio.ServicerContext, fn: Callable[..., T], *arg
         return fn(*args)
     except StoreError as exc:
         await _abort(context, exc)
+
+
+def _status_name(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
+    """The status a blob call ended with, by its handler's end (``error``: what ended it, None if it
+    returned): OK, the status it aborted with, or, the call ended before (the abort not sent), what the
+    client saw: DEADLINE_EXCEEDED or CANCELLED; UNKNOWN after a bug, as grpc answers it."""
+    if error is None:
+        return "OK"
+    code = context.code()
+    if isinstance(error, grpc.aio.AbortError) and isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    if code is not None or isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        # grpc.aio ends a cancelled PutBlob's requests as if whole: its abort then fails, the call over.
+        remaining = context.time_remaining()
+        return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
+    return "UNKNOWN"
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: StoreError) -> NoReturn:

@@ -88,6 +88,48 @@ def put_error_pb(error: StoreError, message: str) -> service_pb2.PutError:
     )
 
 
+def put_stream_response(
+    results: list[service_pb2.PutResult], batch_id: int, max_bytes: int
+) -> service_pb2.PutStreamResponse:
+    """A batch's PutStreamResponse, at most ``max_bytes`` (the sidecar's --max-message-bytes): its results
+    all in one response, one per write (the clients pair them with their writes so), the longest of its
+    errors' messages cut short as far as it takes. A message of up to MAX_DETAILS_BYTES per write made a
+    batch of 1000 failed writes several times a small limit, and its answer could not be sent: the stream
+    failed, and the client resent the same writes for the same answer."""
+    response = service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+    size = response.ByteSize()
+    if size <= max_bytes:
+        return response
+    errors = [r.error for r in response.results if r.WhichOneof("outcome") == "error"]
+    lengths = [len(e.message.encode()) for e in errors]
+    # Shorter messages only shorten the lengths that prefix them and their results: the response
+    # without the messages' bytes takes at most what it takes now without them.
+    cap = _cap(lengths, max_bytes - (size - sum(lengths)))
+    for error, length in zip(errors, lengths, strict=True):
+        if length > cap:
+            error.message = _cut(error.message, cap, length)
+    return response
+
+
+def _cap(lengths: list[int], room: int) -> int:
+    """The most bytes any one message may keep for all to fit ``room``: the short ones whole, the others
+    cut to the same length."""
+    left = len(lengths)
+    for length in sorted(lengths):
+        share = max(room, 0) // left
+        if length > share:
+            return share
+        room, left = room - length, left - 1
+    return max(lengths, default=0)
+
+
+def _cut(text: str, cap: int, length: int) -> str:
+    """``text`` (``length`` bytes of UTF-8) cut to at most ``cap`` bytes, saying so if there is room."""
+    mark = f"... (cut: {length} bytes)"
+    keep = cap - len(mark) if cap >= len(mark) + 16 else cap
+    return text.encode()[: max(keep, 0)].decode(errors="ignore") + (mark if keep < cap else "")
+
+
 async def abort_with(context: grpc.aio.ServicerContext, status: int, meta: Mapping[str, Any]) -> NoReturn:
     """End a call with the status (and its details and trailers) the store process answered."""
     trailers = tuple((str(k), str(v)) for k, v in meta.get("trailers", ()))

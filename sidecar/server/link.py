@@ -65,7 +65,9 @@ class Kind(enum.IntEnum):
     STOP_STREAMS = 14
     #: gRPC -> store: the gRPC process answered a call of ``method`` itself (a Get from its reply
     #: cache), for the store process's metrics; meta {"calls": [[method, seconds, state_bytes, cached], ...]},
-    #: and "store_full": [error, ...], writes it refused for want of disk space (a PutBlob's bytes).
+    #: "blobs": [[rpc, code, seconds], ...], the blob calls it served (PutBlob, GetBlob) and the name of the
+    #: status each ended with, and "store_full": [error, ...], writes it refused for want of disk space (a
+    #: PutBlob's bytes).
     SERVED = 15
     #: gRPC -> store: the gRPC process's own gauges, for the store process's metrics;
     #: meta {"reply_cache_bytes": int, "reply_cache_entries": int}.

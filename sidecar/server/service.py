@@ -23,6 +23,7 @@ from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
 from ..errors import InvalidArgument, Overloaded, StoreError, StoreFull, Unavailable
+from ..limits import DEFAULT_MAX_MESSAGE_BYTES
 from ..status import status_of
 from ..store import EventPage, EventQuery, GetResult, PutResult, Store
 from .convert import (
@@ -36,7 +37,15 @@ from .convert import (
     version_info_pb,
 )
 from .eventconvert import append_args, append_response_pb, event_query, read_response_pb
-from .failures import Failure, error_message, failed_inside, failure_of, internal_error, put_error_pb
+from .failures import (
+    Failure,
+    error_message,
+    failed_inside,
+    failure_of,
+    internal_error,
+    put_error_pb,
+    put_stream_response,
+)
 from .getevents import events_query
 from .inflight import InFlight
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
@@ -89,6 +98,7 @@ class CheckpointService:
         stream_bytes_ahead: int = STREAM_BYTES_AHEAD,
         max_page_bytes: int = 0,
         state_limit_origin: str = "",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._store = store
         self._masks = Masks(store)
@@ -96,6 +106,7 @@ class CheckpointService:
         self._state_limit_origin = state_limit_origin
         #: Listing replies stop short of this many bytes (0: no limit): what fits a reply.
         self._max_page_bytes = max_page_bytes
+        self._max_message_bytes = max_message_bytes  # a PutStreamResponse's bound (put_stream_response)
         self._metrics = metrics
         self._blocking = blocking
         self._stream_bytes_ahead = stream_bytes_ahead
@@ -213,6 +224,14 @@ class CheckpointService:
             self._metrics.reply_cache_hits.inc()
         else:
             self._metrics.read_by_grpc_process.labels(rpc).inc()
+
+    def count_blob(self, rpc: str, code: str, seconds: float) -> None:
+        """Count a blob call the gRPC process served (PutBlob, GetBlob), ended with status ``code``."""
+        requests, latency = self._metrics.per_rpc(rpc)
+        requests.inc()
+        latency.observe(seconds)
+        if code != "OK":
+            self._metrics.errors.labels(rpc, code).inc()
 
     def count_store_full(self, error: str) -> None:
         """Count a write the gRPC process refused for want of disk space (a PutBlob's bytes) among the
@@ -339,14 +358,22 @@ class CheckpointService:
 
     async def record_blob(self, commit: records_pb2.BlobCommit, context: CallContext) -> service_pb2.PutBlobResponse:
         """A PutBlob the gRPC process received (blobstreams.py): its file moved into place and its record
-        committed, counted as the PutBlob."""
+        committed. Not counted here: the gRPC process reports every PutBlob, however it ends (count_blob)."""
 
         def run() -> service_pb2.PutBlobResponse:
             info = self._store.record_blob(commit)
             self._metrics.bytes_in.inc(commit.size_bytes)
             return service_pb2.PutBlobResponse(sha256=info.sha256, size_bytes=info.size_bytes, uri=info.uri)
 
-        return await self._call("PutBlob", context, lambda: self._off_loop(run))
+        self.calls.began()
+        try:
+            return await self._off_loop(run)
+        except StoreError as exc:  # the gRPC process ends the PutBlob with it (a bug: INTERNAL, storehost.py)
+            code, details, trailers = failure_of(exc, state_limit_origin=self._state_limit_origin)
+            await context.abort(code, details, trailing_metadata=trailers)
+            raise AssertionError("unreachable: context.abort raises") from None
+        finally:
+            self.calls.ended()
 
     async def AppendEvents(
         self, request: service_pb2.AppendEventsRequest, context: CallContext
@@ -478,7 +505,7 @@ class CheckpointService:
                     ahead[1] -= sum(sizes)
                     room.notify_all()
                 latency.observe(time.perf_counter() - read_at)
-                yield service_pb2.PutStreamResponse(results=results, batch_id=batch_id)
+                yield put_stream_response(results, batch_id, self._max_message_bytes)
             await asyncio.wait((reader,))
             if reader.cancelled():  # stop_streams(): every batch read is answered above
                 await self._abort("PutStream", context, Unavailable(_STREAM_STOPPED))

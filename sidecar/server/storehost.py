@@ -97,6 +97,8 @@ class _HostProtocol(LinkProtocol):
             if self.service is not None:
                 for method, seconds, state_bytes, cached in frame.meta["calls"]:
                     self.service.count_served(UNARY_METHODS[method], seconds, state_bytes, cached=cached)
+                for rpc, code, seconds in frame.meta.get("blobs", ()):
+                    self.service.count_blob(rpc, code, seconds)
                 for error in frame.meta.get("store_full", ()):
                     self.service.count_store_full(error)
         elif frame.kind is Kind.GAUGES:

@@ -98,6 +98,8 @@ class StoreLink:
         self._closing = False
         #: Calls answered here not yet reported (served): (method, seconds, state bytes, cached).
         self._served: list[tuple[int, float, int, bool]] = []
+        #: Blob calls served here not yet reported (served_blob): (rpc, status code's name, seconds).
+        self._blobs: list[tuple[str, str, float]] = []
         #: Where the store process serves /metrics (None: off).
         self.metrics_address = metrics_address
         #: The store stopped taking writes, or its process ended unasked: the sidecar stops, exit 1.
@@ -237,14 +239,26 @@ class StoreLink:
     def served(self, method: int, seconds: float, state_bytes: int, *, cached: bool) -> None:
         """Tell the store process's metrics of a call this process answered itself (``cached``: from
         its reply cache; else read from LMDB here), within SERVED_REPORT_SECONDS."""
-        if not self._served:
-            asyncio.get_running_loop().call_later(SERVED_REPORT_SECONDS, self._report_served)
+        self._schedule_report()
         self._served.append((method, seconds, state_bytes, cached))
 
+    def served_blob(self, rpc: str, code: str, seconds: float) -> None:
+        """Tell the store process's metrics of a blob call this process served (``rpc``: PutBlob or
+        GetBlob) that ended with status ``code`` (a grpc.StatusCode's name), within SERVED_REPORT_SECONDS."""
+        self._schedule_report()
+        self._blobs.append((rpc, code, seconds))
+
+    def _schedule_report(self) -> None:
+        if not self._served and not self._blobs:
+            asyncio.get_running_loop().call_later(SERVED_REPORT_SECONDS, self._report_served)
+
     def _report_served(self) -> None:
-        if self._served:
-            calls, self._served = self._served, []
-            self._send(Frame(Kind.SERVED, meta={"calls": calls}))
+        if self._served or self._blobs:
+            meta: dict[str, Any] = {"calls": self._served}
+            if self._blobs:
+                meta["blobs"] = self._blobs
+            self._served, self._blobs = [], []
+            self._send(Frame(Kind.SERVED, meta=meta))
 
     def store_full(self, error: str) -> None:
         """Tell the store process's metrics (and log) of a write this process refused for want of disk

@@ -62,6 +62,7 @@ class StoreSide:
                 self.metrics,
                 self._blocking,
                 max_page_bytes=config.max_state_bytes,
+                max_message_bytes=config.max_message_bytes,
                 state_limit_origin=(
                     f"max_state_bytes is the sidecar's --max-message-bytes ({config.max_message_bytes})"
                     f" less {MESSAGE_ENVELOPE_BYTES} bytes kept for the rest of a message"
