@@ -9,6 +9,7 @@ process from a forwarded one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -105,13 +106,15 @@ def _embedded_pages(store: Store, request: service_pb2.ReadEventsRequest) -> lis
 def _served_here(sidecar: Sidecar, read: Callable[[], int]) -> bool:
     """Whether ``read()`` (returning how many ReadEvents calls it made) was answered by the gRPC process
     alone, judged by the metrics."""
-    before = _sample(sidecar, READ_HERE)
-    requests = _sample(sidecar, READ_EVENTS)
+    # Both counts from one scrape: an earlier test's calls answered here reach the metrics a moment after
+    # their replies, and one landing between two scrapes would count in one figure and not the other.
+    here, requests = _samples(sidecar, READ_HERE, READ_EVENTS)
     calls = read()
     # The gRPC process reports the calls it answered in link frames after the replies, a page read's
     # calls possibly over several frames: wait until every call made has been counted.
-    wait_for_metrics(lambda: _sample(sidecar, READ_EVENTS) - requests >= calls)
-    return _sample(sidecar, READ_HERE) - before == _sample(sidecar, READ_EVENTS) - requests
+    wait_for_metrics(lambda: _samples(sidecar, READ_EVENTS)[0] - requests >= calls)
+    here_now, requests_now = _samples(sidecar, READ_HERE, READ_EVENTS)
+    return here_now - here == requests_now - requests
 
 
 def _one_call(call: Callable[[], object]) -> Callable[[], int]:
@@ -258,7 +261,14 @@ def test_bad_requests_are_forwarded_and_get_the_store_processs_status(
 
 def _sample(sidecar: Sidecar, name: str) -> float:
     """A labelled sample of /metrics, 0 until its first count."""
-    return metric(sidecar, name) if f"\n{name} " in metrics_text(sidecar) else 0.0
+    return _samples(sidecar, name)[0]
+
+
+def _samples(sidecar: Sidecar, *names: str) -> list[float]:
+    """Labelled samples of one scrape of /metrics, each 0 until its first count."""
+    text = metrics_text(sidecar)
+    found = [re.search(rf"^{re.escape(name)} (\S+)$", text, re.M) for name in names]
+    return [float(f.group(1)) if f else 0.0 for f in found]
 
 
 def test_a_cut_request_is_forwarded_and_refused_as_before(sidecar: Sidecar) -> None:
