@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -167,6 +170,7 @@ class ServeConfig:
             _, sep, port = address.rpartition(":")
             if not address.startswith("unix:") and sep and port.isdigit() and int(port) > 65535:
                 raise ValueError(f"listen port must be in 0..65535, got {address!r}")
+        _check_no_address_twice(self.listen)
         if self.workers > 1:
             for address in self.addresses:
                 _, sep, port = address.rpartition(":")
@@ -260,3 +264,35 @@ class ServeConfig:
     @property
     def addresses(self) -> tuple[str, ...]:
         return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
+
+
+def _listen_keys(address: str) -> list[tuple[str, ...]]:
+    """What ``address`` binds, by name: a unix socket's normalised path, or each (IP or host, port) of
+    host:port (localhost: both loopbacks, as gRPC binds it). Port 0 binds a free port: never a clash."""
+    if address.startswith("unix:"):
+        return [("unix", os.path.abspath(address[len("unix:") :]))]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) == 0:
+        return []
+    host = host.removeprefix("[").removesuffix("]")
+    hosts = ["::1", "127.0.0.1"] if host == "localhost" else [host]
+    keys: list[tuple[str, ...]] = []
+    for name in hosts:
+        with contextlib.suppress(ValueError):
+            name = str(ipaddress.ip_address(name))
+        keys.append(("tcp", name, str(int(port))))
+    return keys
+
+
+def _check_no_address_twice(listen: tuple[str, ...]) -> None:
+    """A listen address given twice (or two naming one address) would be blamed on another server."""
+    seen: dict[tuple[str, ...], str] = {}
+    for address in listen:
+        for key in _listen_keys(address):
+            if key in seen:
+                first = seen[key]
+                if first == address:
+                    raise ValueError(f"listen gives {address!r} twice: give each address once")
+                shown = key[1] if key[0] == "unix" else f"{key[1]}:{key[2]}"
+                raise ValueError(f"listen gives {first!r} and {address!r}, which both bind {shown}: give each once")
+            seen[key] = address

@@ -68,6 +68,9 @@ def _forwarder(
     ``batched``: on the link Puts take, whose reading the store process holds while a batch gathers."""
 
     async def forward(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        # Until its answer is sent: a stopping sidecar waits for that much (inflight.py). Counted after the
+        # stop began, it is refused (StoreLink.call), and that answer is waited for instead.
+        link.calls.until_done(context)
         status, meta, body = await link.call(method, raw, batched=batched)
         if status:
             # The abort's exception and this frame end in a reference cycle inside grpc.aio, freed only

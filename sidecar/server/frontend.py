@@ -72,6 +72,8 @@ class SidecarServer:
             if config.heap_trim_interval_seconds
             else None
         )
+        #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
+        self._unix_sockets: list[UnixSocket] = []
         try:
             self.health = health.aio.HealthServicer()
             self.server = grpc.aio.server(
@@ -107,8 +109,6 @@ class SidecarServer:
                 add_extension(extension, link, self.server)
             #: The addresses served, a TCP port 0 replaced by the port bound (what the log names).
             self.listening: list[str] = []
-            #: Each unix socket this server bound, with its (st_dev, st_ino): what stop() may remove.
-            self._unix_sockets: list[UnixSocket] = []
             self._tls = config.server_credentials()
             for address in config.addresses:
                 served, sock = bind(self.server, address, self._tls, shared_port=worker is not None)
@@ -116,6 +116,9 @@ class SidecarServer:
                 if sock is not None:
                     self._unix_sockets.append(sock)
         except BaseException:
+            # A later address failed: the unix sockets bound so far would be left behind.
+            for sock in self._unix_sockets:
+                remove_unix_socket(sock)
             self.reader.close()
             raise
 
@@ -150,6 +153,10 @@ class SidecarServer:
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight RPCs finish, then have the store process commit and exit."""
+        # Before anything yields: the calls that reach the store from here on are those counted already,
+        # exactly what the wait for idle below waits for; one gRPC took before its stop and whose handler
+        # starts later is refused UNAVAILABLE unsent, not committed and then cancelled by stop(None).
+        self.link.stop_calls()
         log.info("ckpt stopping: listen=%s data_dir=%s", ",".join(self.listening), self.config.data_dir.resolve())
         await self.health.enter_graceful_shutdown()
         self.link.stop_streams()

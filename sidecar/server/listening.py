@@ -206,29 +206,45 @@ def _claim_tcp_name(address: str) -> None:
             )
 
 
-def check_port_free(address: str) -> None:
-    """Unavailable if any address ``host:port`` stands for is bound by another socket.
+def claim_port(address: str) -> list[socket.socket]:
+    """For ``--workers``: a socket bound (not listening) on each address ``host:port`` stands for, which
+    the caller keeps open until its workers stop; Unavailable if another socket holds any of them.
 
-    Probed without SO_REUSEPORT, so a socket that set it (another server's
-    workers) counts as taken too.
+    Each is bound as the check: SO_REUSEADDR (TIME_WAIT is no owner) without SO_REUSEPORT, so a socket
+    that set it (another server's workers) counts as taken too. Then the same socket, still bound, drops
+    SO_REUSEADDR and sets SO_REUSEPORT: the workers (same user, SO_REUSEPORT) still bind beside it, while
+    another server's check, as this one, now fails with EADDRINUSE (Linux). Had it kept SO_REUSEADDR,
+    that check would pass, two bound sockets that both set it sharing the port, and a second server's
+    workers would join the first's: each server's writes landing in either store. The check is the
+    hold: no window is left between them. A socket bound but never listening takes no connections.
     """
     host, _, port_text = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     port = int(port_text)
-    for family, ip_text in tcp_addresses_of(host, port):
-        try:
-            probe = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue  # no IPv6 here: gRPC skips it as well
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-            probe.bind((ip_text, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise Unavailable(
-                    f"cannot listen on {address}: {ip_text}:{port} is in use by another process"
-                ) from None
-            if exc.errno != errno.EADDRNOTAVAIL:
-                raise Unavailable(f"cannot listen on {address}: {exc.strerror or exc}") from None
-        finally:
-            probe.close()
+    held: list[socket.socket] = []
+    try:
+        for family, ip_text in tcp_addresses_of(host, port):
+            try:
+                probe = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                continue  # no IPv6 here: gRPC skips it as well
+            try:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((ip_text, port))
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            except OSError as exc:
+                probe.close()
+                if exc.errno == errno.EADDRINUSE:
+                    raise Unavailable(
+                        f"cannot listen on {address}: {ip_text}:{port} is in use by another process"
+                    ) from None
+                if exc.errno != errno.EADDRNOTAVAIL:
+                    raise Unavailable(f"cannot listen on {address}: {exc.strerror or exc}") from None
+                continue
+            held.append(probe)
+    except BaseException:
+        for sock in held:
+            sock.close()
+        raise
+    return held

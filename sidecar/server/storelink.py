@@ -158,7 +158,10 @@ class StoreLink:
         reading it holds meanwhile; every other call goes on the link it always reads.
         """
         protocol = self._protocol if batched else self._unheld
-        if not protocol.is_open():
+        # Once the stop began (frontend.stop), a call not counted before is refused unsent: the stop
+        # cancels what is left once the calls it waits for are done, and a call sent now could be
+        # committed and then cancelled, its client told it failed.
+        if not protocol.is_open() or not self.calls.admits():
             return _UNAVAILABLE, {"details": _STOPPING}, b""
         tag = self._next_tag(protocol)
         future: asyncio.Future[tuple[int, Mapping[str, Any], bytes]] = asyncio.get_running_loop().create_future()
@@ -173,14 +176,14 @@ class StoreLink:
 
     async def stream(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """Forward one PutStream: the client's messages as the store process asks for them, its answers back."""
-        if not self._protocol.is_open():
+        if not self._protocol.is_open() or not self.calls.admits():
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "the sidecar is stopping; resend with the same request ids"
             )
+        self.calls.until_done(context)
         tag = self._next_tag(self._protocol)
         frames: asyncio.Queue[Frame] = asyncio.Queue()
         self._protocol.streams[tag] = frames
-        self.calls.began()
         ended = False
         wants: asyncio.Queue[None] = asyncio.Queue()
 
@@ -220,7 +223,6 @@ class StoreLink:
             if not ended:
                 self._send(Frame(Kind.STREAM_CANCEL, tag=tag))
             self._protocol.streams.pop(tag, None)
-            self.calls.ended()
 
     def _next_tag(self, protocol: _LinkProtocol) -> int:
         """A tag no call or stream under way on ``protocol``'s link has: 1 to MAX_TAG, then from 1 again.
@@ -278,6 +280,11 @@ class StoreLink:
                 },
             )
         )
+
+    def stop_calls(self) -> None:
+        """On shutdown, first: from now on a call not already under way is answered UNAVAILABLE (retry
+        with the same request_id) without reaching the store process."""
+        self.calls.close()
 
     def stop_streams(self) -> None:
         """On shutdown: the store process's streams answer what they read and end UNAVAILABLE."""

@@ -18,9 +18,10 @@ The parent serves nothing itself. It
   with one process;
 - checks the data file and opens the store once (layout, tables) before any
   worker starts;
-- checks that nothing listens on the ports yet: the workers bind them with
-  SO_REUSEPORT, which would let another server that sets it too share them
-  silently;
+- checks that nothing holds the ports yet, and holds them itself until it
+  exits (a socket bound, not listening, with SO_REUSEPORT: listening.py's
+  claim_port): the workers bind them with SO_REUSEPORT, which would let
+  another server that sets it too share them silently;
 - starts the workers (``python -m ckpt.sidecar.server.workers``, the config
   pickled on their stdin), waits until every one serves, then logs the one
   serving line (``process.py`` waits for it);
@@ -43,6 +44,7 @@ import os
 import pickle
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,7 +58,7 @@ from ..store import Store, check_not_truncated, lock_data_dir
 from .exitstatus import exit_status
 from .extension import ServerExtension
 from .frontend import SERVING_LOG
-from .listening import check_port_free
+from .listening import claim_port
 from .loops import event_loop_factory
 from .serving import serve_async
 
@@ -97,13 +99,15 @@ def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = No
         signal.signal(sig, request_stop)
     try:
         try:
-            lock = _prepare(config)
+            lock, ports = _prepare(config)
         except (StoreError, OSError) as exc:
             log.error("ckpt cannot start: %s", exc)
             return 1
         try:
             return _run(config, lock, stop, extension)
         finally:
+            for port in ports:
+                port.close()
             lock.close()
     finally:
         # As serve_async: a SIGTERM repeated between the clean stop and the exit must not turn 0 into -15.
@@ -111,23 +115,27 @@ def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = No
             signal.signal(sig, signal.SIG_IGN)
 
 
-def _prepare(config: ServeConfig) -> IO[str]:
-    """Lock the data directory, check its file and tables, check the ports are free; the lock's file."""
+def _prepare(config: ServeConfig) -> tuple[IO[str], list[socket.socket]]:
+    """Lock the data directory, check its file and tables, claim the ports; the lock's file and the
+    sockets holding the ports (listening.claim_port), to keep open until the workers stopped."""
     data_dir = config.data_dir
     if data_dir.exists() and not data_dir.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(data_dir))
     data_dir.mkdir(parents=True, exist_ok=True)
     event_loop_factory(config.event_loop)  # Unavailable if it is not installed: before any worker starts
     lock: IO[str] = lock_data_dir(data_dir)
+    ports: list[socket.socket] = []
     try:
         check_not_truncated(data_dir / "lmdb" / "data.mdb", extend=True)
         Store(config.store, shared=True, sweeper=False).close()
         for address in config.addresses:
-            check_port_free(address)
+            ports += claim_port(address)
     except BaseException:
+        for port in ports:
+            port.close()
         lock.close()
         raise
-    return lock
+    return lock, ports
 
 
 def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerExtension | None) -> int:

@@ -319,3 +319,39 @@ def test_uvloop_asked_for_and_not_installed_is_named(tmp_path: Path) -> None:
 def test_event_loop_must_be_one_offered(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="event_loop must be one of uvloop, asyncio, got 'trio'"):
         ServeConfig(data_dir=tmp_path, event_loop="trio")
+
+
+@pytest.mark.parametrize(
+    ("listen", "named"),
+    [
+        (["unix:{tmp}/x.sock", "unix:{tmp}/x.sock"], "twice"),
+        (["unix:{tmp}/x.sock", "unix:{tmp}/./x.sock"], "both bind {tmp}/x.sock"),
+        (["127.0.0.1:{port}", "127.0.0.1:{port}"], "twice"),
+        (["localhost:{port}", "127.0.0.1:{port}"], "both bind 127.0.0.1:{port}"),
+    ],
+)
+def test_an_address_given_twice_is_refused_naming_listen_not_another_server(
+    tmp_path: Path, listen: list[str], named: str
+) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "ckpt.sidecar.cli", "serve", "--data-dir", str(tmp_path / "data")]
+    for address in listen:
+        cmd += ["--listen", address.format(tmp=tmp_path, port=port)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--listen gives" in proc.stderr and named.format(tmp=tmp_path, port=port) in proc.stderr, proc.stderr
+    assert "another" not in proc.stderr
+    assert not list(tmp_path.glob("*.sock"))
+
+
+def test_a_unix_socket_bound_before_a_later_address_fails_is_removed(tmp_path: Path) -> None:
+    port = free_port()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        cmd = [sys.executable, "-m", "ckpt.sidecar.cli", "serve", "--data-dir", str(tmp_path / "data")]
+        cmd += ["--listen", f"unix:{tmp_path}/x.sock", "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert not (tmp_path / "x.sock").exists()

@@ -464,3 +464,54 @@ def test_a_type_registered_through_one_worker_is_known_to_the_other(
         b.merge("s", b"\x2a\x01\xff")  # unknown to version 1, a string to version 2
     assert b.merge("s", message=v2(summary="kept")).version == 2
     assert parse_state(a.get("s"), v2).summary == "kept"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def test_a_second_workers_server_started_while_the_first_starts_its_workers_is_refused_the_port(
+    tmp_path: Path,
+) -> None:
+    """The first's workers bind the port about a second after its parent checked it: a second server's
+    check in between passed, and both servers' workers shared the port, writes landing in either store."""
+    port = free_port()
+
+    def serve(name: str) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "ckpt.sidecar.cli", "serve", "--data-dir", str(tmp_path / name)]
+        cmd += ["--workers", "2", "--listen", f"127.0.0.1:{port}"]
+        with open(tmp_path / f"{name}.log", "w") as log:
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    first = serve("first")
+    first_log = tmp_path / "first.log"
+    try:
+        deadline = time.monotonic() + 30
+        while not _children(first.pid):  # its parent checked the port, and starts its workers
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        second = serve("second")
+        try:
+            second.wait(30)
+        except subprocess.TimeoutExpired:
+            second.send_signal(signal.SIGTERM)
+            second.wait(90)
+            pytest.fail(f"the second server shares the port:\n{(tmp_path / 'second.log').read_text()}")
+        out = (tmp_path / "second.log").read_text()
+        assert second.returncode == 1, out
+        assert f"cannot listen on 127.0.0.1:{port}: 127.0.0.1:{port} is in use by another process" in out
+        while "ckpt serving:" not in first_log.read_text():  # the first serves on
+            assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()
+            time.sleep(0.05)
+        with CheckpointClient(f"127.0.0.1:{port}") as client:
+            client.put("s", b"")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(90)
+    assert first.returncode == 0, first_log.read_text()
