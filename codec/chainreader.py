@@ -78,7 +78,8 @@ class ChainReader:
 
     def advance(self, frames: Sequence[FrameBytes], *, max_output_bytes: int | None = None) -> DecodedVersion | None:
         """The version of ``frames``' last frame, ``frames`` being the versions right after :attr:`version`
-        in order; None if any check fails (then, and from then on, the reader is spent), or if ``frames``
+        in order; None for no frames (the reader stays as it was), or if any check fails (then, and from
+        then on, the reader is spent), or if ``frames``
         would output more than ``max_output_bytes`` (their patches, and each DELTA's whole state), found
         from their headers before anything is decompressed.
 
@@ -86,8 +87,10 @@ class ChainReader:
         from the state before it, as decode() does; a FULL frame starts a new chain: None. As in decode(),
         the states between are not checked one by one: the last one's size and xxh3 stand for them.
         """
+        if not frames:  # no version to answer; the reader stays where it is, unspent
+            return None
         decompressor, self._decompressor = self._decompressor, None
-        if decompressor is None or not frames:
+        if decompressor is None:
             return None
         try:
             found = self._advanced(decompressor, frames, _NO_LIMIT if max_output_bytes is None else max_output_bytes)

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from . import _zstd, frame_v1, frame_v2
 from .errors import ChainLinkError, ChecksumError, DecodeError, OutputTooLargeError, StateTooLargeError
-from .frame import KINDS_BY_NUMBER, MAX_EXPANSION, MIN_PREFIX_SIZE, FrameHeader, FrameKind, parse, state_checksum
+from .frame import (
+    KINDS_BY_NUMBER,
+    MAX_EXPANSION,
+    MIN_PREFIX_SIZE,
+    FrameHeader,
+    FrameKind,
+    parse,
+    parse_named,
+    state_checksum,
+)
 
 FrameBytes = bytes | bytearray | memoryview
 _Scan = Callable[[FrameBytes], tuple[int, int, int, int, int, int, int, int, int, int, int]]
@@ -56,7 +65,9 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
 
     ``max_state_bytes`` bounds what frames from an untrusted source may make
     this allocate: a chain with any version's state over it raises
-    StateTooLargeError before anything is decompressed. (A well-formed frame
+    StateTooLargeError before anything is decompressed, naming the first
+    such version, unless a frame before it is damaged (the first failure in
+    chain order is the error, as in iter_versions). (A well-formed frame
     may declare a state of up to 4 GiB and more.) Peak memory is about two
     states plus one stream's output, which holds every version of that stream.
     """
@@ -246,31 +257,31 @@ def _latest_checked(chain: list[FrameBytes], limit: int | None, max_output: int 
     is checked, and the bounds (StateTooLargeError past ``limit``, OutputTooLargeError past ``max_output``),
     before anything is decompressed; then the frames are read in order as iter_versions reads them."""
     parsed: list[tuple[FrameHeader, memoryview]] = []
+    failure: DecodeError | None = None
     try:
         for item in _linked(chain, None):
             parsed.append(item)
-    except DecodeError:
-        # iter_versions meets this frame after reading the ones before it: read them too (if within the
-        # bounds; else the header's error stands) so that damage to an earlier one is what is named.
-        if parsed and _within(parsed, limit, max_output):
-            for _ in _versions(parsed):
-                pass
-        raise
+    except DecodeError as exc:
+        failure = exc
+    # iter_versions checks each frame's state_size as it meets the frame, once its checksum has passed: the
+    # first version over ``limit`` before the failed frame is the chain's error, as a chain without the
+    # damage would raise it (its size is no claim of a damaged header: that one failed before its size counts).
     if limit is not None:
         for header, _ in parsed:
             _check_state_size(header, limit)
+    if failure is not None:
+        # iter_versions meets the failed frame after reading the ones before it: read them too (within
+        # ``max_output``; else the failed frame's error stands) so that damage to an earlier one is named.
+        if parsed and (max_output is None or sum(header.content_size for header, _ in parsed) <= max_output):
+            for _ in _versions(parsed):
+                pass
+        raise failure
     if max_output is not None:
         _check_output(sum(header.content_size for header, _ in parsed), max_output, parsed[-1][0].version)
     state = b""
     for found in _versions(parsed):
         state = found.state
     return state
-
-
-def _within(parsed: list[tuple[FrameHeader, memoryview]], limit: int | None, max_output: int | None) -> bool:
-    return (limit is None or all(header.state_size <= limit for header, _ in parsed)) and (
-        max_output is None or sum(header.content_size for header, _ in parsed) <= max_output
-    )
 
 
 def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> Iterator[DecodedVersion]:
@@ -288,7 +299,10 @@ def _linked(frames: Iterable[FrameBytes], limit: int | None) -> Iterator[tuple[F
     """Each frame parsed, once its header is checked, linked to the one before it and within ``limit``."""
     prev: FrameHeader | None = None
     for frame in frames:
-        header, payload = parse(frame)
+        # A frame whose magic, format or version field is unreadable is named by its place in the chain.
+        header, payload = parse_named(
+            frame, "first frame of the chain" if prev is None else f"frame of version {prev.version + 1}"
+        )
         _check_link(prev, header)
         if limit is not None:
             _check_state_size(header, limit)

@@ -15,12 +15,12 @@ from .frame import (
     FORMAT_VERSION,
     MAX_STATE_SIZE,
     MIN_PREFIX_SIZE,
-    READABLE_FORMATS,
     FrameHeader,
     FrameKind,
-    pack,
     state_checksum,
+    write,
 )
+from .header import check_format_version
 from .policy import DEFAULT_POLICY, ChainPolicy
 from .wire import check_patch
 
@@ -137,6 +137,7 @@ class StateSnapshot:
 
 
 Buffer = bytes | bytearray | memoryview
+_MAX_VERSION = 2**64 - 1
 
 
 class ChainEncoder:
@@ -162,9 +163,8 @@ class ChainEncoder:
     ) -> None:
         if not isinstance(policy, ChainPolicy):
             raise TypeError(f"policy must be a ChainPolicy, not {type(policy).__name__}")
-        if not 0.0 <= compact_min_saving_ratio < 1.0:
-            raise ValueError(f"compact_min_saving_ratio must be in [0, 1), got {compact_min_saving_ratio}")
-        _check_format(format_version)
+        _check_compaction(compact_message_type, compact_min_saving_ratio)
+        check_format_version(format_version)
         self._policy = policy
         # Format 1 is for compatibility tests and tools; a chain may mix both
         # (an encoder resumed on a format 1 chain appends format 2 frames).
@@ -529,7 +529,7 @@ class ChainEncoder:
             c.delta_bytes + (content_size if header.kind is FrameKind.DELTA else 0),
             c.full_ratio,
         )
-        return EncodedFrame(header, pack(header, payload))
+        return EncodedFrame(header, write(header, payload))
 
 
 def keyframe(
@@ -547,15 +547,23 @@ def keyframe(
         raise TypeError(f"version must be an int, not {type(version).__name__}")
     if version < 1:
         raise ValueError(f"version must be >= 1, got {version}")
+    if version > _MAX_VERSION:
+        raise ValueError(f"version must be <= {_MAX_VERSION} (2**64 - 1, the largest a frame holds), got {version}")
     _check_size(len(state), version)
     encoder = ChainEncoder(policy=policy, format_version=format_version)
     encoder._version = version - 1
     return encoder._full(state, xxhash.xxh3_64(state))
 
 
-def _check_format(format_version: object) -> None:
-    if format_version not in READABLE_FORMATS or isinstance(format_version, bool):
-        raise ValueError(f"format_version must be one of {READABLE_FORMATS}, got {format_version!r}")
+def _check_compaction(message_type: object, min_saving_ratio: object) -> None:
+    if message_type is not None and not (isinstance(message_type, type) and issubclass(message_type, _message.Message)):
+        raise TypeError(f"compact_message_type must be a protobuf message class or None, got {message_type!r}")
+    if not isinstance(min_saving_ratio, (int, float)) or isinstance(min_saving_ratio, bool):
+        raise TypeError(
+            f"compact_min_saving_ratio must be a number, got {type(min_saving_ratio).__name__} {min_saving_ratio!r}"
+        )
+    if not 0.0 <= min_saving_ratio < 1.0:
+        raise ValueError(f"compact_min_saving_ratio must be in [0, 1), got {min_saving_ratio}")
 
 
 def _full_ratio(payload_size: int, state_size: int) -> float:

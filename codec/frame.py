@@ -20,6 +20,8 @@ from .header import (
     FrameHeader,
     FrameKind,
     as_bytes_view,
+    check_fields,
+    check_format_version,
     state_checksum,
 )
 
@@ -46,15 +48,60 @@ _MAGIC = b"CK"
 
 
 def pack(header: FrameHeader, payload: bytes, *, format_version: int | None = None) -> bytes:
-    """Serialize a header and its payload into frame bytes, in ``format_version`` (default: the header's)."""
+    """Serialize a header and its payload into frame bytes, in ``format_version`` (default: the header's).
+
+    Writes only a frame a reader takes: a field out of its format's range, or
+    one breaking the rules between fields (FORMAT.md §2), is a ValueError
+    naming the field and the limit. Format 1 records a DELTA or PATCH frame's
+    base_xxh3, which a format 2 header does not hold: writing such a header in
+    format 1 needs its base_xxh3 set (``header._replace(base_xxh3=...)``).
+    """
     if header.payload_size != len(payload):
         raise ValueError(f"payload_size {header.payload_size} != len(payload) {len(payload)}")
-    fmt = header.format if format_version is None else format_version
+    fmt = check_format_version(header.format if format_version is None else format_version)
+    _check_packable(header, fmt)
     if fmt == 2:
         return frame_v2.pack(header, payload)
-    if fmt == 1:
-        return frame_v1.pack(header, payload)
-    raise ValueError(f"format_version must be one of {READABLE_FORMATS}, got {fmt!r}")
+    return frame_v1.pack(header, payload)
+
+
+def write(header: FrameHeader, payload: bytes) -> bytes:
+    """:func:`pack` in the header's format, without its checks: for the encoder, whose headers are valid by
+    construction (the checks would add a third to the cost of a frame it writes)."""
+    return frame_v2.pack(header, payload) if header.format == 2 else frame_v1.pack(header, payload)
+
+
+_U32_MAX, _U64_MAX = 0xFFFF_FFFF, 0xFFFF_FFFF_FFFF_FFFF
+_INT_FIELDS = ("version", "base_version", "state_size", "base_size", "payload_size", "prefix_size", "state_xxh3")
+# Each integer field's largest value per format: format 1 writes them at fixed widths (its sizes in 32
+# bits), format 2 as varints of at most 64 bits. window_log's range (10..31) is a field rule.
+_FIELD_LIMITS = {
+    fmt: {name: _U32_MAX if fmt == 1 and name.endswith("_size") else _U64_MAX for name in (*_INT_FIELDS, "base_xxh3")}
+    for fmt in READABLE_FORMATS
+}
+
+
+def _check_packable(h: FrameHeader, fmt: int) -> None:
+    if not isinstance(h.kind, FrameKind):
+        raise TypeError(f"kind must be a FrameKind, got {type(h.kind).__name__} {h.kind!r}")
+    for name, top in _FIELD_LIMITS[fmt].items():
+        value = getattr(h, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if not 0 <= value <= top:
+            raise ValueError(f"{name} must be in 0..{top} in format {fmt}, got {value}")
+    if not isinstance(h.window_log, int) or isinstance(h.window_log, bool):
+        raise TypeError(f"window_log must be an int, got {type(h.window_log).__name__} {h.window_log!r}")
+    if fmt == 1 and h.format != 1 and h.kind is not FrameKind.FULL and not h.base_xxh3:
+        raise ValueError(
+            f"base_xxh3 is not set: a format 1 {h.kind.name} frame records the xxh3 of its base (version"
+            f" {h.base_version}'s state), which a format {h.format} header does not hold; set it to write version"
+            f" {h.version} in format 1"
+        )
+    try:
+        check_fields(h._replace(format=fmt))
+    except UnsupportedFormatError as exc:
+        raise ValueError(f"cannot pack {exc}") from None
 
 
 def parse(frame: bytes | bytearray | memoryview) -> tuple[FrameHeader, memoryview]:
@@ -63,20 +110,26 @@ def parse(frame: bytes | bytearray | memoryview) -> tuple[FrameHeader, memoryvie
     Verifies the magic, format, field consistency, the exact length and the
     frame checksum (header and payload). Does not decompress.
     """
+    return parse_named(frame, "frame")
+
+
+def parse_named(frame: bytes | bytearray | memoryview, of: str) -> tuple[FrameHeader, memoryview]:
+    """:func:`parse`, naming the frame ``of`` in the errors found before its own version field is read (a
+    chain's reader knows which version a frame should be: the one after the frame before it)."""
     view = as_bytes_view(frame)
     if len(view) < 3:
-        raise TruncatedFrameError(f"frame is {len(view)} bytes; its first 3 bytes say its format")
+        raise TruncatedFrameError(f"{of} is {len(view)} bytes; its first 3 bytes say its format")
     if view[:2] != _MAGIC:
         raise UnsupportedFormatError(
-            f"bad magic {bytes(view[:4])!r} at offset 0 (expected b'CK\\x02' or {frame_v1.MAGIC!r})"
+            f"{of} has bad magic {bytes(view[:4])!r} at offset 0 (expected b'CK\\x02' or {frame_v1.MAGIC!r})"
         )
     fmt = view[2]
     if fmt == _V2_FORMAT_BYTE:
-        return frame_v2.parse(view)
+        return frame_v2.parse(view, of)
     if fmt == _V1_FORMAT_BYTE:
-        return frame_v1.parse(view)
+        return frame_v1.parse(view, of)
     raise UnsupportedFormatError(
-        f"format byte {fmt:#04x} at offset 2 is neither 0x02 (format 2) nor 0x50 (format 1, b'CKPF')"
+        f"{of} has format byte {fmt:#04x} at offset 2, neither 0x02 (format 2) nor 0x50 (format 1, b'CKPF')"
     )
 
 

@@ -50,11 +50,14 @@ def pack(header: FrameHeader, payload: bytes) -> bytes:
     return b"".join((head, CHECKSUM.pack(hasher.intdigest()), payload))
 
 
-def parse(view: memoryview) -> tuple[FrameHeader, memoryview]:
-    """Check one whole format-1 frame (its bytes 0..2 are b"CKP") and return its header and payload."""
+def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]:
+    """Check one whole format-1 frame (its bytes 0..2 are b"CKP") and return its header and payload.
+
+    ``of`` names the frame in the errors found before its version field can be trusted.
+    """
     if len(view) < V1_HEADER_SIZE:
         raise TruncatedFrameError(
-            f"frame is {len(view)} bytes, shorter than the {V1_HEADER_SIZE}-byte header of format 1"
+            f"{of} is {len(view)} bytes, shorter than the {V1_HEADER_SIZE}-byte header of format 1"
         )
     (
         magic,
@@ -72,7 +75,9 @@ def parse(view: memoryview) -> tuple[FrameHeader, memoryview]:
         base_xxh3,
     ) = HEAD.unpack_from(view)
     if magic != MAGIC:
-        raise UnsupportedFormatError(f"bad magic {bytes(magic)!r} at offset 0 (expected {MAGIC!r} or b'CK\\x02')")
+        raise UnsupportedFormatError(
+            f"{of} has bad magic {bytes(magic)!r} at offset 0 (expected {MAGIC!r} or b'CK\\x02')"
+        )
     if fmt != 1:
         raise UnsupportedFormatError(
             f"frame of version {version} has format version {fmt} at offset 4; this codec reads formats 1 and 2"

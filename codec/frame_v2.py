@@ -113,16 +113,18 @@ def read_varint(view: memoryview, at: int, name: str, of: str) -> tuple[int, int
     return value, i
 
 
-def parse(view: memoryview) -> tuple[FrameHeader, memoryview]:
-    """Check one whole format-2 frame (its bytes 0..2 are b"CK\\x02") and return its header and payload."""
+def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]:
+    """Check one whole format-2 frame (its bytes 0..2 are b"CK\\x02") and return its header and payload.
+
+    ``of`` names the frame in the errors found before its version field is read.
+    """
     if len(view) < V2_HEAD_BYTES:
         raise TruncatedFrameError(
-            f"frame is {len(view)} bytes, shorter than the smallest format 2 header ({MIN_HEADER_SIZE} bytes)"
+            f"{of} is {len(view)} bytes, shorter than the smallest format 2 header ({MIN_HEADER_SIZE} bytes)"
         )
     kind_flags, window_log = view[3], view[4]
     at = V2_HEAD_BYTES
     values: list[int] = []
-    of = "frame"
     for name in VARINTS:
         value, at = read_varint(view, at, name, of)
         values.append(value)

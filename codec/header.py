@@ -92,6 +92,15 @@ class FrameHeader(NamedTuple):
         return self.header_size + self.payload_size
 
 
+def check_format_version(value: object, name: str = "format_version") -> int:
+    """``value`` if it is a format this codec reads and writes; TypeError or ValueError naming ``name`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value not in READABLE_FORMATS:
+        raise ValueError(f"{name} must be one of {READABLE_FORMATS}, got {value!r}")
+    return value
+
+
 def varint_size(value: int) -> int:
     """Bytes of the minimal unsigned LEB128 encoding of ``value``."""
     return max(1, (value.bit_length() + 6) // 7)
@@ -148,8 +157,9 @@ def _raise_for_fields(h: FrameHeader) -> None:
     if h.version < 1:
         raise bad("version 0 (versions start at 1)")
     if h.kind is FrameKind.FULL:
-        if h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream:
-            raise bad("a FULL frame has no base, prefix or stream to continue")
+        for name in ("base_version", "base_size", "prefix_size", "base_xxh3", "continues_stream"):
+            if getattr(h, name):
+                raise bad(f"{name} {getattr(h, name)}: a FULL frame has no base, prefix or stream to continue")
     else:
         if h.base_version != h.version - 1:
             raise bad(f"base_version {h.base_version} is not version - 1")

@@ -173,6 +173,18 @@ def test_frames_that_do_not_follow_the_version_read_do_not_advance() -> None:
         assert reader.advance(given_frames) is None
 
 
+def test_advancing_by_no_frames_answers_none_and_leaves_the_reader_usable() -> None:
+    frames = merge_chain(6)
+    _, reader = open_chain(frames[:3])
+    assert reader is not None
+    for _ in range(2):
+        assert reader.advance([]) is None
+        assert not reader.spent and reader.version == 3
+    advanced = reader.advance(frames[3:])
+    assert advanced is not None and advanced.state == decode(frames)
+    assert reader.advance(()) is None and not reader.spent and reader.version == 7
+
+
 def test_another_chains_frames_do_not_advance() -> None:
     # Another session (or this one deleted and written again) with the same versions and sizes.
     ours, other = merge_chain(6), merge_chain(6, seed=2)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import ckpt.codec._zstd
-from ckpt.codec import ChainEncoder, DecodeError, StateTooLargeError, decode, iter_versions
+from ckpt.codec import ChainEncoder, DecodeError, StateTooLargeError, decode, iter_versions, open_chain
 
 
 def _chain(*states: bytes) -> list[bytes]:
@@ -86,3 +86,47 @@ def test_a_bad_limit_is_misuse(limit: Any, error: type[Exception], message: str)
         decode(frames, max_state_bytes=limit)
     with pytest.raises(error, match=message):
         list(iter_versions(frames, max_state_bytes=limit))
+
+
+def _sized_chain(fmt: int) -> list[bytes]:
+    """Versions 1-4 of 100, 200, 300 and 400 bytes: a limit of 99, 199, 299 or 399 refuses from that version on."""
+    enc = ChainEncoder(format_version=fmt)
+    frames = [enc.replace(b"v" * 100 * n) for n in range(1, 5)]
+    assert [f.kind.name for f in frames] == ["FULL", "DELTA", "DELTA", "DELTA"]
+    return [f.data for f in frames]
+
+
+def _named(run: Any) -> tuple[str, str]:
+    with pytest.raises(DecodeError) as info:
+        run()
+    return type(info.value).__name__, str(info.value)
+
+
+# (limit, damaged version, the error and the version it names): the first failure in chain order, where a frame
+# over the limit counts once its own checksum has passed (the damaged frame's size is no claim to count).
+LIMIT_AND_DAMAGE = [
+    (99, 4, "StateTooLargeError", 1),
+    (199, 4, "StateTooLargeError", 2),
+    (299, 4, "StateTooLargeError", 3),
+    (399, 4, "ChecksumError", 4),
+    (None, 4, "ChecksumError", 4),
+    (99, 1, "ChecksumError", 1),
+    (199, 2, "ChecksumError", 2),
+    (199, 3, "StateTooLargeError", 2),
+    (299, 2, "ChecksumError", 2),
+]
+
+
+@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize(("limit", "damaged", "error", "named"), LIMIT_AND_DAMAGE)
+def test_decode_names_the_first_of_an_oversize_version_and_damage_as_iter_versions_does(
+    fmt: int, limit: int | None, damaged: int, error: str, named: int
+) -> None:
+    frames = _sized_chain(fmt)
+    flipped = bytearray(frames[damaged - 1])
+    flipped[-1] ^= 1  # a payload bit: the frame fails its checksum
+    frames[damaged - 1] = bytes(flipped)
+    every = _named(lambda: list(iter_versions(frames, max_state_bytes=limit)))
+    assert every[0] == error and f"version {named} " in every[1], every
+    assert _named(lambda: decode(frames, max_state_bytes=limit)) == every
+    assert _named(lambda: open_chain(frames, max_state_bytes=limit)) == every

@@ -19,6 +19,7 @@ from ckpt.codec import (
     FrameKind,
     decode,
     iter_versions,
+    keyframe,
     parse,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
@@ -449,3 +450,49 @@ def test_the_package_docstring_example_runs_for_small_and_large_states(state: by
 
     example = "\n".join(line[4:] for line in ckpt.codec.__doc__.splitlines() if line.startswith("    "))
     exec(compile(example, "codec/__init__.py", "exec"), {**vars(ckpt.codec), "s1": state, "patch": b"\x08\x01"})
+
+
+# (ChainEncoder keyword, value, error, message): each refused by the name of its field.
+ENCODER_CONFIG = [
+    ("compact_min_saving_ratio", "0.1", TypeError, "compact_min_saving_ratio must be a number, got str '0.1'"),
+    ("compact_min_saving_ratio", True, TypeError, "compact_min_saving_ratio must be a number, got bool"),
+    ("compact_min_saving_ratio", 1.0, ValueError, r"compact_min_saving_ratio must be in \[0, 1\), got 1.0"),
+    ("compact_min_saving_ratio", -0.01, ValueError, r"compact_min_saving_ratio must be in \[0, 1\), got -0.01"),
+    ("compact_message_type", "x", TypeError, "compact_message_type must be a protobuf message class or None, got 'x'"),
+    ("compact_message_type", int, TypeError, "compact_message_type must be a protobuf message class or None"),
+    ("compact_message_type", pb.ModelParams(), TypeError, "compact_message_type must be a protobuf message class"),
+    ("format_version", 1.0, TypeError, "format_version must be an int, got float 1.0"),
+    ("format_version", True, TypeError, "format_version must be an int, got bool True"),
+    ("format_version", 3, ValueError, r"format_version must be one of \(1, 2\), got 3"),
+    ("format_version", 0, ValueError, r"format_version must be one of \(1, 2\), got 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "error", "message"), ENCODER_CONFIG, ids=str)
+def test_encoder_configuration_is_refused_by_its_name(name: str, value: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        ChainEncoder(**{name: value})  # type: ignore[arg-type]
+    head = ChainEncoder().replace(b"state")
+    with pytest.raises(error, match=message):
+        ChainEncoder.resume(b"state", [head.header], **{name: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ratio", [0, 0.5, 0.99])
+def test_an_encoder_compacting_with_a_message_class_and_a_ratio_in_its_range_merges(ratio: float) -> None:
+    enc = ChainEncoder(policy=SMALL, compact_message_type=pb.ModelParams, compact_min_saving_ratio=ratio)
+    frames = [enc.replace(pb.ModelParams(model_id="m" * 100, seed=1).SerializeToString()).data]
+    enc.commit()
+    frames.append(enc.merge(pb.ModelParams(seed=2).SerializeToString()).data)
+    assert pb.ModelParams.FromString(decode(frames)) == pb.ModelParams(model_id="m" * 100, seed=2)
+
+
+@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize(
+    ("version", "message"), [(2**64 - 1, None), (2**64, "version must be <= 18446744073709551615")]
+)
+def test_a_keyframe_version_is_refused_past_what_a_frame_holds(fmt: int, version: int, message: str | None) -> None:
+    if message is None:
+        assert parse(keyframe(b"x", version=version, format_version=fmt).data)[0].version == version
+        return
+    with pytest.raises(ValueError, match=message):
+        keyframe(b"x", version=version, format_version=fmt)

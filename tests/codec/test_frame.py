@@ -17,6 +17,7 @@ from ckpt.codec import (
     decode,
     frame_kind,
     iter_versions,
+    open_chain,
     pack,
     parse,
 )
@@ -309,3 +310,35 @@ def test_the_tests_format_2_layout_matches_the_codec() -> None:
         assert is_v2(frame)
         fields = v2_fields(frame)
         assert v2_frame(fields, payload_of(frame)) == frame
+
+
+# A frame whose magic, format byte or version field cannot be read: (format, damage, error, message).
+UNREADABLE = [
+    *[(fmt, lambda f: b"X" + f[1:], UnsupportedFormatError, "has bad magic b'X") for fmt in READABLE_FORMATS],
+    *[
+        (fmt, lambda f: f[:2] + b"\x09" + f[3:], UnsupportedFormatError, "has format byte 0x09 at offset 2")
+        for fmt in READABLE_FORMATS
+    ],
+    (1, lambda f: f[:3] + b"X" + f[4:], UnsupportedFormatError, "has bad magic b'CKPX'"),
+    *[(fmt, lambda f: f[:2], TruncatedFrameError, "is 2 bytes; its first 3 bytes say") for fmt in READABLE_FORMATS],
+    (1, lambda f: f[:4], TruncatedFrameError, "is 4 bytes, shorter than the 64-byte header of format 1"),
+    (2, lambda f: f[:4], TruncatedFrameError, "is 4 bytes, shorter than the smallest format 2 header"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "damage", "error", "message"), UNREADABLE)
+@pytest.mark.parametrize("position", [0, 1, 4])
+def test_a_frame_unreadable_from_its_first_bytes_is_named_by_its_place_in_the_chain(
+    fmt: int, damage, error: type[DecodeError], message: str, position: int
+) -> None:
+    enc = ChainEncoder(policy=GOLDEN_POLICY, format_version=fmt)
+    chain = [enc.replace(SYSTEM.encode() * 3).data] + [enc.merge(b"\x08" + bytes([n])).data for n in range(4)]
+    chain[position] = damage(chain[position])
+    name = "first frame of the chain" if position == 0 else f"frame of version {position + 1}"
+    for run in (lambda: decode(chain), lambda: list(iter_versions(chain)), lambda: open_chain(chain)):
+        with pytest.raises(error) as info:
+            run()
+        assert str(info.value).startswith(f"{name} {message}"), str(info.value)
+    with pytest.raises(error) as alone:  # one frame alone has no place to name it by
+        parse(chain[position])
+    assert str(alone.value).startswith(f"frame {message}"), str(alone.value)
