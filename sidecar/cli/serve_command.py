@@ -8,6 +8,7 @@ import sys
 
 from ..config import ServeConfig
 from ..server.extension import current_extension
+from ..server.stopsignals import record_early_stops
 from ..server.storespawn import start_serving_store
 from .parser import in_option_terms, serve_options
 
@@ -21,6 +22,9 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    # First: a SIGTERM, SIGINT or SIGHUP while the imports below run (~0.4 s) stops the sidecar once it
+    # serves, in order, rather than killing it with its store process half started (stopsignals.py).
+    record_early_stops()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = serve_config(args)
     extension = current_extension()

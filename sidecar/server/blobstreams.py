@@ -99,6 +99,11 @@ class BlobStreams:
         return reply
 
     async def _put_blob(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        if not self._link.calls.admits():
+            # Its handler started once the stop began: its blob could not be recorded (StoreLink.call),
+            # and reading it whole would hold the stop for up to the grace period. Refused before its
+            # first message is read.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _STOPPING)
         temp: TempBlob | None = None
         writing: asyncio.Future[Any] | None = None
         try:
@@ -266,6 +271,7 @@ class BlobStreams:
 
 
 _LIMIT = " (ckpt serve --max-blob-bytes)"
+_STOPPING = "the sidecar is stopping; send the blob again"
 _FIRST_ONLY = "session_id, media_type and expected_sha256 go in a PutBlob stream's first message only"
 
 

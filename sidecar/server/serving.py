@@ -1,8 +1,9 @@
 """One serving process: the store process started, the gRPC server up, until a signal or a failed store.
 
-SIGTERM and SIGINT stop it in order (in-flight calls finish, queued writes
-commit); a store that stopped taking writes, or a store process that died,
-stops it with exit 1, for a supervisor to restart it.
+SIGTERM, SIGINT and SIGHUP stop it in order (in-flight calls finish, queued
+writes commit); one received while it started, as soon as it serves
+(stopsignals.py). A store that stopped taking writes, or a store process that
+died, stops it with exit 1, for a supervisor to restart it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import StoreError
 from .extension import ServerExtension
 from .frontend import SidecarServer
 from .gctune import serving_gc
+from .stopsignals import STOP_SIGNALS, take_early_stop
 from .storelink import StoreLink
 from .storespawn import StoreProcess
 
@@ -34,7 +36,7 @@ async def serve_async(
     extension: ServerExtension | None = None,
     started: StoreProcess | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; ``worker``, ``extension``: as SidecarServer's; ``serving`` is called
+    """Serve until SIGTERM/SIGINT/SIGHUP; ``worker``, ``extension``: as SidecarServer's; ``serving`` is called
     once it serves; ``lock_fd``, ``started``: as StoreLink.start's."""
     stop = asyncio.Event()
     with _stopped_by_signals(asyncio.get_running_loop(), stop):
@@ -63,12 +65,10 @@ async def serve_async(
     return 1 if sidecar.failed else 0  # also if the last commit, at close, failed
 
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
 @contextlib.contextmanager
 def _stopped_by_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT set ``stop`` while this lasts; from its end on, both are ignored.
+    """SIGTERM, SIGINT and SIGHUP set ``stop`` while this lasts (at once if one came since
+    stopsignals.record_early_stops); from its end on, they are ignored.
 
     Not ``loop.add_signal_handler``: removing such a handler resets the signal
     to its default action (for SIGTERM: terminate) before anything can ignore
@@ -97,17 +97,19 @@ def _stopped_by_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) ->
         cleanup.callback(loop.remove_reader, wake_r)
         cleanup.callback(signal.set_wakeup_fd, signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False))
         cleanup.callback(_ignore_stop_signals)
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             signal.signal(sig, handler)
             # As asyncio's handlers do: a system call the signal interrupts on
             # another thread (the writer's flush, gRPC's) is restarted, not
             # failed with EINTR (signal.signal makes them interruptible).
             signal.siginterrupt(sig, False)
+        if take_early_stop():  # asked for while the process started: honoured once it serves
+            stop.set()
         yield
 
 
 def _ignore_stop_signals() -> None:
     # For good, not back to the default: the process is about to exit 0 (or
     # 1), and a late signal must not turn that into -15.
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)

@@ -22,12 +22,13 @@ The parent serves nothing itself. It
   exits (a socket bound, not listening, with SO_REUSEPORT: listening.py's
   claim_port): the workers bind them with SO_REUSEPORT, which would let
   another server that sets it too share them silently;
-- starts the workers (``python -m ckpt.sidecar.server.workers``, the config
-  pickled on their stdin), waits until every one serves, then logs the one
-  serving line (``process.py`` waits for it);
-- on SIGTERM/SIGINT stops them (each finishes and commits its in-flight
-  writes) and exits 0 if they all did; if a worker exits on its own, it stops
-  the others and exits 1, for a supervisor to restart the lot.
+- starts the workers (``python -m ckpt.sidecar.server.workerstart``, the
+  config pickled on their stdin), waits until every one serves, then logs the
+  one serving line (``process.py`` waits for it);
+- on SIGTERM/SIGINT/SIGHUP, even before every worker serves, stops them (each
+  finishes and commits its in-flight writes; one still starting stops once it
+  serves, stopsignals.py) and exits 0 if they all did; if a worker exits on its
+  own, it stops the others and exits 1, for a supervisor to restart the lot.
 
 Workers die with the parent (PR_SET_PDEATHSIG), so a killed parent leaves none
 serving. Only TCP: gRPC cannot share a unix socket between processes.
@@ -61,6 +62,7 @@ from .frontend import SERVING_LOG
 from .listening import claim_port
 from .loops import event_loop_factory
 from .serving import serve_async
+from .stopsignals import STOP_SIGNALS, take_early_stop
 
 log = logging.getLogger("ckpt")
 
@@ -86,7 +88,7 @@ class _WorkerSpec:
 
 
 def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = None) -> int:
-    """Run ``config.workers`` serving processes until SIGTERM/SIGINT; the exit code as :func:`serve`'s.
+    """Run ``config.workers`` serving processes until SIGTERM/SIGINT/SIGHUP; the exit code as :func:`serve`'s.
 
     ``extension``: every worker serves it (extension.py).
     """
@@ -95,8 +97,10 @@ def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = No
     def request_stop(signum: int, frame: Any) -> None:
         stop.append(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, request_stop)
+    if take_early_stop():  # asked for while `ckpt serve` started: the workers are stopped as they start
+        stop.append(signal.SIGTERM)
     try:
         try:
             lock, ports = _prepare(config)
@@ -111,7 +115,7 @@ def serve_workers(config: ServeConfig, *, extension: ServerExtension | None = No
             lock.close()
     finally:
         # As serve_async: a SIGTERM repeated between the clean stop and the exit must not turn 0 into -15.
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
 
 
@@ -146,7 +150,7 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerE
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH")]))
         for index in range(config.workers):
             worker = subprocess.Popen(
-                [sys.executable, "-m", "ckpt.sidecar.server.workers"],
+                [sys.executable, "-m", "ckpt.sidecar.server.workerstart"],
                 stdin=subprocess.PIPE,
                 pass_fds=(lock.fileno(), ready_w),
                 env=env,
@@ -179,12 +183,14 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerE
             )
             failed = _wait_for_stop(workers, stop)
     finally:
-        os.close(ready_r)
         if ready_w >= 0:
             os.close(ready_w)
         if any(w.poll() is None for w in workers):
             log.info("ckpt stopping: workers=%d data_dir=%s", len(workers), config.data_dir.resolve())
         codes = _stop_all(workers, config.grace_seconds + _STOP_SLACK_SECONDS)
+        # Only now: a worker stopped as it starts still writes its ready line, which a closed pipe
+        # would fail (EPIPE).
+        os.close(ready_r)
     log.info("ckpt stopped: data_dir=%s", config.data_dir.resolve())
     if failed is not None:
         return 1
@@ -229,7 +235,8 @@ def _wait_for_stop(workers: list[subprocess.Popen[bytes]], stop: list[int]) -> i
 
 
 def _stop_all(workers: list[subprocess.Popen[bytes]], timeout_seconds: float) -> list[int]:
-    """SIGTERM every live worker, wait for each (killing one that outlasts the timeout); exit codes."""
+    """SIGTERM every live worker, wait for each (killing one that outlasts the timeout); exit codes,
+    0 for one the SIGTERM ended before it could handle it: it had started nothing yet (workerstart.py)."""
     for worker in workers:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
@@ -237,7 +244,8 @@ def _stop_all(workers: list[subprocess.Popen[bytes]], timeout_seconds: float) ->
     codes = []
     for worker in workers:
         try:
-            codes.append(worker.wait(max(0.0, deadline - time.monotonic())))
+            code = worker.wait(max(0.0, deadline - time.monotonic()))
+            codes.append(0 if code == -signal.SIGTERM else code)
         except subprocess.TimeoutExpired:
             log.error("ckpt worker (pid %d) did not stop within %.0f s; killing it", worker.pid, timeout_seconds)
             worker.kill()
@@ -262,15 +270,17 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
     def serving() -> None:
-        os.write(spec.ready_fd, f"{spec.index}\n".encode())
-        os.close(spec.ready_fd)
+        try:
+            os.write(spec.ready_fd, f"{spec.index}\n".encode())
+        except BrokenPipeError:
+            # The parent is gone (its pipe closes only once its workers stopped): stop as its SIGTERM
+            # (PR_SET_PDEATHSIG) asks, in order.
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            os.close(spec.ready_fd)
 
     # The parent made the same check before starting any worker (_prepare).
     with asyncio.Runner(loop_factory=event_loop_factory(spec.config.event_loop)) as runner:
         return runner.run(
             serve_async(spec.config, worker=spec.index, serving=serving, lock_fd=spec.lock_fd, extension=spec.extension)
         )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -247,13 +247,17 @@ def test_sigterm_never_goes_back_to_its_default_action_while_a_sidecar_stops(
     config = ServeConfig(data_dir=tmp_path / "data", listen=(f"unix:{tmp_path / 'ckpt.sock'}",))
     # serve_async handles signals: run it on this (the main) thread's loop.
     assert threading.current_thread() is threading.main_thread()
-    exit_code = asyncio.run(serve_async(config, serving=lambda: os.kill(os.getpid(), signal.SIGTERM)))
+    hangup = signal.getsignal(signal.SIGHUP)
+    try:
+        exit_code = asyncio.run(serve_async(config, serving=lambda: os.kill(os.getpid(), signal.SIGTERM)))
+    finally:
+        real_signal(signal.SIGHUP, hangup)  # serve_async leaves it ignored too; signal_dispositions does the others
     assert exit_code == 0
     assert dispositions, "serving set no SIGTERM handler"
     assert signal.SIG_DFL not in dispositions, dispositions
     assert dispositions[-1] is signal.SIG_IGN
     # Else a signal landing on the writer thread mid-flush could fail the commit with EINTR.
-    assert set(restarting) == {signal.SIGTERM, signal.SIGINT}
+    assert set(restarting) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
     assert real_signal(signal.SIGTERM, signal.SIG_IGN) is signal.SIG_IGN  # still ignored after the loop closed
 
 
