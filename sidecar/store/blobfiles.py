@@ -93,20 +93,26 @@ class TempBlob:
 
     def write(self, chunk: bytes) -> None:
         """Append ``chunk``; ResourceExhausted (and nothing kept) once the blob would pass its limit."""
-        if self.size_bytes + len(chunk) > self._max_bytes:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            self.discard()
+            raise InvalidArgument(f"a blob's chunks must be bytes, not {type(chunk).__name__}")
+        view = memoryview(chunk)
+        size = view.nbytes  # not len(): a memoryview's items may be wider than a byte
+        if self.size_bytes + size > self._max_bytes:
             self.discard()
             raise ResourceExhausted(
                 f"the blob is larger than max_blob_bytes ({self._max_bytes}{self._limit_origin}); nothing was stored"
             )
-        self._hash.update(chunk)
-        self._xxh3.update(chunk)
-        view = memoryview(chunk)
+        if view.format != "B" or not view.c_contiguous:  # os.write counts bytes, and slices count items
+            view = memoryview(view.tobytes())
+        self._hash.update(view)
+        self._xxh3.update(view)
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
             raise self._failed("write", exc) from exc
-        self.size_bytes += len(chunk)
+        self.size_bytes += size
 
     def finish(self, expected_sha256: str = "") -> str:
         """Flush the file to disk; the blob's SHA-256 (hex). The file stays locked until :meth:`close`.

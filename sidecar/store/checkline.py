@@ -40,18 +40,43 @@ class CheckLine:
         self._lines.setdefault(loop, deque()).append(op)
 
     def start(self, op: Op, loop: asyncio.AbstractEventLoop) -> None:
-        """Run ``op``'s check (if it has one) on ``loop``'s executor; on the loop."""
-        check = op.check
-        if check is not None:
-            loop.run_in_executor(None, check).add_done_callback(lambda done: self._checked(op, loop, done))
+        """Run ``op``'s check (if it has one) on ``loop``'s executor; on the loop.
 
-    def _checked(self, op: Op, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]) -> None:
-        error = done.exception() if not done.cancelled() else Unavailable(_CLOSING)
+        The write leaves the line from the executor's thread, once checked: a
+        loop closed meanwhile (``run_until_complete`` then ``close``) runs no
+        more callbacks, and a write left waiting for one would never commit,
+        its bytes counted against max_queued_write_bytes until close().
+        """
+        check = op.check
+        if check is None:
+            return
+
+        def run() -> None:
+            try:
+                check()
+            except BaseException as exc:  # the write's error, from its future
+                self._checked(op, loop, exc)
+            else:
+                self._checked(op, loop, None)
+
+        try:
+            done = loop.run_in_executor(None, run)
+        except RuntimeError as exc:  # the loop's executor is shut down
+            self._checked(op, loop, Unavailable(f"the event loop's executor takes no work ({exc})"))
+            return
+        done.add_done_callback(lambda future: self._not_run(op, loop, future))
+
+    def _not_run(self, op: Op, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]) -> None:
+        if done.cancelled():  # the check never ran: nothing of the write was checked
+            self._checked(op, loop, Unavailable(_CLOSING))
+
+    def _checked(self, op: Op, loop: asyncio.AbstractEventLoop, error: BaseException | None) -> None:
+        """``op`` checked (``error``: it failed); on any thread. Queues the checked writes at the line's head."""
         room = self._writer.room
         with room:
             line = self._lines.get(loop)
             if line is None or op not in line:
-                return  # a closing store took it
+                return  # a closing store took it, or it was answered already
             op.check = None
             if error is not None:
                 line.remove(op)

@@ -30,6 +30,8 @@ from ckpt.store.v1 import records_pb2
 
 from ...codec import ChainEncoder, FrameKind
 from ..storage import ReadTxn
+from . import keys
+from .args import check_int_arg
 from .layout import Tables
 from .records import record
 from .types import VersionInfo
@@ -48,6 +50,13 @@ class Coherence:
     def still_head(self, sid: bytes, info: VersionInfo) -> bool:
         """Whether the cached version ``info`` is the session's head in storage now."""
         return self.is_head(sid, info.version, info.created_unix_nanos, full_frame=info.frame_kind is FrameKind.FULL)
+
+    def is_head_arg(self, session_id: str, version: int, created_unix_nanos: int, *, full_frame: bool) -> bool:
+        """:meth:`is_head` of a caller's arguments (Store.is_head): InvalidArgument for one out of range."""
+        sid = keys.session_key(session_id)
+        check_int_arg("version", version)
+        check_int_arg("created_unix_nanos", created_unix_nanos)
+        return self.is_head(sid, version, created_unix_nanos, full_frame=full_frame)
 
     def is_head(self, sid: bytes, version: int, created_unix_nanos: int, *, full_frame: bool) -> bool:
         """Whether the version written at ``created_unix_nanos`` (stored as a FULL frame, or not) is the

@@ -347,7 +347,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         For a cache outside this store (the gRPC process's replies to Gets),
         which must never answer with a state that is not the committed head.
         """
-        return self._coherence.is_head(keys.session_key(session_id), version, created_unix_nanos, full_frame=full_frame)
+        return self._coherence.is_head_arg(session_id, version, created_unix_nanos, full_frame=full_frame)
 
     def session(self, session_id: str) -> SessionInfo:
         sid = keys.session_key(session_id)

@@ -35,6 +35,7 @@ from ..ids import check_event_type
 from ..limits import EVENT_TIME_RANGE
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
+from .args import byte_size
 from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
 from .events import (
     SEAL_EVENTS,
@@ -103,7 +104,7 @@ def stored_events(events: Sequence[NewEvent], max_bytes: int) -> tuple[list[reco
             raise InvalidArgument(
                 f"events[{i}].time must be a time from {EVENT_TIME_RANGE} (nanoseconds 0..2**63-1), got {when!r}"
             )
-        total += len(event.payload)
+        total += byte_size(event.payload)
         if total > max_bytes:
             raise StateTooLarge(
                 f"events' payloads are more than {max_bytes} bytes by events[{i}]; the limit (max_state_bytes) is"

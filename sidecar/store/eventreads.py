@@ -18,6 +18,7 @@ from ..errors import DataLoss, InvalidArgument, NotFound, ResourceExhausted
 from ..ids import check_event_type
 from ..storage import ReadTxn, Table
 from . import keys
+from .args import MAX_INT, check_int_arg, check_str_arg, check_time_filter_arg
 from .eventblocks import StoredBlock, block_key, block_range, stored_blocks, where
 from .eventlog import types_tracked
 from .events import BlockHeader, block_events, block_header, event_nanos, is_tail, joined
@@ -41,13 +42,19 @@ _ENCODED_SIZE = records_pb2.StoredEvent.ByteSize
 
 def check_query(query: EventQuery) -> int:
     """The page size a query asks (InvalidArgument naming a field that is out of range)."""
-    if isinstance(query.after_seq, bool) or not isinstance(query.after_seq, int) or query.after_seq < 0:
-        raise InvalidArgument(f"after_seq must be an integer >= 0, got {query.after_seq!r}")
+    if not isinstance(query, EventQuery):
+        raise InvalidArgument(f"query must be an EventQuery, not {type(query).__name__}")
+    check_int_arg("after_seq", query.after_seq)
     size = query.page_size
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_PAGE_EVENTS:
-        raise InvalidArgument(f"page_size must be in 0..{MAX_PAGE_EVENTS} (0 = {DEFAULT_PAGE_EVENTS}), got {size!r}")
+    check_int_arg("page_size", size, most=MAX_PAGE_EVENTS, means=f"0 = {DEFAULT_PAGE_EVENTS}")
+    check_str_arg("page_token", query.page_token)
+    # A str is a sequence of one-character names: "tool_call" would match no event, silently.
+    if isinstance(query.types, (str, bytes)) or not isinstance(query.types, (tuple, list, set, frozenset)):
+        raise InvalidArgument(f"types must be a tuple of event types, not {type(query.types).__name__}")
     for i, name in enumerate(query.types):
         check_event_type(name, f"types[{i}]")
+    check_time_filter_arg("after_unix_nanos", query.after_unix_nanos)
+    check_time_filter_arg("before_unix_nanos", query.before_unix_nanos)
     low, high = query.after_unix_nanos, query.before_unix_nanos
     if low is not None and high is not None and low > high:
         raise InvalidArgument(
@@ -74,6 +81,7 @@ def read_events(
     ``max_page_bytes`` less them, and may be empty: its token then resumes at the first event, which a
     read without them carries (a page holds one event at least)."""
     sid = keys.session_key(session_id)
+    check_int_arg("max_page_bytes", max_page_bytes, most=MAX_INT, means="0 = no limit")
     size = check_query(query)
     with read() as txn:
         log = log_record(txn, tables, sid)

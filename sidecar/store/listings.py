@@ -20,6 +20,7 @@ import xxhash
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table
 from . import keys
+from .args import MAX_INT, check_int_arg, check_str_arg, check_time_filter_arg
 from .layout import Tables
 from .records import log_record as event_log_record
 from .records import printable, record, session_info, version_info
@@ -73,9 +74,8 @@ def version_page(
     next page's token. ``with_states``: each version's state counts towards ``max_page_bytes`` too, and a
     first one whose state alone is over it is StateTooLarge (a page always holds one version)."""
     sid = keys.session_key(session_id)
-    size = _page_size(page_size)
-    if not isinstance(start_version, int) or isinstance(start_version, bool) or start_version < 0:
-        raise InvalidArgument(f"start_version must be an integer >= 0 (0 = the head), got {start_version!r}")
+    size = check_page_args(page_size, page_token, max_page_bytes)
+    check_int_arg("start_version", start_version, means="0 = the head")
     raw = txn.get(sid, db=tables.sessions)
     if raw is None:
         raise NotFound(f"session {session_id!r} does not exist")
@@ -139,15 +139,13 @@ def list_sessions(
     max_page_bytes: int,
 ) -> tuple[list[SessionInfo], str]:
     """A page of sessions matching every filter, and the next page's token (Store.list_sessions)."""
-    size = _page_size(page_size)
+    size = check_page_args(page_size, page_token, max_page_bytes)
+    if label_filter is not None and not isinstance(label_filter, dict):
+        raise InvalidArgument(f"label_filter must be a dict of str to str, not {type(label_filter).__name__}")
     labels = dict(label_filter or {})
     keys.check_labels(labels, field="label_filter")
-    for name, nanos in (
-        ("updated_after_nanos", updated_after_nanos),
-        ("updated_before_nanos", updated_before_nanos),
-    ):
-        if nanos is not None and nanos > keys.MAX_TIME_NANOS:
-            raise InvalidArgument(f"{name} is {nanos}; the latest time the store indexes is {keys.MAX_TIME_NANOS}")
+    check_time_filter_arg("updated_after_nanos", updated_after_nanos)
+    check_time_filter_arg("updated_before_nanos", updated_before_nanos)
     after = updated_after_nanos if updated_after_nanos is not None else 0
     before = updated_before_nanos if updated_before_nanos is not None else 2**63
     # Swapped bounds are a mistake, not a listing: say so rather than list none.
@@ -265,9 +263,11 @@ def _events_only(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> S
     )
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 0:
-        raise InvalidArgument(f"page_size must be >= 0, got {page_size}")
+def check_page_args(page_size: int, page_token: str, max_page_bytes: int) -> int:
+    """A listing's page size (page_size, capped; InvalidArgument for a page argument that is out of range)."""
+    check_int_arg("page_size", page_size, most=MAX_INT, means=f"0 = {_DEFAULT_PAGE_SIZE}")
+    check_str_arg("page_token", page_token)
+    check_int_arg("max_page_bytes", max_page_bytes, most=MAX_INT, means="0 = no limit")
     return min(page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
 
 

@@ -15,9 +15,10 @@ from typing import NoReturn
 from ckpt.store.v1 import records_pb2
 
 from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode_latest, frame_kind
-from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
+from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
+from .args import MAX_INT, check_int_arg
 from .layout import Tables
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
@@ -29,8 +30,7 @@ _IDS_CHUNK = 1000
 
 
 def check_version_arg(version: int) -> None:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise InvalidArgument(f"version must be an integer >= 0 (0 = latest), got {version!r}")
+    check_int_arg("version", version, means="0 = latest")
 
 
 def read_state(
@@ -40,6 +40,7 @@ def read_state(
 
     ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state.
     """
+    check_int_arg("max_state_bytes", max_state_bytes, most=MAX_INT, optional=True)
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)

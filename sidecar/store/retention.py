@@ -20,6 +20,7 @@ from ..config import StoreConfig
 from ..errors import StoreFull, Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
+from .args import check_int_arg
 from .blobs import Blobs
 from .eventlog import EventLog
 from .keyframes import QuietKeyframes
@@ -67,6 +68,7 @@ class Retention:
         self.blobs: Blobs | None = None
 
     def sweep(self, now: int) -> SweepResult:
+        check_int_arg("now_nanos", now)
         with self._lock:
             result = self._sweep(now)
             self.swept += result

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import InvalidArgument
 from ..storage import ReadTxn
 from . import keys
+from .args import MAX_INT, check_int_arg
 from .eventreads import check_query, read_events
 from .layout import Tables
 from .reads import check_version_arg, read_state
@@ -58,6 +59,7 @@ def get_with_events(
     """
     check_version_arg(version)
     sid = keys.session_key(session_id)
+    check_int_arg("max_page_bytes", max_page_bytes, most=MAX_INT, means="0 = no limit")
     try:
         check_query(events)  # a bad filter is refused before any state is decoded
     except InvalidArgument as exc:

@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..storage import WriteTxn
 from . import keys
+from .args import byte_size, check_int_arg
 from .blobs import Blobs
 from .coherence import Coherence
 from .encoders import Encoders
@@ -94,17 +95,15 @@ class WriteOps:
         if not isinstance(req.state, (bytes, bytearray, memoryview)):
             raise InvalidArgument(f"state must be bytes, not {type(req.state).__name__}")
         config = self._config
-        if len(req.state) > config.max_state_bytes:
-            raise StateTooLarge(
-                f"state is {len(req.state)} bytes; the limit (max_state_bytes) is {config.max_state_bytes}"
-            )
+        if (size := byte_size(req.state)) > config.max_state_bytes:
+            raise StateTooLarge(f"state is {size} bytes; the limit (max_state_bytes) is {config.max_state_bytes}")
         if not isinstance(req.labels, dict):
             raise InvalidArgument(f"labels must be a dict of str to str, not {type(req.labels).__name__}")
         keys.check_labels(req.labels)
         if not isinstance(req.request_id, str):
             raise InvalidArgument(f"request_id must be a str, not {type(req.request_id).__name__}")
-        _check_uint64_arg("expected_version", req.expected_version)
-        _check_uint64_arg("expected_state_xxh3", req.expected_state_xxh3)
+        check_int_arg("expected_version", req.expected_version, optional=True)
+        check_int_arg("expected_state_xxh3", req.expected_state_xxh3, optional=True)
         if req.message_type:
             check_type_name(req.message_type)
         rid_key = keys.request_key(sid, req.request_id) if req.request_id else None
@@ -426,16 +425,6 @@ def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, label
             f"session {session_id!r} has {len(rec.labels)} labels; these labels would make it {total},"
             f" over the limit of {keys.MAX_LABELS} per session"
         )
-
-
-def _check_uint64_arg(name: str, value: object) -> None:
-    """InvalidArgument naming ``name`` unless ``value`` is None or an int (not a bool) a uint64 holds."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an int or None, not {type(value).__name__}")
-    if not 0 <= value < 1 << 64:
-        raise InvalidArgument(f"{name} must be in 0..2**64-1 (a uint64), got {value}")
 
 
 def nested_field(field: str, exc: StoreError) -> StoreError:

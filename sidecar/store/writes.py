@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreError
+from .args import byte_size
 from .checkline import CheckLine
 from .loopwrites import LoopBatches
 from .ops import Op
@@ -31,7 +32,7 @@ def checked_off_loop(request: PutRequest) -> bool:
     return (
         (request.mode == WriteMode.MERGE or bool(request.message_type))
         and isinstance(state, (bytes, bytearray, memoryview))
-        and len(state) >= OFF_LOOP_PATCH_BYTES
+        and byte_size(state) >= OFF_LOOP_PATCH_BYTES
     )
 
 
@@ -134,8 +135,9 @@ class WriteEntryPoints:
         typed state) of ``OFF_LOOP_PATCH_BYTES`` or more: that is checked on
         the loop's executor (checkline.py) and its errors come from the future. The
         writes submitted on one loop commit in the order they were submitted.
-        Cancelling the future does not withdraw the write: once queued it
-        commits (retry with the same ``request_id`` to learn its outcome).
+        Cancelling the future does not withdraw the write, nor does closing
+        the loop: once queued it commits (retry with the same ``request_id``
+        to learn its outcome).
         """
         loop = asyncio.get_running_loop()
         return self._asubmit_op(self._ops.put_op(request, defer_patch_check=checked_off_loop(request)), loop)
@@ -169,8 +171,15 @@ class WriteEntryPoints:
         return 0
 
     def _gather_on_loop(self, gathered: int) -> None:
-        assert self._loop.loop is not None
-        self._loop.gather(self._loop.loop, gathered)
+        """After checked writes joined the gathering loop's batch (``gathered`` long); on any thread."""
+        loop = self._loop.loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self._loop.gather, loop, gathered)
+        except RuntimeError:  # the loop is closed: nothing would hand its batch over
+            with self._writer.room:
+                for op in self._loop.take_pending():
+                    self._writer.put_locked(op)
 
     def write_on_loop(
         self,

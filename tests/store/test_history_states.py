@@ -196,7 +196,9 @@ def test_a_state_of_exactly_the_page_bytes_is_listed_alone_whatever_its_labels(t
 def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
     config = untyped_store(tmp_path, 2, ChainPolicy())
     with Store(config) as store:
-        with pytest.raises(InvalidArgument, match="start_version must be an integer >= 0"):
+        with pytest.raises(
+            InvalidArgument, match=r"^start_version must be in 0\.\.2\*\*64-1 \(a uint64\) \(0 = the head\), got -1$"
+        ):
             store.list_versions("s", include_states=True, start_version=-1)
         with pytest.raises(NotFound, match="session 'nope' does not exist"):
             store.list_versions("nope", include_states=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -169,9 +171,14 @@ def test_closing_refuses_a_large_patch_still_being_checked_and_commits_the_rest(
     store = Store(StoreConfig(data_dir=tmp_path / "data"))
 
     async def main() -> None:
+        executor = ThreadPoolExecutor(1)
+        asyncio.get_running_loop().set_default_executor(executor)
+        gate = threading.Event()
+        executor.submit(gate.wait)  # the check waits for the close
         large = store.asubmit(PutRequest("a", _large_patch(1), WriteMode.MERGE))
         behind = store.asubmit(PutRequest("b", state_of("b", 1)))
-        store.close()  # before the loop runs the check's answer
+        store.close()  # before the check runs
+        gate.set()
         with pytest.raises(Unavailable, match="closing"):
             await large
         assert (await behind).version == 1
@@ -179,3 +186,38 @@ def test_closing_refuses_a_large_patch_still_being_checked_and_commits_the_rest(
     asyncio.run(main())
     with Store(StoreConfig(data_dir=tmp_path / "data")) as reopened:
         assert list(reopened.session_ids()) == ["b"]
+
+
+@pytest.mark.parametrize("gathered_on_the_loop", [False, True])
+def test_a_large_patch_and_the_writes_behind_it_commit_after_their_loop_closes(
+    tmp_path: Path, gathered_on_the_loop: bool
+) -> None:
+    """A sync wrapper's pattern: ``run_until_complete`` then ``close``, the patch's check still to run."""
+    config = StoreConfig(data_dir=tmp_path / "data", max_queued_write_bytes=4 * OFF_LOOP_PATCH_BYTES)
+    loop = asyncio.new_event_loop()
+    executor = ThreadPoolExecutor(1)
+    loop.set_default_executor(executor)
+    gate = threading.Event()
+    executor.submit(gate.wait)  # the check runs only once the loop is closed
+
+    async def submit(store: Store) -> None:
+        if gathered_on_the_loop:
+            store.write_on_loop(asyncio.get_running_loop())
+        store.asubmit(PutRequest("big", _large_patch(1), WriteMode.MERGE))
+        store.asubmit(PutRequest("small", state_of("small", 1)))  # in line behind it
+
+    with Store(config) as store:
+        loop.run_until_complete(submit(store))
+        loop.close()
+        gate.set()
+        executor.shutdown(wait=True)  # the check has run
+        store.put("barrier", state_of("barrier", 1))  # FIFO: whatever was queued before it is committed
+        assert store.get("big").state == _large_patch(1)
+        assert store.get("small").version == 1
+        assert store.queued_write_bytes == 0
+        # A blocking put needing most of the backlog gets its room.
+        done: list[int] = []
+        put = threading.Thread(target=lambda: done.append(store.put("other", b"y" * 3 * OFF_LOOP_PATCH_BYTES).version))
+        put.start()
+        put.join(10)
+        assert done == [1]
