@@ -1,16 +1,18 @@
-"""The async put_stream's I/O around its StreamRun: a task reading ``puts``, grpc.aio's request task, bounded waits.
+"""The async put_stream's I/O around its StreamRun: ``puts`` read ahead, grpc.aio's request task, bounded waits.
 
 grpc.aio reads each stream's requests from an async generator in a task of its
-own; an iterable's writes are read ahead by another task (AsyncReadAhead); the
-caller's task waits for the answers (AnswerWait). What is sent, resent,
-answered and given is the ledger's to say (ledger.StreamLedger); everything
-runs on one event loop, so no lock guards it.
+own; an async iterable's writes are read ahead by another task
+(AsyncReadAhead), an iterator's on a thread (ThreadReadAhead); the caller's
+task waits for the answers (AnswerWait). What is sent, resent, answered and
+given is the ledger's to say (ledger.StreamLedger); everything but the reading
+thread runs on one event loop, so no lock guards it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -21,12 +23,13 @@ from ckpt.v1 import service_pb2
 from .ledger import End, Hold, SequenceSource, StreamLimits, copied
 from .policy import ENDED_STREAM_GRACE_SECONDS
 from .stream import Move, StreamRun
+from .sync_stream import ReadAhead
 
 NOT_READY = object()  # what take_now gives while the next write is not here yet
 
 
 class AsyncReadAhead:
-    """``puts`` (an async or a sync iterable), read by a task of its own a few writes ahead
+    """``puts`` (an async iterable), read by a task of its own a few writes ahead
     (StreamLimits.may_read_ahead), consumed lazily as the stream goes.
 
     So that a message goes as soon as no further write is ready to join it
@@ -37,22 +40,18 @@ class AsyncReadAhead:
     give it again); once the put_stream has ended the task is cancelled.
     """
 
-    def __init__(self, puts: Any, limits: StreamLimits) -> None:
+    def __init__(self, puts: AsyncIterable[Any], limits: StreamLimits) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._limits = limits
         self._count = self._bytes = 0  # held in the queue
         self._room = asyncio.Event()
         self._task = asyncio.ensure_future(self._read(puts))
 
-    async def _read(self, puts: Any) -> None:
+    async def _read(self, puts: AsyncIterable[Any]) -> None:
         end = End()
         try:
-            if isinstance(puts, AsyncIterable):
-                async for given in puts:
-                    await self._hold(given)
-            else:
-                for given in puts:
-                    await self._hold(given)
+            async for given in puts:
+                await self._hold(given)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -97,6 +96,56 @@ class AsyncReadAhead:
         """Stop reading, and end the writes: a take waiting for the next one is let go."""
         self._task.cancel()
         self._queue.put_nowait(End())
+
+
+class ThreadReadAhead:
+    """``puts`` (a sync iterable, not a sequence), read on a thread of its own as the sync client reads it
+    (sync_stream.ReadAhead), each write handed to the loop as it comes.
+
+    Read on the loop, a ``puts`` whose steps block (an agent's step, a file
+    read) would hold the loop while it gives writes: nothing sent meanwhile,
+    the batching, grpc.aio and the waits for answers all stalled, and every
+    write sent only once ``puts`` ran out (its waits past ``timeout_seconds``
+    as DeadlineExceededError). Here each write is sent as soon as no further
+    one is ready, as an async iterable's is. An exception of ``puts`` is the
+    End of the writes, after the writes it gave. Once the put_stream has ended
+    the reader stops at its next write, which is not sent: a step under way
+    on the thread (a generator cannot be closed from another thread while it
+    runs) ends on its own, and keeps no wait of the caller's.
+    """
+
+    def __init__(self, puts: Iterable[Any], limits: StreamLimits) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._arrived = asyncio.Event()
+        self._waiting = False  # a take waits for the reader's next write: it is to be woken
+        self._reader = ReadAhead(puts, limits, queued=self._queued)
+        self.ready = self._reader.ready
+
+    def _queued(self) -> None:
+        """On the reader's thread: a write (or the End) was queued; wake a take waiting for it."""
+        if self._waiting:  # set before the take looks at the queue, read after the write is queued
+            self._waiting = False
+            with contextlib.suppress(RuntimeError):  # the loop has closed: no take is waiting
+                self._loop.call_soon_threadsafe(self._arrived.set)
+
+    async def take(self) -> Any:
+        """The next write, waiting for it; or the End of the writes."""
+        while not self._reader.ready():
+            self._arrived.clear()
+            self._waiting = True
+            if not self._reader.ready():  # queued before the flag was set: not to be waited for
+                await self._arrived.wait()
+        self._waiting = False
+        return self._reader.take()  # this task is the one consumer: what is here is its to take
+
+    def take_now(self) -> Any:
+        """The next write, or the End of the writes, if it is here already; else NOT_READY."""
+        return self._reader.take() if self._reader.ready() else NOT_READY
+
+    def close(self) -> None:
+        """Stop reading, and end the writes: a take waiting for the next one is let go."""
+        self._reader.close()
+        self._arrived.set()
 
 
 class _Listed:
@@ -194,7 +243,13 @@ class AsyncFeed:
     """
 
     def __init__(self, puts: Any, run: StreamRun, limits: StreamLimits) -> None:
-        self._source = _Listed(puts) if isinstance(puts, Sequence) else AsyncReadAhead(puts, limits)
+        self._source: _Listed | AsyncReadAhead | ThreadReadAhead
+        if isinstance(puts, Sequence):
+            self._source = _Listed(puts)
+        elif isinstance(puts, AsyncIterable):
+            self._source = AsyncReadAhead(puts, limits)
+        else:
+            self._source = ThreadReadAhead(puts, limits)
         self.run = run
         self._ledger = run.ledger
         self._loop = asyncio.get_running_loop()

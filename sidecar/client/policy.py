@@ -13,6 +13,8 @@ from .errors import code_of, translate
 #: stays down costs a caller those 4.55 s before the error.
 DEFAULT_RETRIES = 8
 
+_LAST_DOUBLING = 5  # 0.05 * 2**5 = 1.6 s: past the 1 s cap
+
 # CANCELLED is what gRPC itself answers a call the sidecar had received but not yet
 # started when it began shutting down (the call was never run). These clients never
 # cancel a call of their own (an asyncio task's cancellation raises CancelledError
@@ -33,7 +35,9 @@ def retry_delay_seconds(error: grpc.RpcError, *, retry: bool, attempt: int, retr
     practice never resent.
     """
     if retry and code_of(error) in RETRYABLE and attempt < retries:
-        return min(0.05 * 2.0**attempt, 1.0)
+        # The exponent stops where the wait has long reached its cap: ``retries`` may be as large as
+        # 2**64 - 1, and 2.0**1024 overflows.
+        return min(0.05 * 2.0 ** min(attempt, _LAST_DOUBLING), 1.0)
     return None
 
 

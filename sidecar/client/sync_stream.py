@@ -9,6 +9,7 @@ under one lock.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import time
@@ -38,16 +39,21 @@ class ReadAhead:
     read ahead.
     """
 
-    def __init__(self, puts: Iterable[Any], limits: StreamLimits) -> None:
+    def __init__(self, puts: Iterable[Any], limits: StreamLimits, queued: Callable[[], None] | None = None) -> None:
         # A SimpleQueue, whose put and get are C calls: a queue.Queue cost ~3x
         # as much per write.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._limits = limits
+        self._queued = queued  # called on the reader's thread after each write (and the End) it queues
         self._given = self._given_bytes = 0  # written by the reader only
         self._taken = self._taken_bytes = 0  # written by the consumer only
         self._room = threading.Event()
         self._closed = False
-        self._thread = threading.Thread(target=self._read, args=(puts,), name="ckpt-put-stream-reader", daemon=True)
+        # ``puts`` runs in the caller's contextvars, as it would if the caller iterated it.
+        read = contextvars.copy_context().run
+        self._thread = threading.Thread(
+            target=read, args=(self._read, puts), name="ckpt-put-stream-reader", daemon=True
+        )
         self._thread.start()
 
     def _read(self, puts: Iterable[Any]) -> None:
@@ -67,9 +73,13 @@ class ReadAhead:
                 self._queue.put((copied(given), size))
                 self._given += 1
                 self._given_bytes += size
+                if self._queued is not None:
+                    self._queued()
         except BaseException as exc:  # whatever it is, the consumer must not wait for ever
             end = End(exc)
         self._queue.put(end)
+        if self._queued is not None:
+            self._queued()
 
     def _has_room(self, size: int) -> bool:
         return self._limits.may_read_ahead(self._given - self._taken, self._given_bytes - self._taken_bytes, size)

@@ -3,6 +3,7 @@ so a write lands once; they give up with the error, after the retries, on what a
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -12,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from ckpt.sidecar.client import DEFAULT_RETRIES, CheckpointError, UnavailableError
+from ckpt.sidecar.client import DEFAULT_RETRIES, CheckpointError, UnavailableError, async_client, sync_client
 from ckpt.v1 import service_pb2
 from tests.client.support import (
     FLAVOURS,
@@ -186,3 +187,55 @@ def test_a_sidecar_that_stays_down_is_reported_as_unavailable_after_the_retries(
     ):
         c.get("x")
     assert "3 attempts" in str(info.value)
+
+
+class _SkippedWaits:
+    """A client module's ``time`` (sync) or ``asyncio`` (async) whose ``sleep``, the wait before each new
+    attempt, is recorded and skipped (the async one still yields to the loop); the rest is the module's."""
+
+    def __init__(self, module: Any, *, aio: bool) -> None:
+        self._module = module
+        self.waits: list[float] = []
+        self.sleep = self._sleep_async if aio else self._sleep
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def _sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    async def _sleep_async(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await self._module.sleep(0)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("call", ["put", "put_stream"])
+def test_a_client_retrying_more_than_a_thousand_times_gives_up_unavailable_naming_the_write(
+    tmp_path: Path, flavour: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retries`` is taken up to 2**64 - 1; the wait before the 1025th attempt overflowed (0.05 * 2.0**1024)
+    and the call raised a bare OverflowError, naming no write. The waits (17 minutes of them) are skipped,
+    and recorded: doubling from 0.05 s up to 1 s, then 1 s each."""
+    if flavour == "sync":
+        skipped = _SkippedWaits(time, aio=False)
+        monkeypatch.setattr(sync_client, "time", skipped)
+    else:
+        skipped = _SkippedWaits(asyncio, aio=True)
+        monkeypatch.setattr(async_client, "asyncio", skipped)
+    retries = 1100
+    write = service_pb2.PutRequest(session_id="s", state=PATCH, request_id="w0")
+    with (
+        open_client(flavour, f"unix:{tmp_path / 'nobody.sock'}", retries=retries, timeout_seconds=3600) as c,
+        pytest.raises(UnavailableError) as info,
+    ):
+        if call == "put":
+            c.put("s", PATCH, request_id="w0")
+        else:
+            list(c.put_stream([write]))
+    assert f"gave up after {retries + 1} attempts" in str(info.value)
+    if call == "put":
+        assert info.value.request_id == "w0"
+    else:
+        assert [w.request_id for w in info.value.unanswered] == ["w0"]
+    assert skipped.waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8] + [1.0] * (retries - 5))

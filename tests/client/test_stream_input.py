@@ -5,6 +5,7 @@ writes before it, and nothing read (or left waiting) once the put_stream has end
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -255,3 +256,98 @@ def test_the_async_client_takes_a_sync_iterator_and_an_async_generator_lazily(si
     assert read < 5000
     assert written == [1, 2, 3, 4, 5]
     assert states(sidecar.unix_target, "async-steps") == [b"step %d" % i for i in range(5)]
+
+
+_AGENT_RUN: contextvars.ContextVar[str] = contextvars.ContextVar("agent_run", default="unset")
+
+
+def test_the_async_client_answers_each_write_of_a_blocking_sync_generator_before_its_next_step(
+    sidecar: Sidecar,
+) -> None:
+    """A plain generator whose steps block (an agent's step, not awaited): the async client read it on the
+    event loop, which it held for as long as the generator ran, so nothing was sent until it ran out; then
+    the waits for answers, stalled meanwhile, ran past timeout_seconds=1 and it raised DeadlineExceededError
+    with the first write unanswered. Each write must be answered before the step after it ends; the
+    generator runs in the caller's contextvars, as it did on the loop."""
+    answered: list[int] = []
+    answered_at_step_end: list[int] = []
+    seen: list[str] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for i in range(4):
+            if i:
+                time.sleep(1.5)  # the agent's step, past timeout_seconds
+                answered_at_step_end.append(len(answered))
+            seen.append(_AGENT_RUN.get())
+            yield service_pb2.PutRequest(session_id="blocking", state=PATCH, mode=service_pb2.WRITE_MODE_MERGE)
+
+    async def run() -> None:
+        _AGENT_RUN.set("run-7")
+        async with AsyncCheckpointClient(sidecar.unix_target, timeout_seconds=1) as ac:
+            async for result in ac.put_stream(steps(), batch_size=1):
+                answered.append(result.response.version)
+
+    asyncio.run(run())
+    assert answered == [1, 2, 3, 4]
+    assert answered_at_step_end == [1, 2, 3]
+    assert seen == ["run-7"] * 4
+
+
+def test_the_async_client_raises_a_sync_generators_error_after_its_writes_and_leaves_a_blocked_step(
+    sidecar: Sidecar,
+) -> None:
+    """A plain generator read off the event loop: its error is raised after the writes it gave are answered,
+    and a put_stream the caller stops while a step blocks ends at once, that step's write not sent."""
+    given: list[int] = []
+
+    def failing() -> Iterator[service_pb2.PutRequest]:
+        yield merge("failing")
+        time.sleep(0.2)
+        yield merge("failing")
+        raise RuntimeError("the agent's own generator failed")
+
+    def blocked() -> Iterator[service_pb2.PutRequest]:
+        for i in range(2):
+            given.append(i)
+            yield merge("blocked")
+            time.sleep(2.0)  # a step under way when the caller stops
+
+    async def run() -> tuple[list[int], float]:
+        async with AsyncCheckpointClient(sidecar.unix_target) as ac:
+            versions: list[int] = []
+            with pytest.raises(RuntimeError, match="agent's own"):
+                async for result in ac.put_stream(failing()):
+                    versions.append(result.response.version)
+            began = time.monotonic()
+            stream = ac.put_stream(blocked())
+            async for _ in stream:
+                break
+            await stream.aclose()  # type: ignore[attr-defined]
+            return versions, time.monotonic() - began
+
+    began = time.monotonic()
+    versions, stop_seconds = asyncio.run(run())
+    assert versions == [1, 2]
+    assert stop_seconds < 1.0 and time.monotonic() - began < 1.5  # nor does asyncio.run wait for the step
+    time.sleep(2.5)  # the blocked step has ended, and given its write
+    assert given == [0, 1]
+    assert states(sidecar.unix_target, "blocked") == [PATCH]
+
+
+def test_the_sync_client_reads_an_iterator_in_the_callers_contextvars(sidecar: Sidecar) -> None:
+    """The read-ahead thread ran ``puts`` in a context of its own: a contextvar the caller set (a trace, a
+    run id) read as unset inside the generator."""
+    seen: list[str] = []
+
+    def steps() -> Iterator[service_pb2.PutRequest]:
+        for _ in range(2):
+            seen.append(_AGENT_RUN.get())
+            yield merge("context")
+
+    def run() -> list[int]:
+        _AGENT_RUN.set("run-8")
+        with CheckpointClient(sidecar.unix_target) as c:
+            return [r.response.version for r in c.put_stream(steps())]
+
+    assert contextvars.copy_context().run(run) == [1, 2]
+    assert seen == ["run-8"] * 2
