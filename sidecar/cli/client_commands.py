@@ -18,7 +18,7 @@ from ..descriptors import check_type_name
 from ..errors import InvalidArgument
 from ..limits import FILTER_TIME_RANGE, MAX_FILTER_TIME_NANOS, MIN_FILTER_TIME_NANOS
 from ..tls import ClientTLS
-from .output import print_json
+from .output import print_json, to_file, to_stdout, write_all
 from .parser import in_option_terms
 
 
@@ -69,6 +69,15 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def check_stdin(lead: str, what: str) -> None:
+    """Reading ``what`` from stdin: OSError if it is closed (``<&-``: Python's ``sys.stdin`` is None then),
+    ValueError if it is a terminal (the command would wait on it)."""
+    if sys.stdin is None:
+        raise OSError(f"{lead} and stdin is closed: name a FILE, or pipe the {what} in")
+    if sys.stdin.isatty():
+        raise ValueError(f"{lead} and stdin is a terminal: name a FILE, or pipe the {what} in")
+
+
 def put(args: argparse.Namespace) -> int:
     labels = _labels(args.label)
     if args.message_type is not None:
@@ -76,8 +85,8 @@ def put(args: argparse.Namespace) -> int:
             check_type_name(args.message_type, field="--type")
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
-    if args.file == "-" and sys.stdin.isatty():
-        raise ValueError("no FILE given and stdin is a terminal: name a FILE, or pipe the state in")
+    if args.file == "-":
+        check_stdin("no FILE given", "state")
     with client_of(args) as c:  # the ids are checked before the state is read
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         write = c.merge if args.merge else c.put
@@ -97,18 +106,17 @@ def get(args: argparse.Namespace) -> int:
     with client_of(args) as c:
         r = c.get(args.session, args.version)
     if args.out:
-        args.out.write_bytes(r.state)
+        to_file(args.out, lambda f: write_all(f, r.state))
         print(f"version {r.version}: {len(r.state)} bytes -> {args.out}", file=sys.stderr)
     else:
-        sys.stdout.buffer.write(r.state)
-        sys.stdout.flush()
+        to_stdout(r.state)
     return 0
 
 
 def history(args: argparse.Namespace) -> int:
     with client_of(args) as c:
         for info in c.history(args.session):
-            print_json(info)
+            print_json(info, omit=("state",))  # listed without states
     return 0
 
 

@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     run = command(args.command)
     try:
+        _check_stdout(args)
         return int(run(args))
     except BrokenPipeError:
         # The reader went away (`ckpt history s | head -1`): stop quietly, as
@@ -72,6 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"ckpt {args.command}: {_failure(exc, args)}", file=sys.stderr)
         return 1
+
+
+def _check_stdout(args: argparse.Namespace) -> None:
+    """OSError if the command prints to stdout and it is closed: every one but serve and a get --out does."""
+    if args.command != "serve" and getattr(args, "out", None) is None:
+        from .output import require_stdout
+
+        require_stdout()
 
 
 def _failure(exc: Exception, args: argparse.Namespace) -> str:

@@ -142,10 +142,15 @@ def serve_options(args: argparse.Namespace) -> dict[str, Any]:
 _DECLARED = {d.name: d for d in (*SERVE_OPTIONS, *CLIENT_OPTIONS)}
 
 
+#: A value a message quotes, as repr() does ('...' or "..."); a quote after a letter is an apostrophe.
+_QUOTED = re.compile(r"""(?<!\w)('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+
+
 def in_option_terms(message: str, args: argparse.Namespace) -> str:
     """A configuration error with its field names spelled as the options that set them; a value that came
     from the option's variable is named by it too: ``--threads (from CKPT_THREADS) must be >= 1, got 0``."""
     given: set[str] = getattr(args, _GIVEN, set())
+    parts = _QUOTED.split(message)  # the values quoted (odd items) are left as given: a path may hold "target"
     for name in vars(args):
         if name in ("command", _GIVEN):
             continue
@@ -153,9 +158,9 @@ def in_option_terms(message: str, args: argparse.Namespace) -> str:
         opt = _DECLARED.get(name)
         if opt is not None and name not in given and _env_text(opt) is not None:
             term += f" (from {opt.env})"
-        message = re.sub(rf"\b{name}\b", term, message)
+        parts[::2] = [re.sub(rf"\b{name}\b", term, part) for part in parts[::2]]
     # An option left out is the config's None.
-    return message.replace(" or None, got", " (or left out), got")
+    return "".join(parts).replace(" or None, got", " (or left out), got")
 
 
 #: What `pip install` calls the project ("ckpt" on PyPI is another's).
@@ -181,6 +186,20 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
         print(f"ckpt {_version()}")
         parser.exit()
+
+
+#: The longest `ckpt events --follow` poll interval: a day (time.sleep takes no more than ~292 years).
+MAX_POLL_SECONDS = 86400.0
+
+
+def _poll_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < seconds <= MAX_POLL_SECONDS:  # nan too
+        raise argparse.ArgumentTypeError(f"must be > 0 and at most {MAX_POLL_SECONDS:g} (a day), got {text!r}")
+    return seconds
 
 
 def _backup_dest(text: str) -> Path:
@@ -289,7 +308,12 @@ def _commands(sub: Any) -> None:
     p["events"].add_argument("--type", action="append", default=[], metavar="T", help="only this type (repeatable)")
     p["events"].add_argument("--since", default=None, metavar="TIME", help="only events after this (ISO 8601, Z)")
     p["events"].add_argument("--follow", action="store_true", help="keep polling for new events until interrupted")
-    p["events"].add_argument("--poll-seconds", type=float, default=1.0, help="--follow's poll interval (default 1)")
+    p["events"].add_argument(
+        "--poll-seconds",
+        type=_poll_seconds,
+        default=1.0,
+        help=f"--follow's poll interval, > 0 and at most {MAX_POLL_SECONDS:g} (default 1)",
+    )
     p["inspect"].add_argument("session")
     p["verify"].add_argument("sessions", nargs="*", help="sessions to check (default: all)")
     p["backup"].add_argument("dest", type=_backup_dest, help="the backup's directory (must not exist; its parent must)")

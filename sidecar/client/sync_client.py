@@ -172,10 +172,18 @@ class CheckpointClient(
     def get_blob_to(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0
     ) -> int:
-        """Write a blob (or a range, as :meth:`get_blob`) into a binary ``file``, chunk by chunk; bytes written."""
+        """Write a blob (or a range, as :meth:`get_blob`) into a binary ``file``, chunk by chunk; bytes written.
+
+        Every byte, or OSError: a write taking fewer bytes than given (a full disk) is given the rest
+        again, which raises the error; one taking none (0) raises OSError."""
         written = 0
         for chunk in self.get_blob(ref, offset=offset, length=length):
-            file.write(chunk)
+            view = memoryview(chunk)
+            while view:
+                taken = file.write(view)
+                if taken == 0:
+                    raise OSError(f"writing the blob: a write took none of the {len(view)} bytes left")
+                view = view[len(view) if taken is None else taken :]  # None: a file object that returns nothing
             written += len(chunk)
         return written
 
