@@ -197,7 +197,7 @@ class AsyncCheckpointClient(
         """CheckpointClient.get_blob_to (the file written on a thread)."""
         written = 0
         async for chunk in self.get_blob(ref, offset=offset, length=length):
-            await asyncio.to_thread(file.write, chunk)
+            await asyncio.to_thread(blobs.write_whole, file, chunk)
             written += len(chunk)
         return written
 

@@ -178,12 +178,7 @@ class CheckpointClient(
         again, which raises the error; one taking none (0) raises OSError."""
         written = 0
         for chunk in self.get_blob(ref, offset=offset, length=length):
-            view = memoryview(chunk)
-            while view:
-                taken = file.write(view)
-                if taken == 0:
-                    raise OSError(f"writing the blob: a write took none of the {len(view)} bytes left")
-                view = view[len(view) if taken is None else taken :]  # None: a file object that returns nothing
+            blobs.write_whole(file, chunk)
             written += len(chunk)
         return written
 

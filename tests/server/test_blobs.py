@@ -101,6 +101,34 @@ def test_the_async_client_stores_and_reads_blobs(sidecar: Sidecar, tmp_path: Pat
     asyncio.run(run())
 
 
+class _ShortWrites(io.BytesIO):
+    """A file taking at most ``most`` bytes per write, as a file on a filling disk does."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def write(self, data: Any) -> int:
+        return super().write(bytes(memoryview(data)[: self.most]))
+
+
+def test_both_clients_write_a_blob_whole_into_a_file_taking_short_writes(sidecar: Sidecar) -> None:
+    data = os.urandom(2 * MIB + 3)
+    with CheckpointClient(sidecar.unix_target) as client:
+        ref = client.put_blob(data, session_id="short")
+        out = _ShortWrites(100_000)
+        assert client.get_blob_to(ref, out) == len(data)
+        assert out.getvalue() == data
+
+    async def run() -> bytes:
+        async with AsyncCheckpointClient(sidecar.unix_target) as client:
+            out = _ShortWrites(100_000)
+            assert await client.get_blob_to(ref, out) == len(data)
+            return out.getvalue()
+
+    assert asyncio.run(run()) == data
+
+
 def test_the_same_bytes_from_two_sessions_are_one_file(sidecar: Sidecar) -> None:
     data = os.urandom(2 * MIB)
     with CheckpointClient(sidecar.unix_target) as client:
