@@ -16,8 +16,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
-
 from ckpt.v1 import service_pb2
 
 from ..sidecar.client import CheckpointClient
@@ -92,8 +90,10 @@ def _read_once(target: str, sessions: int) -> dict[str, Any]:
     get_ns: list[int] = []
     echo_ns: list[int] = []
     state_bytes: list[int] = []
-    with CheckpointClient(target) as client, grpc.insecure_channel(target) as channel:
-        echo = channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
+    with CheckpointClient(target) as client:
+        # The client's own channel (its options make it a connection of its own, not a plain channel's):
+        # the warm-up opens the connection the Gets use, and the echoes travel on it too.
+        echo = client._channel.unary_unary(ECHO_METHOD)  # no serializers: bytes in, bytes out
         for _ in range(CHANNEL_WARMUP_CALLS):
             echo(bytes(STATE_BYTES), timeout=30)
         gc.collect()

@@ -352,7 +352,8 @@ def render(
     out += [
         "xN: N agent threads writing their own sessions at once; each write returns only once durable"
         " (ckpt: LMDB commit with fsync; SQLite: WAL with synchronous=FULL unless the system's defaults say"
-        " otherwise, see Systems). CPU: this process's CPU time plus the sidecar's, per checkpoint.",
+        " otherwise, see Systems). CPU: this process's CPU time plus that of every sidecar process (gRPC and"
+        " store), per checkpoint.",
         "",
     ]
     # Hydration.

@@ -52,7 +52,7 @@ repetitions, and compared configurations run side by side, alternating.
    read of the data file: every page cached; a read that still waited on
    the disk, its page evicted since, is counted and left out of the pass's
    percentiles), and, once both are filled,
-   "each read from disk" (3,000 picks per size: its p99 the 30th slowest, the two stores taking turns
+   "each read from disk" (3,000 picks per size: its p99 the 31st slowest, the two stores taking turns
    pick by pick so that the shared disk's slow minutes fall on both; before
    every get the store is closed, the file's pages dropped and the store
    reopened). Reads that had to wait on the

@@ -12,6 +12,7 @@ from typing import Any
 from ...codec import ChainPolicy
 from ...sidecar import PutRequest, Store, StoreConfig, WriteMode
 from .. import trajectories
+from ..harness.systems.base import same_checkpoint
 from .common import fresh_dir, summary
 
 KEYFRAMES_RELAXED = "keyframes, max_decode_cost_ratio 8"
@@ -29,7 +30,8 @@ def quiet_keyframes(
     quiet period had passed; then every session that wrote is read cold (its
     head, from LMDB: what an agent resuming after the sidecar's cache lost
     it, or after a restart, waits for), from both stores, alternating which
-    goes first. REPLACE and MERGE sessions alike.
+    goes first. REPLACE and MERGE sessions alike; every read is checked
+    against the state the trajectory holds at that step (``mismatches``).
     """
     sessions = [list(trajectories.replay(t)) for t in trajectories.load(trajectory_dir)]
     rng = random.Random(seed)
@@ -90,7 +92,8 @@ def quiet_keyframes(
                             t0 = time.perf_counter_ns()
                             got = stores[name].get(f"t{i:02d}", use_cache=False)
                             reads_us[name].append((time.perf_counter_ns() - t0) / 1e3)
-                            if mode is WriteMode.REPLACE and got.state != expected:
+                            # A MERGE head is the patches' concatenation: the same message, not the same bytes.
+                            if not same_checkpoint(got.state, expected):
                                 mismatches += 1
                 stored = {
                     name: sum(store.session(f"t{i:02d}").stored_bytes for i in range(len(sessions)))

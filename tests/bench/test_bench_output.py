@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.bench.output import finish, proc_cpu_seconds
+from ckpt.bench.output import finish, proc_cpu_seconds, process_and_children, tree_cpu_seconds
 
 
 @dataclass
@@ -42,3 +42,23 @@ def test_proc_cpu_seconds_of_this_process_a_zombie_and_a_missing_one() -> None:
     assert zombie is not None and zombie > 0
     child.wait()
     assert proc_cpu_seconds(child.pid) is None
+
+
+def test_tree_cpu_seconds_keeps_the_cpu_of_a_child_that_exited() -> None:
+    # A parent that runs a busy child to its end (reaping it), then waits to be told to exit.
+    script = (
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-c', 'sum(range(30_000_000))'], check=True)\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == b"done\n"
+        assert process_and_children(parent.pid) == [parent.pid]  # the child is gone
+        own = proc_cpu_seconds(parent.pid)
+        assert own is not None
+        assert tree_cpu_seconds(parent.pid) > own + 0.1  # the child's CPU is still counted
+    finally:
+        parent.communicate(b"")
+    assert tree_cpu_seconds(parent.pid) == 0.0

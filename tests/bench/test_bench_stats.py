@@ -17,6 +17,7 @@ HUNDRED = [float(i) for i in range(1, 101)]  # 1..100: the q-th percentile is q 
         (HUNDRED, 50, 50.0),
         (HUNDRED, 99, 99.0),  # not the maximum: 0.99 * 100 must not round up to rank 100
         (HUNDRED, 99.5, 100.0),
+        ([float(i) for i in range(1, 3001)], 99, 2970.0),  # of 3,000 reads, the 31st slowest
         (HUNDRED, 100, 100.0),
         (HUNDRED, 0, 1.0),
         (HUNDRED, 1, 1.0),

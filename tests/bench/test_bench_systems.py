@@ -3,6 +3,8 @@ after reopen, and under concurrent writers (bench/harness/systems/)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import threading
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ import pytest
 
 from ckpt.bench.harness import systems
 from ckpt.bench.harness.systems.langgraph_savers import checkpoint_id
+from ckpt.bench.output import proc_cpu_seconds, process_and_children
 from ckpt.bench.trajectories import Step
 from ckpt.v1 import checkpoint_pb2 as pb
 
@@ -213,3 +216,59 @@ def test_sidecar_cpu_is_counted_across_restarts(tmp_path: Path) -> None:
     finally:
         s.close()
     assert s.server_cpu_seconds() >= before
+
+
+def _own_cpu(pids: list[int]) -> float:
+    return sum(proc_cpu_seconds(pid) or 0.0 for pid in pids)
+
+
+def test_sidecar_cpu_counts_its_store_process_while_it_runs_and_after_it_stops(tmp_path: Path) -> None:
+    s = systems.make("ckpt-sidecar")
+    s.open(tmp_path)
+    try:
+        pids = process_and_children(s._sidecar.pid)  # type: ignore[attr-defined]
+        assert len(pids) == 2, "a gRPC process and its store process"
+        before = s.server_cpu_seconds()
+        own_before = _own_cpu(pids)
+        store_before = proc_cpu_seconds(pids[1]) or 0.0
+        big = pb.Checkpoint(goal="x" * 200_000).SerializeToString()
+        for i in range(150):  # merges: the store process does most of the work
+            s.put(f"s{i}", 1, big)
+        own_used = _own_cpu(pids) - own_before
+        assert (proc_cpu_seconds(pids[1]) or 0.0) - store_before > 0.05, "the store process did work"
+        counted = s.server_cpu_seconds() - before
+        # Both processes were read between the harness's two readings: their CPU is all in its delta.
+        assert counted >= own_used > 0
+        while_running = _own_cpu(pids)
+        s.reopen()  # stops the sidecar: its CPU (the store process's included) is banked
+        assert s.server_cpu_seconds() >= while_running
+    finally:
+        s.close()
+
+
+def _open_fds() -> set[str]:
+    """What this process has open: files (a database, its WAL) and sockets (a connection)."""
+    fds = Path("/proc/self/fd")
+    out = set()
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):  # the listing's own fd, closed since
+            out.add(os.readlink(fds / fd))
+    return out
+
+
+PERSISTENT = [pytest.param(*case, id=i) for case, i in zip(CASES, IDS, strict=True) if case[0] != "langgraph-memory"]
+
+
+@pytest.mark.parametrize(("name", "mode"), PERSISTENT)
+def test_a_reopened_system_reads_without_opening_anything(name: str, mode: str, tmp_path: Path) -> None:
+    # The runner times the first read after reopen as a cold read: it must not open a connection or file.
+    s = systems.make(name, mode=mode)
+    s.open(tmp_path / "data")
+    try:
+        write(s, "alpha", SESSIONS["alpha"])
+        s.reopen()
+        before = _open_fds()
+        assert s.matches(s.get("alpha"), SESSIONS["alpha"][-1])
+        assert _open_fds() - before == set()
+    finally:
+        s.close()

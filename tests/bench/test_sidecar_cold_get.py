@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ckpt.bench import sidecar_cold, sidecar_load
 from ckpt.bench.echo_sidecar import start_echo_sidecar
@@ -29,3 +34,35 @@ def test_the_cold_get_reads_every_session_from_a_restarted_sidecar(tmp_path: Pat
             assert client.get("bench-cold-0000").version == 1 + sidecar_cold.MERGES_PER_SESSION
     finally:
         assert restarted.stop() == 0, restarted.log(tail_chars=2000)
+
+
+def _sockets() -> int:
+    """Sockets this process holds: one more for each connection gRPC opens."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):  # the listing's own fd, closed since
+            count += os.readlink(fds / fd).startswith("socket:")
+    return count
+
+
+def test_the_cold_gets_use_the_connection_the_warm_up_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held: list[tuple[int, int]] = []  # sockets before and after each Get
+
+    class CountingClient(CheckpointClient):
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            before = _sockets()
+            got = super().get(*args, **kwargs)
+            held.append((before, _sockets()))
+            return got
+
+    monkeypatch.setattr(sidecar_cold, "CheckpointClient", CountingClient)
+    sidecar = start_echo_sidecar(tmp_path, "cold")
+    restarted = sidecar
+    try:
+        restarted, _ = sidecar_cold.cold_get(sidecar, quick=True)
+    finally:
+        assert restarted.stop() == 0, restarted.log(tail_chars=2000)
+    assert len(held) == sidecar_cold.COLD_SESSIONS_QUICK
+    first_before, first_after = held[0]
+    assert first_after == first_before, "the first timed Get opened a connection"

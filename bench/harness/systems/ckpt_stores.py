@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from ....sidecar import Store, StoreConfig, WriteMode
 from ....sidecar.client import CheckpointClient
 from ....sidecar.server import SidecarProcess, start_sidecar_process
-from ...output import proc_cpu_seconds
+from ...output import tree_cpu_seconds
 from ...sockets import ScratchSocket
 from ...trajectories import Step
 from .base import MODES, System, dir_bytes, same_checkpoint
@@ -128,9 +130,12 @@ class CkptSidecar(_Ckpt):
             self._dir, listen=[self._target], log_path=self._dir / self._LOG, inherit_ckpt_env=False
         )
         self._client = CheckpointClient(self._target)
+        # gRPC connects on a channel's first call: connect now, so that the first read after a
+        # reopen times a read, as every system's does, and not the connection's setup.
+        grpc.channel_ready_future(self._client._channel).result(timeout=60)
 
     def _stop(self) -> None:
-        """SIGTERM the sidecar, wait for exit 0, and bank the CPU it used."""
+        """SIGTERM the sidecar, wait for exit 0, and bank the CPU it used: its store process's included."""
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -140,14 +145,15 @@ class CkptSidecar(_Ckpt):
         process = sidecar.process
         process.send_signal(signal.SIGTERM)
         # Wait for the exit without reaping it (WNOWAIT): a zombie's /proc
-        # stat still holds its final CPU times, including the shutdown's.
+        # stat still holds its final CPU times, including the shutdown's, and
+        # those of the store process it reaped on the way out.
         deadline = time.monotonic() + 60
         while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             if time.monotonic() > deadline:
                 process.kill()
                 break
             time.sleep(0.01)
-        self._stopped_cpu += _proc_cpu_seconds(process.pid)
+        self._stopped_cpu += tree_cpu_seconds(process.pid)
         code = process.wait()
         if code != 0:
             raise RuntimeError(f"ckpt serve exited with {code} on SIGTERM:\n{sidecar.log(tail_chars=4000)}")
@@ -186,10 +192,6 @@ class CkptSidecar(_Ckpt):
         return sum(s.stored_bytes for s in self._require().sessions(page_size=1000))
 
     def server_cpu_seconds(self) -> float:
-        live = _proc_cpu_seconds(self._sidecar.pid) if self._sidecar is not None else 0.0
+        """CPU seconds of every process of the sidecar (gRPC process and store process), since ``open``."""
+        live = tree_cpu_seconds(self._sidecar.pid) if self._sidecar is not None else 0.0
         return self._stopped_cpu + live
-
-
-def _proc_cpu_seconds(pid: int) -> float:
-    """CPU seconds of the sidecar process (or its zombie); 0.0 once it is gone."""
-    return proc_cpu_seconds(pid) or 0.0

@@ -56,6 +56,10 @@ class JsonSqlite(System):
         self._dir = data_dir
         self._path = data_dir / self._FILE
         self._generation += 1
+        self._setup()
+
+    def _setup(self) -> None:
+        """The calling thread's connection, its PRAGMAs, and the table (created, or its schema read)."""
         conn = self._conn()
         with conn:
             conn.execute(
@@ -117,6 +121,10 @@ class JsonSqlite(System):
 
     def reopen(self) -> None:
         self._close_all()
+        # Open the calling thread's connection now (PRAGMAs run, schema read, as LangGraph's SqliteSaver
+        # does in its setup), as the other systems open theirs in reopen: the first cold read then times
+        # a read, not a connect.
+        self._setup()
 
     def close(self) -> None:
         self._close_all()
