@@ -209,7 +209,8 @@ def _space(store: Store) -> Iterator[GaugeMetricFamily]:
     except StoreError:
         return
     for name, doc, value in (
-        ("ckpt_sessions", "Sessions in the store", stats["sessions"]),
+        ("ckpt_sessions", "Sessions holding a checkpoint (with events alone: ckpt_event_logs)", stats["sessions"]),
+        ("ckpt_event_logs", "Sessions holding an event log", stats["event_logs"]),
         ("ckpt_versions", "Versions stored, over all sessions", stats["versions"]),
         (
             "ckpt_store_used_bytes",

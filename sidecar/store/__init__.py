@@ -5,6 +5,7 @@ from .cache import LRU
 from .dirlock import lock_data_dir
 from .engine import Store
 from .headreads import HeadEvents, advance_head, read_head
+from .listings import count_sessions
 from .records import request_of_session
 from .stateevents import GetWithEvents
 from .types import (
@@ -46,6 +47,7 @@ __all__ = [
     "WriteMode",
     "advance_head",
     "check_not_truncated",
+    "count_sessions",
     "lock_data_dir",
     "read_head",
     "request_of_session",

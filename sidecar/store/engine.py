@@ -530,12 +530,16 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         return self._storage.resizes
 
     def stats(self) -> dict[str, Any]:
+        # Counts LMDB keeps, no scan: a metrics scrape reads them in the writer's process (count_sessions scans).
         with self._read() as txn:
-            sessions, versions = self._entry_counts(txn)
+            tables = self._tables
+            sessions, versions = txn.count(tables.sessions), txn.count(tables.frames)
+            event_logs = txn.count(tables.event_logs) if tables.event_logs is not None else 0
         map_size_bytes, used_bytes = self._storage.sizes()
         writer, encoders = self._writer, self._encoders
         return {
             "sessions": sessions,
+            "event_logs": event_logs,
             "versions": versions,
             "map_size_bytes": map_size_bytes,
             "used_bytes": used_bytes,
@@ -553,11 +557,6 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             "queued_write_bytes": writer.queued_bytes,
         }
 
-    def _entry_counts(self, txn: ReadTxn) -> tuple[int, int]:
-        """Sessions (as a listing lists them: those of events alone too) and stored versions in ``txn``'s
-        snapshot."""
-        return count_sessions(txn, self._tables), txn.count(self._tables.frames)
-
     def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a
         data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
@@ -569,7 +568,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         it writes; in this process a map resize waits for the copy to end. ``blobs``: gets the SHA-256
         of every blob the snapshot records (their files are not copied here)."""
         with self._read() as txn:
-            sessions, versions = self._entry_counts(txn)
+            sessions, versions = count_sessions(txn, self._tables), txn.count(self._tables.frames)
             self._storage.copy_to(lmdb_dir, txn)
             if blobs is not None:  # the blobs the copy records, for the caller to copy their files
                 blobs.extend(info.sha256 for info in self._blobs.all_blobs(txn))
