@@ -147,7 +147,10 @@ export interface ClientTLS {
 }
 
 export interface ClientOptions {
-  /** Bounds a whole call, retries included (default 30000). */
+  /**
+   * Bounds a whole call, retries included (default 30000); over 0 and at most 100 years, else a
+   * RangeError when the client is made.
+   */
   timeoutMs?: number;
   /** UNAVAILABLE retries, backing off from 50 ms doubling to 1 s (default 8: 4.55 s of waits). */
   retries?: number;
@@ -361,14 +364,20 @@ export class CheckpointClient {
    */
   registerType(root: import('protobufjs').Root, typeName: string, options?: { fileName?: string }): Promise<string[]>;
   /**
-   * batchSize: 1..1000 (64). Throws a TypeError/RangeError naming a bad `puts` or `batchSize` at once;
-   * writes a stopping sidecar did not queue are resent on the next stream, as a broken batch is.
+   * batchSize: 1..1000 (64); a batch also closes before a write that would take it past maxMessageBytes,
+   * and a write too big for any message ends the writes RESOURCE_EXHAUSTED naming it, after those before.
+   * Throws a TypeError/RangeError naming a bad `puts` or `batchSize` at once; writes a stopping sidecar
+   * did not queue are resent on the next stream, as a broken batch is. close() ends it CANCELLED (a
+   * StreamError), the writes not sent dropped.
    */
   putStream(
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },
   ): AsyncGenerator<PutResult, void, undefined>;
-  /** Closes the channel: calls in flight end CANCELLED; later calls reject CANCELLED (code 1) naming close(). */
+  /**
+   * Cancels the calls in flight (a putStream's too) and closes the channel: they and later calls reject
+   * CANCELLED (code 1) naming close(), at once, not retried.
+   */
   close(): void;
 }
 

@@ -10,7 +10,7 @@ const { checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, s
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
-const { retryDelayMs, streamPuts } = require('./put_stream');
+const { closedError, retryDelayMs, streamPuts } = require('./put_stream');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
@@ -20,6 +20,8 @@ const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 const MAX_PAGE_SIZE = 1000;
 // The most writes a PutStream message holds (the sidecar's limit, as the Python clients' batch_size).
 const MAX_STREAM_BATCH_PUTS = 1000;
+// The longest timeoutMs: 100 years, as the Python clients' timeout_seconds.
+const MAX_TIMEOUT_MS = 100 * 365.25 * 24 * 3600 * 1000;
 
 const LOAD_OPTIONS = {
   keepCase: true,
@@ -29,10 +31,11 @@ const LOAD_OPTIONS = {
   oneofs: true,
 };
 
+// The service's stub class, and the protobufjs Root its messages are sized with.
 function loadService() {
   const definition = protoLoader.loadSync('ckpt/v1/service.proto', { includeDirs: [PROTO_ROOT], ...LOAD_OPTIONS });
-  readFixed64Exactly(definition);
-  return grpc.loadPackageDefinition(definition).ckpt.v1.CheckpointService;
+  const root = readFixed64Exactly(definition);
+  return { Service: grpc.loadPackageDefinition(definition).ckpt.v1.CheckpointService, root };
 }
 
 // How to set every fixed64 reachable from a message of `type` (a state_xxh3: an XXH3-64, mostly over
@@ -83,6 +86,25 @@ function readFixed64Exactly(definition) {
       return object;
     };
   }
+  return root;
+}
+
+// What `fn()` resolves to; if `client`'s close() ended it, the error of a call made after close().
+async function untilClosed(client, fn) {
+  try {
+    return await fn();
+  } catch (err) {
+    throw client.closed ? closedError() : err;
+  }
+}
+
+// The chunks of a blob read on `client`, as untilClosed.
+async function* chunksUntilClosed(client, chunks) {
+  try {
+    yield* chunks;
+  } catch (err) {
+    throw client.closed ? closedError() : err;
+  }
 }
 
 class ConflictError extends Error {
@@ -104,8 +126,13 @@ class CheckpointClient {
   // serverName when the certificate does not name the target's host.
   // maxMessageBytes: the largest message sent or taken; keep it equal to the
   // sidecar's --max-message-bytes (both 64 MiB by default).
+  // timeoutMs: more than 0 and at most 100 years (a RangeError naming it otherwise, as in Python).
   constructor(target, { timeoutMs = 30000, retries = 8, tls = null, maxMessageBytes = MAX_MESSAGE_BYTES } = {}) {
-    const Service = loadService();
+    if (typeof timeoutMs !== 'number') throw new TypeError(`timeoutMs must be a Number, not ${kindOf(timeoutMs)}`);
+    if (!(timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
+      throw new RangeError(`timeoutMs must be > 0 and at most ${MAX_TIMEOUT_MS} (100 years), got ${timeoutMs}`);
+    }
+    const { Service, root } = loadService();
     const credentials = tls
       ? grpc.credentials.createSsl(tls.rootCerts || null, tls.privateKey || null, tls.certChain || null)
       : grpc.credentials.createInsecure();
@@ -123,6 +150,21 @@ class CheckpointClient {
     this.timeoutMs = timeoutMs;
     this.retries = retries;
     this.maxMessageBytes = maxMessageBytes;
+    this.protoRoot = root;
+    this.closed = false;
+    // The calls under way, cancelled by close(), and what else close() ends (a putStream waiting on `puts`).
+    this.openCalls = new Set();
+    this.onClose = new Set();
+    // The stub's methods, each call they start tracked until it ends.
+    this.trackedStub = {};
+    for (const method of Object.keys(Service.service)) {
+      this.trackedStub[method] = (...args) => {
+        const call = this.channelStub[method](...args);
+        this.openCalls.add(call);
+        call.on('status', () => this.openCalls.delete(call));
+        return call;
+      };
+    }
   }
 
   // One request, resent unchanged (a Put keeps its request_id, so a retry
@@ -135,7 +177,9 @@ class CheckpointClient {
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.once(method, request, deadline);
-      } catch (err) {
+      } catch (caught) {
+        // A call close() cancelled fails as one made after it, never retried.
+        const err = this.closed ? closedError() : caught;
         const delayMs = retryDelayMs(err, { retry, attempt, retries: this.retries });
         if (delayMs === null || Date.now() + delayMs >= deadline) {
           if (request.request_id) err.requestId = request.request_id;
@@ -347,7 +391,7 @@ class CheckpointClient {
   // stream). Not retried nor bounded by timeoutMs: a stream may not be read
   // twice.
   async putBlob(data, options = {}) {
-    return putBlob(this.stub, this.maxMessageBytes, data, options);
+    return untilClosed(this, () => putBlob(this.stub, this.maxMessageBytes, data, options));
   }
 
   // A blob's bytes, or `length` of them (0: to the end) from `offset`, as an
@@ -358,15 +402,17 @@ class CheckpointClient {
   // bytes), or a file cut short or gone (a range is not hashed). Stopping early
   // cancels the call. Not retried nor bounded by timeoutMs.
   getBlob(ref, { offset = 0, length = 0 } = {}) {
-    return blobChunks(this.stub, getBlobRequest(ref, { offset, length }));
+    const request = getBlobRequest(ref, { offset, length });
+    return chunksUntilClosed(this, blobChunks(this.stub, request));
   }
+
 
   // Write a blob (or a range, as getBlob) to the file at `file`; resolves to
   // the bytes written. It is written beside it and renamed into place once
   // whole: on an error no partial file is left, and a file already there is
   // untouched.
   async getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
-    return blobToFile(this.stub, getBlobRequest(ref, { offset, length }), file);
+    return untilClosed(this, () => blobToFile(this.stub, getBlobRequest(ref, { offset, length }), file));
   }
 
   // Remove a session, all its versions and its event log; resolves to how
@@ -381,9 +427,12 @@ class CheckpointClient {
   // current_version } } (a failed write, e.g. a conflict; the others go on).
   // `puts` is an iterable or async iterable of { sessionId, state, merge,
   // expectedVersion, expectedStateXxh3, requestId, labels, messageType }
-  // (as put's). A batch is sent once `batchSize` writes are ready or no
-  // further one is yet (an agent giving a write per step gets each answered
-  // before its next step), one batch in flight at a time. If `puts` throws (or gives a write with a bad argument), the
+  // (as put's). A batch is sent once `batchSize` writes are ready, before a
+  // write that would take it past maxMessageBytes (a write too big for any
+  // message ends the writes as a bad argument does), or when no further one is
+  // ready yet (an agent giving a write per step gets each answered before its
+  // next step), one batch in flight at a time. close() ends it CANCELLED, with
+  // `answered` and `unanswered` as below, the writes not sent dropped. If `puts` throws (or gives a write with a bad argument), the
   // writes it gave before are sent and answered, then its error is thrown.
   // Each write keeps one request id (its own or a generated one), so when
   // the stream breaks with UNAVAILABLE or CANCELLED (a sidecar restart) the
@@ -402,21 +451,23 @@ class CheckpointClient {
     return streamPuts(this, puts, checkInt('batchSize', batchSize, { low: 1, high: MAX_STREAM_BATCH_PUTS }));
   }
 
-  // The generated stub; a call on a closed client fails as the Python clients' do (ClientClosedError):
-  // CANCELLED naming close(), not gRPC's "Channel has been shut down" without a code.
+  // The generated stub, its calls tracked; a call on a closed client fails as the Python clients' do
+  // (ClientClosedError): CANCELLED naming close(), not gRPC's "Channel has been shut down" without a
+  // code, and not retried.
   get stub() {
-    if (this.closed) {
-      const err = new Error('the client is closed (close() was called): make a new CheckpointClient');
-      err.code = grpc.status.CANCELLED;
-      err.details = err.message;
-      throw err;
-    }
-    return this.channelStub;
+    if (this.closed) throw closedError();
+    return this.trackedStub;
   }
 
-  // Closes the channel: calls in flight end CANCELLED, later calls fail CANCELLED naming close().
+  // Cancels the calls under way and closes the channel: calls in flight (a putStream's too, even one
+  // waiting on `puts`) fail CANCELLED naming close(), as later calls do; nothing more is sent.
   close() {
+    if (this.closed) return;
     this.closed = true;
+    for (const end of this.onClose) end();
+    this.onClose.clear();
+    for (const call of this.openCalls) call.cancel();
+    this.openCalls.clear();
     this.channelStub.close();
   }
 }

@@ -16,8 +16,47 @@ const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 // `attempt` retries, or null to give up: the one policy of call() and
 // putStream(), as the Python clients' _retry_delay_seconds.
 function retryDelayMs(err, { retry = true, attempt, retries }) {
+  if (err.clientClosed) return null; // close() was called: nothing more is sent
   if (retry && RETRYABLE.has(err.code) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
   return null;
+}
+
+// The error of a call on a closed client, or of one close() ended (`detail` says what it leaves):
+// CANCELLED naming close(), as the Python clients' ClientClosedError; never retried.
+function closedError(detail = '') {
+  const err = new Error(`the client is closed (close() was called)${detail}; make a new CheckpointClient`);
+  err.code = grpc.status.CANCELLED;
+  err.details = err.message;
+  err.clientClosed = true;
+  return err;
+}
+
+// What a putStream that gave up leaves: `answered` writes given, `unanswered` sent without a result.
+function progress(answered, unanswered) {
+  if (unanswered.length === 0) return `: all ${answered} writes sent were answered`;
+  return (
+    `: the first ${answered} writes were answered; the next ${unanswered.length} (from requestId ` +
+    `'${unanswered[0].request_id}') have no result and may have been written: resend .unanswered as they are`
+  );
+}
+
+// The longest delay setTimeout keeps: over it Node fires after 1 ms.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+// setTimeout(fn, ms) for any ms, re-armed in steps Node keeps; clear it with clearLongTimeout.
+function setLongTimeout(fn, ms) {
+  const until = Date.now() + ms;
+  const timer = { handle: null };
+  const arm = () => {
+    const left = until - Date.now();
+    timer.handle = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(left, 0));
+  };
+  arm();
+  return timer;
+}
+
+function clearLongTimeout(timer) {
+  clearTimeout(timer.handle);
 }
 
 // A PutStream call whose answers are awaited one at a time: next(timeoutMs)
@@ -71,7 +110,7 @@ function openStream(stub) {
         let timer;
         await new Promise((resolve) => {
           waiter = resolve;
-          timer = setTimeout(() => {
+          timer = setLongTimeout(() => {
             waiter = null;
             failure = failure || Object.assign(new Error(`no answer within ${timeoutMs} ms`), {
               code: grpc.status.DEADLINE_EXCEEDED,
@@ -79,7 +118,7 @@ function openStream(stub) {
             resolve();
           }, timeoutMs);
         });
-        clearTimeout(timer);
+        clearLongTimeout(timer);
       }
       if (replies.length) return replies.shift();
       throw failure;
@@ -108,29 +147,81 @@ function streamRequest(client, put) {
   return client.request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3);
 }
 
-// The results of `client`'s putStream(puts, { batchSize }), its arguments checked.
+// Room in a PutStream message for its batch id and each write's tag and length (as the Python clients').
+const MESSAGE_SLACK_BYTES = 64;
+const PUT_FRAMING_BYTES = 8;
+
+// How many bytes write number `index` of `puts` (a PutRequest) takes in a PutStream message of `client`:
+// its serialized size (no bytes copied) and framing. A write too big for any message is refused by name.
+function writeBytes(client, request, index, batchId) {
+  const root = client.protoRoot;
+  const PutRequest = root.lookupType('ckpt.v1.PutRequest');
+  const size = PutRequest.encode(PutRequest.fromObject(request)).len + PUT_FRAMING_BYTES;
+  if (size > client.maxMessageBytes - MESSAGE_SLACK_BYTES) {
+    const PutStreamRequest = root.lookupType('ckpt.v1.PutStreamRequest');
+    const alone = PutStreamRequest.encode(PutStreamRequest.fromObject({ puts: [request], batch_id: batchId })).len;
+    if (alone > client.maxMessageBytes) {
+      const message =
+        `puts[${index}] (requestId '${request.request_id}') needs a ${alone}-byte PutStream message, ` +
+        `over this client's message limit (maxMessageBytes = ${client.maxMessageBytes})`;
+      throw Object.assign(new Error(message), {
+        code: grpc.status.RESOURCE_EXHAUSTED,
+        details: message,
+        requestId: request.request_id,
+      });
+    }
+  }
+  return size;
+}
+
+// The results of `client`'s putStream(puts, { batchSize }), its arguments checked. A batch closes with
+// `batchSize` writes, before a write that would take it past the client's maxMessageBytes (a write too
+// big to share one goes alone), when no further write is ready yet, and at the end.
 async function* streamPuts(client, puts, batchSize) {
+  if (client.closed) throw closedError();
   const source = puts[Symbol.asyncIterator] ? puts[Symbol.asyncIterator]() : puts[Symbol.iterator]();
+  const room = client.maxMessageBytes - MESSAGE_SLACK_BYTES;
   const notReady = Symbol('not ready');
+  const closing = Symbol('closed');
+  let onClose;
+  const closed = new Promise((resolve) => {
+    onClose = () => resolve(closing);
+  });
+  client.onClose.add(onClose);
   let pending = null; // source.next() asked and not taken yet
-  // The next write: waited for, or notReady if `puts` has none ready now.
+  // The next write: waited for (until close()), or notReady if `puts` has none ready now.
   const take = async (wait) => {
     if (pending === null) {
       pending = Promise.resolve().then(() => source.next());
       pending.catch(() => {}); // rejected while a batch is out: thrown when taken
     }
-    const got = wait ? await pending : await Promise.race([pending, new Promise((r) => setImmediate(r, notReady))]);
-    if (got !== notReady) pending = null;
+    const ways = wait ? [closed, pending] : [closed, pending, new Promise((r) => setImmediate(r, notReady))];
+    const got = await Promise.race(ways);
+    if (got !== notReady && got !== closing) pending = null;
     return got;
   };
   let stream = null;
   let batchId = 0;
   let answered = 0;
+  let taken = 0; // writes taken from `puts`
+  let carried = null; // { request, size }: a write the last batch had no room for, the next one's first
   let failed = null; // what `puts` threw
+  // close() was called: the writes not sent are dropped, `unanswered` those sent without a result.
+  const closedNow = (unanswered) => Object.assign(closedError(` during putStream${progress(answered, unanswered)}`), {
+    answered,
+    unanswered,
+  });
   try {
-    while (failed === null) {
+    while (failed === null || carried !== null) {
       let batch = [];
-      while (batch.length < batchSize) {
+      let bytes = 0;
+      if (carried !== null) {
+        batch.push(carried.request);
+        bytes = carried.size;
+        carried = null;
+      }
+      while (failed === null && batch.length < batchSize) {
+        if (client.closed) throw closedNow([]);
         let next;
         try {
           next = await take(batch.length === 0);
@@ -138,26 +229,41 @@ async function* streamPuts(client, puts, batchSize) {
           failed = { err };
           break;
         }
+        if (next === closing) throw closedNow([]);
         if (next === notReady) break;
         if (next.done) {
           failed = { done: true };
           break;
         }
+        let request;
+        let size;
         try {
           // A bad argument is refused by name, and ends the writes as an error of `puts` would.
-          batch.push(streamRequest(client, next.value));
+          request = streamRequest(client, next.value);
+          size = writeBytes(client, request, taken, batchId + 1);
         } catch (err) {
           failed = { err };
           break;
+        } finally {
+          taken += 1;
         }
+        if (batch.length > 0 && bytes + size > room) {
+          carried = { request, size };
+          break;
+        }
+        batch.push(request);
+        bytes += size;
       }
       if (batch.length === 0) break;
       let attempt = 0; // reconnects since the last answer
+      let sent = false; // the batch went out on a stream: its writes may be written
       for (;;) {
         try {
+          if (client.closed) throw closedError();
           if (stream === null) stream = openStream(client.stub);
           batchId += 1;
           stream.send({ puts: batch, batch_id: batchId });
+          sent = true;
           const reply = await stream.next(client.timeoutMs);
           if (reply.batch_id !== batchId || reply.results.length !== batch.length) {
             throw contractError(`batch ${batchId} was answered by batch ${reply.batch_id}'s results`);
@@ -188,6 +294,7 @@ async function* streamPuts(client, puts, batchSize) {
         } catch (err) {
           if (stream !== null) stream.close();
           stream = null;
+          if (client.closed) throw closedNow(sent ? batch : []);
           const delayMs = retryDelayMs(err, { attempt, retries: client.retries });
           attempt += 1;
           if (delayMs === null) {
@@ -201,8 +308,9 @@ async function* streamPuts(client, puts, batchSize) {
     }
     if (failed !== null && failed.err !== undefined) throw failed.err;
   } finally {
+    client.onClose.delete(onClose);
     if (stream !== null) stream.close({ end: true });
   }
 }
 
-module.exports = { retryDelayMs, streamPuts };
+module.exports = { closedError, retryDelayMs, streamPuts };
