@@ -152,10 +152,16 @@ export interface ClientOptions {
    * RangeError when the client is made.
    */
   timeoutMs?: number;
-  /** UNAVAILABLE retries, backing off from 50 ms doubling to 1 s (default 8: 4.55 s of waits). */
+  /**
+   * UNAVAILABLE retries, backing off from 50 ms doubling to 1 s (default 8: 4.55 s of waits); a whole
+   * count, or Infinity (timeoutMs alone bounds a call).
+   */
   retries?: number;
   tls?: ClientTLS | null;
-  /** Largest message sent or taken; keep it equal to the sidecar's --max-message-bytes (default 64 MiB). */
+  /**
+   * Largest message sent or taken, 1024..2^31-1; keep it equal to the sidecar's --max-message-bytes
+   * (default 64 MiB).
+   */
   maxMessageBytes?: number;
 }
 

@@ -16,6 +16,8 @@ const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 // The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+// The least maxMessageBytes taken (the Python clients' bound too).
+const MIN_MESSAGE_BYTES = 1024;
 // The most versions a ListVersions page holds (service.proto).
 const MAX_PAGE_SIZE = 1000;
 // The most writes a PutStream message holds (the sidecar's limit, as the Python clients' batch_size).
@@ -132,6 +134,10 @@ class CheckpointClient {
     if (!(timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
       throw new RangeError(`timeoutMs must be > 0 and at most ${MAX_TIMEOUT_MS} (100 years), got ${timeoutMs}`);
     }
+    // As Python's: retries a whole count (Infinity too: then timeoutMs alone bounds a call), maxMessageBytes
+    // what gRPC takes (a 32-bit signed length).
+    if (retries !== Infinity) checkInt('retries', retries);
+    checkInt('maxMessageBytes', maxMessageBytes, { low: MIN_MESSAGE_BYTES, high: 2 ** 31 - 1 });
     const { Service, root } = loadService();
     const credentials = tls
       ? grpc.credentials.createSsl(tls.rootCerts || null, tls.privateKey || null, tls.certChain || null)

@@ -108,3 +108,46 @@ def test_node_refuses_bad_versions_and_batch_sizes_by_name_and_writes_nothing(si
         for absent in ("new", "n-fork"):
             with pytest.raises(NotFoundError):
                 c.get(absent)
+
+
+_OPTIONS = """
+const { CheckpointClient } = require(process.argv[1]);
+const CASES = {
+  'retries -1': { retries: -1 },
+  'retries 1.5': { retries: 1.5 },
+  'retries "8"': { retries: '8' },
+  'maxMessageBytes 100': { maxMessageBytes: 100 },
+  'maxMessageBytes 2^31': { maxMessageBytes: 2 ** 31 },
+  'maxMessageBytes NaN': { maxMessageBytes: NaN },
+};
+const out = {};
+for (const [label, options] of Object.entries(CASES)) {
+  try {
+    new CheckpointClient(process.argv[2], options).close();
+    out[label] = 'accepted';
+  } catch (e) {
+    out[label] = { [e.constructor.name]: e.message };
+  }
+}
+const TAKEN = [{ retries: Infinity }, { retries: 0 }, { maxMessageBytes: 1024 }, { maxMessageBytes: 2 ** 31 - 1 }];
+for (const options of TAKEN) {
+  new CheckpointClient(process.argv[2], options).close();
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_node_refuses_bad_client_options_by_name(sidecar: Sidecar) -> None:
+    """retries and maxMessageBytes were taken unchecked: a negative or fractional retry count, or a message
+    limit gRPC cannot hold, failed later or not at all. Refused as the Python clients refuse them."""
+    proc = subprocess.run(node_command(_OPTIONS, sidecar.unix_target), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    top = 2**53 - 1
+    assert json.loads(proc.stdout) == {
+        "retries -1": {"RangeError": f"retries must be in 0..{top}, got -1"},
+        "retries 1.5": {"TypeError": f"retries must be a {_WHOLE}, not 1.5"},
+        'retries "8"': {"TypeError": f"retries must be a {_WHOLE}, not 8"},
+        "maxMessageBytes 100": {"RangeError": f"maxMessageBytes must be in 1024..{2**31 - 1}, got 100"},
+        "maxMessageBytes 2^31": {"RangeError": f"maxMessageBytes must be in 1024..{2**31 - 1}, got {2**31}"},
+        "maxMessageBytes NaN": {"TypeError": f"maxMessageBytes must be a {_WHOLE}, not NaN"},
+    }
