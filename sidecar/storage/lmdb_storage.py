@@ -462,8 +462,9 @@ def open_lmdb(
 ) -> tuple[LmdbStorage, _T]:
     """Open the environment in ``lmdb_dir`` and ``prepare(storage)`` it (open the tables, check the layout).
 
-    Read-only, the open is begun again on a fresh environment while LMDB
-    refuses it with MDB_MAP_RESIZED (see :func:`_retry_map_resized`). An error
+    The open is begun again on a fresh environment while LMDB refuses it with
+    MDB_MAP_RESIZED (see :func:`_retry_map_resized`): read-only beside a
+    sidecar, or writable beside the other processes of ``--workers``. An error
     of LMDB's is DataLoss if the file is no LMDB database (or a damaged one),
     else StorageFailure; both name the file.
     """
@@ -484,7 +485,7 @@ def open_lmdb(
             raise
 
     try:
-        opened = _retry_map_resized(once) if readonly else once()
+        opened = _retry_map_resized(once)
     except lmdb.Error as exc:
         text = f"{lmdb_dir / 'data.mdb'} cannot be opened as an LMDB database: {exc}"
         raise (DataLoss(text) if isinstance(exc, _NOT_LMDB) else StorageFailure(text)) from None
@@ -506,12 +507,14 @@ _MAP_RESIZED_OPEN_ATTEMPTS = 50
 def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
     """``open_env()``, again while it fails with MDB_MAP_RESIZED.
 
-    A read-only open beside a running sidecar maps the file at the size its
-    meta page gives; py-lmdb then begins a transaction (in lmdb.open and in
-    open_db). Should the sidecar grow the map and write past the old end in
-    between, LMDB refuses that transaction (MDB_MAP_RESIZED) although nothing
-    is wrong: opening again maps the new size. ``open_env`` must close what
-    it opened before raising.
+    An open beside another process writing the store (a read-only one beside
+    a running sidecar, a worker's beside the other workers') maps the file at
+    the size its meta page gives; py-lmdb then begins a transaction (in
+    lmdb.open and in open_db). Should the other process grow the map and
+    write past the old end in between, LMDB refuses that transaction
+    (MDB_MAP_RESIZED) although nothing is wrong: opening again maps the new
+    size. ``open_env`` must close what it opened before raising, and what it
+    committed (tables made) is found committed by the next attempt.
     """
     for attempt in range(1, _MAP_RESIZED_OPEN_ATTEMPTS + 1):
         try:

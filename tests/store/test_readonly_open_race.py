@@ -70,3 +70,31 @@ def test_a_read_only_store_opens_when_a_writer_grows_the_map_during_its_open(
         assert reader.get("grown").version == grown[0]
     # The first environment mapped the map as it was; the store opened again at the grown size.
     assert len(maps_bytes) == 2 and maps_bytes[0] == 1 << 20 < maps_bytes[1], maps_bytes
+
+
+def test_a_shared_writable_store_opens_when_another_process_grows_the_map_during_its_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's store process (``--workers``) opens writable and shared beside the other workers'; one of
+    those growing the map in that window made the worker exit "cannot be opened as an LMDB database", and
+    with it the whole sidecar, when started again under load."""
+    data_dir = tmp_path / "data"
+    with Store(StoreConfig(data_dir=data_dir, map_size_bytes=1 << 20)) as store:
+        store.put("before", b"\x0a\x01x")
+    real_open = lmdb.open
+    maps_bytes: list[int] = []
+    grown: list[int] = []
+
+    def open_then_grow(path: str, **options: Any) -> lmdb.Environment:
+        env = real_open(path, **options)
+        if options.get("max_dbs"):
+            maps_bytes.append(env.info()["map_size"])
+            if not grown:
+                grown.append(grow_map_in_another_process(data_dir))
+        return env
+
+    monkeypatch.setattr(lmdb, "open", open_then_grow)
+    with Store(StoreConfig(data_dir=data_dir, map_size_bytes=1 << 20), shared=True, sweeper=False) as worker:
+        assert worker.get("grown").version == grown[0]
+        assert worker.put("after", b"\x0a\x01y").version == 1
+    assert len(maps_bytes) == 2 and maps_bytes[0] == 1 << 20 < maps_bytes[1], maps_bytes
