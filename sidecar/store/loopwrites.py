@@ -43,10 +43,38 @@ class LoopBatches:
     def attach(
         self, loop: asyncio.AbstractEventLoop, hold_input: Callable[[], object], release_input: Callable[[], object]
     ) -> None:
-        self.loop = loop
-        self._hold_input = hold_input
-        self._release_input = release_input
-        self._writer.gathers = False  # the loop's writers queue here: none would come to the writer
+        writer = self._writer
+        with writer.room:
+            self._hand_over_closed_locked()  # an earlier loop's, closed: its state must not stop this one's
+            self.loop = loop
+            self._last_batch = 0  # its writers are yet to come
+            self._hold_input = hold_input
+            self._release_input = release_input
+            writer.gathers = False  # the loop's writers queue here: none would come to the writer
+            writer.periodic = self.hand_over_if_closed
+            writer.queue.put([])  # a writer waiting with no periodic check takes it up
+
+    def hand_over_if_closed(self) -> None:
+        """The batch of a loop closed before it handed it over, to the writer (the writer thread, now and then).
+
+        A closed loop runs none of its callbacks (``call_soon``, ``call_later``):
+        the writes it gathered would neither commit nor fail, and their bytes
+        would count against max_queued_write_bytes until the store closed.
+        """
+        loop = self.loop
+        if loop is not None and self._ops and loop.is_closed():  # read unlocked: a stale answer waits a turn
+            with self._writer.room:
+                self._hand_over_closed_locked()
+
+    def _hand_over_closed_locked(self) -> None:
+        """If the loop is closed: its batch to the writer, and nothing of it left waiting; under room."""
+        loop = self.loop
+        if loop is None or not loop.is_closed():
+            return
+        self._queue_locked(self.take_pending())
+        self._run = self._input_held = None  # would never run
+        self._gathering = False
+        self._gather_began = None
 
     def take_pending(self) -> list[Op]:
         """The batch gathering now (handed to the writer by a closing store); under the writer's room lock."""
@@ -112,9 +140,7 @@ class LoopBatches:
             self._gather_began = None
         with writer.room:
             ops, self._ops = self._ops, []
-            limit = self._config.max_batch_writes
-            for start in range(0, len(ops), limit):
-                writer.queue.put(ops[start : start + limit])
+            self._queue_locked(ops)
         self._last_batch = len(ops)
         if len(ops) < 2:  # a lone writer's: nobody else's requests to keep off the GIL
             self._release()
@@ -125,6 +151,12 @@ class LoopBatches:
         last = ops[-1].afuture
         assert last is not None
         last.add_done_callback(lambda _: self._release())
+
+    def _queue_locked(self, ops: list[Op]) -> None:
+        """A batch to the writer, in pieces of at most max_batch_writes; under room."""
+        limit = self._config.max_batch_writes
+        for start in range(0, len(ops), limit):
+            self._writer.queue.put(ops[start : start + limit])
 
     def _hold(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._input_held is None:

@@ -32,6 +32,9 @@ log = logging.getLogger("ckpt.store")
 # (with the count refused meanwhile): an operator must hear of it, not once per write.
 _STORE_FULL_LOG_SECONDS = 60.0
 
+#: How often, at most, the writer thread runs Writer.periodic, whether it is idle or not.
+PERIODIC_SECONDS = 0.25
+
 
 class _Unclean(Exception):
     """An op raised something unexpected mid-batch: redo the batch with each op isolated."""
@@ -97,6 +100,10 @@ class Writer:
         self.gathers = True
         # A piece of the loop's batch that would not fit the writer's batch: its next batch begins with it.
         self._carried: list[Op] | None = None
+        #: Run on the writer thread every PERIODIC_SECONDS or so while set, idle or not (LoopBatches:
+        #: a batch its loop will not hand over, closed); set it, then queue [] to wake the writer.
+        self.periodic: Callable[[], object] | None = None
+        self._periodic_ran = 0.0  # monotonic
         self._thread = threading.Thread(target=self._run, name="ckpt-writer", daemon=True)
         if readonly:
             self.closing.set()  # every write is refused with Unavailable
@@ -231,7 +238,7 @@ class Writer:
 
     def _take_batch(self) -> tuple[list[Op], bool]:
         """The queued writes (waiting for one), up to max_batch_writes; and whether stop() was called."""
-        first = self._carried or self.queue.get()
+        first = self._carried or self._next()
         self._carried = None
         if first is None:
             return [], True
@@ -260,8 +267,28 @@ class Writer:
                     self.commit_delay_seconds += time.monotonic() - began
                 self._gather_target = 0
                 stop = self._drain(batch)
-        self._handed_over = time.monotonic()
+        self._handed_over = now = time.monotonic()
+        if self.periodic is not None and now - self._periodic_ran >= PERIODIC_SECONDS:
+            self._run_periodic()
         return batch, stop
+
+    def _next(self) -> Op | list[Op] | None:
+        """The next item queued, waiting for one (and running ``periodic`` meanwhile, if set)."""
+        while self.periodic is not None:
+            try:
+                return self.queue.get(timeout=PERIODIC_SECONDS)
+            except queue.Empty:
+                self._run_periodic()
+        return self.queue.get()
+
+    def _run_periodic(self) -> None:
+        self._periodic_ran = time.monotonic()
+        periodic = self.periodic
+        if periodic is not None:
+            try:
+                periodic()
+            except Exception:  # a bug: the writer must outlive it
+                log.exception("the writer's periodic check failed")
 
     def _drain(self, batch: list[Op]) -> bool:
         """Move what is queued into ``batch``, up to max_batch_writes; whether the stop marker was among it."""

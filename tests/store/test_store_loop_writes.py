@@ -196,6 +196,89 @@ def test_close_commits_the_writes_still_waiting_on_the_loop(tmp_path: Path, monk
         assert reopened.get("w0").state == state_of("w0", 1) + patch_of(2)
 
 
+def _put_on_thread(store: Store, session: str, state: bytes) -> tuple[threading.Thread, list[int | Exception]]:
+    """A blocking put on another thread; its version (or its error) lands in the list."""
+    outcome: list[int | Exception] = []
+
+    def put() -> None:
+        try:
+            outcome.append(store.put(session, state).version)
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=put, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("writers", [1, 4], ids=["lone writer", "concurrent writers"])
+def test_writes_waiting_on_a_loop_that_closes_still_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writers: int
+) -> None:
+    """A sync wrapper's pattern: run_until_complete, then close, the last writes left to a task nobody awaits.
+    The batch they wait in goes to the writer at the end of the loop's turn (a lone writer) or once it
+    gathered (concurrent writers): callbacks a closed loop never runs. They commit all the same, and leave
+    the write backlog."""
+    _gathers_long(monkeypatch)
+    store = Store(_config(tmp_path, max_queued_write_bytes=1000, max_commit_delay_seconds=1.0))
+    loop = asyncio.new_event_loop()
+
+    async def first_rounds() -> None:
+        store.write_on_loop(asyncio.get_running_loop())
+        for _ in range(2):
+            await asyncio.gather(*(store.asubmit(PutRequest(f"w{i}", b"x" * 100)) for i in range(writers)))
+
+    async def submit_late() -> None:
+        for s in ("late1", "late2"):
+            store.asubmit(PutRequest(s, b"y" * 100, request_id=s))
+
+    async def last_writes() -> None:
+        asyncio.get_running_loop().create_task(submit_late())  # runs once this returns, in the loop's last turn
+
+    try:
+        loop.run_until_complete(first_rounds())
+        loop.run_until_complete(last_writes())
+        assert store.queued_write_bytes == 200  # still on the loop, not committed
+    finally:
+        loop.close()
+    # A blocking write from another thread needs the room the last writes hold.
+    thread, versions = _put_on_thread(store, "other", b"z" * 900)
+    thread.join(5)
+    try:
+        assert versions == [1], "the blocking put still waits for the room the closed loop's writes hold"
+        assert [store.get(s).version for s in ("late1", "late2")] == [1, 1]
+        assert store.queued_write_bytes == 0
+    finally:
+        store.close()
+    with Store(_config(tmp_path)) as reopened:
+        assert [reopened.get(s).state for s in ("late1", "late2", "other")] == [b"y" * 100] * 2 + [b"z" * 900]
+
+
+def test_a_loop_attached_after_one_closed_with_writes_waiting_takes_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _gathers_long(monkeypatch)
+    with Store(_config(tmp_path, max_commit_delay_seconds=1.0)) as store:
+        first = asyncio.new_event_loop()
+
+        async def on_first() -> None:
+            store.write_on_loop(asyncio.get_running_loop())
+            await asyncio.gather(*(store.asubmit(PutRequest(f"w{i}", b"x")) for i in range(4)))
+            store.asubmit(PutRequest("late", b"y"))  # gathers (for 3 more) on a timer the loop never runs
+
+        try:
+            first.run_until_complete(on_first())
+        finally:
+            first.close()
+
+        async def on_second() -> int:
+            store.write_on_loop(asyncio.get_running_loop())
+            return (await asyncio.wait_for(store.asubmit(PutRequest("next", b"z")), 5)).version
+
+        assert asyncio.run(on_second()) == 1
+        assert store.get("late").state == b"y"
+
+
 def test_the_write_backlog_bound_holds_on_the_loop(tmp_path: Path) -> None:
     state = state_of("a", 1)
     with Store(_config(tmp_path, max_queued_write_bytes=len(state) + 10)) as store:
