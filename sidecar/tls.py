@@ -161,6 +161,23 @@ class ClientTLS:
         return [] if self.server_name is None else [("grpc.ssl_target_name_override", self.server_name)]
 
 
+def client_tls_from_files(
+    *,
+    ca_file: str | Path | None = None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+    server_name: str | None = None,
+) -> ClientTLS | None:
+    """TLS as the command line's options and the CKPT_TLS_* variables set it: None (plaintext) when no file
+    is given. A server name alone is refused: it would say TLS trusting the system's CAs, which is not
+    what a sidecar's own CA needs (``ClientTLS(server_name=...)`` says that when it is meant)."""
+    if ca_file is None and cert_file is None and key_file is None:
+        if server_name is not None:
+            raise ValueError("tls_server_name needs tls_ca_file (or the client certificate options)")
+        return None
+    return ClientTLS.from_files(ca_file=ca_file, cert_file=cert_file, key_file=key_file, server_name=server_name)
+
+
 def open_channel(target: str, tls: ClientTLS | None, options: list[tuple[str, Any]], *, aio: bool) -> Any:
     """A gRPC channel (grpc.aio's with ``aio``) to ``target``: plaintext, or with ``tls``."""
     if tls is None:
@@ -170,14 +187,35 @@ def open_channel(target: str, tls: ClientTLS | None, options: list[tuple[str, An
 
 
 def _check_key_pair(cert_field: str, cert_file: Path, key_field: str, key_file: Path) -> None:
-    """ValueError naming both fields unless ``key_file`` is the private key of the PEM chain in ``cert_file``."""
+    """ValueError naming both fields unless ``key_file`` is the private key of the PEM chain in ``cert_file``.
+
+    An encrypted key is refused by name: gRPC takes no passphrase, and OpenSSL,
+    asked for one, would prompt on the terminal (in ``ckpt serve``, holding up
+    every handshake); the password callback makes it ask this code instead.
+    """
     try:
-        ssl.create_default_context().load_cert_chain(cert_file, key_file)
+        ssl.create_default_context().load_cert_chain(cert_file, key_file, password=_no_passphrase)
+    except _PassphraseNeeded:
+        raise ValueError(
+            f"{key_field} {str(key_file)!r} is encrypted (it needs a passphrase; ckpt takes unencrypted keys)"
+        ) from None
     except ssl.SSLError as exc:
         raise ValueError(
             f"{cert_field} {str(cert_file)!r} and {key_field} {str(key_file)!r} are not a PEM certificate chain"
             f" and its private key ({exc.reason or exc})"
         ) from None
+    except OSError as exc:  # read between checks, or another way OpenSSL fails to load them
+        raise ValueError(
+            f"{cert_field} {str(cert_file)!r} and {key_field} {str(key_file)!r} cannot be loaded: {exc.strerror or exc}"
+        ) from None
+
+
+class _PassphraseNeeded(Exception):
+    """Raised by the password callback: OpenSSL wanted a passphrase for the key."""
+
+
+def _no_passphrase() -> str:
+    raise _PassphraseNeeded
 
 
 def _read(field: str, path: Path) -> bytes:

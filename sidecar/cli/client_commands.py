@@ -17,7 +17,7 @@ from ..client.arguments import unix_nanos
 from ..descriptors import check_type_name
 from ..errors import InvalidArgument
 from ..limits import FILTER_TIME_RANGE, MAX_FILTER_TIME_NANOS, MIN_FILTER_TIME_NANOS
-from ..tls import ClientTLS
+from ..tls import ClientTLS, client_tls_from_files
 from .output import print_json, to_file, to_stdout, write_all
 from .parser import in_option_terms
 
@@ -42,17 +42,13 @@ def client_of(args: argparse.Namespace) -> CheckpointClient:
 
 
 def _client_tls(args: argparse.Namespace) -> ClientTLS | bool:
-    files = (args.tls_ca_file, args.tls_client_cert_file, args.tls_client_key_file)
-    if all(f is None for f in files):
-        if args.tls_server_name is not None:
-            raise ValueError("tls_server_name needs tls_ca_file (or the client certificate options)")
-        return False
-    return ClientTLS.from_files(
+    tls = client_tls_from_files(
         ca_file=args.tls_ca_file,
         cert_file=args.tls_client_cert_file,
         key_file=args.tls_client_key_file,
         server_name=args.tls_server_name,
     )
+    return False if tls is None else tls
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:

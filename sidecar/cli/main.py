@@ -90,22 +90,35 @@ def _failure(exc: Exception, args: argparse.Namespace) -> str:
 
     message, hint = sentence(exc), ""
     if isinstance(exc, UnavailableError) and "failed to connect" in message:
-        hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
-        if (
-            args.target
-            and not args.target.startswith("unix")
-            and not any(getattr(args, name, None) for name in ("tls_ca_file", "tls_client_cert_file"))
-        ):
-            hint += "; if it serves TLS, give --tls-ca-file"
-        elif getattr(args, "tls_ca_file", None) and not getattr(args, "tls_client_cert_file", None):
-            # A mutual-TLS sidecar closes a handshake without a client certificate: all the client sees.
-            hint += (
-                "; if it asks for a client certificate (mutual TLS), give --tls-client-cert-file and"
-                " --tls-client-key-file"
-            )
+        hint = _connect_hint(message, args)
     if isinstance(exc, CheckpointError):  # the client's limit, as this command sets it
         message = message.replace("max_message_bytes", "--max-message-bytes")
     return message + hint
+
+
+def _connect_hint(message: str, args: argparse.Namespace) -> str:
+    """What to check when no connection was made, by what gRPC said of the last attempt."""
+    tls = any(getattr(args, name, None) for name in ("tls_ca_file", "tls_client_cert_file"))
+    if "WRONG_VERSION_NUMBER" in message:  # a TLS client's hello answered in plaintext
+        return "; the sidecar there serves plaintext: drop the --tls-* options"
+    if "Hostname Verification Check failed" in message:
+        return "; its certificate does not name that host (--tls-server-name gives the name to check)"
+    if "CERTIFICATE_VERIFY_FAILED" in message:
+        return "; the sidecar's certificate was refused (is --tls-ca-file the CA that signed it?)"
+    if tls and "Socket closed" in message:
+        # A mutual-TLS sidecar closes a handshake whose client certificate it does not take: all the client sees.
+        if getattr(args, "tls_client_cert_file", None):
+            return (
+                "; if it takes only client certificates from its CA (mutual TLS), check that"
+                " --tls-client-cert-file is signed by that CA and not expired"
+            )
+        return (
+            "; if it asks for a client certificate (mutual TLS), give --tls-client-cert-file and --tls-client-key-file"
+        )
+    hint = "; is `ckpt serve` running there? (the address is --target, else the socket in --data-dir)"
+    if args.target and not args.target.startswith("unix") and not tls:
+        hint += "; if it serves TLS, give --tls-ca-file"
+    return hint
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..tls import ClientTLS
+from ..tls import ClientTLS, client_tls_from_files
 
 log = logging.getLogger(__package__)
 
@@ -35,17 +35,18 @@ def from_environment(environ: Mapping[str, str], options: dict[str, Any]) -> dic
             out["max_message_bytes"] = int(env["max_message_bytes"])
         except ValueError:
             raise ValueError(f"CKPT_MAX_MESSAGE_BYTES {env['max_message_bytes']!r} is not an integer") from None
-    files = {k: env.get(k) for k in ("tls_ca_file", "tls_client_cert_file", "tls_client_key_file")}
-    if "tls" not in options and (any(files.values()) or "tls_server_name" in env):
+    if "tls" not in options:
         try:
-            out["tls"] = ClientTLS.from_files(
-                ca_file=files["tls_ca_file"],
-                cert_file=files["tls_client_cert_file"],
-                key_file=files["tls_client_key_file"],
+            tls = client_tls_from_files(
+                ca_file=env.get("tls_ca_file"),
+                cert_file=env.get("tls_client_cert_file"),
+                key_file=env.get("tls_client_key_file"),
                 server_name=env.get("tls_server_name"),
             )
         except ValueError as exc:
             raise ValueError(in_variable_terms(str(exc), ENV_VARS)) from None  # TLS is from the variables alone
+        if tls is not None:
+            out["tls"] = tls
     return {**out, **options}
 
 
