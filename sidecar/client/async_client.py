@@ -17,6 +17,7 @@ from .channel import warn_not_closed
 from .errors import unknown_write
 from .events import EventMethods
 from .ledger import StreamLimits
+from .policy import BlobReadAttempts
 from .stream import Move
 
 
@@ -180,16 +181,23 @@ class AsyncCheckpointClient(
 
     async def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> AsyncIterator[bytes]:
         self._check_open()  # where it is iterated: a client of another event loop is refused by name
-        try:
-            async for message in self._stub.GetBlob(request):
-                if message.chunk:
-                    yield message.chunk
-        except grpc.RpcError as exc:
-            self._blob_failed(exc)
-        except asyncio.CancelledError:
-            if self._cancelled_by_close():
-                raise self._closed_during(None) from None
-            raise
+        attempts = BlobReadAttempts(self._retries)
+        while True:
+            attempts.start()
+            try:
+                async for message in self._stub.GetBlob(request):
+                    if message.chunk:
+                        attempts.delivered = True
+                        yield message.chunk
+                return
+            except grpc.RpcError as exc:
+                delay = self._blob_read_delay(exc, attempts)
+            except asyncio.CancelledError:
+                if self._cancelled_by_close():
+                    raise self._closed_during(None) from None
+                raise
+            await asyncio.sleep(delay)
+            self._check_not_closed_while_waiting()
 
     async def get_blob_to(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0

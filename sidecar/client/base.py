@@ -44,7 +44,7 @@ from .channel import channel_options, from_environment, in_variable_terms, tls_o
 from .errors import Unknown, closed_during, translate, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
-from .policy import DEFAULT_RETRIES, Attempts
+from .policy import DEFAULT_RETRIES, Attempts, BlobReadAttempts
 from .putbytes import put_call_bytes
 from .stream import StreamRun
 
@@ -384,6 +384,18 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         if self._closed:
             raise self._closed_during(None) from None
         translate(exc)
+
+    def _blob_read_delay(self, exc: grpc.RpcError, attempts: BlobReadAttempts) -> float:
+        """The wait before a failed GetBlob's next attempt (policy.BlobReadAttempts), else its error:
+        ClientClosedError if close() ended it, else the status translated."""
+        if self._closed:
+            raise self._closed_during(None) from None
+        return attempts.delay_or_raise(exc)
+
+    def _check_not_closed_while_waiting(self) -> None:
+        """After a GetBlob's wait: close() came meanwhile (a read leaves nothing unknown)."""
+        if self._closed:
+            raise self._closed_during(None)
 
     @staticmethod
     def _next_page(request: Any, page: Any) -> bool:

@@ -2,9 +2,10 @@
 a stored blob is named by, and the SHA-256 a GetBlob asks for.
 
 A blob is sent in chunks, read from its file as the stream goes (never read
-whole), and fetched as a stream of chunks. Neither call is retried: a
-file object may not be read twice, and a blob stream may run far longer
-than a unary call, so neither has the client's ``timeout_seconds`` either.
+whole), and fetched as a stream of chunks. PutBlob is not retried (a file
+object may not be read twice); GetBlob is, only until its first chunk reaches
+the caller (policy.BlobReadAttempts). A blob stream may run far longer than a
+unary call, so neither has the client's ``timeout_seconds``.
 """
 
 from __future__ import annotations

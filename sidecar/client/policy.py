@@ -94,3 +94,30 @@ class StreamAttempts:
         delay = self._run.delay_or_raise(error)
         self._run.made += 1  # the stream about to be opened
         return delay
+
+
+class BlobReadAttempts:
+    """A GetBlob's retries (both clients' one rule): the unary reads' statuses and backoff, up to
+    ``retries``, but only while no chunk has reached the caller. A read before its first chunk is
+    idempotent, so a sidecar restarting (or a connection attempt cut) costs nothing; a failure once a
+    chunk was yielded is raised, as the caller holds bytes a new stream would send again. No deadline:
+    a blob stream may run far longer than ``timeout_seconds``, so the retries are bounded by count only.
+    """
+
+    def __init__(self, retries: int) -> None:
+        self._retries = retries
+        self.made = 0
+        self.delivered = False
+
+    def start(self) -> None:
+        """A GetBlob is about to be made."""
+        self.made += 1
+
+    def delay_or_raise(self, error: grpc.RpcError) -> float:
+        """Seconds to wait before the next GetBlob; translates ``error`` if there is none."""
+        if self.delivered:  # the caller holds part of the blob: raised as it is, whatever it is
+            translate(error)
+        delay = retry_delay_seconds(error, retry=True, attempt=self.made - 1, retries=self._retries)
+        if delay is None:
+            translate(error, attempts=self.made)
+        return delay

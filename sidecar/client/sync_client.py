@@ -18,6 +18,7 @@ from .channel import warn_not_closed
 from .errors import unknown_write
 from .events import EventMethods
 from .ledger import StreamLimits
+from .policy import BlobReadAttempts
 from .stream import Move
 from .sync_stream import SyncFeed
 
@@ -48,7 +49,8 @@ class CheckpointClient(
     get and the listings retry UNAVAILABLE up to ``retries`` times (writes
     resend the same request id, so a write lands once); fork and delete are
     not retried (a resent fork whose reply was lost would fail with
-    ALREADY_EXISTS). ``put_stream`` reopens a broken stream and resends its
+    ALREADY_EXISTS). ``get_blob`` retries until its first chunk (see there),
+    put_blob not at all. ``put_stream`` reopens a broken stream and resends its
     unanswered writes (see there); ``timeout_seconds`` bounds each wait for
     one of its answers, not the stream.
 
@@ -156,18 +158,32 @@ class CheckpointClient(
         ``ref``: an ArtifactRef, its uri, "sha256:<hex>" or the hex digits. NotFoundError for a blob
         never stored or removed (no session references it any more); DataLossError for a damaged one: a
         whole blob whose bytes do not hash to its SHA-256 (the chunks before are not its bytes), or a file
-        shorter than the blob or gone (a range is not hashed)."""
+        shorter than the blob or gone (a range is not hashed).
+
+        UNAVAILABLE (a sidecar restarting) is retried as a unary read is, up to ``retries`` times, until the
+        first chunk is yielded; a failure after that is raised (call again for the blob). No deadline."""
         request = blobs.get_blob_request(ref, offset, length)
         self._check_open()
         return self._blob_chunks(request)
 
     def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> Iterator[bytes]:
-        try:
-            for message in self._stub.GetBlob(request):
-                if message.chunk:
-                    yield message.chunk
-        except grpc.RpcError as exc:
-            self._blob_failed(exc)
+        attempts = BlobReadAttempts(self._retries)
+        while True:
+            attempts.start()
+            try:
+                for message in self._stub.GetBlob(request):
+                    if message.chunk:
+                        attempts.delivered = True
+                        yield message.chunk
+                return
+            except grpc.RpcError as exc:
+                delay = self._blob_read_delay(exc, attempts)
+            except ValueError:
+                if self._closed:  # gRPC's "Cannot invoke RPC on closed channel!": close() came first
+                    raise self._closed_during(None) from None
+                raise
+            time.sleep(delay)
+            self._check_not_closed_while_waiting()
 
     def get_blob_to(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0

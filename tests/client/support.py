@@ -26,7 +26,7 @@ import grpc.aio
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, NotFoundError
 from ckpt.sidecar.client.base import checkpoint_stub
 from ckpt.sidecar.client.putbytes import PutCall
-from ckpt.v1 import service_pb2, service_pb2_grpc
+from ckpt.v1 import checkpoint_pb2, service_pb2, service_pb2_grpc
 from tests.server.test_put_stream_and_shutdown import stop_within_bound
 from tests.support import Sidecar, start_sidecar
 
@@ -132,6 +132,18 @@ class AsyncDriven:
 
     def sessions(self, *args: Any, **kwargs: Any) -> Iterator[service_pb2.SessionInfo]:
         return self._iterate(self.client.sessions(*args, **kwargs))
+
+    def put_blob(self, *args: Any, **kwargs: Any) -> checkpoint_pb2.ArtifactRef:
+        return self.run(self.client.put_blob(*args, **kwargs))
+
+    def get_blob(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        async def start() -> AsyncIterator[bytes]:  # in the client's loop, as its calls must be
+            return self.client.get_blob(*args, **kwargs)
+
+        return self._iterate(self.run(start()))
+
+    def get_blob_to(self, *args: Any, **kwargs: Any) -> int:
+        return self.run(self.client.get_blob_to(*args, **kwargs))
 
     def put_stream(self, puts: Any, **kwargs: Any) -> Iterator[service_pb2.PutResult]:
         async def start() -> AsyncIterator[service_pb2.PutResult]:  # in the client's loop, as its calls must be
