@@ -1,10 +1,12 @@
 // The Node.js client's blobs (artifacts stored by reference): PutBlob fed
 // chunk by chunk from bytes or a stream, each chunk written out before the
 // next is read (never the whole blob held), and GetBlob's chunks as an async
-// iterator. As in the Python clients (sidecar/client/blobs.py) neither call is
-// retried (a stream may not be read twice) nor bounded by timeoutMs (a 4 GiB
-// blob takes longer than a call): on UNAVAILABLE, call again; the same bytes
-// land once.
+// iterator. As in the Python clients (sidecar/client/policy.py BlobReadAttempts)
+// PutBlob is not retried (a stream may not be read twice: on UNAVAILABLE, call
+// again; the same bytes land once), and a GetBlob is retried as a unary read
+// (the same statuses and backoff, up to `retries`) until its first chunk
+// reaches the caller, never after. Neither is bounded by timeoutMs (a 4 GiB
+// blob takes longer than a call).
 'use strict';
 
 const fs = require('fs');
@@ -13,6 +15,7 @@ const crypto = require('crypto');
 const { Readable } = require('stream');
 const { pipeline } = require('stream/promises');
 const { bytesOf, checkInt, checkString, kindOf } = require('./arguments');
+const { closedError, retryDelayMs } = require('./put_stream');
 
 // Bytes per PutBlob message unless a call says otherwise.
 const DEFAULT_BLOB_CHUNK_BYTES = 1024 * 1024;
@@ -124,26 +127,57 @@ function getBlobRequest(ref, { offset = 0, length = 0 } = {}) {
   return { sha256: blobSha256(ref), offset: checkInt('offset', offset), length: checkInt('length', length) };
 }
 
-// See CheckpointClient.getBlob; `request` checked by getBlobRequest.
-async function* blobChunks(stub, request) {
-  const call = stub.GetBlob(request);
-  let done = false;
-  try {
-    for await (const message of call) if (message.chunk.length > 0) yield message.chunk;
-    done = true;
-  } finally {
-    if (!done) call.cancel(); // the caller stopped early, or the call failed (then this does nothing)
+// `ms` milliseconds, or until `client` is closed.
+function pause(client, ms) {
+  return new Promise((resolve) => {
+    const end = () => {
+      clearTimeout(timer);
+      client.onClose.delete(end);
+      resolve();
+    };
+    const timer = setTimeout(end, ms);
+    client.onClose.add(end);
+  });
+}
+
+// See CheckpointClient.getBlob; `request` checked by getBlobRequest. A GetBlob that fails before its first
+// chunk was yielded is made again (a read before any byte is idempotent) as call() retries a unary read,
+// without its deadline; once one was, its failure is thrown: a new stream would send those bytes again.
+// A call close() ended, or one made after it, fails as the client's closed error, never retried.
+async function* blobChunks(client, request) {
+  let delivered = false;
+  for (let attempt = 0; ; attempt++) {
+    const call = client.stub.GetBlob(request); // a closed client's error, thrown as it is
+    let done = false;
+    let delayMs;
+    try {
+      for await (const message of call) {
+        if (message.chunk.length === 0) continue;
+        delivered = true;
+        yield message.chunk;
+      }
+      done = true;
+      return;
+    } catch (caught) {
+      const err = client.closed ? closedError() : caught;
+      delayMs = delivered ? null : retryDelayMs(err, { attempt, retries: client.retries });
+      if (delayMs === null) throw err;
+      done = true; // the call ended: nothing to cancel
+    } finally {
+      if (!done) call.cancel(); // the caller stopped early, or the call failed (then this does nothing)
+    }
+    await pause(client, delayMs);
   }
 }
 
 // See CheckpointClient.getBlobToFile. Written beside `file` and renamed over it once whole, so a failed
 // read leaves no partial file and whatever was there before untouched.
-async function blobToFile(stub, request, file) {
+async function blobToFile(client, request, file) {
   checkString('file', file);
   const partial = path.join(path.dirname(file), `.${path.basename(file)}.${crypto.randomBytes(6).toString('hex')}.partial`);
   let written = 0;
   async function* counted() {
-    for await (const chunk of blobChunks(stub, request)) {
+    for await (const chunk of blobChunks(client, request)) {
       written += chunk.length;
       yield chunk;
     }

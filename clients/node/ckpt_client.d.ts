@@ -358,9 +358,16 @@ export class CheckpointClient {
     data: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
     options: PutBlobOptions,
   ): Promise<ArtifactRef>;
-  /** A blob's bytes (or a range) as Buffers; stopping early cancels the call. */
+  /**
+   * A blob's bytes (or a range) as Buffers; stopping early cancels the call. UNAVAILABLE (a sidecar
+   * restarting) is retried as a unary read is, up to `retries` times with the same backoff, until the first
+   * chunk is yielded; a failure after that is thrown (call again for the blob). Not bounded by timeoutMs.
+   */
   getBlob(ref: BlobRef, range?: BlobRange): AsyncGenerator<Buffer, void, undefined>;
-  /** Write a blob (or a range) to the file at `file`, renamed into place once whole; resolves to the bytes written. */
+  /**
+   * Write a blob (or a range) to the file at `file`, renamed into place once whole (a failed read leaves no
+   * partial file); resolves to the bytes written. Retried as getBlob, until its first chunk is written.
+   */
   getBlobToFile(ref: BlobRef, file: string, range?: BlobRange): Promise<number>;
   /**
    * Register `typeName` of a protobufjs Root (its package's file and the files it uses) so that puts can

@@ -406,19 +406,22 @@ class CheckpointClient {
   // hex digits. NOT_FOUND for a blob never stored or removed; DATA_LOSS for a
   // whole blob whose bytes do not hash to it (the chunks before are not its
   // bytes), or a file cut short or gone (a range is not hashed). Stopping early
-  // cancels the call. Not retried nor bounded by timeoutMs.
+  // cancels the call. Retried as a unary read (UNAVAILABLE, a sidecar
+  // restarting: up to `retries` times, the same backoff) until the first chunk
+  // is yielded; a failure after that is thrown (call again for the blob). Not
+  // bounded by timeoutMs: `retries` alone bounds the retries.
   getBlob(ref, { offset = 0, length = 0 } = {}) {
     const request = getBlobRequest(ref, { offset, length });
-    return chunksUntilClosed(this, blobChunks(this.stub, request));
+    if (this.closed) throw closedError();
+    return chunksUntilClosed(this, blobChunks(this, request));
   }
-
 
   // Write a blob (or a range, as getBlob) to the file at `file`; resolves to
   // the bytes written. It is written beside it and renamed into place once
   // whole: on an error no partial file is left, and a file already there is
-  // untouched.
+  // untouched. Retried as getBlob, until the first chunk is written.
   async getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
-    return untilClosed(this, () => blobToFile(this.stub, getBlobRequest(ref, { offset, length }), file));
+    return untilClosed(this, () => blobToFile(this, getBlobRequest(ref, { offset, length }), file));
   }
 
   // Remove a session, all its versions and its event log; resolves to how
