@@ -197,5 +197,5 @@ def test_a_node_blob_read_retrying_fails_at_once_when_the_client_is_closed(tmp_p
     for name in ("get_blob", "to_file"):
         assert out[name]["code"] == 1, out  # CANCELLED
         assert "the client is closed (close() was called)" in out[name]["message"], out
-    assert out["ms"] < 300, out  # not at the end of the retry's wait under way
+    assert out["ms"] < 700, out  # not at the end of the retry's 1 s wait under way (a loaded machine: slack)
     assert out["files"] == []
