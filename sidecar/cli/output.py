@@ -12,6 +12,8 @@ from typing import Any, BinaryIO
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ..wholewrites import write_whole
+
 
 def print_json(message: Any, *, omit: tuple[str, ...] = ()) -> None:
     """A protobuf message as one line of JSON, its fields by their proto names, those without presence at
@@ -64,15 +66,8 @@ def to_file(path: Path, write: Callable[[BinaryIO], int]) -> int:
 
 
 def write_all(file: BinaryIO, data: bytes) -> int:
-    """Every byte of ``data`` into ``file``, or OSError. A write may take fewer bytes than given without
-    an error (``sys.stdout.buffer`` on a full disk, or past RLIMIT_FSIZE): the rest is written again,
-    which raises the error (ENOSPC, EFBIG); one taking none is an error too. Returns ``len(data)``."""
-    view = memoryview(data)
-    while view:
-        taken = file.write(view)
-        if not taken:
-            raise OSError(f"a write took none of the {len(view)} bytes left")
-        view = view[taken:]
+    """Every byte of ``data`` into ``file`` (wholewrites.write_whole), or OSError; ``len(data)``."""
+    write_whole(file, data)
     return len(data)
 
 

@@ -10,6 +10,7 @@ import grpc
 
 from ckpt.v1 import checkpoint_pb2, service_pb2
 
+from ..wholewrites import write_whole
 from . import blobs, toolcache
 from .async_stream import AsyncFeed
 from .base import ClientBase, Unary
@@ -205,7 +206,7 @@ class AsyncCheckpointClient(
         """CheckpointClient.get_blob_to (the file written on a thread)."""
         written = 0
         async for chunk in self.get_blob(ref, offset=offset, length=length):
-            await asyncio.to_thread(blobs.write_whole, file, chunk)
+            await asyncio.to_thread(write_whole, file, chunk)
             written += len(chunk)
         return written
 

@@ -123,14 +123,3 @@ def blob_sha256(ref: object) -> str:
             " lowercase hex digits of its SHA-256"
         )
     return found[1]
-
-
-def write_whole(file: BinaryIO, chunk: bytes) -> None:
-    """Write all of ``chunk`` to ``file``: a write taking fewer bytes than given (a full disk) is given the
-    rest again, which raises the error; one taking none (0) raises OSError."""
-    view = memoryview(chunk)
-    while view:
-        taken = file.write(view)
-        if taken == 0:
-            raise OSError(f"writing the blob: a write took none of the {len(view)} bytes left")
-        view = view[len(view) if taken is None else taken :]  # None: a file object that returns nothing

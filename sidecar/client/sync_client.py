@@ -12,6 +12,7 @@ import grpc
 
 from ckpt.v1 import checkpoint_pb2, service_pb2
 
+from ..wholewrites import write_whole
 from . import blobs, toolcache
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
@@ -194,7 +195,7 @@ class CheckpointClient(
         again, which raises the error; one taking none (0) raises OSError."""
         written = 0
         for chunk in self.get_blob(ref, offset=offset, length=length):
-            blobs.write_whole(file, chunk)
+            write_whole(file, chunk)
             written += len(chunk)
         return written
 
