@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ..storage import PRIVATE_FILE_MODE, make_dirs
 from ..tls import ClientTLS, open_channel
 from .frontend import SERVING_LOG
 
@@ -84,7 +85,7 @@ def start_sidecar_process(
     """
     if not listen:
         raise ValueError("listen needs at least one address")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(data_dir)  # private, if made
     log_path = log_path or data_dir / "sidecar.log"
     # A checkout from before the ckpt namespace (a baseline build of bench.sidecar_ab) has sidecar/ on top.
     if module is None:
@@ -99,7 +100,7 @@ def start_sidecar_process(
     child_env = dict(os.environ if env is None else env)
     if not inherit_ckpt_env:
         child_env = {k: v for k, v in child_env.items() if not k.startswith("CKPT_")}
-    with log_path.open("ab") as log:
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE_MODE), "ab") as log:
         log_start = log.tell()  # the log may hold earlier runs' lines
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, cwd=cwd)
     sidecar = SidecarProcess(process, data_dir, tuple(listen), log_path)

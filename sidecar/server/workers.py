@@ -55,6 +55,7 @@ from typing import IO, Any
 
 from ..config import ServeConfig
 from ..errors import StoreError
+from ..storage import make_dirs
 from ..store import Store, check_not_truncated, lock_data_dir
 from .exitstatus import exit_status
 from .extension import ServerExtension
@@ -125,7 +126,7 @@ def _prepare(config: ServeConfig) -> tuple[IO[str], list[socket.socket]]:
     data_dir = config.data_dir
     if data_dir.exists() and not data_dir.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(data_dir))
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(data_dir)  # private, if made
     event_loop_factory(config.event_loop)  # Unavailable if it is not installed: before any worker starts
     lock: IO[str] = lock_data_dir(data_dir)
     ports: list[socket.socket] = []

@@ -1,12 +1,21 @@
 """The storage seam (an ordered, transactional key-value store with named tables) and its LMDB implementation."""
 
-from .files import DISK_FULL_ERRNOS, in_use_in_this_process, make_dirs, sync_dir
+from .files import (
+    DISK_FULL_ERRNOS,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    in_use_in_this_process,
+    make_dirs,
+    sync_dir,
+)
 from .lmdb_storage import LmdbStorage, check_not_truncated, open_lmdb
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, Storage, StorageFailure, Table, WriteTxn
 
 __all__ = [
     "DISK_FULL_ERRNOS",
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
     "LmdbStorage",
     "NativeErrors",
     "RWLock",

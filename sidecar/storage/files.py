@@ -13,6 +13,11 @@ from ..errors import Unavailable
 # a quota, or a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ).
 #: What a write fails with when the disk (a quota, the file size limit) is full.
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: The mode of each directory ckpt makes for a store or a backup, and of each file it writes there: a store
+#: holds every agent's states, events and artifacts, so only the user running ckpt may read it (the umask may
+#: narrow these further). Directories that already exist, and files an older build wrote, keep their modes.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 # Below this much free space, a commit failing with EIO is taken for a full disk.
 _LOW_FREE_BYTES = 16 * 1024 * 1024
 
@@ -66,9 +71,9 @@ def sync_dir(path: Path) -> None:
 
 
 def make_dirs(path: Path, *, sync: bool = True) -> None:
-    """``mkdir -p path``, each directory made flushed into its parent (``sync``): a power cut must not undo
-    a directory that files acknowledged as durable live in (POSIX makes a new entry durable only once its
-    directory is flushed)."""
+    """``mkdir -p path``, each directory made private (PRIVATE_DIR_MODE; one that exists keeps its mode) and
+    flushed into its parent (``sync``): a power cut must not undo a directory that files acknowledged as
+    durable live in (POSIX makes a new entry durable only once its directory is flushed)."""
     missing: list[Path] = []
     while not path.is_dir():
         missing.append(path)
@@ -77,7 +82,7 @@ def make_dirs(path: Path, *, sync: bool = True) -> None:
         path = path.parent
     for made in reversed(missing):
         try:
-            made.mkdir()
+            made.mkdir(mode=PRIVATE_DIR_MODE)
         except FileExistsError:
             if not made.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(made)) from None

@@ -13,6 +13,8 @@ thread's, which is also the only one that grows the map.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import time
@@ -23,7 +25,7 @@ from typing import Any, TypeVar, cast
 import lmdb
 
 from ..errors import DataLoss, Unavailable
-from .files import disk_full_reason, grow_file, in_use_in_this_process
+from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, disk_full_reason, grow_file, in_use_in_this_process
 from .free_pages import unwritten_tail_bytes
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
@@ -254,6 +256,7 @@ class LmdbStorage:
             readahead=False,  # random reads of small values; readahead only pollutes the page cache
             subdir=True,
             readonly=readonly,
+            mode=PRIVATE_DIR_MODE,  # py-lmdb: data.mdb and lock.mdb are made with it less the execute bits (0600)
         )
         # Opened at the size the file already has (it may have grown before).
         self._map_size = max(map_size_bytes, self.env.info()["map_size"])
@@ -429,8 +432,17 @@ class LmdbStorage:
     def copy_to(self, dest: Path, txn: ReadTxn) -> None:
         assert isinstance(txn, _ReadTxn)
         try:
-            # compact: free pages are left out, so the copy is the size of the live data.
-            self.env.copy(str(dest), compact=True, txn=txn._txn)
+            # Into a file made here, private (env.copy would make it 0666 less the umask), set as LMDB
+            # sets its own copy's: not cached (O_DIRECT where the file system takes it), the source is.
+            fd = os.open(dest / "data.mdb", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+            try:
+                if hasattr(os, "O_DIRECT") and self._page_bytes >= os.sysconf("SC_PAGE_SIZE"):
+                    with contextlib.suppress(OSError):
+                        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+                # compact: free pages are left out, so the copy is the size of the live data.
+                self.env.copyfd(fd, compact=True, txn=txn._txn)
+            finally:
+                os.close(fd)
         except DAMAGE as exc:
             raise self.damaged(exc) from None
         except lmdb.Error as exc:

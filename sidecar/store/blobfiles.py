@@ -34,7 +34,7 @@ import xxhash
 
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
 from ..ids import quoted
-from ..storage import DISK_FULL_ERRNOS, make_dirs, sync_dir
+from ..storage import DISK_FULL_ERRNOS, PRIVATE_FILE_MODE, make_dirs, sync_dir
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
@@ -86,7 +86,7 @@ class TempBlob:
         self.size_bytes = 0
         try:
             make_dirs(files.temp_dir, sync=files.sync)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
             fcntl.flock(self._fd, fcntl.LOCK_EX)  # "being written": see BlobFiles.remove_abandoned
         except OSError as exc:
             raise self._failed("create", exc) from exc

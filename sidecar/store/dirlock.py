@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..errors import Unavailable
-from ..storage import in_use_in_this_process
+from ..storage import PRIVATE_FILE_MODE, in_use_in_this_process
 
 
 def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> Any:
@@ -18,7 +18,8 @@ def lock_data_dir(data_dir: os.PathLike[str], *, holder: str | None = None) -> A
     process to stop, its parent, rather than itself.
     """
     path = os.path.join(data_dir, "ckpt.lock")
-    fh = open(path, "a+")  # noqa: SIM115 - held open until close()
+    # "a+", made private; held open until close().
+    fh = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE_MODE), "a+")  # noqa: SIM115
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataLoss
+from ..storage import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
 from ..store import Store
 from ..store.blobfiles import BlobFiles
 from .blobcheck import blob_lookup, confirmed
@@ -49,6 +50,8 @@ log = logging.getLogger("ckpt")
 
 #: Makes the copy: LMDB's environment into the given (empty) lmdb directory; the snapshot's (sessions, versions).
 Copier = Callable[[Path], "tuple[int, int]"]
+# How much of a blob's file a copy reads and writes at a time.
+_COPY_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +80,9 @@ def copy_with_blobs(store: Store, lmdb_dir: Path) -> tuple[int, int]:
     def copy(sha256: str, size: int = 0) -> str | None:
         """Copy blob ``sha256``'s file; what is wrong if it cannot be (a :data:`blobcheck.FileCheck`)."""
         dest = target.path(sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(dest.parent, sync=False)  # flushed below, with the files in them
         try:
-            shutil.copyfile(source.path(sha256), dest)
+            _copy_file(source.path(sha256), dest)
         except FileNotFoundError:
             return f"its file {source.path(sha256)} is missing"
         _fsync(dest)
@@ -122,20 +125,20 @@ def write_backup(dest: Path, copy: Copier) -> BackupResult:
         raise FileNotFoundError(errno.ENOENT, "the backup destination's parent directory does not exist", str(parent))
     stem = _stem(dest.name)
     _remove_abandoned_copies(parent, stem)
-    # Not mkdtemp: a plain mkdir gives the mode a data directory the sidecar creates gets (the umask's).
+    # Private, as a data directory the sidecar creates; the copy inside is hidden until renamed.
     partial = parent / f".{stem}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     # mkdir inside the try: a SIGTERM (ckpt backup raises SystemExit for it) landing between the
     # mkdir and the try left the empty partial behind (seen once in CI).
     try:
         try:
-            partial.mkdir()
+            partial.mkdir(mode=PRIVATE_DIR_MODE)
         except OSError as exc:  # named after the destination: the hidden name means nothing to its reader
             raise type(exc)(exc.errno, f"cannot write a backup in {parent} ({exc.strerror})", str(dest)) from None
         held = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(held, fcntl.LOCK_EX)  # "being written": see _remove_abandoned_copies
             lmdb_dir = partial / "lmdb"
-            lmdb_dir.mkdir()
+            lmdb_dir.mkdir(mode=PRIVATE_DIR_MODE)
             sessions, versions = copy(lmdb_dir)
             data_mdb = lmdb_dir / "data.mdb"
             _fsync(data_mdb)
@@ -184,6 +187,14 @@ def _remove_abandoned_copies(parent: Path, stem: str) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
             finally:
                 os.close(fd)
+
+
+def _copy_file(source: Path, dest: Path) -> None:
+    """Copy ``source`` to a new private file ``dest`` (FileNotFoundError, and no ``dest``, if it is gone)."""
+    with open(source, "rb") as src:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        with open(fd, "wb") as out:
+            shutil.copyfileobj(src, out, _COPY_CHUNK_BYTES)
 
 
 def _fsync(path: Path) -> None:

@@ -6,7 +6,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import ckpt.sidecar.tools.backup as backup_module
 from ckpt.codec import ChainPolicy
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.config import StoreConfig
@@ -183,16 +183,16 @@ def test_backup_leaves_out_a_blob_released_after_its_snapshot(
     a, b = _store_with_blobs(data_dir)
     copies: list[str] = []
     with Store(StoreConfig(data_dir=data_dir)) as store:
-        copyfile = shutil.copyfile
+        copy_file = backup_module._copy_file
 
-        def delete_then_copy(source: Path, dest: Path) -> object:
+        def delete_then_copy(source: Path, dest: Path) -> None:
             if not copies:  # after the snapshot, before the first copy: the session holding blob b goes
                 store.delete_session("t")
                 _until(lambda: not store.blob_files.path(b).exists(), "the released blob's file is removed")
             copies.append(Path(source).name)
-            return copyfile(source, dest)
+            copy_file(source, dest)
 
-        monkeypatch.setattr(shutil, "copyfile", delete_then_copy)  # as backup.py calls it
+        monkeypatch.setattr(backup_module, "_copy_file", delete_then_copy)
         result = backup(store, tmp_path / "copy")
     assert sorted(copies) == sorted([a, b])
     assert result.path == tmp_path / "copy"
