@@ -147,8 +147,14 @@ def parse_set(data: bytes) -> list[FileProto]:
         )
     names: set[str] = set()
     for i, f in enumerate(files):
+        # descriptor.proto is proto2: a string that is not UTF-8 parses, and reads back as bytes.
+        if isinstance(f.name, bytes):
+            raise InvalidArgument(f"file_descriptor_set's file {i} has a name that is not UTF-8: {f.name!r}")
         if not f.name:
             raise InvalidArgument(f"file_descriptor_set's file {i} has no name")
+        for dep in f.dependency:
+            if isinstance(dep, bytes):
+                raise InvalidArgument(f"file {f.name!r} imports a file whose name is not UTF-8: {dep!r}")
         if len(f.name.encode()) > MAX_FILE_NAME_BYTES:
             raise InvalidArgument(
                 f"file_descriptor_set's file {i} has a name of {len(f.name.encode())} bytes; the limit is"
@@ -336,19 +342,30 @@ def check_field_uses(
 ) -> None:
     """FailedPrecondition naming the first field number ``new`` gives another kind than ``known`` does
     (every number ever registered, removed fields' too); ``current``: those registered now, the others'
-    fields were removed since."""
+    fields were removed since. A string that stops being UTF-8 validated is the one change taken: its
+    stored values are valid UTF-8, while one starting to be may find stored values that are not."""
     for key, now in sorted(new.items()):
         was = known.get(key)
-        if was is None or was.kind == now.kind:
+        if was is None or was.kind == now.kind or _drops_utf8_checks(was.kind, now.kind):
             continue
         message, number = key
         what = "extension" if now.extension else "field"
         before = f", named {was.name!r} before" if was.name != now.name else ""
         removed = "" if key in current else ", removed since"
+        if _unchecked_at(was.kind)[0] == _unchecked_at(now.kind)[0]:
+            why = (
+                "a string not UTF-8 validated stays so for good (stored states may hold other bytes, which a"
+                " validating parse refuses): keep the field unchecked (proto2, or features.utf8_validation ="
+                " NONE), or give the new field another number"
+            )
+        else:
+            why = (
+                "a field number keeps its type and cardinality for good, even once its field is removed (stored"
+                " states hold it): give the new field another number"
+            )
         raise FailedPrecondition(
             f"message {message}: {what} {now.name!r} (number {number}{before}{removed}) would change from"
-            f" {was.kind} to {now.kind}; a field number keeps its type and cardinality for good, even once its"
-            " field is removed (stored states hold it): give the new field another number"
+            f" {was.kind} to {now.kind}; {why}"
         )
 
 
@@ -358,8 +375,14 @@ _SCALARS = {
 }
 
 
+#: What follows ``string`` in a kind when the field's values are not UTF-8 validated (proto2, or an
+#: editions file's ``utf8_validation = NONE``): a parse of them takes any bytes, proto3's refuses others.
+UNCHECKED_UTF8 = " (no UTF-8 check)"
+
+
 def kind_of(field: descriptor.FieldDescriptor) -> str:
-    """A field's type and cardinality in words (``repeated string``, ``map<string, acme.Entity>``)."""
+    """A field's type and cardinality in words (``repeated string``, ``map<string, acme.Entity>``), a string
+    not UTF-8 validated marked (``string (no UTF-8 check)``)."""
     entry = field.message_type
     if entry is not None and entry.GetOptions().map_entry:
         return f"map<{_element(entry.fields_by_number[1])}, {_element(entry.fields_by_number[2])}>"
@@ -371,7 +394,33 @@ def _element(field: descriptor.FieldDescriptor) -> str:
         return ("group " if field.type == descriptor.FieldDescriptor.TYPE_GROUP else "") + field.message_type.full_name
     if field.enum_type is not None:
         return f"enum {field.enum_type.full_name}"
+    if field.type == descriptor.FieldDescriptor.TYPE_STRING and not _utf8_validated(field):
+        return "string" + UNCHECKED_UTF8
     return _SCALARS[field.type]
+
+
+def _utf8_validated(field: descriptor.FieldDescriptor) -> bool:
+    """Whether a parse refuses a string field's values that are not UTF-8: its resolved features' say
+    (proto3: VERIFY, proto2: NONE, editions: ``features.utf8_validation``, the file's default by default)."""
+    features = field._GetFeatures()  # type: ignore[attr-defined]  # resolved features: no public accessor
+    return bool(features.utf8_validation != descriptor_pb2.FeatureSet.NONE)
+
+
+def _drops_utf8_checks(was: str, now: str) -> bool:
+    """Whether kind ``now`` is ``was`` with some of its strings no longer UTF-8 validated, and no other change."""
+    was_plain, was_marks = _unchecked_at(was)
+    now_plain, now_marks = _unchecked_at(now)
+    return was_plain == now_plain and was_marks < now_marks
+
+
+def _unchecked_at(kind: str) -> tuple[str, set[int]]:
+    """``kind`` without its :data:`UNCHECKED_UTF8` marks, and where in that they were (no type name holds one)."""
+    parts = kind.split(UNCHECKED_UTF8)
+    marks, at = set(), 0
+    for part in parts[:-1]:
+        at += len(part)
+        marks.add(at)
+    return "".join(parts), marks
 
 
 def where_unparsed(data: bytes, message_class: type[Message]) -> str:

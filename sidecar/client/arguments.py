@@ -250,7 +250,8 @@ def delete_request(session_id: str) -> service_pb2.DeleteSessionRequest:
 
 def _state_and_type(name: str, data: object, message: object, message_type: str | None) -> tuple[bytes, str]:
     """A write's bytes and message type, from ``data`` (the bytes ``name``) or ``message`` (a protobuf message,
-    which names its type): exactly one of them."""
+    which names its type): exactly one of them. A patch may leave required fields out (a state already holds
+    them); a whole state may not: protobuf's EncodeError names them."""
     if message is None:
         if data is None:
             raise TypeError(f"{name} must be bytes, not NoneType: give {name} (bytes) or message (a protobuf message)")
@@ -261,7 +262,8 @@ def _state_and_type(name: str, data: object, message: object, message_type: str 
         raise TypeError(f"message must be a protobuf message, not {type(message).__name__}")
     if message_type is not None:
         raise TypeError("message names its own type: leave message_type out")
-    return message.SerializeToString(), message.DESCRIPTOR.full_name
+    serialized = message.SerializePartialToString() if name == "patch" else message.SerializeToString()
+    return serialized, message.DESCRIPTOR.full_name
 
 
 def register_request(message: object) -> service_pb2.RegisterTypeRequest:

@@ -17,7 +17,9 @@ generation's classes are rebuilt at their next write (encoders.py).
 
 A registration may not give a field number another type or cardinality,
 including one whose field an earlier registration removed: states stored
-then still hold it. The meta table's ``types_field_history`` (a FieldHistory)
+then still hold it; nor start UTF-8 validating a string that was not
+(proto2's, or editions' ``utf8_validation = NONE``): its stored values may
+not be UTF-8 (descriptors.py's kind_of marks it). The meta table's ``types_field_history`` (a FieldHistory)
 remembers every number each message (and each extendee's extension) has
 held; a store written before it was kept starts from its registered files,
 which also stand over the record where they disagree (a ckpt that did not

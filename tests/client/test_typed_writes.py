@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import EncodeError
 
 from ckpt.sidecar.client import (
     AsyncCheckpointClient,
@@ -80,5 +81,42 @@ def test_typed_writes_round_trip_through_both_clients(tmp_path: Path) -> None:
                 assert (await aclient.get("async-replace")).state == first.SerializeToString()
 
         asyncio.run(from_asyncio())
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def required_class() -> type:
+    """acme.req.v1.Task, proto2: a required ``id`` and an optional ``step``."""
+    f = descriptor_pb2.FileDescriptorProto(name="acme/req.proto", package="acme.req.v1", syntax="proto2")
+    task = f.message_type.add(name="Task")
+    task.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=2)
+    task.field.add(name="step", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.req.v1.Task"))
+
+
+def test_a_merge_of_a_message_may_leave_out_required_fields_and_a_put_may_not(tmp_path: Path) -> None:
+    task = required_class()
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            client.register_type(task)
+            client.put("t", message=task(id="a", step=1))
+            assert client.merge("t", message=task(step=2)).version == 2  # the state holds id already
+            assert parse_state(client.get("t"), task) == task(id="a", step=2)
+            with pytest.raises(EncodeError, match=r"acme\.req\.v1\.Task is missing required fields: id"):
+                client.put("t", message=task(step=3))  # a whole state without id
+            assert client.get("t").version == 2
+
+        async def from_asyncio() -> None:
+            async with AsyncCheckpointClient(sidecar.unix_target) as aclient:
+                assert (await aclient.merge("t", message=task(step=4))).version == 3
+                with pytest.raises(EncodeError, match="missing required fields: id"):
+                    await aclient.put("t", message=task(step=5))
+
+        asyncio.run(from_asyncio())
+        with CheckpointClient(sidecar.unix_target) as client:
+            assert parse_state(client.get("t"), task) == task(id="a", step=4)
     finally:
         assert sidecar.stop() == 0, sidecar.log()

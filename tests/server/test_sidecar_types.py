@@ -213,3 +213,77 @@ def test_a_removed_field_number_keeps_its_type_across_a_restart_and_a_masked_get
             assert masked(stub, "step").state == b"\x08\x01"
     finally:
         assert sidecar.stop() == 0, sidecar.log()
+
+
+def note_file(syntax: str, *, utf8: int = 0, with_text: bool = True) -> descriptor_pb2.FileDescriptorProto:
+    """acme/u8.proto's acme.u8.Note (text = 1: a string; tags = 2: a map<string, string>) in ``syntax``
+    ("editions": edition 2023, its file-wide ``utf8_validation`` ``utf8`` if given); without text if not
+    ``with_text``."""
+    f = descriptor_pb2.FileDescriptorProto(name="acme/u8.proto", package="acme.u8", syntax=syntax)
+    if syntax == "editions":
+        f.edition = descriptor_pb2.EDITION_2023
+        if utf8:
+            f.options.features.utf8_validation = utf8  # type: ignore[assignment]
+    note = f.message_type.add(name="Note")
+    if with_text:
+        note.field.add(name="text", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    note.field.add(
+        name="tags", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED, type_name=".acme.u8.Note.TagsEntry"
+    )
+    entry = note.nested_type.add(name="TagsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    return f
+
+
+def test_a_string_field_may_stop_being_utf8_validated_but_never_start_again(
+    stub: service_pb2_grpc.CheckpointServiceStub,
+) -> None:
+    def register(f: descriptor_pb2.FileDescriptorProto) -> None:
+        stub.RegisterType(service_pb2.RegisterTypeRequest(file_descriptor_set=descriptor_set_of(f)), timeout=30)
+
+    unchecked = "a string not UTF-8 validated stays so for good (stored states may hold other bytes"
+    not_utf8 = b"\x0a\x02\xff\xfe"  # text: bytes a proto2 string holds and a proto3 one refuses
+    register(note_file("proto3"))
+    assert "field 1 (text) at offset 0" in refused(
+        failing(put, stub, "n", not_utf8, message_type="acme.u8.Note"), INVALID
+    )
+    put(stub, "n", b"\x0a\x02ok", message_type="acme.u8.Note")
+    # Validated -> not: what is stored is UTF-8, so every state still parses.
+    register(note_file("editions", utf8=descriptor_pb2.FeatureSet.NONE))
+    register(note_file("proto2"))  # the same kinds: nothing changes
+    put(stub, "n", not_utf8, merge=True)
+    for again in (note_file("proto3"), note_file("editions")):  # editions 2023 validates by default
+        details = refused(failing(register, again), PRECONDITION)
+        assert details.startswith(
+            "message acme.u8.Note: field 'text' (number 1) would change from string (no UTF-8 check) to string; "
+            + unchecked
+        ), details
+    # Removed, then re-added validated: stored states still hold its bytes.
+    register(note_file("proto2", with_text=False))
+    details = refused(failing(register, note_file("proto3")), PRECONDITION)
+    assert "field 'text' (number 1, removed since) would change from string (no UTF-8 check) to string" in details
+    # A map's strings alike; the type in force parses every stored state still.
+    register(note_file("proto2"))
+    details = refused(failing(register, note_file("editions", utf8=descriptor_pb2.FeatureSet.VERIFY)), PRECONDITION)
+    assert "would change from string (no UTF-8 check) to string" in details, details
+    got = stub.Get(service_pb2.GetRequest(session_id="n", field_mask={"paths": ["text", "tags"]}), timeout=30)
+    assert got.state.endswith(b"\x0a\x02\xff\xfe"), got.state
+    put(stub, "n", got.state)  # a typed REPLACE of what is stored parses
+
+
+def test_a_set_naming_a_file_in_bytes_that_are_not_utf8_is_invalid_argument(
+    stub: service_pb2_grpc.CheckpointServiceStub,
+) -> None:
+    def register(data: bytes) -> None:
+        stub.RegisterType(service_pb2.RegisterTypeRequest(file_descriptor_set=data), timeout=30)
+
+    named = descriptor_set_of(note_file("proto3")).replace(b"acme/u8", b"acme/\xff8")  # as long: lengths stay right
+    details = refused(failing(register, named), INVALID)
+    assert details == "file_descriptor_set's file 0 has a name that is not UTF-8: b'acme/\\xff8.proto'", details
+    importing = note_file("proto3")
+    importing.dependency.append("acme/dep.proto")
+    details = refused(failing(register, descriptor_set_of(importing).replace(b"acme/dep", b"acme/\xfeep")), INVALID)
+    assert details == "file 'acme/u8.proto' imports a file whose name is not UTF-8: b'acme/\\xfeep.proto'", details
+    register(descriptor_set_of(note_file("proto3")))  # the sidecar serves on

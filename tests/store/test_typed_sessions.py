@@ -158,6 +158,16 @@ def test_bad_descriptor_sets_are_refused_by_name_and_store_nothing(config: Store
             (descriptor_set_of(other_timestamp), r"file 'google/protobuf/timestamp\.proto' is built into ckpt"),
             (bytes(MAX_DESCRIPTOR_SET_BYTES + 1), r"file_descriptor_set is 4194305 bytes; the limit is 4194304"),
             (descriptor_set_of(agent_file(), agent_file()), r"holds file 'acme/agent/v1/state\.proto' twice"),
+            # descriptor.proto's strings are proto2's: bytes that are not UTF-8 parse, and are refused by name
+            # (each replacement as long as what it replaces: the lengths before it stay right).
+            (
+                descriptor_set_of(agent_file()).replace(b"acme/agent", b"acme/\xffgent"),
+                r"^file_descriptor_set's file 0 has a name that is not UTF-8: b'acme/\\xffgent/v1/state\.proto'$",
+            ),
+            (
+                descriptor_set_of(needs).replace(b"acme/missing", b"acme/\xfeissing"),
+                r"^file 'acme/uses\.proto' imports a file whose name is not UTF-8: b'acme/\\xfeissing\.proto'$",
+            ),
         ]:
             with pytest.raises(InvalidArgument, match=refusal):
                 store.register_types(data)
