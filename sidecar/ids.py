@@ -24,6 +24,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 # What ids and labels are refused for (docs/errors.md states the same rule).
 HAS_CONTROL = "contains an ASCII control character (U+0000-U+001F or U+007F)"
+NOT_UTF8 = "is not valid UTF-8 (lone surrogate)"
 
 
 #: How many characters of a client's string over its limit an error message quotes (a label key, a
@@ -43,6 +44,17 @@ def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None  # ~7x faster than a per-character loop; runs on every write
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (text decoded with surrogateescape): it has no UTF-8."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     """Validate a session id and return its key bytes."""
     if not isinstance(session_id, str):
@@ -54,10 +66,20 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
     if has_control(session_id):
         raise InvalidArgument(f"{field} {quoted(session_id)} {HAS_CONTROL}")
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} {quoted(session_id)} is not valid UTF-8 (lone surrogate)") from None
+    if has_lone_surrogate(session_id):
+        raise InvalidArgument(f"{field} {quoted(session_id)} {NOT_UTF8}")
+    return raw
+
+
+def request_id_bytes(request_id: str) -> bytes:
+    """Validate a (non-empty) request id and return its UTF-8 bytes, as session_key does a session id's."""
+    raw = request_id.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_REQUEST_ID_BYTES:
+        raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
+    if has_control(request_id):
+        raise InvalidArgument(f"request_id {quoted(request_id)} {HAS_CONTROL}")
+    if has_lone_surrogate(request_id):
+        raise InvalidArgument(f"request_id {quoted(request_id)} {NOT_UTF8}")
     return raw
 
 
@@ -70,7 +92,7 @@ def check_labels(labels: dict[str, str], *, field: str = "labels") -> None:
         try:
             kb, vb = key.encode(), value.encode()
         except UnicodeEncodeError:
-            raise InvalidArgument(f"{field} entry {quoted(key)} is not valid UTF-8 (lone surrogate)") from None
+            raise InvalidArgument(f"{field} entry {quoted(key)} {NOT_UTF8}") from None
         if not kb or len(kb) > MAX_LABEL_KEY_BYTES:
             raise InvalidArgument(f"{field} key {quoted(key)} is {len(kb)} bytes; it must be 1-{MAX_LABEL_KEY_BYTES}")
         if len(vb) > MAX_LABEL_VALUE_BYTES:
@@ -89,7 +111,7 @@ def check_event_type(value: object, field: str) -> str:
     try:
         raw = value.encode()
     except UnicodeEncodeError:
-        raise InvalidArgument(f"{field} {quoted(value)} is not valid UTF-8 (lone surrogate)") from None
+        raise InvalidArgument(f"{field} {quoted(value)} {NOT_UTF8}") from None
     if not 1 <= len(raw) <= MAX_EVENT_TYPE_BYTES:
         raise InvalidArgument(f"{field} is {len(raw)} bytes; it must be 1-{MAX_EVENT_TYPE_BYTES} bytes of UTF-8")
     if has_control(value):

@@ -39,6 +39,14 @@ function checkString(name, value) {
   return value;
 }
 
+// A boolean; an optional one (`absent` given) is `absent` when undefined or null. A string or an object
+// would otherwise be taken as true ('false' too).
+function checkBoolean(name, value, absent) {
+  if (absent !== undefined && (value === undefined || value === null)) return absent;
+  if (typeof value !== 'boolean') throw new TypeError(`${name} must be a boolean, not ${kindOf(value)}`);
+  return value;
+}
+
 // A whole Number in low..high: 64-bit fields are sent as Numbers, exact below 2^53.
 function checkInt(name, value, { low = 0, high = Number.MAX_SAFE_INTEGER } = {}) {
   if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be a whole Number, not ${value}`);
@@ -98,4 +106,4 @@ function stringMap(name, value) {
   return value;
 }
 
-module.exports = { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp };
+module.exports = { bytesOf, checkBoolean, checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp };

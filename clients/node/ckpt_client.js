@@ -6,7 +6,7 @@
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp } = require('./arguments');
+const { checkBoolean, checkFixed64, checkInt, checkString, kindOf, newRequestId, stateBytes, stringMap, timestamp } = require('./arguments');
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
@@ -264,6 +264,8 @@ class CheckpointClient {
   // a type is defined by one file only. Each file is described as protoc
   // would describe it, in its .proto's syntax (descriptor_set.js).
   async registerType(root, typeName, { fileName } = {}) {
+    checkString('typeName', typeName);
+    if (fileName !== undefined && fileName !== null) checkString('fileName', fileName);
     const reply = await this.call('RegisterType', { file_descriptor_set: descriptorSet(root, typeName, fileName) });
     return reply.message_types;
   }
@@ -277,8 +279,8 @@ class CheckpointClient {
   get(sessionId, version = 0, { fieldMask, events } = {}) {
     const request = { session_id: checkString('sessionId', sessionId), version: checkInt('version', version) };
     if (fieldMask !== undefined) {
-      if (!Array.isArray(fieldMask)) throw new TypeError('fieldMask must be an array of paths');
-      request.field_mask = { paths: fieldMask };
+      if (!Array.isArray(fieldMask)) throw new TypeError(`fieldMask must be an array of paths, not ${kindOf(fieldMask)}`);
+      request.field_mask = { paths: fieldMask.map((p, i) => checkString(`fieldMask[${i}]`, p)) };
     }
     if (events !== undefined && events !== null) request.events = readEventsRequest(sessionId, events);
     return this.call('Get', request);
@@ -308,14 +310,11 @@ class CheckpointClient {
   // `limit`: at most that many versions, no page asking for more than are
   // left, so that the versions (and states) held stay bounded.
   async history(sessionId, { includeStates = false, startVersion = 0, pageSize = 100, limit } = {}) {
-    if (typeof includeStates !== 'boolean') {
-      throw new TypeError(`includeStates must be a boolean, not ${kindOf(includeStates)}`);
-    }
     const request = {
       session_id: checkString('sessionId', sessionId),
       page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
       page_token: '',
-      include_states: includeStates,
+      include_states: checkBoolean('includeStates', includeStates),
       start_version: checkInt('startVersion', startVersion),
     };
     const most = limit === undefined ? Infinity : checkInt('limit', limit, { low: 1 });
@@ -333,9 +332,14 @@ class CheckpointClient {
 
   // Every session carrying all of `labels` and last written at or after
   // `updatedAfter` and before `updatedBefore` (Dates), if given, fetched a
-  // page at a time as you iterate: for await (const s of client.sessions()).
+  // page at a time as you iterate: for await (const s of client.sessions()). pageSize: 0..1000 (0: the
+  // sidecar's default, 100).
   async *sessions({ labels, updatedAfter, updatedBefore, pageSize = 100 } = {}) {
-    const request = { label_filter: labels || {}, page_size: pageSize, page_token: '' };
+    const request = {
+      label_filter: stringMap('labels', labels),
+      page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
+      page_token: '',
+    };
     if (updatedAfter !== undefined) request.updated_after = timestamp('updatedAfter', updatedAfter);
     if (updatedBefore !== undefined) request.updated_before = timestamp('updatedBefore', updatedBefore);
     do {
@@ -374,13 +378,12 @@ class CheckpointClient {
   // `sessionId` (`copyEvents`: with a copy of its event log, seqs and times as
   // they are); resolves to its SessionInfo. Not retried, as in Python.
   async fork(sessionId, newSessionId, { version = 0, labels, copyEvents = false } = {}) {
-    if (typeof copyEvents !== 'boolean') throw new TypeError(`copyEvents must be a boolean, not ${typeof copyEvents}`);
     const request = {
       session_id: checkString('sessionId', sessionId),
       new_session_id: checkString('newSessionId', newSessionId),
       version: checkInt('version', version),
-      labels: labels || {},
-      copy_events: copyEvents,
+      labels: stringMap('labels', labels),
+      copy_events: checkBoolean('copyEvents', copyEvents),
     };
     return (await this.call('Fork', request, { retry: false })).session;
   }
@@ -427,7 +430,8 @@ class CheckpointClient {
   // Remove a session, all its versions and its event log; resolves to how
   // many versions were removed. Not retried, as in Python.
   async delete(sessionId) {
-    return (await this.call('DeleteSession', { session_id: sessionId }, { retry: false })).deleted_versions;
+    const request = { session_id: checkString('sessionId', sessionId) };
+    return (await this.call('DeleteSession', request, { retry: false })).deleted_versions;
   }
 
   // Many writes on one PutStream, `batchSize` (1..1000) to a message: an

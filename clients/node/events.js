@@ -2,7 +2,7 @@
 // events), checked as the Python clients check theirs (sidecar/client/events.py).
 'use strict';
 
-const { bytesOf, checkFixed64, checkInt, checkString, kindOf, newRequestId, stringMap, timestamp } = require('./arguments');
+const { bytesOf, checkBoolean, checkFixed64, checkInt, checkString, kindOf, newRequestId, stringMap, timestamp } = require('./arguments');
 
 // The sidecar's limits (service.proto): events per append, events per page.
 const MAX_EVENTS_PER_APPEND = 1000;
@@ -32,9 +32,9 @@ function putOf(sessionId, put) {
   const request = {
     session_id: sessionId,
     state: bytesOf('put.state', put.state),
-    mode: put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE',
+    mode: checkBoolean('put.merge', put.merge, false) ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE',
     labels: stringMap('put.labels', put.labels),
-    message_type: put.messageType === undefined ? '' : checkString('put.messageType', put.messageType),
+    message_type: put.messageType === undefined || put.messageType === null ? '' : checkString('put.messageType', put.messageType),
   };
   if (put.expectedVersion !== undefined && put.expectedVersion !== null) request.expected_version = checkInt('put.expectedVersion', put.expectedVersion);
   if (put.expectedStateXxh3 !== undefined && put.expectedStateXxh3 !== null) {
@@ -67,12 +67,11 @@ function appendEventsRequest(sessionId, events, { put, requestId, expectedLastSe
 function readEventsRequest(sessionId, { afterSeq = 0, types = [], after, before, newestFirst = false, pageSize = 100, pageToken = '' } = {}) {
   if (typeof types === 'string') throw new TypeError(`types must be an array of strings, not a string: pass ['${types}'] for one type`);
   if (!Array.isArray(types)) throw new TypeError(`types must be an array of strings, not ${kindOf(types)}`);
-  if (typeof newestFirst !== 'boolean') throw new TypeError(`newestFirst must be a boolean, not ${kindOf(newestFirst)}`);
   const request = {
     session_id: checkString('sessionId', sessionId),
     after_seq: checkInt('afterSeq', afterSeq),
     types: types.map((t, i) => checkString(`types[${i}]`, t)),
-    newest_first: newestFirst,
+    newest_first: checkBoolean('newestFirst', newestFirst),
     page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
     page_token: checkString('pageToken', pageToken),
   };

@@ -13,7 +13,7 @@ const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
 const { HistoryPages, LISTING_PAGE_SIZE, wantedVersions } = require('./langgraph_history');
 const r = require('./langgraph_records');
-const { CheckpointConflictError, configOf, conflictError, requireThread, threadOf } = require('./langgraph_threads');
+const { CheckpointConflictError, configOf, conflictError, requireThread, threadIdOf, threadOf } = require('./langgraph_threads');
 
 const isNotFound = (err) => err && err.code === status.NOT_FOUND;
 
@@ -556,9 +556,10 @@ class CkptSaver extends BaseCheckpointSaver {
     this.sawSeq(sessionId, reply.last_seq);
   }
 
-  // Removes every namespace of the thread: its checkpoints and writes.
+  // Removes every namespace of the thread: its checkpoints and writes. threadId: a string, or a number
+  // (its decimal string), as a config's thread_id.
   async deleteThread(threadId) {
-    const id = String(threadId);
+    const id = threadIdOf(threadId, 'threadId');
     const sessions = [];
     for await (const s of this.sessionsOf(id, undefined)) sessions.push(s.sessionId);
     for (const sessionId of sessions) {

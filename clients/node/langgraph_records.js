@@ -69,9 +69,10 @@ function sessionIdOf(threadId, checkpointNs) {
   return id;
 }
 
-// { threadId, checkpointNs } of a saver's session id, null for any other session.
+// { threadId, checkpointNs } of a saver's session id, null for any other session (any client may name
+// one langgraph/...): the length is ASCII digits as the savers write it, without a leading zero.
 function parseSessionId(sessionId) {
-  const m = /^langgraph\/(\d+)\//.exec(sessionId);
+  const m = /^langgraph\/(0|[1-9][0-9]*)\//.exec(sessionId);
   if (m === null) return null;
   const chars = [...sessionId.slice(m[0].length)];
   const n = Number(m[1]);

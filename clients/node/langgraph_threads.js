@@ -26,18 +26,30 @@ function conflictError({ threadId, checkpointNs }, read, currentVersion) {
   );
 }
 
+// A thread id as the saver stores it: a string, or a number as its decimal string; anything else (and a
+// string holding a lone surrogate, which is not text) a TypeError naming `name`.
+function threadIdOf(threadId, name = 'thread_id') {
+  if (typeof threadId !== 'string' && typeof threadId !== 'number') {
+    throw new TypeError(`${name} must be a string, not ${threadId === null ? 'null' : typeof threadId}`);
+  }
+  return text(name, String(threadId));
+}
+
+function text(name, value) {
+  if (!value.isWellFormed()) throw new TypeError(`${name} holds a lone surrogate, which is not text: ckpt's savers cannot store it`);
+  return value;
+}
+
 // thread_id, checkpoint_ns and checkpoint_id of a config: thread_id undefined when it has none.
 function threadOf(config) {
   const configurable = (config && config.configurable) || {};
   const threadId = configurable.thread_id;
   const checkpointNs = configurable.checkpoint_ns ?? '';
   if (typeof checkpointNs !== 'string') throw new TypeError(`checkpoint_ns must be a string, not ${typeof checkpointNs}`);
+  text('checkpoint_ns', checkpointNs);
   const checkpointId = (config && getCheckpointId(config)) || undefined;
   if (threadId === undefined || threadId === null) return { threadId: undefined, checkpointNs, checkpointId };
-  if (typeof threadId !== 'string' && typeof threadId !== 'number') {
-    throw new TypeError(`thread_id must be a string, not ${typeof threadId}`);
-  }
-  return { threadId: String(threadId), checkpointNs, checkpointId };
+  return { threadId: threadIdOf(threadId), checkpointNs, checkpointId };
 }
 
 function requireThread(config, what) {
@@ -54,4 +66,4 @@ const configOf = (threadId, checkpointNs, checkpointId) => ({
   configurable: { thread_id: threadId, checkpoint_ns: checkpointNs, checkpoint_id: checkpointId },
 });
 
-module.exports = { CheckpointConflictError, configOf, conflictError, requireThread, threadOf };
+module.exports = { CheckpointConflictError, configOf, conflictError, requireThread, threadIdOf, threadOf };

@@ -4,6 +4,7 @@
 'use strict';
 
 const grpc = require('@grpc/grpc-js');
+const { checkBoolean } = require('./arguments');
 
 // A PutResult's error code when the sidecar, stopping, did not queue the write (UNAVAILABLE).
 const NOT_QUEUED = 14;
@@ -142,7 +143,7 @@ function notQueued(result) {
 
 // A write of `puts` as a PutRequest.
 function streamRequest(client, put) {
-  const mode = put.merge ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
+  const mode = checkBoolean('merge', put.merge, false) ? 'WRITE_MODE_MERGE' : 'WRITE_MODE_REPLACE';
   const { sessionId, state, expectedVersion, requestId, labels, messageType, expectedStateXxh3 } = put;
   return client.request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3);
 }

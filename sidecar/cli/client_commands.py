@@ -118,7 +118,7 @@ def history(args: argparse.Namespace) -> int:
 
 # A time's fraction of a second, apart from the rest: up to 9 digits (nanoseconds), which fromisoformat cuts
 # to microseconds, while event times (printed by `ckpt events`) carry nanoseconds.
-_FRACTION = re.compile(r"(?P<head>.*?\d)[.,](?P<fraction>\d+)(?P<tail>Z|[+-].*)?")
+_FRACTION = re.compile(r"(?P<head>.*?\d)[.,](?P<fraction>\d+)(?P<tail>Z|[+-].*)?", re.ASCII)
 
 
 def _time_arg(option: str, text: str | None) -> Timestamp | None:

@@ -168,13 +168,13 @@ class ServeConfig:
             raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         for address in self.listen:
             _, sep, port = address.rpartition(":")
-            if not address.startswith("unix:") and sep and port.isdigit() and int(port) > 65535:
+            if not address.startswith("unix:") and sep and (port.isascii() and port.isdigit()) and int(port) > 65535:
                 raise ValueError(f"listen port must be in 0..65535, got {address!r}")
         _check_no_address_twice(self.listen)
         if self.workers > 1:
             for address in self.addresses:
                 _, sep, port = address.rpartition(":")
-                if address.startswith("unix:") or not sep or not port.isdigit() or int(port) == 0:
+                if address.startswith("unix:") or not sep or not (port.isascii() and port.isdigit()) or int(port) == 0:
                     raise ValueError(
                         f"workers > 1 needs TCP listen addresses with a fixed port (host:port), got {address!r}:"
                         " gRPC cannot share a unix socket between processes, and every worker binds the same port"
@@ -272,7 +272,7 @@ def _listen_keys(address: str) -> list[tuple[str, ...]]:
     if address.startswith("unix:"):
         return [("unix", os.path.abspath(address[len("unix:") :]))]
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) == 0:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) == 0:
         return []
     host = host.removeprefix("[").removesuffix("]")
     hosts = ["::1", "127.0.0.1"] if host == "localhost" else [host]

@@ -275,10 +275,11 @@ class Operations:
             sids = [asked.session_id]
         else:
             thread_id = str(configurable["thread_id"])
+            labels = thread_label(thread_id)  # a thread id it refuses is named before any call
             for staged in (yield Call("sessions", ({PRUNING_LABEL: thread_id},))):
                 ns = staged.split("/", 2)[2][len(thread_id) + 1 :]
                 yield from self._finish_prune(Where(thread_id, ns))
-            sids = yield Call("sessions", (thread_label(thread_id),))
+            sids = yield Call("sessions", (labels,))
         candidates: list[tuple[str, int, str]] = []
         wheres: dict[str, Where] = {}
         for sid in sids:

@@ -26,7 +26,15 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ckpt.langgraph.v1 import records_pb2
 
-from ..ids import HAS_CONTROL, MAX_LABEL_VALUE_BYTES, MAX_SESSION_ID_BYTES, has_control, quoted
+from ..ids import (
+    HAS_CONTROL,
+    MAX_LABEL_VALUE_BYTES,
+    MAX_SESSION_ID_BYTES,
+    NOT_UTF8,
+    has_control,
+    has_lone_surrogate,
+    quoted,
+)
 
 STEP_TYPE = records_pb2.Step.DESCRIPTOR.full_name
 #: The session label naming the thread, so that a thread's namespaces are found together.
@@ -73,8 +81,7 @@ class Where:
 def _session_id(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
     # Refused as the session id would be, but naming what the caller gave.
     for field, value in (("thread_id", thread_id), ("checkpoint_ns", checkpoint_ns)):
-        if has_control(value):
-            raise ValueError(f"{field} {quoted(value)} {HAS_CONTROL}: ckpt's savers cannot store it")
+        _check_text(field, value)
     # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
     session_id = f"{prefix}{len(thread_id)}/{thread_id}/{checkpoint_ns}"
     size = len(session_id.encode())
@@ -86,6 +93,13 @@ def _session_id(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
     return session_id
 
 
+def _check_text(field: str, value: str) -> None:
+    if has_control(value):
+        raise ValueError(f"{field} {quoted(value)} {HAS_CONTROL}: ckpt's savers cannot store it")
+    if has_lone_surrogate(value):
+        raise ValueError(f"{field} {quoted(value)} {NOT_UTF8}: ckpt's savers cannot store it")
+
+
 def where_of(config: RunnableConfig) -> Where:
     configurable = config.get("configurable") or {}
     thread_id = configurable.get("thread_id")
@@ -95,17 +109,23 @@ def where_of(config: RunnableConfig) -> Where:
 
 
 def where_of_session(session_id: str) -> Where | None:
-    """The namespace a session holds (None for a session that is not a saver's)."""
+    """The namespace a session holds (None for a session that is not a saver's: any client may name one
+    ``langgraph/...``). The length is ASCII digits as the saver writes it (no leading zero): ``str.isdigit``
+    also takes '²' (which ``int`` refuses) and other scripts' digits (which it reads)."""
     if not session_id.startswith(_PREFIX):
         return None
     rest = session_id[len(_PREFIX) :]
-    length, _, rest = rest.partition("/")
-    if not length.isdigit() or len(rest) <= int(length) or rest[int(length)] != "/":
+    digits, _, rest = rest.partition("/")
+    if not (digits.isascii() and digits.isdigit()) or (digits != "0" and digits.startswith("0")):
         return None
-    return Where(rest[: int(length)], rest[int(length) + 1 :])
+    length = int(digits)
+    if len(rest) <= length or rest[length] != "/":
+        return None
+    return Where(rest[:length], rest[length + 1 :])
 
 
 def thread_label(thread_id: str) -> dict[str, str]:
+    _check_text("thread_id", thread_id)
     size = len(thread_id.encode())
     if size > MAX_LABEL_VALUE_BYTES:
         raise ValueError(f"thread_id is {size} bytes: ckpt's savers take at most {MAX_LABEL_VALUE_BYTES}")

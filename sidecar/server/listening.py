@@ -137,7 +137,7 @@ def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:
 def _host_and_port(address: str) -> tuple[str, int] | None:
     """``host:port`` (``[v6]:port`` too) as (host, port); None if it is not that shape."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         return None
     return host.removeprefix("[").removesuffix("]"), int(port)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import InvalidArgument
 from ..ids import HAS_CONTROL as HAS_CONTROL
 from ..ids import MAX_LABEL_KEY_BYTES as MAX_LABEL_KEY_BYTES
 from ..ids import MAX_LABEL_VALUE_BYTES as MAX_LABEL_VALUE_BYTES
@@ -41,6 +40,7 @@ from ..ids import QUOTED_CHARS as QUOTED_CHARS
 from ..ids import check_labels as check_labels
 from ..ids import has_control as has_control
 from ..ids import quoted as quoted
+from ..ids import request_id_bytes
 from ..ids import session_key as session_key
 
 _U64 = struct.Struct(">Q")
@@ -56,12 +56,7 @@ LAYOUT1_REQUEST_KEYS_START = b"\x02"
 
 def request_key(sid: bytes, request_id: str) -> bytes:
     """The requests table's key of a session's request id (validated)."""
-    raw = request_id.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_REQUEST_ID_BYTES:
-        raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
-    if has_control(request_id):
-        raise InvalidArgument(f"request_id {request_id!r} {HAS_CONTROL}")
-    return REQUEST_KEY_MARK + raw + SEP + sid
+    return REQUEST_KEY_MARK + request_id_bytes(request_id) + SEP + sid
 
 
 def layout1_request_key(key: bytes) -> bytes:

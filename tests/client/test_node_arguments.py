@@ -151,3 +151,73 @@ def test_node_refuses_bad_client_options_by_name(sidecar: Sidecar) -> None:
         "maxMessageBytes 2^31": {"RangeError": f"maxMessageBytes must be in 1024..{2**31 - 1}, got {2**31}"},
         "maxMessageBytes NaN": {"TypeError": f"maxMessageBytes must be a {_WHOLE}, not NaN"},
     }
+
+
+# Calls whose ids, labels, page sizes and flags were sent unchecked: printed as _CALLS prints its own.
+_UNCHECKED = """
+const { CheckpointClient } = require(process.argv[1]);
+const client = new CheckpointClient(process.argv[2], { timeoutMs: 5000 });
+const state = Buffer.from([0x08, 0x07]);
+const drain = async (results) => { const out = []; for await (const r of results) out.push(r); return out; };
+const CASES = {
+  'delete 7': () => client.delete(7),
+  "delete ['null']": () => client.delete(['null']),
+  'delete lone surrogate': () => client.delete('n\\ud800'),
+  'fork labels undefined value': () => client.fork('n', 'n-fork', { labels: { k: undefined } }),
+  'fork labels object value': () => client.fork('n', 'n-fork', { labels: { k: { a: 1 } } }),
+  'fork labels string': () => client.fork('n', 'n-fork', { labels: 'k=v' }),
+  'fork copyEvents "yes"': () => client.fork('n', 'n-fork', { copyEvents: 'yes' }),
+  'sessions labels null value': () => drain(client.sessions({ labels: { e: null } })),
+  'sessions pageSize 5000': () => drain(client.sessions({ pageSize: 5000 })),
+  'sessions pageSize "5"': () => drain(client.sessions({ pageSize: '5' })),
+  'get fieldMask [5]': () => client.get('n', 0, { fieldMask: [5] }),
+  'registerType typeName 5': () => client.registerType(null, 5),
+  'appendEvents put.merge "false"': () => client.appendEvents('n', [{ type: 't' }], { put: { state, merge: 'false' } }),
+  'putStream merge 1': () => drain(client.putStream([{ sessionId: 'n', state, merge: 1 }])),
+};
+(async () => {
+  const out = {};
+  for (const [label, call] of Object.entries(CASES)) {
+    try {
+      const r = await call();
+      out[label] = { answered: JSON.stringify(r).slice(0, 80) };
+    } catch (e) {
+      out[label] = { [e.constructor.name]: e.message };
+    }
+  }
+  console.log(JSON.stringify(out));
+})().finally(() => client.close());
+"""
+
+
+def test_node_refuses_unchecked_ids_labels_page_sizes_and_flags_by_name_and_sends_nothing(sidecar: Sidecar) -> None:
+    """Before, delete(7) deleted session "7" and delete(['null']) "null"; fork stored the labels
+    {k: undefined} as "undefined" and {k: {a: 1}} as "[object Object]"; sessions filtered on e="null";
+    merge: 'false' merged."""
+    with CheckpointClient(sidecar.unix_target) as c:
+        for session_id in ("7", "null"):
+            c.put(session_id, b"x")
+        for k in range(3):
+            c.put("n", bytes([0x08, k]))
+    proc = subprocess.run(node_command(_UNCHECKED, sidecar.unix_target), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "delete 7": {"TypeError": "sessionId must be a string, not number"},
+        "delete ['null']": {"TypeError": "sessionId must be a string, not an array"},
+        "delete lone surrogate": {"TypeError": "sessionId holds a lone surrogate, which is not text"},
+        "fork labels undefined value": {"TypeError": 'labels["k"] must be a string, not undefined'},
+        "fork labels object value": {"TypeError": 'labels["k"] must be a string, not Object'},
+        "fork labels string": {"TypeError": "labels must be an object of strings, not string"},
+        'fork copyEvents "yes"': {"TypeError": "copyEvents must be a boolean, not string"},
+        "sessions labels null value": {"TypeError": 'labels["e"] must be a string, not null'},
+        "sessions pageSize 5000": {"RangeError": "pageSize must be in 0..1000, got 5000"},
+        'sessions pageSize "5"': {"TypeError": f"pageSize must be a {_WHOLE}, not 5"},
+        "get fieldMask [5]": {"TypeError": "fieldMask[0] must be a string, not number"},
+        "registerType typeName 5": {"TypeError": "typeName must be a string, not number"},
+        'appendEvents put.merge "false"': {"TypeError": "put.merge must be a boolean, not string"},
+        "putStream merge 1": {"TypeError": "merge must be a boolean, not number"},
+    }
+    with CheckpointClient(sidecar.unix_target) as c:
+        assert sorted(s.session_id for s in c.sessions()) == ["7", "n", "null"]  # none deleted nor forked
+        assert [v.version for v in c.history("n")] == [3, 2, 1]
+        assert list(c.events("n")) == []

@@ -189,6 +189,44 @@ def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
             CkptSaver()
 
 
+def test_a_thread_id_holding_a_lone_surrogate_is_refused_naming_it(sidecar: Sidecar) -> None:
+    """It was a bare UnicodeEncodeError naming nothing (text decoded with surrogateescape, say)."""
+    lone = r"^thread_id '\\ud800' is not valid UTF-8 \(lone surrogate\): ckpt's savers cannot store it$"
+    with CkptSaver(sidecar.unix_target) as saver:
+        with pytest.raises(ValueError, match=lone):
+            put(saver, thread("\ud800"), {"n": 0}, 0)
+        with pytest.raises(ValueError, match=lone):
+            saver.get_tuple(thread("\ud800"))
+        with pytest.raises(ValueError, match=lone):
+            list(saver.list({"configurable": {"thread_id": "\ud800"}}))
+        with pytest.raises(ValueError, match=lone):
+            saver.delete_thread("\ud800")
+        with pytest.raises(ValueError, match=r"^checkpoint_ns 'a\\udcff' is not valid UTF-8 \(lone surrogate\)"):
+            put(saver, thread("t", "a\udcff"), {"n": 0}, 0)
+        assert list(saver.list(None)) == []  # nothing was stored
+
+
+#: Sessions any client may name: not the saver's (it writes the thread id's length in ASCII digits, no
+#: leading zero), though str.isdigit() takes '²' (int() refuses it) and reads Arabic-Indic '٣' as 3.
+FOREIGN = {"langgraph/\N{SUPERSCRIPT TWO}/notes": b"a", "langgraph/\u0663/abc/": b"b", "langgraph/01/x/": b"c"}
+
+
+def test_sessions_another_client_names_langgraph_are_not_the_savers(sidecar: Sidecar) -> None:
+    """list(None) raised ValueError once any client had put langgraph/²/..., for every saver user, and
+    delete_for_runs did too; langgraph/٣/abc/ was read as thread 'abc'."""
+    with CheckpointClient(sidecar.unix_target) as client, CkptSaver(sidecar.unix_target) as saver:
+        for session_id, state in FOREIGN.items():
+            client.put(session_id, state, labels={"langgraph.thread": "x"})
+        checkpoint: Any = empty_checkpoint()
+        checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values={"n": 1}, channel_versions={"n": 1})
+        mine = saver.put(thread("abc"), checkpoint, {"source": "loop", "step": 0, "run_id": "run-1"}, {"n": 1})
+        assert [t.config for t in saver.list(None)] == [mine]
+        assert [t.config for t in saver.list({"configurable": {"thread_id": "x"}})] == []
+        saver.delete_for_runs(["run-1"])
+        assert list(saver.list(None)) == []
+        assert {s: client.get(s).state for s in FOREIGN} == FOREIGN  # untouched
+
+
 def test_the_asyncio_saver_refuses_sync_calls_from_its_own_loop(sidecar: Sidecar) -> None:
     async def main() -> None:
         async with AsyncCkptSaver(sidecar.unix_target) as saver:

@@ -4,6 +4,8 @@ never a bare TypeError or struct.error, nor a wrong answer; sizes counted in byt
 from __future__ import annotations
 
 import array
+import asyncio
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from ckpt.sidecar import InvalidArgument, NotFound, ResourceExhausted, StateTooLarge, Store, StoreConfig
-from ckpt.sidecar.store import EventQuery, NewEvent
+from ckpt.sidecar.store import EventQuery, NewEvent, PutRequest
 
 U64 = 2**64 - 1
 #: EventQuery, to build with field values its annotations do not allow.
@@ -207,3 +209,26 @@ def test_wide_memoryview_blob_chunks_count_their_bytes_and_are_stored_whole(stor
         assert f.read() == narrow.tobytes() + b"tail"
     with pytest.raises(InvalidArgument, match=r"^a blob's chunks must be bytes, not str$"):
         store.put_blob("a", ["abc"])  # type: ignore[list-item]
+
+
+LONE_REQUEST_ID = r"^request_id '\\ud800' is not valid UTF-8 \(lone surrogate\)$"
+
+
+def test_a_request_id_holding_a_lone_surrogate_is_refused_on_every_write(store: Store) -> None:
+    """It was taken (encoded with surrogatepass), though a request id is UTF-8 as a session id is."""
+    with pytest.raises(InvalidArgument, match=LONE_REQUEST_ID):
+        store.put("r", b"x", request_id="\ud800")
+    [refused] = store.put_many([PutRequest("r", b"x", request_id="\ud800")])
+    assert isinstance(refused, InvalidArgument) and re.match(LONE_REQUEST_ID, str(refused)), refused
+    with pytest.raises(InvalidArgument, match=LONE_REQUEST_ID):
+        store.append_events("r", [NewEvent("t")], request_id="\ud800")
+
+    async def from_asyncio() -> None:
+        with pytest.raises(InvalidArgument, match=LONE_REQUEST_ID):
+            await store.asubmit(PutRequest("r", b"x", request_id="\ud800"))
+        with pytest.raises(InvalidArgument, match=LONE_REQUEST_ID):
+            await store.aappend_events("r", [NewEvent("t")], request_id="\ud800")
+
+    asyncio.run(from_asyncio())
+    with pytest.raises(NotFound, match="neither events nor versions"):  # nothing was written
+        store.read_events("r", EventQuery())
