@@ -11,9 +11,9 @@ const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
 const { closedError, retryDelayMs, streamPuts } = require('./put_stream');
+const { PROTO_ROOT } = require('./proto_root');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
-const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 // The sidecar's default --max-message-bytes; raise both for states over 64 MiB.
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 // The least maxMessageBytes taken (the Python clients' bound too).

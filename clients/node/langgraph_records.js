@@ -9,6 +9,7 @@ const path = require('path');
 const protobuf = require('protobufjs');
 const { xxh3 } = require('@node-rs/xxhash');
 const { compareWritesSortKeys, writesSortKey } = require('@langchain/langgraph-checkpoint');
+const { PROTO_ROOT } = require('./proto_root');
 
 // The file's name as protoc (the Python saver) registers it: one file defines the type for both.
 const RECORDS_FILE = 'ckpt/langgraph/v1/records.proto';
@@ -31,7 +32,7 @@ let root = null;
 function records() {
   if (root === null) {
     const loaded = new protobuf.Root();
-    loaded.loadSync(path.resolve(__dirname, '..', '..', 'proto', RECORDS_FILE), { keepCase: true });
+    loaded.loadSync(path.join(PROTO_ROOT, RECORDS_FILE), { keepCase: true });
     loaded.resolveAll();
     root = loaded;
   }

@@ -9,8 +9,8 @@
 
 const path = require('path');
 const { xxh3 } = require('@node-rs/xxhash');
+const { PROTO_ROOT } = require('./proto_root');
 
-const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
 const CHECKPOINT = 'ckpt.v1.Checkpoint';
 // gRPC status codes cachedCall tells apart.
 const INVALID_ARGUMENT = 3;

@@ -4,8 +4,9 @@
 process's imports (grpc, the stubs, the service) and the store process's (the store engine, LMDB) do
 not depend on each other, and started this way they run on two cores at once rather than one after
 the other, a sidecar (re)start serving ~0.2 s sooner on the 2-core VM. Hence this module's imports:
-the standard library's light modules, nothing of the server's. StoreLink.start then takes the
-process over, or starts one itself (a worker of ``--workers``, an application calling ``serve``).
+the standard library's light modules and childpython.py (which imports no more), nothing of the
+server's. StoreLink.start then takes the process over, or starts one itself (a worker of
+``--workers``, an application calling ``serve``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import importlib.util
 import pickle
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .childpython import child_environment, python_module_command
 
 if TYPE_CHECKING:
     from ..config import ServeConfig
@@ -68,7 +70,7 @@ def start_store_process(
     as StoreLink.start's); it answers READY or FAILED on ``link`` once it has opened the store."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ours_unheld, theirs_unheld = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    command = [sys.executable, "-m", "ckpt.sidecar.server.storehost", str(theirs.fileno())]
+    command = [*python_module_command("ckpt.sidecar.server.storehost"), str(theirs.fileno())]
     command += ["--unheld-fd", str(theirs_unheld.fileno())]
     if worker is not None:
         command += ["--worker", str(worker)]
@@ -81,6 +83,7 @@ def start_store_process(
             stdin=subprocess.PIPE,
             pass_fds=fds if lock_fd is None else (*fds, lock_fd),
             start_new_session=True,
+            env=child_environment(),
         )
     except BaseException:
         ours.close()

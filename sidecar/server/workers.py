@@ -50,13 +50,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from ..config import ServeConfig
 from ..errors import StoreError
 from ..storage import make_dirs
 from ..store import Store, check_not_truncated, lock_data_dir
+from .childpython import child_environment, python_module_command
 from .exitstatus import exit_status
 from .extension import ServerExtension
 from .frontend import SERVING_LOG
@@ -67,9 +67,6 @@ from .stopsignals import STOP_SIGNALS, take_early_stop
 
 log = logging.getLogger("ckpt")
 
-# The checkout (or site-packages) holding the ckpt package: what a worker imports. Not resolved:
-# in a checkout this file is reached through the ckpt/sidecar link, whose folder holds ckpt/.
-_PACKAGE_ROOT = Path(__file__).parents[3]
 _START_TIMEOUT_SECONDS = 60.0
 # After SIGTERM, how long past the grace a worker gets before it is killed.
 _STOP_SLACK_SECONDS = 30.0
@@ -147,11 +144,10 @@ def _run(config: ServeConfig, lock: IO[str], stop: list[int], extension: ServerE
     ready_r, ready_w = os.pipe()
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), env.get("PYTHONPATH")]))
+        env = child_environment()
         for index in range(config.workers):
             worker = subprocess.Popen(
-                [sys.executable, "-m", "ckpt.sidecar.server.workerstart"],
+                python_module_command("ckpt.sidecar.server.workerstart"),
                 stdin=subprocess.PIPE,
                 pass_fds=(lock.fileno(), ready_w),
                 env=env,
