@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +16,7 @@ from ..limits import (
     MESSAGE_ENVELOPE_BYTES,
     check_duration,
 )
+from .addresses import check_listen, host_and_port, is_socket
 from .option import option, option_values, options_of
 from .store import Retention, StoreConfig
 
@@ -166,15 +164,10 @@ class ServeConfig:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.event_loop not in EVENT_LOOPS:
             raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
-        for address in self.listen:
-            _, sep, port = address.rpartition(":")
-            if not address.startswith("unix:") and sep and (port.isascii() and port.isdigit()) and int(port) > 65535:
-                raise ValueError(f"listen port must be in 0..65535, got {address!r}")
-        _check_no_address_twice(self.listen)
+        check_listen(self.listen)
         if self.workers > 1:
             for address in self.addresses:
-                _, sep, port = address.rpartition(":")
-                if address.startswith("unix:") or not sep or not (port.isascii() and port.isdigit()) or int(port) == 0:
+                if is_socket(address) or host_and_port(address)[1] == 0:
                     raise ValueError(
                         f"workers > 1 needs TCP listen addresses with a fixed port (host:port), got {address!r}:"
                         " gRPC cannot share a unix socket between processes, and every worker binds the same port"
@@ -264,35 +257,3 @@ class ServeConfig:
     @property
     def addresses(self) -> tuple[str, ...]:
         return self.listen or (f"unix:{self.data_dir.resolve() / 'ckpt.sock'}",)
-
-
-def _listen_keys(address: str) -> list[tuple[str, ...]]:
-    """What ``address`` binds, by name: a unix socket's normalised path, or each (IP or host, port) of
-    host:port (localhost: both loopbacks, as gRPC binds it). Port 0 binds a free port: never a clash."""
-    if address.startswith("unix:"):
-        return [("unix", os.path.abspath(address[len("unix:") :]))]
-    host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or int(port) == 0:
-        return []
-    host = host.removeprefix("[").removesuffix("]")
-    hosts = ["::1", "127.0.0.1"] if host == "localhost" else [host]
-    keys: list[tuple[str, ...]] = []
-    for name in hosts:
-        with contextlib.suppress(ValueError):
-            name = str(ipaddress.ip_address(name))
-        keys.append(("tcp", name, str(int(port))))
-    return keys
-
-
-def _check_no_address_twice(listen: tuple[str, ...]) -> None:
-    """A listen address given twice (or two naming one address) would be blamed on another server."""
-    seen: dict[tuple[str, ...], str] = {}
-    for address in listen:
-        for key in _listen_keys(address):
-            if key in seen:
-                first = seen[key]
-                if first == address:
-                    raise ValueError(f"listen gives {address!r} twice: give each address once")
-                shown = key[1] if key[0] == "unix" else f"{key[1]}:{key[2]}"
-                raise ValueError(f"listen gives {first!r} and {address!r}, which both bind {shown}: give each once")
-            seen[key] = address

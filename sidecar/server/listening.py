@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from ..config.addresses import host_and_port, is_socket
 from ..errors import Unavailable
 
 #: A unix socket a server bound: its path and (st_dev, st_ino), what it may remove at its stop.
@@ -52,8 +53,8 @@ def bind(
     if not port:
         why = path is None and _why_unbindable(address)
         raise Unavailable(f"cannot listen on {address}: {why or 'the address is in use or invalid'}")
-    host, sep, asked = address.rpartition(":")
-    served = f"{host}:{port}" if path is None and sep and asked == "0" else address
+    asked = _host_and_port(address)
+    served = f"{address.rpartition(':')[0]}:{port}" if asked is not None and asked[1] == 0 else address
     if path is None:
         return served, None
     st = path.lstat()  # gRPC binds (creates the file) when the port is added
@@ -113,7 +114,7 @@ def _claim_unix_socket(path: Path) -> None:
 
 def reachable_from_other_hosts(address: str) -> bool:
     """Whether a host:port listen address may take connections from other machines (not loopback only)."""
-    host_port = None if address.startswith("unix") else _host_and_port(address)
+    host_port = _host_and_port(address)
     if host_port is None:
         return False
     try:
@@ -135,11 +136,14 @@ def tcp_addresses_of(host: str, port: int) -> list[tuple[int, str]]:
 
 
 def _host_and_port(address: str) -> tuple[str, int] | None:
-    """``host:port`` (``[v6]:port`` too) as (host, port); None if it is not that shape."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()):
+    """``host:port`` (``[v6]:port`` too) as (host, port) (config/addresses.py: the configuration checked
+    it); None for a unix socket's address, or one the configuration would refuse."""
+    if is_socket(address):
         return None
-    return host.removeprefix("[").removesuffix("]"), int(port)
+    try:
+        return host_and_port(address)
+    except ValueError:
+        return None
 
 
 def _bind_error(family: int, ip: str, port: int) -> OSError | None:
@@ -218,9 +222,7 @@ def claim_port(address: str) -> list[socket.socket]:
     workers would join the first's: each server's writes landing in either store. The check is the
     hold: no window is left between them. A socket bound but never listening takes no connections.
     """
-    host, _, port_text = address.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    port = int(port_text)
+    host, port = host_and_port(address)
     held: list[socket.socket] = []
     try:
         for family, ip_text in tcp_addresses_of(host, port):

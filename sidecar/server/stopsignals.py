@@ -1,12 +1,13 @@
 """The signals that stop a sidecar in order, and a stop asked for before it serves.
 
-SIGTERM, SIGINT and SIGHUP (the terminal a sidecar runs in closed) each stop it as docs/operations.md
-says: in-flight calls finish, queued writes commit, exit 0. Serving (serving.py, and the parent of
-``--workers``) handles them once it runs; before that, ``ckpt serve`` and each worker import grpc, the
-server and the store (~0.4 s), and a signal's default action would end them at once (exit -15, or -1
-for SIGHUP). So their first lines call :func:`record_early_stops`: a stop signal from then on is
-recorded, and serving, once its own handlers are in place, takes it (:func:`take_early_stop`) and
-stops at once, in order. Hence this module's imports: the standard library's ``signal`` only.
+SIGTERM, SIGINT and SIGHUP (the terminal a sidecar runs in closed; unless ignored from the start, as
+``nohup`` does) each stop it as docs/operations.md says: in-flight calls finish, queued writes commit,
+exit 0. Serving (serving.py, and the parent of ``--workers``) handles them once it runs; before that,
+``ckpt serve`` and each worker import grpc, the server and the store (~0.4 s), and a signal's default
+action would end them at once (exit -15, or -1 for SIGHUP). So their first lines call
+:func:`record_early_stops`: a stop signal from then on is recorded, and serving, once its own handlers
+are in place, takes it (:func:`take_early_stop`) and stops at once, in order. Hence this module's
+imports: the standard library's ``signal`` only.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-#: What stops a sidecar in order.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: What stops a sidecar in order. SIGHUP only if it was not ignored when this module was imported, the
+#: process's first lines: under ``nohup`` it stays ignored, and so in the processes this one starts
+#: (workers, store processes), which inherit the ignored disposition.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT) + (
+    () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+)
 
 #: The stop signals received since record_early_stops, until taken.
 _received: list[int] = []

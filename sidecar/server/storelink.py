@@ -311,7 +311,8 @@ class StoreLink:
         self._fail()
 
     def _lost(self) -> None:
-        if not self._closing:
+        # Both links call it as the process ends: logged once, and not after another failure's own line.
+        if not self._closing and not self.failed:
             log.error("the store process ended; the sidecar stops (exit 1) for its supervisor to restart it")
             self._fail()
 

@@ -7,7 +7,7 @@ import os
 import resource
 from pathlib import Path
 
-from ..errors import Unavailable
+from ..errors import NotFound, Unavailable
 
 # What a commit's page writes fail with when the file cannot grow: no space,
 # a quota, or a file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ).
@@ -93,3 +93,24 @@ def make_dirs(path: Path, *, sync: bool = True) -> None:
 
 def in_use_in_this_process(data_dir: os.PathLike[str]) -> Unavailable:
     return Unavailable(f"data directory {data_dir} is in use by another Store in this process (close it first)")
+
+
+def holds_nothing(data_mdb: Path) -> bool:
+    """Whether LMDB's data file is missing or empty: a new store.
+
+    LMDB writes a new file's two meta pages before anything can be committed, so an empty one (a first
+    start killed before that write) lost nothing: a writable open makes it a new store. LMDB refuses to
+    open it read-only (EBADF), so read-only opens check first (:func:`check_holds_a_store`).
+    """
+    return not data_mdb.is_file() or data_mdb.stat().st_size == 0
+
+
+def check_holds_a_store(data_dir: Path, data_mdb: Path) -> None:
+    """NotFound, for a read-only open, if ``data_mdb`` is missing or empty (:func:`holds_nothing`)."""
+    if not data_mdb.is_file():
+        raise NotFound(f"no ckpt store in {data_dir} (missing {data_mdb})")
+    if data_mdb.stat().st_size == 0:
+        raise NotFound(
+            f"the ckpt store in {data_dir} holds nothing yet ({data_mdb} is empty: its first start stopped"
+            " before anything was written)"
+        )

@@ -25,7 +25,14 @@ from typing import Any, TypeVar, cast
 import lmdb
 
 from ..errors import DataLoss, Unavailable
-from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, disk_full_reason, grow_file, in_use_in_this_process
+from .files import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    disk_full_reason,
+    grow_file,
+    holds_nothing,
+    in_use_in_this_process,
+)
 from .free_pages import unwritten_tail_bytes
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
@@ -552,8 +559,8 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     directory, after growing the file to its last page with zeros, synced);
     if any is not, or the list cannot be read, DataLoss.
     """
-    if not data_mdb.is_file():
-        return  # a new store, or (read-only) reported as missing by the caller
+    if holds_nothing(data_mdb):
+        return  # a new store (an empty file too: files.holds_nothing), or read-only, refused by the caller
     try:
         env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
     except lmdb.Error as exc:

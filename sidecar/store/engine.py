@@ -30,7 +30,7 @@ from ckpt.store.v1 import records_pb2
 
 from ..config import Durability, StoreConfig
 from ..errors import DataLoss, NotFound, Unavailable
-from ..storage import ReadTxn, check_not_truncated, make_dirs, open_lmdb, sync_dir
+from ..storage import ReadTxn, check_holds_a_store, check_not_truncated, holds_nothing, make_dirs, open_lmdb, sync_dir
 from . import keys
 from .blobfiles import BlobFiles, check_media_type, check_sha256
 from .blobs import BlobInfo, Blobs
@@ -91,21 +91,21 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self.readonly = readonly
         self.shared = shared
         lmdb_dir = config.data_dir / "lmdb"
+        data_mdb = lmdb_dir / "data.mdb"
         if readonly:
-            if not (lmdb_dir / "data.mdb").is_file():
-                raise NotFound(f"no ckpt store in {config.data_dir} (missing {lmdb_dir / 'data.mdb'})")
+            check_holds_a_store(config.data_dir, data_mdb)  # missing or empty: LMDB cannot open it read-only
             self._lock_file, made = None, False
         else:
             if config.data_dir.exists() and not config.data_dir.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "the data directory is not a directory", str(config.data_dir))
-            made = not (lmdb_dir / "data.mdb").exists()  # LMDB makes data.mdb, but flushes no directory
+            made = holds_nothing(data_mdb)  # LMDB makes (or writes an empty) data.mdb, but flushes no directory
             make_dirs(config.data_dir if lmdb_dir.exists() else lmdb_dir)  # each made flushed into its parent
             self._lock_file = None if shared else lock_data_dir(config.data_dir, holder=lock_holder)
         try:
             # Shared: the parent checked (and extended) the file before any
             # worker started; extending here could cut pages another worker
             # appended since this one read the file's size.
-            check_not_truncated(lmdb_dir / "data.mdb", extend=not readonly and not shared)
+            check_not_truncated(data_mdb, extend=not readonly and not shared)
             self._storage, layout = open_lmdb(
                 lmdb_dir,
                 readonly=readonly,

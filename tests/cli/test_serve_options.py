@@ -82,6 +82,16 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--listen", "127.0.0.1:99999"), b"--listen port must be in 0..65535, got '127.0.0.1:99999'"),
         (("--listen", "127.0.0.1:99999", "--workers", "2"), b"--listen port must be in 0..65535"),
         (("--listen", "[::1]:65536"), b"--listen port must be in 0..65535, got '[::1]:65536'"),
+        # int() takes these, and gRPC bound a negative port modulo 65536 (-15536: 50000, -1: 65535).
+        *(
+            (("--listen", address), f"--listen port must be in 0..65535, got '{address}'".encode())
+            for address in ("127.0.0.1:-15536", "127.0.0.1:-1", "127.0.0.1:+50998", "127.0.0.1: 50997", "[::1]:5e4")
+        ),
+        (("--listen", "127.0.0.1:-1", "--workers", "2"), b"--listen port must be in 0..65535"),
+        (("--listen", ":50997"), b"--listen address needs a host (0.0.0.0 or [::] for every address), got ':50997'"),
+        # gRPC bound this on port 443.
+        (("--listen", "localhost"), b"--listen address must be unix:/path or host:port, got 'localhost'"),
+        (("--listen", "::1:50051"), b"--listen IPv6 address must be in brackets, as [::1]:50051, got '::1:50051'"),
         # Worker 1 would serve /metrics on 65536: its store process crashed.
         (
             ("--listen", "127.0.0.1:50051", "--workers", "2", "--metrics-port", "65535"),
@@ -156,6 +166,11 @@ def test_a_bracketed_ipv6_metrics_address_is_taken_as_in_listen(tmp_path: Path) 
             {"CKPT_LISTEN": "127.0.0.1:99999"},
             (),
             b"--listen (from CKPT_LISTEN) port must be in 0..65535, got '127.0.0.1:99999'",
+        ),
+        (
+            {"CKPT_LISTEN": "unix:x.sock,127.0.0.1:-1"},
+            (),
+            b"--listen (from CKPT_LISTEN) port must be in 0..65535, got '127.0.0.1:-1'",
         ),
         # One value from a variable, one from the command line: each named by where it came from.
         (

@@ -332,6 +332,12 @@ def test_event_loop_must_be_one_offered(tmp_path: Path) -> None:
         (["unix:{tmp}/x.sock", "unix:{tmp}/./x.sock"], "both bind {tmp}/x.sock"),
         (["127.0.0.1:{port}", "127.0.0.1:{port}"], "twice"),
         (["localhost:{port}", "127.0.0.1:{port}"], "both bind 127.0.0.1:{port}"),
+        # gRPC binds either wildcard on every address, IPv4 and IPv6: the second failed "in use by another process".
+        (["0.0.0.0:{port}", "127.0.0.1:{port}"], "both bind 127.0.0.1:{port} (0.0.0.0 stands for every address)"),
+        (["127.0.0.1:{port}", "0.0.0.0:{port}"], "both bind 127.0.0.1:{port} (0.0.0.0 stands for every address)"),
+        (["[::]:{port}", "0.0.0.0:{port}"], "both bind port {port} of every address"),
+        (["localhost:{port}", "[::]:{port}"], "both bind ::1:{port} ([::] stands for every address)"),
+        (["0.0.0.0:{port}", "0.0.0.0:{port}"], "twice"),
     ],
 )
 def test_an_address_given_twice_is_refused_naming_listen_not_another_server(
@@ -346,6 +352,18 @@ def test_an_address_given_twice_is_refused_naming_listen_not_another_server(
     assert "--listen gives" in proc.stderr and named.format(tmp=tmp_path, port=port) in proc.stderr, proc.stderr
     assert "another" not in proc.stderr
     assert not list(tmp_path.glob("*.sock"))
+
+
+def test_wildcard_addresses_on_port_0_clash_with_no_other(tmp_path: Path) -> None:
+    """Port 0 binds a free port for each address: beside each other and the fixed 127.0.0.1 port."""
+    sidecar = start_sidecar(tmp_path / "data", "--listen", "0.0.0.0:0", "--listen", "[::]:0")
+    try:
+        found = re.search(
+            r"ckpt serving: listen=unix:\S+,127\.0\.0\.1:(\d+),0\.0\.0\.0:(\d+),\[::\]:(\d+) ", sidecar.log()
+        )
+        assert found and "0" not in found.groups() and len(set(found.groups())) == 3, sidecar.log()
+    finally:
+        assert sidecar.stop() == 0
 
 
 def test_a_unix_socket_bound_before_a_later_address_fails_is_removed(tmp_path: Path) -> None:

@@ -53,11 +53,13 @@ def _assert_lock_free(data_dir: Path) -> None:
     lock_data_dir(data_dir).close()  # raises naming the holder if a process still holds it
 
 
-def _serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """`ckpt serve` with ``args``, in a process session of its own (as a terminal's job), logging to a file."""
+def _serve(tmp_path: Path, *args: str, nohup: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    """`ckpt serve` with ``args``, in a process session of its own (as a terminal's job), logging to a file;
+    ``nohup``: run by nohup(1), which starts it with SIGHUP ignored."""
     log = tmp_path / f"serve-{time.monotonic_ns()}.log"
     with log.open("wb") as out:
         cmd = [sys.executable, "-m", "ckpt.sidecar.cli", "serve", "--data-dir", str(tmp_path / "data"), *args]
+        cmd = ["nohup", *cmd] if nohup else cmd
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     return process, log
 
@@ -108,6 +110,36 @@ def test_sighup_to_a_workers_process_group_stops_the_parent_and_every_worker_in_
         process.wait()
     text = log.read_text()
     assert text.count("ckpt stopped") == 3 and "Traceback" not in text, text
+    _assert_all_gone(processes)
+    _assert_lock_free(tmp_path / "data")
+
+
+def _ignores_sighup(pid: int) -> bool:
+    ignored = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn:"))
+    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_sidecar_started_by_nohup_keeps_serving_through_sighup_in_every_process(tmp_path: Path, workers: str) -> None:
+    port = free_port()
+    process, log = _serve(tmp_path, "--listen", f"127.0.0.1:{port}", "--workers", workers, nohup=True)
+    try:
+        _wait_for(lambda: " ckpt serving: " in log.read_text(), process, log)
+        processes = _descendants(process.pid)
+        assert len(processes) == (1 if workers == "1" else 4)  # its store process; or two workers with theirs
+        assert all(_ignores_sighup(pid) for pid in [process.pid, *processes])
+        os.killpg(process.pid, signal.SIGHUP)  # the terminal it was started from closed
+        time.sleep(1)  # a stop would have begun, and been logged, by now
+        with CheckpointClient(f"127.0.0.1:{port}", retries=0) as client:
+            client.put("s", b"\x08\x01")
+            assert client.get("s").state == b"\x08\x01"
+        assert process.poll() is None and all(_running(pid) for pid in processes), log.read_text()
+        assert "ckpt stopping" not in log.read_text()
+        process.send_signal(signal.SIGTERM)  # it still stops in order
+        assert process.wait(60) == 0, log.read_text()
+    finally:
+        process.kill()
+        process.wait()
     _assert_all_gone(processes)
     _assert_lock_free(tmp_path / "data")
 

@@ -21,10 +21,11 @@ import pytest
 
 from ckpt.sidecar import DataLoss, PutRequest, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.server.process import start_sidecar_process
 from ckpt.sidecar.storage import lmdb_storage
 from ckpt.sidecar.store import check_not_truncated
 from tests.store.support import put_later, queued_ops, storage_write_lock_held, wait_queued
-from tests.support import ckpt, start_sidecar
+from tests.support import ckpt, free_port, start_sidecar
 
 
 def _bytes(store: Store) -> tuple[int, int]:
@@ -234,3 +235,55 @@ def test_random_damage_to_the_free_list_is_refused_or_left_whole(cut: Path) -> N
             assert "is truncated" in str(exc) or "cannot be opened" in str(exc), exc
             refused += 1
     assert 100 < refused < 300  # damage to bytes LMDB does not read (a page's gap, a key) leaves it whole
+
+
+def _killed_first_start(data: Path, *, lock_file: bool) -> Path:
+    """The data directory a first start killed before LMDB's first write leaves: data.mdb made and empty
+    (LMDB writes a new file's meta pages first, so nothing was committed), and LMDB's lock file or not."""
+    (data / "lmdb").mkdir(parents=True)
+    (data / "lmdb" / "data.mdb").touch()
+    if lock_file:
+        lmdb.open(str(data.parent / "other"), max_dbs=0).close()
+        shutil.copyfile(data.parent / "other" / "lock.mdb", data / "lmdb" / "lock.mdb")
+    return data / "lmdb" / "data.mdb"
+
+
+@pytest.mark.parametrize("lock_file", [True, False], ids=["with-lock-mdb", "without-lock-mdb"])
+def test_a_first_start_killed_before_lmdb_wrote_leaves_a_store_that_starts_empty(
+    tmp_path: Path, lock_file: bool
+) -> None:
+    data_mdb = _killed_first_start(tmp_path / "data", lock_file=lock_file)
+    for command in (("verify",), ("inspect", "s")):
+        out = ckpt(*command, "--data-dir", str(tmp_path / "data"))  # read-only: it holds nothing yet
+        assert out.returncode == 1 and b"holds nothing yet" in out.stderr, out
+        assert b"cannot be opened" not in out.stderr and b"Traceback" not in out.stderr, out
+    assert data_mdb.stat().st_size == 0
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            assert list(c.sessions()) == []
+            c.put("s", b"\x08\x01")
+            assert c.get("s").state == b"\x08\x01"
+    finally:
+        assert sidecar.stop() == 0
+    verify = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert verify.returncode == 0 and b"1 ok" in verify.stdout, verify
+
+
+def test_workers_and_an_embedded_store_start_on_a_data_file_left_empty(tmp_path: Path) -> None:
+    _killed_first_start(tmp_path / "data", lock_file=True)
+    port = free_port()
+    sidecar = start_sidecar_process(
+        tmp_path / "data", "--workers", "2", listen=[f"127.0.0.1:{port}"], inherit_ckpt_env=False
+    )
+    try:
+        with CheckpointClient(f"127.0.0.1:{port}", retries=0) as c:
+            c.put("s", b"\x08\x01")
+            assert c.get("s").state == b"\x08\x01"
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+    _killed_first_start(tmp_path / "embedded", lock_file=False)
+    with Store(StoreConfig(data_dir=tmp_path / "embedded")) as store:
+        assert store.put("s", b"kept").version == 1
+    with Store(StoreConfig(data_dir=tmp_path / "embedded"), readonly=True) as store:
+        assert store.get("s").state == b"kept"
