@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, BinaryIO
 
 import grpc
@@ -180,13 +181,14 @@ class AsyncCheckpointClient(
         self._check_open()
         return self._blob_chunks(request)
 
-    async def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> AsyncIterator[bytes]:
+    async def _blob_chunks(self, request: service_pb2.GetBlobRequest) -> AsyncGenerator[bytes, None]:
         self._check_open()  # where it is iterated: a client of another event loop is refused by name
         attempts = BlobReadAttempts(self._retries)
         while True:
             attempts.start()
+            call = self._stub.GetBlob(request)
             try:
-                async for message in self._stub.GetBlob(request):
+                async for message in call:
                     if message.chunk:
                         attempts.delivered = True
                         yield message.chunk
@@ -197,6 +199,10 @@ class AsyncCheckpointClient(
                 if self._cancelled_by_close():
                     raise self._closed_during(None) from None
                 raise
+            finally:
+                # Left early (the caller's break, or its task cancelled): the stream is ended now, not at
+                # close(), which it would keep open with its blob file and a grpc.aio task.
+                call.cancel()
             await asyncio.sleep(delay)
             self._check_not_closed_while_waiting()
 
@@ -204,10 +210,14 @@ class AsyncCheckpointClient(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0
     ) -> int:
         """CheckpointClient.get_blob_to (the file written on a thread)."""
+        request = blobs.get_blob_request(ref, offset, length)
+        self._check_open()
         written = 0
-        async for chunk in self.get_blob(ref, offset=offset, length=length):
-            await asyncio.to_thread(write_whole, file, chunk)
-            written += len(chunk)
+        # Closed on the way out (cancelled, or a write failing), so that its stream ends then.
+        async with contextlib.aclosing(self._blob_chunks(request)) as chunks:
+            async for chunk in chunks:
+                await asyncio.to_thread(write_whole, file, chunk)
+                written += len(chunk)
         return written
 
     async def _put_stream(self, puts: Any, limits: StreamLimits) -> AsyncIterator[service_pb2.PutResult]:

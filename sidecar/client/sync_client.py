@@ -13,7 +13,7 @@ import grpc
 from ckpt.v1 import checkpoint_pb2, service_pb2
 
 from ..wholewrites import write_whole
-from . import blobs, toolcache
+from . import blobs, interrupts, toolcache
 from .base import ClientBase, Unary
 from .channel import warn_not_closed
 from .errors import unknown_write
@@ -101,7 +101,7 @@ class CheckpointClient(
         method, request, attempts = call.start(self)
         while True:
             try:
-                return call.result(method(request, timeout=attempts.remaining()))
+                return call.result(interrupts.call_unary(method, request, attempts.remaining()))
             except grpc.RpcError as exc:
                 delay = self._retry_delay(exc, attempts)
             except ValueError:

@@ -20,6 +20,7 @@ import grpc
 
 from ckpt.v1 import service_pb2
 
+from . import interrupts
 from .ledger import End, Hold, SequenceSource, StreamLimits, copied
 from .policy import ENDED_STREAM_GRACE_SECONDS
 from .stream import Move, StreamRun
@@ -123,15 +124,30 @@ class Responses:
     ENDED_STREAM_GRACE_SECONDS, as ``next(call)`` called after the end
     would: StopIteration if it ended OK, else the call as its RpcError (the
     reader stays in its read, a daemon thread).
+
+    The caller's thread touches no gRPC object (see interrupts): the call is
+    started, and cancelled, on interrupts' worker when that thread is the
+    main one, and read here on a thread of its own; its end is seen on
+    gRPC's, and the errors handed over are EndedCalls.
     """
 
     def __init__(self, call: Any) -> None:
         self._call = call
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ended = False
+        self._end: BaseException | None = None  # once the call has ended: StopIteration, or its EndedCall
         self._last: BaseException | None = None
         threading.Thread(target=self._read, name="ckpt-put-stream-answers", daemon=True).start()
-        call.add_done_callback(lambda _: self._queue.put(_CALL_ENDED))  # at once if it has ended
+        call.add_done_callback(self._call_ended)  # at once if it has ended
+
+    @classmethod
+    def start(cls, method: Callable[[Any], Any], requests: Iterator[Any]) -> Responses:
+        """``method(requests)`` (the stub's PutStream), its answers to read; started off the main thread."""
+        return interrupts.run(lambda: cls(method(requests)), undo=Responses.cancel)
+
+    def _call_ended(self, call: Any) -> None:
+        self._end = _end_of(call)
+        self._queue.put(_CALL_ENDED)
 
     def _read(self) -> None:
         end: BaseException = StopIteration()
@@ -139,12 +155,12 @@ class Responses:
             for response in self._call:
                 self._queue.put(response)
         except BaseException as exc:  # whatever it is, the consumer must not wait for ever
-            end = exc
+            end = interrupts.ended(exc)
         self._queue.put(_ReadEnded(end))
 
     def cancel(self) -> None:
         """Cancel the call (a no-op once it has ended); a wait for its answers ends as at the call's end."""
-        self._call.cancel()
+        interrupts.start(self._call.cancel)
         self._queue.put(_CALL_ENDED)
 
     def __iter__(self) -> Responses:
@@ -157,7 +173,9 @@ class Responses:
             try:
                 item = self._queue.get(timeout=ENDED_STREAM_GRACE_SECONDS if self._ended else None)
             except queue.Empty:
-                self._last = StopIteration() if self._call.code() is grpc.StatusCode.OK else self._call
+                # The end its callback saw; cancelled, before the callback came, the call's end read now.
+                end = self._end
+                self._last = end if end is not None else interrupts.run(lambda: _end_of(self._call))
                 raise self._last from None
             if item is _CALL_ENDED:
                 self._ended = True
@@ -169,6 +187,11 @@ class Responses:
 
 
 _CALL_ENDED = object()
+
+
+def _end_of(call: Any) -> BaseException:
+    """An ended call as ``next(call)`` would end: StopIteration if it ended OK, else its EndedCall."""
+    return StopIteration() if call.code() is grpc.StatusCode.OK else interrupts.EndedCall(call)
 
 
 class _ReadEnded(NamedTuple):
@@ -238,7 +261,7 @@ class SyncFeed:
         """Start a stream (on ``method``, the stub's PutStream) that sends every unanswered batch, then the rest."""
         with self._cond:
             stream = self._ledger.open_stream(time.monotonic())
-        call = Responses(method(self._requests(stream)))
+        call = Responses.start(method, self._requests(stream))
         with self._cond:
             self._call = call
             if self._watchdog is None:

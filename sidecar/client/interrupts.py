@@ -1,0 +1,169 @@
+"""Keeping a Ctrl-C out of grpcio: the sync client's gRPC work for the main thread, done on a thread of its own.
+
+Python runs signal handlers on the main thread, between two bytecodes of
+whatever it runs; grpcio's sync calls take their locks in Python
+(``with state.condition:``, a threading.Condition whose ``__enter__`` is a
+Python function), so a KeyboardInterrupt raised just after one of those
+locks was taken leaves it held for good. The channel's one polling thread
+then blocks on it, and every later call of the channel hangs (a resent
+put_stream stuck in ``add_done_callback``, a close() waiting out its
+timeout). So the main thread never runs grpcio's code: it hands each step
+(a unary call; starting, cancelling a stream) to a worker thread, waiting on a
+``queue.SimpleQueue``, a C lock that a signal interrupts without leaving it
+held. The other threads, which no signal reaches, call gRPC themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+import grpc
+
+T = TypeVar("T")
+
+
+class _Outcome(NamedTuple):
+    value: Any
+    error: BaseException | None
+
+
+class _Job(NamedTuple):
+    fn: Callable[[], Any]
+    reply: queue.SimpleQueue[_Outcome] | None
+
+
+class _Worker:
+    """The thread that runs the main thread's gRPC steps, one at a time, in order.
+
+    One at a time serves: the main thread waits for each step it hands over
+    but a cancel. A step the main thread stops waiting for (interrupted) may
+    still block (a unary call, until its deadline): its worker is retired,
+    ends once done, and the next step goes to a new one.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="ckpt-grpc-steps", daemon=True).start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                outcome = _Outcome(job.fn(), None)
+            except BaseException as exc:  # the caller's to raise
+                outcome = _Outcome(None, exc)
+            if job.reply is not None:
+                job.reply.put(outcome)
+
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
+def _current() -> _Worker:
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid():  # none yet, or it stayed in the parent of a fork
+            _worker = _Worker()
+        return _worker
+
+
+def _retire(worker: _Worker) -> None:
+    global _worker
+    with _worker_lock:
+        if _worker is worker:
+            _worker = None
+    worker.jobs.put(None)  # once its steps are done
+
+
+def off_main() -> bool:
+    """Whether gRPC's code is to be kept off this thread: it is the main thread, where signals land."""
+    return threading.current_thread() is threading.main_thread()
+
+
+def run(fn: Callable[[], T], undo: Callable[[T], object] | None = None) -> T:
+    """``fn()``'s result (or its exception), run on the worker if this is the main thread, else here.
+
+    A KeyboardInterrupt (any exception) while waiting for it is raised at
+    once; ``fn`` still runs to its end, and ``undo`` is then called on its
+    result (to cancel the call it started).
+    """
+    if not off_main():
+        return fn()
+    reply: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+    worker = _current()
+    worker.jobs.put(_Job(fn, reply))
+    try:
+        outcome = reply.get()
+    except BaseException:
+        if undo is not None:
+            worker.jobs.put(_Job(lambda: _undo_when_done(reply, undo), None))  # its next step: after ``fn``
+        _retire(worker)
+        raise
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value  # type: ignore[no-any-return]
+
+
+def _undo_when_done(reply: queue.SimpleQueue[_Outcome], undo: Callable[[Any], object]) -> None:
+    try:
+        outcome = reply.get_nowait()
+    except queue.Empty:  # the caller took it before being interrupted
+        return
+    if outcome.error is None:
+        undo(outcome.value)
+
+
+def start(fn: Callable[[], object]) -> None:
+    """Run ``fn()`` on the worker if this is the main thread (not waited for), else here."""
+    if off_main():
+        _current().jobs.put(_Job(fn, None))
+    else:
+        fn()
+
+
+class EndedCall(grpc.RpcError):  # type: ignore[misc]
+    """An ended call's status, read on the thread that saw it end: the error the main thread is given, as
+    grpcio's own call objects take its locks in every accessor.
+
+    Its code, details and trailers only: grpcio sets the three together when a
+    call ends, whether by its status or cancelled (a cancelled call's debug
+    string and headers may never come, and a wait for them never ends).
+    """
+
+    def __init__(self, call: Any) -> None:
+        super().__init__()
+        self._code: grpc.StatusCode = call.code()
+        self._details: str | None = call.details()
+        self._trailing: Any = call.trailing_metadata()
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str | None:
+        return self._details
+
+    def trailing_metadata(self) -> Any:
+        return self._trailing
+
+    def __str__(self) -> str:
+        return f"<EndedCall of RPC that terminated with:\n\tstatus = {self._code}\n\tdetails = {self._details!r}>"
+
+
+def ended(error: BaseException) -> BaseException:
+    """``error``, a gRPC call's, as an EndedCall; any other exception as it is."""
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code") and not isinstance(error, EndedCall):
+        return EndedCall(error)
+    return error
+
+
+def call_unary(method: Any, request: Any, timeout: float) -> Any:
+    """``method(request, timeout=timeout)`` (a sync stub's unary method), called on the worker from the
+    main thread. Interrupted, the call is not waited for: it ends in the background, at the latest at its
+    deadline (a blocking call cannot be cancelled; a future's, which could, cost each call ~0.1 ms more).
+    Its errors take no lock (grpcio's inactive RpcError)."""
+    return run(lambda: method(request, timeout=timeout))
