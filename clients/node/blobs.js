@@ -171,10 +171,19 @@ async function* blobChunks(client, request) {
 }
 
 // See CheckpointClient.getBlobToFile. Written beside `file` and renamed over it once whole, so a failed
-// read leaves no partial file and whatever was there before untouched.
+// read leaves no partial file and whatever was there before untouched. A symlink is followed (the file it
+// names is replaced, not the link); a path that is no regular file (/dev/null, a named pipe) is written in
+// place, since renaming over it would replace a device with a file.
 async function blobToFile(client, request, file) {
   checkString('file', file);
-  const partial = path.join(path.dirname(file), `.${path.basename(file)}.${crypto.randomBytes(6).toString('hex')}.partial`);
+  let target = file;
+  let inPlace = false;
+  try {
+    target = await fs.promises.realpath(file);
+    inPlace = !(await fs.promises.stat(target)).isFile();
+  } catch (err) {
+    if (err.code !== 'ENOENT') throw err; // not there yet: made beside its name and renamed once whole
+  }
   let written = 0;
   async function* counted() {
     for await (const chunk of blobChunks(client, request)) {
@@ -182,9 +191,14 @@ async function blobToFile(client, request, file) {
       yield chunk;
     }
   }
+  if (inPlace) {
+    await pipeline(Readable.from(counted(), { objectMode: false }), fs.createWriteStream(target));
+    return written;
+  }
+  const partial = path.join(path.dirname(target), `.${path.basename(target)}.${crypto.randomBytes(6).toString('hex')}.partial`);
   try {
     await pipeline(Readable.from(counted(), { objectMode: false }), fs.createWriteStream(partial, { flags: 'wx' }));
-    await fs.promises.rename(partial, file);
+    await fs.promises.rename(partial, target);
   } catch (err) {
     await fs.promises.rm(partial, { force: true });
     throw err;

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -53,13 +55,26 @@ def to_stdout(data: bytes | Iterable[bytes]) -> int:
 
 def to_file(path: Path, write: Callable[[BinaryIO], int]) -> int:
     """``write`` (bytes written) run on FILE.partial, renamed ``path`` once whole: the file is whole or not
-    there. OSError naming ``path`` if it cannot be written."""
-    partial = path.with_name(path.name + ".partial")
+    there. OSError naming ``path`` if it cannot be written.
+
+    A symlink is followed (the file it names is replaced, not the link), and a path that is no regular file
+    (/dev/null, a named pipe, /dev/stdout) is written in place: renaming over it would replace a device with
+    a file, as root, or fail."""
+    target = Path(os.path.realpath(path))
+    with writing(repr(str(path))):
+        try:
+            regular = stat.S_ISREG(os.stat(target).st_mode)
+        except FileNotFoundError:
+            regular = True  # made new, whole or not at all
+        if not regular:
+            with open(target, "wb") as f:
+                return write(f)
+    partial = target.with_name(target.name + ".partial")
     try:
         with writing(repr(str(path))):
             with open(partial, "wb") as f:
                 written = write(f)
-            partial.replace(path)
+            partial.replace(target)
         return written
     finally:
         partial.unlink(missing_ok=True)

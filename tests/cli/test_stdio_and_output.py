@@ -7,8 +7,10 @@ import json
 import os
 import resource
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -158,3 +160,33 @@ def test_json_output_shows_empty_and_zero_fields(sidecar: Sidecar) -> None:
     assert listed["head_version"] == "0" and listed["labels"] == {}
     [ping] = [json.loads(line) for line in ckpt("events", "only-events", *t).stdout.splitlines()]
     assert ping["payload"] == "" and ping["attributes"] == {} and ping["type"] == "ping"
+
+
+def test_get_out_writes_through_a_symlink_and_into_a_named_pipe_in_place(sidecar: Sidecar, tmp_path: Path) -> None:
+    """--out is written whole through a rename only for a regular file: a rename over a named pipe or a device
+    (`--out /dev/null`) would replace it with a file (as root) or fail; a symlink keeps pointing at its file."""
+    t = ("--target", sidecar.unix_target)
+    state = os.urandom(300_000)
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("s", state)
+        sha = c.put_blob(state, session_id="s").content_hash
+    for command in (("get", "s"), ("blob", "get", sha)):
+        real, link = tmp_path / "real.bin", tmp_path / "link.bin"
+        real.write_bytes(b"old")
+        link.unlink(missing_ok=True)
+        link.symlink_to(real)
+        done = run(*command, *t, "--out", str(link))
+        assert done.returncode == 0, done.stderr
+        assert link.is_symlink() and real.read_bytes() == state, command
+        fifo = tmp_path / "pipe"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda pipe=fifo, into=got: into.append(pipe.read_bytes()))
+        reader.start()
+        done = run(*command, *t, "--out", str(fifo))
+        reader.join(timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode), f"{command}: the named pipe was replaced by a file"
+        assert got == [state], command
+        assert not list(tmp_path.glob("*.partial"))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import re
 import signal
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -383,3 +385,42 @@ def test_node_put_blob_streams_and_stops_reading_at_the_sidecars_limit(tmp_path:
     # not ahead of the sidecar: an endless source read ahead would have been pulled without end.
     assert limit < out["pulled"] < 64 << 20, out["pulled"]
     assert out["closed"]
+
+
+_BLOB_TO_LINK_AND_PIPE = """
+run(async () => {
+  const [dir, sha] = [process.argv[3], process.argv[4]];
+  const out = {};
+  out.link = await client.getBlobToFile(sha, path.join(dir, 'link.bin'));
+  // A named pipe: read while the client writes into it.
+  const read = new Promise((resolve) => {
+    const parts = [];
+    fs.createReadStream(path.join(dir, 'pipe'))
+      .on('data', (d) => parts.push(d))
+      .on('end', () => resolve(Buffer.concat(parts)));
+  });
+  out.pipe = await client.getBlobToFile(sha, path.join(dir, 'pipe'));
+  out.pipe_sha = crypto.createHash('sha256').update(await read).digest('hex');
+  return out;
+});
+"""
+
+
+def test_node_get_blob_to_file_writes_through_a_symlink_and_into_a_named_pipe_in_place(
+    sidecar: Sidecar, tmp_path: Path
+) -> None:
+    """Only a regular file is replaced by a rename: a named pipe or a device (/dev/null) is written in place,
+    and a symlink keeps pointing at the file it names."""
+    data = os.urandom(700_000)
+    with CheckpointClient(sidecar.unix_target) as c:
+        sha = c.put_blob(data, session_id="s").content_hash
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "real.bin").write_bytes(b"old")
+    (out_dir / "link.bin").symlink_to(out_dir / "real.bin")
+    os.mkfifo(out_dir / "pipe")
+    out = _run_node(_BLOB_TO_LINK_AND_PIPE, sidecar.unix_target, str(out_dir), sha)
+    assert out == {"link": len(data), "pipe": len(data), "pipe_sha": hashlib.sha256(data).hexdigest()}
+    assert (out_dir / "link.bin").is_symlink() and (out_dir / "real.bin").read_bytes() == data
+    assert stat.S_ISFIFO(os.lstat(out_dir / "pipe").st_mode)
+    assert sorted(p.name for p in out_dir.iterdir()) == ["link.bin", "pipe", "real.bin"]
