@@ -10,7 +10,8 @@ from .files import (
     make_dirs,
     sync_dir,
 )
-from .lmdb_storage import LmdbStorage, check_not_truncated, open_lmdb
+from .lmdb_open import check_not_truncated
+from .lmdb_storage import LmdbStorage, open_lmdb
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, Storage, StorageFailure, Table, WriteTxn
 

@@ -1,14 +1,16 @@
 """The storage seam on LMDB: one environment (a data.mdb and its lock.mdb), one named database per table.
 
-The only module that imports lmdb. Transactions hand out py-lmdb's own
-bound methods and cursor iterators (no Python frame per key on the cold
-read or in a group commit); errors are translated where they leave a read
-transaction or an open (see seam.py).
+With lmdb_open.py (the checks made before an open), the only module that
+imports lmdb. Transactions hand out py-lmdb's own bound methods and cursor
+iterators (no Python frame per key on the cold read or in a group commit);
+errors are translated where they leave a read transaction or an open (see
+seam.py).
 
 LMDB requires that no transaction is open anywhere in the process while
 the map is resized: every read transaction holds an RWLock shared and a
 resize holds it exclusive. The one write transaction is the writer
-thread's, which is also the only one that grows the map.
+thread's, which is also the only one that grows the map; it and the other
+calls outside that lock are counted (:meth:`LmdbStorage.let_go_in_child`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,10 +33,8 @@ from .files import (
     PRIVATE_FILE_MODE,
     disk_full_reason,
     grow_file,
-    holds_nothing,
-    in_use_in_this_process,
 )
-from .free_pages import unwritten_tail_bytes
+from .lmdb_open import KEPT_ACROSS_FORK, retry_map_resized
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
 
@@ -170,15 +171,27 @@ class _WriteScope(_Committing):
         self._storage = storage
 
     def __enter__(self) -> _WriteTxn:
-        env = self._storage.env
-        while True:
-            try:
-                self._txn = env.begin(write=True)
-            except lmdb.MapResizedError:
-                # Another process (a --workers sibling) grew the map: adopt its size and begin again.
-                self._storage.adopt_size()
-                continue
-            return _WriteTxn(env, self._txn)
+        storage = self._storage
+        env = storage.env
+        storage.count_calls(1)  # from before begin to after commit or abort (__exit__)
+        try:
+            while True:
+                try:
+                    self._txn = env.begin(write=True)
+                except lmdb.MapResizedError:
+                    # Another process (a --workers sibling) grew the map: adopt its size and begin again.
+                    storage.adopt_size()
+                    continue
+                return _WriteTxn(env, self._txn)
+        except BaseException:
+            storage.count_calls(-1)
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            self._storage.count_calls(-1)
 
 
 class _ReadScope:
@@ -252,6 +265,9 @@ class LmdbStorage:
         self._max_map_size = max_map_size_bytes
         self.resizes = 0
         self._rw = RWLock()
+        # LMDB calls under way outside the lock, write transactions among them (let_go_in_child).
+        self._calls = 0
+        self._calls_lock = threading.Lock()
         self._closed = False  # set under the exclusive lock, as LMDB closes
         self.env = lmdb.open(
             str(lmdb_dir),
@@ -280,9 +296,45 @@ class LmdbStorage:
 
     def table(self, name: str, *, create: bool) -> Table | None:
         try:
-            return self.env.open_db(name.encode(), create=create)
+            with self.calling():  # py-lmdb begins a transaction
+                return self.env.open_db(name.encode(), create=create)
         except lmdb.NotFoundError:
             return None
+
+    def count_calls(self, change: int) -> None:
+        with self._calls_lock:
+            self._calls += change
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Count an LMDB call (or a transaction) made outside the resize lock while the block runs."""
+        self.count_calls(1)
+        try:
+            yield
+        finally:
+            self.count_calls(-1)
+
+    def let_go_in_child(self) -> None:
+        """In a child forked while this was open: close the inherited environment if that is safe.
+
+        py-lmdb refuses to open an environment twice in one process, so while
+        the child holds this one it can open no Store on the directory. Closing
+        it is safe only with no transaction or call under way at the fork:
+        py-lmdb would abort a parent's transaction in the child (freeing its
+        reader slot under the parent) or wait forever for a writer thread the
+        child lacks. With none, closing unmaps the child's copy and closes its
+        descriptors only: the parent's locks stay (fcntl locks are not
+        inherited), and nothing of the shared lock table the parent uses is
+        touched. Else the environment is kept, and the child's opens of the
+        directory say why (:func:`.lmdb_open.check_not_truncated`).
+        """
+        if self._closed:
+            return
+        if self._calls or not self._rw.idle:
+            KEPT_ACROSS_FORK.add(os.path.realpath(self.data_file.parent))
+            return
+        self._closed = True
+        self.env.close()
 
     def read(self) -> _ReadScope:
         return _ReadScope(self)
@@ -322,15 +374,16 @@ class LmdbStorage:
         deleted in the last commit thus makes no room for the next; after this
         commit it does (unless a reader's older snapshot still holds them).
         """
-        if self.env.info()["last_txnid"] == self._released_at:
-            return False
-        try:
-            with self.write() as txn:
-                txn.put(_RELEASE_KEY, b"")
-                txn.delete(_RELEASE_KEY)
-                txnid = self.env.info()["last_txnid"] + 1  # this one's: no other writer commits meanwhile
-        except lmdb.Error:  # no room even for this: nothing was committed
-            return False
+        with self.calling():
+            if self.env.info()["last_txnid"] == self._released_at:
+                return False
+            try:
+                with self.write() as txn:
+                    txn.put(_RELEASE_KEY, b"")
+                    txn.delete(_RELEASE_KEY)
+                    txnid = self.env.info()["last_txnid"] + 1  # this one's: no other writer commits meanwhile
+            except lmdb.Error:  # no room even for this: nothing was committed
+                return False
         self._released_at = txnid
         self.committed()
         return True
@@ -339,7 +392,8 @@ class LmdbStorage:
         """Map the size another process grew the map to."""
         with self._rw.exclusive():
             self.env.set_mapsize(0)  # the size the file's meta page now gives
-        self._map_size = max(self._map_size, self.env.info()["map_size"])
+        with self.calling():
+            self._map_size = max(self._map_size, self.env.info()["map_size"])
 
     def cap_reached(self) -> str:
         cap = f"max_map_size_bytes ({self._max_map_size}; ckpt serve --max-map-size-bytes)"
@@ -359,7 +413,8 @@ class LmdbStorage:
     def flush(self) -> None:
         """Make every commit so far durable: without meta sync, the last commit's meta page is not yet."""
         if not self._meta_sync:
-            self.env.sync(True)
+            with self.calling():
+                self.env.sync(True)
 
     def committed(self) -> None:
         """After a commit: grow data.mdb to the committed last page if LMDB left it shorter.
@@ -377,6 +432,10 @@ class LmdbStorage:
         ~25 us of the writer's time per commit (~10 us without, p50, in a
         LangGraph replay on a busy 2-core VM).
         """
+        with self.calling():
+            self._grow_to_last_page()
+
+    def _grow_to_last_page(self) -> None:
         try:
             page_bytes = self._page_bytes
             last_pgno = self.env.info()["last_pgno"]
@@ -482,7 +541,7 @@ def open_lmdb(
     """Open the environment in ``lmdb_dir`` and ``prepare(storage)`` it (open the tables, check the layout).
 
     The open is begun again on a fresh environment while LMDB refuses it with
-    MDB_MAP_RESIZED (see :func:`_retry_map_resized`): read-only beside a
+    MDB_MAP_RESIZED (see :func:`.lmdb_open.retry_map_resized`): read-only beside a
     sidecar, or writable beside the other processes of ``--workers``. An error
     of LMDB's is DataLoss if the file is no LMDB database (or a damaged one),
     else StorageFailure; both name the file.
@@ -504,7 +563,7 @@ def open_lmdb(
             raise
 
     try:
-        opened = _retry_map_resized(once)
+        opened = retry_map_resized(once)
     except lmdb.Error as exc:
         text = f"{lmdb_dir / 'data.mdb'} cannot be opened as an LMDB database: {exc}"
         raise (DataLoss(text) if isinstance(exc, _NOT_LMDB) else StorageFailure(text)) from None
@@ -516,64 +575,3 @@ def open_lmdb(
             storage.cap_reached(),
         )
     return opened
-
-
-# Opens retried when MDB_MAP_RESIZED (see _retry_map_resized); each retry maps
-# the size the file has by then, so more than a couple are never expected.
-_MAP_RESIZED_OPEN_ATTEMPTS = 50
-
-
-def _retry_map_resized(open_env: Callable[[], _T]) -> _T:
-    """``open_env()``, again while it fails with MDB_MAP_RESIZED.
-
-    An open beside another process writing the store (a read-only one beside
-    a running sidecar, a worker's beside the other workers') maps the file at
-    the size its meta page gives; py-lmdb then begins a transaction (in
-    lmdb.open and in open_db). Should the other process grow the map and
-    write past the old end in between, LMDB refuses that transaction
-    (MDB_MAP_RESIZED) although nothing is wrong: opening again maps the new
-    size. ``open_env`` must close what it opened before raising, and what it
-    committed (tables made) is found committed by the next attempt.
-    """
-    for attempt in range(1, _MAP_RESIZED_OPEN_ATTEMPTS + 1):
-        try:
-            return open_env()
-        except lmdb.MapResizedError:
-            if attempt == _MAP_RESIZED_OPEN_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
-
-
-def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
-    """DataLoss if data.mdb lacks a page its newest meta page's database uses.
-
-    LMDB maps the file: reading a page past its end kills the process with
-    SIGBUS, so a truncated file (a partial copy or restore) must be caught
-    before anything reads the B-trees. A file may also end before its last
-    page with nothing lost: LMDB never writes pages a transaction allocated
-    and freed again, and a power cut (or SIGKILL) after such a commit, before
-    :meth:`LmdbStorage.committed` grew the file, leaves it short. Those pages
-    are on LMDB's free list, so when the file is short the list is read from
-    the file with plain reads (:mod:`.free_pages`): if every page past the
-    end is on it, the store opens (with ``extend``, the writer holding the
-    directory, after growing the file to its last page with zeros, synced);
-    if any is not, or the list cannot be read, DataLoss.
-    """
-    if holds_nothing(data_mdb):
-        return  # a new store (an empty file too: files.holds_nothing), or read-only, refused by the caller
-    try:
-        env = _retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
-    except lmdb.Error as exc:
-        if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
-            raise in_use_in_this_process(data_mdb.parent.parent) from None
-        raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
-    try:
-        needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    finally:
-        env.close()
-    # The meta pages are read before the size: a writer beside us writes a commit's pages before its meta page.
-    if data_mdb.stat().st_size >= needed:
-        return
-    needed = unwritten_tail_bytes(data_mdb)
-    if extend:
-        grow_file(data_mdb, needed)

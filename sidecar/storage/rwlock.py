@@ -28,6 +28,11 @@ class RWLock:
                 self._cond.wait()
             self._shared += 1
 
+    @property
+    def idle(self) -> bool:
+        """Whether nobody holds the lock; read without taking it (in a forked child: the holders' threads are gone)."""
+        return not self._shared and not self._exclusive
+
     def release_shared(self) -> None:
         with self._cond:
             self._shared -= 1

@@ -18,6 +18,10 @@ from .ops import Op
 from .writer import Writer
 
 _CLOSING = "the store is closing; no new writes are accepted"
+_BEHIND_REFUSED = (
+    f"{_CLOSING}: a write submitted before this one on the same event loop was refused, and a loop's"
+    " writes commit in the order they were submitted"
+)
 
 
 class CheckLine:
@@ -95,15 +99,25 @@ class CheckLine:
         """For a closing store (under room): the writes in line that are checked, to commit.
 
         Those still being checked are refused, as a write submitted while the
-        store closes is: nothing of them was written.
+        store closes is: nothing of them was written. So is every write in
+        line behind one refused, checked or not: a loop's writes commit in the
+        order they were submitted, so none commits after an earlier one that
+        did not.
         """
         ready: list[Op] = []
-        refused: list[Op] = []
+        refused: list[tuple[Op, str]] = []
         for line in self._lines.values():
+            why = ""
             for op in line:
-                (refused if op.check is not None else ready).append(op)
+                if not why and op.check is not None:
+                    why = _CLOSING
+                    refused.append((op, why))
+                elif why:
+                    refused.append((op, _BEHIND_REFUSED))
+                else:
+                    ready.append(op)
         self._lines.clear()
-        self._writer.release_locked(refused)
-        for op in refused:
-            op.resolve(None, Unavailable(_CLOSING))
+        self._writer.release_locked([op for op, _ in refused])
+        for op, why in refused:
+            op.resolve(None, Unavailable(why))
         return ready

@@ -6,7 +6,10 @@ child (os.fork, multiprocessing's default start method on Linux) every open
 store is marked unusable: each of its methods raises Unavailable saying why,
 and the child's copy of the data directory's lock is closed, so that the lock
 goes when the parent closes the store, not when its last child exits. The
-LMDB environment is left as it is in the child: closing it there is unsafe too.
+child's copy of the LMDB environment is closed if no transaction was under
+way at the fork, so that the child can open a Store of its own on the
+directory (py-lmdb opens an environment once per process); else it is left
+as it is, closing it then being unsafe (LmdbStorage.let_go_in_child).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import os
 import threading
 import weakref
 from typing import IO, Any, NoReturn
+
+from ..storage import LmdbStorage
 
 # The stores open in this process, held weakly: the at-fork hook keeps none alive.
 _open: weakref.WeakSet[OneProcess] = weakref.WeakSet()
@@ -30,6 +35,7 @@ class OneProcess:
     _close_finished: bool
     _close_lock: Any
     _lock_file: IO[str] | None
+    _storage: LmdbStorage
     _writer: Any
 
     def _track_process(self) -> None:
@@ -57,6 +63,7 @@ class OneProcess:
             # The child's descriptor only: the parent's, on the same open file, keeps the lock.
             with contextlib.suppress(OSError, ValueError):
                 lock.close()
+        self._storage.let_go_in_child()
 
     def __reduce__(self) -> NoReturn:
         raise TypeError(

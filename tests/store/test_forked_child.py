@@ -18,6 +18,7 @@ import pytest
 from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.store import PutRequest, Store
+from tests.store.support import writer_held
 
 STATE = b"\x0a\x01x"
 FORKED = "a forked child cannot use it (LMDB forbids it)"
@@ -30,22 +31,33 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
 
 
-def in_child(body: Callable[[], object], *, timeout: float = 10.0) -> tuple[str, str]:
-    """Run ``body`` in a forked child: (the name of what it raised or "returned", its message)."""
+def in_child(
+    body: Callable[[], object], *, timeout: float = 10.0, first: Callable[[], object] | None = None
+) -> tuple[str, str]:
+    """Run ``body`` in a forked child: (the name of what it raised or returned, its message or value).
+
+    With ``first``, the parent runs it after the fork, and the child begins only once it has.
+    """
     read_fd, write_fd = os.pipe()
+    go_read, go_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.read(go_read, 1)
             try:
-                body()
-                answer = ("returned", "")
+                value = body()
+                answer = ("returned", "" if value is None else str(value))
             except BaseException as exc:
                 answer = (type(exc).__name__, str(exc))
             os.write(write_fd, pickle.dumps(answer))
         finally:
             os._exit(0)
     os.close(write_fd)
+    os.close(go_read)
     try:
+        if first is not None:
+            first()
+        os.write(go_write, b"x")
         ready, _, _ = select.select([read_fd], [], [], timeout)
         if not ready:
             os.kill(pid, 9)
@@ -54,6 +66,7 @@ def in_child(body: Callable[[], object], *, timeout: float = 10.0) -> tuple[str,
             answer = pickle.loads(pipe.read())
     finally:
         os.close(read_fd)
+        os.close(go_write)
         os.waitpid(pid, 0)
     return answer  # type: ignore[no-any-return]
 
@@ -95,6 +108,69 @@ def test_a_forked_child_is_refused_asyncio_writes(store: Store) -> None:
 def test_closing_the_store_in_a_forked_child_leaves_the_parents_open(store: Store) -> None:
     assert in_child(store.close) == ("returned", "")
     assert store.put("a", STATE).version == 2
+
+
+def _open_and_put(data_dir: Path) -> str:
+    with Store(StoreConfig(data_dir=data_dir)) as own:
+        return f"{own.get('a').version} {own.put('a', b'child').version}"
+
+
+def _open_read_only(data_dir: Path) -> int:
+    with Store(StoreConfig(data_dir=data_dir), readonly=True) as own:
+        return own.get("a", use_cache=False).version
+
+
+def test_a_forked_child_opens_its_own_store_once_the_parent_closed_its_own(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    store = Store(StoreConfig(data_dir=data_dir))
+    store.put("a", STATE)
+
+    def in_the_child() -> str:
+        store.close()  # does nothing in the child
+        return _open_and_put(data_dir)
+
+    assert in_child(in_the_child, first=store.close) == ("returned", "1 2")
+    with Store(StoreConfig(data_dir=data_dir)) as reopened:
+        assert reopened.get("a").version == 2
+        assert reopened.get("a").state == b"child"
+
+
+def test_a_forked_child_opens_the_directory_read_only_beside_the_parents_store(store: Store) -> None:
+    data_dir = store.config.data_dir
+    assert in_child(lambda: _open_read_only(data_dir)) == ("returned", "1")
+    assert store.put("a", STATE).version == 2  # the parent's store goes on
+    assert store.get("a", use_cache=False).version == 2
+    assert in_child(lambda: _open_read_only(data_dir)) == ("returned", "2")
+
+
+def _open_in_worker(data_dir: Path, readonly: bool) -> int:
+    with Store(StoreConfig(data_dir=data_dir), readonly=readonly) as own:
+        return own.get("a", use_cache=False).version
+
+
+def test_a_fork_pool_worker_opens_the_directory_read_only_then_writable(store: Store) -> None:
+    data_dir = store.config.data_dir
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_open_in_worker, (data_dir, True)) == 1  # beside the parent's store
+        store.close()
+        assert pool.apply(_open_in_worker, (data_dir, False)) == 1  # the same worker, the parent's closed
+
+
+@pytest.mark.parametrize("under_way", ["read", "commit"])
+def test_a_child_forked_during_a_read_or_commit_says_it_cannot_open_the_directory(store: Store, under_way: str) -> None:
+    data_dir = store.config.data_dir
+    if under_way == "read":
+        with store._read():  # a read transaction of the parent's as it forks
+            name, message = in_child(lambda: _open_read_only(data_dir))
+            assert store.get("a", use_cache=False).version == 1  # the parent reads on
+    else:
+        with writer_held(store):  # the writer thread inside its write transaction as the parent forks
+            name, message = in_child(lambda: _open_read_only(data_dir))
+    assert name == "Unavailable", message
+    assert f"data directory {data_dir} cannot be opened in this process: it was forked while" in message
+    assert "'spawn' or 'forkserver'" in message
+    assert store.put("a", STATE).version == 2
+    assert store.get("a", use_cache=False).version == 2
 
 
 def _open_elsewhere(data_dir: Path) -> subprocess.CompletedProcess[str]:

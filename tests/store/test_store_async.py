@@ -167,25 +167,31 @@ def test_a_large_patch_past_the_backlog_is_refused_at_once(tmp_path: Path) -> No
         assert store.session("a").head_version == 1
 
 
-def test_closing_refuses_a_large_patch_still_being_checked_and_commits_the_rest(tmp_path: Path) -> None:
+def test_closing_refuses_a_large_patch_still_being_checked_and_every_write_behind_it(tmp_path: Path) -> None:
     store = Store(StoreConfig(data_dir=tmp_path / "data"))
+    store.put("a", state_of("a", 1))
 
     async def main() -> None:
         executor = ThreadPoolExecutor(1)
         asyncio.get_running_loop().set_default_executor(executor)
         gate = threading.Event()
         executor.submit(gate.wait)  # the check waits for the close
-        large = store.asubmit(PutRequest("a", _large_patch(1), WriteMode.MERGE))
-        behind = store.asubmit(PutRequest("b", state_of("b", 1)))
-        store.close()  # before the check runs
+        large = store.asubmit(PutRequest("a", _large_patch(2), WriteMode.MERGE))
+        behind = store.asubmit(PutRequest("a", patch_of(3), WriteMode.MERGE))  # checked at once, in line
+        other = store.asubmit(PutRequest("b", state_of("b", 1)))
+        store.close()  # before the large patch's check runs
         gate.set()
-        with pytest.raises(Unavailable, match="closing"):
+        with pytest.raises(Unavailable, match="closing; no new writes"):
             await large
-        assert (await behind).version == 1
+        for later in (behind, other):
+            with pytest.raises(Unavailable, match="a write submitted before this one on the same event loop"):
+                await later
 
     asyncio.run(main())
     with Store(StoreConfig(data_dir=tmp_path / "data")) as reopened:
-        assert list(reopened.session_ids()) == ["b"]
+        assert list(reopened.session_ids()) == ["a"]
+        assert reopened.get("a").version == 1
+        assert reopened.get("a").state == state_of("a", 1)
 
 
 @pytest.mark.parametrize("gathered_on_the_loop", [False, True])
