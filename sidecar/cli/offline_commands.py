@@ -16,7 +16,7 @@ from typing import Any
 from ...codec import DecodeError, FrameKind, frame_kind
 from ..config import StoreConfig
 from ..errors import DataLoss
-from ..store import SessionInfo, Store, VersionInfo, count_sessions
+from ..store import SessionInfo, Store, VersionInfo, count_sessions, stored_frames
 from ..tools import isolated, write_backup
 from ..tools.backup import copy_with_blobs
 from .output import utc
@@ -61,9 +61,10 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:
-    """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL."""
-    info, frames = store.frames_of(session)
-    return info, [(version, vinfo, len(frame), starts_chain(frame)) for version, vinfo, frame in frames]
+    """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL
+    (each frame read and let go: a session's frames are never held at once)."""
+    with stored_frames(store.read, store.tables, session) as (info, frames):
+        return info, [(version, vinfo, len(frame), starts_chain(frame)) for version, vinfo, frame in frames]
 
 
 # What the data directory holds. The rest of Store.stats() counts what one

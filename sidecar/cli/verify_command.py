@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from ...codec import DecodeError, iter_versions
 from ..errors import DataLoss, NotFound, StoreError
-from ..store import SessionInfo, Store, VersionInfo
+from ..store import SessionInfo, Store, StoredFrame, stored_frames
 from ..tools import Problem, isolated
 from ..tools.blobcheck import blob_lookup, blob_problems, blob_records, session_blob_problems
 from .offline_commands import open_readonly, starts_chain
@@ -124,7 +124,9 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blo
     except StoreError as exc:  # a damaged record or B-tree page
         held = [str(exc)]
     try:
-        info, frames = store.frames_of(session)
+        # One chain at a time (a FULL frame and the frames after it), not every frame at once.
+        with stored_frames(store.read, store.tables, session) as (info, frames):
+            problems = _frame_problems(session, info, frames)
     except NotFound as exc:
         # No versions: its log is the events cross-check's (tools/eventcheck.py), its blobs are checked above.
         if _holds_events(store, session) or store.blob_refs(session):
@@ -134,60 +136,80 @@ def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blo
         StoreError
     ) as exc:  # a damaged record or B-tree page (DataLoss from the storage seam): report it, check the others
         return [str(exc)]
-    # Said under the session's name already: its own "session 'x': " prefix goes.
-    problems = [
-        str(vinfo).removeprefix(f"session {session!r}: ") for _, vinfo, _ in frames if isinstance(vinfo, DataLoss)
-    ]
-    corrupt = {version for version, vinfo, _ in frames if isinstance(vinfo, DataLoss)}
-    chain: list[bytes] = []
-    chain_versions: list[int] = []
-    expected = info.first_version
-    for version, _info, frame in [*frames, (None, None, None)]:
-        if version is not None and version != expected:
-            problems.append(f"version {expected} is missing (next stored is {version})")
-            expected = version
-        # The kind byte is read raw: a frame whose header is corrupt still splits chains.
-        if version is None or (frame is not None and starts_chain(frame)):
-            if chain:
-                decoded = 0
-                try:
-                    for _ in iter_versions(chain):
-                        decoded += 1
-                except DecodeError as exc:
-                    # The frame after the last one decoded failed; name it if the codec could not.
-                    failed = chain_versions[decoded]
-                    if failed not in corrupt:  # reported once, above
-                        text = str(exc)
-                        problems.append(text if f"version {failed}" in text else f"version {failed}: {text}")
-            chain, chain_versions = [], []
-        if version is None:
-            break
-        assert frame is not None
-        chain.append(frame)
-        chain_versions.append(version)
-        expected += 1
-    if expected - 1 != info.head_version:
-        problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
-    problems += _time_problems(info, frames)
-    # Where a cold read of the head starts decoding, as the record says: a wrong one fails every read and write.
-    starts = [v for v, _i, frame in frames if starts_chain(frame) and v <= info.head_version]
-    if starts and info.chain_start_version != starts[-1]:
-        problems.append(
-            f"the session record says the head's chain starts at version {info.chain_start_version},"
-            f" but its last FULL frame is version {starts[-1]}"
-        )
     return problems + held
 
 
-def _time_problems(info: SessionInfo, frames: list[tuple[int, VersionInfo | DataLoss, bytes]]) -> list[str]:
+def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFrame]) -> list[str]:
+    """The problems of a session's frames, read in order, holding one chain of them at a time."""
+    # Said under the session's name already: its own "session 'x': " prefix goes.
+    corrupt_texts: list[str] = []
+    problems: list[str] = []
+    corrupt: set[int] = set()
+    # What the record is checked against: the times of version 1 and the head, and the last chain start.
+    stamped: dict[int, int] = {}
+    last_start: int | None = None
+    chain: list[bytes] = []
+    chain_versions: list[int] = []
+    expected = info.first_version
+    for version, vinfo, frame in frames:
+        if isinstance(vinfo, DataLoss):
+            corrupt_texts.append(str(vinfo).removeprefix(f"session {session!r}: "))
+            corrupt.add(version)
+        elif version in (1, info.head_version):
+            stamped[version] = vinfo.created_unix_nanos
+        if version != expected:
+            problems.append(f"version {expected} is missing (next stored is {version})")
+            expected = version
+        # The kind byte is read raw: a frame whose header is corrupt still splits chains.
+        if starts_chain(frame):
+            if chain:
+                problems += _chain_problem(chain, chain_versions, corrupt)
+            chain, chain_versions = [], []
+            if version <= info.head_version:
+                last_start = version
+        chain.append(frame)
+        chain_versions.append(version)
+        expected += 1
+    if chain:
+        problems += _chain_problem(chain, chain_versions, corrupt)
+    problems = corrupt_texts + problems
+    if expected - 1 != info.head_version:
+        problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
+    problems += _time_problems(info, stamped)
+    # Where a cold read of the head starts decoding, as the record says: a wrong one fails every read and write.
+    if last_start is not None and info.chain_start_version != last_start:
+        problems.append(
+            f"the session record says the head's chain starts at version {info.chain_start_version},"
+            f" but its last FULL frame is version {last_start}"
+        )
+    return problems
+
+
+def _chain_problem(chain: list[bytes], versions: list[int], corrupt: set[int]) -> list[str]:
+    """Why one chain (``versions``' frames) does not decode, if it does not and its frame was not reported
+    as ``corrupt`` already."""
+    decoded = 0
+    try:
+        for _ in iter_versions(chain):
+            decoded += 1
+    except DecodeError as exc:
+        # The frame after the last one decoded failed; name it if the codec could not.
+        failed = versions[decoded]
+        if failed not in corrupt:  # reported once, above
+            text = str(exc)
+            return [text if f"version {failed}" in text else f"version {failed}: {text}"]
+    return []
+
+
+def _time_problems(info: SessionInfo, stamped: dict[int, int]) -> list[str]:
     """The record's times against its frames': a frame swapped in from another session (frames do not name
     theirs), or a record whose times were changed, which decides whether a retry of a write is answered.
 
     Version 1 is stamped with the record's creation time (a put, or a fork) and the head with its update time
     (every write that makes a version stamps both; a quiet keyframe rewrites the frame, not its metadata,
     and an append of events alone touches neither). Retention never removes the head, but may remove
-    version 1 (first_version > 1): its time is then not checked."""
-    stamped = {version: vinfo.created_unix_nanos for version, vinfo, _ in frames if isinstance(vinfo, VersionInfo)}
+    version 1 (first_version > 1): its time is then not checked. ``stamped``: the times the metadata of
+    version 1 and of the head record, those that parse."""
     problems: list[str] = []
     if info.first_version == 1 and 1 in stamped and stamped[1] != info.created_unix_nanos:
         problems.append(

@@ -6,6 +6,7 @@ from .dirlock import lock_data_dir
 from .engine import Store
 from .headreads import HeadEvents, advance_head, read_head
 from .listings import count_sessions
+from .reads import StoredFrame, stored_frames
 from .records import request_of_session
 from .stateevents import GetWithEvents
 from .types import (
@@ -42,6 +43,7 @@ __all__ = [
     "ReadBound",
     "SessionInfo",
     "Store",
+    "StoredFrame",
     "SweepResult",
     "VersionInfo",
     "WriteMode",
@@ -51,4 +53,5 @@ __all__ = [
     "lock_data_dir",
     "read_head",
     "request_of_session",
+    "stored_frames",
 ]

@@ -55,9 +55,14 @@ class Encoders:
     def new(self, compact: type[Message] | None = None) -> ChainEncoder:
         """A new session's encoder, compacting MERGE states as ``compact`` (a typed session's class)."""
         encoder = ChainEncoder(policy=self._config.chain_policy, compact_message_type=compact)
+        self.adopt(encoder, compact)
+        return encoder
+
+    def adopt(self, encoder: ChainEncoder, compact: type[Message] | None) -> None:
+        """Note that ``encoder``, made as ``ChainEncoder(compact_message_type=compact)`` off the writer
+        thread (a fork's), compacts MERGE states as ``compact``: the cache keeps it only for that class."""
         if compact is not None:
             self._compacts[encoder] = compact
-        return encoder
 
     def for_session(
         self,

@@ -152,6 +152,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             validate,
             self._registry,
             self._events,
+            self._read,
         )
         self._retention = Retention(
             config, self._tables, self._read, submit, self._requests, self._keyframes, self._events
@@ -427,12 +428,11 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         )
 
     def frames_of(self, session_id: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
-        """A session's record and every stored frame, oldest first, read in one transaction (for tools).
+        """A session's record and every stored frame, oldest first, read in one transaction, all held at once
+        (`ckpt verify` and `inspect` hold one chain at a time: store.stored_frames).
 
-        One snapshot, so the frames match the record even beside a writer. A
-        version whose metadata or frame header is corrupt comes with the
-        DataLoss saying so instead of its VersionInfo: the tools report it
-        rather than stop.
+        One snapshot, so the frames match the record even beside a writer. A version whose metadata or
+        frame header is corrupt comes with the DataLoss saying so instead of its VersionInfo.
         """
         return frames_of(self._read, self._tables, session_id)
 

@@ -8,7 +8,7 @@ starts it: one read of the storage, then one decode.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from typing import NoReturn
 
@@ -199,28 +199,44 @@ def delete_frames(txn: WriteTxn, frames_table: Table, sid: bytes, *, below: int 
     return removed, freed
 
 
-def frames_of(
+#: A stored frame as the offline tools read it: its version, what its value says (or why it does not parse),
+#: and the frame's bytes.
+StoredFrame = tuple[int, VersionInfo | DataLoss, bytes]
+
+
+@contextmanager
+def stored_frames(
     read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, session_id: str
-) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:
-    """A session's record and every stored frame, oldest first, read in one transaction (Store.frames_of)."""
+) -> Iterator[tuple[SessionInfo, Iterator[StoredFrame]]]:
+    """A session's record and its stored frames, oldest first, read one at a time from one read transaction
+    held until the block ends: a caller holds only what it keeps (`ckpt verify`: one chain at a time)."""
     sid = keys.session_key(session_id)
-    frames: list[tuple[int, VersionInfo | DataLoss, bytes]] = []
     with read() as txn:
         raw = txn.get(sid, db=tables.sessions)
         if raw is None:
             raise NotFound(f"session {session_id!r} does not exist")
-        info = session_info(session_id, record(raw))
-        prefix = sid + keys.SEP
-        for key, value in txn.scan(tables.frames, prefix):
-            if not key.startswith(prefix):
-                break
-            version = keys.frame_version(key, sid)
-            try:
-                vinfo: VersionInfo | DataLoss = version_info(session_id, version, value)
-            except DataLoss as exc:
-                vinfo = exc
-            frames.append((version, vinfo, bytes(frame_of(value))))
-    return info, frames
+        yield session_info(session_id, record(raw)), _stored_frames(txn, tables.frames, sid, session_id)
+
+
+def _stored_frames(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str) -> Iterator[StoredFrame]:
+    prefix = sid + keys.SEP
+    for key, value in txn.scan(frames_table, prefix):
+        if not key.startswith(prefix):
+            break
+        version = keys.frame_version(key, sid)
+        try:
+            vinfo: VersionInfo | DataLoss = version_info(session_id, version, value)
+        except DataLoss as exc:
+            vinfo = exc
+        yield version, vinfo, bytes(frame_of(value))
+
+
+def frames_of(
+    read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, session_id: str
+) -> tuple[SessionInfo, list[StoredFrame]]:
+    """A session's record and every stored frame, oldest first, read in one transaction (Store.frames_of)."""
+    with stored_frames(read, tables, session_id) as (info, frames):
+        return info, list(frames)
 
 
 def session_ids(read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables) -> Iterator[str]:

@@ -9,11 +9,14 @@ writers can never both succeed against one head.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 from google.protobuf.message import DecodeError, Message
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import EncodedFrame, EncodeError, FrameKind, WireFormatError, check_patch
+from ...codec import CodecError, EncodedFrame, EncodeError, FrameKind, WireFormatError, check_patch
 from ..config import StoreConfig
 from ..descriptors import check_type_name, where_unparsed
 from ..errors import (
@@ -26,17 +29,18 @@ from ..errors import (
     StoreError,
     VersionConflict,
 )
-from ..storage import WriteTxn
+from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .args import byte_size, check_int_arg
 from .blobs import Blobs
 from .coherence import Coherence
 from .encoders import Encoders
 from .eventlog import EventLog
+from .forksource import ForkSource, encode_fork, parses, read_source, still_holds
 from .keyframes import QuietKeyframes
 from .layout import Tables, write_time
 from .ops import Batch, Op
-from .reads import check_version_arg, delete_frames, read_state
+from .reads import check_version_arg, delete_frames
 from .records import META_LEN, record, replayed_put, request_made, session_info
 from .registry import Registry
 from .requestids import RequestIds, write_fingerprint
@@ -56,8 +60,11 @@ class WriteOps:
         coherence: Coherence | None,
         registry: Registry,
         events: EventLog,
+        read: Callable[[], AbstractContextManager[ReadTxn]],
     ) -> None:
         self._config = config
+        #: A read transaction (a fork reads its source from one before its op is queued).
+        self.read = read
         self._events = events
         self._tables = tables
         self._encoders = encoders
@@ -242,45 +249,48 @@ class WriteOps:
         if rec is None:
             return True
         state = self._encoders.for_session(txn, sid, session_id, rec).state
-        return _parses(self._registry.require_in(txn, type_name), state)
+        return parses(self._registry.require_in(txn, type_name), state)
 
     def fork_op(
         self, session_id: str, version: int, new_session_id: str, labels: dict[str, str], *, copy_events: bool = False
     ) -> Op:
         """The op making ``new_session_id`` whose version 1 is ``version`` (0 = latest) of ``session_id``
-        (``copy_events``: with a copy of its event log)."""
+        (``copy_events``: with a copy of its event log).
+
+        The source's state is read and encoded here, on the caller's thread (forksource.py): the writer's
+        transaction checks that the source still holds it, else reads and encodes it there again.
+        """
         sid = keys.session_key(session_id)
         new_sid = keys.session_key(new_session_id, field="new_session_id")
         keys.check_labels(labels)
         check_version_arg(version)
         tables, encoders, coherence, registry = self._tables, self._encoders, self._coherence, self._registry
+        policy = self._config.chain_policy
+        prepared: ForkSource | None = None
+        try:
+            with self.read() as rtxn:  # held for the reads only: encoding needs no snapshot
+                found = read_source(rtxn, tables, registry, sid, session_id, version)
+            prepared = encode_fork(found, policy)
+        except (StoreError, CodecError):
+            pass  # the writer's transaction reads it again, and fails as it finds it there
 
         def apply(batch: Batch, txn: WriteTxn) -> SessionInfo:
             if txn.get(new_sid, db=tables.sessions) is not None:
                 raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
             self._events.check_no_log(txn, new_sid, new_session_id)
-            state, forked = read_state(txn, tables, sid, session_id, version)
-            src = record(txn.get(sid, db=tables.sessions))
-            resolved = version or src.head_version
-            typed = src.message_type  # the fork is of the same type
-            if typed and registry.shared:
-                registry.sync(txn)
-            # A type the registry lost (damage) leaves the fork uncompacted, not refused: it copies a state.
-            state_class = registry.resolve(typed) if typed else None
-            if state_class is not None and forked.message_type != typed and not _parses(state_class, state):
-                # A version written before the session took its type need not be one: a typed session's every
-                # state parses as its type (compaction, masks and clients rely on it), so its fork stays untyped.
-                typed, state_class = "", None
-            encoder = encoders.new(state_class)
-            frame = encoder.replace(state)
+            made = prepared
+            if made is None or not still_holds(txn, tables, registry, sid, version, made):
+                made = encode_fork(read_source(txn, tables, registry, sid, session_id, version), policy)
+            encoder = made.encoder
+            encoders.adopt(encoder, made.compact)
             now = write_time(txn, tables)
             rec = records_pb2.SessionRecord(
                 created_unix_nanos=now,
                 forked_from_session_id=session_id,
-                forked_from_version=resolved,
-                message_type=typed,
+                forked_from_version=made.version,
+                message_type=made.typed,
             )
-            info = self._append(txn, new_sid, rec, frame, WriteMode.FORK, labels, now, None, typed)
+            info = self._append(txn, new_sid, rec, made.frame, WriteMode.FORK, labels, now, None, made.typed)
             if self.blobs is not None:  # the fork's state names what its source's does
                 self.blobs.copy_refs(txn, sid, new_sid, now)
             if copy_events:
@@ -407,14 +417,6 @@ class WriteOps:
         doomed += [(tables.updated, k) for k in txn.scan_keys(tables.updated) if k[8:] == sid]
         for db, key in doomed:
             txn.delete(key, db=db)
-
-
-def _parses(message_class: type[Message], state: bytes) -> bool:
-    try:
-        message_class.FromString(state)
-    except DecodeError:
-        return False
-    return True
 
 
 def _check_session_labels(session_id: str, rec: records_pb2.SessionRecord, labels: dict[str, str]) -> None:
