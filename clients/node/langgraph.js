@@ -554,14 +554,27 @@ class CkptSaver extends BaseCheckpointSaver {
     };
     const reply = await this.client.appendEvents(sessionId, [{ type: r.WRITES_EVENT, payload: r.encodeWrites(record) }]);
     this.sawSeq(sessionId, reply.last_seq);
+    if (this.early.has(key)) {
+      // The seq remembered may be of a log another saver deleted since: the new one's seqs start over,
+      // below it. Its put's writes_after_seq must be below this write, whichever log it is in.
+      this.early.set(key, Math.min(this.early.get(key), reply.first_seq - 1));
+    }
   }
 
   // Removes every namespace of the thread: its checkpoints and writes. threadId: a string, or a number
-  // (its decimal string), as a config's thread_id.
+  // (its decimal string), as a config's thread_id. A namespace holding writes and no checkpoint yet
+  // (putWrites before its first put) has no labels (they come with a put): it is found by its session
+  // id in the listing of every session.
   async deleteThread(threadId) {
     const id = threadIdOf(threadId, 'threadId');
-    const sessions = [];
-    for await (const s of this.sessionsOf(id, undefined)) sessions.push(s.sessionId);
+    const sessions = new Set();
+    for await (const s of this.sessionsOf(id, undefined)) sessions.add(s.sessionId);
+    const prefix = r.threadPrefix(id);
+    for await (const info of this.client.sessions({ pageSize: LISTING_PAGE_SIZE })) {
+      if (!info.session_id.startsWith(prefix)) continue;
+      const parsed = r.parseSessionId(info.session_id);
+      if (parsed !== null && parsed.threadId === id) sessions.add(info.session_id);
+    }
     for (const sessionId of sessions) {
       try {
         await this.client.delete(sessionId);

@@ -61,14 +61,20 @@ function sessionIdOf(threadId, checkpointNs) {
       `thread_id is ${utf8Bytes(threadId)} bytes of UTF-8; ckpt's LangGraph saver takes at most ${MAX_LABEL_BYTES} (a label's limit)`,
     );
   }
-  const id = `langgraph/${[...threadId].length}/${threadId}/${checkpointNs}`;
-  if (utf8Bytes(id) > MAX_SESSION_ID_BYTES) {
+  const prefix = threadPrefix(threadId);
+  const overhead = utf8Bytes(prefix) - utf8Bytes(threadId);
+  const size = utf8Bytes(threadId) + utf8Bytes(checkpointNs);
+  if (size + overhead > MAX_SESSION_ID_BYTES) {
     throw new RangeError(
-      `thread_id and checkpoint_ns make a session id of ${utf8Bytes(id)} bytes; the sidecar takes at most ${MAX_SESSION_ID_BYTES}`,
+      `thread_id and checkpoint_ns are ${size} bytes of UTF-8 together; ckpt's savers take at most` +
+        ` ${MAX_SESSION_ID_BYTES - overhead} (${MAX_SESSION_ID_BYTES}, a session id's limit, less the ${overhead} bytes they are stored with)`,
     );
   }
-  return id;
+  return `${prefix}${checkpointNs}`;
 }
+
+// What the session id of every namespace of a thread begins with.
+const threadPrefix = (threadId) => `langgraph/${[...threadId].length}/${threadId}/`;
 
 // { threadId, checkpointNs } of a saver's session id, null for any other session (any client may name
 // one langgraph/...): the length is ASCII digits as the savers write it, without a leading zero.
@@ -269,6 +275,7 @@ module.exports = {
   records,
   sessionIdOf,
   storedElements,
+  threadPrefix,
   typed,
   utf8Bytes,
 };

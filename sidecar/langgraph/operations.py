@@ -17,8 +17,8 @@ import contextlib
 import copy
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -34,8 +34,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ckpt.langgraph.v1 import records_pb2
 
 from .backends import HeadMoved, SeqEvents, Versions
+from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
 from .heads import CheckpointConflictError, Head
 from .liststates import ListStates
+from .prune import Pruning, ids_of
 from .records import (
     ID_LABEL,
     PRUNING_LABEL,
@@ -46,7 +48,6 @@ from .records import (
     WriteFold,
     checkpoint_tuple,
     decode_step,
-    delta_channels_rebuilt,
     elements_of,
     encode_put,
     encode_writes,
@@ -57,11 +58,10 @@ from .records import (
     thread_label,
     where_of,
     where_of_session,
+    where_of_stage,
     writes_by_checkpoint,
 )
 
-#: What a read of the head's ids asks for: enough to continue it or to rewrite it.
-_HEAD_MASK = ("checkpoint_id", "deleted_checkpoint_ids")
 #: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
 _BRANCH_ATTEMPTS = 16
 #: Namespaces whose head the saver remembers, the most recently used: a put continuing a head it forgot is
@@ -71,22 +71,6 @@ _HEADS_REMEMBERED = 16384
 _ID_CACHE_SIZE = 65536
 #: No seq yet (a bound above any).
 _NO_SEQ = 2**64
-#: Events one AppendEvents carries at most (service.proto).
-_MAX_EVENTS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    method: str
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Out:
-    item: CheckpointTuple
-
-
-Op = Generator[Call | Out, Any, Any]
 
 
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
@@ -98,7 +82,7 @@ def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]
     return out
 
 
-class Operations:
+class Operations(Pruning):
     """The savers' state (the serializer, the heads seen, where checkpoints are) and their operations."""
 
     def __init__(self, serde: SerializerProtocol) -> None:
@@ -236,7 +220,7 @@ class Operations:
     def _find(self, where: Where, checkpoint_id: str) -> Op:
         """The Step of checkpoint ``checkpoint_id`` (None if the namespace has none, or it was deleted)."""
         sid = where.session_id
-        head = yield Call("get", (sid, 0, _HEAD_MASK))
+        head = yield Call("get", (sid, 0, HEAD_MASK))
         if head is None or checkpoint_id in decode_step(head[1]).deleted_checkpoint_ids:
             return None
         with self._lock:
@@ -277,8 +261,9 @@ class Operations:
             thread_id = str(configurable["thread_id"])
             labels = thread_label(thread_id)  # a thread id it refuses is named before any call
             for staged in (yield Call("sessions", ({PRUNING_LABEL: thread_id},))):
-                ns = staged.split("/", 2)[2][len(thread_id) + 1 :]
-                yield from self._finish_prune(Where(thread_id, ns))
+                where = where_of_stage(staged)
+                if where is not None and where.thread_id == thread_id:
+                    yield from self._finish_stage(where, staged)
             sids = yield Call("sessions", (labels,))
         candidates: list[tuple[str, int, str]] = []
         wheres: dict[str, Where] = {}
@@ -290,7 +275,7 @@ class Operations:
             newest = _newest_versions((yield Call("versions", (sid,))))
             if not newest:
                 continue
-            head = yield Call("get", (sid, 0, _HEAD_MASK))
+            head = yield Call("get", (sid, 0, HEAD_MASK))
             deleted = set(decode_step(head[1]).deleted_checkpoint_ids) if head else set()
             for cid, (version, _) in newest.items():
                 if cid in deleted or (only_id and cid != only_id) or (before_id and cid >= before_id):
@@ -367,7 +352,7 @@ class Operations:
             return where.config(encoded.checkpoint_id)
         encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
         for _ in range(_BRANCH_ATTEMPTS):
-            got = yield Call("get", (sid, 0, _HEAD_MASK))
+            got = yield Call("get", (sid, 0, HEAD_MASK))
             current = Head(None, 0)
             if got is None:  # no checkpoint yet; a log left by a deleted namespace is read from its start
                 encoded.patch.writes_after_seq = 0
@@ -430,16 +415,15 @@ class Operations:
                 while len(self._early) > _ID_CACHE_SIZE:
                     self._early.popitem(last=False)
         seq = yield Call("append", (sid, [(WRITES_EVENT, payload)]))
-        self._saw_seq(sid, seq)
-
-    def delete_thread(self, thread_id: str) -> Op:
-        for labels in ({PRUNING_LABEL: thread_id}, thread_label(thread_id)):
-            for sid in (yield Call("sessions", (labels,))):
-                yield Call("delete", (sid,))
-                self._forget(sid)
+        with self._lock:
+            self._last_seq[sid] = seq  # as _saw_seq
+            if key in self._early:
+                # The seq remembered may be of a log another saver deleted since: the new one's seqs start
+                # over, below it. Its put's writes_after_seq must be below this write, whichever log it is in.
+                self._early[key] = min(self._early[key], seq - 1)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Op:
-        runs = set(run_ids)
+        runs = set(ids_of("run_ids", "run IDs", run_ids))
         if not runs:
             return
         for sid in (yield Call("sessions", ({},))):
@@ -454,7 +438,7 @@ class Operations:
         """Hide ``doomed`` checkpoints for good: a new version restates the newest survivor, with every
         deleted id, in one write (compare-and-set on the head, retried), so nothing is half-deleted."""
         for _ in range(_BRANCH_ATTEMPTS):
-            got = yield Call("get", (sid, 0, _HEAD_MASK))
+            got = yield Call("get", (sid, 0, HEAD_MASK))
             if got is None:
                 return
             deleted = set(decode_step(got[1]).deleted_checkpoint_ids) | doomed
@@ -491,7 +475,7 @@ class Operations:
                 continue
             target = Where(target_thread_id, where.checkpoint_ns).session_id
             newest = _newest_versions((yield Call("versions", (sid,))))
-            head = yield Call("get", (sid, 0, _HEAD_MASK))
+            head = yield Call("get", (sid, 0, HEAD_MASK))
             deleted = set(decode_step(head[1]).deleted_checkpoint_ids) if head else set()
             payloads: dict[str, list[bytes]] = {}
             for _, _, payload in (yield Call("events", (sid, (WRITES_EVENT,), 0))):
@@ -507,82 +491,6 @@ class Operations:
                 labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)} | target_label
                 _, seq, _ = yield Call("put", (target, step.SerializeToString(), False, None, None, labels, cid))
                 writes = [(WRITES_EVENT, p) for p in payloads.get(cid, [])]
-                for i in range(0, len(writes), _MAX_EVENTS):
-                    seq = yield Call("append", (target, writes[i : i + _MAX_EVENTS]))
+                for i in range(0, len(writes), MAX_EVENTS):
+                    seq = yield Call("append", (target, writes[i : i + MAX_EVENTS]))
             self._forget(target)
-
-    # -- prune -----------------------------------------------------------------------------------
-
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Op:
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f'strategy must be "keep_latest" or "delete", not {strategy!r}')
-        if strategy == "delete":
-            for thread_id in thread_ids:
-                yield from self.delete_thread(thread_id)
-            return
-        namespaces: dict[str, list[Where]] = {}
-        for thread_id in thread_ids:
-            sids = yield Call("sessions", (thread_label(thread_id),))
-            namespaces[thread_id] = [w for w in map(where_of_session, sids) if w is not None]
-        refused = []  # checked first, so that a refusal prunes nothing
-        for thread_id, wheres in namespaces.items():
-            for where in wheres:
-                got = yield Call("get", (where.session_id, 0, ("metadata",)))
-                if got is not None and delta_channels_rebuilt(self.serde, decode_step(got[1])):
-                    refused.append(thread_id)
-                    break
-        if refused:
-            raise _delta_refusal(refused)
-        for wheres in namespaces.values():
-            for where in wheres:
-                yield from self._keep_latest(where)
-
-    def _keep_latest(self, where: Where) -> Op:
-        """Rewrite a namespace as its newest checkpoint and that checkpoint's writes. The checkpoint is
-        staged in a session of its own first, so that a crash half-way loses nothing: the next read of the
-        namespace finishes the move (``_finish_prune``)."""
-        sid, staging = where.session_id, where.pruning_session_id
-        versions = yield Call("versions", (sid,))
-        if len(versions) <= 1:
-            return
-        got = yield Call("get", (sid, 0, ()))
-        if got is None:
-            return
-        step = decode_step(got[1])
-        if delta_channels_rebuilt(self.serde, step):  # since the check: the thread's namespaces before it pruned
-            raise _delta_refusal([where.thread_id])
-        del step.deleted_checkpoint_ids[:]
-        cid = step.checkpoint_id
-        labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
-        events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
-        writes = [(t, p) for _, t, p in events if records_pb2.Writes.FromString(p).checkpoint_id == cid]
-        step.writes_after_seq = 0  # the stage's log holds them alone
-        yield Call("delete", (staging,))  # a stage a crash left behind while the namespace was whole
-        staged = {**labels, PRUNING_LABEL: where.thread_id}
-        yield Call("put", (staging, step.SerializeToString(), False, 0, None, staged, cid))
-        for i in range(0, len(writes), _MAX_EVENTS):
-            yield Call("append", (staging, writes[i : i + _MAX_EVENTS]))
-        yield Call("delete", (sid,))
-        self._forget(sid)
-        yield from self._finish_prune(where)
-
-    def _finish_prune(self, where: Where) -> Op:
-        """Move a staged namespace into place if its session is gone (a prune stopped half-way);
-        whether one was."""
-        sid, staging = where.session_id, where.pruning_session_id
-        versions = yield Call("versions", (staging,))
-        if not versions or (yield Call("get", (sid, 0, _HEAD_MASK))) is not None:
-            return False  # nothing staged, or a prune under way (it removes its stage itself)
-        labels = {k: v for k, v in versions[0][1].items() if k in (ID_LABEL, RUN_LABEL)}
-        yield Call("fork", (staging, sid, {**labels, **thread_label(where.thread_id)}))
-        yield Call("delete", (staging,))
-        return True
-
-
-def _delta_refusal(thread_ids: Sequence[str]) -> NotImplementedError:
-    return NotImplementedError(
-        f"prune(strategy='keep_latest') refused threads {', '.join(map(repr, thread_ids))}: a DeltaChannel of"
-        " their latest checkpoint is rebuilt from older checkpoints and their writes, which the prune would"
-        " drop (emptying the channel); nothing of these threads was pruned. Prune them when their latest"
-        " checkpoint holds a delta snapshot of every DeltaChannel, or use strategy='delete'."
-    )

@@ -50,7 +50,10 @@ EMPTY = "empty"
 ITEMS = "ckpt.items"
 
 _PREFIX = "langgraph/"
+#: A prune's stage: the namespace's session id with this prefix, or, when that would be too long, with
+#: the shorter one (no longer than _PREFIX, so that every namespace a put takes can be pruned).
 _PRUNING_PREFIX = "langgraph-pruning/"
+_SHORT_PRUNING_PREFIX = "lgpruning/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +65,19 @@ class Where:
 
     @property
     def session_id(self) -> str:
-        return _session_id(_PREFIX, self.thread_id, self.checkpoint_ns)
+        check_where(self.thread_id, self.checkpoint_ns)
+        return self._named(_PREFIX)
 
     @property
     def pruning_session_id(self) -> str:
-        return _session_id(_PRUNING_PREFIX, self.thread_id, self.checkpoint_ns)
+        """The session a prune stages the namespace's newest checkpoint in."""
+        check_where(self.thread_id, self.checkpoint_ns)
+        staging = self._named(_PRUNING_PREFIX)
+        return staging if len(staging.encode()) <= MAX_SESSION_ID_BYTES else self._named(_SHORT_PRUNING_PREFIX)
+
+    def _named(self, prefix: str) -> str:
+        # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
+        return f"{prefix}{len(self.thread_id)}/{self.thread_id}/{self.checkpoint_ns}"
 
     def config(self, checkpoint_id: str) -> RunnableConfig:
         return {
@@ -78,19 +89,26 @@ class Where:
         }
 
 
-def _session_id(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
-    # Refused as the session id would be, but naming what the caller gave.
+def check_where(thread_id: str, checkpoint_ns: str) -> None:
+    """Refuses a thread id and namespace a put would refuse, naming them and the limit that applies (a put
+    and a read the same): the session id would be refused, but it is not what the caller named."""
     for field, value in (("thread_id", thread_id), ("checkpoint_ns", checkpoint_ns)):
         _check_text(field, value)
-    # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
-    session_id = f"{prefix}{len(thread_id)}/{thread_id}/{checkpoint_ns}"
-    size = len(session_id.encode())
-    if size > MAX_SESSION_ID_BYTES:
+    _check_thread_size(thread_id)
+    overhead = len(f"{_PREFIX}{len(thread_id)}//".encode())
+    size = len(thread_id.encode()) + len(checkpoint_ns.encode())
+    if size + overhead > MAX_SESSION_ID_BYTES:
         raise ValueError(
-            f"thread_id and checkpoint_ns together are too long: the session {session_id[:64]!r}... would be"
-            f" {size} bytes, over ckpt's limit of {MAX_SESSION_ID_BYTES}"
+            f"thread_id and checkpoint_ns are {size} bytes of UTF-8 together; ckpt's savers take at most"
+            f" {MAX_SESSION_ID_BYTES - overhead} ({MAX_SESSION_ID_BYTES}, a session id's limit, less the"
+            f" {overhead} bytes they are stored with)"
         )
-    return session_id
+
+
+def _check_thread_size(thread_id: str) -> None:
+    size = len(thread_id.encode())
+    if size > MAX_LABEL_VALUE_BYTES:
+        raise ValueError(f"thread_id is {size} bytes: ckpt's savers take at most {MAX_LABEL_VALUE_BYTES}")
 
 
 def _check_text(field: str, value: str) -> None:
@@ -110,11 +128,21 @@ def where_of(config: RunnableConfig) -> Where:
 
 def where_of_session(session_id: str) -> Where | None:
     """The namespace a session holds (None for a session that is not a saver's: any client may name one
-    ``langgraph/...``). The length is ASCII digits as the saver writes it (no leading zero): ``str.isdigit``
-    also takes '²' (which ``int`` refuses) and other scripts' digits (which it reads)."""
-    if not session_id.startswith(_PREFIX):
+    ``langgraph/...``)."""
+    return _parse(_PREFIX, session_id)
+
+
+def where_of_stage(session_id: str) -> Where | None:
+    """The namespace a prune's stage (``Where.pruning_session_id``) holds, None for another session."""
+    return _parse(_PRUNING_PREFIX, session_id) or _parse(_SHORT_PRUNING_PREFIX, session_id)
+
+
+def _parse(prefix: str, session_id: str) -> Where | None:
+    """The length is ASCII digits as the saver writes it (no leading zero): ``str.isdigit`` also takes '²'
+    (which ``int`` refuses) and other scripts' digits (which it reads)."""
+    if not session_id.startswith(prefix):
         return None
-    rest = session_id[len(_PREFIX) :]
+    rest = session_id[len(prefix) :]
     digits, _, rest = rest.partition("/")
     if not (digits.isascii() and digits.isdigit()) or (digits != "0" and digits.startswith("0")):
         return None
@@ -126,10 +154,13 @@ def where_of_session(session_id: str) -> Where | None:
 
 def thread_label(thread_id: str) -> dict[str, str]:
     _check_text("thread_id", thread_id)
-    size = len(thread_id.encode())
-    if size > MAX_LABEL_VALUE_BYTES:
-        raise ValueError(f"thread_id is {size} bytes: ckpt's savers take at most {MAX_LABEL_VALUE_BYTES}")
+    _check_thread_size(thread_id)
     return {THREAD_LABEL: thread_id}
+
+
+def thread_prefix(thread_id: str) -> str:
+    """What the session id of every namespace of a thread begins with."""
+    return f"{_PREFIX}{len(thread_id)}/{thread_id}/"
 
 
 def version_labels(checkpoint_id: str, metadata: Mapping[str, Any]) -> dict[str, str]:

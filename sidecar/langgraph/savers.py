@@ -25,7 +25,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..client import AsyncCheckpointClient, CheckpointClient
 from .backends import AsyncClientBackend, ClientBackend
-from .operations import Call, Op, Operations, Out
+from .calls import Call, Op, Out
+from .operations import Operations
 
 if TYPE_CHECKING:
     from .storebackend import StoreBackend
@@ -227,7 +228,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         _run(self._backend, self._ops.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        _run(self._backend, self._ops.prune([str(t) for t in thread_ids], strategy))
+        _run(self._backend, self._ops.prune(thread_ids, strategy))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
@@ -418,7 +419,7 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
         await self._arun(self._ops.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._arun(self._ops.prune([str(t) for t in thread_ids], strategy))
+        await self._arun(self._ops.prune(thread_ids, strategy))
 
     # The sync methods, for LangGraph's sync APIs called from another thread while the loop runs.
 

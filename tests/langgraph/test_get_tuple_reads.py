@@ -10,7 +10,7 @@ import pytest
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver, backends
-from ckpt.sidecar.langgraph.operations import Call
+from ckpt.sidecar.langgraph.calls import Call
 from ckpt.v1 import service_pb2
 from tests.langgraph.test_list_reads import Recording
 from tests.langgraph.test_saver_sidecar import put, thread

@@ -11,7 +11,7 @@ import pytest
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
 from ckpt.sidecar.langgraph.backends import HISTORY_PAGE_SIZE, ClientBackend
-from ckpt.sidecar.langgraph.operations import Call, Out
+from ckpt.sidecar.langgraph.calls import Call, Out
 from tests.langgraph.test_saver_sidecar import put, thread
 from tests.support import Sidecar
 

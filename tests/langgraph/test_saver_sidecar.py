@@ -13,7 +13,7 @@ from langgraph.checkpoint.base.id import uuid6
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import AsyncCkptSaver, CheckpointConflictError, CkptSaver
 from ckpt.sidecar.langgraph.backends import ClientBackend
-from ckpt.sidecar.langgraph.operations import Call
+from ckpt.sidecar.langgraph.calls import Call
 from ckpt.sidecar.langgraph.records import Where
 from tests.support import Sidecar
 
@@ -174,8 +174,11 @@ def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
     with CkptSaver(sidecar.unix_target) as saver:
         with pytest.raises(ValueError, match="at most 128"):
             put(saver, thread("t" * 129), {"n": 0}, 0)
-        with pytest.raises(ValueError, match="over ckpt's limit of 256"):
-            put(saver, thread("t", "ns" * 200), {"n": 0}, 0)
+        too_long = r"^thread_id and checkpoint_ns are 401 bytes of UTF-8 together; ckpt's savers take at most 243 "
+        with pytest.raises(ValueError, match=too_long):
+            put(saver, thread("t", "n" * 400), {"n": 0}, 0)
+        with pytest.raises(ValueError, match=too_long):  # a read names the same limit as the put
+            saver.get_tuple(thread("t", "n" * 400))
         with pytest.raises(ValueError, match=r"^thread_id 'a\\nb' contains an ASCII control character"):
             put(saver, thread("a\nb"), {"n": 0}, 0)
         with pytest.raises(ValueError, match=r"^checkpoint_ns 'sub\\x00' contains an ASCII control character"):
@@ -294,3 +297,43 @@ def test_writes_are_kept_after_another_saver_makes_the_threads_log_anew(
             found = got(saver, thread("remade"))
             assert found.config == config
             assert found.pending_writes == [("task-101", "__interrupt__", "ask 101"), ("task-101", "n", 101)]
+
+
+@pytest.mark.parametrize("saver_class", [CkptSaver, AsyncCkptSaver])
+def test_a_write_saved_before_its_checkpoint_is_kept_after_another_saver_made_the_thread_anew(
+    sidecar: Sidecar, saver_class: Any
+) -> None:
+    """The first saver remembered a seq far into the thread's old log; the write landed at seq 3 of the new
+    one and its checkpoint named a seq it all came after from the old log's count: the write was lost."""
+
+    def new_checkpoint(n: int) -> Any:
+        checkpoint: Any = empty_checkpoint()
+        checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values={"n": n}, channel_versions={"n": n + 1})
+        return checkpoint
+
+    async def main() -> None:
+        async with AsyncCkptSaver(sidecar.unix_target) as async_saver:
+            sync_saver = CkptSaver(sidecar.unix_target)
+            saver = async_saver if saver_class is AsyncCkptSaver else sync_saver
+
+            async def call(method: str, *args: Any) -> Any:  # the saver's async method, or its sync one
+                if saver is async_saver:
+                    return await getattr(saver, "a" + method)(*args)
+                return getattr(saver, method)(*args)
+
+            with CkptSaver(sidecar.tcp_target) as second:
+                old = await call("put", thread("remade"), new_checkpoint(0), {"source": "loop", "step": 0}, {"n": 1})
+                for i in range(20):
+                    await call("put_writes", old, [("n", i)], f"task-{i}")
+                second.delete_thread("remade")
+                restarted = put(second, thread("remade"), {"n": 0}, 0)
+                checkpoint = new_checkpoint(1)
+                early = thread("remade", checkpoint_id=checkpoint["id"])
+                await call("put_writes", early, [("__interrupt__", "approve?")], "task-x")
+                await call("put", restarted, checkpoint, {"source": "loop", "step": 1, "parents": {}}, {"n": 2})
+                assert (await call("get_tuple", early)).pending_writes == [("task-x", "__interrupt__", "approve?")]
+                for reader in (second, CkptSaver(sidecar.unix_target)):
+                    assert got(reader, early).pending_writes == [("task-x", "__interrupt__", "approve?")]
+            sync_saver.close()
+
+    asyncio.run(main())
