@@ -15,7 +15,7 @@ const crypto = require('crypto');
 const { Readable } = require('stream');
 const { pipeline } = require('stream/promises');
 const { bytesOf, checkInt, checkString, kindOf } = require('./arguments');
-const { closedError, retryDelayMs } = require('./put_stream');
+const { closedError, pause, retryDelayMs } = require('./put_stream');
 
 // Bytes per PutBlob message unless a call says otherwise.
 const DEFAULT_BLOB_CHUNK_BYTES = 1024 * 1024;
@@ -48,18 +48,24 @@ function isStream(data) {
   return data !== null && typeof data === 'object' && (typeof data[Symbol.asyncIterator] === 'function' || typeof data[Symbol.iterator] === 'function');
 }
 
-// `data` cut into chunks of `size` bytes (the last shorter). A stream's pieces, of any size, are copied
-// into each chunk as they come: a source may reuse a buffer once it gave it, and a chunk is held across
-// the reads that fill it.
-async function* chunksOf(data, size) {
-  if (data instanceof Uint8Array) {
+// The iterator of a stream's pieces (null for bytes), taken here so that putBlob can stop it.
+function piecesOf(data) {
+  if (data instanceof Uint8Array) return null;
+  return typeof data[Symbol.asyncIterator] === 'function' ? data[Symbol.asyncIterator]() : data[Symbol.iterator]();
+}
+
+// `data` cut into chunks of `size` bytes (the last shorter). A stream's pieces (read from `pieces`, its
+// iterator), of any size, are copied into each chunk as they come: a source may reuse a buffer once it
+// gave it, and a chunk is held across the reads that fill it.
+async function* chunksOf(data, pieces, size) {
+  if (pieces === null) {
     const all = bytesOf('data', data);
     for (let start = 0; start < all.length; start += size) yield all.subarray(start, start + size);
     return;
   }
   let chunk = Buffer.allocUnsafe(size);
   let filled = 0;
-  for await (const piece of data) {
+  for await (const piece of { [Symbol.asyncIterator]: () => pieces }) {
     if (typeof piece === 'string') {
       throw new TypeError("the blob's stream gave a string, not bytes: create it without an encoding");
     }
@@ -77,6 +83,14 @@ async function* chunksOf(data, size) {
     }
   }
   if (filled > 0) yield chunk.subarray(0, filled);
+}
+
+// Stop reading a blob's source, even while a read of it is pending (then a generator's return() is
+// queued behind it, so it is not awaited): a Readable is destroyed, ending that read now.
+function stopSource(data, pieces) {
+  if (pieces === null) return;
+  if (typeof data.destroy === 'function') data.destroy();
+  if (typeof pieces.return === 'function') Promise.resolve().then(() => pieces.return()).catch(() => {});
 }
 
 const ENDED = Symbol('ended');
@@ -105,10 +119,25 @@ async function putBlob(stub, maxMessageBytes, data, { sessionId, mediaType = '',
   const ended = answered.then(() => ENDED, () => ENDED);
   // Resolves once the message went out under HTTP/2 flow control: the next chunk is read only then.
   const send = (message) => Promise.race([new Promise((resolve) => call.write(message, resolve)), ended]);
+  const pieces = piecesOf(data);
+  const chunks = chunksOf(data, pieces, chunkSize);
   try {
     await send(first);
-    for await (const chunk of chunksOf(data, chunkSize)) {
-      if ((await send({ chunk })) === ENDED) break; // leaving the loop closes a Readable
+    for (;;) {
+      // A source may wait long, or for ever: the call's end (the sidecar's error, or close() cancelling
+      // it) is not waited on behind it; the source is stopped and that error thrown.
+      const next = chunks.next();
+      next.catch(() => {}); // a read abandoned below may fail once its source is stopped
+      const step = await Promise.race([next, ended]);
+      if (step === ENDED) {
+        stopSource(data, pieces);
+        break;
+      }
+      if (step.done) break;
+      if ((await send({ chunk: step.value })) === ENDED) {
+        await chunks.return(); // no read pending: this closes the source (a Readable is destroyed)
+        break;
+      }
     }
   } catch (err) {
     // The source failed: the stream ends without the `end` mark, which the sidecar takes as cut short
@@ -125,19 +154,6 @@ async function putBlob(stub, maxMessageBytes, data, { sessionId, mediaType = '',
 
 function getBlobRequest(ref, { offset = 0, length = 0 } = {}) {
   return { sha256: blobSha256(ref), offset: checkInt('offset', offset), length: checkInt('length', length) };
-}
-
-// `ms` milliseconds, or until `client` is closed.
-function pause(client, ms) {
-  return new Promise((resolve) => {
-    const end = () => {
-      clearTimeout(timer);
-      client.onClose.delete(end);
-      resolve();
-    };
-    const timer = setTimeout(end, ms);
-    client.onClose.add(end);
-  });
 }
 
 // See CheckpointClient.getBlob; `request` checked by getBlobRequest. A GetBlob that fails before its first

@@ -85,19 +85,6 @@ export interface SessionInfo {
   message_type: string;
 }
 
-/** A PutRequest as sent (request_id filled in when none was given). */
-export interface PutRequest {
-  session_id: string;
-  state: Buffer;
-  mode: WriteMode;
-  expected_version?: number;
-  /** A decimal string. */
-  expected_state_xxh3?: string;
-  request_id: string;
-  labels: Record<string, string>;
-  message_type: string;
-}
-
 export interface PutError {
   /** gRPC status code number (10 = ABORTED for a version conflict). */
   code: number;
@@ -294,9 +281,11 @@ export interface StreamError extends CallError {
   answered: number;
   /**
    * The writes sent without a result (perhaps committed: the batch in flight, or those a stopping
-   * sidecar did not queue), with their request ids: resend as is.
+   * sidecar did not queue), in order: copies of the writes given, each with the `requestId` it was sent
+   * with (a generated one too), so `putStream(err.unanswered)` resends them as they were sent and each
+   * lands once (a committed one comes back `replayed`). The writes given are not changed.
    */
-  unanswered: PutRequest[];
+  unanswered: StreamPut[];
 }
 
 export class CheckpointClient {
@@ -352,7 +341,9 @@ export class CheckpointClient {
   delete(sessionId: string): Promise<number>;
   /**
    * Store a blob once by its SHA-256, streamed in chunks (a stream is read as it is sent, never whole).
-   * Not retried, not bounded by timeoutMs; nothing is stored on an error or when `data` throws.
+   * Not retried, not bounded by timeoutMs; nothing is stored on an error or when `data` throws. close(),
+   * or the call failing, ends it at once even while `data` waits for its next piece; `data` is then
+   * stopped (a Readable destroyed, an iterator's return() called).
    */
   putBlob(
     data: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
@@ -380,16 +371,18 @@ export class CheckpointClient {
    * batchSize: 1..1000 (64); a batch also closes before a write that would take it past maxMessageBytes,
    * and a write too big for any message ends the writes RESOURCE_EXHAUSTED naming it, after those before.
    * Throws a TypeError/RangeError naming a bad `puts` or `batchSize` at once; writes a stopping sidecar
-   * did not queue are resent on the next stream, as a broken batch is. close() ends it CANCELLED (a
-   * StreamError), the writes not sent dropped.
+   * did not queue are resent on the next stream, as a broken batch is. A run of reconnects ends after
+   * `retries` of them or `timeoutMs` after its first failure (so retries: Infinity still gives up),
+   * throwing a StreamError. close() ends it CANCELLED (a StreamError), the writes not sent dropped.
    */
   putStream(
     puts: Iterable<StreamPut> | AsyncIterable<StreamPut>,
     options?: { batchSize?: number },
   ): AsyncGenerator<PutResult, void, undefined>;
   /**
-   * Cancels the calls in flight (a putStream's too) and closes the channel: they and later calls reject
-   * CANCELLED (code 1) naming close(), at once, not retried.
+   * Cancels the calls in flight (a putStream's too, a putBlob waiting on its data, a call waiting to
+   * retry) and closes the channel: they and later calls reject CANCELLED (code 1) naming close(), at
+   * once, not retried; no retry's timer is left to hold the process.
    */
   close(): void;
 }

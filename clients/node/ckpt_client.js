@@ -10,7 +10,7 @@ const { checkBoolean, checkFixed64, checkInt, checkString, kindOf, newRequestId,
 const { blobChunks, blobToFile, getBlobRequest, putBlob } = require('./blobs');
 const { descriptorSet } = require('./descriptor_set');
 const { appendEventsRequest, eventPages, readEventsRequest } = require('./events');
-const { closedError, retryDelayMs, streamPuts } = require('./put_stream');
+const { closedError, pause, retryDelayMs, streamPuts } = require('./put_stream');
 const { PROTO_ROOT } = require('./proto_root');
 const { cachedCall, canonicalJson, toolCacheKey } = require('./tool_cache');
 
@@ -191,7 +191,7 @@ class CheckpointClient {
           if (request.request_id) err.requestId = request.request_id;
           throw err;
         }
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        await pause(this, delayMs); // woken by close(): the next attempt fails as the client's closed error
       }
     }
   }
@@ -398,7 +398,9 @@ class CheckpointClient {
   // hash to it (INVALID_ARGUMENT otherwise). Nothing is stored on an error,
   // nor when `data` throws (its error is thrown once the sidecar refused the
   // stream). Not retried nor bounded by timeoutMs: a stream may not be read
-  // twice.
+  // twice. close(), or the call failing, ends it at once even while `data`
+  // waits for its next piece, and stops `data` (a Readable is destroyed, an
+  // iterator's return() called).
   async putBlob(data, options = {}) {
     return untilClosed(this, () => putBlob(this.stub, this.maxMessageBytes, data, options));
   }
@@ -452,11 +454,12 @@ class CheckpointClient {
   // batch sent and not answered is resent on a new stream and lands once
   // (`replayed` on what was committed before the break); so are the writes a
   // stopping sidecar answered UNAVAILABLE without queuing them, the last of
-  // their batch. `retries` counts reconnects since the last answer and
-  // `timeoutMs` bounds each wait for an answer; giving up throws the error
-  // with `answered` (the results yielded) and `unanswered` (the batch's
-  // requests not answered, request ids included: resend them as they are)
-  // on it. A bad `puts` or `batchSize` throws here, before anything is sent.
+  // their batch. `retries` counts reconnects since the last answer (a run
+  // of them also ends `timeoutMs` after its first failure, as a unary call's
+  // retries do) and `timeoutMs` bounds each wait for an answer; giving up
+  // throws the error with `answered` (the results yielded) and `unanswered`
+  // (copies of the writes sent and not answered, each with the requestId it
+  // was sent with: putStream(err.unanswered) resends them as they are) on it. A bad `puts` or `batchSize` throws here, before anything is sent.
   putStream(puts, { batchSize = 64 } = {}) {
     if (puts === null || puts === undefined || !(puts[Symbol.asyncIterator] || puts[Symbol.iterator])) {
       throw new TypeError(`puts must be an iterable or async iterable of writes, not ${kindOf(puts)}`);
@@ -473,7 +476,8 @@ class CheckpointClient {
   }
 
   // Cancels the calls under way and closes the channel: calls in flight (a putStream's too, even one
-  // waiting on `puts`) fail CANCELLED naming close(), as later calls do; nothing more is sent.
+  // waiting on `puts`; a putBlob waiting on its data; a call waiting to retry, its timer cleared) fail
+  // CANCELLED naming close(), as later calls do; nothing more is sent.
   close() {
     if (this.closed) return;
     this.closed = true;

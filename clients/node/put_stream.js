@@ -37,8 +37,23 @@ function progress(answered, unanswered) {
   if (unanswered.length === 0) return `: all ${answered} writes sent were answered`;
   return (
     `: the first ${answered} writes were answered; the next ${unanswered.length} (from requestId ` +
-    `'${unanswered[0].request_id}') have no result and may have been written: resend .unanswered as they are`
+    `'${unanswered[0].requestId}') have no result and may have been written: resend .unanswered as they are`
   );
+}
+
+// `ms` milliseconds, or until `client` is closed (then at once, its timer cleared: it holds no process).
+// Every retry's wait, so that close() ends a call waiting to retry at once.
+function pause(client, ms) {
+  return new Promise((resolve) => {
+    if (client.closed) return resolve();
+    const end = () => {
+      clearTimeout(timer);
+      client.onClose.delete(end);
+      resolve();
+    };
+    const timer = setTimeout(end, ms);
+    client.onClose.add(end);
+  });
 }
 
 // The longest delay setTimeout keeps: over it Node fires after 1 ms.
@@ -148,6 +163,12 @@ function streamRequest(client, put) {
   return client.request(sessionId, state, mode, expectedVersion, requestId, labels, messageType, expectedStateXxh3);
 }
 
+// A write of `puts` as a StreamError's `unanswered` holds it: a copy of the caller's, with the request id
+// it was sent with (generated ones too), so that putStream(err.unanswered) resends it as it was sent.
+function sentWrite(put, request) {
+  return { ...put, requestId: request.request_id };
+}
+
 // Room in a PutStream message for its batch id and each write's tag and length (as the Python clients').
 const MESSAGE_SLACK_BYTES = 64;
 const PUT_FRAMING_BYTES = 8;
@@ -205,7 +226,7 @@ async function* streamPuts(client, puts, batchSize) {
   let batchId = 0;
   let answered = 0;
   let taken = 0; // writes taken from `puts`
-  let carried = null; // { request, size }: a write the last batch had no room for, the next one's first
+  let carried = null; // { request, write, size }: a write the last batch had no room for, the next one's first
   let failed = null; // what `puts` threw
   // close() was called: the writes not sent are dropped, `unanswered` those sent without a result.
   const closedNow = (unanswered) => Object.assign(closedError(` during putStream${progress(answered, unanswered)}`), {
@@ -214,10 +235,12 @@ async function* streamPuts(client, puts, batchSize) {
   });
   try {
     while (failed === null || carried !== null) {
-      let batch = [];
+      let batch = []; // PutRequests
+      let writes = []; // each one's write, as sentWrite() gives it
       let bytes = 0;
       if (carried !== null) {
         batch.push(carried.request);
+        writes.push(carried.write);
         bytes = carried.size;
         carried = null;
       }
@@ -248,15 +271,20 @@ async function* streamPuts(client, puts, batchSize) {
         } finally {
           taken += 1;
         }
+        const write = sentWrite(next.value, request);
         if (batch.length > 0 && bytes + size > room) {
-          carried = { request, size };
+          carried = { request, write, size };
           break;
         }
         batch.push(request);
+        writes.push(write);
         bytes += size;
       }
       if (batch.length === 0) break;
-      let attempt = 0; // reconnects since the last answer
+      // A run of failures (reconnects since the last answer) ends after `retries` reconnects, or
+      // `timeoutMs` after its first failure (as a unary call's retries, and the Python clients' runs).
+      let attempt = 0;
+      let giveUpAt = null;
       let sent = false; // the batch went out on a stream: its writes may be written
       for (;;) {
         try {
@@ -276,12 +304,16 @@ async function* streamPuts(client, puts, batchSize) {
           // ended OK, they are given as they are (as the Python clients' ledger does).
           let given = reply.results.length;
           while (given > 0 && notQueued(reply.results[given - 1])) given -= 1;
-          if (given > 0) attempt = 0;
+          if (given > 0) {
+            attempt = 0;
+            giveUpAt = null;
+          }
           answered += given;
           yield* reply.results.slice(0, given);
           if (given === batch.length) break;
           const held = reply.results.slice(given);
           batch = batch.slice(given);
+          writes = writes.slice(given);
           stream.close({ end: true }); // nothing more is sent on it: how it ends says which
           const end = await stream.next(client.timeoutMs).then(
             () => contractError('PutStream answered a batch that was not sent'),
@@ -295,15 +327,16 @@ async function* streamPuts(client, puts, batchSize) {
         } catch (err) {
           if (stream !== null) stream.close();
           stream = null;
-          if (client.closed) throw closedNow(sent ? batch : []);
+          if (client.closed) throw closedNow(sent ? writes : []);
+          if (giveUpAt === null) giveUpAt = Date.now() + client.timeoutMs;
           const delayMs = retryDelayMs(err, { attempt, retries: client.retries });
           attempt += 1;
-          if (delayMs === null) {
+          if (delayMs === null || Date.now() + delayMs >= giveUpAt) {
             err.answered = answered;
-            err.unanswered = batch;
+            err.unanswered = writes;
             throw err;
           }
-          await new Promise((resolve) => setTimeout(resolve, delayMs));
+          await pause(client, delayMs);
         }
       }
     }
@@ -314,4 +347,4 @@ async function* streamPuts(client, puts, batchSize) {
   }
 }
 
-module.exports = { closedError, retryDelayMs, streamPuts };
+module.exports = { closedError, pause, retryDelayMs, streamPuts };

@@ -199,3 +199,41 @@ def test_a_node_blob_read_retrying_fails_at_once_when_the_client_is_closed(tmp_p
         assert "the client is closed (close() was called)" in out[name]["message"], out
     assert out["ms"] < 700, out  # not at the end of the retry's 1 s wait under way (a loaded machine: slack)
     assert out["files"] == []
+
+
+# A putBlob whose source gave one piece and then waits for ever (an idle Readable); "waiting" once it was
+# asked for the next, then (the sidecar killed) what putBlob threw, or 'still waiting' 10 s later, and
+# whether the source was stopped.
+_WRITE_WAITING_ON_ITS_SOURCE = """
+run(async () => {
+  let reads = 0;
+  const source = new Readable({
+    read() {
+      reads += 1;
+      if (reads === 1) this.push(Buffer.alloc(1000, 1));
+      if (reads === 2) console.log('waiting');
+    },
+  });
+  const stored = failure(() => client.putBlob(source, { sessionId: 's' }));
+  const late = new Promise((resolve) => setTimeout(resolve, 10000, 'still waiting'));
+  const failed = await Promise.race([stored, late]);
+  return { failed, destroyed: source.destroyed };
+});
+"""
+
+
+def test_a_node_blob_write_waiting_on_its_source_fails_when_the_sidecar_goes_down(tmp_path: Path) -> None:
+    # putBlob looked at the call only once the source gave its next piece: on a source that gave none its
+    # promise never settled, though the call had failed.
+    sidecar = start_sidecar(tmp_path / "data")
+    node = _start_node(_WRITE_WAITING_ON_ITS_SOURCE, sidecar.unix_target)
+    try:
+        _said(node, "waiting")
+        sidecar.stop(signal.SIGKILL)
+        out = _answer(node)
+    finally:
+        node.kill()
+        sidecar.stop(signal.SIGKILL)
+    assert out["failed"] != "still waiting", out
+    assert out["failed"]["code"] == 14, out  # UNAVAILABLE: the sidecar's connection dropped
+    assert out["destroyed"] is True, out

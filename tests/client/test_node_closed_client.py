@@ -4,6 +4,7 @@ as the Python clients' ClientClosedError, never gRPC's "Channel has been shut do
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from ckpt.sidecar.client import CheckpointClient
 from tests.client.test_node_events_and_blobs import _run_node
@@ -145,3 +146,93 @@ def test_close_cancels_a_node_call_in_flight(sidecar: Sidecar) -> None:
     assert out["failed"]["code"] == 1, out
     assert "the client is closed (close() was called)" in out["failed"]["message"], out
     assert out["chunks"] < 32, out
+
+
+# putBlob on sources that wait for ever once they gave a first piece (an idle Readable, an async generator,
+# an iterator whose next() never settles), close() called at 200 ms: what each threw, how long after close()
+# (or 'still waiting' 3 s later), and whether its source was stopped.
+_CLOSED_UNDER_BLOB_SOURCE = """
+const waitForever = () => new Promise(() => {});
+run(async () => {
+  const stopped = {};
+  const readable = new Readable({ read() {} });
+  readable.push(Buffer.alloc(1000, 1));
+  readable.on('close', () => { stopped.readable = true; });
+  async function* generator() {
+    try {
+      yield Buffer.alloc(1000, 2);
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      yield Buffer.alloc(1000, 3);
+    } finally {
+      stopped.generator = true;
+    }
+  }
+  let given = false;
+  const iterator = {
+    next() {
+      if (given) return waitForever();
+      given = true;
+      return Promise.resolve({ value: Buffer.alloc(1000, 4), done: false });
+    },
+    return: async () => { stopped.iterator = true; return { done: true }; },
+    [Symbol.asyncIterator]() { return this; },
+  };
+  const calls = Object.entries({ readable, generator: generator(), iterator })
+    .map(([name, source]) => [name, client.putBlob(source, { sessionId: 'b' })]);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const closedAt = Date.now();
+  client.close();
+  const out = {};
+  for (const [name, call] of calls) {
+    const late = new Promise((resolve) => setTimeout(resolve, 3000, 'still waiting'));
+    const failed = await Promise.race([failure(() => call), late]);
+    out[name] = { failed, ms: Date.now() - closedAt };
+  }
+  await new Promise((resolve) => setTimeout(resolve, 1600));  // the generator's wait over: its finally ran
+  out.stopped = stopped;
+  return out;
+});
+"""
+
+
+def test_close_ends_a_node_put_blob_waiting_on_its_source_at_once_and_stops_the_source(sidecar: Sidecar) -> None:
+    # putBlob read its source before it looked at the call again: on a source that never gave another piece
+    # its promise never settled after close(), and on a slow one it rejected only once the piece came.
+    out = _run_node(_CLOSED_UNDER_BLOB_SOURCE, sidecar.unix_target)
+    for name in ("readable", "generator", "iterator"):
+        timed = out[name]
+        assert timed["failed"] != "still waiting", (name, timed)
+        assert timed["failed"]["code"] == 1, (name, timed)
+        assert "the client is closed (close() was called)" in timed["failed"]["message"], (name, timed)
+        assert timed["ms"] < 1000, (name, timed)
+    assert out["stopped"] == {"readable": True, "generator": True, "iterator": True}, out
+
+
+# Five clients retrying a put for ever (a socket nobody serves), each closed at its own moment of the retries'
+# 1 s waits: how long after close() each put rejected, and with what.
+_CLOSED_WAITING_TO_RETRY = """
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+run(async () => {
+  const puts = Array.from({ length: 5 }, async (_, i) => {
+    const patient = new CheckpointClient(process.argv[3], { retries: 1e9, timeoutMs: 60000 });
+    const put = failure(() => patient.put('s', Buffer.from([8, 1]), { requestId: `r${i}` }));
+    await sleep(2600 + 200 * i);  // past the backoff's growth: each wait is 1 s
+    const closedAt = Date.now();
+    patient.close();
+    const failed = await put;
+    return { failed, ms: Date.now() - closedAt };
+  });
+  return { puts: await Promise.all(puts) };
+});
+"""
+
+
+def test_close_ends_a_node_call_waiting_to_retry_at_once(sidecar: Sidecar, tmp_path: Path) -> None:
+    # The wait before a retry was a plain timer: close() rejected the call only once it fired, up to 1 s
+    # later, and the timer kept the process alive that long.
+    out = _run_node(_CLOSED_WAITING_TO_RETRY, sidecar.unix_target, f"unix:{tmp_path / 'nobody.sock'}")["puts"]
+    for i, timed in enumerate(out):
+        assert timed["failed"]["code"] == 1, timed
+        assert "the client is closed (close() was called)" in timed["failed"]["message"], timed
+        assert timed["failed"]["requestId"] == f"r{i}", timed
+    assert max(timed["ms"] for timed in out) < 500, out

@@ -4,6 +4,7 @@ are resent on the next stream, as the Python clients' put_stream resends them.""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -12,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.v1 import service_pb2
+from ckpt.v1 import checkpoint_pb2, service_pb2
 from tests.client.support import Fleet, scripted_server, wait_for
 from tests.client.test_node_client import node_command
+from tests.client.test_node_events_and_blobs import _UUID7
 from tests.store.test_write_backlog import BUDGET_BYTES, lmdb_write_lock_held, queued_write_bytes, state
-from tests.support import free_port
+from tests.support import Sidecar, free_port
 
 
 def _run(script: str, *args: str) -> list[dict[str, Any]]:
@@ -46,7 +48,7 @@ const puts = Array.from({ length: count }, (_, i) => ({
   }
   console.log('"done"');
 })().catch((e) => console.log(JSON.stringify({
-  failed: e.code, answered: e.answered, unanswered: (e.unanswered || []).map((p) => p.request_id),
+  failed: e.code, answered: e.answered, unanswered: (e.unanswered || []).map((p) => p.requestId),
 }))).finally(() => client.close());
 """
 
@@ -151,3 +153,84 @@ def test_node_gives_up_with_internal_when_the_stream_ends_ok_before_answering_a_
     assert lines[:8] == [{"version": k + 1} for k in range(8)]
     assert lines[8:] == [{"failed": 13, "answered": 8, "unanswered": [f"q-{i}" for i in range(8, 12)]}]
     assert streams == [[f"q-{i}" for i in range(12)]]
+
+
+# A putStream of one write on a client retrying without bound (retries: Infinity, timeoutMs 2 s) to a socket
+# nobody serves: what it threw and when, or 'still retrying' after 15 s.
+_STREAM_TO_NOBODY = """
+const { CheckpointClient } = require(process.argv[1]);
+const client = new CheckpointClient(process.argv[2], { retries: Infinity, timeoutMs: 2000 });
+const t0 = Date.now();
+const stream = (async () => {
+  for await (const r of client.putStream([{ sessionId: 'down', state: Buffer.from([8, 1]), requestId: 'd-0' }])) void r;
+})().catch((e) => ({ code: e.code, answered: e.answered, unanswered: e.unanswered.map((w) => w.requestId) }));
+const late = new Promise((resolve) => setTimeout(resolve, 15000, 'still retrying'));
+Promise.race([stream, late]).then((failed) => {
+  console.log(JSON.stringify({ failed, ms: Date.now() - t0 }));
+  client.close();
+});
+"""
+
+
+def test_node_put_stream_to_a_sidecar_that_stays_down_gives_up_after_timeout_ms_with_unbounded_retries(
+    tmp_path: Path,
+) -> None:
+    # Only `retries` ended a run of failures: with retries: Infinity putStream reconnected for ever, where a
+    # unary put (and the Python clients' put_stream) gives up timeout_seconds after the failure.
+    [out] = _run(_STREAM_TO_NOBODY, f"unix:{tmp_path / 'nobody.sock'}")
+    assert out["failed"] == {"code": 14, "answered": 0, "unanswered": ["d-0"]}, out
+    assert out["ms"] < 10000, out
+
+
+# Writes to a socket nobody serves (two retries): the StreamError's `unanswered` as they are, then resent
+# twice with putStream on the live sidecar: the results of each resend.
+_RESEND_UNANSWERED = """
+const { CheckpointClient } = require(process.argv[1]);
+const [live, nobody, patch, whole] = process.argv.slice(2);
+const down = new CheckpointClient(nobody, { retries: 2, timeoutMs: 5000 });
+const client = new CheckpointClient(live);
+const puts = [
+  { sessionId: 'm', state: Buffer.from(patch, 'hex'), merge: true },
+  { sessionId: 'r', state: Buffer.from(whole, 'hex'), requestId: 'mine', labels: { k: 'v' } },
+];
+(async () => {
+  const out = {};
+  try {
+    for await (const r of down.putStream(puts)) void r;
+  } catch (e) {
+    out.unanswered = e.unanswered.map((w) => ({ ...w, state: Buffer.from(w.state).toString('hex') }));
+    out.given_unchanged = puts.map((p) => p.requestId ?? null);
+    const resend = async () => {
+      const results = [];
+      for await (const r of client.putStream(e.unanswered)) results.push([r.response.version, r.response.replayed]);
+      return results;
+    };
+    out.first = await resend();
+    out.again = await resend();
+  }
+  console.log(JSON.stringify(out));
+})().finally(() => { down.close(); client.close(); });
+"""
+
+
+def test_node_put_stream_resends_a_stream_errors_unanswered_as_they_are(sidecar: Sidecar, tmp_path: Path) -> None:
+    # `unanswered` held PutRequests (session_id, mode, request_id): putStream refused them (sessionId must be
+    # a string), and rebuilding writes from them lost the request id and the mode (a merge resent as a
+    # replace, under a new id).
+    with CheckpointClient(sidecar.unix_target) as python:
+        python.put("m", checkpoint_pb2.Checkpoint(goal="kept").SerializeToString())
+    patch = checkpoint_pb2.Checkpoint(working_memory={"b": "2"}).SerializeToString().hex()
+    whole = checkpoint_pb2.Checkpoint(goal="whole").SerializeToString().hex()
+    [out] = _run(_RESEND_UNANSWERED, sidecar.unix_target, f"unix:{tmp_path / 'nobody.sock'}", patch, whole)
+    first, second = out["unanswered"]
+    assert re.fullmatch(_UUID7, first.pop("requestId")), out
+    assert first == {"sessionId": "m", "state": patch, "merge": True}, out
+    assert second == {"sessionId": "r", "state": whole, "requestId": "mine", "labels": {"k": "v"}}, out
+    assert out["given_unchanged"] == [None, "mine"], out  # the caller's writes are not changed
+    assert out["first"] == [[2, False], [1, False]], out
+    assert out["again"] == [[2, True], [1, True]], out  # the same request ids: each write landed once
+    with CheckpointClient(sidecar.unix_target) as python:
+        merged = python.get("m")
+        state = checkpoint_pb2.Checkpoint.FromString(merged.state)
+        assert (merged.version, state.goal, dict(state.working_memory)) == (2, "kept", {"b": "2"})
+        assert python.get("r").info.labels == {"k": "v"}
