@@ -154,7 +154,7 @@ class ListVersionsResponse(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[VersionInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "label_filter", "updated_after", "updated_before")
+    __slots__ = ("page_size", "page_token", "label_filter", "updated_after", "updated_before", "session_id_prefix")
     class LabelFilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -167,12 +167,14 @@ class ListSessionsRequest(_message.Message):
     LABEL_FILTER_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AFTER_FIELD_NUMBER: _ClassVar[int]
     UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     label_filter: _containers.ScalarMap[str, str]
     updated_after: _timestamp_pb2.Timestamp
     updated_before: _timestamp_pb2.Timestamp
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., updated_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    session_id_prefix: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., label_filter: _Optional[_Mapping[str, str]] = ..., updated_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id_prefix: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")

@@ -187,7 +187,8 @@ class CheckpointServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """ListSessions lists sessions, in pages, filtered by labels and update time.
+        """ListSessions lists sessions, in pages, filtered by labels, update time and
+        session id prefix.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

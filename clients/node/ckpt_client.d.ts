@@ -159,6 +159,8 @@ export interface SessionFilter {
   updatedAfter?: Date;
   /** Only sessions last written before this time. */
   updatedBefore?: Date;
+  /** Only sessions whose id starts with this string (alone: only those are read). */
+  prefix?: string;
   pageSize?: number;
 }
 

@@ -330,15 +330,16 @@ class CheckpointClient {
     return versions;
   }
 
-  // Every session carrying all of `labels` and last written at or after
-  // `updatedAfter` and before `updatedBefore` (Dates), if given, fetched a
-  // page at a time as you iterate: for await (const s of client.sessions()). pageSize: 0..1000 (0: the
-  // sidecar's default, 100).
-  async *sessions({ labels, updatedAfter, updatedBefore, pageSize = 100 } = {}) {
+  // Every session carrying all of `labels`, last written at or after
+  // `updatedAfter` and before `updatedBefore` (Dates), and whose id starts with `prefix`, if given,
+  // fetched a page at a time as you iterate: for await (const s of client.sessions()). pageSize: 0..1000
+  // (0: the sidecar's default, 100). A prefix alone reads only the sessions of the prefix.
+  async *sessions({ labels, updatedAfter, updatedBefore, prefix = '', pageSize = 100 } = {}) {
     const request = {
       label_filter: stringMap('labels', labels),
       page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
       page_token: '',
+      session_id_prefix: checkString('prefix', prefix),
     };
     if (updatedAfter !== undefined) request.updated_after = timestamp('updatedAfter', updatedAfter);
     if (updatedBefore !== undefined) request.updated_before = timestamp('updatedBefore', updatedBefore);

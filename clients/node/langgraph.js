@@ -564,14 +564,14 @@ class CkptSaver extends BaseCheckpointSaver {
   // Removes every namespace of the thread: its checkpoints and writes. threadId: a string, or a number
   // (its decimal string), as a config's thread_id. A namespace holding writes and no checkpoint yet
   // (putWrites before its first put) has no labels (they come with a put): it is found by its session
-  // id in the listing of every session.
+  // id, in the listing of the sessions under the thread's prefix, which reads those alone.
   async deleteThread(threadId) {
     const id = threadIdOf(threadId, 'threadId');
     const sessions = new Set();
     for await (const s of this.sessionsOf(id, undefined)) sessions.add(s.sessionId);
     const prefix = r.threadPrefix(id);
-    for await (const info of this.client.sessions({ pageSize: LISTING_PAGE_SIZE })) {
-      if (!info.session_id.startsWith(prefix)) continue;
+    for await (const info of this.client.sessions({ prefix, pageSize: LISTING_PAGE_SIZE })) {
+      if (!info.session_id.startsWith(prefix)) continue; // cheap, and no other thread's session is taken
       const parsed = r.parseSessionId(info.session_id);
       if (parsed !== null && parsed.threadId === id) sessions.add(info.session_id);
     }

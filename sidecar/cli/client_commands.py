@@ -154,8 +154,13 @@ def sessions(args: argparse.Namespace) -> int:
             " no session could match (the listing is of sessions last written at or after --updated-after"
             " and before --updated-before)"
         )
+    if args.prefix:  # by the session id rules, as ids are (client_of): no id begins with one they refuse
+        try:
+            ids.session_key(args.prefix, field="--prefix")
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
     with client_of(args) as c:
-        for info in c.sessions(labels=labels, updated_after=after, updated_before=before):
+        for info in c.sessions(labels=labels, updated_after=after, updated_before=before, prefix=args.prefix):
             print_json(info)
     return 0
 

@@ -4,7 +4,7 @@
     ckpt put SESSION [FILE] [--merge] [--type NAME]      write a version (FILE or stdin)
     ckpt get SESSION [--version N] [--out FILE]          read a version (to stdout or FILE)
     ckpt history SESSION                                 list versions, newest first
-    ckpt sessions [--label K=V] [--updated-after T]      list sessions (filters: labels, update time)
+    ckpt sessions [--label K=V] [--prefix P]             list sessions (filters: labels, update time, id prefix)
     ckpt fork SESSION NEW_SESSION [--version N]          fork a session
     ckpt delete SESSION                                  delete a session
     ckpt events SESSION [--type T] [--since T] [--follow] a session's events, oldest first
@@ -216,9 +216,9 @@ _COMMANDS = {
     "history": ("list versions", "List a session's versions, newest first."),
     "sessions": (
         "list sessions",
-        "List sessions (one JSON object a line); with filters, the sessions carrying every --label and last written"
-        " in [--updated-after, --updated-before). In session id order, except with time filters and no --label: in"
-        " order of last write (to about a second, then by id).",
+        "List sessions (one JSON object a line); with filters, the sessions carrying every --label, last written"
+        " in [--updated-after, --updated-before) and whose id starts with --prefix. In session id order, except"
+        " with time filters and no --label: in order of last write (to about a second, then by id).",
     ),
     "fork": ("fork a session", "Create NEW_SESSION from a version of SESSION."),
     "delete": ("delete a session", "Delete a session and all its versions."),
@@ -295,6 +295,9 @@ def _commands(sub: Any) -> None:
     p["get"].add_argument("--out", type=Path, default=None, help="write here instead of stdout")
     for bound in ("--updated-after", "--updated-before"):
         p["sessions"].add_argument(bound, default=None, metavar="TIME", help="ISO 8601 with a UTC offset or Z")
+    p["sessions"].add_argument(
+        "--prefix", default="", metavar="P", help="only sessions whose id starts with P (alone: reads only those)"
+    )
     p["blob"].add_argument("action", choices=("put", "get"), help="put: store FILE; get: read REF")
     p["blob"].add_argument("subject", metavar="SESSION|REF", help="put: the session; get: the blob's ref")
     p["blob"].add_argument("file", nargs="?", default=None, metavar="FILE", help="put: the blob (- for stdin)")

@@ -234,13 +234,18 @@ def unix_nanos(value: datetime.datetime) -> int:
 
 
 def sessions_request(
-    labels: Mapping[str, str] | None, page_size: int, updated_after: object = None, updated_before: object = None
+    labels: Mapping[str, str] | None,
+    page_size: int,
+    updated_after: object = None,
+    updated_before: object = None,
+    prefix: object = "",
 ) -> service_pb2.ListSessionsRequest:
     return service_pb2.ListSessionsRequest(
         page_size=_page_size(page_size),
         label_filter=_labels("labels", labels),
         updated_after=_when("updated_after", updated_after),
         updated_before=_when("updated_before", updated_before),
+        session_id_prefix=check_str("prefix", prefix),
     )
 
 

@@ -280,11 +280,13 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         updated_after: datetime.datetime | Timestamp | None = None,
         updated_before: datetime.datetime | Timestamp | None = None,
         page_size: int = 100,
+        prefix: str = "",
     ) -> SessionsT:
-        """Every session carrying all of ``labels`` and last written at or after ``updated_after`` and
-        before ``updated_before`` (aware datetimes, or Timestamps to the nanosecond), if given; pages
-        fetched as needed."""
-        request = sessions_request(labels, page_size, updated_after, updated_before)
+        """Every session carrying all of ``labels``, last written at or after ``updated_after`` and
+        before ``updated_before`` (aware datetimes, or Timestamps to the nanosecond), and whose id starts
+        with ``prefix``, if given; pages fetched as needed. A prefix alone reads only the sessions of the
+        prefix (in session id order, those holding only events too), however many others the store holds."""
+        request = sessions_request(labels, page_size, updated_after, updated_before, prefix)
         return cast(SessionsT, self._pages("ListSessions", request, "sessions"))
 
     def fork(

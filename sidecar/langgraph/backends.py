@@ -140,8 +140,9 @@ class ClientBackend:
         except NotFoundError:
             return []
 
-    def sessions(self, labels: dict[str, str]) -> list[str]:
-        return [s.session_id for s in self.client.sessions(labels=labels or None, page_size=PAGE_SIZE)]
+    def sessions(self, labels: dict[str, str], prefix: str = "") -> list[str]:
+        listing = self.client.sessions(labels=labels or None, prefix=prefix, page_size=PAGE_SIZE)
+        return [s.session_id for s in listing]
 
     def delete(self, session_id: str) -> bool:
         try:
@@ -223,8 +224,9 @@ class AsyncClientBackend:
         except NotFoundError:
             return []
 
-    async def sessions(self, labels: dict[str, str]) -> list[str]:
-        return [s.session_id async for s in self.client.sessions(labels=labels or None, page_size=PAGE_SIZE)]
+    async def sessions(self, labels: dict[str, str], prefix: str = "") -> list[str]:
+        listing = self.client.sessions(labels=labels or None, prefix=prefix, page_size=PAGE_SIZE)
+        return [s.session_id async for s in listing]
 
     async def delete(self, session_id: str) -> bool:
         try:

@@ -40,17 +40,17 @@ class Pruning:
     def delete_threads(self, thread_ids: Sequence[str]) -> Op:
         """Delete every session of the threads: their prunes' stages and namespaces (found by label), and
         the namespaces holding writes and no checkpoint yet (put_writes before the first put: a session's
-        labels come with a put, so these have none and are found by their session id in the listing of
-        every session, read once)."""
+        labels come with a put, so these have none and are found by their session id, in the listing of
+        the sessions under the thread's prefix, which reads those alone: a thread's sessions, not all)."""
         doomed: dict[str, None] = {}
         for thread_id in thread_ids:
             for labels in ({PRUNING_LABEL: thread_id}, thread_label(thread_id)):
                 doomed.update(dict.fromkeys((yield Call("sessions", (labels,)))))
-        prefixes = tuple(thread_prefix(thread_id) for thread_id in thread_ids)
-        if prefixes:
-            for sid in (yield Call("sessions", ({},))):
-                where = where_of_session(sid) if sid.startswith(prefixes) else None
-                if where is not None and where.thread_id in thread_ids:
+            prefix = thread_prefix(thread_id)
+            for sid in (yield Call("sessions", ({}, prefix))):
+                # Checked here too (cheaply): a session of another thread is never taken for this one's.
+                where = where_of_session(sid) if sid.startswith(prefix) else None
+                if where is not None and where.thread_id == thread_id:
                     doomed[sid] = None
         for sid in doomed:
             yield Call("delete", (sid,))

@@ -111,11 +111,13 @@ class StoreBackend:
         except NotFound:
             return []
 
-    def sessions(self, labels: dict[str, str]) -> list[str]:
+    def sessions(self, labels: dict[str, str], prefix: str = "") -> list[str]:
         out: list[str] = []
         token = ""
         while True:
-            page, token = self.store.list_sessions(page_size=PAGE_SIZE, page_token=token, label_filter=labels or None)
+            page, token = self.store.list_sessions(
+                page_size=PAGE_SIZE, page_token=token, label_filter=labels or None, session_id_prefix=prefix
+            )
             out += (s.session_id for s in page)
             if not token:
                 return out

@@ -320,6 +320,7 @@ class CheckpointService:
                 updated_after_nanos=time_filter_nanos(request, "updated_after"),
                 updated_before_nanos=time_filter_nanos(request, "updated_before"),
                 max_page_bytes=self._max_page_bytes,
+                session_id_prefix=request.session_id_prefix,
             )
             return service_pb2.ListSessionsResponse(sessions=[session_info_pb(s) for s in page], next_page_token=token)
 

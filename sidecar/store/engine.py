@@ -407,14 +407,14 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         updated_after_nanos: int | None = None,
         updated_before_nanos: int | None = None,
         max_page_bytes: int = 0,
+        session_id_prefix: str = "",
     ) -> tuple[list[SessionInfo], str]:
         """A page of sessions matching every filter, and the next page's token.
 
-        Uses the label index (first label of the filter) or the updated-time
-        index, so filtered listings do not scan every session. A page may hold
-        fewer than ``page_size`` sessions when many candidates did not match;
-        keep following ``next_page_token`` until it is empty. ``max_page_bytes``
-        as for :meth:`list_versions` (listings.session_info_bytes).
+        Uses the label index (first label of the filter) or the updated-time index, so filtered listings
+        do not scan every session; a ``session_id_prefix`` alone reads only its own ids. A page may hold
+        fewer than ``page_size`` sessions when many candidates did not match; keep following
+        ``next_page_token`` until it is empty. ``max_page_bytes`` as for :meth:`list_versions`.
         """
         return list_sessions(
             self._read,
@@ -425,6 +425,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             updated_after_nanos=updated_after_nanos,
             updated_before_nanos=updated_before_nanos,
             max_page_bytes=max_page_bytes,
+            session_id_prefix=session_id_prefix,
         )
 
     def frames_of(self, session_id: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, bytes]]]:

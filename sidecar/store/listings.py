@@ -1,4 +1,4 @@
-"""Listings: a session's versions and the sessions (by label or update time), a page at a time.
+"""Listings: a session's versions and the sessions (by label, update time or id prefix), a page at a time.
 
 A page ends with the token of the next: the listing's kind, a hash of its
 scope and the key to resume at. Filtered listings read an index (labels,
@@ -137,9 +137,11 @@ def list_sessions(
     updated_after_nanos: int | None,
     updated_before_nanos: int | None,
     max_page_bytes: int,
+    session_id_prefix: str = "",
 ) -> tuple[list[SessionInfo], str]:
     """A page of sessions matching every filter, and the next page's token (Store.list_sessions)."""
     size = check_page_args(page_size, page_token, max_page_bytes)
+    id_prefix = _id_prefix_arg(session_id_prefix)
     if label_filter is not None and not isinstance(label_filter, dict):
         raise InvalidArgument(f"label_filter must be a dict of str to str, not {type(label_filter).__name__}")
     labels = dict(label_filter or {})
@@ -159,12 +161,15 @@ def list_sessions(
         b"l" if labels else b"t" if updated_after_nanos is not None or updated_before_nanos is not None else b""
     )
     # A token resumes the listing it came from only: same index, same filters.
-    scope = repr((sorted(labels.items()), updated_after_nanos, updated_before_nanos)).encode()
+    filters = (sorted(labels.items()), updated_after_nanos, updated_before_nanos)
+    # Without a prefix, the scope (and so the tokens) of the listings that came before prefixes.
+    scope = repr((*filters, id_prefix) if id_prefix else filters).encode()
     resume = _decode_token(page_token, kind, scope)
     if labels:
         first_key = min(labels)
         prefix = keys.label_prefix(first_key, labels[first_key])
-        db, lo, hi = tables.labels, prefix, prefix + b"\xff"
+        # The label's entries are in session id order: those of the prefix are a range of them.
+        db, lo, hi = tables.labels, prefix + id_prefix, _past(prefix + id_prefix)
 
         def sid_of(key: bytes) -> bytes:
             return key[len(prefix) :]
@@ -176,7 +181,8 @@ def list_sessions(
         def sid_of(key: bytes) -> bytes:
             return key[8:]
     else:
-        db, lo, hi = tables.sessions, b"", b"\xff" * (keys.MAX_SESSION_ID_BYTES + 1)
+        # From the prefix's first id to the first id past it: the ids of the prefix alone are read.
+        db, lo, hi = tables.sessions, id_prefix, _past(id_prefix)
 
         def sid_of(key: bytes) -> bytes:
             return key
@@ -196,6 +202,8 @@ def list_sessions(
                 return out, _encode_token(kind, scope, key)
             scanned += 1
             sid = sid_of(key)
+            if not sid.startswith(id_prefix):  # the update-time index is in time order: checked one by one
+                continue
             raw = txn.get(sid, db=tables.sessions)
             try:
                 session_id = sid.decode()
@@ -223,6 +231,22 @@ def list_sessions(
                     return out, _encode_token(kind, scope, key)
             out.append(info)
     return out, ""
+
+
+def _id_prefix_arg(session_id_prefix: str) -> bytes:
+    """The session id prefix of a listing as UTF-8 bytes (b"": none); InvalidArgument naming the field for
+    one that begins no session id: not a str, over the id limit, with a control character, not UTF-8."""
+    if session_id_prefix == "":
+        return b""
+    return keys.session_key(session_id_prefix, field="session_id_prefix")
+
+
+def _past(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix`` (b"" and all-0xff bytes: past every key)."""
+    kept = prefix.rstrip(b"\xff")
+    if not kept:
+        return b"\xff" * (keys.MAX_SESSION_ID_BYTES + 1)
+    return kept[:-1] + bytes([kept[-1] + 1])
 
 
 def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes) -> Iterator[bytes]:

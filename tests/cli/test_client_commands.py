@@ -15,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.sidecar.cli.parser import CLIENT_OPTIONS
 from ckpt.sidecar.client import ENV_VARS, CheckpointClient
+from ckpt.v1 import service_pb2
 from tests.support import ROOT, Sidecar, ckpt
 
 
@@ -63,10 +64,32 @@ def test_sessions_lists_by_label_and_update_time(sidecar: Sidecar) -> None:
         assert done.returncode == 2 and message in done.stderr and done.stdout == b"", done.stderr
 
 
+def test_sessions_lists_by_id_prefix(sidecar: Sidecar) -> None:
+    t = ("--target", sidecar.unix_target)
+    for sid in ("run/1", "run/2", "run0", "ru", "réd/1"):
+        assert ckpt("put", sid, "--label", "team=red", *t, stdin=b"\x08\x01").returncode == 0
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.append_events("run/3", [service_pb2.Event(type="note")])  # a session of events alone
+
+    def listed(*args: str) -> list[str]:
+        done = ckpt("sessions", *args, *t)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line)["session_id"] for line in done.stdout.decode().splitlines()]
+
+    assert listed("--prefix", "run/") == ["run/1", "run/2", "run/3"]
+    assert listed("--prefix", "ru") == ["ru", "run/1", "run/2", "run/3", "run0"]
+    assert listed("--prefix", "ré") == ["réd/1"]
+    assert listed("--prefix", "run/", "--label", "team=red") == ["run/1", "run/2"]
+    assert listed("--prefix", "run/", "--label", "team=blue") == []
+    assert listed("--prefix", "") == ["ru", "run/1", "run/2", "run/3", "run0", "réd/1"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("put", ""), b"SESSION is empty; it must be 1-256 bytes of UTF-8"),
+        (("sessions", "--prefix", "x" * 257), b"--prefix is 257 bytes; the limit is 256"),
+        (("sessions", "--prefix", "a\x7fb"), b"--prefix 'a\\x7fb' contains an ASCII control character"),
         (("get", "x" * 257), b"SESSION is 257 bytes; the limit is 256"),
         (("history", "a\tb"), b"SESSION 'a\\tb' contains an ASCII control character"),
         (("delete", ""), b"SESSION is empty"),

@@ -10,6 +10,7 @@ from langgraph.checkpoint.base.id import uuid6
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
+from ckpt.v1 import service_pb2
 from tests.langgraph.test_node_saver_records import JsonSerde, run_node
 from tests.langgraph.test_saver_sidecar import thread
 from tests.support import Sidecar
@@ -99,6 +100,42 @@ _TOO_LONG = (
 })().catch((err) => { console.error(err); process.exit(1); });
 """
 )
+
+
+# Thread 'gone' with a checkpoint in namespace '' and writes alone in 'tools'; deleteThread with every
+# ListSessions reply recorded. Prints the session ids of each reply, by page.
+_LISTED = (
+    _PRELUDE
+    + r"""
+(async () => {
+  const saver = new CkptSaver(target);
+  await put(saver, thread('gone'), newCheckpoint(0));
+  await saver.putWrites(early(thread('gone', 'tools'), newCheckpoint(1)), [['n', 'early']], 'task');
+  const pages = [];
+  const call = saver.client.call.bind(saver.client);
+  saver.client.call = async (method, request) => {
+    const reply = await call(method, request);
+    if (method === 'ListSessions') pages.push(reply.sessions.map((s) => s.session_id));
+    return reply;
+  };
+  await saver.deleteThread('gone');
+  saver.close();
+  console.log(JSON.stringify({ pages }));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+)
+
+
+def test_node_saver_delete_thread_reads_the_threads_sessions_and_no_others(sidecar: Sidecar) -> None:
+    """deleteThread found a namespace holding writes alone in the listing of every session: with 2,500
+    unrelated sessions it read three pages of 1,000. It lists the thread's prefix now."""
+    with CheckpointClient(sidecar.unix_target) as client:
+        puts = (service_pb2.PutRequest(session_id=f"other/{i:05d}", state=b"") for i in range(2500))
+        assert not [r for r in client.put_stream(puts, batch_size=500) if r.HasField("error")]
+        pages = run_node(_LISTED, sidecar)["pages"]
+        # A page for the thread's label, one for its prefix: the thread's sessions alone.
+        assert pages == [["langgraph/4/gone/"], ["langgraph/4/gone/", "langgraph/4/gone/tools"]]
+        assert [s.session_id for s in client.sessions(prefix="langgraph/")] == []
 
 
 def test_node_saver_keeps_a_write_saved_before_its_checkpoint_after_another_saver_made_the_thread_anew(

@@ -1,6 +1,6 @@
 """What the saver removes and what it can reach: every namespace a put takes is read, listed and pruned;
 delete_thread removes writes saved before a namespace's first checkpoint; prune and delete_for_runs refuse
-a single id given as a str."""
+a single id given as a str; delete_thread reads the thread's sessions, not every session."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar import Store
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient
 from ckpt.sidecar.langgraph import AsyncCkptSaver, CkptSaver
+from ckpt.v1 import service_pb2
 from tests.langgraph.test_saver_sidecar import got, ids, put, thread
 from tests.support import Sidecar
 
@@ -107,3 +109,90 @@ def test_prune_and_delete_for_runs_refuse_a_single_id_given_as_a_str(tmp_path: P
             assert await saver.aget_tuple(thread("t")) is not None and await saver.aget_tuple(thread("1")) is not None
 
     asyncio.run(async_saver())
+
+
+#: More unrelated sessions than a listing page of the savers holds (backends.PAGE_SIZE, 1000).
+UNRELATED = 2500
+
+
+def _listed_by(monkeypatch: pytest.MonkeyPatch, client_class: type[Any]) -> list[list[str]]:
+    """The session ids of every ListSessions reply ``client_class``'s clients read from now on, by page."""
+    pages: list[list[str]] = []
+    unary = client_class._unary
+
+    def record(reply: Any) -> Any:
+        if isinstance(reply, service_pb2.ListSessionsResponse):
+            pages.append([s.session_id for s in reply.sessions])
+        return reply
+
+    if asyncio.iscoroutinefunction(unary):
+
+        async def counted_async(self: Any, call: Any) -> Any:
+            return record(await unary(self, call))
+
+        monkeypatch.setattr(client_class, "_unary", counted_async)
+    else:
+        monkeypatch.setattr(client_class, "_unary", lambda self, call: record(unary(self, call)))
+    return pages
+
+
+def _thread_gone_with_early_writes(saver: Any) -> None:
+    """Thread "gone": a checkpoint in namespace "", writes saved before any checkpoint in "tools"."""
+    put(saver, thread("gone"), {"n": 0}, 0)
+    saver.put_writes(thread("gone", "tools", str(uuid6(clock_seq=-1))), [("n", "early")], "task")
+
+
+GONE = {"langgraph/4/gone/", "langgraph/4/gone/tools"}
+
+
+def test_delete_thread_reads_the_threads_sessions_and_no_others(
+    sidecar: Sidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delete_thread found a namespace holding writes alone in the listing of every session: with 2,500
+    unrelated sessions it read three pages of 1,000, each call. It lists the thread's prefix now."""
+    with CheckpointClient(sidecar.unix_target) as client:
+        puts = (service_pb2.PutRequest(session_id=f"other/{i:05d}", state=b"") for i in range(UNRELATED))
+        assert not [r for r in client.put_stream(puts, batch_size=500) if r.HasField("error")]
+    with CkptSaver(sidecar.unix_target) as saver:
+        _thread_gone_with_early_writes(saver)
+        pages = _listed_by(monkeypatch, CheckpointClient)
+        saver.delete_thread("gone")
+        # A page per lookup (the prunes' stages, the thread's label, its prefix), of the thread's sessions.
+        assert len(pages) == 3 and {sid for page in pages for sid in page} == GONE
+        monkeypatch.undo()
+        _thread_gone_with_early_writes(saver)
+
+    async def from_asyncio() -> list[list[str]]:
+        async with AsyncCkptSaver(sidecar.unix_target) as saver:
+            pages = _listed_by(monkeypatch, AsyncCheckpointClient)
+            await saver.adelete_thread("gone")
+            return pages
+
+    pages = asyncio.run(from_asyncio())
+    assert len(pages) == 3 and {sid for page in pages for sid in page} == GONE
+    with CheckpointClient(sidecar.unix_target) as client:
+        assert [s.session_id for s in client.sessions(prefix="langgraph/")] == []
+        assert sum(1 for _ in client.sessions()) == UNRELATED
+
+
+def test_delete_thread_of_an_embedded_saver_lists_the_threads_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listings: list[dict[str, Any]] = []
+    stores: list[Store] = []
+    list_sessions = Store.list_sessions
+
+    def recorded(self: Store, **kwargs: Any) -> Any:
+        stores.append(self)
+        listings.append({k: v for k, v in kwargs.items() if k in ("label_filter", "session_id_prefix") and v})
+        return list_sessions(self, **kwargs)
+
+    with CkptSaver.embedded(tmp_path / "data") as saver:
+        _thread_gone_with_early_writes(saver)
+        put(saver, thread("gone-too"), {"n": 0}, 0)
+        monkeypatch.setattr(Store, "list_sessions", recorded)
+        saver.delete_thread("gone")
+        assert {"session_id_prefix": "langgraph/4/gone/"} in listings and {} not in listings
+        assert saver.get_tuple(thread("gone-too")) is not None
+        monkeypatch.undo()
+        assert [s.session_id for s in stores[0].list_sessions()[0]] == ["langgraph/8/gone-too/"]
