@@ -61,22 +61,29 @@ class _Worker:
 
 
 _worker: _Worker | None = None
-_worker_lock = threading.Lock()
 
 
-def _current() -> _Worker:
+def _current() -> _Worker | None:
+    """The main thread's worker: made at its first step, and again in a forked child (the parent's thread
+    is not there); None if no thread can be started (Python 3.12+ refuses one at interpreter shutdown: an
+    atexit handler's call then runs here). Only the main thread comes here, a signal handler's call too
+    (between two of its bytecodes), so no lock: a handler's call landing in this makes at worst a worker of
+    its own, where a lock held by the code it interrupted would never be released."""
     global _worker
-    with _worker_lock:
-        if _worker is None or _worker.pid != os.getpid():  # none yet, or it stayed in the parent of a fork
-            _worker = _Worker()
-        return _worker
+    worker = _worker
+    if worker is None or worker.pid != os.getpid():  # none yet, or it stayed in the parent of a fork
+        try:
+            worker = _Worker()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            return None
+        _worker = worker
+    return worker
 
 
 def _retire(worker: _Worker) -> None:
     global _worker
-    with _worker_lock:
-        if _worker is worker:
-            _worker = None
+    if _worker is worker:
+        _worker = None
     worker.jobs.put(None)  # once its steps are done
 
 
@@ -94,8 +101,10 @@ def run(fn: Callable[[], T], undo: Callable[[T], object] | None = None) -> T:
     """
     if not off_main():
         return fn()
-    reply: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
     worker = _current()
+    if worker is None:
+        return fn()
+    reply: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
     worker.jobs.put(_Job(fn, reply))
     try:
         outcome = reply.get()
@@ -120,8 +129,9 @@ def _undo_when_done(reply: queue.SimpleQueue[_Outcome], undo: Callable[[Any], ob
 
 def start(fn: Callable[[], object]) -> None:
     """Run ``fn()`` on the worker if this is the main thread (not waited for), else here."""
-    if off_main():
-        _current().jobs.put(_Job(fn, None))
+    worker = _current() if off_main() else None
+    if worker is not None:
+        worker.jobs.put(_Job(fn, None))
     else:
         fn()
 

@@ -84,3 +84,41 @@ def test_writes_resent_after_ctrl_c_are_answered_once_on_the_same_client(sidecar
     assert done.returncode == 0, out + done.stderr.decode()[-4000:]
     interrupted = int(out.split()[1])
     assert interrupted > 100, out  # most rounds were cut by the Ctrl-C, at every stage of the calls
+
+
+_HANDLER_SCRIPT = r"""
+import faulthandler, signal, sys, time
+from ckpt.sidecar.client import CheckpointClient
+
+faulthandler.dump_traceback_later(40, exit=True)  # a hang shows where it hangs
+client = CheckpointClient(sys.argv[1], timeout_seconds=10)
+client.put("s", b"state")
+in_handler = [0]
+
+
+def on_alarm(*_):  # a handler that saves or reads, as one on SIGTERM saving a last checkpoint does
+    client.get("s")
+    in_handler[0] += 1
+
+
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+began, in_main = time.monotonic(), 0
+while time.monotonic() - began < 3:
+    client.get("s")
+    in_main += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+client.close()
+print(in_main, in_handler[0])
+"""
+
+
+def test_a_signal_handler_may_call_the_client_while_the_main_thread_is_in_a_call(sidecar: Sidecar) -> None:
+    """A handler runs on the main thread between two bytecodes of the call it interrupted: nothing the client
+    holds there (a lock of its own) may be needed by the handler's call."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLER_SCRIPT, sidecar.unix_target], capture_output=True, cwd=ROOT, timeout=90
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()[-4000:]
+    in_main, in_handler = map(int, done.stdout.split())
+    assert in_main > 100 and in_handler > 100, done.stdout
