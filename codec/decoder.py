@@ -7,6 +7,7 @@ runs) verifies every frame and every version.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -33,6 +34,16 @@ _DELTA_CONTINUING = _DELTA | frame_v2.FLAG_CONTINUES_STREAM
 _PATCH_CONTINUING = _PATCH | frame_v2.FLAG_CONTINUES_STREAM
 _NO_LIMIT = 1 << 64
 _U64 = frame_v2.U64
+
+
+def scanned_state_xxh3(frame: FrameBytes) -> int | None:
+    """The state's XXH3-64 a frame's header records, read by the first pass's scan without checking the
+    frame (its checksum covers the whole frame); None if the header does not scan."""
+    try:
+        scan = _SCANNERS[frame[2]]
+        return int(_U64.unpack_from(frame, scan(frame)[8])[0])
+    except (KeyError, ValueError, IndexError, struct.error):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ encodes it again in its transaction, and fails as that read finds it.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,7 +20,8 @@ from google.protobuf.message import DecodeError, Message
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import ChainEncoder, ChainPolicy, EncodedFrame, frame_v1, frame_v2
+from ...codec import ChainEncoder, ChainPolicy, EncodedFrame
+from ...codec.decoder import scanned_state_xxh3
 from ..errors import DataLoss
 from ..storage import ReadTxn
 from . import keys
@@ -29,8 +29,6 @@ from .layout import Tables
 from .reads import read_state
 from .records import frame_of, record
 from .registry import Registry
-
-_U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +139,8 @@ def still_holds(txn: ReadTxn, tables: Tables, registry: Registry, sid: bytes, ve
 
 
 def recorded_state_xxh3(value: bytes | memoryview) -> int | None:
-    """The state's XXH3-64 a stored value's frame header records, read without checking the frame
-    (its checksum covers the whole frame); None if the header does not scan."""
-    frame = frame_of(value)
-    try:
-        scan = frame_v2.scan if frame[2] == 2 else frame_v1.scan
-        return int(_U64.unpack_from(frame, scan(frame)[8])[0])
-    except (ValueError, IndexError, struct.error):
-        return None
+    """The state's XXH3-64 a stored value's frame header records (codec.decoder.scanned_state_xxh3)."""
+    return scanned_state_xxh3(frame_of(value))
 
 
 def parses(message_class: type[Message], state: bytes) -> bool:
