@@ -214,10 +214,10 @@ export interface EventFilter {
   afterSeq?: number;
   /** Only events of one of these types (empty: every type). */
   types?: string[];
-  /** Only events whose time is after this (exclusive). */
-  after?: Date;
-  /** Only events whose time is before this (exclusive). */
-  before?: Date;
+  /** Only events whose time is after this (exclusive); null or left out: no bound. */
+  after?: Date | null;
+  /** Only events whose time is before this (exclusive); null or left out: no bound. */
+  before?: Date | null;
   /** Newest first (afterSeq still bounds from below). */
   newestFirst?: boolean;
   /** Events per page asked for (default 100, at most 1000). */

@@ -75,8 +75,8 @@ function readEventsRequest(sessionId, { afterSeq = 0, types = [], after, before,
     page_size: checkInt('pageSize', pageSize, { high: MAX_PAGE_SIZE }),
     page_token: checkString('pageToken', pageToken),
   };
-  if (after !== undefined) request.after = timestamp('after', after);
-  if (before !== undefined) request.before = timestamp('before', before);
+  if (after !== undefined && after !== null) request.after = timestamp('after', after);
+  if (before !== undefined && before !== null) request.before = timestamp('before', before);
   return request;
 }
 

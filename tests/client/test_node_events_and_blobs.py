@@ -68,6 +68,8 @@ run(async () => {
   const again = await client.appendEvents('s', steps, { put, requestId: 'first' });
   out.again = [again.first_seq, again.last_seq, again.put.version, again.replayed];
   out.paged = await seqs(client.events('s', { pageSize: 7 }));
+  // null bounds are no bounds, as Python's None.
+  out.null_bounds = (await seqs(client.events('s', { after: null, before: null }))).length;
   out.newest = await seqs(client.events('s', { afterSeq: 245, newestFirst: true }));
   out.tools = [];
   for await (const e of client.events('s', { types: ['tool'], after: new Date(T0 + 10000) })) {
@@ -140,6 +142,7 @@ def test_node_appends_and_reads_events_and_python_reads_them(sidecar: Sidecar) -
     assert out["first"] == [1, 250, 1, False]
     assert out["again"] == [1, 250, 1, True]  # the same request id: a replay, nothing appended
     assert out["paged"] == list(range(1, 251))
+    assert out["null_bounds"] == 250
     assert out["newest"] == [250, 249, 248, 247, 246]
     assert out["tools"][:3] == [["tool", "11"], ["tool", "13"], ["tool", "15"]] and len(out["tools"]) == 120
     assert out["window"] == ["1", "2"]  # both bounds exclusive
