@@ -59,27 +59,25 @@ def session_key(session_id: str, *, field: str = "session_id") -> bytes:
     """Validate a session id and return its key bytes."""
     if not isinstance(session_id, str):
         raise InvalidArgument(f"{field} must be a string, not {type(session_id).__name__}")
-    raw = session_id.encode("utf-8", "surrogatepass")
-    if not raw:
+    if not session_id:
         raise InvalidArgument(f"{field} is empty; it must be 1-{MAX_SESSION_ID_BYTES} bytes of UTF-8")
-    if len(raw) > MAX_SESSION_ID_BYTES:
-        raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {MAX_SESSION_ID_BYTES}")
-    if has_control(session_id):
-        raise InvalidArgument(f"{field} {quoted(session_id)} {HAS_CONTROL}")
-    if has_lone_surrogate(session_id):
-        raise InvalidArgument(f"{field} {quoted(session_id)} {NOT_UTF8}")
-    return raw
+    return _id_bytes(session_id, field, MAX_SESSION_ID_BYTES)
 
 
 def request_id_bytes(request_id: str) -> bytes:
     """Validate a (non-empty) request id and return its UTF-8 bytes, as session_key does a session id's."""
-    raw = request_id.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_REQUEST_ID_BYTES:
-        raise InvalidArgument(f"request_id is {len(raw)} bytes; the limit is {MAX_REQUEST_ID_BYTES}")
-    if has_control(request_id):
-        raise InvalidArgument(f"request_id {quoted(request_id)} {HAS_CONTROL}")
-    if has_lone_surrogate(request_id):
-        raise InvalidArgument(f"request_id {quoted(request_id)} {NOT_UTF8}")
+    return _id_bytes(request_id, "request_id", MAX_REQUEST_ID_BYTES)
+
+
+def _id_bytes(value: str, field: str, limit: int) -> bytes:
+    """``value``'s UTF-8 bytes, once they are within ``limit`` and hold no control character or lone surrogate."""
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > limit:
+        raise InvalidArgument(f"{field} is {len(raw)} bytes; the limit is {limit}")
+    if has_control(value):
+        raise InvalidArgument(f"{field} {quoted(value)} {HAS_CONTROL}")
+    if has_lone_surrogate(value):
+        raise InvalidArgument(f"{field} {quoted(value)} {NOT_UTF8}")
     return raw
 
 
