@@ -13,8 +13,26 @@ from ckpt.sidecar.client import CheckpointClient, NotFoundError
 from tests.client.test_node_client import node_command
 from tests.support import Sidecar
 
+# Each call of CASES, what it answered or threw, by its label; printed as JSON.
+_RUN_CASES = """
+(async () => {
+  const out = {};
+  for (const [label, call] of Object.entries(CASES)) {
+    try {
+      const r = await call();
+      out[label] = { answered: JSON.stringify(r).slice(0, 80) };
+    } catch (e) {
+      out[label] = { [e.constructor.name]: e.message };
+    }
+  }
+  console.log(JSON.stringify(out));
+})().finally(() => client.close());
+"""
+
+
 # Each call of CASES against a session "n" with versions 1..3: prints [label, what it threw or answered].
-_CALLS = """
+_CALLS = (
+    """
 const { CheckpointClient } = require(process.argv[1]);
 const client = new CheckpointClient(process.argv[2], { timeoutMs: 5000 });
 const state = Buffer.from([0x08, 0x07]);
@@ -45,19 +63,9 @@ const CASES = {
   'merge messageType 5': () => client.merge('n', state, { messageType: 5 }),
   'putStream state string': () => drain(client.putStream([{ sessionId: 'n', state: 'text' }])),
 };
-(async () => {
-  const out = {};
-  for (const [label, call] of Object.entries(CASES)) {
-    try {
-      const r = await call();
-      out[label] = { answered: JSON.stringify(r).slice(0, 80) };
-    } catch (e) {
-      out[label] = { [e.constructor.name]: e.message };
-    }
-  }
-  console.log(JSON.stringify(out));
-})().finally(() => client.close());
 """
+    + _RUN_CASES
+)
 
 _WHOLE = "whole Number"
 
@@ -154,7 +162,8 @@ def test_node_refuses_bad_client_options_by_name(sidecar: Sidecar) -> None:
 
 
 # Calls whose ids, labels, page sizes and flags were sent unchecked: printed as _CALLS prints its own.
-_UNCHECKED = """
+_UNCHECKED = (
+    """
 const { CheckpointClient } = require(process.argv[1]);
 const client = new CheckpointClient(process.argv[2], { timeoutMs: 5000 });
 const state = Buffer.from([0x08, 0x07]);
@@ -175,19 +184,9 @@ const CASES = {
   'appendEvents put.merge "false"': () => client.appendEvents('n', [{ type: 't' }], { put: { state, merge: 'false' } }),
   'putStream merge 1': () => drain(client.putStream([{ sessionId: 'n', state, merge: 1 }])),
 };
-(async () => {
-  const out = {};
-  for (const [label, call] of Object.entries(CASES)) {
-    try {
-      const r = await call();
-      out[label] = { answered: JSON.stringify(r).slice(0, 80) };
-    } catch (e) {
-      out[label] = { [e.constructor.name]: e.message };
-    }
-  }
-  console.log(JSON.stringify(out));
-})().finally(() => client.close());
 """
+    + _RUN_CASES
+)
 
 
 def test_node_refuses_unchecked_ids_labels_page_sizes_and_flags_by_name_and_sends_nothing(sidecar: Sidecar) -> None:
