@@ -93,9 +93,12 @@ def backup(args: argparse.Namespace) -> int:
     if args.dest.parent.resolve().is_relative_to(lmdb_dir):
         raise ValueError(f"DEST {args.dest} is inside LMDB's own directory {lmdb_dir}; put the backup elsewhere")
     # A backup stopped by SIGTERM/SIGHUP (timeout, systemd, a closed terminal) removes its partial copy,
-    # as ^C does: the exception unwinds through write_backup's cleanup.
+    # as ^C does: the exception unwinds through write_backup's cleanup. A SIGHUP ignored at start
+    # (`nohup ckpt backup ...`) stays ignored, here and in the copying child (child.py), as `ckpt serve`
+    # keeps it (docs/operations.md, Stopping); SIGTERM stops it regardless.
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _exit_on_signal)
+        if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _exit_on_signal)
 
     def copy(lmdb_dir: Path) -> tuple[int, int]:
         return isolated.call(

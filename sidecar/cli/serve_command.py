@@ -22,8 +22,9 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    # First: a SIGTERM, SIGINT or SIGHUP while the imports below run (~0.4 s) stops the sidecar once it
-    # serves, in order, rather than killing it with its store process half started (stopsignals.py).
+    # First: a stop signal while the imports below run (~0.4 s) stops the sidecar once it serves, in
+    # order, rather than killing it with its store process half started (stopsignals.py). The entry
+    # modules have done so before the CLI's imports; this is for callers of cli.main.main (an application).
     record_early_stops()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = serve_config(args)

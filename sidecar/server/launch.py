@@ -17,7 +17,8 @@ log = logging.getLogger("ckpt")
 
 
 def serve(config: ServeConfig, *, extension: ServerExtension | None = None, started: StoreProcess | None = None) -> int:
-    """Run until SIGTERM, SIGINT or SIGHUP (exit code 0), or until the store stops taking writes (1).
+    """Run until SIGTERM, SIGINT or SIGHUP (exit code 0; SIGINT and SIGHUP unless ignored at start:
+    stopsignals.py), or until the store stops taking writes (1).
 
     ``extension``: methods served beside the CheckpointService (extension.py); by default, the one
     an enclosing ``extended_serving`` names, if any. ``started``: the store process

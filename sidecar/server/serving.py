@@ -1,9 +1,10 @@
 """One serving process: the store process started, the gRPC server up, until a signal or a failed store.
 
-SIGTERM, SIGINT and SIGHUP stop it in order (in-flight calls finish, queued
-writes commit); one received while it started, as soon as it serves
-(stopsignals.py). A store that stopped taking writes, or a store process that
-died, stops it with exit 1, for a supervisor to restart it.
+SIGTERM, SIGINT and SIGHUP (those of the two last not ignored at start:
+stopsignals.py) stop it in order (in-flight calls finish, queued writes
+commit); one received while it started, as soon as it serves. A store that
+stopped taking writes, or a store process that died, stops it with exit 1,
+for a supervisor to restart it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ async def serve_async(
 
 @contextlib.contextmanager
 def _stopped_by_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Iterator[None]:
-    """SIGTERM, SIGINT and SIGHUP set ``stop`` while this lasts (at once if one came since
+    """The stop signals (stopsignals.STOP_SIGNALS) set ``stop`` while this lasts (at once if one came since
     stopsignals.record_early_stops); from its end on, they are ignored.
 
     Not ``loop.add_signal_handler``: removing such a handler resets the signal

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Set
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import InvalidArgument, StoreError
 from .args import byte_size
 from .checkline import CheckLine
 from .loopwrites import LoopBatches
@@ -34,6 +34,21 @@ def checked_off_loop(request: PutRequest) -> bool:
         and isinstance(state, (bytes, bytearray, memoryview))
         and byte_size(state) >= OFF_LOOP_PATCH_BYTES
     )
+
+
+def _put_requests(requests: object) -> list[PutRequest]:
+    """put_many's ``requests`` as a list, or InvalidArgument naming what is wrong with them. Any iterable
+    the writes' order can be taken from: not a mapping (its keys), a set (no order: in order per session
+    matters), nor a str or bytes (their characters); each item a PutRequest, not a bare AttributeError."""
+    if isinstance(requests, (str, bytes, bytearray, memoryview, Mapping, Set)) or not isinstance(requests, Iterable):
+        raise InvalidArgument(
+            f"requests must be an iterable of PutRequest (a list, a tuple, a generator), not {type(requests).__name__}"
+        )
+    listed = list(requests)
+    for i, request in enumerate(listed):
+        if not isinstance(request, PutRequest):
+            raise InvalidArgument(f"requests[{i}] must be a PutRequest, not {type(request).__name__}")
+    return listed
 
 
 class WriteEntryPoints:
@@ -87,10 +102,12 @@ class WriteEntryPoints:
         result: PutResult = self._writer.submit(op).wait()
         return result
 
-    def put_many(self, requests: list[PutRequest]) -> list[PutResult | StoreError]:
-        """Write many versions (in order per session); one result or error each.
+    def put_many(self, requests: Iterable[PutRequest]) -> list[PutResult | StoreError]:
+        """Write many versions (in order per session); one result or error each, in the requests' order.
 
-        All are queued at once, so they share group commits. Validation errors
+        ``requests``: PutRequests in a list, a tuple or any other ordered iterable (a generator); a
+        mapping, a set, a str or bytes, or an item that is no PutRequest raises InvalidArgument, and
+        nothing is written. All are queued at once, so they share group commits. Validation errors
         (ids, sizes, labels, a MERGE patch that is not well-formed) and errors
         found in the transaction (version conflicts, a full store) alike come
         back in the list, in the request's place.
@@ -99,7 +116,7 @@ class WriteEntryPoints:
         # StoreError (a label that is not a str, say) then leaves nothing written, where it used to
         # escape after the writes before it had been queued, and committed.
         ops: list[Op | StoreError] = []
-        for req in requests:
+        for req in _put_requests(requests):
             try:
                 ops.append(self._ops.put_op(req))
             except StoreError as exc:
@@ -140,6 +157,8 @@ class WriteEntryPoints:
         to learn its outcome).
         """
         loop = asyncio.get_running_loop()
+        if not isinstance(request, PutRequest):
+            raise InvalidArgument(f"request must be a PutRequest, not {type(request).__name__}")
         return self._asubmit_op(self._ops.put_op(request, defer_patch_check=checked_off_loop(request)), loop)
 
     def _asubmit_op(self, op: Op, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:

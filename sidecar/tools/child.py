@@ -196,7 +196,8 @@ def _child_setup(stderr_fd: int, parent: int) -> None:
     os.dup2(stderr_fd, 2)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
     for signum in (signal.SIGTERM, signal.SIGHUP):  # not the parent's handlers (ckpt backup's cleanup)
-        signal.signal(signum, signal.SIG_DFL)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # but one the parent ignores (nohup's SIGHUP), too
+            signal.signal(signum, signal.SIG_DFL)
     # An abort() here is expected and reported: no core file (in the working
     # directory, or a crash handler taking seconds per child).
     with contextlib.suppress(ValueError, OSError):

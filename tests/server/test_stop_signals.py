@@ -53,14 +53,24 @@ def _assert_lock_free(data_dir: Path) -> None:
     lock_data_dir(data_dir).close()  # raises naming the holder if a process still holds it
 
 
-def _serve(tmp_path: Path, *args: str, nohup: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+def _serve(
+    tmp_path: Path, *args: str, nohup: bool = False, sigint: signal.Handlers = signal.SIG_DFL
+) -> tuple[subprocess.Popen[bytes], Path]:
     """`ckpt serve` with ``args``, in a process session of its own (as a terminal's job), logging to a file;
-    ``nohup``: run by nohup(1), which starts it with SIGHUP ignored."""
+    ``nohup``: run by nohup(1), which starts it with SIGHUP ignored; ``sigint``: SIGINT's disposition at
+    its start (SIG_IGN: as a shell without job control starts a background job, ``ckpt serve &``)."""
     log = tmp_path / f"serve-{time.monotonic_ns()}.log"
     with log.open("wb") as out:
         cmd = [sys.executable, "-m", "ckpt.sidecar.cli", "serve", "--data-dir", str(tmp_path / "data"), *args]
         cmd = ["nohup", *cmd] if nohup else cmd
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        process = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        )
     return process, log
 
 
@@ -114,9 +124,9 @@ def test_sighup_to_a_workers_process_group_stops_the_parent_and_every_worker_in_
     _assert_lock_free(tmp_path / "data")
 
 
-def _ignores_sighup(pid: int) -> bool:
+def _ignores(pid: int, sig: signal.Signals) -> bool:
     ignored = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn:"))
-    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return bool(int(ignored.split()[1], 16) & (1 << (sig - 1)))
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -127,7 +137,7 @@ def test_a_sidecar_started_by_nohup_keeps_serving_through_sighup_in_every_proces
         _wait_for(lambda: " ckpt serving: " in log.read_text(), process, log)
         processes = _descendants(process.pid)
         assert len(processes) == (1 if workers == "1" else 4)  # its store process; or two workers with theirs
-        assert all(_ignores_sighup(pid) for pid in [process.pid, *processes])
+        assert all(_ignores(pid, signal.SIGHUP) for pid in [process.pid, *processes])
         os.killpg(process.pid, signal.SIGHUP)  # the terminal it was started from closed
         time.sleep(1)  # a stop would have begun, and been logged, by now
         with CheckpointClient(f"127.0.0.1:{port}", retries=0) as client:
@@ -135,6 +145,36 @@ def test_a_sidecar_started_by_nohup_keeps_serving_through_sighup_in_every_proces
             assert client.get("s").state == b"\x08\x01"
         assert process.poll() is None and all(_running(pid) for pid in processes), log.read_text()
         assert "ckpt stopping" not in log.read_text()
+        process.send_signal(signal.SIGTERM)  # it still stops in order
+        assert process.wait(60) == 0, log.read_text()
+    finally:
+        process.kill()
+        process.wait()
+    _assert_all_gone(processes)
+    _assert_lock_free(tmp_path / "data")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_sidecar_started_with_sigint_ignored_keeps_serving_through_sigint_in_every_process(
+    tmp_path: Path, workers: str
+) -> None:
+    """Started as `ckpt serve &` from a script (a shell without job control ignores SIGINT in its background
+    jobs): a Ctrl-C in the terminal, which reaches the whole process group, leaves it serving."""
+    port = free_port()
+    process, log = _serve(tmp_path, "--listen", f"127.0.0.1:{port}", "--workers", workers, sigint=signal.SIG_IGN)
+    try:
+        _wait_for(lambda: " ckpt serving: " in log.read_text(), process, log)
+        processes = _descendants(process.pid)
+        assert len(processes) == (1 if workers == "1" else 4)  # its store process; or two workers with theirs
+        with CheckpointClient(f"127.0.0.1:{port}", retries=0) as client:
+            client.put("s", b"\x08\x01")
+            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal it was started from
+            time.sleep(1)  # a stop would have begun, and been logged, by now
+            assert client.get("s").state == b"\x08\x01"
+            client.put("s", b"\x08\x02")
+        assert process.poll() is None and all(_running(pid) for pid in processes), log.read_text()
+        assert "ckpt stopping" not in log.read_text()
+        assert all(_ignores(pid, signal.SIGINT) for pid in [process.pid, *processes])
         process.send_signal(signal.SIGTERM)  # it still stops in order
         assert process.wait(60) == 0, log.read_text()
     finally:
@@ -184,6 +224,48 @@ def test_a_stop_signal_while_the_sidecar_starts_stops_it_in_order_once_it_serves
     assert " ckpt serving: " in text and "ckpt stopped" in text, text
     assert not socket_path.exists()
     _assert_all_gone(store_processes)
+    _assert_lock_free(tmp_path / "data")
+
+
+# A SIGTERM at the first import the `ckpt` command makes past its entry module: the CLI's (its parser, the
+# configuration), ~0.15 s before `ckpt serve` used to record stop signals.
+_SIGTERM_AS_THE_CLI_LOADS = """
+import importlib.abc, os, runpy, signal, sys
+
+
+class SigtermAtCliImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ckpt.sidecar.cli.main":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+
+sys.meta_path.insert(0, SigtermAtCliImport())
+module = sys.argv.pop(1)
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("entry", ["ckpt", "ckpt.sidecar.cli"], ids=["python -m ckpt", "python -m ckpt.sidecar.cli"])
+def test_a_sigterm_as_the_cli_loads_stops_the_sidecar_in_order_once_it_serves(tmp_path: Path, entry: str) -> None:
+    """From the entry module on (the `ckpt` command's, ckpt/command.py, or ``python -m ckpt.sidecar.cli``'s),
+    a SIGTERM right after `ckpt serve` started is kept: it serves, then stops in order (exit 0)."""
+    socket_path = tmp_path / "ckpt.sock"
+    log = tmp_path / "serve.log"
+    data = ["--data-dir", str(tmp_path / "data"), "--listen", f"unix:{socket_path}"]
+    with log.open("wb") as out:
+        process = subprocess.run(
+            [sys.executable, "-c", _SIGTERM_AS_THE_CLI_LOADS, entry, "serve", *data],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            timeout=60,
+        )
+    text = log.read_text()
+    assert process.returncode == 0, text
+    assert " ckpt serving: " in text and "ckpt stopped" in text and "Traceback" not in text, text
+    assert not socket_path.exists()
     _assert_lock_free(tmp_path / "data")
 
 

@@ -142,7 +142,46 @@ REFUSED: list[tuple[str, Call, str]] = [
         lambda s: s.get_with_events("a", events=Query(types="tool_call")),
         r"^events\.types must be a tuple of event types, not str$",
     ),
+    (
+        "read_events types dict",
+        lambda s: s.read_events("a", Query(types={"tool_call": 1})),
+        r"^types must be a tuple of event types, not dict$",
+    ),
+    (
+        "read_events types the dict class",
+        lambda s: s.read_events("a", Query(types=dict)),
+        r"^types must be a tuple of event types, not type$",
+    ),
+    # Many writes: an iterable of PutRequests whose order is theirs, each a PutRequest.
+    (
+        "put_many dict",
+        lambda s: s.put_many({"p": PutRequest("p", b"\x08\x01")}),
+        r"^requests must be an iterable of PutRequest \(a list, a tuple, a generator\), not dict$",
+    ),
+    ("put_many str", lambda s: s.put_many("p"), r"^requests must be an iterable of PutRequest .*, not str$"),
+    ("put_many bytes", lambda s: s.put_many(b"p"), r"^requests must be an iterable of PutRequest .*, not bytes$"),
+    ("put_many set", lambda s: s.put_many(set()), r"^requests must be an iterable of PutRequest .*, not set$"),
+    ("put_many None", lambda s: s.put_many(None), r"^requests must be an iterable of PutRequest .*, not NoneType$"),
+    (
+        "put_many one PutRequest",
+        lambda s: s.put_many(PutRequest("p", b"\x08\x01")),
+        r"^requests must be an iterable of PutRequest .*, not PutRequest$",
+    ),
+    (
+        "put_many an item not a PutRequest",
+        lambda s: s.put_many((PutRequest("p", b"\x08\x01"), ("p", b"\x08\x02"))),
+        r"^requests\[1\] must be a PutRequest, not tuple$",
+    ),
+    (
+        "asubmit not a PutRequest",
+        lambda s: asyncio.run(_asubmit(s, ("p", b"\x08\x01"))),
+        r"^request must be a PutRequest, not tuple$",
+    ),
 ]
+
+
+async def _asubmit(store: Store, request: Any) -> Any:
+    return await store.asubmit(request)
 
 
 @pytest.mark.parametrize(("call", "match"), [case[1:] for case in REFUSED], ids=[case[0] for case in REFUSED])
@@ -169,6 +208,17 @@ ACCEPTED: list[tuple[str, Call, Any]] = [
         lambda s: [e.type for e in s.read_events("a", Query(types=["other"])).events],
         ["other"],
     ),
+    (
+        "put_many tuple",
+        lambda s: [r.version for r in s.put_many((PutRequest("a", b"x5"), PutRequest("a", b"x6")))],
+        [6, 7],
+    ),
+    (
+        "put_many generator",
+        lambda s: [r.version for r in s.put_many(PutRequest("a", b"x%d" % i) for i in (5, 6))],
+        [6, 7],
+    ),
+    ("put_many an empty list", lambda s: s.put_many([]), []),
 ]
 
 

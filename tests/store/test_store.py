@@ -517,9 +517,9 @@ def test_a_closed_store_answers_no_read_even_from_its_cache(config: StoreConfig)
         store.get("hot", 1)
 
 
-def test_put_many_writes_nothing_when_a_request_raises_something_else(store: Store) -> None:
+def test_put_many_writes_nothing_when_an_item_is_no_put_request(store: Store) -> None:
     """Something that is not a PutRequest raises past put_many's per-write errors: then none of the batch is written."""
-    with pytest.raises(AttributeError):
+    with pytest.raises(InvalidArgument, match=r"^requests\[1\] must be a PutRequest, not NoneType$"):
         store.put_many([PutRequest("pm", b"\x08\x01"), None])  # type: ignore[list-item]
     # The next write (committed when put_many returns) is the session's first: nothing of the batch was.
     (after,) = store.put_many([PutRequest("pm", b"\x08\x02")])

@@ -321,3 +321,40 @@ def test_a_backup_carries_the_event_logs_and_a_sidecar_serves_them(tmp_path: Pat
             assert client.append_events("with-state", [event("next")]).first_seq == 701
     finally:
         assert restored.stop() == 0, restored.log()
+
+
+# `ckpt backup`, its copy's first step (in the forked child that copies) hanging up its whole process group,
+# as a closed terminal does.
+_HUNG_UP_MID_COPY = """
+import os, signal, sys
+from ckpt.sidecar.cli import offline_commands
+from ckpt.sidecar.cli.main import main
+
+copy_with_blobs = offline_commands.copy_with_blobs
+
+
+def hung_up(*args, **kwargs):
+    os.killpg(0, signal.SIGHUP)
+    return copy_with_blobs(*args, **kwargs)
+
+
+offline_commands.copy_with_blobs = hung_up
+sys.exit(main(["backup", *sys.argv[1:]]))
+"""
+
+
+def test_a_backup_started_by_nohup_finishes_through_a_sighup(tmp_path: Path) -> None:
+    """nohup starts it with SIGHUP ignored: a closed terminal mid-copy stops neither it nor its copying child."""
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put_many([PutRequest(f"s{n}", b"\x08\x01") for n in range(3)])
+    result = subprocess.run(
+        ["nohup", sys.executable, "-c", _HUNG_UP_MID_COPY, "--data-dir", str(tmp_path / "data"), str(tmp_path / "b")],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        start_new_session=True,  # the process group it hangs up: its own
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout)["sessions"] == 3
+    with Store(StoreConfig(data_dir=tmp_path / "b"), readonly=True) as copy:
+        assert copy.get("s2").state == b"\x08\x01"
