@@ -370,12 +370,14 @@ class ReadEventsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., newest_first: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ReadEventsResponse(_message.Message):
-    __slots__ = ("events", "next_page_token")
+    __slots__ = ("events", "next_page_token", "log_created_at")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOG_CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     next_page_token: str
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    log_created_at: _timestamp_pb2.Timestamp
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., log_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PutBlobRequest(_message.Message):
     __slots__ = ("session_id", "media_type", "expected_sha256", "chunk", "end")

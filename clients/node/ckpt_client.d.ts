@@ -69,6 +69,8 @@ export interface ReadEventsResponse {
   events: Event[];
   /** Pass to events() as `pageToken`, with the same filter, for the rest; '' after the last page. */
   next_page_token: string;
+  /** When the session's event log was created (null: it has none); a log deleted and written again has another. */
+  log_created_at: Timestamp | null;
 }
 
 export interface SessionInfo {

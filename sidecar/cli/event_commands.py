@@ -8,10 +8,9 @@ import time
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ckpt.v1.service_pb2 import Event
-
 from .. import ids
-from ..client import CheckpointClient, NotFoundError
+from ..client import CheckpointClient, EventFilter, NotFoundError
+from ..client.events import event_page
 from ..errors import InvalidArgument
 from .client_commands import _time_arg, client_of
 from .output import print_json
@@ -37,15 +36,16 @@ class _LogRemade(Exception):
 
 
 def _print_events(args: argparse.Namespace, since: Timestamp | None) -> int:
-    seen: Event | None = None  # the last event printed
+    seen = 0  # the seq of the last event printed (0: none yet)
+    log: int | None = None  # when the log read was created, as the sidecar says (0: the session has none)
     with client_of(args) as c:
         while True:
             try:
-                seen = _print_after(c, args, since, seen)
+                seen, log = _print_after(c, args, since, seen, log)
             except _LogRemade:
                 return _stop(args, "was deleted (and written again) while following: its log began anew")
             except NotFoundError:
-                if seen is None:
+                if log is None:
                     raise
                 return _stop(args, "was deleted while following")
             if not args.follow:
@@ -56,37 +56,29 @@ def _print_events(args: argparse.Namespace, since: Timestamp | None) -> int:
 
 
 def _print_after(
-    c: CheckpointClient, args: argparse.Namespace, since: Timestamp | None, seen: Event | None
-) -> Event | None:
-    """Prints the events after ``seen`` (the last printed; None: none yet) and returns the last printed.
+    c: CheckpointClient, args: argparse.Namespace, since: Timestamp | None, seen: int, log: int | None
+) -> tuple[int, int]:
+    """Prints the events after seq ``seen`` of the log created at ``log`` (None: the first read); returns
+    the seq of the last printed and when the log read was created.
 
-    The read starts at ``seen`` itself, which it finds again first while the log is the one it was read
-    from: one read (its first page one reply) both checks that and reads on. Missing, it was dropped by
-    retention (from the front of the log only) or its log was remade (_LogRemade): the log then holds an
-    older seq, or the same seq as another event."""
-    read = c.events(
-        args.session, after_seq=seen.seq - 1 if seen is not None else 0, types=args.type, after=since, page_size=1000
-    )
-    first = seen is not None
-    for event in read:
-        if first:
-            first = False
-            if event == seen:
-                continue
-            _check_dropped(c, args.session, seen)
-        print_json(event)
-        seen = event
-    if first:  # nothing read, not even ``seen``
-        _check_dropped(c, args.session, seen)
-    return seen
-
-
-def _check_dropped(c: CheckpointClient, session: str, seen: Event | None) -> None:
-    """Raises _LogRemade unless ``seen`` is missing from the session's log because retention dropped it."""
-    assert seen is not None
-    oldest = next(iter(c.events(session, page_size=1)), None)
-    if oldest is not None and oldest.seq <= seen.seq:
-        raise _LogRemade
+    Every page says when its log was created: a log deleted and written again (numbered from 1 again)
+    has another time (_LogRemade), whatever events it holds; so has a log made since a read that found
+    none, which is read from its start (nothing was printed). Retention drops events from the front of a
+    log only, and never renumbers it: what is left after ``seen`` is read as it is."""
+    read = EventFilter(after_seq=seen, types=args.type, after=since, page_size=1000)
+    token = ""
+    while True:
+        page = event_page(c, args.session, read, token)
+        created = page.log_created_at.ToNanoseconds() if page.HasField("log_created_at") else 0
+        if log and created != log:
+            raise _LogRemade
+        log = created
+        for event in page.events:
+            print_json(event)
+            seen = event.seq
+        token = page.next_page_token
+        if not token:
+            return seen, log
 
 
 def _stop(args: argparse.Namespace, what: str) -> int:

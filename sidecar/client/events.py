@@ -83,6 +83,14 @@ def append_events_request(
     return request
 
 
+def event_page(client: Any, session_id: str, read: EventFilter, page_token: str = "") -> service_pb2.ReadEventsResponse:
+    """One page of ``read`` of ``session_id`` by ``client`` (a CheckpointClient), from ``page_token`` if
+    given, retried as ``events`` reads are: the ReadEventsResponse whole, its ``log_created_at`` with it
+    (what ``ckpt events --follow`` tells a log written again by)."""
+    request = read.request(session_id, page_token)
+    return cast(service_pb2.ReadEventsResponse, client._unary(Unary("ReadEvents", lambda: request, retry=True)))
+
+
 class EventMethods(abc.ABC, Generic[AppendT, EventsT]):
     """A mixin of both clients: their ``_unary`` and ``_pages`` do the I/O."""
 

@@ -72,4 +72,6 @@ def read_response_pb(page: EventPage) -> service_pb2.ReadEventsResponse:
     wire = records_pb2.EventBlock(events=page.events).SerializeToString()
     reply = service_pb2.ReadEventsResponse.FromString(wire)
     reply.next_page_token = page.next_page_token
+    if page.log_created_unix_nanos:
+        reply.log_created_at.FromNanoseconds(page.log_created_unix_nanos)
     return reply

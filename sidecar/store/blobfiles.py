@@ -7,6 +7,7 @@ copy-on-write commit) nor the link between the sidecar's processes:
 
     blobs/sha256/ab/ab01...ef   a blob's bytes (two hex digits fan the files out)
     blobs/tmp/<random>.part     a blob being written
+    blobs/unchecked             a mark: some blob file may have no record (BlobFiles.mark_unchecked)
 
 A writer streams into a temporary file, hashing as it goes (SHA-256, the
 blob's name, and XXH3-128, the fast checksum its record keeps for a read to
@@ -169,6 +170,7 @@ class BlobFiles:
         self.root = root
         self.temp_dir = root / "tmp"
         self._files = root / "sha256"
+        self._unchecked = root / "unchecked"
         #: Whether files and directories are flushed to disk (off only where durability is not wanted: tests).
         self.sync = sync
         self._on_full = on_full
@@ -252,6 +254,24 @@ class BlobFiles:
             finally:
                 os.close(fd)
         return removed
+
+    def mark_unchecked(self) -> bool:
+        """Leave a mark that a blob file may have no record, for whichever process sweeps (with ckpt serve
+        --workers, worker 0's store process, not necessarily this one); whether it was left."""
+        try:
+            make_dirs(self.root, sync=self.sync)
+            self._unchecked.touch(mode=PRIVATE_FILE_MODE)
+        except OSError:
+            return False
+        return True
+
+    def take_unchecked_mark(self) -> bool:
+        """Remove the mark :meth:`mark_unchecked` leaves: whether there was one."""
+        try:
+            self._unchecked.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def _sync_dir(self, path: Path) -> None:
         if self.sync:

@@ -15,9 +15,14 @@ after the commit, in a write transaction of its own that finds no record
 again. Moves and removals of files both happen under the storage's write
 lock, so a PutBlob of the same bytes racing a removal, in this process or
 another worker's, either sees the record (and keeps the file) or moves its
-own file in after the removal: an acknowledged blob is never lost. A crash
-between a move and its commit, or between a commit and a removal, leaves a
-file without a record, which a sweep removes (:meth:`Blobs.sweep_files`).
+own file in after the removal: an acknowledged blob is never lost. A record
+whose transaction fails after its file was moved in (a full store) removes
+that file at once unless a record names it (:meth:`Blobs.drop_unrecorded`).
+A crash between a move and its commit, or between a commit and a removal,
+or a removal that failed, leaves a file without a record, which a sweep
+removes (:meth:`Blobs.sweep_files`): the first after opening, or the next
+after a mark left in the blobs directory (BlobFiles.mark_unchecked), which
+the sweeping process sees whichever process (ckpt serve --workers) left it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from ...codec import DecodeError, FrameKind, frame_kind, iter_versions
 from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, Storage, WriteTxn
 from . import keys
-from .blobfiles import BlobFiles, check_sha256
+from .blobfiles import SHA256_HEX, BlobFiles, check_sha256
 from .layout import Tables, write_time
 from .ops import Batch, Op
 from .records import frame_of, meta_of, printable, record
@@ -110,7 +115,16 @@ class Blobs:
         self._read = read
         self._submit = submit
         #: Whether files may be left without a record (a crash, or a failed removal): the next sweep looks.
+        #: Set at opening; later set in the blobs directory too (mark_unchecked), for another process's sweep.
         self.files_unchecked = True
+
+    def mark_unchecked(self) -> None:
+        """A file may be left without a record: the next sweep looks, this process's or the one that sweeps."""
+        self.files_unchecked = True
+        if not self.files.mark_unchecked():
+            log.warning(
+                "could not mark the blob files unchecked under %s: a sweep after a restart looks", self.files.root
+            )
 
     # -- reads -------------------------------------------------------------------
 
@@ -258,9 +272,22 @@ class Blobs:
                     if txn.get(sha, db=self._tables.blobs) is None and self.files.remove(sha.hex()):
                         removed += 1
         except Exception:
-            self.files_unchecked = True
+            self.mark_unchecked()
             log.exception("removing %d blob files failed; the next sweep removes them", len(shas))
         return removed
+
+    def drop_unrecorded(self, sha256: str) -> None:
+        """After a record of blob ``sha256`` failed (its transaction may have moved the file in and then not
+        committed): remove the file now unless a record names it (a write of the same bytes committed), as
+        the process that failed, which with ckpt serve --workers may sweep nothing. From any thread but the
+        writer's; never raises (failing, it marks the files unchecked for the next sweep)."""
+        if not isinstance(sha256, str) or SHA256_HEX.fullmatch(sha256) is None:
+            return  # refused before any move
+        try:
+            self._remove_unrecorded_later([bytes.fromhex(sha256)])
+        except Exception:
+            self.mark_unchecked()
+            log.exception("could not remove blob %s's file, whose record failed; the next sweep removes it", sha256)
 
     def _remove_unrecorded_later(self, shas: list[bytes]) -> int:
         """:meth:`remove_unrecorded` on the writer thread, after a commit; from any other thread."""
@@ -362,10 +389,13 @@ class Blobs:
     # -- files without a record ---------------------------------------------------------
 
     def sweep_files(self) -> int:
-        """Remove abandoned temporary files and, once after opening or after a failed removal, blob files
-        without a record (a crash between a move and its commit, or a commit and a removal); how many."""
+        """Remove abandoned temporary files and, once after opening or after a mark (a failed removal, in any
+        process on the store: mark_unchecked), blob files without a record (a crash between a move and its
+        commit, or a commit and a removal); how many."""
         removed = self.files.remove_abandoned()
-        if not self.files_unchecked:
+        # The mark is taken before the files are listed: one left meanwhile stays for the next sweep.
+        marked = self.files.take_unchecked_mark()
+        if not (marked or self.files_unchecked):
             return removed
         self.files_unchecked = False
         pending: list[bytes] = []

@@ -249,7 +249,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         try:
             return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
         except BaseException:
-            self._blobs.files_unchecked = True  # the file may be in place without a record
+            # The file may be in place without a record: removed now (with ckpt serve --workers this
+            # process may not be the one that sweeps), or marked for the next sweep.
+            self._blobs.drop_unrecorded(commit.sha256)
             raise
 
     def put_blob(

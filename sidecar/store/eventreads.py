@@ -118,10 +118,9 @@ def read_events(
             )
             resume_at = page.fill(sid, blocks, low, high)
             if resume_at is not None:
-                return EventPage(
-                    page.events, encode_token(_TOKEN_KIND, _scope(sid, log, query), str(resume_at).encode())
-                )
-        return EventPage(page.events, "")
+                token = encode_token(_TOKEN_KIND, _scope(sid, log, query), str(resume_at).encode())
+                return EventPage(page.events, token, log.created_unix_nanos)
+        return EventPage(page.events, "", log.created_unix_nanos)
 
 
 def _refuse_token(token: str) -> None:

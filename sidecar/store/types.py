@@ -167,10 +167,12 @@ class ReadBound:
 
 @dataclass(frozen=True, slots=True)
 class EventPage:
-    """A page of a session's events, and the token of the next page ("" after the last).
+    """A page of a session's events, the token of the next page ("" after the last), and when the log read
+    was created (0: the session has no event log): a log deleted and written again has another time.
 
     The events are ckpt.store.v1.StoredEvent messages, whose fields are ckpt.v1.Event's (seq and time set).
     """
 
     events: list[records_pb2.StoredEvent]
     next_page_token: str
+    log_created_unix_nanos: int = 0

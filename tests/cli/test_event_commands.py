@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.sidecar.client import CheckpointClient, event
-from tests.support import ROOT, Sidecar, ckpt
+from tests.support import ROOT, Sidecar, ckpt, start_sidecar
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -77,9 +78,11 @@ def test_since_the_printed_time_of_an_event_prints_only_later_ones_to_the_nanose
 
 
 _POLL = ("--poll-seconds", "0.05")
+#: Polls 2 s apart: what a test does right after one poll printed is done before the next.
+_SLOW_POLL = ("--poll-seconds", "2")
 
 
-def _follow(sidecar: Sidecar, session: str) -> subprocess.Popen[bytes]:
+def _follow(sidecar: Sidecar, session: str, poll: tuple[str, str] = _POLL) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -88,7 +91,7 @@ def _follow(sidecar: Sidecar, session: str) -> subprocess.Popen[bytes]:
             "events",
             session,
             "--follow",
-            *_POLL,
+            *poll,
             "--target",
             sidecar.unix_target,
         ],
@@ -131,6 +134,71 @@ def test_follow_stops_with_a_failure_when_its_session_is_deleted_and_written_aga
             out, err = _ended(follow)
         assert follow.returncode == 1 and out == b"", err
         assert err == b"ckpt events: session 'gone' was deleted while following; run ckpt events again\n"
+
+
+def test_follow_notices_a_log_written_again_whose_event_at_the_last_seq_printed_is_the_same(
+    sidecar: Sidecar,
+) -> None:
+    """The new log's event at the last seq printed equals the old one (type, payload, time): the follow
+    must not take it for the old log and print on from there, skipping the new log's first events."""
+    when = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.append_events("twin", [event("e", str(n).encode(), time=when) for n in range(3)])
+        follow = _follow(sidecar, "twin", _SLOW_POLL)
+        with follow:
+            assert follow.stdout is not None
+            assert [json.loads(follow.stdout.readline())["seq"] for _ in range(3)] == ["1", "2", "3"]
+            c.delete("twin")
+            # seq 3 of the new log is seq 3 of the old, byte for byte; seqs 1 and 2 are new events.
+            c.append_events("twin", [event("new", time=when), event("new", time=when)])
+            c.append_events("twin", [event("e", b"2", time=when), event("after")])
+            out, err = _ended(follow)
+        assert follow.returncode == 1 and out == b"", (out, err)
+        assert err.decode() == (
+            "ckpt events: session 'twin' was deleted (and written again) while following: its log began anew;"
+            " run ckpt events again\n"
+        )
+
+
+def test_follow_goes_on_past_events_retention_dropped_after_they_were_printed(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data", "--keep-last-events", "2", "--sweep-interval-seconds", "0.1")
+    try:
+        with CheckpointClient(sidecar.unix_target) as c:
+            c.append_events("kept", [event("e") for _ in range(3)])
+            _wait_for_first_seq(c, "kept", 2)
+            follow = _follow(sidecar, "kept", _SLOW_POLL)
+            with follow:
+                assert follow.stdout is not None
+                assert [json.loads(follow.stdout.readline())["seq"] for _ in range(2)] == ["2", "3"]
+                # Between two polls: seq 3, the last printed, is dropped, and so is seq 4.
+                c.append_events("kept", [event("e") for _ in range(3)])
+                _wait_for_first_seq(c, "kept", 5)
+                assert [json.loads(follow.stdout.readline())["seq"] for _ in range(2)] == ["5", "6"]
+                follow.send_signal(signal.SIGINT)
+                assert follow.wait(timeout=30) == 0, follow.stderr.read() if follow.stderr else b""
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def _wait_for_first_seq(c: CheckpointClient, session: str, seq: int) -> None:
+    deadline = time.monotonic() + 30
+    while next(iter(c.events(session, page_size=1))).seq != seq:
+        assert time.monotonic() < deadline, f"retention kept {[e.seq for e in c.events(session)]}"
+        time.sleep(0.02)
+
+
+def test_follow_of_a_session_without_events_prints_the_first_ones_of_its_new_log(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as c:
+        c.put("quiet", b"state")
+        with _follow(sidecar, "quiet") as follow:
+            assert follow.stdout is not None
+            time.sleep(0.3)  # polls that find no log
+            c.append_events("quiet", [event("first"), event("second")])
+            assert [json.loads(follow.stdout.readline())["type"] for _ in range(2)] == ["first", "second"]
+            c.append_events("quiet", [event("third")])
+            assert json.loads(follow.stdout.readline())["seq"] == "3"
+            follow.send_signal(signal.SIGINT)
+            assert follow.wait(timeout=30) == 0
 
 
 FILTER_RANGE = b"it must be a time from 0001-01-01T00:00:00Z to 2554-07-21T23:34:33.709551615Z"
