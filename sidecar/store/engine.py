@@ -249,8 +249,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         try:
             return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
         except BaseException:
-            # The file may be in place without a record: removed now (with ckpt serve --workers this
-            # process may not be the one that sweeps), or marked for the next sweep.
+            # Its file may be in place unrecorded; this process may not be the one that sweeps (--workers).
             self._blobs.drop_unrecorded(commit.sha256)
             raise
 
