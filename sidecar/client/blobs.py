@@ -91,6 +91,25 @@ class ReadFailure:
             raise error
 
 
+class Cut:
+    """Ends a PutBlob stream short once its put_blob was interrupted (a Ctrl-C): no further chunk is read
+    or sent, so :data:`END` is not sent unless it went before, and the sidecar stores nothing."""
+
+    def __init__(self) -> None:
+        self._cut = False
+
+    def cut(self) -> None:
+        self._cut = True  # an attribute set: a signal cannot leave it half done
+
+    def guard(self, requests: Iterator[service_pb2.PutBlobRequest]) -> Iterator[service_pb2.PutBlobRequest]:
+        """``requests`` until cut: looked at before each is read (a read from the caller's file), and after."""
+        while not self._cut:
+            message = next(requests, None)
+            if message is None or self._cut:
+                return
+            yield message
+
+
 def artifact_ref(response: service_pb2.PutBlobResponse, media_type: str) -> checkpoint_pb2.ArtifactRef:
     """The ArtifactRef naming a stored blob (put it in a checkpoint's ``artifacts``)."""
     return checkpoint_pb2.ArtifactRef(

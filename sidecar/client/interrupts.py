@@ -11,6 +11,11 @@ timeout). So the main thread never runs grpcio's code: it hands each step
 (a unary call; starting, cancelling a stream) to a worker thread, waiting on a
 ``queue.SimpleQueue``, a C lock that a signal interrupts without leaving it
 held. The other threads, which no signal reaches, call gRPC themselves.
+
+A blob's streams go the same way, a message at a time (ResponseStream,
+call_stream_unary): nothing is read ahead, so a blob larger than memory
+streams through, and grpcio's threads (never the main one) read a put
+blob's file.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 import grpc
@@ -177,3 +182,84 @@ def call_unary(method: Any, request: Any, timeout: float) -> Any:
     deadline (a blocking call cannot be cancelled; a future's, which could, cost each call ~0.1 ms more).
     Its errors take no lock (grpcio's inactive RpcError)."""
     return run(lambda: method(request, timeout=timeout))
+
+
+def call_stream_unary(method: Any, requests: Iterator[Any], cut: Callable[[], object]) -> Any:
+    """``method(requests)`` (a sync stub's stream-unary method, without a deadline), started and waited for
+    on the worker from the main thread; grpcio reads ``requests`` on a thread of its own. Interrupted,
+    ``cut()`` is called first (``requests`` is to give no further message) and the call is cancelled (it
+    ends in the background). Its errors are EndedCalls."""
+    calls: list[Any] = []
+
+    def begin() -> Any:
+        calls.append(method.future(requests))
+        return calls[-1]
+
+    try:
+        call = run(begin, undo=_cancel)
+        return run(lambda: _result(call))
+    except grpc.RpcError:
+        raise
+    except BaseException:
+        cut()
+        for started in calls:  # else ``begin`` is still under way, and run's undo cancels its call
+            start(started.cancel)
+        raise
+
+
+def _result(call: Any) -> Any:
+    try:
+        return call.result()
+    except grpc.RpcError as exc:
+        raise ended(exc) from None
+
+
+def _cancel(call: Any) -> None:
+    call.cancel()
+
+
+class ResponseStream:
+    """A response-streaming call (a sync stub's unary-stream method) read from the main thread: started,
+    read a message at a time and cancelled on the worker, so a Ctrl-C while waiting for a message leaves
+    no grpcio lock held. An exception but the call's own while waiting (a KeyboardInterrupt) cancels it,
+    as leaving the ``with`` block does (a no-op once it has ended). Its errors are EndedCalls."""
+
+    def __init__(self, method: Any, request: Any) -> None:
+        self._call = run(lambda: method(request), undo=_cancel)
+        self._over = False  # its end was read: nothing to cancel
+
+    def __enter__(self) -> ResponseStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __iter__(self) -> ResponseStream:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            message = run(self._next)
+        except grpc.RpcError:
+            self._over = True
+            raise
+        except BaseException:
+            self.cancel()
+            raise
+        if message is _ENDED:
+            self._over = True
+            raise StopIteration
+        return message
+
+    def _next(self) -> Any:
+        try:
+            return next(self._call, _ENDED)
+        except grpc.RpcError as exc:
+            raise ended(exc) from None
+
+    def cancel(self) -> None:
+        if not self._over:
+            start(self._call.cancel)
+
+
+_ENDED = object()

@@ -135,6 +135,8 @@ class CheckpointClient(
         stays while a session references it (see docs/clients.md#artifacts). ``expected_sha256``: the
         SHA-256 the bytes must have (InvalidArgumentError otherwise, nothing stored). Over the sidecar's
         --max-blob-bytes: ResourceExhaustedError, nothing stored. Not retried, and without a deadline.
+        Interrupted (a KeyboardInterrupt), the stream ends at its next chunk, cut short, so nothing is
+        stored (unless the file was read to its end), and is cancelled (see interrupts).
         """
         blobs.check_put_blob(data, session_id, media_type, expected_sha256)
         chunk_size = blobs.check_chunk_size(chunk_size_bytes, self._max_message_bytes)
@@ -144,9 +146,10 @@ class CheckpointClient(
             rest = blobs.byte_requests(data, chunk_size)
         else:
             rest = blobs.file_requests(data, chunk_size)
-        failure = blobs.ReadFailure()
+        failure, cut = blobs.ReadFailure(), blobs.Cut()
+        requests = cut.guard(failure.guard(itertools.chain((first,), rest, (blobs.END,))))
         try:
-            response = self._stub.PutBlob(failure.guard(itertools.chain((first,), rest, (blobs.END,))))
+            response = interrupts.call_stream_unary(self._stub.PutBlob, requests, cut.cut)
         except grpc.RpcError as exc:
             if failure.error is None:
                 self._blob_failed(exc)
@@ -172,10 +175,12 @@ class CheckpointClient(
         while True:
             attempts.start()
             try:
-                for message in self._stub.GetBlob(request):
-                    if message.chunk:
-                        attempts.delivered = True
-                        yield message.chunk
+                # Cancelled once left early: the caller stopped reading, or a Ctrl-C came.
+                with interrupts.ResponseStream(self._stub.GetBlob, request) as messages:
+                    for message in messages:
+                        if message.chunk:
+                            attempts.delivered = True
+                            yield message.chunk
                 return
             except grpc.RpcError as exc:
                 delay = self._blob_read_delay(exc, attempts)

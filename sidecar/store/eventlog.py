@@ -244,6 +244,7 @@ class EventLog:
                     rec.frame_kind = put_result.frame_kind
                     rec.state_size = put_result.state_size
                     rec.state_xxh3 = put_result.state_xxh3
+                    rec.chain_depth = put_result.chain_depth
                 requests.store(txn, rid_key, rec, expired)
             return AppendResult(first, last, put_result)
 

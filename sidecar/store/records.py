@@ -135,13 +135,15 @@ def request_of_current(
 
 
 def replayed_put(done: records_pb2.RequestRecord) -> PutResult:
-    """The answer a retry of the put ``done`` records gets (a Put's, or an AppendEvents' put)."""
+    """The answer a retry of the put ``done`` records gets (a Put's, or an AppendEvents' put): the first
+    answer's, but ``replayed``; a record kept before its chain_depth or state_xxh3 was answers 0 for it."""
     return PutResult(
         done.version,
         done.stored_bytes,
         FrameKind(done.frame_kind),
         done.state_size,
         replayed=True,
+        chain_depth=done.chain_depth,
         state_xxh3=done.state_xxh3,
     )
 

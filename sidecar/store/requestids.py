@@ -120,6 +120,7 @@ class RequestIds:
             frame_kind=result.frame_kind,
             state_size=result.state_size,
             state_xxh3=result.state_xxh3,
+            chain_depth=result.chain_depth,
             expires_unix_nanos=expires,
             write_xxh3=asked,
             session_created_unix_nanos=session_created,

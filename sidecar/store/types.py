@@ -23,8 +23,8 @@ class PutResult:
     frame_kind: FrameKind
     state_size: int
     replayed: bool = False
-    #: Frames after the chain's FULL frame, this one included (0 for a FULL frame; a replay's is 0 whatever its
-    #: frame_kind: its request record does not keep it).
+    #: Frames after the chain's FULL frame, this one included (0 for a FULL frame; a replay's: the recorded one,
+    #: 0 if its record predates keeping it).
     chain_depth: int = 0
     #: XXH3-64 of the state written (a replay's: the recorded one, 0 if its record predates keeping it).
     state_xxh3: int = 0

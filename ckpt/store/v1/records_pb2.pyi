@@ -64,7 +64,7 @@ class VersionRecord(_message.Message):
     def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
-    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put", "state_xxh3")
+    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put", "state_xxh3", "chain_depth")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRAME_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class RequestRecord(_message.Message):
     EVENTS_LOG_CREATED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_HAD_PUT_FIELD_NUMBER: _ClassVar[int]
     STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_DEPTH_FIELD_NUMBER: _ClassVar[int]
     version: int
     stored_bytes: int
     frame_kind: int
@@ -89,7 +90,8 @@ class RequestRecord(_message.Message):
     events_log_created_unix_nanos: int
     events_had_put: bool
     state_xxh3: int
-    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ..., state_xxh3: _Optional[int] = ...) -> None: ...
+    chain_depth: int
+    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ..., state_xxh3: _Optional[int] = ..., chain_depth: _Optional[int] = ...) -> None: ...
 
 class EventLogRecord(_message.Message):
     __slots__ = ("next_seq", "first_seq", "event_count", "stored_bytes", "created_unix_nanos", "open_block_seq", "updated_unix_nanos", "last_seq_by_type", "types_next_seq")
