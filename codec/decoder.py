@@ -46,6 +46,22 @@ def scanned_state_xxh3(frame: FrameBytes) -> int | None:
         return None
 
 
+def scanned_frame_header(frame: FrameBytes) -> FrameHeader:
+    """A frame's header as the first pass's scan reads it, without checking the frame (its checksum covers
+    the whole frame: ~0.1 s for a 75 MB one), for what only decides by it (a chain's stats); ValueError if
+    the header does not scan."""
+    try:
+        kf, wl, version, distance, state_size, base_size, prefix, payload_size, at, _, base_xxh3 = _SCANNERS[frame[2]](
+            frame
+        )
+        xxh3 = int(_U64.unpack_from(frame, at)[0])
+        return scanned_header(
+            kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3, base_xxh3, frame
+        )
+    except (KeyError, IndexError, struct.error) as exc:
+        raise ValueError(f"the frame's header does not scan ({exc!r})") from None
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedVersion:
     header: FrameHeader

@@ -377,6 +377,11 @@ class ChainEncoder:
         self._hasher = undo.hasher
         self._chain = undo.chain
 
+    def release_stream(self) -> None:
+        """Free the live zstd stream (most of a large state's encoder: a 150 MB state's FULL frame opens a
+        512 MiB window); the next frame starts a new one, as an encoder resumed on the chain would."""
+        self._stream = None
+
     def commit(self) -> None:
         """Confirm the last frame was stored: :meth:`rollback` no longer undoes it.
 
@@ -420,18 +425,7 @@ class ChainEncoder:
             return state
 
     def _new_chain_needed(self, new_state_size: int, content_size: int, *, delta: bool) -> bool:
-        p, c = self._policy, self._chain
-        materialized = c.materialized_bytes + content_size
-        delta_bytes = c.delta_bytes + (content_size if delta else 0)
-        depth = c.depth + 1
-        # The chain's deltas are taken to be about the new state's size: a cache-resident one costs less.
-        delta_cost = p.small_delta_byte_cost if new_state_size <= p.small_state_bytes else p.delta_byte_cost
-        decode_cost = materialized - (1.0 - delta_cost) * delta_bytes + depth * p.frame_cost_bytes
-        return (
-            depth > p.max_depth
-            or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
-            or materialized > p.max_materialized_bytes
-        )
+        return chain_ends(self._policy, self._chain, new_state_size, content_size, delta=delta)
 
     def _clearly_smaller(self, payload_size: int, new_state_size: int) -> bool:
         estimated_full = self._chain.full_ratio * new_state_size
@@ -530,6 +524,24 @@ class ChainEncoder:
             c.full_ratio,
         )
         return EncodedFrame(header, write(header, payload))
+
+
+def chain_ends(policy: ChainPolicy, chain: ChainStats, new_state_size: int, content_size: int, *, delta: bool) -> bool:
+    """Whether the frame after a chain standing at ``chain`` starts a new chain (a FULL frame) by ``policy``: a
+    frame of a state of ``new_state_size`` bytes, materialising ``content_size`` (a DELTA's state, a PATCH's patch).
+    """
+    p, c = policy, chain
+    materialized = c.materialized_bytes + content_size
+    delta_bytes = c.delta_bytes + (content_size if delta else 0)
+    depth = c.depth + 1
+    # The chain's deltas are taken to be about the new state's size: a cache-resident one costs less.
+    delta_cost = p.small_delta_byte_cost if new_state_size <= p.small_state_bytes else p.delta_byte_cost
+    decode_cost = materialized - (1.0 - delta_cost) * delta_bytes + depth * p.frame_cost_bytes
+    return (
+        depth > p.max_depth
+        or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
+        or materialized > p.max_materialized_bytes
+    )
 
 
 def keyframe(

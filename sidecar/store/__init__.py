@@ -3,6 +3,7 @@
 from ..storage import RWLock, check_not_truncated
 from .cache import LRU
 from .dirlock import lock_data_dir
+from .encodeahead import ENCODE_AHEAD_BYTES
 from .engine import Store
 from .headreads import HeadEvents, advance_head, read_head
 from .listings import count_sessions
@@ -24,10 +25,12 @@ from .types import (
     VersionInfo,
     WriteMode,
 )
+from .writes import PreparedPut
 
 # RWLock and check_not_truncated live in sidecar/storage (the LMDB side of the seam); re-exported for
 # the rooms that import them from here (bench.harness.systems, server.workers).
 __all__ = [
+    "ENCODE_AHEAD_BYTES",
     "LRU",
     "OFF_LOOP_PATCH_BYTES",
     "AppendResult",
@@ -37,6 +40,7 @@ __all__ = [
     "GetWithEvents",
     "HeadEvents",
     "NewEvent",
+    "PreparedPut",
     "PutRequest",
     "PutResult",
     "RWLock",

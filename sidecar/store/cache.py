@@ -67,6 +67,12 @@ class StateCache:
             self.hits += 1
             return item[0]
 
+    def peek(self, sid: bytes) -> CachedState | None:
+        """The entry of ``sid``, if cached, as no use of it: neither counted a hit or miss nor moved."""
+        with self._lock:
+            item = self._items.get(sid)
+            return None if item is None else item[0]
+
     def put(self, sid: bytes, state: StateSnapshot, info: VersionInfo) -> None:
         weight = entry_bytes(sid, state, info)
         with self._lock:

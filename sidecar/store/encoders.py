@@ -64,6 +64,16 @@ class Encoders:
         if compact is not None:
             self._compacts[encoder] = compact
 
+    def take(
+        self, sid: bytes, encoder: ChainEncoder, compact: type[Message] | None, rec: records_pb2.SessionRecord | None
+    ) -> None:
+        """Cache ``encoder``, made off the writer thread at the session's head ``rec`` (None: a new session)
+        and advanced by the write being applied (encodeahead.py), in place of the one cached."""
+        self.adopt(encoder, compact)
+        if rec is not None and self.coherence is not None:
+            self.coherence.note_encoder(encoder, rec.created_unix_nanos)
+        self.lru.put(sid, encoder)
+
     def for_session(
         self,
         txn: ReadTxn,
@@ -135,6 +145,12 @@ class Encoders:
         """
         config = self._config
         weight = encoder.memory_bytes
+        if weight > config.encoder_cache_bytes >= encoder.state_size:
+            # Too large to be cached with its stream (a large state's FULL frame opens a window twice its
+            # size), it would be dropped, and the session's next write would read and decode its chain
+            # on the writer thread (~1 s for 150 MB) only to start a new stream: that write starts one.
+            encoder.release_stream()
+            weight = encoder.memory_bytes
         old = batch.held_encoders.get(sid)
         if old is None and (
             len(batch.held_encoders) >= config.encoder_cache_entries

@@ -47,7 +47,9 @@ class EventEntryPoints:
         appends nothing). ``request_id``: a retry appends nothing and answers the first call's result;
         the put's own request_id must be empty. ``expected_last_seq``: append only if the log's last seq is
         this (0: no event yet), else EventSeqConflict and nothing is written. Returns once committed."""
-        op = self._append_op(session_id, events, put, request_id, expected_last_seq, defer_check=False)
+        op = self._append_op(
+            session_id, events, put, request_id, expected_last_seq, defer_check=False, encode_ahead=True
+        )
         result: AppendResult = self._writer.submit(op).wait()
         return result
 
@@ -76,6 +78,7 @@ class EventEntryPoints:
         expected_last_seq: int | None = None,
         *,
         defer_check: bool,
+        encode_ahead: bool = False,
     ) -> Op:
         if not isinstance(events, Sequence):
             raise InvalidArgument(f"events must be a sequence of NewEvent, not {type(events).__name__}")
@@ -90,7 +93,7 @@ class EventEntryPoints:
                 )
             # The append's request id covers the put: the put keeps no record of its own.
             put = dataclasses.replace(put, session_id=session_id, request_id="")
-            put_op = self._ops.put_op(put, defer_patch_check=defer_check, field="put.")
+            put_op = self._ops.put_op(put, defer_patch_check=defer_check, field="put.", encode_ahead=encode_ahead)
         return self._events.append_op(session_id, events, put, put_op, request_id, expected_last_seq)
 
     def read_events(

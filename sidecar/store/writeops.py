@@ -34,6 +34,7 @@ from . import keys
 from .args import byte_size, check_int_arg
 from .blobs import Blobs
 from .coherence import Coherence
+from .encodeahead import Ahead, EncodedAhead
 from .encoders import Encoders
 from .eventlog import EventLog
 from .forksource import ForkSource, encode_fork, parses, read_source, still_holds
@@ -74,24 +75,30 @@ class WriteOps:
         self._registry = registry
         #: The type a MERGE without one gives an untyped session (StoreConfig.merge_message_type; "": none).
         self._merge_type = config.merge_message_type or ""
+        #: What a large put's frame is encoded ahead with, on its caller's thread.
+        self.ahead = Ahead(config, tables, encoders.states, registry, read, self._merge_type)
         #: The blobs' references a delete drops and a fork copies (set by the store once it has them).
         self.blobs: Blobs | None = None
 
-    def put_op(self, req: PutRequest, *, defer_patch_check: bool = False, field: str = "") -> Op:
+    def put_op(
+        self, req: PutRequest, *, defer_patch_check: bool = False, field: str = "", encode_ahead: bool = False
+    ) -> Op:
         """The op writing ``req``'s next version; InvalidArgument (or StateTooLarge) if it cannot be queued.
 
         ``defer_patch_check``: a MERGE patch's check is left to ``op.check``
         (run on a thread before the op is queued, see checkline.py). ``field``: where the put is in
         its request ("put." in an AppendEvents); errors about its fields name them so ("put.labels ...").
+        ``encode_ahead``: a large put's frame is encoded here, for the writer only to store it if the
+        head has not moved meanwhile (encodeahead.py; never on an event loop: it blocks).
         """
         if not field:
-            return self._put_op(req, defer_patch_check, field)
+            return self._put_op(req, defer_patch_check, field, encode_ahead)
         try:
-            return self._put_op(req, defer_patch_check, field)
+            return self._put_op(req, defer_patch_check, field, encode_ahead)
         except (InvalidArgument, FailedPrecondition, StateTooLarge) as exc:
             raise nested_field(field, exc) from None
 
-    def _put_op(self, req: PutRequest, defer_patch_check: bool, field: str) -> Op:
+    def _put_op(self, req: PutRequest, defer_patch_check: bool, field: str, encode_ahead: bool) -> Op:
         sid = keys.session_key(req.session_id)
         try:
             mode = WriteMode(req.mode)
@@ -132,6 +139,10 @@ class WriteOps:
 
         if (mode is WriteMode.MERGE or checked is not None) and not defer_patch_check:
             check_state(state, mode, checked)  # named as a nested field by put_op
+        # A large put's frame, encoded on this thread (encodeahead.py).
+        ahead: EncodedAhead | None = None
+        if encode_ahead and not defer_patch_check and self.ahead.worth(sid, len(state), mode):
+            ahead = self.ahead.encode(sid, req.session_id, state, mode, req.message_type)
         sessions = self._tables.sessions
 
         def apply(batch: Batch, txn: WriteTxn) -> PutResult:
@@ -193,18 +204,26 @@ class WriteOps:
                         check_state(state, mode, compact)
                     except InvalidArgument as exc:
                         raise nested_field(field, exc) from None
-            encoder = encoders.for_session(txn, sid, req.session_id, rec, compact)
-            if mode is WriteMode.MERGE and encoder.state_size + len(state) > config.max_state_bytes:
+            made = ahead
+            if made is not None and not made.holds(txn, self._tables, sid, rec, compact):
+                made = None  # the head moved since: encoded here, as any other write
+            encoder = encoders.for_session(txn, sid, req.session_id, rec, compact) if made is None else made.encoder
+            base_size = encoder.state_size if made is None else made.head_size
+            if mode is WriteMode.MERGE and base_size + len(state) > config.max_state_bytes:
                 raise StateTooLarge(
                     f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
                     f" max_state_bytes ({config.max_state_bytes})"
                 )
             batch.touched_encoders.add(sid)
-            try:
-                # The patch was checked in put_op, before queueing.
-                frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
-            except EncodeError as exc:
-                raise InvalidArgument(f"{field}state cannot be encoded: {exc}") from None
+            if made is not None:
+                encoders.take(sid, encoder, compact, rec)
+                frame = made.frame
+            else:
+                try:
+                    # The patch was checked in put_op, before queueing.
+                    frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
+                except EncodeError as exc:
+                    raise InvalidArgument(f"{field}state cannot be encoded: {exc}") from None
             try:
                 now = write_time(txn, self._tables)  # never behind an earlier write's, whatever the clock
                 if rec is None:
@@ -229,7 +248,10 @@ class WriteOps:
                     expires = now + int(config.request_id_ttl_seconds * 1e9)
                     requests.remember(txn, rid_key, result, expires, expired_rid, asked, rec.created_unix_nanos)
             except BaseException:
-                encoder.rollback()
+                if made is None:
+                    encoder.rollback()
+                else:  # kept at its frame, which a batch redone (a full map grown) stores as it is
+                    encoders.discard(sid)
                 raise
             # Stored in the transaction: from here a failure drops the encoder (the
             # batch's, or the commit's), never rolls it back, so the previous state can go.

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping, Set
+from concurrent.futures import Executor
 from typing import Any
 
-from ..errors import InvalidArgument, StoreError
+from ..errors import InvalidArgument, StoreError, Unavailable
+from . import keys
 from .args import byte_size
 from .checkline import CheckLine
 from .loopwrites import LoopBatches
@@ -49,6 +51,15 @@ def _put_requests(requests: object) -> list[PutRequest]:
         if not isinstance(request, PutRequest):
             raise InvalidArgument(f"requests[{i}] must be a PutRequest, not {type(request).__name__}")
     return listed
+
+
+class PreparedPut:
+    """A put checked, and perhaps encoded, on a thread (Store.encode_put), for Store.asubmit."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
 
 
 class WriteEntryPoints:
@@ -92,7 +103,8 @@ class WriteEntryPoints:
                 dict(labels or {}),
                 message_type,
                 expected_state_xxh3,
-            )
+            ),
+            encode_ahead=True,
         )
         # Not the main thread's: a signal handler raising there (Ctrl-C, an
         # alarm) can leave it between queueing and waiting, or between its
@@ -116,9 +128,14 @@ class WriteEntryPoints:
         # StoreError (a label that is not a str, say) then leaves nothing written, where it used to
         # escape after the writes before it had been queued, and committed.
         ops: list[Op | StoreError] = []
+        sessions: set[str] = set()
         for req in _put_requests(requests):
+            # A large put is encoded ahead against its session's head: only the first of a session's puts
+            # here finds the head it will be written on (the others are encoded by the writer).
+            first = req.session_id not in sessions
+            sessions.add(req.session_id)
             try:
-                ops.append(self._ops.put_op(req))
+                ops.append(self._ops.put_op(req, encode_ahead=first))
             except StoreError as exc:
                 ops.append(exc)
         queued = [item for item in ops if isinstance(item, Op)]
@@ -141,7 +158,40 @@ class WriteEntryPoints:
                 out.append(exc)
         return out
 
-    def asubmit(self, request: PutRequest) -> asyncio.Future[PutResult]:
+    def encodes_ahead(self, request: PutRequest) -> bool:
+        """Whether ``request`` is a large put, worth :meth:`encode_put` on a thread before :meth:`asubmit`.
+
+        Judged without reading storage: a REPLACE of ``ENCODE_AHEAD_BYTES``
+        or more, or a MERGE making a state as large (by the head the state
+        cache holds). False for a request that is not well-formed: asubmit says why.
+        """
+        state = request.state
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            return False
+        try:
+            mode = WriteMode(request.mode)
+            sid = keys.session_key(request.session_id)
+        except (ValueError, StoreError):
+            return False
+        return mode is not WriteMode.FORK and self._ops.ahead.worth(sid, byte_size(state), mode)
+
+    def encode_put(self, request: PutRequest) -> PreparedPut:
+        """The first half of :meth:`asubmit`, on a thread (it blocks): ``request`` checked, and if it is a
+        large put, its frame encoded against its session's head, so that the writer, which every session's
+        writes wait for, only stores it if that head has not moved meanwhile. Raises what asubmit would
+        (but Overloaded); hand the result to asubmit on the loop."""
+        return PreparedPut(self._ops.put_op(request, encode_ahead=True))
+
+    async def aencode_put(self, request: PutRequest, executor: Executor) -> PutRequest | PreparedPut:
+        """``request`` for :meth:`asubmit`, from a coroutine: a large put (:meth:`encodes_ahead`) checked and
+        encoded on ``executor`` first (:meth:`encode_put`, whose errors it raises); any other as it is."""
+        if not self.encodes_ahead(request):
+            return request
+        return await asyncio.get_running_loop().run_in_executor(executor, self.encode_put, request)
+
+    def asubmit(
+        self, request: PutRequest | PreparedPut, *, encode_on: Executor | None = None
+    ) -> asyncio.Future[PutResult]:
         """Queue a write from asyncio; the future (on the running loop) resolves once it is committed.
 
         Every write the writer commits together for one loop is resolved with
@@ -154,12 +204,49 @@ class WriteEntryPoints:
         writes submitted on one loop commit in the order they were submitted.
         Cancelling the future does not withdraw the write, nor does closing
         the loop: once queued it commits (retry with the same ``request_id``
-        to learn its outcome).
+        to learn its outcome). A :class:`PreparedPut` (:meth:`encode_put`) is queued as it is: its
+        checks passed, and its frame may be encoded already.
+
+        ``encode_on``: a large put (:meth:`encodes_ahead`) is checked and encoded
+        on this executor first (:meth:`encode_put`), then queued; its errors,
+        Overloaded too, then come from the future, and writes submitted on the
+        loop meanwhile may commit before it.
         """
         loop = asyncio.get_running_loop()
+        if isinstance(request, PreparedPut):
+            return self._asubmit_op(request.op, loop)
         if not isinstance(request, PutRequest):
             raise InvalidArgument(f"request must be a PutRequest, not {type(request).__name__}")
+        if encode_on is not None and self.encodes_ahead(request):
+            return self._asubmit_encoded(request, encode_on, loop)
         return self._asubmit_op(self._ops.put_op(request, defer_patch_check=checked_off_loop(request)), loop)
+
+    def _asubmit_encoded(
+        self, request: PutRequest, executor: Executor, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[PutResult]:
+        """:meth:`asubmit` with ``encode_on``, for a large put: its future resolves as the queued write's."""
+        future: asyncio.Future[PutResult] = loop.create_future()
+
+        def settle(outcome: asyncio.Future[PutResult]) -> None:
+            if future.done():  # cancelled: the write stands
+                outcome.exception()  # retrieved: asyncio would log it as never retrieved
+            elif (error := outcome.exception()) is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(outcome.result())
+
+        def submit(prepared: asyncio.Future[PreparedPut]) -> None:
+            try:
+                self._asubmit_op(prepared.result().op, loop).add_done_callback(settle)
+            except asyncio.CancelledError:  # the executor shut down first: nothing was queued
+                if not future.done():
+                    future.set_exception(Unavailable("the store is closing; no new writes are accepted"))
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+
+        loop.run_in_executor(executor, self.encode_put, request).add_done_callback(submit)
+        return future
 
     def _asubmit_op(self, op: Op, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
         """Queue an asyncio write's op as :meth:`asubmit` does (its future resolves once it is committed)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,6 +20,7 @@ import pytest
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.server.metrics import Metrics
 from ckpt.sidecar.server.service import CheckpointService
+from ckpt.sidecar.store import PreparedPut
 from ckpt.v1 import service_pb2
 from tests.store.test_store import CHAINS, state_of
 
@@ -47,7 +48,11 @@ class _WrappedStore:
         self.bug_queueing: set[str] = set()
         self.bug_in_writer: set[str] = set()
 
-    def asubmit(self, request: PutRequest) -> asyncio.Future[PutResult]:
+    async def aencode_put(self, request: PutRequest, executor: Executor) -> PutRequest | PreparedPut:
+        return await self._store.aencode_put(request, executor)
+
+    def asubmit(self, request: PutRequest | PreparedPut) -> asyncio.Future[PutResult]:
+        assert isinstance(request, PutRequest)  # these tests' writes are small: none is encoded ahead
         if request.session_id in self.bug_queueing:
             raise RuntimeError("a bug before the writer")
         if request.session_id in self.bug_in_writer:

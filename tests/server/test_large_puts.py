@@ -1,0 +1,75 @@
+"""Large puts through a real sidecar: checked and encoded in its blocking pool (Store.encode_put), then
+committed by the writer, in order with the writes around them (a unary Put's caller waits for its answer;
+a PutStream's later writes wait for it)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckpt.sidecar.client import CheckpointClient
+from ckpt.sidecar.store import ENCODE_AHEAD_BYTES
+from ckpt.v1 import checkpoint_pb2 as pb
+from ckpt.v1 import service_pb2
+from tests.support import Sidecar, start_sidecar
+
+#: Frames after a chain's FULL frame under the store's default chain policy.
+MAX_DEPTH = 64
+
+
+def large_state(seed: int) -> bytes:
+    """More than ENCODE_AHEAD_BYTES of fields 2 (a well-formed MERGE patch too) of random letters."""
+    letters = random.Random(seed).randbytes(ENCODE_AHEAD_BYTES + 64_000).translate((bytes(range(97, 123)) * 10)[:256])
+    pieces = [letters[i : i + 16_000] for i in range(0, len(letters), 16_000)]
+    return b"".join(b"\x12" + bytes([(len(p) & 0x7F) | 0x80, len(p) >> 7]) + p for p in pieces)
+
+
+def patch(n: int) -> bytes:
+    return pb.Checkpoint(step=n, messages=[pb.Message(content=f"patch {n}")]).SerializeToString()
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    s = start_sidecar(tmp_path / "data")
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+def test_large_replaces_and_merges_starting_chains_commit_in_order_through_unary_puts(sidecar: Sidecar) -> None:
+    with CheckpointClient(sidecar.unix_target) as client:
+        assert client.put("big", large_state(1)).version == 1
+        state = large_state(2)
+        assert client.put("big", state).frame_kind == service_pb2.FRAME_KIND_FULL
+        kinds = []
+        for n in range(MAX_DEPTH + 2):
+            kinds.append(client.merge("big", patch(n)).frame_kind)
+            state += patch(n)
+        # The chain the REPLACE started ends after MAX_DEPTH frames: the next MERGE starts one.
+        assert kinds.index(service_pb2.FRAME_KIND_FULL) == MAX_DEPTH
+        assert client.get("big").state == state
+        assert (
+            client.get("big", version=2 + MAX_DEPTH).state
+            == state[: -len(patch(MAX_DEPTH)) - len(patch(MAX_DEPTH + 1))]
+        )
+
+
+def test_a_put_streams_large_writes_commit_in_the_order_sent(sidecar: Sidecar) -> None:
+    writes = [
+        service_pb2.PutRequest(session_id="big", state=large_state(1), mode=service_pb2.WRITE_MODE_REPLACE),
+        service_pb2.PutRequest(session_id="big", state=patch(1), mode=service_pb2.WRITE_MODE_MERGE),
+        service_pb2.PutRequest(session_id="big", state=large_state(2), mode=service_pb2.WRITE_MODE_REPLACE),
+        service_pb2.PutRequest(session_id="big", state=patch(2), mode=service_pb2.WRITE_MODE_MERGE),
+        service_pb2.PutRequest(session_id="other", state=b"small", mode=service_pb2.WRITE_MODE_REPLACE),
+    ]
+    with CheckpointClient(sidecar.unix_target) as client:
+        results = list(client.put_stream(writes, batch_size=2))
+        assert [r.response.version for r in results] == [1, 2, 3, 4, 1]
+        assert [client.get("big", version=v).state for v in (1, 2, 3, 4)] == [
+            large_state(1),
+            large_state(1) + patch(1),
+            large_state(2),
+            large_state(2) + patch(2),
+        ]
