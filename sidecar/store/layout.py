@@ -245,10 +245,11 @@ def has_layout1_requests(txn: ReadTxn, tables: Tables) -> bool:
 
 def has_hex_keyed_requests(txn: ReadTxn, tables: Tables) -> bool:
     """Whether the requests table may hold records of hex request ids keyed in full, as builds before
-    layout 6 keyed them (keys.hex_request_key): any key of the full form whose id begins with a hex digit.
+    layout 6 keyed them (keys.hex_request_key): any key of the full form whose id begins with 0..f in ASCII
+    order (every hex digit among them).
 
     Writes of hex ids look under that key too while one may remain; the sweeper expires the last within
-    request_id_ttl_seconds of the upgrade, unless ids of other forms that begin with a hex digit remain.
+    request_id_ttl_seconds of the upgrade, unless ids of other forms beginning so remain (a lookup more).
     """
     first = next(txn.scan_keys(tables.requests, keys.REQUEST_KEY_MARK + b"0"), None)
     return first is not None and first < keys.REQUEST_KEY_MARK + b"g"

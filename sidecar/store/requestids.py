@@ -54,6 +54,7 @@ class RequestIds:
         rid_key: bytes,
         rec: records_pb2.SessionRecord | None,
         req: PutRequest,
+        batch: Batch | None = None,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record stored under ``rid_key`` (None if none) and whether it answers this write's retry.
 
@@ -74,6 +75,7 @@ class RequestIds:
             req.request_id,
             made=lambda: rec is not None or log_record(txn, tables, sid) is not None,
             ours=lambda done: request_of_current(done, rec, log_record(txn, tables, sid)),
+            batch=batch,
         )
 
     def lookup(
@@ -85,12 +87,14 @@ class RequestIds:
         *,
         made: Callable[[], bool],
         ours: Callable[[records_pb2.RequestRecord], bool],
+        batch: Batch | None = None,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """:meth:`remembered` for any write: ``made()``, whether anything a write of this id may have made
         stands (a session, or an event log); ``ours``, whether a live record was written to it as it is
-        now (an AppendEvents' record names its log, eventlog.py)."""
+        now (an AppendEvents' record names its log, eventlog.py). ``batch``: the records its ops keep for
+        the commit (:meth:`store`) are looked at first."""
         requests = self._tables.requests
-        raw = txn.get(rid_key, db=requests)
+        raw = self._get(txn, rid_key, batch)
         full_key = keys.hex_request_key(rid_key) if keys.is_compact(rid_key) else rid_key
         if raw is None and full_key is not rid_key and self.hex_keyed:
             raw = txn.get(full_key, db=requests)
@@ -127,6 +131,7 @@ class RequestIds:
         expired: records_pb2.RequestRecord | None,
         asked: int,
         session_created: int,
+        batch: Batch | None = None,
     ) -> None:
         """Store the record of a write just made (replacing ``expired``, an expired one of the same id)."""
         rec = records_pb2.RequestRecord(
@@ -139,7 +144,7 @@ class RequestIds:
             write_xxh3=asked,
             session_created_unix_nanos=session_created,
         )
-        self.store(txn, rid_key, rec, expired)
+        self.store(txn, rid_key, rec, expired, batch)
 
     def store(
         self,
@@ -147,21 +152,46 @@ class RequestIds:
         rid_key: bytes,
         rec: records_pb2.RequestRecord,
         expired: records_pb2.RequestRecord | None,
+        batch: Batch | None = None,
     ) -> None:
         """Store a request record and its expiry entry (replacing ``expired``, a record of the same id that
-        answers no more): a Put's (:meth:`remember`) or an AppendEvents' (eventlog.py)."""
+        answers no more): a Put's (:meth:`remember`) or an AppendEvents' (eventlog.py). An op sharing
+        ``batch``'s transaction leaves the record to be put just before the commit, with the batch's
+        others in key order (Batch.pending_requests; its expiry entry, in time order already, goes now)."""
         requests, expiry = self._tables.requests, self._tables.req_expiry
         if expired is not None:
             when = expired.expires_unix_nanos
-            if keys.is_compact(rid_key) and txn.get(rid_key, db=requests) is None:
+            if keys.is_compact(rid_key) and self._get(txn, rid_key, batch) is None:
                 # Found under the hex key a build before layout 6 wrote (lookup): it goes, with its entry.
                 full_key = keys.hex_request_key(rid_key)
                 txn.delete(full_key, db=requests)
                 txn.delete(keys.time_key(when, full_key), db=expiry)
             elif not keys.is_compact(rid_key) or not self._shared(txn, rid_key, when):
                 txn.delete(keys.expiry_key(when, rid_key), db=expiry)
-        txn.put(rid_key, rec.SerializeToString(), db=requests)
+        if batch is not None and batch.defer_requests:
+            if not batch.pending_requests:
+                batch.before_commit.append(lambda wtxn: self._put_pending(wtxn, batch.pending_requests))
+            batch.pending_requests[rid_key] = rec.SerializeToString()
+        else:
+            # Ops that write request records all share the transaction, or (redone one by one) none does: a
+            # record kept for the commit would be put over this one.
+            assert batch is None or rid_key not in batch.pending_requests, "a request record kept for the commit"
+            txn.put(rid_key, rec.SerializeToString(), db=requests)
         txn.put(keys.expiry_key(rec.expires_unix_nanos, rid_key), b"", db=expiry)
+
+    def _get(self, txn: ReadTxn, rid_key: bytes, batch: Batch | None) -> bytes | None:
+        """The record under ``rid_key``: one ``batch`` keeps for its commit, else the stored one."""
+        if batch is not None:
+            pending = batch.pending_requests.get(rid_key)
+            if pending is not None:
+                return pending
+        found = txn.get(rid_key, db=self._tables.requests)
+        return None if found is None else bytes(found)
+
+    def _put_pending(self, txn: WriteTxn, pending: dict[bytes, bytes]) -> None:
+        requests = self._tables.requests
+        for key in sorted(pending):
+            txn.put(key, pending[key], db=requests)
 
     def _shared(self, txn: ReadTxn, rid_key: bytes, when: int) -> bool:
         """Whether another session's record of a compact key's request id expires at ``when`` too (its

@@ -10,15 +10,17 @@ was written by the last build of layout 4, which keyed every id in full
 from __future__ import annotations
 
 import json
+import random
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import pytest
 
-from ckpt.sidecar import InvalidArgument, Store, StoreConfig
+from ckpt.sidecar import InvalidArgument, PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient, event
 from ckpt.sidecar.client.arguments import new_request_id
 from ckpt.sidecar.store import NewEvent
@@ -187,3 +189,55 @@ def test_a_hex_id_in_capitals_is_its_own_id_keyed_in_full(tmp_path: Path) -> Non
         b"\x01" + rid.upper().encode() + b"\x00s",
     ]
     verified(tmp_path / "data")
+
+
+def test_a_retry_in_the_commit_of_its_first_write_is_answered(tmp_path: Path) -> None:
+    """A commit's request records are put just before it commits (in key order): a retry the same commit
+    carries still finds the record its first write left, and appends nothing twice."""
+    rid = new_request_id()
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        first, again, other = store.put_many(
+            [
+                PutRequest("s", b"\x08\x01", request_id=rid),
+                PutRequest("s", b"\x08\x01", request_id=rid),
+                PutRequest("s", b"\x08\x02", request_id=rid),
+            ]
+        )
+        assert isinstance(first, PutResult) and isinstance(again, PutResult)
+        assert (first.version, first.replayed, again.version, again.replayed) == (1, False, 1, True)
+        assert isinstance(other, InvalidArgument) and "was used for a different write" in str(other)
+        ids = [new_request_id() for _ in range(16)]
+        with ThreadPoolExecutor(16) as pool:  # appends and their retries, many in each commit
+            results = list(
+                pool.map(
+                    lambda n: [
+                        store.append_events(f"log{n}", [NewEvent("step", b"x")], request_id=ids[n]) for _ in range(3)
+                    ],
+                    range(16),
+                )
+            )
+        assert all([(r.first_seq, r.replayed) for r in rs] == [(1, False), (1, True), (1, True)] for rs in results)
+        assert store.put("s", b"\x08\x01", request_id=rid).replayed
+    requests, _ = request_keys(tmp_path / "data")
+    assert len(requests) == 17 and all(key.startswith(COMPACT) for key in requests)
+    verified(tmp_path / "data")
+
+
+def test_the_records_of_one_commit_fill_the_pages_they_take_whatever_the_order_of_their_ids(tmp_path: Path) -> None:
+    """Put one by one as their writes came, ids out of order split the page at the table's right edge in
+    the middle, leaving it half full; put in key order at the commit, each lands at the right edge."""
+    ids = sorted(new_request_id() for _ in range(400))
+    random.Random(7).shuffle(ids)
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        results = store.put_many([PutRequest(f"session-{n:03d}", b"\x08\x01", request_id=i) for n, i in enumerate(ids)])
+        assert all(not isinstance(r, Exception) and r.version == 1 for r in results)
+    env = lmdb.open(str(tmp_path / "data" / "lmdb"), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"requests", txn=txn)
+            stat = txn.stat(db)
+            used = sum(len(k) + len(v) + 10 for k, v in txn.cursor(db=db))  # 8 bytes of node header, 2 of pointer
+    finally:
+        env.close()
+    assert stat["entries"] == 400
+    assert stat["leaf_pages"] <= -(-used // int(0.9 * (stat["psize"] - 16))), (stat, used)
