@@ -185,7 +185,7 @@ class EventLog:
             log = log_record(txn, tables, sid)
             expired: records_pb2.RequestRecord | None = None
             if rid_key is not None:
-                done, live = self._remembered(txn, sid, rid_key, log, session_id, request_id)
+                done, live = self._remembered(txn, sid, rid_key, log, session_id, request_id, batch)
                 if live:
                     assert done is not None
                     if done.write_xxh3 != asked:
@@ -245,7 +245,7 @@ class EventLog:
                     rec.state_size = put_result.state_size
                     rec.state_xxh3 = put_result.state_xxh3
                     rec.chain_depth = put_result.chain_depth
-                requests.store(txn, rid_key, rec, expired)
+                requests.store(txn, rid_key, rec, expired, batch)
             return AppendResult(first, last, put_result)
 
         size = sum(e.ByteSize() for e in stored) + (put_op.size_bytes if put_op is not None else 0)
@@ -259,6 +259,7 @@ class EventLog:
         log: records_pb2.EventLogRecord | None,
         session_id: str,
         request_id: str,
+        batch: Batch,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record under ``rid_key`` (None: none) and whether it answers this append's retry: unexpired,
         and written to this log as it is now (or, a Put's, to the session as it is now)."""
@@ -272,7 +273,7 @@ class EventLog:
             session_raw = txn.get(sid, db=sessions) if not done.events_log_created_unix_nanos else None
             return request_of_current(done, record(session_raw) if session_raw is not None else None, log)
 
-        return self._requests.lookup(txn, rid_key, session_id, request_id, made=made, ours=ours)
+        return self._requests.lookup(txn, rid_key, session_id, request_id, made=made, ours=ours, batch=batch)
 
     def _open_block(self, txn: ReadTxn, sid: bytes, log: records_pb2.EventLogRecord) -> _OpenBlock | None:
         """The log's open block and its tail, checked (None: no block is open): with the stream that wrote

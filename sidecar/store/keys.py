@@ -4,9 +4,14 @@ Tables (the storage seam's named tables; LMDB databases today):
 
     frames      session \\0 version(u64 BE)            -> u16 LE len + VersionRecord + frame
     sessions    session                               -> SessionRecord
-    requests    \\1 request_id \\0 session            -> RequestRecord
+    requests    \\0 uuid(16 bytes) session            -> RequestRecord
+                (a request id of 32 lowercase hex digits, as the clients make them)
+                \\1 request_id \\0 session            -> RequestRecord
+                (any other request id, and every one before store layout 6; still read)
                 (store layout 1: session \\0 request_id; still read)
-    req_expiry  expires_ns(u64 BE) + its requests key  -> b""
+    req_expiry  expires_ns(u64 BE) + \\0 uuid          -> b"" (a compact key's entry: every
+                session's record of that id expiring then)
+                expires_ns(u64 BE) + its requests key  -> b"" (any other key's)
     labels      key \\0 value \\0 session                -> b""
     updated     updated_ns(u64 BE) session            -> b""
     blobs       sha256 (32 bytes)                     -> BlobRecord (blobs.py; bytes: blobfiles.py)
@@ -24,10 +29,20 @@ write dirtied a page of its session's range: about one more 4 KB page written
 per write. Neither id may hold a control character, so the leading \\1 tells
 the two key forms apart (no session id starts with it) and sorts every
 current key before every layout-1 one.
+
+Request ids the clients generate are 32 lowercase hex digits (a UUIDv7):
+store layout 6 keys those by their 16 bytes (``\\0``, the id's bytes, the
+session id: 17 bytes and the session's, where the hex form took 34), and
+their expiry entry names only ``\\0`` and the id's bytes (the sweeper looks
+at every session's record of that id, and removes the ones expiring then).
+The id's bytes are the id, so no two ids share a key; ``\\0`` sorts before
+``\\1``, so the records of layout 2-5 keep their place. Records the hex form
+keyed before layout 6 are still read under it (RequestIds.lookup).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 from ..ids import HAS_CONTROL as HAS_CONTROL
@@ -47,16 +62,39 @@ _U64 = struct.Struct(">Q")
 SEP = b"\x00"
 
 
-#: The first byte of every current request key (see the module's docstring).
+#: The first byte of a request key of the other current form (see the module's docstring).
 REQUEST_KEY_MARK = b"\x01"
+#: The first byte of a compact request key: a request id of 32 lowercase hex digits, as bytes.
+COMPACT_REQUEST_KEY_MARK = b"\x00"
+#: A compact key's mark and id bytes: its expiry entry's part after the time.
+COMPACT_PREFIX_BYTES = 17
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
 #: No current request key sorts at or after this, and every layout-1 one does (a session id's
 #: first byte is not a control character).
 LAYOUT1_REQUEST_KEYS_START = b"\x02"
 
 
 def request_key(sid: bytes, request_id: str) -> bytes:
-    """The requests table's key of a session's request id (validated)."""
+    """The requests table's key of a session's request id (validated): compact for an id of 32 lowercase
+    hex digits, else the id in full."""
+    if len(request_id) == 32 and _HEX_ID.fullmatch(request_id):
+        return COMPACT_REQUEST_KEY_MARK + bytes.fromhex(request_id) + sid
     return REQUEST_KEY_MARK + request_id_bytes(request_id) + SEP + sid
+
+
+def is_compact(key: bytes) -> bool:
+    """Whether a requests key is of the compact form (:func:`request_key`)."""
+    return key.startswith(COMPACT_REQUEST_KEY_MARK)
+
+
+def hex_request_key(key: bytes) -> bytes:
+    """The key a compact ``key``'s request had before store layout 6 (the id in full, as hex)."""
+    return REQUEST_KEY_MARK + key[1:COMPACT_PREFIX_BYTES].hex().encode() + SEP + key[COMPACT_PREFIX_BYTES:]
+
+
+def expiry_key(expires: int, key: bytes) -> bytes:
+    """The req_expiry entry of the record under requests ``key`` expiring at ``expires``."""
+    return time_key(expires, key[:COMPACT_PREFIX_BYTES] if is_compact(key) else key)
 
 
 def layout1_request_key(key: bytes) -> bytes:
@@ -66,7 +104,11 @@ def layout1_request_key(key: bytes) -> bytes:
 
 
 def request_key_parts(key: bytes) -> tuple[bytes, bytes] | None:
-    """(session id, request id) of a requests key of either form; None if it is neither."""
+    """(session id, request id) of a requests key of any form; None if it is none."""
+    if is_compact(key):
+        if len(key) <= COMPACT_PREFIX_BYTES:
+            return None
+        return key[COMPACT_PREFIX_BYTES:], key[1:COMPACT_PREFIX_BYTES].hex().encode()
     if key.startswith(REQUEST_KEY_MARK):
         raw, sep, sid = key[1:].partition(SEP)
     else:

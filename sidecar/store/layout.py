@@ -27,9 +27,12 @@ log = logging.getLogger("ckpt.store")
 #: not compact them: every store opened writable is stamped 3, so no older ckpt writes one again.
 #: 4: the event log (the `events` and `event_logs` tables, eventlog.py). An older ckpt would not delete a
 #: session's events with it (a session made again under its id would find them), nor apply their retention.
-LAYOUT_VERSION = 4
+#: 6: request records of hex request ids (UUIDv7, as the clients make them) keyed by the id's 16 bytes, their
+#: expiry entries by the id alone (keys.request_key, keys.expiry_key); those keyed in full before are still
+#: read. An older ckpt would not find the compact records: a retry across the downgrade would write twice.
+LAYOUT_VERSION = 6
 #: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
-#: next layout is 6). 5 keyed request records by two hashes; taken out before any release.
+#: next layout is 7). 5 keyed request records by two hashes; taken out before any release.
 _WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by development builds only and withdrawn"}
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
@@ -77,6 +80,8 @@ class Layout:
     stamped: bool
     #: Whether the requests table still holds records keyed as layout 1 did (see has_layout1_requests).
     layout1_requests: bool
+    #: Whether it may hold records of hex request ids keyed in full (see has_hex_keyed_requests).
+    hex_keyed_requests: bool = True
 
 
 def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> Layout:
@@ -103,7 +108,8 @@ def open_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) ->
     )
     with storage.read() as txn:
         layout1 = has_layout1_requests(txn, tables)
-    return Layout(tables, stamped, layout1)
+        hex_keyed = has_hex_keyed_requests(txn, tables)
+    return Layout(tables, stamped, layout1, hex_keyed)
 
 
 def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) -> tuple[Table | None, bool]:
@@ -128,12 +134,14 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     if updated is not None:
                         moved = _index_updated_by_granule(wtxn, updated)
                     wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
-                elif raw.isdigit() and int(raw) < LAYOUT_VERSION:
+                elif raw.isdigit() and int(raw) < LAYOUT_VERSION and int(raw) not in _WITHDRAWN_LAYOUTS:
                     # Layout 1 to 2 rewrites nothing (its request records are read where they are),
                     # but an older ckpt must no longer open the store: it would not find the records
                     # this one writes, and a retry across the downgrade would write twice. 2 to 3 adds
                     # the types table, created below; an older ckpt would write typed sessions unchecked. 3 to 4
-                    # adds the event log's tables, which an older ckpt would leave behind a deleted session.
+                    # adds the event log's tables, which an older ckpt would leave behind a deleted session; 4
+                    # to 6 keys new records of hex request ids compactly, which an older ckpt would not find.
+                    # A withdrawn layout (5) is below this one, but is not upgraded: it is refused below.
                     wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.
@@ -233,6 +241,18 @@ def has_layout1_requests(txn: ReadTxn, tables: Tables) -> bool:
     and the sweeper expires them within request_id_ttl_seconds of the last one written.
     """
     return next(txn.scan_keys(tables.requests, keys.LAYOUT1_REQUEST_KEYS_START), None) is not None
+
+
+def has_hex_keyed_requests(txn: ReadTxn, tables: Tables) -> bool:
+    """Whether the requests table may hold records of hex request ids keyed in full, as builds before
+    layout 6 keyed them (keys.hex_request_key): any key of the full form whose id begins with 0..f in ASCII
+    order (every hex digit among them).
+
+    Writes of hex ids look under that key too while one may remain; the sweeper expires the last within
+    request_id_ttl_seconds of the upgrade, unless ids of other forms beginning so remain (a lookup more).
+    """
+    first = next(txn.scan_keys(tables.requests, keys.REQUEST_KEY_MARK + b"0"), None)
+    return first is not None and first < keys.REQUEST_KEY_MARK + b"g"
 
 
 def meta_int(read: Callable[[], AbstractContextManager[ReadTxn]], tables: Tables, key: bytes) -> int:

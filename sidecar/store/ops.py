@@ -104,7 +104,8 @@ Outcome = tuple[Op, Any, BaseException | None]
 
 @dataclass(slots=True)
 class Batch:
-    """What one group commit changes besides storage: applied only after commit."""
+    """What one group commit changes besides storage, applied only after commit, and the writes it keeps
+    for the end of its transaction (before_commit)."""
 
     touched_encoders: set[bytes] = field(default_factory=set)
     after_commit: list[Callable[[], None]] = field(default_factory=list)
@@ -112,6 +113,15 @@ class Batch:
     #: by session, with their memory_bytes; and the sum of those.
     held_encoders: dict[bytes, int] = field(default_factory=dict)
     held_encoder_bytes: int = 0
+    #: Request records to put just before the commit, by requests key (RequestIds.store): put in key
+    #: order, after the keys of earlier commits, each lands at the table's right edge, where LMDB leaves
+    #: the page it splits full (one put in the middle of a page splits it in halves).
+    pending_requests: dict[bytes, bytes] = field(default_factory=dict)
+    #: Whether the op being applied shares the batch's transaction (its records may wait for the commit);
+    #: an op in a nested transaction puts its own, undone with it if it fails.
+    defer_requests: bool = False
+    #: Called with the transaction after the last op and before the commit.
+    before_commit: list[Callable[[WriteTxn], None]] = field(default_factory=list)
 
 
 def wake_in_turn(outcomes: list[Outcome]) -> None:

@@ -1,7 +1,9 @@
 """Request ids: a write's record under its request id, so that a retry lands once, and their expiry.
 
 Each write with a request id stores what it made (a RequestRecord) under
-keys.request_key, with an entry in the req_expiry index at its expiry time.
+keys.request_key, with an entry in the req_expiry index at its expiry time
+(keys.expiry_key: a compact key's entry names its request id, whose records
+the sweeper finds by a seek).
 A retry within request_id_ttl_seconds gets the same answer, replayed; one
 that asks something else under the same id is refused.
 """
@@ -20,7 +22,7 @@ from ckpt.store.v1 import records_pb2
 from ..errors import DataLoss
 from ..storage import ReadTxn, WriteTxn
 from . import keys
-from .layout import Tables, has_layout1_requests
+from .layout import Layout, Tables, has_hex_keyed_requests, has_layout1_requests
 from .ops import Batch
 from .records import expiry_of, log_record, request_of_current
 from .types import PutRequest, PutResult, WriteMode
@@ -33,10 +35,18 @@ EXPIRE_CHUNK = 5000
 class RequestIds:
     """The requests table and its expiry index."""
 
-    def __init__(self, tables: Tables, *, layout1: bool) -> None:
+    def __init__(self, tables: Tables, *, layout1: bool, hex_keyed: bool = True) -> None:
         self._tables = tables
         #: Whether records keyed as store layout 1 did may remain (see layout.has_layout1_requests).
         self.layout1 = layout1
+        #: Whether records of hex request ids keyed in full (before layout 6) may remain
+        #: (see layout.has_hex_keyed_requests).
+        self.hex_keyed = hex_keyed
+
+    @classmethod
+    def of(cls, layout: Layout) -> RequestIds:
+        """A store's request ids, as its layout was opened."""
+        return cls(layout.tables, layout1=layout.layout1_requests, hex_keyed=layout.hex_keyed_requests)
 
     def remembered(
         self,
@@ -44,6 +54,7 @@ class RequestIds:
         rid_key: bytes,
         rec: records_pb2.SessionRecord | None,
         req: PutRequest,
+        batch: Batch | None = None,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """The record stored under ``rid_key`` (None if none) and whether it answers this write's retry.
 
@@ -51,7 +62,9 @@ class RequestIds:
         record, its event log: a session may hold only events): one naming a deleted, earlier
         holder of the same id (the records outlive it) does not, so the write is made anew and its
         record replaces that one. A record of store layout 1 is looked up under its own key, and
-        returned only if it answers (the sweeper expires it where it is).
+        returned only if it answers (the sweeper expires it where it is). One a build before layout 6
+        keyed by a hex request id in full (keys.hex_request_key) is looked up there when the compact key
+        holds none, and answers as one under the compact key does (replaced, it goes: :meth:`store`).
         """
         tables = self._tables
         sid = keys.session_key(req.session_id)
@@ -62,6 +75,7 @@ class RequestIds:
             req.request_id,
             made=lambda: rec is not None or log_record(txn, tables, sid) is not None,
             ours=lambda done: request_of_current(done, rec, log_record(txn, tables, sid)),
+            batch=batch,
         )
 
     def lookup(
@@ -73,15 +87,20 @@ class RequestIds:
         *,
         made: Callable[[], bool],
         ours: Callable[[records_pb2.RequestRecord], bool],
+        batch: Batch | None = None,
     ) -> tuple[records_pb2.RequestRecord | None, bool]:
         """:meth:`remembered` for any write: ``made()``, whether anything a write of this id may have made
         stands (a session, or an event log); ``ours``, whether a live record was written to it as it is
-        now (an AppendEvents' record names its log, eventlog.py)."""
+        now (an AppendEvents' record names its log, eventlog.py). ``batch``: the records its ops keep for
+        the commit (:meth:`store`) are looked at first."""
         requests = self._tables.requests
-        raw = txn.get(rid_key, db=requests)
+        raw = self._get(txn, rid_key, batch)
+        full_key = keys.hex_request_key(rid_key) if keys.is_compact(rid_key) else rid_key
+        if raw is None and full_key is not rid_key and self.hex_keyed:
+            raw = txn.get(full_key, db=requests)
         layout1 = raw is None and self.layout1
         if layout1:
-            raw = txn.get(keys.layout1_request_key(rid_key), db=requests)
+            raw = txn.get(keys.layout1_request_key(full_key), db=requests)
         if raw is None:
             return None, False
         try:
@@ -112,6 +131,7 @@ class RequestIds:
         expired: records_pb2.RequestRecord | None,
         asked: int,
         session_created: int,
+        batch: Batch | None = None,
     ) -> None:
         """Store the record of a write just made (replacing ``expired``, an expired one of the same id)."""
         rec = records_pb2.RequestRecord(
@@ -125,7 +145,7 @@ class RequestIds:
             write_xxh3=asked,
             session_created_unix_nanos=session_created,
         )
-        self.store(txn, rid_key, rec, expired)
+        self.store(txn, rid_key, rec, expired, batch)
 
     def store(
         self,
@@ -133,13 +153,57 @@ class RequestIds:
         rid_key: bytes,
         rec: records_pb2.RequestRecord,
         expired: records_pb2.RequestRecord | None,
+        batch: Batch | None = None,
     ) -> None:
         """Store a request record and its expiry entry (replacing ``expired``, a record of the same id that
-        answers no more): a Put's (:meth:`remember`) or an AppendEvents' (eventlog.py)."""
+        answers no more): a Put's (:meth:`remember`) or an AppendEvents' (eventlog.py). An op sharing
+        ``batch``'s transaction leaves the record to be put just before the commit, with the batch's
+        others in key order (Batch.pending_requests; its expiry entry, in time order already, goes now)."""
+        requests, expiry = self._tables.requests, self._tables.req_expiry
         if expired is not None:
-            txn.delete(keys.time_key(expired.expires_unix_nanos, rid_key), db=self._tables.req_expiry)
-        txn.put(rid_key, rec.SerializeToString(), db=self._tables.requests)
-        txn.put(keys.time_key(rec.expires_unix_nanos, rid_key), b"", db=self._tables.req_expiry)
+            when = expired.expires_unix_nanos
+            if keys.is_compact(rid_key) and self._get(txn, rid_key, batch) is None:
+                # Found under the hex key a build before layout 6 wrote (lookup): it goes, with its entry.
+                full_key = keys.hex_request_key(rid_key)
+                txn.delete(full_key, db=requests)
+                txn.delete(keys.time_key(when, full_key), db=expiry)
+            elif not keys.is_compact(rid_key) or not self._shared(txn, rid_key, when):
+                txn.delete(keys.expiry_key(when, rid_key), db=expiry)
+        if batch is not None and batch.defer_requests:
+            if not batch.pending_requests:
+                batch.before_commit.append(lambda wtxn: self._put_pending(wtxn, batch.pending_requests))
+            batch.pending_requests[rid_key] = rec.SerializeToString()
+        else:
+            # Ops that write request records all share the transaction, or (redone one by one) none does: a
+            # record kept for the commit would be put over this one.
+            assert batch is None or rid_key not in batch.pending_requests, "a request record kept for the commit"
+            txn.put(rid_key, rec.SerializeToString(), db=requests)
+        txn.put(keys.expiry_key(rec.expires_unix_nanos, rid_key), b"", db=expiry)
+
+    def _get(self, txn: ReadTxn, rid_key: bytes, batch: Batch | None) -> bytes | None:
+        """The record under ``rid_key``: one ``batch`` keeps for its commit, else the stored one."""
+        if batch is not None:
+            pending = batch.pending_requests.get(rid_key)
+            if pending is not None:
+                return pending
+        found = txn.get(rid_key, db=self._tables.requests)
+        return None if found is None else bytes(found)
+
+    def _put_pending(self, txn: WriteTxn, pending: dict[bytes, bytes]) -> None:
+        requests = self._tables.requests
+        for key in sorted(pending):
+            txn.put(key, pending[key], db=requests)
+
+    def _shared(self, txn: ReadTxn, rid_key: bytes, when: int) -> bool:
+        """Whether another session's record of a compact key's request id expires at ``when`` too (its
+        expiry entry, the same key, is then that record's as well: it stays)."""
+        prefix = rid_key[: keys.COMPACT_PREFIX_BYTES]
+        for key, value in txn.scan(self._tables.requests, prefix):
+            if not key.startswith(prefix):
+                return False
+            if key != rid_key and expiry_of(value) == when:
+                return True
+        return False
 
     def delete_layout1(self, txn: WriteTxn, sid: bytes) -> None:
         """Remove a session's request records keyed as store layout 1 did: that layout's retries found
@@ -169,22 +233,37 @@ class RequestIds:
                     break
                 entries.append(entry)
             for entry in entries:
-                rid_key = entry[8:]
-                raw = txn.get(rid_key, db=tables.requests)
-                # Only the record this entry was written for: an entry left behind
+                # Only the records this entry was written for: an entry left behind
                 # (by deleting a session whose record was damaged) must not expire
                 # a later record of the same request id early, or its retry would
                 # write twice. A record that does not parse goes: it answers nothing.
-                if raw is not None and expiry_of(raw) in (keys.time_of(entry), None):
-                    txn.delete(rid_key, db=tables.requests)
+                when = keys.time_of(entry)
+                for rid_key in self._named(txn, entry[8:]):
+                    raw = txn.get(rid_key, db=tables.requests)
+                    if raw is not None and expiry_of(raw) in (when, None):
+                        txn.delete(rid_key, db=tables.requests)
                 txn.delete(entry, db=tables.req_expiry)
             return len(entries), len(entries) == chunk
 
         return apply
 
-    def recheck_layout1(self, txn: ReadTxn) -> None:
-        """After expiring some: whether layout 1's records remain (while one is left, writes look under its key)."""
+    def _named(self, txn: ReadTxn, named: bytes) -> list[bytes]:
+        """The requests keys an expiry entry names: its key (after the time), or, a compact key's entry,
+        every session's key of that request id."""
+        if not keys.is_compact(named):
+            return [named]
+        found: list[bytes] = []
+        for key in txn.scan_keys(self._tables.requests, named):
+            if not key.startswith(named):
+                break
+            found.append(bytes(key))
+        return found
+
+    def recheck(self, txn: ReadTxn) -> None:
+        """After expiring some: whether records of layout 1, or of hex ids keyed in full, remain (while one
+        is left, writes look under its key too)."""
         self.layout1 = has_layout1_requests(txn, self._tables)
+        self.hex_keyed = has_hex_keyed_requests(txn, self._tables)
 
 
 def write_fingerprint(req: PutRequest, mode: WriteMode) -> int:

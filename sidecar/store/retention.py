@@ -83,10 +83,10 @@ class Retention:
         while more:  # request ids first: they expire even if a session cannot be pruned
             n, more = self._submit(Op(self._requests.expire_op(now))).wait()
             expired += n
-        if expired and self._requests.layout1:
+        if expired and (self._requests.layout1 or self._requests.hex_keyed):
             # Read once committed: while one is left, writes must look under its key too.
             with self._read() as txn:
-                self._requests.recheck_layout1(txn)
+                self._requests.recheck(txn)
         # Sessions marked for a look at their blob references (SessionRecord.blob_refs_unchecked): pruned
         # now, or earlier by a sweep whose release was skipped or cut off (a crash, a full store).
         marked: list[bytes] = []

@@ -150,7 +150,7 @@ class WriteOps:
             rec = record(raw) if raw is not None else None
             expired_rid: records_pb2.RequestRecord | None = None
             if rid_key is not None:
-                done, live = requests.remembered(txn, rid_key, rec, req)
+                done, live = requests.remembered(txn, rid_key, rec, req, batch)
                 if live:
                     assert done is not None
                     # An AppendEvents' record never answers a Put, whatever its fingerprint.
@@ -246,7 +246,7 @@ class WriteOps:
                 )
                 if rid_key is not None:
                     expires = now + int(config.request_id_ttl_seconds * 1e9)
-                    requests.remember(txn, rid_key, result, expires, expired_rid, asked, rec.created_unix_nanos)
+                    requests.remember(txn, rid_key, result, expires, expired_rid, asked, rec.created_unix_nanos, batch)
             except BaseException:
                 if made is None:
                     encoder.rollback()

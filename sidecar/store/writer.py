@@ -332,7 +332,8 @@ class Writer:
             try:
                 with self._storage.write() as txn:
                     for op in ops:
-                        if op.fails_clean and not isolate:
+                        batch.defer_requests = op.fails_clean and not isolate
+                        if batch.defer_requests:
                             try:
                                 outcomes.append((op, op.apply(batch, txn), None))
                             except (StoreError, CodecError) as exc:
@@ -351,6 +352,8 @@ class Writer:
                             outcomes.append((op, None, self._as_store_error(exc)))
                         except Exception as exc:  # a bug: fail this op, keep serving
                             outcomes.append((op, None, exc))
+                    for finish in batch.before_commit:
+                        finish(txn)
             except _Unclean:
                 for sid in batch.touched_encoders:
                     self._encoders.discard(sid)

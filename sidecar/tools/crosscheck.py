@@ -31,8 +31,9 @@ look like damage):
   session's log (appends are stamped by write_time too). A record may
   name a version retention has since removed, may have expired and not been
   swept yet, and a fork has none: none of that is reported.
-- req_expiry: each request record has its entry ``keys.time_key(expires,
-  request key)`` and every entry names a request record expiring then.
+- req_expiry: each request record has its entry ``keys.expiry_key(expires,
+  request key)`` and every entry names a request record expiring then (a
+  compact key's entry names a request id: some session's record of it).
 - events: every event block of every log passes its checksum, holds the seqs its key and header
   say without a gap, and the blocks run from the log record's first seq to its next one, their sizes
   summing to its stored bytes, the record's event count and open block matching them; no block is stored
@@ -302,7 +303,7 @@ class CrossCheck:
             yield from txn.scan(requests)
             return
         for key, value in txn.scan(requests):
-            if not key.startswith(keys.REQUEST_KEY_MARK):
+            if not key.startswith((keys.COMPACT_REQUEST_KEY_MARK, keys.REQUEST_KEY_MARK)):
                 break
             parts = keys.request_key_parts(key)
             if parts is None or parts[0] in self._wanted:
@@ -319,7 +320,10 @@ class CrossCheck:
         for key, value in self._request_items():
             parts = keys.request_key_parts(key)
             if parts is None:
-                text = f"key {key!r} is neither \\1 request id NUL session id nor session id NUL request id"
+                text = (
+                    f"key {key!r} is neither \\0 request id bytes session id, \\1 request id NUL session id nor"
+                    " session id NUL request id"
+                )
                 yield Problem("requests", None, False, text)
                 continue
             sid, rid = parts
@@ -330,7 +334,7 @@ class CrossCheck:
             except DecodeProtoError as exc:
                 yield Problem("requests", sid, rec is not _MISSING, f"the record of {what} does not parse ({exc})")
                 continue
-            current = key.startswith(keys.REQUEST_KEY_MARK)
+            current = key.startswith((keys.COMPACT_REQUEST_KEY_MARK, keys.REQUEST_KEY_MARK))
             if current and done.events_log_created_unix_nanos:
                 later = self._later_log(sid, done.events_log_created_unix_nanos)
                 if later is not None:
@@ -401,6 +405,9 @@ class CrossCheck:
         time_key = keys.time_key
         for key in txn.scan_keys(expiry):
             request = key[8:]
+            if keys.is_compact(request):
+                yield from self._compact_entry(key, request)
+                continue
             parts = keys.request_key_parts(request) if len(key) > 8 else None
             if parts is None:
                 yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a requests key")
@@ -436,7 +443,7 @@ class CrossCheck:
                 expires = parse(value).expires_unix_nanos
             except DecodeProtoError:
                 continue  # the requests pass names it
-            if txn.get(time_key(expires, key), db=expiry) is None:
+            if txn.get(keys.expiry_key(expires, key), db=expiry) is None:
                 parts = keys.request_key_parts(key)
                 if parts is None:
                     continue  # the requests pass names it
@@ -448,6 +455,38 @@ class CrossCheck:
                     f"no entry for request_id {_text(rid)!r} (its record expires at {_when(expires)}): the sweep"
                     " never removes it",
                 )
+
+    def _compact_entry(self, key: bytes, request: bytes) -> Iterator[Problem]:
+        """An expiry entry naming a compact key's request id: some session's record of it expires then."""
+        when = keys.time_of(key)
+        if len(request) != keys.COMPACT_PREFIX_BYTES:
+            yield Problem("req_expiry", None, False, f"key {key!r} is not a time and a request id")
+            return
+        rid = request[1:].hex()
+        found: list[tuple[bytes, bytes]] = []
+        for name, value in self._txn.scan(self._tables.requests, request):
+            if not name.startswith(request):
+                break
+            found.append((bytes(name), bytes(value)))
+        for _, value in found:
+            try:
+                if records_pb2.RequestRecord.FromString(value).expires_unix_nanos == when:
+                    return
+            except DecodeProtoError:
+                return  # the requests pass names it
+        if not found:
+            if self._wanted is None:
+                text = f"an entry at {_when(when)} names request_id {rid!r}, which has no record"
+                yield Problem("req_expiry", None, False, text)
+            return
+        sid = found[0][0][keys.COMPACT_PREFIX_BYTES :]
+        if not self._skipped(sid):
+            yield Problem(
+                "req_expiry",
+                sid,
+                self._record(sid) is not _MISSING,
+                f"a stale entry at {_when(when)} for request_id {rid!r}: no record of it expires then",
+            )
 
     # -- types -------------------------------------------------------------------------
 

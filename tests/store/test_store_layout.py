@@ -59,8 +59,8 @@ def data(tmp_path: Path) -> Path:
 
 
 def test_a_new_store_is_stamped_with_this_layout(data: Path) -> None:
-    assert LAYOUT_VERSION == 4
-    assert stamp(data) == b"4"
+    assert LAYOUT_VERSION == 6
+    assert stamp(data) == b"6"
 
 
 def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
@@ -71,14 +71,14 @@ def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
     assert stamp(data) is None
     with Store(StoreConfig(data_dir=data)) as store:  # the first writable open stamps it
         assert store.get("s").state == b"\x08\x01"
-    assert stamp(data) == b"4"
+    assert stamp(data) == b"6"
 
 
 def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> None:
-    set_stamp(data, b"6")
+    set_stamp(data, b"7")
     before = (data / "lmdb" / "data.mdb").read_bytes()
     message = (
-        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 6; this ckpt reads layout 4):"
+        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 7; this ckpt reads layout 6):"
         " run that ckpt or a later one, or restore a backup this version wrote"
     )
     for readonly in (False, True):
@@ -96,7 +96,7 @@ def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> 
     )
     assert serve.returncode == 1 and message in serve.stderr.decode()
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
-    assert stamp(data) == b"6"
+    assert stamp(data) == b"7"
     with pytest.raises(IncompatibleStore):  # and the data directory's lock was released
         Store(StoreConfig(data_dir=data))
 
@@ -105,7 +105,7 @@ def test_a_store_of_a_withdrawn_layout_is_refused_naming_it_not_as_a_newer_ckpts
     set_stamp(data, b"5")
     message = (
         f"{data / 'lmdb' / 'data.mdb'} is in store layout 5 (request records keyed by hashes, written by"
-        " development builds only and withdrawn): no ckpt reads it; restore a backup of layout 4 or earlier"
+        " development builds only and withdrawn): no ckpt reads it; restore a backup of layout 6 or earlier"
     )
     for readonly in (False, True):
         with pytest.raises(IncompatibleStore) as raised:
@@ -135,23 +135,23 @@ def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stampe
     with Store(StoreConfig(data_dir=tmp_path / "backup", map_size_bytes=1 << 20)) as restored:
         assert len(restored.get("s7").state) == 100_000
         assert restored.put("s7", b"\x08\x01").version == 2
-    assert stamp(tmp_path / "backup") == b"4"
+    assert stamp(tmp_path / "backup") == b"6"
 
 
 def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) -> None:
     """A newer layout may drop a table: the tools name the layout (not MDB_NOTFOUND), and a writable open
     recreates nothing."""
-    set_stamp(data, b"6")
+    set_stamp(data, b"7")
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     with env.begin(write=True) as txn:
         txn.drop(env.open_db(b"labels", txn=txn), delete=True)
     env.close()
     before = (data / "lmdb" / "data.mdb").read_bytes()
     for readonly in (False, True):
-        with pytest.raises(IncompatibleStore, match="store layout 6"):
+        with pytest.raises(IncompatibleStore, match="store layout 7"):
             Store(StoreConfig(data_dir=data), readonly=readonly)
     stats = ckpt("stats", "--data-dir", str(data))
-    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 6" in stats.stderr
+    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 7" in stats.stderr
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
 
 
@@ -224,7 +224,7 @@ def test_a_store_the_first_builds_wrote_is_indexed_by_granule_on_its_first_writa
         store.fork("b", 1, "b2")
         assert _listed_by_update_time(store) == ["a", "b", "b2", "c"]
         records = {sid: store.session(sid).updated_unix_nanos for sid in ("a", "b", "b2", "c")}
-    assert stamp(data) == b"4"
+    assert stamp(data) == b"6"
     assert _updated_index(data) == {keys.updated_key(nanos, sid.encode()) for sid, nanos in records.items()}
     verify = ckpt("verify", "--data-dir", str(data))
     assert verify.returncode == 0, verify.stderr
@@ -285,7 +285,7 @@ def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_st
         assert store.put("a", b"\x08\x03", request_id="a-new").version == 2
         assert store.delete_session("b") == 1  # its layout-1 record goes with it, as layout 1 did
         assert not store.put("b", b"\x08\x01", request_id="b-old").replayed
-    assert stamp(data) == b"4"
+    assert stamp(data) == b"6"
     requests, expiry = _request_keys(data)
     expected = [keys.request_key(b"a", "a-new"), keys.request_key(b"b", "b-old"), b"a\x00a-old"]
     assert requests == sorted(expected) and sorted(expiry) == sorted(expected)  # expiry entries: in time order
@@ -299,7 +299,7 @@ def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_st
         assert not store.put("a", b"\x08\x01", request_id="a-old").replayed  # expired: a new write
     requests, _ = _request_keys(data)
     assert all(key.startswith(keys.REQUEST_KEY_MARK) for key in requests)
-    with pytest.raises(IncompatibleStore, match="store layout 4; this ckpt reads layout 1"), _layout_version(1):
+    with pytest.raises(IncompatibleStore, match="store layout 6; this ckpt reads layout 1"), _layout_version(1):
         Store(StoreConfig(data_dir=data))
 
 
@@ -331,8 +331,8 @@ def test_a_layout_2_store_gains_the_types_table_and_an_older_ckpt_refuses_it_fro
     with Store(StoreConfig(data_dir=data)) as store:
         store.put("s", b"\x08\x02", message_type="ckpt.v1.Checkpoint")
         assert store.tables.types is not None
-    assert stamp(data) == b"4"
-    with pytest.raises(IncompatibleStore, match="store layout 4; this ckpt reads layout 2"), _layout_version(2):
+    assert stamp(data) == b"6"
+    with pytest.raises(IncompatibleStore, match="store layout 6; this ckpt reads layout 2"), _layout_version(2):
         Store(StoreConfig(data_dir=data))
 
 
@@ -353,6 +353,6 @@ def test_a_layout_3_store_gains_the_event_log_and_an_older_ckpt_refuses_it_from_
     with Store(StoreConfig(data_dir=data)) as store:
         assert store.append_events("s", [NewEvent("step")]).first_seq == 1
         assert store.tables.events is not None
-    assert stamp(data) == b"4"
-    with pytest.raises(IncompatibleStore, match="store layout 4; this ckpt reads layout 3"), _layout_version(3):
+    assert stamp(data) == b"6"
+    with pytest.raises(IncompatibleStore, match="store layout 6; this ckpt reads layout 3"), _layout_version(3):
         Store(StoreConfig(data_dir=data))

@@ -33,6 +33,9 @@ from ckpt.v1 import checkpoint_pb2 as pb
 from tests.support import IS_LEAF, Pages, ckpt
 
 _U64 = struct.Struct(">Q")
+#: A request id as the clients generate them (a UUIDv7, 32 hex digits), whose record is keyed by its bytes.
+HEX_ID = "019ad0a0a0a07000800000000000b001"
+COMPACT_ENTRY = b"\x00" + bytes.fromhex(HEX_ID)
 
 
 def state(session: str, step: int) -> bytes:
@@ -68,6 +71,7 @@ def build(data: Path) -> None:
         store.put("a", patch("a", 9), mode=WriteMode.MERGE, request_id="a:9")
         store.put("c", state("c", 9), request_id="c:9", labels={"owner": "c2"})
         store.put_many([PutRequest(f"s{n}", state(f"s{n}", 1), request_id=f"s{n}:1") for n in range(20)])
+        store.put("s8", state("s8", 2), request_id=HEX_ID)  # a client-generated id: keyed compactly
     # Request ids that expire at once and are not swept: the records and entries stay until a sweep.
     config = StoreConfig(data_dir=data, request_id_ttl_seconds=0.001, sweep_interval_seconds=3600)
     with Store(config) as store:
@@ -167,6 +171,18 @@ def add_stale_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]
     return "a", "req_expiry", "a stale entry at "
 
 
+def delete_compact_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    (key,) = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == COMPACT_ENTRY)
+    assert txn.delete(key, db=dbs["req_expiry"])
+    return "s8", "req_expiry", f"no entry for request_id '{HEX_ID}'"
+
+
+def add_stale_compact_expiry_entry(txn: lmdb.Transaction, dbs: dict[str, lmdb._Database]) -> tuple[str, str, str]:
+    (key,) = keys_of(txn, dbs["req_expiry"], lambda k: k[8:] == COMPACT_ENTRY)
+    txn.put(_U64.pack(_U64.unpack_from(key)[0] + 1) + key[8:], b"", db=dbs["req_expiry"])
+    return "s8", "req_expiry", f"for request_id '{HEX_ID}': no record of it expires then"
+
+
 def put_request_record(
     txn: lmdb.Transaction, dbs: dict[str, lmdb._Database], key: bytes, version: int, session_created: int = 0
 ) -> None:
@@ -222,6 +238,8 @@ DAMAGES = [
     delete_expiry_entry,
     add_stray_expiry_entry,
     add_stale_expiry_entry,
+    delete_compact_expiry_entry,
+    add_stale_compact_expiry_entry,
     add_request_record_of_no_session,
     add_request_record_past_the_head,
     zero_request_record_session_created,
