@@ -46,12 +46,9 @@ from .records import (
     Encoded,
     Where,
     WriteFold,
-    checkpoint_tuple,
     decode_step,
-    elements_of,
     encode_put,
     encode_writes,
-    lists_of,
     matches,
     metadata_of,
     stored_elements,
@@ -61,6 +58,7 @@ from .records import (
     where_of_stage,
     writes_by_checkpoint,
 )
+from .views import HeadViews, View, view_of, view_tuple, view_written, with_writes_after
 
 #: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
 _BRANCH_ATTEMPTS = 16
@@ -96,6 +94,8 @@ class Operations(Pruning):
         self._last_seq: dict[str, int] = {}
         self._early: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._putting: set[tuple[str, str]] = set()
+        # The views of the heads this saver last put or read: a read of one parses no state.
+        self._views = HeadViews()
 
     def with_serde(self, serde: SerializerProtocol) -> Operations:
         """These operations with another serializer (a saver's ``with_allowlist`` copy), sharing what they
@@ -138,6 +138,7 @@ class Operations(Pruning):
         with self._lock:
             self._heads.pop(session_id, None)
             self._last_seq.pop(session_id, None)
+            self._views.forget(session_id)
             for key in [k for k in self._ids if k[0] == session_id]:
                 del self._ids[key]
 
@@ -147,12 +148,12 @@ class Operations(Pruning):
         where = where_of(config)
         sid = where.session_id
         checkpoint_id = get_checkpoint_id(config)
-        elements = None
+        view: View | None
         if checkpoint_id:
             found = yield from self._find(where, checkpoint_id)
             if found is None:
                 return None
-            step = found
+            view = view_of(found)
         else:
             with self._lock:
                 known = self._heads.get(sid)
@@ -172,50 +173,63 @@ class Operations(Pruning):
             if got is None:
                 with self._lock:  # a namespace deleted and made again has a new log: its seqs start over
                     self._last_seq.pop(sid, None)
+                self._views.forget(sid)
                 self._saw_head(sid, Head(None, 0))
                 return None
             version, state, xxh3 = got
-            step = decode_step(state)
-            elements = elements_of(step)
+            # The view of the head this saver put or read last, if this is that head: nothing to parse.
+            view, step = self._views.get(sid, version, xxh3), None
             with self._lock:
                 seen = self._heads.get(sid)
+            if view is not None and (
+                seen is None
+                or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, view.checkpoint_id, xxh3)
+            ):
+                view = None  # a head whose other records this saver forgot: parsed, for them
+            if view is None:
+                step = decode_step(state)
+                view = view_of(step)
+                self._views.put(sid, version, xxh3, view)
             # A version's state never changes, and its xxh3 tells it from another's at the same version: the
             # head this saver put (or read) is this one, digests and all, so they are not hashed again.
-            read = (version, step.checkpoint_id, xxh3)
-            if seen is None or (seen.version, seen.checkpoint_id, seen.state_xxh3) != read:
-                deleted, lists = tuple(step.deleted_checkpoint_ids), lists_of(step, elements)
-                stored, after = stored_elements(step), step.writes_after_seq
-                seen = Head(step.checkpoint_id, version, deleted, lists, stored, after, xxh3)
+            if step is not None and (
+                seen is None
+                or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, step.checkpoint_id, xxh3)
+            ):
+                deleted, lists, stored = tuple(step.deleted_checkpoint_ids), view.digests(), stored_elements(step)
+                seen = Head(step.checkpoint_id, version, deleted, lists, stored, step.writes_after_seq, xxh3)
                 # A head this saver did not put or read last may be another saver's in a log made anew: its
                 # writes_after_seq is a seq of the log as it is.
                 self._saw_log_at_most(sid, step.writes_after_seq)
-            elif seen.writes_after_seq != step.writes_after_seq:
-                seen = replace(seen, writes_after_seq=step.writes_after_seq)
+            elif seen is not None and seen.writes_after_seq != view.writes_after_seq:
+                seen = replace(seen, writes_after_seq=view.writes_after_seq)
+            assert seen is not None  # made above unless it was this head
             self._saw_head(sid, seen)
             if (
                 page is not None
                 and known is not None
-                and (known.version, known.checkpoint_id) == (version, step.checkpoint_id)
-                and step.writes_after_seq == asked
+                and (known.version, known.checkpoint_id) == (version, view.checkpoint_id)
+                and view.writes_after_seq == asked
             ):
                 events = page
                 if token:  # the page was cut: the rest from its token
                     events = events + (yield Call("events", (sid, (WRITES_EVENT,), asked, token)))
-                return self._tuple(where, step, events, elements)
-        events = yield Call("events", (sid, (WRITES_EVENT,), step.writes_after_seq))
-        return self._tuple(where, step, events, elements)
+                return self._tuple(where, view, events)
+        assert view is not None  # read above
+        events = yield Call("events", (sid, (WRITES_EVENT,), view.writes_after_seq))
+        return self._tuple(where, view, events)
 
-    def _tuple(self, where: Where, step: records_pb2.Step, events: SeqEvents, elements: Any) -> CheckpointTuple:
-        """The CheckpointTuple of ``step``, with its pending writes among ``events`` (the writes read after its
+    def _tuple(self, where: Where, view: View, events: SeqEvents) -> CheckpointTuple:
+        """The CheckpointTuple of ``view``, with its pending writes among ``events`` (the writes read after its
         writes_after_seq)."""
         fold = WriteFold()
         for _, _, payload in events:
             writes = records_pb2.Writes.FromString(payload)
-            if writes.checkpoint_id == step.checkpoint_id:
+            if writes.checkpoint_id == view.checkpoint_id:
                 fold.add(writes)
         if events:
             self._saw_seq(where.session_id, events[-1][0])
-        return checkpoint_tuple(self.serde, where, step, fold.pending(self.serde), elements)
+        return view_tuple(self.serde, where, view, fold.pending(self.serde))
 
     def _find(self, where: Where, checkpoint_id: str) -> Op:
         """The Step of checkpoint ``checkpoint_id`` (None if the namespace has none, or it was deleted)."""
@@ -302,7 +316,7 @@ class Operations(Pruning):
                 writes[sid] = writes_by_checkpoint(payload for _, _, payload in events)
             fold = writes[sid].get(cid)
             pending = fold.pending(self.serde) if fold is not None else []
-            yield Out(checkpoint_tuple(self.serde, wheres[sid], step, pending))
+            yield Out(view_tuple(self.serde, wheres[sid], view_of(step), pending))
             if left is not None:
                 left -= 1
 
@@ -382,9 +396,12 @@ class Operations(Pruning):
             labels = {**encoded.labels, **thread_label(where.thread_id)}
             stored = sum(len(v) for v in encoded.lists.values())
         expected = (head.version, head.state_xxh3 or None)  # (head.version 0: no head, and none expected)
+        # The view of what is written: the patch onto the head's view (none held: none made), or the whole.
+        parent = self._views.get(where.session_id, head.version, head.state_xxh3) if continues else None
         args = (where.session_id, step.SerializeToString(), continues, *expected, labels, encoded.checkpoint_id)
         version, seq, xxh3 = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
+        view = view_written(encoded, parent) if parent is not None or not continues else None
         writes_after_seq = step.writes_after_seq
         if seq <= writes_after_seq:
             # The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
@@ -397,6 +414,11 @@ class Operations(Pruning):
                 version, seq, xxh3 = yield Call("put", again)
                 self._saw_seq(where.session_id, seq)
                 writes_after_seq = 0
+                view = with_writes_after(view, 0) if view is not None else None
+        if view is None:
+            self._views.forget(where.session_id)
+        else:
+            self._views.put(where.session_id, version, xxh3, view)
         return Head(encoded.checkpoint_id, version, head.deleted, encoded.lists, stored, writes_after_seq, xxh3)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> Op:
@@ -462,9 +484,11 @@ class Operations(Pruning):
                 newest = _newest_versions((yield Call("versions", (sid,))))
                 continue
             self._forget(sid)
-            deleted_ids, lists, stored = tuple(sorted(deleted)), lists_of(step), stored_elements(step)
+            view = view_of(step)
+            deleted_ids, lists, stored = tuple(sorted(deleted)), view.digests(), stored_elements(step)
             head = Head(cid, written, deleted_ids, lists, stored, step.writes_after_seq, xxh3)
             self._saw_head(sid, head)
+            self._views.put(sid, written, xxh3, view)
             return
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Op:

@@ -17,7 +17,6 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
@@ -179,6 +178,16 @@ def _dumps(serde: SerializerProtocol, value: Any) -> Pair:
     return type_, bytes(data)
 
 
+def _dumps_elements(serde: SerializerProtocol, values: list[Any]) -> list[Pair]:
+    """_dumps of each element of a list channel (a bytearray as bytes), in one loop: a step serializes them all."""
+    dumps = serde.dumps_typed
+    out: list[Pair] = []
+    for value in values:
+        type_, data = dumps(bytes(value) if isinstance(value, bytearray) else value)
+        out.append((type_, data if type(data) is bytes else bytes(data)))
+    return out
+
+
 def _typed(serde: SerializerProtocol, value: Any) -> records_pb2.Typed:
     type_, data = _dumps(serde, value)
     return records_pb2.Typed(type=type_, data=data)
@@ -191,14 +200,16 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
 #: The digests of a list channel's elements, by channel: what a step continuing it compares against.
 Lists = Mapping[str, Sequence["Digest"]]
 Digest = tuple[str, int]
-Elements = dict[str, list[records_pb2.Typed]]
 #: An element as the serializer gives it: its type's name and bytes.
 Pair = tuple[str, bytes]
 
 
-def _digest(type_: str, data: bytes) -> Digest:
+_xxh3_128 = xxhash.xxh3_128_intdigest
+
+
+def digest(type_: str, data: bytes) -> Digest:
     """An element's digest: its serializer's type name and the xxh3 of its bytes (stored or about to be)."""
-    return type_, xxhash.xxh3_128_intdigest(data)
+    return type_, _xxh3_128(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +277,8 @@ def encode_put(
         if type(v) is list:
             # A bytearray element comes back as bytes, as from a list serialized whole (msgpack has no
             # bytearray): as InMemorySaver and PostgresSaver give it.
-            elements[k] = [_dumps(serde, bytes(e) if isinstance(e, bytearray) else e) for e in v]
-            lists[k] = [_digest(t, d) for t, d in elements[k]]
+            elements[k] = pairs = _dumps_elements(serde, v)
+            lists[k] = [(t, _xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
             channels[k] = records_pb2.Typed(type=ITEMS)
         else:
             channels[k] = _typed(serde, v)
@@ -308,62 +319,9 @@ def decode_step(state: bytes) -> records_pb2.Step:
     return records_pb2.Step.FromString(state)
 
 
-def elements_of(step: records_pb2.Step) -> Elements:
-    """The list channels' elements, rebuilt from the step's Items entries."""
-    out: Elements = {}
-    for entry in step.items:
-        elements = out.setdefault(entry.channel, [])
-        if entry.start > len(elements):
-            raise ValueError(
-                f"checkpoint {step.checkpoint_id!r}: channel {entry.channel!r}'s items start at {entry.start},"
-                f" past its {len(elements)} elements"
-            )
-        del elements[entry.start :]
-        elements.extend(entry.values)
-    return out
-
-
-def lists_of(step: records_pb2.Step, elements: Elements | None = None) -> dict[str, list[Digest]]:
-    """The digests of a stored step's list elements, by channel (``elements``: its elements_of)."""
-    elements = elements_of(step) if elements is None else elements
-    return {
-        k: [_digest(t.type, t.data) for t in e]
-        for k, e in elements.items()
-        if k in step.channels and step.channels[k].type == ITEMS
-    }
-
-
 def stored_elements(step: records_pb2.Step) -> int:
     """List elements a step's state holds, those later entries cut off included (a rewrite drops them)."""
     return sum(len(entry.values) for entry in step.items)
-
-
-def checkpoint_tuple(
-    serde: SerializerProtocol,
-    where: Where,
-    step: records_pb2.Step,
-    pending_writes: list[tuple[str, str, Any]],
-    elements: Elements | None = None,
-) -> CheckpointTuple:
-    checkpoint = _untyped(serde, step.checkpoint)
-    versions = checkpoint.get("channel_versions") or {}
-    if elements is None:
-        elements = elements_of(step) if step.items else {}
-    values: dict[str, Any] = {}
-    for k in versions:
-        typed = step.channels.get(k)
-        if typed is None or typed.type == EMPTY:
-            continue
-        values[k] = [_untyped(serde, t) for t in elements.get(k, ())] if typed.type == ITEMS else _untyped(serde, typed)
-    checkpoint["channel_values"] = values
-    parent = step.parent_checkpoint_id
-    return CheckpointTuple(
-        config=where.config(step.checkpoint_id),
-        checkpoint=checkpoint,
-        metadata=_untyped(serde, step.metadata),
-        parent_config=where.config(parent) if parent else None,
-        pending_writes=pending_writes,
-    )
 
 
 def metadata_of(serde: SerializerProtocol, step: records_pb2.Step) -> dict[str, Any]:

@@ -5,7 +5,7 @@ head, branching from older ones, channels set, emptied, lists grown, cut and rep
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,13 @@ def grown(value: Any, extend: bool, previous: Any) -> Any:
     return value
 
 
-def replay(savers: list[BaseCheckpointSaver[Any]], thread_id: str, history: list[Any]) -> None:
+def replay(
+    savers: list[BaseCheckpointSaver[Any]],
+    thread_id: str,
+    history: list[Any],
+    after_step: Callable[[], None] = lambda: None,
+) -> None:
+    """``history``'s steps put to each saver, ``after_step`` called after each step's put and writes."""
     configs: list[Any] = []
     states: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for i, (parent_index, changes, extend, step_writes) in enumerate(history):
@@ -84,6 +90,7 @@ def replay(savers: list[BaseCheckpointSaver[Any]], thread_id: str, history: list
         for task_id, task_writes in step_writes:
             for s, c in zip(savers, stored, strict=True):
                 s.put_writes(c, task_writes, task_id, task_path=f"path-{task_id}")
+        after_step()
 
 
 def comparable(t: CheckpointTuple | None) -> Any:

@@ -1,0 +1,245 @@
+"""A checkpoint's Step as a saver reads it (``View``), and the views of namespaces' heads a saver keeps.
+
+A view holds what a read of the checkpoint decodes: its ids, its checkpoint and metadata, its channels'
+serialized values and its lists' serialized elements, in the serializer's (type, bytes) pairs. It is made
+from a Step read, or, without reading anything, from what the saver itself just wrote: a whole Step, or a
+MERGE patch onto the view of the head it continued, merged as the store merges it (protobuf's rules:
+a map entry and a set field replace the parent's, Items entries are applied in order after its).
+
+A saver keeps the view of each namespace's head it last put or read (``HeadViews``), under the version and
+the state's XXH3-64 the store gave for it: a read of the head that finds that same version and digest uses
+the view rather than parsing the state again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from ckpt.langgraph.v1 import records_pb2
+
+from .records import EMPTY, ITEMS, Digest, Encoded, Pair, Where, digest
+
+#: Bytes of serialized values the views kept by a saver hold at most (the least recently used go first).
+VIEW_CACHE_BYTES = 64 << 20
+#: What a view weighs beyond its values' bytes, per value.
+_OVERHEAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A checkpoint's Step as a read decodes it: its values as the serializer wrote them."""
+
+    checkpoint_id: str
+    parent_checkpoint_id: str
+    checkpoint: Pair
+    metadata: Pair
+    #: The Step's channels map: each channel's serialized value, EMPTY or ITEMS.
+    channels: dict[str, Pair]
+    #: The list channels' elements, as the Step's Items entries make them.
+    lists: dict[str, list[Pair]]
+    writes_after_seq: int
+    #: What it holds in memory, about: its values' bytes and _OVERHEAD each (see _weigh).
+    weight: int
+
+    def digests(self) -> dict[str, list[Digest]]:
+        """The digests of its list channels' elements (those whose channel holds ITEMS)."""
+        return {
+            k: [digest(t, d) for t, d in e] for k, e in self.lists.items() if self.channels.get(k, ("",))[0] == ITEMS
+        }
+
+
+def _pair(typed: records_pb2.Typed) -> Pair:
+    return typed.type, typed.data
+
+
+def _weigh(pairs: Iterable[Pair]) -> int:
+    return sum(len(data) + _OVERHEAD for _, data in pairs)
+
+
+def _made(patch: records_pb2.Step, channels: dict[str, Pair], lists: dict[str, list[Pair]], weight: int) -> View:
+    checkpoint, metadata = _pair(patch.checkpoint), _pair(patch.metadata)
+    return View(
+        checkpoint_id=patch.checkpoint_id,
+        parent_checkpoint_id=patch.parent_checkpoint_id,
+        checkpoint=checkpoint,
+        metadata=metadata,
+        channels=channels,
+        lists=lists,
+        writes_after_seq=patch.writes_after_seq,
+        weight=weight + _weigh((checkpoint, metadata)),
+    )
+
+
+def view_of(step: records_pb2.Step) -> View:
+    """The view of a Step read."""
+    lists: dict[str, list[Pair]] = {}
+    for entry in step.items:
+        elements = lists.get(entry.channel)
+        if elements is None:
+            elements = lists[entry.channel] = []
+        start = entry.start
+        if start != len(elements):
+            if start > len(elements):
+                raise ValueError(
+                    f"checkpoint {step.checkpoint_id!r}: channel {entry.channel!r}'s items start at {start},"
+                    f" past its {len(elements)} elements"
+                )
+            del elements[start:]
+        elements += [(v.type, v.data) for v in entry.values]
+    channels = {k: _pair(v) for k, v in step.channels.items()}
+    return _made(step, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
+
+
+def view_written(encoded: Encoded, parent: View | None) -> View | None:
+    """The view of what the saver wrote of ``encoded``: its patch merged onto ``parent`` (the head it
+    continued), or, with no parent, its whole Step. None for a patch a read of the state would refuse (an
+    entry past its list's end): that read is left to tell."""
+    patch = encoded.patch
+    if parent is None:
+        channels = {k: _pair(v) for k, v in encoded.channels.items()}
+        lists = {k: list(e) for k, e in encoded.elements.items()}
+        return _made(patch, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
+    # Weighed by what changed: a step costs what it added, not the conversation.
+    weight = parent.weight - _weigh((parent.checkpoint, parent.metadata))
+    changed = {k: _pair(v) for k, v in patch.channels.items()}
+    weight += _weigh(changed.values()) - _weigh(parent.channels[k] for k in changed if k in parent.channels)
+    channels = {**parent.channels, **changed}
+    lists = dict(parent.lists)
+    for entry in patch.items:
+        k, start = entry.channel, entry.start
+        old = lists.get(k, [])
+        if start > len(old):
+            return None
+        # encode_put's entries hold the elements of ``encoded`` from their start on.
+        added = encoded.elements[k][start:]
+        weight += _weigh(added) - _weigh(old[start:])
+        lists[k] = old[:start] + added
+    return _made(patch, channels, lists, weight)
+
+
+def with_writes_after(view: View, seq: int) -> View:
+    return replace(view, writes_after_seq=seq)
+
+
+def _msgpack_header(count: int) -> bytes:
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def loads_all(serde: SerializerProtocol, pairs: Sequence[Pair]) -> list[Any]:
+    """``serde.loads_typed`` of each pair. JsonPlusSerializer's msgpack values are read in one call, as a
+    msgpack array of them (what it reads of a whole list serialized at once), each value as if alone."""
+    if type(serde).loads_typed is not JsonPlusSerializer.loads_typed:
+        return [serde.loads_typed(p) for p in pairs]
+    packed = [data for type_, data in pairs if type_ == "msgpack"]
+    if len(packed) < 2:
+        return [serde.loads_typed(p) for p in pairs]
+    loaded: list[Any] = serde.loads_typed(("msgpack", _msgpack_header(len(packed)) + b"".join(packed)))
+    if len(packed) == len(pairs):
+        return loaded
+    values = iter(loaded)
+    return [next(values) if type_ == "msgpack" else serde.loads_typed((type_, data)) for type_, data in pairs]
+
+
+def view_tuple(
+    serde: SerializerProtocol,
+    where: Where,
+    view: View,
+    pending_writes: list[tuple[str, str, Any]],
+) -> CheckpointTuple:
+    """The CheckpointTuple a view holds. Its channels are those its checkpoint's channel_versions name."""
+    checkpoint_data, metadata_data = view.checkpoint, view.metadata
+    checkpoint, metadata = loads_all(serde, [checkpoint_data, metadata_data])
+    versions = checkpoint.get("channel_versions") or {}
+    pairs: list[Pair] = []
+    shape: list[tuple[str, int]] = []  # per channel: its name and its elements (-1: a single value)
+    for k in versions:
+        pair = view.channels.get(k)
+        if pair is None or pair[0] == EMPTY:
+            continue
+        if pair[0] == ITEMS:
+            elements = view.lists.get(k, ())
+            pairs += elements
+            shape.append((k, len(elements)))
+        else:
+            pairs.append(pair)
+            shape.append((k, -1))
+    loaded = loads_all(serde, pairs)
+    values: dict[str, Any] = {}
+    i = 0
+    for k, count in shape:
+        if count < 0:
+            values[k] = loaded[i]
+            i += 1
+        else:
+            values[k] = loaded[i : i + count]
+            i += count
+    checkpoint["channel_values"] = values
+    parent = view.parent_checkpoint_id
+    return CheckpointTuple(
+        config=where.config(view.checkpoint_id),
+        checkpoint=checkpoint,
+        metadata=metadata,
+        parent_config=where.config(parent) if parent else None,
+        pending_writes=pending_writes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    version: int
+    state_xxh3: int
+    view: View
+    weight: int
+
+
+class HeadViews:
+    """The views of namespaces' heads, by session id, with the version and XXH3-64 each was stored as;
+    ``max_bytes`` of values at most. A view is kept only with a digest (0: a sidecar that gives none)."""
+
+    def __init__(self, max_bytes: int = VIEW_CACHE_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, Kept] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, session_id: str, version: int, state_xxh3: int) -> View | None:
+        """The view of ``session_id``'s head if it is at ``version`` with ``state_xxh3``."""
+        with self._lock:
+            kept = self._kept.get(session_id)
+            if kept is None or not state_xxh3 or (kept.version, kept.state_xxh3) != (version, state_xxh3):
+                return None
+            self._kept.move_to_end(session_id)
+            return kept.view
+
+    def put(self, session_id: str, version: int, state_xxh3: int, view: View) -> None:
+        weight = view.weight
+        with self._lock:
+            self._drop(session_id)
+            if not state_xxh3 or weight > self._max_bytes:
+                return
+            self._kept[session_id] = Kept(version, state_xxh3, view, weight)
+            self._bytes += weight
+            while self._bytes > self._max_bytes:
+                _, oldest = self._kept.popitem(last=False)
+                self._bytes -= oldest.weight
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        kept = self._kept.pop(session_id, None)
+        if kept is not None:
+            self._bytes -= kept.weight
