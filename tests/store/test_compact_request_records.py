@@ -25,6 +25,7 @@ from ckpt.sidecar.client import CheckpointClient, event
 from ckpt.sidecar.client.arguments import new_request_id
 from ckpt.sidecar.store import NewEvent
 from ckpt.v1 import service_pb2
+from tests.store.fixtures.write_layout4_requests import CENTURY_SECONDS
 from tests.support import ckpt, start_sidecar
 
 FIXTURE = Path(__file__).parent / "fixtures" / "layout4_requests.tar.gz"
@@ -152,7 +153,9 @@ def test_the_sweep_expires_records_of_either_form_and_a_retry_after_it_writes_ag
 ) -> None:
     data, manifest = layout4
     rid = new_request_id()
-    config = StoreConfig(data_dir=data, request_id_ttl_seconds=1.0, sweep_interval_seconds=3600)
+    # No sweep of the sweeper's own: the fixture's last one was long ago, so with any shorter interval one
+    # would run as the store opens and expire the fixture's expired record before the count below.
+    config = StoreConfig(data_dir=data, request_id_ttl_seconds=1.0, sweep_interval_seconds=CENTURY_SECONDS)
     with Store(config) as store:
         for sid in ("one", "two"):  # one id, two sessions: one expiry entry names both records
             store.append_events(sid, [NewEvent("step", b"x")], request_id=rid)
