@@ -197,25 +197,14 @@ class RequestIds:
     def _shared(self, txn: ReadTxn, rid_key: bytes, when: int) -> bool:
         """Whether another session's record of a compact key's request id expires at ``when`` too (its
         expiry entry, the same key, is then that record's as well: it stays)."""
-        prefix = rid_key[: keys.COMPACT_PREFIX_BYTES]
-        for key, value in txn.scan(self._tables.requests, prefix):
-            if not key.startswith(prefix):
-                return False
-            if key != rid_key and expiry_of(value) == when:
-                return True
-        return False
+        found = self._expiries_under(txn, rid_key[: keys.COMPACT_PREFIX_BYTES])
+        return any(key != rid_key and expires == when for key, expires in found)
 
     def delete_layout1(self, txn: WriteTxn, sid: bytes) -> None:
         """Remove a session's request records keyed as store layout 1 did: that layout's retries found
         a record only while its session lived. Current records stay until they expire; they name the
         session they were written to (see remembered)."""
-        prefix = sid + keys.SEP
-        found: list[tuple[bytes, int | None]] = []
-        for key, value in txn.scan(self._tables.requests, prefix):
-            if not key.startswith(prefix):
-                break
-            found.append((key, expiry_of(value)))
-        for key, expires in found:
+        for key, expires in self._expiries_under(txn, sid + keys.SEP):
             if expires is not None:  # damaged: its expiry entry stays (expiring it later removes nothing newer)
                 txn.delete(keys.time_key(expires, key), db=self._tables.req_expiry)
             txn.delete(key, db=self._tables.requests)
@@ -238,25 +227,30 @@ class RequestIds:
                 # a later record of the same request id early, or its retry would
                 # write twice. A record that does not parse goes: it answers nothing.
                 when = keys.time_of(entry)
-                for rid_key in self._named(txn, entry[8:]):
-                    raw = txn.get(rid_key, db=tables.requests)
-                    if raw is not None and expiry_of(raw) in (when, None):
+                for rid_key, expires in self._named(txn, entry[8:]):
+                    if expires in (when, None):
                         txn.delete(rid_key, db=tables.requests)
                 txn.delete(entry, db=tables.req_expiry)
             return len(entries), len(entries) == chunk
 
         return apply
 
-    def _named(self, txn: ReadTxn, named: bytes) -> list[bytes]:
-        """The requests keys an expiry entry names: its key (after the time), or, a compact key's entry,
-        every session's key of that request id."""
-        if not keys.is_compact(named):
-            return [named]
-        found: list[bytes] = []
-        for key in txn.scan_keys(self._tables.requests, named):
-            if not key.startswith(named):
+    def _named(self, txn: ReadTxn, named: bytes) -> list[tuple[bytes, int | None]]:
+        """The records an expiry entry names, as :meth:`_expiries_under` gives them: its key's (after the
+        time), or, a compact key's entry, every session's record of that request id."""
+        if keys.is_compact(named):
+            return self._expiries_under(txn, named)
+        raw = txn.get(named, db=self._tables.requests)
+        return [] if raw is None else [(named, expiry_of(raw))]
+
+    def _expiries_under(self, txn: ReadTxn, prefix: bytes) -> list[tuple[bytes, int | None]]:
+        """The requests keys starting with ``prefix`` and their records' expiry times (None: a record that
+        does not parse), read before any of them is changed."""
+        found: list[tuple[bytes, int | None]] = []
+        for key, value in txn.scan(self._tables.requests, prefix):
+            if not key.startswith(prefix):
                 break
-            found.append(bytes(key))
+            found.append((bytes(key), expiry_of(value)))
         return found
 
     def recheck(self, txn: ReadTxn) -> None:
