@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from ckpt.codec import ChainPolicy
+import pytest
+
+from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame
 from ckpt.sidecar import PutRequest, PutResult, Store
 from ckpt.sidecar.store.ops import Op
 from ckpt.v1 import checkpoint_pb2 as pb
@@ -162,3 +164,55 @@ def storage_write_lock_held(store: Store) -> Iterator[None]:
 def storage_of(store: Store) -> Any:
     """The store's storage (sidecar/storage), for tests of what only the LMDB implementation does."""
     return store._storage
+
+
+class EncodingGate:
+    """Once armed, blocks the first frame encoded of a large state (a REPLACE of ``large_bytes`` or more;
+    with ``merges``, any MERGE) until let go, noting its thread; and notes what encoded every frame of a
+    large state (a MERGE: making one), and on which thread."""
+
+    def __init__(self, large_bytes: int, *, merges: bool = False) -> None:
+        self.large_bytes = large_bytes
+        self.merges = merges
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.large: list[tuple[str, str]] = []  # (replace or merge, the thread's name)
+
+    def _gate(self, large: str) -> None:
+        if large:
+            self.large.append((large, threading.current_thread().name))
+        if self.armed and not self.entered.is_set():
+            self.thread = threading.current_thread()
+            self.entered.set()
+            self.release.wait(30)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        replace, merge = ChainEncoder.replace, ChainEncoder.merge
+
+        def gated_replace(encoder: ChainEncoder, state: Any) -> EncodedFrame:
+            if len(state) >= self.large_bytes:
+                self._gate("replace")
+            return replace(encoder, state)
+
+        def gated_merge(encoder: ChainEncoder, state: Any, *, checked: bool = False) -> EncodedFrame:
+            self._gate("merge" if encoder.state_size + len(state) >= self.large_bytes else "")
+            return merge(encoder, state, checked=checked)
+
+        monkeypatch.setattr(ChainEncoder, "replace", gated_replace)
+        if self.merges:
+            monkeypatch.setattr(ChainEncoder, "merge", gated_merge)
+
+
+@contextlib.contextmanager
+def gate_installed(
+    monkeypatch: pytest.MonkeyPatch, large_bytes: int, *, merges: bool = False
+) -> Iterator[EncodingGate]:
+    """An :class:`EncodingGate` installed for a test; let go at its end, so no encoding waits out its timeout."""
+    gate = EncodingGate(large_bytes, merges=merges)
+    gate.install(monkeypatch)
+    try:
+        yield gate
+    finally:
+        gate.release.set()

@@ -7,14 +7,12 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ckpt.codec import ChainEncoder, EncodedFrame
 from ckpt.sidecar import NotFound, PutRequest, SessionInfo, Store, StoreConfig
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.store.support import put_later
+from tests.store.support import EncodingGate, gate_installed, put_later
 
 #: States at least this large are a fork's the gate blocks; the other writes here are smaller.
 LARGE = 100_000
@@ -22,28 +20,6 @@ LARGE = 100_000
 
 def large_state(seed: int) -> bytes:
     return random.Random(seed).randbytes(LARGE + seed)
-
-
-class EncodingGate:
-    """Once armed, blocks the first encoding of a state of LARGE bytes or more until let go, noting its thread."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        replace = ChainEncoder.replace
-
-        def gated(encoder: ChainEncoder, state: Any) -> EncodedFrame:
-            if self.armed and len(state) >= LARGE and not self.entered.is_set():
-                self.thread = threading.current_thread()
-                self.entered.set()
-                self.release.wait(30)
-            return replace(encoder, state)
-
-        monkeypatch.setattr(ChainEncoder, "replace", gated)
 
 
 @pytest.fixture
@@ -54,10 +30,8 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[EncodingGate]:
-    g = EncodingGate()
-    g.install(monkeypatch)
-    yield g
-    g.release.set()
+    with gate_installed(monkeypatch, LARGE) as g:
+        yield g
 
 
 def fork_later(

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind
+from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind
 from ckpt.sidecar import PutRequest, Store, StoreConfig, VersionConflict, WriteMode
 from ckpt.sidecar.store import ENCODE_AHEAD_BYTES
 from ckpt.v1 import checkpoint_pb2 as pb
-from tests.store.support import put_later
+from tests.store.support import EncodingGate, gate_installed, put_later
 
 #: Chains of at most 2 frames after their FULL one: the third MERGE onto a head starts a chain.
 SHORT_CHAINS = ChainPolicy(max_depth=2)
@@ -36,41 +36,6 @@ def patch(n: int) -> bytes:
     return pb.Checkpoint(step=n, messages=[pb.Message(content=f"patch {n}")]).SerializeToString()
 
 
-class EncodingGate:
-    """Once armed, blocks the first frame encoded (a REPLACE of a large state, or any MERGE) until let go,
-    noting its thread; and notes what encoded every frame of a large state, and on which thread."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.large: list[tuple[str, str]] = []  # (replace or merge, the thread's name)
-
-    def _gate(self, large: str) -> None:
-        if large:
-            self.large.append((large, threading.current_thread().name))
-        if self.armed and not self.entered.is_set():
-            self.thread = threading.current_thread()
-            self.entered.set()
-            self.release.wait(30)
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        replace, merge = ChainEncoder.replace, ChainEncoder.merge
-
-        def gated_replace(encoder: ChainEncoder, state: Any) -> EncodedFrame:
-            if len(state) >= ENCODE_AHEAD_BYTES:
-                self._gate("replace")
-            return replace(encoder, state)
-
-        def gated_merge(encoder: ChainEncoder, state: Any, *, checked: bool = False) -> EncodedFrame:
-            self._gate("merge" if encoder.state_size + len(state) >= ENCODE_AHEAD_BYTES else "")
-            return merge(encoder, state, checked=checked)
-
-        monkeypatch.setattr(ChainEncoder, "replace", gated_replace)
-        monkeypatch.setattr(ChainEncoder, "merge", gated_merge)
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     with Store(StoreConfig(data_dir=tmp_path / "data", chain_policy=SHORT_CHAINS)) as s:
@@ -79,10 +44,8 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[EncodingGate]:
-    g = EncodingGate()
-    g.install(monkeypatch)
-    yield g
-    g.release.set()
+    with gate_installed(monkeypatch, ENCODE_AHEAD_BYTES, merges=True) as g:
+        yield g
 
 
 def test_another_sessions_put_commits_while_a_large_replace_is_encoded_on_its_callers_thread(
