@@ -50,7 +50,7 @@ from .events import (
 from .eventstream import OpenStream, OpenStreams
 from .layout import Tables, write_time
 from .ops import Batch, Op
-from .records import log_record, record, replayed_put, request_of_current
+from .records import log_record, record, record_put, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
 
@@ -239,12 +239,7 @@ class EventLog:
                     events_had_put=put_result is not None,
                 )
                 if put_result is not None:
-                    rec.version = put_result.version
-                    rec.stored_bytes = put_result.stored_bytes
-                    rec.frame_kind = put_result.frame_kind
-                    rec.state_size = put_result.state_size
-                    rec.state_xxh3 = put_result.state_xxh3
-                    rec.chain_depth = put_result.chain_depth
+                    record_put(rec, put_result)
                 requests.store(txn, rid_key, rec, expired, batch)
             return AppendResult(first, last, put_result)
 

@@ -134,6 +134,16 @@ def request_of_current(
     return request_of_session(done, rec)
 
 
+def record_put(rec: records_pb2.RequestRecord, result: PutResult) -> None:
+    """Keep in a request record what :func:`replayed_put` answers a retry of the put that made ``result``."""
+    rec.version = result.version
+    rec.stored_bytes = result.stored_bytes
+    rec.frame_kind = result.frame_kind
+    rec.state_size = result.state_size
+    rec.state_xxh3 = result.state_xxh3
+    rec.chain_depth = result.chain_depth
+
+
 def replayed_put(done: records_pb2.RequestRecord) -> PutResult:
     """The answer a retry of the put ``done`` records gets (a Put's, or an AppendEvents' put): the first
     answer's, but ``replayed``; a record kept before its chain_depth or state_xxh3 was answers 0 for it."""

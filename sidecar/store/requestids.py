@@ -24,7 +24,7 @@ from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .layout import Layout, Tables, has_hex_keyed_requests, has_layout1_requests
 from .ops import Batch
-from .records import expiry_of, log_record, request_of_current
+from .records import expiry_of, log_record, record_put, request_of_current
 from .types import PutRequest, PutResult, WriteMode
 
 # Request ids expired per write op: a backlog (after downtime) must not hold
@@ -135,16 +135,9 @@ class RequestIds:
     ) -> None:
         """Store the record of a write just made (replacing ``expired``, an expired one of the same id)."""
         rec = records_pb2.RequestRecord(
-            version=result.version,
-            stored_bytes=result.stored_bytes,
-            frame_kind=result.frame_kind,
-            state_size=result.state_size,
-            state_xxh3=result.state_xxh3,
-            chain_depth=result.chain_depth,
-            expires_unix_nanos=expires,
-            write_xxh3=asked,
-            session_created_unix_nanos=session_created,
+            expires_unix_nanos=expires, write_xxh3=asked, session_created_unix_nanos=session_created
         )
+        record_put(rec, result)
         self.store(txn, rid_key, rec, expired, batch)
 
     def store(
