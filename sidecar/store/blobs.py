@@ -39,7 +39,7 @@ from ...codec import DecodeError, FrameKind, frame_kind, iter_versions
 from ..errors import DataLoss, NotFound, Unavailable
 from ..storage import ReadTxn, Storage, WriteTxn
 from . import keys
-from .blobfiles import SHA256_HEX, BlobFiles, check_sha256
+from .blobfiles import BlobFiles, check_sha256
 from .layout import Tables, write_time
 from .ops import Batch, Op
 from .records import frame_of, meta_of, printable, record
@@ -280,9 +280,8 @@ class Blobs:
         """After a record of blob ``sha256`` failed (its transaction may have moved the file in and then not
         committed): remove the file now unless a record names it (a write of the same bytes committed), as
         the process that failed, which with ckpt serve --workers may sweep nothing. From any thread but the
-        writer's; never raises (failing, it marks the files unchecked for the next sweep)."""
-        if not isinstance(sha256, str) or SHA256_HEX.fullmatch(sha256) is None:
-            return  # refused before any move
+        writer's; never raises (failing, it marks the files unchecked for the next sweep). ``sha256``: as
+        :meth:`record_op` checked it."""
         try:
             self._remove_unrecorded_later([bytes.fromhex(sha256)])
         except Exception:

@@ -246,10 +246,10 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         """Record a blob whose bytes a caller streamed into ``self.blob_files`` (a temporary file, flushed):
         the file moves into place and the blob's record and the session's reference commit together."""
         check_media_type(commit.media_type)
+        op = self._blobs.record_op(commit)  # refused arguments moved no file: nothing to drop
         try:
-            return self._writer.submit(self._blobs.record_op(commit)).wait()  # type: ignore[no-any-return]
-        except BaseException:
-            # Its file may be in place unrecorded; this process may not be the one that sweeps (--workers).
+            return self._writer.submit(op).wait()  # type: ignore[no-any-return]
+        except BaseException:  # its file may be in place unrecorded, and this process may sweep none (--workers)
             self._blobs.drop_unrecorded(commit.sha256)
             raise
 
