@@ -21,7 +21,6 @@ from .records import (
     thread_label,
     thread_prefix,
     where_of_session,
-    where_of_stage,
 )
 
 
@@ -48,9 +47,9 @@ class Pruning:
                 doomed.update(dict.fromkeys((yield Call("sessions", (labels,)))))
             prefix = thread_prefix(thread_id)
             for sid in (yield Call("sessions", ({}, prefix))):
-                # Checked here too (cheaply): a session of another thread is never taken for this one's.
-                where = where_of_session(sid) if sid.startswith(prefix) else None
-                if where is not None and where.thread_id == thread_id:
+                # Checked here too: a session of another thread is never taken for this one's (the
+                # thread id's length in the prefix keeps one thread's prefix from starting another's).
+                if sid.startswith(prefix):
                     doomed[sid] = None
         for sid in doomed:
             yield Call("delete", (sid,))
@@ -111,14 +110,9 @@ class Pruning:
 
     def _finish_prune(self, where: Where) -> Op:
         """Move a staged namespace into place if its session is gone (a prune stopped half-way);
-        whether one was. Its stage is found by its label, not by name: of a namespace whose session id is
-        near the limit, the stage has the shorter name (Where.pruning_session_id), and older savers' the
-        longer one."""
-        finished = False
-        for staged in (yield Call("sessions", ({PRUNING_LABEL: where.thread_id},))):
-            if where_of_stage(staged) == where:
-                finished = (yield from self._finish_stage(where, staged)) or finished
-        return finished
+        whether one was. Its stage is Where.pruning_session_id: the longer name wherever it fits the
+        session-id limit (as every saver before the shorter one named its stages), else the shorter."""
+        return (yield from self._finish_stage(where, where.pruning_session_id))
 
     def _finish_stage(self, where: Where, staging: str) -> Op:
         sid = where.session_id
