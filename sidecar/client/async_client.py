@@ -175,7 +175,7 @@ class AsyncCheckpointClient(
 
     def get_blob(
         self, ref: checkpoint_pb2.ArtifactRef | str, *, offset: int = 0, length: int = 0
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """CheckpointClient.get_blob: an async iterator of the chunks."""
         request = blobs.get_blob_request(ref, offset, length)
         self._check_open()
@@ -210,11 +210,9 @@ class AsyncCheckpointClient(
         self, ref: checkpoint_pb2.ArtifactRef | str, file: BinaryIO, *, offset: int = 0, length: int = 0
     ) -> int:
         """CheckpointClient.get_blob_to (the file written on a thread)."""
-        request = blobs.get_blob_request(ref, offset, length)
-        self._check_open()
         written = 0
         # Closed on the way out (cancelled, or a write failing), so that its stream ends then.
-        async with contextlib.aclosing(self._blob_chunks(request)) as chunks:
+        async with contextlib.aclosing(self.get_blob(ref, offset=offset, length=length)) as chunks:
             async for chunk in chunks:
                 await asyncio.to_thread(write_whole, file, chunk)
                 written += len(chunk)
