@@ -13,13 +13,11 @@ import xxhash
 
 from .errors import ChecksumError, TruncatedFrameError, UnsupportedFormatError
 from .header import (
-    KIND_NUMBERS,
     KINDS_BY_NUMBER,
     V2_HEAD_BYTES,
     V2_TAIL_BYTES,
     FrameHeader,
     FrameKind,
-    base_distance,
     check_fields,
 )
 
@@ -58,18 +56,23 @@ _ONE_BYTE = [bytes((v,)) for v in range(0x80)]
 
 
 def pack(header: FrameHeader, payload: bytes) -> bytes:
+    # Once per frame the encoder writes: no calls, and the kind number as FrameKind's value but PREFIX's 0.
     kind = header.kind
     if kind is FrameKind.FULL:
         distance = 0
-    else:
-        distance = base_distance(header)
+    elif kind is FrameKind.PREFIX:
+        kind = 0  # type: ignore[assignment]
+        distance = header.base_version - header.version
         if distance < 1:
-            relation = "after" if kind is FrameKind.PREFIX else "before"
-            raise ValueError(f"base_version {header.base_version} is not {relation} version {header.version}")
+            raise ValueError(f"base_version {header.base_version} is not after version {header.version}")
+    else:
+        distance = header.version - header.base_version
+        if distance < 1:
+            raise ValueError(f"base_version {header.base_version} is not before version {header.version}")
     head = b"".join(
         (
             MAGIC,
-            bytes((KIND_NUMBERS[kind] | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
+            bytes((kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
             _varint(header.version),
             _varint(distance),
             _varint(header.state_size),
