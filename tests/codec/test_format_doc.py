@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame
+from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame, prefix_frame
 
 if sys.version_info >= (3, 14):
     from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
@@ -36,6 +36,7 @@ class FormatError(Exception):
 
 FIELDS = struct.Struct("<4sBBBBQQIIIIQQ")  # offsets 0..55
 FULL, DELTA, PATCH = 1, 2, 3
+PREFIX = 0  # format 2 only (§12)
 CONTINUES_STREAM = 0x01
 
 
@@ -60,6 +61,8 @@ class Header:
 
     @property
     def content_size(self) -> int:
+        if self.kind == PREFIX:
+            return 0
         return self.state_size - self.base_size if self.kind == PATCH else self.state_size
 
 
@@ -69,6 +72,12 @@ def read_frame(frame: bytes) -> tuple[Header, bytes]:
     if frame[:2] != b"CK" or frame[2] not in (0x50, 0x02):
         raise FormatError("magic or format")
     h, payload = read_v2(frame) if frame[2] == 2 else read_v1(frame)
+    if h.kind == PREFIX and h.format == 2:  # §12's table
+        if h.flags or not 10 <= h.window_log <= 31 or h.version < 1 or h.base_version <= h.version:
+            raise FormatError("PREFIX fields")
+        if h.state_size > h.base_size or h.prefix_size or h.payload_size:
+            raise FormatError("PREFIX fields")
+        return h, payload
     if h.kind not in (FULL, DELTA, PATCH) or h.flags & ~CONTINUES_STREAM:
         raise FormatError("kind or flags")
     if not 10 <= h.window_log <= 31 or h.version < 1:
@@ -135,10 +144,10 @@ def read_v2(frame: bytes) -> tuple[Header, bytes]:
     if xxhash.xxh3_64_intdigest(frame[: at + 8] + frame[at + 12 :]) & 0xFFFF_FFFF != stored:
         raise FormatError("frame checksum")
     kind = kind_flags & 0x03
-    if distance != (0 if kind == FULL else 1):
+    if distance < 1 if kind == PREFIX else distance != (0 if kind == FULL else 1):
         raise FormatError("base_distance")
     flags = (CONTINUES_STREAM if kind_flags & 0x04 else 0) | (kind_flags & ~0x07)
-    base_version = 0 if kind == FULL else version - 1
+    base_version = version + distance if kind == PREFIX else 0 if kind == FULL else version - 1
     h = Header(
         kind, flags, window_log, version, base_version, state_size, base_size, payload_size, prefix_size, state_xxh3,
         None, 2,
@@ -147,6 +156,8 @@ def read_v2(frame: bytes) -> tuple[Header, bytes]:
 
 
 def check_link(prev: Header | None, h: Header) -> None:
+    if h.kind == PREFIX:
+        raise FormatError("PREFIX frame in a chain")  # §12: it belongs to no chain
     if prev is None:
         if h.kind != FULL:
             raise FormatError("chain must start FULL")
@@ -202,6 +213,14 @@ def read_versions(frames: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
         state = verify(h, state + content if h.kind == PATCH else content)
         yield h.version, state
         prev = h
+
+
+def read_prefix(frame: bytes, source_state: bytes, source_version: int) -> bytes:
+    """The state of a PREFIX frame, from its source's state (§12's loop, one hop)."""
+    h, _ = read_frame(frame)
+    if h.kind != PREFIX or h.base_version != source_version or h.base_size != len(source_state):
+        raise FormatError("PREFIX source")
+    return verify(h, source_state[: h.state_size])
 
 
 def hydrate(frames: Iterable[bytes]) -> bytes:
@@ -483,8 +502,25 @@ def test_worked_examples_match_the_encoder() -> None:
     for fmt in READABLE_FORMATS:  # §7, then §11
         enc = ChainEncoder(format_version=fmt)
         expected += [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
+    # §12: version 1 of §11 as a PREFIX frame of version 2.
+    expected.append(prefix_frame(state + b"\x08\x01", version=1, source_version=2, state_size=6000).data.hex())
     assert blocks == expected
-    for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:]), strict=True):
+    for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:4]), strict=True):
         frames = [bytes.fromhex(b) for b in pair]
         assert [read_frame(f)[0].format for f in frames] == [fmt, fmt]
         assert list(read_versions(frames)) == [(1, state), (2, state + b"\x08\x01")]
+
+
+def test_independent_reader_reads_the_prefix_example_from_its_source() -> None:
+    frame = bytes.fromhex(re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())[4])
+    v1_state, v2_state = (state for _, state in read_versions(FORMAT_V2_CHAIN))
+    assert read_prefix(frame, v2_state, 2) == v1_state
+    with pytest.raises(FormatError, match="PREFIX source"):
+        read_prefix(frame, v2_state, 3)
+    with pytest.raises(FormatError, match="state check"):
+        read_prefix(frame, b"J" + v2_state[1:], 2)
+    with pytest.raises(FormatError, match="PREFIX frame in a chain"):
+        list(read_versions([*FORMAT_V2_CHAIN, frame]))
+
+
+FORMAT_V2_CHAIN = [bytes.fromhex(b) for b in re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())[2:4]]
