@@ -129,7 +129,7 @@ def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
 def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None:
     """The latest version if every header is well-formed and linked and the result checks out, else None
     (see :func:`latest_with_reader`)."""
-    found = latest_with_reader(chain, limit)
+    found = _first_pass(chain, limit, None, keep_reader=False)
     return None if found is None else found[0]
 
 
@@ -180,11 +180,26 @@ def latest_with_reader(
     with the decompressor of the chain's last stream, positioned at its end (chainreader.py continues it).
     OutputTooLargeError, before anything is decompressed, if the well-formed chain's streams would
     output more than ``max_output`` bytes.
+    """
+    found = _first_pass(chain, limit, max_output, keep_reader=True)
+    if found is None:
+        return None
+    latest, reader = found
+    return None if reader is None else (latest, reader)
 
-    The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
+
+def _first_pass(
+    chain: list[FrameBytes], limit: int | None, max_output: int | None, *, keep_reader: bool
+) -> tuple[DecodedVersion, _zstd.ZstdDecompressor | None] | None:
+    """The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
     and the checks of frame.parse and _check_link but the frame checksum, as
     integer comparisons on locals. This loop is most of a cold read's Python,
     so a continuing PATCH frame (the common case) takes the shortest path.
+
+    A stream without a prefix is read through the thread's reused zstd
+    context (_zstd.decompress_once), unless it is the last one and
+    ``keep_reader`` asks for its live decompressor; a stream that refuses,
+    or has a prefix, is read by a new stdlib decompressor, which decides.
     """
     scanners, expansion = _SCANNERS, MAX_EXPANSION
     limit = _NO_LIMIT if limit is None else limit
@@ -235,20 +250,25 @@ def latest_with_reader(
         _check_output(sum(stream[3] for stream in streams), max_output, version)
     state = b""
     reader = None
-    for wl, prefix_size, payloads, size, whole in streams:
+    kept = streams[-1] if keep_reader else None
+    for stream in streams:
+        wl, prefix_size, payloads, size, whole = stream
         if prefix_size > len(state):
             return None
-        reader = _zstd.new_reader(window_log=wl, prefix=state[len(state) - prefix_size :] if prefix_size else None)
-        out = reader.decompress(payloads[0] if len(payloads) == 1 else b"".join(payloads), max_length=size + 1)
-        # A stream's zstd frame never ends (nor leaves input undecoded): FORMAT.md §4.
-        if len(out) != size or reader.eof or not reader.needs_input:
-            return None
+        data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+        out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
+        if out is None:
+            reader = _zstd.new_reader(window_log=wl, prefix=state[len(state) - prefix_size :] if prefix_size else None)
+            out = reader.decompress(data, max_length=size + 1)
+            # A stream's zstd frame never ends (nor leaves input undecoded): FORMAT.md §4.
+            if len(out) != size or reader.eof or not reader.needs_input:
+                return None
         # From the stream's last whole-state frame (FULL or DELTA) on, the
         # output is that state and every patch after it; a stream of patches
         # only extends the state before it.
         state = state + out if whole < 0 else out[whole:]
     xxh3 = _U64.unpack_from(prev, prev_xxh3_at)[0]
-    if len(state) != prev_size or state_checksum(state) != xxh3 or reader is None:
+    if len(state) != prev_size or state_checksum(state) != xxh3:
         return None
     header = scanned_header(
         kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3, base_xxh3, prev
