@@ -20,6 +20,7 @@ from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
 from .layout import Tables
+from .prefixes import is_prefix, read_prefixed
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
@@ -38,13 +39,17 @@ def read_state(
 ) -> tuple[bytes, VersionInfo]:
     """The state of ``version`` (0: the head) and what its stored value says, verified.
 
-    ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state.
+    ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state
+    (for a PREFIX version: the chain of the newer version it is read from, prefixes.read_prefixed).
     """
     check_int_arg("max_state_bytes", max_state_bytes, most=MAX_INT, optional=True)
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
     target, value, frames = found
+    if len(frames) == 1 and is_prefix(frames[0]):  # a version of a folded run: read from its source
+        got = read_prefixed(txn, tables.frames, sid, session_id, target, frames[0], max_state_bytes=max_state_bytes)
+        return got.state, version_info(session_id, target, value, header=got.header)
     try:
         head = decode_latest(frames, max_state_bytes=max_state_bytes)
     except StateTooLargeError as exc:
@@ -58,7 +63,9 @@ def chain_back(
     txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, version: int
 ) -> tuple[int, bytes, list[memoryview]] | None:
     """``version`` (0: the session's last frame, its head), its stored value and its chain's frames, read
-    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it.
+    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it. A PREFIX
+    frame (prefixes.py) depends on no older frame: the scan stops at it too, so a PREFIX version's chain is
+    its frame alone (and one met below a version's own frame, damage, fails the decode that follows).
 
     The frames table alone answers: retention and delete remove frames and
     update the session record in one transaction, so the frames stored are
@@ -90,11 +97,11 @@ def chain_back(
         oldest = target - len(frames)  # if none is missing: checked once, below
         frame = frame_of(stored)
         frames.append(frame)
-        # Once per frame of every cold read: a format 2 frame says FULL in two bytes (FORMAT.md: format 2,
-        # kind_flags FULL and no flag), so only other frames pay for frame_kind. A frame damaged into
-        # looking FULL ends the chain early; decoding it then fails, naming the damage.
+        # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (FORMAT.md:
+        # format 2, kind_flags FULL and no flag; PREFIX: 0), so only other frames pay for frame_kind. A frame
+        # damaged into looking FULL ends the chain early; decoding it then fails, naming the damage.
         if len(frame) > 3 and frame[2] == 2:
-            if frame[3] == 1:
+            if frame[3] <= 1:  # FULL (1) or PREFIX (0)
                 full = True
                 break
             continue
@@ -153,7 +160,8 @@ def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, 
 
 
 def chain_start(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, target: int) -> int:
-    """Version of the FULL frame whose chain holds ``target`` (DataLoss if that chain is broken)."""
+    """Version of the FULL frame whose chain holds ``target``, or ``target`` itself if its frame is PREFIX
+    (it depends on newer frames alone); DataLoss if that chain is broken."""
     found = chain_back(txn, frames_table, sid, session_id, target)
     if found is None:
         raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
