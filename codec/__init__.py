@@ -31,6 +31,7 @@ from .errors import (
     FieldMaskError,
     MaskedStateError,
     OutputTooLargeError,
+    PrefixFrameError,
     StateTooLargeError,
     TruncatedFrameError,
     UnsupportedFormatError,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
         parse,
         state_checksum,
     )
+    from .prefix import prefix_frame, prefix_state
     from .wire import check_patch, count_fields, field_spans
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "FrameKind",
     "MaskedStateError",
     "OutputTooLargeError",
+    "PrefixFrameError",
     "StateSnapshot",
     "StateTooLargeError",
     "TruncatedFrameError",
@@ -97,6 +100,8 @@ __all__ = [
     "open_chain",
     "pack",
     "parse",
+    "prefix_frame",
+    "prefix_state",
     "state_checksum",
 ]
 
@@ -107,6 +112,7 @@ _HOMES = {
     **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "iter_versions"), ".decoder"),
     **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot", "keyframe"), ".encoder"),
     **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
+    **dict.fromkeys(("prefix_frame", "prefix_state"), ".prefix"),
     **dict.fromkeys(
         (
             "FORMAT_VERSION",

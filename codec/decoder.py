@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import _zstd, frame_v1, frame_v2
-from .errors import ChainLinkError, ChecksumError, DecodeError, OutputTooLargeError, StateTooLargeError
+from .errors import (
+    ChainLinkError,
+    ChecksumError,
+    DecodeError,
+    OutputTooLargeError,
+    PrefixFrameError,
+    StateTooLargeError,
+)
 from .frame import (
     KINDS_BY_NUMBER,
     MAX_EXPANSION,
@@ -263,10 +270,11 @@ def scanned_header(
     frame: FrameBytes,
 ) -> FrameHeader:
     """The FrameHeader of a frame a first pass scanned (and whose chain's state checked out)."""
+    kind = KINDS_BY_NUMBER[kf & 3]
     return FrameHeader(
-        kind=KINDS_BY_NUMBER[kf & 3],
+        kind=kind,
         version=version,
-        base_version=version - distance if distance else 0,
+        base_version=version + distance if kind is FrameKind.PREFIX else version - distance if distance else 0,
         state_size=state_size,
         base_size=base_size,
         payload_size=payload_size,
@@ -392,6 +400,8 @@ def _check_output(output_bytes: int, limit: int, version: int) -> None:
 
 
 def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
+    if h.kind is FrameKind.PREFIX:
+        raise prefix_frame_error(h)
     if prev is None:
         if h.kind is not FrameKind.FULL:
             raise ChainLinkError(f"chain starts at version {h.version} with a {h.kind.name} frame; a chain starts FULL")
@@ -416,6 +426,17 @@ def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
             f"frame of version {h.version} continues a stream with window_log {h.window_log},"
             f" but version {prev.version}'s stream has window_log {prev.window_log}"
         )
+
+
+def prefix_frame_error(h: FrameHeader) -> PrefixFrameError:
+    """The error of a chain's reader given the PREFIX frame ``h`` (FORMAT.md §12)."""
+    return PrefixFrameError(
+        f"version {h.version} is a PREFIX frame: its state is the first {h.state_size} bytes of version"
+        f" {h.base_version}'s state (read it with prefix_state from that state, not as part of a chain)",
+        version=h.version,
+        source_version=h.base_version,
+        state_size=h.state_size,
+    )
 
 
 def _prefix_of(header: FrameHeader, base: bytes) -> bytes | None:

@@ -10,6 +10,7 @@
         ├── UnsupportedFormatError magic or format version not understood
         ├── ChecksumError          a header, payload or state checksum mismatch
         ├── ChainLinkError         a frame applied to the wrong base / out of order
+        │   └── PrefixFrameError   a PREFIX frame given to a chain's reader (it belongs to no chain)
         ├── StateTooLargeError     a state beyond the caller's max_state_bytes
         └── OutputTooLargeError    a decode materialising more than the caller's max_output_bytes
 
@@ -64,6 +65,17 @@ class ChecksumError(DecodeError):
 
 class ChainLinkError(DecodeError):
     """A frame does not follow the frame before it (wrong base, order or stream)."""
+
+
+class PrefixFrameError(ChainLinkError):
+    """A chain's reader met a PREFIX frame: its state is a prefix of a newer version's state, read with
+    prefix_state() from that version's state, never from a chain."""
+
+    def __init__(self, message: str, *, version: int, source_version: int, state_size: int) -> None:
+        super().__init__(message)
+        self.version = version
+        self.source_version = source_version
+        self.state_size = state_size
 
 
 class StateTooLargeError(DecodeError):

@@ -11,12 +11,14 @@ from . import frame_v1, frame_v2
 from .errors import TruncatedFrameError, UnsupportedFormatError
 from .header import (
     FORMAT_VERSION,
+    KIND_NUMBERS,
     KINDS_BY_NUMBER,
     MAX_EXPANSION,
     MAX_STATE_SIZE,
     MIN_PREFIX_SIZE,
     READABLE_FORMATS,
     V1_HEADER_SIZE,
+    V1_KINDS_BY_NUMBER,
     FrameHeader,
     FrameKind,
     as_bytes_view,
@@ -28,11 +30,13 @@ from .header import (
 __all__ = [
     "FORMAT_VERSION",
     "KINDS_BY_NUMBER",
+    "KIND_NUMBERS",
     "MAX_EXPANSION",
     "MAX_STATE_SIZE",
     "MIN_PREFIX_SIZE",
     "READABLE_FORMATS",
     "V1_HEADER_SIZE",
+    "V1_KINDS_BY_NUMBER",
     "FrameHeader",
     "FrameKind",
     "as_bytes_view",
@@ -84,6 +88,8 @@ _FIELD_LIMITS = {
 def _check_packable(h: FrameHeader, fmt: int) -> None:
     if not isinstance(h.kind, FrameKind):
         raise TypeError(f"kind must be a FrameKind, got {type(h.kind).__name__} {h.kind!r}")
+    if fmt == 1 and h.kind is FrameKind.PREFIX:
+        raise ValueError(f"format 1 has no PREFIX kind: write version {h.version}'s PREFIX frame in format 2")
     for name, top in _FIELD_LIMITS[fmt].items():
         value = getattr(h, name)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -145,7 +151,8 @@ def frame_kind(frame: bytes | bytearray | memoryview) -> FrameKind:
     try:  # bytes or a byte memoryview: no copy, no new view
         if frame[2] == _V2_FORMAT_BYTE and frame[0] == 0x43 and frame[1] == 0x4B:
             kind_flags = frame[3]
-            if kind_flags & frame_v2.KIND_MASK and not kind_flags & ~frame_v2.KNOWN_BITS:
+            # 0-7 but a continuing PREFIX (4): a kind and at most the CONTINUES_STREAM flag.
+            if kind_flags <= frame_v2.KNOWN_BITS and kind_flags != frame_v2.FLAG_CONTINUES_STREAM:
                 return KINDS_BY_NUMBER[kind_flags & frame_v2.KIND_MASK]
     except (IndexError, NotImplementedError):
         pass  # too short, or a buffer of another shape: read its bytes below
@@ -158,14 +165,14 @@ def _kind_or_error(head: bytes) -> FrameKind:
             if len(head) < 4:
                 raise TruncatedFrameError(f"frame is {len(head)} bytes; format 2 keeps its kind at offset 3")
             kind_flags = head[3]
-            if kind_flags & frame_v2.KIND_MASK and not kind_flags & ~frame_v2.KNOWN_BITS:
+            if kind_flags <= frame_v2.KNOWN_BITS and kind_flags != frame_v2.FLAG_CONTINUES_STREAM:
                 return KINDS_BY_NUMBER[kind_flags & frame_v2.KIND_MASK]
             raise UnsupportedFormatError(f"frame has unknown kind_flags {kind_flags:#04x} at offset 3")
         if head[2] == _V1_FORMAT_BYTE:
             if len(head) < 6:
                 raise TruncatedFrameError(f"frame is {len(head)} bytes; format 1 keeps its kind at offset 5")
-            if head[:4] == frame_v1.MAGIC and head[4] == 1 and head[5] in KINDS_BY_NUMBER:
-                return KINDS_BY_NUMBER[head[5]]
+            if head[:4] == frame_v1.MAGIC and head[4] == 1 and head[5] in V1_KINDS_BY_NUMBER:
+                return V1_KINDS_BY_NUMBER[head[5]]
             raise UnsupportedFormatError(f"format 1 frame has no known kind: its first bytes are {head.hex()}")
     if len(head) < 3:
         raise TruncatedFrameError(f"frame is {len(head)} bytes; its first 3 bytes say its format")

@@ -10,7 +10,7 @@ import struct
 import xxhash
 
 from .errors import ChecksumError, TruncatedFrameError, UnsupportedFormatError
-from .header import KINDS_BY_NUMBER, V1_HEADER_SIZE, FrameHeader, FrameKind, check_fields
+from .header import V1_HEADER_SIZE, V1_KINDS_BY_NUMBER, FrameHeader, FrameKind, check_fields
 
 MAGIC = b"CKPF"
 FLAG_CONTINUES_STREAM = 0x01
@@ -102,12 +102,12 @@ def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]
         )
     # The checksum passed, so what follows catches encoder bugs and forged
     # frames rather than bit rot; still, never trust a field we did not check.
-    if kind not in KINDS_BY_NUMBER:
+    if kind not in V1_KINDS_BY_NUMBER:
         raise UnsupportedFormatError(f"frame of version {version} has unknown kind {kind} at offset 5")
     if flags & ~FLAG_CONTINUES_STREAM:
         raise UnsupportedFormatError(f"frame of version {version} has unknown flags {flags:#04x} at offset 6")
     header = FrameHeader(
-        KINDS_BY_NUMBER[kind],
+        V1_KINDS_BY_NUMBER[kind],
         version,
         base_version,
         state_size,

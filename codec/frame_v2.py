@@ -13,11 +13,13 @@ import xxhash
 
 from .errors import ChecksumError, TruncatedFrameError, UnsupportedFormatError
 from .header import (
+    KIND_NUMBERS,
     KINDS_BY_NUMBER,
     V2_HEAD_BYTES,
     V2_TAIL_BYTES,
     FrameHeader,
     FrameKind,
+    base_distance,
     check_fields,
 )
 
@@ -56,16 +58,18 @@ _ONE_BYTE = [bytes((v,)) for v in range(0x80)]
 
 
 def pack(header: FrameHeader, payload: bytes) -> bytes:
-    if header.kind is FrameKind.FULL:
+    kind = header.kind
+    if kind is FrameKind.FULL:
         distance = 0
     else:
-        distance = header.version - header.base_version
+        distance = base_distance(header)
         if distance < 1:
-            raise ValueError(f"base_version {header.base_version} is not before version {header.version}")
+            relation = "after" if kind is FrameKind.PREFIX else "before"
+            raise ValueError(f"base_version {header.base_version} is not {relation} version {header.version}")
     head = b"".join(
         (
             MAGIC,
-            bytes((header.kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
+            bytes((KIND_NUMBERS[kind] | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
             _varint(header.version),
             _varint(distance),
             _varint(header.state_size),
@@ -149,20 +153,28 @@ def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]
             f" frame_check at offset {check_at} is {stored:#010x}, computed {computed:#010x}"
         )
     # As in format 1: past the checksum, refuse anything a writer could not mean.
-    kind = kind_flags & KIND_MASK
-    if not kind:
-        raise UnsupportedFormatError(f"{of} has unknown kind 0 at offset 3 (kind_flags {kind_flags:#04x})")
     if kind_flags & ~KNOWN_BITS:
         raise UnsupportedFormatError(f"{of} has unknown flags {kind_flags & ~KNOWN_BITS:#04x} at offset 3")
-    if distance != (0 if kind == FrameKind.FULL else 1):
+    kind = KINDS_BY_NUMBER[kind_flags & KIND_MASK]
+    if kind is FrameKind.PREFIX:
+        if distance < 1:
+            raise UnsupportedFormatError(
+                f"{of}: base_distance 0 of a PREFIX frame (its source is a newer version: distance >= 1)"
+            )
+        base_version = version + distance
+        if base_version >> 64:
+            raise UnsupportedFormatError(f"{of}: source version {base_version} of a PREFIX frame is over 64 bits")
+    elif distance != (0 if kind is FrameKind.FULL else 1):
         raise UnsupportedFormatError(
-            f"{of}: base_distance {distance} of a {KINDS_BY_NUMBER[kind].name} frame is not"
-            f" {0 if kind == FrameKind.FULL else 1} (other distances are reserved)"
+            f"{of}: base_distance {distance} of a {kind.name} frame is not"
+            f" {0 if kind is FrameKind.FULL else 1} (other distances are reserved)"
         )
+    else:
+        base_version = 0 if kind is FrameKind.FULL else version - 1
     header = FrameHeader(
-        KINDS_BY_NUMBER[kind],
+        kind,
         version,
-        0 if kind == FrameKind.FULL else version - 1,
+        base_version,
         state_size,
         base_size,
         payload_size,

@@ -7,6 +7,7 @@ The byte layouts live in frame_v1 (64-byte fixed header) and frame_v2
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import NamedTuple
 
 import xxhash
@@ -40,9 +41,16 @@ class FrameKind(enum.IntEnum):
     FULL = 1  # zstd(state); starts a chain
     DELTA = 2  # zstd(state) referencing the base state
     PATCH = 3  # zstd(patch); state = base state + patch
+    #: No payload: the state is the first state_size bytes of a NEWER version's state (base_version, the
+    #: source). Format 2 only, where its kind number is 0; its value here is the proto enum's
+    #: FRAME_KIND_PREFIX, so that a kind stored by value reads back as this kind.
+    PREFIX = 4
 
 
-KINDS_BY_NUMBER = {k.value: k for k in FrameKind}
+#: Format 2's kind numbers (kind_flags bits 0-1), both ways; format 1's kind byte is FULL, DELTA, PATCH only.
+KINDS_BY_NUMBER = {0: FrameKind.PREFIX, 1: FrameKind.FULL, 2: FrameKind.DELTA, 3: FrameKind.PATCH}
+KIND_NUMBERS = {kind: number for number, kind in KINDS_BY_NUMBER.items()}
+V1_KINDS_BY_NUMBER = {1: FrameKind.FULL, 2: FrameKind.DELTA, 3: FrameKind.PATCH}
 
 
 class FrameHeader(NamedTuple):
@@ -70,8 +78,11 @@ class FrameHeader(NamedTuple):
 
     @property
     def content_size(self) -> int:
-        """Bytes the payload decompresses to: the state, or for PATCH the patch."""
-        return self.state_size - self.base_size if self.kind is FrameKind.PATCH else self.state_size
+        """Bytes the payload decompresses to: the state, for PATCH the patch, for PREFIX nothing."""
+        kind = self.kind
+        if kind is FrameKind.PATCH:
+            return self.state_size - self.base_size
+        return 0 if kind is FrameKind.PREFIX else self.state_size
 
     @property
     def header_size(self) -> int:
@@ -79,7 +90,7 @@ class FrameHeader(NamedTuple):
             return V1_HEADER_SIZE
         varints = (
             self.version,
-            0 if self.kind is FrameKind.FULL else self.version - self.base_version,
+            base_distance(self),
             self.state_size,
             self.base_size,
             self.prefix_size,
@@ -90,6 +101,14 @@ class FrameHeader(NamedTuple):
     @property
     def frame_size(self) -> int:
         return self.header_size + self.payload_size
+
+
+def base_distance(h: FrameHeader) -> int:
+    """Format 2's ``base_distance`` of a header: 0 for FULL, how much newer the source is for PREFIX, how
+    much older the base is otherwise."""
+    if h.kind is FrameKind.FULL:
+        return 0
+    return h.base_version - h.version if h.kind is FrameKind.PREFIX else h.version - h.base_version
 
 
 def check_format_version(value: object, name: str = "format_version") -> int:
@@ -142,7 +161,9 @@ def _fields_look_valid(h: FrameHeader) -> bool:
     if h.base_version != h.version - 1:
         return False
     if h.continues_stream:
-        return h.prefix_size == 0 and (h.kind is FrameKind.DELTA or h.state_size >= h.base_size)
+        return h.prefix_size == 0 and (
+            h.kind is FrameKind.DELTA or (h.kind is FrameKind.PATCH and h.state_size >= h.base_size)
+        )
     return False  # stream starts are rare: let the full check decide
 
 
@@ -160,6 +181,8 @@ def _raise_for_fields(h: FrameHeader) -> None:
         for name in ("base_version", "base_size", "prefix_size", "base_xxh3", "continues_stream"):
             if getattr(h, name):
                 raise bad(f"{name} {getattr(h, name)}: a FULL frame has no base, prefix or stream to continue")
+    elif h.kind is FrameKind.PREFIX:
+        _check_prefix_fields(h, bad)
     else:
         if h.base_version != h.version - 1:
             raise bad(f"base_version {h.base_version} is not version - 1")
@@ -179,3 +202,15 @@ def _raise_for_fields(h: FrameHeader) -> None:
             f"a {h.payload_size}-byte payload cannot decompress to {h.content_size} bytes"
             f" (zstd yields at most {MAX_EXPANSION} bytes per payload byte)"
         )
+
+
+def _check_prefix_fields(h: FrameHeader, bad: Callable[[str], UnsupportedFormatError]) -> None:
+    if h.format != 2:
+        raise bad("format 1 has no PREFIX kind")
+    if h.base_version <= h.version:
+        raise bad(f"source version {h.base_version} is not newer than version {h.version}")
+    if h.state_size > h.base_size:
+        raise bad(f"state_size {h.state_size} > base_size {h.base_size} (a prefix of the source's state)")
+    for name in ("prefix_size", "payload_size", "base_xxh3", "continues_stream"):
+        if getattr(h, name):
+            raise bad(f"{name} {getattr(h, name)}: a PREFIX frame has no payload, stream or zstd prefix")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame
+from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame, prefix_frame
 
 if sys.version_info >= (3, 14):
     from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
@@ -483,8 +483,10 @@ def test_worked_examples_match_the_encoder() -> None:
     for fmt in READABLE_FORMATS:  # §7, then §11
         enc = ChainEncoder(format_version=fmt)
         expected += [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
+    # §12: version 1 of §11 as a PREFIX frame of version 2.
+    expected.append(prefix_frame(state + b"\x08\x01", version=1, source_version=2, state_size=6000).data.hex())
     assert blocks == expected
-    for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:]), strict=True):
+    for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:4]), strict=True):
         frames = [bytes.fromhex(b) for b in pair]
         assert [read_frame(f)[0].format for f in frames] == [fmt, fmt]
         assert list(read_versions(frames)) == [(1, state), (2, state + b"\x08\x01")]

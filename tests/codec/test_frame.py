@@ -87,8 +87,9 @@ V1_DELTA_CASES = [
     ({"kind": 3, "state_size": 1}, UnsupportedFormatError, "state_size 1 < base_size"),
 ]
 V2_FULL_CASES = [
-    ({"kind_flags": 0x00}, UnsupportedFormatError, "unknown kind 0 at offset 3"),
-    ({"kind_flags": 0x04}, UnsupportedFormatError, "unknown kind 0 at offset 3"),
+    # Kind 0 is PREFIX, whose source is a newer version: a base_distance of 0 names none.
+    ({"kind_flags": 0x00}, UnsupportedFormatError, "base_distance 0 of a PREFIX frame"),
+    ({"kind_flags": 0x04}, UnsupportedFormatError, "base_distance 0 of a PREFIX frame"),
     ({"kind_flags": 0x09}, UnsupportedFormatError, "unknown flags 0x08 at offset 3"),
     ({"kind_flags": 0x81}, UnsupportedFormatError, "unknown flags 0x80 at offset 3"),
     ({"kind_flags": 0x05}, UnsupportedFormatError, "no base, prefix or stream"),
@@ -228,7 +229,8 @@ def test_frame_kind_reads_only_the_first_bytes() -> None:
     for short in (b"", b"CK", b"CK\x02", b"CKPF\x01"):
         with pytest.raises(TruncatedFrameError):
             frame_kind(short)
-    for bad in (b"CK\x02\x00", b"CK\x02\x09", b"CKPF\x01\x04", b"CKPF\x02\x01", b"XYZ\x01\x01\x01"):
+    assert frame_kind(b"CK\x02\x00") is FrameKind.PREFIX  # kind 0 of format 2; format 1 has none
+    for bad in (b"CK\x02\x04", b"CK\x02\x09", b"CKPF\x01\x00", b"CKPF\x01\x04", b"CKPF\x02\x01", b"XYZ\x01\x01\x01"):
         with pytest.raises(UnsupportedFormatError):
             frame_kind(bad)
 

@@ -1,0 +1,107 @@
+"""PREFIX frames: a version whose state is the first bytes of a newer version's state (FORMAT.md §12).
+
+A run of versions that only appended to a state (a FULL or DELTA frame, then
+PATCH frames) can be stored as its last version's FULL frame and, for each
+earlier version, a header-only PREFIX frame naming that last version (its
+source) and how many bytes of the source's state are its own. A PREFIX frame
+is no part of a chain: decode() and iter_versions() refuse one
+(PrefixFrameError); a reader decodes the source's state and takes the prefix
+with :func:`prefix_state`.
+"""
+
+from __future__ import annotations
+
+from .decoder import DecodedVersion, FrameBytes
+from .encoder import EncodedFrame
+from .errors import ChainLinkError, ChecksumError, DecodeError
+from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
+
+#: The window_log a PREFIX frame's header carries: it has no stream, so the smallest a header may hold.
+PREFIX_WINDOW_LOG = 10
+_MAX_VERSION = 2**64 - 1
+
+
+def prefix_frame(
+    source_state: bytes | bytearray | memoryview, *, version: int, source_version: int, state_size: int
+) -> EncodedFrame:
+    """A PREFIX frame (format 2) saying version ``version``'s state is the first ``state_size`` bytes of
+    version ``source_version``'s state, ``source_state``.
+
+    Its ``state_xxh3`` is the xxh3 of ``source_state[:state_size]``: compare it with the frame it replaces
+    before storing it, which proves that version's state is that prefix. ValueError naming the argument
+    unless 1 <= version < source_version <= 2**64 - 1 and 0 <= state_size <= len(source_state); TypeError
+    for an argument of the wrong type.
+    """
+    view = _source_view(source_state)
+    for name, value in (("version", version), ("source_version", source_version), ("state_size", state_size)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 1 <= version <= _MAX_VERSION:
+        raise ValueError(f"version must be in 1..{_MAX_VERSION}, got {version}")
+    if not version < source_version <= _MAX_VERSION:
+        raise ValueError(
+            f"source_version must be newer than version {version} (and <= {_MAX_VERSION}), got {source_version}"
+        )
+    if not 0 <= state_size <= len(view):
+        raise ValueError(f"state_size must be in 0..{len(view)} (the source state's size), got {state_size}")
+    header = FrameHeader(
+        kind=FrameKind.PREFIX,
+        version=version,
+        base_version=source_version,
+        state_size=state_size,
+        base_size=len(view),
+        payload_size=0,
+        prefix_size=0,
+        state_xxh3=state_checksum(view[:state_size]),
+        base_xxh3=0,
+        window_log=PREFIX_WINDOW_LOG,
+        continues_stream=False,
+        format=2,
+    )
+    return EncodedFrame(header, write(header, b""))
+
+
+def prefix_state(
+    frame: FrameBytes, source_state: bytes | bytearray | memoryview, *, source_version: int
+) -> DecodedVersion:
+    """The version a PREFIX frame stores, from its source's state ``source_state`` (version
+    ``source_version``).
+
+    The frame is checked whole (frame_check and field rules: parse()); then it must be a PREFIX frame
+    (else DecodeError naming its kind), name ``source_version`` as its source and ``source_state``'s size
+    as its base_size (else ChainLinkError naming both values), and the prefix must match its state_xxh3
+    (else ChecksumError naming the version). No bytes are returned unless every check passes.
+    """
+    view = _source_view(source_state)
+    if not isinstance(source_version, int) or isinstance(source_version, bool):
+        raise TypeError(f"source_version must be an int, not {type(source_version).__name__}")
+    header, _ = parse(frame)
+    if header.kind is not FrameKind.PREFIX:
+        raise DecodeError(
+            f"version {header.version} is a {header.kind.name} frame, not a PREFIX frame: decode its chain"
+        )
+    if header.base_version != source_version:
+        raise ChainLinkError(
+            f"PREFIX frame of version {header.version} takes its state from version {header.base_version},"
+            f" not from version {source_version}"
+        )
+    if header.base_size != len(view):
+        raise ChainLinkError(
+            f"PREFIX frame of version {header.version} expects version {source_version}'s state to be"
+            f" {header.base_size} bytes; the state given is {len(view)} bytes"
+        )
+    state = bytes(view[: header.state_size])
+    computed = state_checksum(state)
+    if computed != header.state_xxh3:
+        raise ChecksumError(
+            f"state of version {header.version} (the first {header.state_size} bytes of version"
+            f" {source_version}'s state) fails its xxh3 check: computed {computed:#018x},"
+            f" stored {header.state_xxh3:#018x}"
+        )
+    return DecodedVersion(header, state)
+
+
+def _source_view(source_state: object) -> memoryview:
+    if not isinstance(source_state, (bytes, bytearray, memoryview)):
+        raise TypeError(f"source_state must be bytes, bytearray or memoryview, not {type(source_state).__name__}")
+    return as_bytes_view(source_state)
