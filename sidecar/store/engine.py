@@ -9,6 +9,7 @@ checks against shared storage (coherence.py). Storage is reached only through th
 Reads run in their own read transactions, concurrently with the writer. No gRPC here: the server maps
 StoreErrors to status codes.
 """
+
 from __future__ import annotations
 
 import errno
@@ -151,9 +152,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             self._events,
             self._read,
         )
-        self._retention = Retention(
-            config, self._tables, self._read, submit, self._requests, self._quiet, self._events
-        )
+        self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._quiet, self._events)
         #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
         full = None if readonly else self._writer.count_store_full  # the gRPC process tells the store's
         self.blob_files = BlobFiles(config.data_dir / "blobs", on_full=full)
