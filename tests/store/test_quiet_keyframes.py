@@ -46,8 +46,13 @@ def every_version(store: Store, session: str) -> list[bytes]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:
+    # Folding off: a MERGE session's PATCH head is keyframed as before (with folding on, it is folded:
+    # test_folds.py).
     return StoreConfig(
-        data_dir=tmp_path / "data", keyframe_after_quiet_seconds=QUIET_SECONDS, sweep_interval_seconds=3600
+        data_dir=tmp_path / "data",
+        keyframe_after_quiet_seconds=QUIET_SECONDS,
+        fold_after_quiet_seconds=None,
+        sweep_interval_seconds=3600,
     )
 
 
