@@ -206,11 +206,12 @@ class StoreConfig:
             shown=f"{DEFAULT_REQUEST_ID_TTL_SECONDS:g}, a day",
         ),
     )
-    #: How often the sweeper runs: retention, request-id expiry, quiet keyframes.
+    #: How often the sweeper runs: retention, request-id expiry, quiet folds and keyframes.
     sweep_interval_seconds: float = field(
         default=DEFAULT_SWEEP_INTERVAL_SECONDS,
         metadata=option(
-            "how often the background sweeper applies retention, frees expired request ids and writes quiet keyframes",
+            "how often the background sweeper applies retention, frees expired request ids, folds quiet heads and"
+            " writes quiet keyframes",
             parse=float,
         ),
     )

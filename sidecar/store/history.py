@@ -21,8 +21,8 @@ from ..storage import ReadTxn
 from . import keys
 from .layout import Tables
 from .listings import version_page
-from .prefixes import is_prefix, read_prefixed
-from .reads import chain_back
+from .prefixes import is_prefix
+from .reads import chain_back, read_prefixed
 from .records import frame_of
 from .types import GetResult, VersionInfo
 

@@ -14,13 +14,22 @@ from typing import NoReturn
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode_latest, frame_kind
+from ...codec import (
+    DecodedVersion,
+    DecodeError,
+    FrameKind,
+    StateTooLargeError,
+    TruncatedFrameError,
+    decode_latest,
+    frame_kind,
+    prefix_state,
+)
 from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
 from .layout import Tables
-from .prefixes import is_prefix, read_prefixed
+from .prefixes import is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
@@ -129,6 +138,67 @@ def chain_back(
     if gap > target - len(frames):  # a version missing among those read
         raise DataLoss(f"session {session_id!r}: the frame of version {gap} is missing")
     raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+
+def read_prefixed(
+    txn: ReadTxn,
+    frames_table: Table,
+    sid: bytes,
+    session_id: str,
+    version: int,
+    frame: memoryview,
+    *,
+    max_state_bytes: int | None = None,
+    known: dict[int, bytes] | None = None,
+) -> DecodedVersion:
+    """The state of ``version``, whose stored frame is the PREFIX ``frame``, verified.
+
+    ``max_state_bytes`` bounds the decode of the first source that is not PREFIX (the work the read does):
+    StateTooLarge, before anything is decompressed, if its state is larger. ``known``: states already read
+    (a page's), by version: a source found there is not read again. DataLoss names the version whose frame
+    is damaged, or a source whose frame is missing.
+    """
+    hops = [(version, frame)]
+    at = version
+    while True:
+        source = source_of(hops[-1][1], session_id, at)
+        if known is not None and source in known:
+            state = known[source]
+            break
+        found = chain_back(txn, frames_table, sid, session_id, source)
+        if found is None:
+            raise DataLoss(
+                f"session {session_id!r} version {at}: its state is a prefix of version {source}'s, whose frame"
+                " is missing"
+            )
+        frames = found[2]
+        if len(frames) == 1 and is_prefix(frames[0]):
+            hops.append((source, frames[0]))
+            at = source
+            continue
+        try:
+            latest = decode_latest(frames, max_state_bytes=max_state_bytes)
+        except StateTooLargeError as exc:
+            raise StateTooLarge(
+                f"session {session_id!r} version {version} (read from version {source}): {exc}"
+            ) from None
+        except DecodeError as exc:
+            raise DataLoss(named(session_id, source, exc)) from None
+        if latest.header.version != source:  # a sound frame under another version's key
+            raise DataLoss(
+                f"session {session_id!r} version {source}: the frame stored there is version {latest.header.version}'s"
+            )
+        state = latest.state
+        break
+    got: DecodedVersion | None = None
+    for at, at_frame in reversed(hops):
+        try:
+            got = prefix_state(at_frame, state, source_version=source)
+        except DecodeError as exc:
+            raise DataLoss(named(session_id, at, exc)) from None
+        state, source = got.state, at
+    assert got is not None
+    return got
 
 
 def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> int:

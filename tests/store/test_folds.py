@@ -54,13 +54,15 @@ def stamp(data: Path) -> bytes:
     env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
     try:
         with env.begin(db=env.open_db(b"meta", create=False)) as txn:
-            return bytes(txn.get(b"layout_version"))
+            raw = txn.get(b"layout_version")
+            assert raw is not None
+            return bytes(raw)
     finally:
         env.close()
 
 
 @contextlib.contextmanager
-def frames_table(data: Path) -> Iterator[tuple[lmdb.Transaction, object]]:
+def frames_table(data: Path) -> Iterator[tuple[lmdb.Transaction, lmdb._Database]]:
     """The frames table of a closed store, to damage (committed at the end of the block)."""
     env = lmdb.open(str(data / "lmdb"), max_dbs=12)
     try:
@@ -180,32 +182,30 @@ def test_sessions_written_within_the_quiet_period_are_not_folded(config: StoreCo
 
 
 def test_a_run_whose_states_are_not_prefixes_is_not_folded(
-    config: StoreConfig, caplog: pytest.LogCaptureFixture
+    config: StoreConfig, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fold compares each version's checksum with the prefix's before it rewrites anything: a frame
     whose header records another state leaves the session as it is."""
+    from ckpt.codec import FrameHeader, parse
+    from ckpt.sidecar.store import folds
+
     config = long_chains(config)
     patches = merge_patches(6, steps=6)
     with Store(config) as store:
         for p in patches:
             store.put("s", p, mode=WriteMode.MERGE)
-        # A private hook: the fold's reads, made to find version 3's frame recording another checksum.
-        from ckpt.sidecar.store import folds
 
-        real_parse = folds.parse
-
-        def lying_parse(frame: memoryview) -> object:
-            header, payload = real_parse(frame)
+        def lying_parse(frame: memoryview) -> tuple[FrameHeader, memoryview]:
+            header, payload = parse(frame)
             if header.version == 3:
                 header = header._replace(state_xxh3=header.state_xxh3 ^ 1)
             return header, payload
 
-        folds.parse = lying_parse  # type: ignore[assignment]
-        try:
-            with caplog.at_level(logging.WARNING, logger="ckpt.store"):
-                assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 0
-        finally:
-            folds.parse = real_parse
+        # A private hook: the fold's reads, made to find version 3's frame recording another checksum.
+        monkeypatch.setattr(folds, "parse", lying_parse)
+        with caplog.at_level(logging.WARNING, logger="ckpt.store"):
+            assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 0
+        monkeypatch.undo()
         assert "version 3: its state is not the first" in caplog.text
         assert kinds(store, "s") == [FrameKind.FULL] + [FrameKind.PATCH] * 5
         assert every_version(store, "s") == merged(patches)
@@ -287,7 +287,9 @@ def test_verify_names_a_damaged_prefix_frame(config: StoreConfig, byte: int) -> 
     assert clean.returncode == 0, clean.stdout + clean.stderr
     key = keys.frame_key(keys.session_key("s"), 4)
     with frames_table(config.data_dir) as (txn, frames):
-        value = bytearray(txn.get(key, db=frames))
+        raw = txn.get(key, db=frames)
+        assert raw is not None
+        value = bytearray(raw)
         meta_end = 2 + int.from_bytes(value[:2], "little")
         value[meta_end + byte if byte >= 0 else byte] ^= 0x01
         txn.put(key, bytes(value), db=frames)
