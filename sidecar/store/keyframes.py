@@ -101,13 +101,14 @@ class QuietKeyframes:
         """Rewrite the head of every session written since the bound, as a sweep would once they are quiet
         (Store.close: no write comes after), for at most about ``seconds`` (it stops between ops, each
         KEYFRAME_OP_BYTES of work at most); how many were rewritten, and whether the time ran out first.
-        Only a sweep that ran to the end moves the bound."""
+        Only a sweep that ran to the end, and rewrote something, moves the bound: a close that finds
+        nothing to rewrite commits nothing."""
         deadline = time.monotonic() + seconds
         now = time.time_ns()
         rescan = self._rescan
         self._rescan = False
         written, looked, done = self._scan(rescan, None, keys.MAX_TIME_NANOS, submit, deadline)
-        if done:
+        if done and written:
             self._advance(keys.updated_granule(now), rescan=rescan, looked=looked, submit=submit)
         else:
             self._rescan = self._rescan or rescan

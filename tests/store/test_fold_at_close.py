@@ -22,7 +22,7 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import layout, lock_data_dir
 from ckpt.v1 import service_pb2
 from tests.store.test_folds import LATER, every_version, history_states, kinds, merge_patches, merged, stamp
-from tests.support import start_sidecar
+from tests.support import ckpt, start_sidecar
 
 PREFIX, FULL, PATCH = service_pb2.FRAME_KIND_PREFIX, service_pb2.FRAME_KIND_FULL, service_pb2.FRAME_KIND_PATCH
 
@@ -113,6 +113,22 @@ def test_writes_after_close_began_are_refused_while_it_folds(config: StoreConfig
     with pytest.raises(Unavailable):
         store.put("s", b"\x08\x01", mode=WriteMode.MERGE)
     store.close()  # again: nothing more to do
+
+
+def test_a_backup_of_a_folded_store_reads_back_in_the_same_layout(config: StoreConfig, tmp_path: Path) -> None:
+    patches = merge_patches(37, steps=6)
+    with Store(config) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+    backup = tmp_path / "backup"
+    done = ckpt("backup", str(backup), "--data-dir", str(config.data_dir))
+    assert done.returncode == 0, done.stderr
+    assert stamp(backup) == b"7"
+    verify = ckpt("verify", "--data-dir", str(backup))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with Store(replace(config, data_dir=backup), readonly=True) as restored:
+        assert kinds(restored, "s") == [FrameKind.PREFIX] * 5 + [FrameKind.FULL]
+        assert every_version(restored, "s") == merged(patches)
 
 
 # -- the layout -------------------------------------------------------------------------------
