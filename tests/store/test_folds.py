@@ -15,7 +15,7 @@ import pytest
 
 from ckpt.bench import synthetic
 from ckpt.codec import ChainPolicy, FrameKind
-from ckpt.sidecar import DataLoss, Retention, Store, StoreConfig, WriteMode
+from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import keys
 from tests.support import ckpt
 
@@ -309,3 +309,31 @@ def test_inspect_shows_prefix_frames(config: StoreConfig) -> None:
     assert shown.returncode == 0, shown.stderr
     rows = [line.split()[:3] for line in shown.stdout.decode().splitlines()[2:]]
     assert rows == [["1", "PREFIX", "0"], ["2", "PREFIX", "0"], ["3", "PREFIX", "0"], ["4", "FULL", "0"]]
+
+
+def test_retention_after_a_fold_releases_the_blobs_no_kept_version_names(tmp_path: Path) -> None:
+    """Retention's look at the states kept reads a PREFIX version's names in its source (a newer version
+    kept, whose state holds its state): a blob no kept state names is released, one they name stays."""
+    config = long_chains(
+        StoreConfig(
+            data_dir=tmp_path / "data",
+            retention=Retention(keep_last_versions=3),
+            sweep_interval_seconds=3600,
+            fold_on_close_seconds=0,
+        )
+    )
+    with Store(config) as store:
+        dropped = store.put_blob("s", [b"never named"])
+        named = store.put_blob("s", [b"named by version 2"])
+        uri = named.uri.encode()
+        patches = [b"\x0a\x01a", b"\x0a" + bytes([len(uri)]) + uri] + [b"\x0a\x01b"] * 6
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)  # retention keeps the chain from version 1; the fold
+        assert kinds(store, "s") == [FrameKind.PREFIX] * 7 + [FrameKind.FULL]
+        store.sweep(now_nanos=time.time_ns() + LATER)
+        assert store.session("s").first_version == 6
+        assert store.blob_refs("s") == [named.sha256]
+        with pytest.raises(NotFound):
+            store.blob(dropped.sha256)
+        assert [store.get("s", v, use_cache=False).state for v in (6, 7, 8)] == merged(patches)[5:]
