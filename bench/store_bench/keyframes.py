@@ -55,6 +55,7 @@ def quiet_keyframes(
                 cache_size_bytes=0,
                 sweep_interval_seconds=3600,
                 keyframe_after_quiet_seconds=None if name == "default" else quiet_seconds,
+                fold_after_quiet_seconds=None,  # keyframes alone, against chains (folds: their own measure)
                 chain_policy=policy or ChainPolicy(),
             )
             for name, policy in policies.items()

@@ -23,6 +23,7 @@ class FrameKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FRAME_KIND_FULL: _ClassVar[FrameKind]
     FRAME_KIND_DELTA: _ClassVar[FrameKind]
     FRAME_KIND_PATCH: _ClassVar[FrameKind]
+    FRAME_KIND_PREFIX: _ClassVar[FrameKind]
 WRITE_MODE_UNSPECIFIED: WriteMode
 WRITE_MODE_REPLACE: WriteMode
 WRITE_MODE_MERGE: WriteMode
@@ -30,6 +31,7 @@ FRAME_KIND_UNSPECIFIED: FrameKind
 FRAME_KIND_FULL: FrameKind
 FRAME_KIND_DELTA: FrameKind
 FRAME_KIND_PATCH: FrameKind
+FRAME_KIND_PREFIX: FrameKind
 
 class PutRequest(_message.Message):
     __slots__ = ("session_id", "state", "mode", "expected_version", "request_id", "labels", "message_type", "expected_state_xxh3")

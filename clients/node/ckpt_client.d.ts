@@ -2,7 +2,7 @@
 // keepCase), 64-bit integers are Numbers (fixed64 hashes, state_xxh3, decimal
 // strings: a Number is not exact over 2^53) and enums their names as strings.
 
-export type FrameKind = 'FRAME_KIND_UNSPECIFIED' | 'FRAME_KIND_FULL' | 'FRAME_KIND_DELTA' | 'FRAME_KIND_PATCH';
+export type FrameKind = 'FRAME_KIND_UNSPECIFIED' | 'FRAME_KIND_FULL' | 'FRAME_KIND_DELTA' | 'FRAME_KIND_PATCH' | 'FRAME_KIND_PREFIX';
 export type WriteMode = 'WRITE_MODE_UNSPECIFIED' | 'WRITE_MODE_REPLACE' | 'WRITE_MODE_MERGE';
 
 /** google.protobuf.Timestamp */

@@ -17,6 +17,7 @@ from ...codec import DecodeError, FrameKind, frame_kind
 from ..config import StoreConfig
 from ..errors import DataLoss
 from ..store import SessionInfo, Store, VersionInfo, count_sessions, stored_frames
+from ..store.prefixes import is_prefix
 from ..tools import isolated, write_backup
 from ..tools.backup import copy_with_blobs
 from .output import utc
@@ -62,9 +63,12 @@ def inspect(args: argparse.Namespace) -> int:
 
 def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:
     """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL
-    (each frame read and let go: a session's frames are never held at once)."""
+    or PREFIX (depth 0: it reads no older frame) (each frame read and let go: a session's frames are never held
+    at once)."""
     with stored_frames(store.read, store.tables, session) as (info, frames):
-        return info, [(version, vinfo, len(frame), starts_chain(frame)) for version, vinfo, frame in frames]
+        return info, [
+            (version, vinfo, len(frame), starts_chain(frame) or is_prefix(frame)) for version, vinfo, frame in frames
+        ]
 
 
 # What the data directory holds. The rest of Store.stats() counts what one

@@ -7,9 +7,10 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 
-from ...codec import DecodeError, iter_versions
+from ...codec import DecodeError, iter_versions, parse, prefix_state
 from ..errors import DataLoss, NotFound, StoreError
 from ..store import SessionInfo, Store, StoredFrame, stored_frames
+from ..store.prefixes import is_prefix
 from ..tools import Problem, isolated
 from ..tools.blobcheck import blob_lookup, blob_problems, blob_records, session_blob_problems
 from .offline_commands import open_readonly, starts_chain
@@ -114,7 +115,8 @@ def _holds_events(store: Store, session: str) -> bool:
 
 
 def verify_session(store: Store, session: str, *, vanished_ok: bool = False, blobs: bool = False) -> list[str] | None:
-    """Every frame's checksum and link, every version's metadata, every version decoded; the problems found.
+    """Every frame's checksum and link, every version's metadata, every version decoded (a PREFIX frame's
+    from its source); the problems found.
 
     None if the session does not exist and ``vanished_ok`` (it was deleted since it was listed). A session
     may hold events or blob references and no version. ``blobs``: each blob it references is checked too.
@@ -150,6 +152,7 @@ def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFram
     last_start: int | None = None
     chain: list[bytes] = []
     chain_versions: list[int] = []
+    prefixes = _Prefixes(problems)
     expected = info.first_version
     for version, vinfo, frame in frames:
         if isinstance(vinfo, DataLoss):
@@ -160,18 +163,25 @@ def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFram
         if version != expected:
             problems.append(f"version {expected} is missing (next stored is {version})")
             expected = version
+        prefixes.stored.add(version)
         # The kind byte is read raw: a frame whose header is corrupt still splits chains.
-        if starts_chain(frame):
+        prefix = is_prefix(frame)
+        if prefix or starts_chain(frame):
             if chain:
-                problems += _chain_problem(chain, chain_versions, corrupt)
+                problems += _chain_problem(chain, chain_versions, corrupt, prefixes)
             chain, chain_versions = [], []
-            if version <= info.head_version:
+            if version <= info.head_version and not prefix:
                 last_start = version
-        chain.append(frame)
-        chain_versions.append(version)
+        if prefix:  # checked once its source (a newer version) is read
+            if version not in corrupt:
+                prefixes.wait(version, frame)
+        else:
+            chain.append(frame)
+            chain_versions.append(version)
         expected += 1
     if chain:
-        problems += _chain_problem(chain, chain_versions, corrupt)
+        problems += _chain_problem(chain, chain_versions, corrupt, prefixes)
+    prefixes.finish()
     problems = corrupt_texts + problems
     if expected - 1 != info.head_version:
         problems.append(f"the head is version {info.head_version} but the last stored frame is {expected - 1}")
@@ -185,12 +195,49 @@ def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFram
     return problems
 
 
-def _chain_problem(chain: list[bytes], versions: list[int], corrupt: set[int]) -> list[str]:
+class _Prefixes:
+    """A session's PREFIX frames (a folded run), each checked once its source, a newer version, is read:
+    its size, its source's size and its state's XXH3-64 (codec.prefix_state); ``problems`` gets what fails,
+    and each frame whose source is not stored."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self._problems = problems
+        #: The versions stored (so far); each PREFIX frame waiting for its source's state, by source.
+        self.stored: set[int] = set()
+        self._waiting: dict[int, list[tuple[int, bytes]]] = {}
+
+    def wait(self, version: int, frame: bytes) -> None:
+        self._waiting.setdefault(parse(frame)[0].base_version, []).append((version, frame))
+
+    def read(self, version: int, state: bytes) -> None:
+        """``version``'s state is read: check the PREFIX frames of it, and of them in turn."""
+        found = [(version, state)]
+        while found and self._waiting:
+            source, source_state = found.pop()
+            for at, frame in self._waiting.pop(source, ()):
+                try:
+                    found.append((at, prefix_state(frame, source_state, source_version=source).state))
+                except DecodeError as exc:
+                    text = str(exc)
+                    self._problems.append(text if f"version {at}" in text else f"version {at}: {text}")
+
+    def finish(self) -> None:
+        """Name the PREFIX frames whose source is not stored (one that failed to decode is reported as such)."""
+        for source, waiting in sorted(self._waiting.items()):
+            if source not in self.stored:
+                for at, _ in waiting:
+                    self._problems.append(
+                        f"version {at}: its state is a prefix of version {source}'s, whose frame is missing"
+                    )
+
+
+def _chain_problem(chain: list[bytes], versions: list[int], corrupt: set[int], prefixes: _Prefixes) -> list[str]:
     """Why one chain (``versions``' frames) does not decode, if it does not and its frame was not reported
-    as ``corrupt`` already."""
+    as ``corrupt`` already; each state decoded goes to ``prefixes``."""
     decoded = 0
     try:
-        for _ in iter_versions(chain):
+        for got in iter_versions(chain):
+            prefixes.read(versions[decoded], got.state)
             decoded += 1
     except DecodeError as exc:
         # The frame after the last one decoded failed; name it if the codec could not.

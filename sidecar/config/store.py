@@ -145,18 +145,48 @@ class StoreConfig:
     chain_policy: ChainPolicy = field(default_factory=ChainPolicy)
     retention: Retention = field(default_factory=Retention, metadata=options_of(Retention))
     #: Once a session has written nothing for this many seconds, the sweeper
-    #: rewrites its head's frame, if a DELTA or PATCH, as a FULL frame of the
-    #: same state (same version, same bytes), so the cold read that resumes it
-    #: decodes one frame instead of a chain, and its next write starts a new
-    #: chain. Costs a FULL frame less a delta per quiet period on disk, and
-    #: the writer a decode and a compress per session going quiet. None: off.
+    #: rewrites its head's frame, if a DELTA (or a PATCH while folding is off:
+    #: fold_after_quiet_seconds folds a PATCH head, for fewer bytes), as a FULL
+    #: frame of the same state (same version, same bytes), so the cold read
+    #: that resumes it decodes one frame instead of a chain, and its next
+    #: write starts a new chain. Costs a FULL frame less a delta per quiet
+    #: period on disk, and the writer a decode and a compress per session
+    #: going quiet. None: off.
     keyframe_after_quiet_seconds: float | None = field(
         default=None,
         metadata=option(
             "once a session has written nothing this long, rewrite its head as a FULL frame (same state), so the"
-            " cold read that resumes it decodes one frame",
+            " cold read that resumes it decodes one frame; a head that --fold-after-quiet-seconds folds is folded"
+            " instead",
             parse=float,
             shown="off",
+        ),
+    )
+    #: Once a session has written nothing for this many seconds, the sweeper
+    #: folds its head run, if the head is a PATCH frame (MERGE writes): the
+    #: head becomes a FULL frame and every version of its run, from the FULL
+    #: or DELTA frame that starts it, a header-only PREFIX frame (its state is
+    #: the first bytes of the head's). Fewer bytes stored, and a cold read of
+    #: the head decodes one frame. None or 0: off.
+    fold_after_quiet_seconds: float | None = field(
+        default=60.0,
+        metadata=option(
+            "once a session has written nothing this long, fold its head run of MERGE patches: the head becomes"
+            " a FULL frame and the versions before it header-only PREFIX frames (fewer bytes, and the cold read"
+            " that resumes it decodes one frame); 0 = off",
+            parse=float,
+        ),
+    )
+    #: Store.close() folds the head runs of the sessions written since the
+    #: last sweep (as a sweep would once they are quiet) for at most this
+    #: many seconds; what it has no time for stays a chain (read as before).
+    #: Only the store that sweeps (one worker's with --workers). 0: off.
+    fold_on_close_seconds: float = field(
+        default=5.0,
+        metadata=option(
+            "at a clean stop, fold the head runs of the sessions written since the last sweep for at most this"
+            " long (what is left stays a chain, read as before); 0 = off",
+            parse=float,
         ),
     )
     #: How long a request id deduplicates retries: a retry later than this
@@ -176,11 +206,12 @@ class StoreConfig:
             shown=f"{DEFAULT_REQUEST_ID_TTL_SECONDS:g}, a day",
         ),
     )
-    #: How often the sweeper runs: retention, request-id expiry, quiet keyframes.
+    #: How often the sweeper runs: retention, request-id expiry, quiet folds and keyframes.
     sweep_interval_seconds: float = field(
         default=DEFAULT_SWEEP_INTERVAL_SECONDS,
         metadata=option(
-            "how often the background sweeper applies retention, frees expired request ids and writes quiet keyframes",
+            "how often the background sweeper applies retention, frees expired request ids, folds quiet heads and"
+            " writes quiet keyframes",
             parse=float,
         ),
     )
@@ -300,6 +331,14 @@ class StoreConfig:
             raise ValueError(
                 f"keyframe_after_quiet_seconds must be > 0 or None, got {self.keyframe_after_quiet_seconds}"
             )
+        if self.fold_after_quiet_seconds is not None and not self.fold_after_quiet_seconds >= 0:
+            raise ValueError(
+                f"fold_after_quiet_seconds must be >= 0 (0 = off) or None, got {self.fold_after_quiet_seconds}"
+            )
+        if self.fold_after_quiet_seconds == 0:
+            object.__setattr__(self, "fold_after_quiet_seconds", None)  # 0 and None both turn it off
+        if not self.fold_on_close_seconds >= 0:
+            raise ValueError(f"fold_on_close_seconds must be >= 0 (0 = off), got {self.fold_on_close_seconds}")
         if self.max_queued_write_bytes < 1:
             raise ValueError(f"max_queued_write_bytes must be >= 1, got {self.max_queued_write_bytes}")
         # Checked now, naming the field, not at the first MERGE. Only built-in types: a registered one
@@ -336,6 +375,8 @@ _DURATION_FIELDS = (
     "sweep_interval_seconds",
     "max_commit_delay_seconds",
     "keyframe_after_quiet_seconds",
+    "fold_after_quiet_seconds",
+    "fold_on_close_seconds",
 )
 
 

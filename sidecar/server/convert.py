@@ -49,6 +49,7 @@ _FRAME_KIND_PB = {
     FrameKind.FULL: service_pb2.FRAME_KIND_FULL,
     FrameKind.DELTA: service_pb2.FRAME_KIND_DELTA,
     FrameKind.PATCH: service_pb2.FRAME_KIND_PATCH,
+    FrameKind.PREFIX: service_pb2.FRAME_KIND_PREFIX,
 }
 # A fork's version 1 has no write mode of its own.
 _WRITE_MODE_PB = {

@@ -190,6 +190,11 @@ def _sweeps(store: Store) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
             "Quiet sessions' heads the sweeps rewrote as FULL frames",
             swept.keyframes_written,
         ),
+        (
+            "ckpt_sweep_heads_folded",
+            "Quiet sessions' head runs the sweeps folded (a FULL head, PREFIX frames before it)",
+            swept.heads_folded,
+        ),
     ):
         counter = CounterMetricFamily(name, doc)
         counter.add_metric([], value)

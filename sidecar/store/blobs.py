@@ -42,6 +42,7 @@ from . import keys
 from .blobfiles import BlobFiles, check_sha256
 from .layout import Tables, write_time
 from .ops import Batch, Op
+from .prefixes import is_prefix
 from .records import frame_of, meta_of, printable, record
 
 log = logging.getLogger("ckpt.store")
@@ -345,6 +346,12 @@ class Blobs:
                 if not candidates:
                     break
             frame = frame_of(value)
+            if is_prefix(frame):
+                # A PREFIX version's state is the first bytes of a newer version's, which is kept (retention
+                # keeps every version after the oldest kept): whatever it names, that one names too.
+                _strike_named(chain, candidates)
+                chain = []
+                continue
             if chain and frame_kind(frame) is FrameKind.FULL:
                 _strike_named(chain, candidates)
                 chain = []

@@ -1,15 +1,13 @@
 """The checkpoint store: the codec's chains on the storage seam, with one group-committing writer.
 
-Store is the facade; the work is done by its collaborators, one job each:
-the writer thread and its queue (writer.py, loopwrites.py, gather.py), the
-write ops (writeops.py) and their entry points (writes.py, checkline.py),
-chain reads (reads.py), listings (listings.py), request ids
-(requestids.py), retention and the sweeper (retention.py), quiet keyframes
-(keyframes.py), registered message types (registry.py), blobs (blobs.py,
-blobfiles.py), the caches (cache.py, encoders.py) and their checks against
-shared storage (coherence.py). Storage is reached only through the seam
-(sidecar/storage). Reads run in their own read transactions, concurrently
-with the writer. No gRPC here: the server maps StoreErrors to status codes.
+Store is the facade; the work is done by its collaborators, one job each: the writer thread and its queue
+(writer.py, loopwrites.py, gather.py), the write ops (writeops.py) and their entry points (writes.py,
+checkline.py), chain reads (reads.py, prefixes.py), listings (listings.py), request ids (requestids.py),
+retention and the sweeper (retention.py), quiet folds and keyframes (keyframes.py, folds.py), registered
+message types (registry.py), blobs (blobs.py, blobfiles.py), the caches (cache.py, encoders.py) and their
+checks against shared storage (coherence.py). Storage is reached only through the seam (sidecar/storage).
+Reads run in their own read transactions, concurrently with the writer. No gRPC here: the server maps
+StoreErrors to status codes.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from .eventapi import EventEntryPoints
 from .eventlog import EventLog
 from .forks import OneProcess
 from .history import list_states
-from .keyframes import QuietKeyframes
+from .keyframes import QuietSweeps
 from .layout import Tables, open_layout
 from .listings import count_sessions, list_sessions, list_versions
 from .loopwrites import LoopBatches
@@ -127,7 +125,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._tables = layout.tables
         #: Whether the store carries a layout stamp (layout.Layout.stamped): `ckpt verify` reads it.
         self.layout_stamped = layout.stamped
-        self._closed = self._storage_closed = self._close_finished = False
+        self._closed = self._storage_closed = self._close_finished = self._folded_at_close = False
         self._close_lock = threading.Lock()
         self._states = StateCache(config.cache_size_bytes)
         self._coherence = Coherence(self._read, self._tables)
@@ -141,22 +139,20 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._loop = LoopBatches(config, self._writer)
         self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
         submit = self._writer.submit
-        self._keyframes = QuietKeyframes(config, self._tables, self._encoders, self._read, submit)
+        self._quiet = QuietSweeps(config, self._tables, self._encoders, self._read, submit)
         self._events = EventLog(config, self._tables, self._requests)
         self._ops = WriteOps(
             config,
             self._tables,
             self._encoders,
             self._requests,
-            self._keyframes,
+            self._quiet,
             validate,
             self._registry,
             self._events,
             self._read,
         )
-        self._retention = Retention(
-            config, self._tables, self._read, submit, self._requests, self._keyframes, self._events
-        )
+        self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._quiet, self._events)
         #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
         full = None if readonly else self._writer.count_store_full  # the gRPC process tells the store's
         self.blob_files = BlobFiles(config.data_dir / "blobs", on_full=full)
@@ -175,16 +171,21 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     # -- lifecycle ---------------------------------------------------------
 
     def close(self) -> None:
-        """Stop accepting writes, commit every queued one, close the storage."""
+        """Stop accepting writes, commit every queued one, fold the heads written since the last sweep
+        (the store that sweeps, within fold_on_close_seconds), close the storage."""
         # Each step is safe to repeat: a close interrupted (Ctrl-C) is finished by the next; one waits for another.
         with self._close_lock:
             self._closed = True
             if self._close_finished:
                 return
             # A batch gathering on the loop commits too, and the checked writes in line.
-            self._writer.stop(lambda: self._loop.take_pending() + self._line.take_locked())
+            self._writer.close_queue(lambda: self._loop.take_pending() + self._line.take_locked())
             if self._sweeper is not None:
-                self._sweeper.join()
+                self._sweeper.join()  # its next write is refused: it ends its sweep
+                if not self._folded_at_close:
+                    self._folded_at_close = True
+                    self._quiet.fold_at_close(self._writer.submit_own)
+            self._writer.stop(list)
             if not self._storage_closed:
                 self._storage.close()
                 self._storage_closed = True
@@ -312,7 +313,8 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         ``use_cache=False`` reads storage even if the state cache holds the
         answer: for a caller that just missed in :meth:`get_cached`.
         ``max_state_bytes``: StateTooLarge, before anything is decompressed,
-        for a larger state (a caller bounding how long one read may take).
+        for a larger state (a caller bounding how long one read may take; a
+        folded version is read from the newer state it is a prefix of: that one's).
         """
         sid = keys.session_key(session_id)
         check_version_arg(version)
@@ -563,12 +565,11 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a
         data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
 
-        For backups (tools/backup.py, which also makes the copy durable).
-        The snapshot holds every write committed before it began and nothing
-        of a later one. While the copy runs, the writer cannot reuse pages
-        freed after the snapshot, so a store written meanwhile grows by what
-        it writes; in this process a map resize waits for the copy to end. ``blobs``: gets the SHA-256
-        of every blob the snapshot records (their files are not copied here)."""
+        For backups (tools/backup.py, which also makes the copy durable). The snapshot holds every write
+        committed before it began and nothing of a later one. While the copy runs, the writer cannot reuse
+        pages freed after the snapshot, so a store written meanwhile grows by what it writes; in this process
+        a map resize waits for the copy to end. ``blobs``: gets the SHA-256 of every blob the snapshot
+        records (their files are not copied here)."""
         with self._read() as txn:
             sessions, versions = count_sessions(txn, self._tables), txn.count(self._tables.frames)
             self._storage.copy_to(lmdb_dir, txn)
@@ -579,12 +580,10 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     def forget_dead_readers(self) -> None:
         """Free what readers in processes that died left held (LMDB: their reader slots).
 
-        Other processes read this directory: the sidecar's gRPC process (its
-        reply cache reads heads), ``ckpt verify`` children and the like. One killed
-        inside a read transaction leaves its slot in lock.mdb, pinning that
-        snapshot (pages freed since cannot be reused, so the file grows)
-        and, one per dead process, would fill the reader table, while this
-        store stays open (opening one clears such slots).
+        Other processes read this directory: the sidecar's gRPC process (its reply cache reads heads),
+        ``ckpt verify`` children and the like. One killed inside a read transaction leaves its slot in
+        lock.mdb, pinning that snapshot (pages freed since cannot be reused, so the file grows) and, one per
+        dead process, would fill the reader table, while this store stays open (opening one clears such slots).
         """
         self._storage.forget_dead_readers()
 

@@ -5,7 +5,8 @@ so reading n versions by Gets decodes O(n x chain) frames. A page's versions
 are consecutive: its frames (read by the listing's scan) and those of the
 oldest one's chain before it are split at their FULL frames, and each chain
 is decoded once, forward (codec.iter_versions), every state verified against
-its frame's header.
+its frame's header. A PREFIX version (a folded run) takes its state from its
+source, a newer version: from the page's states when the page holds it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ..storage import ReadTxn
 from . import keys
 from .layout import Tables
 from .listings import version_page
-from .reads import chain_back
+from .prefixes import is_prefix
+from .reads import chain_back, read_prefixed
 from .records import frame_of
 from .types import GetResult, VersionInfo
 
@@ -63,15 +65,22 @@ def page_states(txn: ReadTxn, tables: Tables, session_id: str, page: list[tuple[
         raise DataLoss(f"session {session_id!r}: the frame of version {oldest} is missing")
     frames = found[2]  # the oldest version's chain, FULL frame first, through its own frame
     frames.extend(frame_of(value) for _, value in reversed(page[:-1]))
-    states: list[bytes] = []
+    states: dict[int, bytes] = {}
+    prefixed: list[tuple[int, memoryview]] = []  # PREFIX versions of the page, oldest first
     version = oldest - (len(frames) - len(page))  # the first frame's
     for chain in _chains(frames):
+        if is_prefix(chain[0]):  # a chain of its own: read from its (newer) source below
+            prefixed.append((version, chain[0]))
+            version += 1
+            continue
         for decoded in _decoded(chain, session_id, version, oldest):
             if version >= oldest:
-                states.append(decoded)
+                states[version] = decoded
             version += 1
-    states.reverse()
-    return [GetResult(info.version, state, info) for (info, _), state in zip(page, states, strict=True)]
+    # Newest first: a source in the page (a newer version) is known by the time a version of its run needs it.
+    for version, frame in reversed(prefixed):
+        states[version] = read_prefixed(txn, tables.frames, sid, session_id, version, frame, known=states).state
+    return [GetResult(info.version, states[info.version], info) for info, _ in page]
 
 
 def _decoded(chain: list[memoryview], session_id: str, first: int, oldest: int) -> Iterator[bytes]:
@@ -89,10 +98,11 @@ def _decoded(chain: list[memoryview], session_id: str, first: int, oldest: int) 
 
 
 def _chains(frames: list[memoryview]) -> Iterator[list[memoryview]]:
-    """``frames`` (consecutive versions, a FULL frame first) split into chains, each from a FULL frame."""
+    """``frames`` (consecutive versions, a FULL or PREFIX frame first) split into chains, each from a FULL
+    frame; a PREFIX frame is one of its own."""
     chain: list[memoryview] = []
     for frame in frames:
-        if chain and _is_full(frame):
+        if chain and (_is_full(frame) or is_prefix(frame) or is_prefix(chain[0])):
             yield chain
             chain = []
         chain.append(frame)

@@ -1,8 +1,10 @@
-"""Quiet keyframes: a session quiet for keyframe_after_quiet_seconds gets a FULL head frame.
+"""Quiet sweeps: a session quiet for a while gets its head rewritten so that its next cold read decodes one frame.
 
-Its next cold read then decodes one frame, not the whole chain behind the
-head. The sweep finds quiet sessions through the updated-time index, reading
-only the entries between the last sweep's bound and this one's.
+Two of them, each with its own quiet period and bound: folds (fold_after_quiet_seconds,
+folds.py: a PATCH head's run becomes PREFIX frames and a FULL head, fewer bytes) and
+keyframes (keyframe_after_quiet_seconds: a head that is not folded, a DELTA, becomes a FULL
+frame of its state). A sweep finds quiet sessions through the updated-time index, reading only
+the entries between the last sweep's bound and this one's.
 """
 
 from __future__ import annotations
@@ -13,28 +15,31 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from ...codec import decode, keyframe
+from ckpt.store.v1 import records_pb2
+
+from ...codec import FrameKind, decode, frame_kind, keyframe
 from ..config import StoreConfig
-from ..errors import DataLoss
+from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .layout import KEYFRAMED_BEFORE_KEY, Tables, meta_int
+from .folds import Plan, Rewrite, fold_plan, head_value
+from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_prefix_frames
 from .ops import Batch, Op
 from .reads import chain_frames
-from .records import META_LEN, printable, record, version_info
+from .records import printable, record, version_info
 
 log = logging.getLogger("ckpt.store")
 
 # Sessions read per read transaction from the updated-time index.
 _CHUNK = 1000
-# States one quiet-keyframe op decodes and recompresses before it yields the
+# States one quiet-sweep op decodes and recompresses before it yields the
 # writer to the writes queued behind it.
 KEYFRAME_OP_BYTES = 8 * 1024 * 1024
 
 
 class QuietKeyframes:
-    """The sweep's quiet keyframes, and the bound below which the updated-time index was already read."""
+    """One quiet sweep: its rewrite, and the bound below which the updated-time index was already read."""
 
     def __init__(
         self,
@@ -43,16 +48,21 @@ class QuietKeyframes:
         encoders: Encoders,
         read: Callable[[], AbstractContextManager[ReadTxn]],
         submit: Callable[[Op], Op],
+        *,
+        bound_key: bytes = KEYFRAMED_BEFORE_KEY,
+        plan: Plan | None = None,
     ) -> None:
         self._config = config
         self._tables = tables
         self._encoders = encoders
         self._read = read
         self._submit = submit
+        self._bound_key = bound_key
+        self._plan: Plan = plan or self._keyframe
         # Sessions indexed as updated before this time (a granule of the
-        # updated-time index) were already considered for a quiet keyframe;
-        # kept in the meta table, so a restart does not read the whole index.
-        self.before_nanos = meta_int(read, tables, KEYFRAMED_BEFORE_KEY)
+        # updated-time index) were already considered; kept in the meta
+        # table, so a restart does not read the whole index.
+        self.before_nanos = meta_int(read, tables, bound_key)
         # Set by the writer when a write indexes below that bound (the clock stepped back).
         self._rescan = False
 
@@ -63,10 +73,10 @@ class QuietKeyframes:
             # it, where no sweep would look. The next sweep reads the whole index;
             # a restart before it must too.
             self._rescan = True
-            txn.delete(KEYFRAMED_BEFORE_KEY, db=self._tables.meta)
+            txn.delete(self._bound_key, db=self._tables.meta)
 
     def sweep(self, quiet_since: int) -> int:
-        """Give every session quiet since ``quiet_since`` a FULL head frame; how many were rewritten.
+        """Rewrite the head of every session quiet since ``quiet_since``; how many were rewritten.
 
         Only the updated-time index entries between the last sweep's bound and
         this one's are read: a session written since moved its entry past the
@@ -83,48 +93,95 @@ class QuietKeyframes:
         # the sweep interval) is caught by the writes it makes (note_write).
         rescan = self._rescan or bound < self.before_nanos
         self._rescan = False
-        end = keys.time_key(bound, b"")
+        written, looked, _ = self._scan(rescan, keys.time_key(bound, b""), quiet_since, self._submit, None)
+        self._advance(bound, rescan=rescan, looked=looked, submit=self._submit)
+        return written
+
+    def sweep_all(self, *, seconds: float, submit: Callable[[Op], Op]) -> tuple[int, bool]:
+        """Rewrite the head of every session written since the bound, as a sweep would once they are quiet
+        (Store.close: no write comes after), for at most about ``seconds`` (it stops between ops, each
+        KEYFRAME_OP_BYTES of work at most); how many were rewritten, and whether the time ran out first.
+        Only a sweep that ran to the end, and rewrote something, moves the bound: a close that finds
+        nothing to rewrite commits nothing."""
+        deadline = time.monotonic() + seconds
+        now = time.time_ns()
+        rescan = self._rescan
+        self._rescan = False
+        written, looked, done = self._scan(rescan, None, keys.MAX_TIME_NANOS, submit, deadline)
+        if done and written:
+            self._advance(keys.updated_granule(now), rescan=rescan, looked=looked, submit=submit)
+        else:
+            self._rescan = self._rescan or rescan
+        return written, not done
+
+    def _scan(
+        self,
+        rescan: bool,
+        end: bytes | None,
+        quiet_since: int,
+        submit: Callable[[Op], Op],
+        deadline: float | None,
+    ) -> tuple[int, bool, bool]:
+        """Rewrite the quiet sessions the index holds from the bound (``rescan``: from the start) to ``end``
+        (None: its end): how many were rewritten, whether any entry was read, and whether it got to ``end``."""
         # A bare time prefix is no index key (each ends in a session id): the scan starts at that time.
         after = keys.time_key(0 if rescan else self.before_nanos, b"")
         written = 0
         looked = False
-        while after < end:
+        while end is None or after < end:
             with self._read() as txn:
-                chunk = [k for k in txn.keys_after(self._tables.updated, after, _CHUNK) if k < end]
+                chunk = [k for k in txn.keys_after(self._tables.updated, after, _CHUNK) if end is None or k < end]
             if not chunk:
                 break
             looked = True
             sids = [key[8:] for key in chunk]
             while sids:
-                done, n = self._submit(Op(self.op(sids, quiet_since))).wait()
+                if deadline is not None and time.monotonic() >= deadline:
+                    return written, looked, False
+                done, n = submit(Op(self.op(sids, quiet_since))).wait()
                 written += done
                 sids = sids[n:]
             after = chunk[-1]
+        return written, looked, True
+
+    def _advance(self, bound: int, *, rescan: bool, looked: bool, submit: Callable[[Op], Op]) -> None:
         # Never past the present (sweep(now_nanos=) may be ahead of it): a
         # session written later must index at or after the bound.
         bound = min(bound, keys.updated_granule(time.time_ns()))
         if not rescan and bound <= self.before_nanos:
-            return written
+            return
         # Kept for a restart only when entries were read: an idle store does
         # not commit every sweep, and a restart rereads no more than the
         # entries since the last sweep that found any (none, unless the clock
         # stepped back: then they should be read).
         if looked or rescan:
-            self._submit(self._keep_bound_op(bound)).wait()
+            submit(self._keep_bound_op(bound)).wait()
         self.before_nanos = bound
-        return written
 
     def _keep_bound_op(self, bound: int) -> Op:
         def apply(batch: Batch, txn: WriteTxn) -> None:
             # Not if a write since indexed below the bound (see note_write): the next sweep, or a restarted
             # store, must read the whole index.
             if not self._rescan:
-                txn.put(KEYFRAMED_BEFORE_KEY, b"%d" % bound, db=self._tables.meta)
+                txn.put(self._bound_key, b"%d" % bound, db=self._tables.meta)
 
         return Op(apply)
 
+    def _keyframe(self, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord) -> Rewrite | None:
+        """A FULL frame of the head's state in place of its DELTA or PATCH frame (a PATCH head is left to the
+        fold while folding is on)."""
+        head = rec.head_version
+        chain = chain_frames(txn, self._tables, sid, session_id, rec, head)
+        if self._config.fold_after_quiet_seconds is not None and frame_kind(chain[-1]) is FrameKind.PATCH:
+            return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
+        state = decode(chain)
+        key, value, meta_end = head_value(txn, self._tables.frames, sid, session_id, head)
+        frame = keyframe(state, version=head, policy=self._config.chain_policy)
+        new_value = value[:meta_end] + frame.data
+        return Rewrite([(key, new_value)], new_value, frame.stored_bytes - (len(value) - meta_end), len(state))
+
     def op(self, sids: list[bytes], quiet_since: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
-        """Rewrite quiet sessions' DELTA/PATCH head frames as FULL frames: (rewritten, sessions looked at).
+        """Rewrite quiet sessions' heads: (rewritten, sessions looked at).
 
         Stops after KEYFRAME_OP_BYTES of states, so that writes queued behind
         it wait for a bounded amount of work; the sweeper submits the rest.
@@ -133,6 +190,7 @@ class QuietKeyframes:
 
         def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
             written = state_bytes = looked = 0
+            stamped = False
             for sid in sids:
                 if state_bytes >= KEYFRAME_OP_BYTES:
                     break
@@ -146,20 +204,18 @@ class QuietKeyframes:
                     head = rec.head_version
                     if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
                         continue  # written since, or its head is a chain start already
-                    chain = chain_frames(txn, tables, sid, session_id, rec, head)
-                    state = decode(chain)
-                    key = keys.frame_key(sid, head)
-                    value = txn.get(key, db=tables.frames)
-                    if value is None:
-                        raise DataLoss(f"session {session_id!r}: frame of version {head} is missing")
-                    meta_end = META_LEN.size + META_LEN.unpack_from(value)[0]
+                    rewrite = self._plan(txn, sid, session_id, rec)
                 except Exception as exc:  # only reads so far: keep the session as it is (verify names damage)
-                    log.warning("keyframe skipped session %r: %s", session_id, exc)
+                    log.warning("quiet rewrite skipped session %r: %s", session_id, exc)
                     continue
-                frame = keyframe(state, version=head, policy=self._config.chain_policy)
-                new_value = value[:meta_end] + frame.data
-                txn.put(key, new_value, db=tables.frames)
-                rec.stored_bytes += frame.stored_bytes - (len(value) - meta_end)
+                if rewrite is None:
+                    continue
+                for key, new_value in rewrite.puts:
+                    txn.put(key, new_value, db=tables.frames)
+                if rewrite.prefix and not stamped:
+                    stamp_prefix_frames(txn, tables)
+                    stamped = True
+                rec.stored_bytes += rewrite.stored_delta
                 rec.chain_start_version = head
                 txn.put(sid, rec.SerializeToString(), db=tables.sessions)
                 # The cached encoder continues the old chain's zstd stream; the
@@ -170,10 +226,70 @@ class QuietKeyframes:
                 encoders.discard(sid)
                 batch.after_commit.append(functools.partial(encoders.discard, sid))
                 batch.touched_encoders.add(sid)
-                info = version_info(session_id, head, new_value)
+                info = version_info(session_id, head, rewrite.head_value)
                 batch.after_commit.append(functools.partial(encoders.states.restate, sid, info))
                 written += 1
-                state_bytes += len(state)
+                state_bytes += rewrite.cost
             return written, looked
 
         return apply
+
+
+class QuietSweeps:
+    """The store's two quiet sweeps (folds first), and what every write tells them."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        tables: Tables,
+        encoders: Encoders,
+        read: Callable[[], AbstractContextManager[ReadTxn]],
+        submit: Callable[[Op], Op],
+    ) -> None:
+        self._config = config
+        self.keyframes = QuietKeyframes(config, tables, encoders, read, submit)
+        self.folds = QuietKeyframes(
+            config,
+            tables,
+            encoders,
+            read,
+            submit,
+            bound_key=FOLDED_BEFORE_KEY,
+            plan=functools.partial(fold_plan, tables, config.chain_policy),
+        )
+
+    def note_write(self, txn: WriteTxn, now: int) -> None:
+        self.folds.note_write(txn, now)
+        self.keyframes.note_write(txn, now)
+
+    def sweep(self, now: int) -> tuple[int, int]:
+        """The folds and the keyframes of the sessions quiet as of ``now``: (heads folded, keyframes written)."""
+        config = self._config
+        folded = written = 0
+        if config.fold_after_quiet_seconds is not None:
+            folded = self.folds.sweep(now - int(config.fold_after_quiet_seconds * 1e9))
+        if config.keyframe_after_quiet_seconds is not None:
+            written = self.keyframes.sweep(now - int(config.keyframe_after_quiet_seconds * 1e9))
+        return folded, written
+
+    def fold_at_close(self, submit: Callable[[Op], Op]) -> None:
+        """Fold the heads of the sessions written since the fold sweep's bound, within fold_on_close_seconds
+        (Store.close, between its last write and the writer's end); logged."""
+        seconds = self._config.fold_on_close_seconds
+        if self._config.fold_after_quiet_seconds is None or not seconds:
+            return
+        t0 = time.monotonic()
+        try:
+            folded, stopped = self.folds.sweep_all(seconds=seconds, submit=submit)
+        except Unavailable:  # writes stopped (an I/O error): what is not folded stays a chain
+            return
+        except Exception:  # the close goes on: unfolded heads are chains, read as before
+            log.exception("folding heads at close failed")
+            return
+        if folded or stopped:
+            log.info(
+                "folded %d quiet heads at close (%.2f s)%s",
+                folded,
+                time.monotonic() - t0,
+                f"; stopped at fold_on_close_seconds ({seconds:g} s): the rest stay chains" if stopped else "",
+            )

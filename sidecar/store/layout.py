@@ -30,15 +30,23 @@ log = logging.getLogger("ckpt.store")
 #: 6: request records of hex request ids (UUIDv7, as the clients make them) keyed by the id's 16 bytes, their
 #: expiry entries by the id alone (keys.request_key, keys.expiry_key); those keyed in full before are still
 #: read. An older ckpt would not find the compact records: a retry across the downgrade would write twice.
-LAYOUT_VERSION = 6
+#: 7: PREFIX frames (a folded head run: folds.py). An older ckpt would fail to read every folded version.
+#: A store is stamped 7 by the transaction of its first fold, not when opened: one never folded stays
+#: layout 6 (OPENED_LAYOUT), which a ckpt of layout 6 still opens.
+LAYOUT_VERSION = 7
+#: The layout a writable open stamps a store of an older layout (or none) with: the newest whose data an
+#: open alone makes (layout 7's PREFIX frames come with the first fold: stamp_prefix_frames).
+OPENED_LAYOUT = 6
 #: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
-#: next layout is 7). 5 keyed request records by two hashes; taken out before any release.
+#: next layout is 8). 5 keyed request records by two hashes; taken out before any release.
 _WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by development builds only and withdrawn"}
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
 #: The quiet-keyframe sweep's bound (QuietKeyframes.before_nanos).
 KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
+#: The fold sweep's bound (the folds' QuietKeyframes.before_nanos).
+FOLDED_BEFORE_KEY = b"folded_before_unix_nanos"
 #: The latest time a write was stamped with (write_time, as digits): the store's times never go backwards.
 WRITE_TIME_KEY = b"last_write_unix_nanos"
 #: Registrations that changed the `types` table (registry.py): another process reloads it when it moved.
@@ -133,8 +141,8 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     # In the stamp's transaction: a store is stamped only with its index rewritten.
                     if updated is not None:
                         moved = _index_updated_by_granule(wtxn, updated)
-                    wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
-                elif raw.isdigit() and int(raw) < LAYOUT_VERSION and int(raw) not in _WITHDRAWN_LAYOUTS:
+                    wtxn.put(LAYOUT_KEY, b"%d" % OPENED_LAYOUT, db=meta)
+                elif raw.isdigit() and int(raw) < OPENED_LAYOUT and int(raw) not in _WITHDRAWN_LAYOUTS:
                     # Layout 1 to 2 rewrites nothing (its request records are read where they are),
                     # but an older ckpt must no longer open the store: it would not find the records
                     # this one writes, and a retry across the downgrade would write twice. 2 to 3 adds
@@ -142,7 +150,8 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     # adds the event log's tables, which an older ckpt would leave behind a deleted session; 4
                     # to 6 keys new records of hex request ids compactly, which an older ckpt would not find.
                     # A withdrawn layout (5) is below this one, but is not upgraded: it is refused below.
-                    wtxn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
+                    # 6 to 7 comes with the first fold (stamp_prefix_frames), not here.
+                    wtxn.put(LAYOUT_KEY, b"%d" % OPENED_LAYOUT, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.
                     wtxn.put(LAST_SWEEP_KEY, b"%d" % time.time_ns(), db=meta)
@@ -180,6 +189,16 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
             f" {LAYOUT_VERSION}): run that ckpt or a later one, or restore a backup this version wrote"
         )
     return meta, True
+
+
+def stamp_prefix_frames(txn: WriteTxn, tables: Tables) -> None:
+    """Stamp the store layout 7 (PREFIX frames) in ``txn``, which writes its first ones, unless it is already:
+    from that commit on, a ckpt of an older layout refuses the store rather than fail its reads."""
+    meta = tables.meta
+    assert meta is not None, "a writable store has a meta table"
+    raw = txn.get(LAYOUT_KEY, db=meta)
+    if raw is None or not raw.isdigit() or int(raw) < LAYOUT_VERSION:
+        txn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
 
 
 def _index_updated_by_granule(txn: WriteTxn, updated: Table) -> int:

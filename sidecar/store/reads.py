@@ -14,12 +14,22 @@ from typing import NoReturn
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import DecodeError, FrameKind, StateTooLargeError, TruncatedFrameError, decode_latest, frame_kind
+from ...codec import (
+    DecodedVersion,
+    DecodeError,
+    FrameKind,
+    StateTooLargeError,
+    TruncatedFrameError,
+    decode_latest,
+    frame_kind,
+    prefix_state,
+)
 from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
 from .layout import Tables
+from .prefixes import is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
@@ -38,13 +48,17 @@ def read_state(
 ) -> tuple[bytes, VersionInfo]:
     """The state of ``version`` (0: the head) and what its stored value says, verified.
 
-    ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state.
+    ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state
+    (for a PREFIX version: the chain of the newer version it is read from, prefixes.read_prefixed).
     """
     check_int_arg("max_state_bytes", max_state_bytes, most=MAX_INT, optional=True)
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
     target, value, frames = found
+    if len(frames) == 1 and is_prefix(frames[0]):  # a version of a folded run: read from its source
+        got = read_prefixed(txn, tables.frames, sid, session_id, target, frames[0], max_state_bytes=max_state_bytes)
+        return got.state, version_info(session_id, target, value, header=got.header)
     try:
         head = decode_latest(frames, max_state_bytes=max_state_bytes)
     except StateTooLargeError as exc:
@@ -58,7 +72,9 @@ def chain_back(
     txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, version: int
 ) -> tuple[int, bytes, list[memoryview]] | None:
     """``version`` (0: the session's last frame, its head), its stored value and its chain's frames, read
-    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it.
+    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it. A PREFIX
+    frame (prefixes.py) depends on no older frame: the scan stops at it too, so a PREFIX version's chain is
+    its frame alone (and one met below a version's own frame, damage, fails the decode that follows).
 
     The frames table alone answers: retention and delete remove frames and
     update the session record in one transaction, so the frames stored are
@@ -90,11 +106,11 @@ def chain_back(
         oldest = target - len(frames)  # if none is missing: checked once, below
         frame = frame_of(stored)
         frames.append(frame)
-        # Once per frame of every cold read: a format 2 frame says FULL in two bytes (FORMAT.md: format 2,
-        # kind_flags FULL and no flag), so only other frames pay for frame_kind. A frame damaged into
-        # looking FULL ends the chain early; decoding it then fails, naming the damage.
+        # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (FORMAT.md:
+        # format 2, kind_flags FULL and no flag; PREFIX: 0), so only other frames pay for frame_kind. A frame
+        # damaged into looking FULL ends the chain early; decoding it then fails, naming the damage.
         if len(frame) > 3 and frame[2] == 2:
-            if frame[3] == 1:
+            if frame[3] <= 1:  # FULL (1) or PREFIX (0)
                 full = True
                 break
             continue
@@ -122,6 +138,67 @@ def chain_back(
     if gap > target - len(frames):  # a version missing among those read
         raise DataLoss(f"session {session_id!r}: the frame of version {gap} is missing")
     raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
+
+
+def read_prefixed(
+    txn: ReadTxn,
+    frames_table: Table,
+    sid: bytes,
+    session_id: str,
+    version: int,
+    frame: memoryview,
+    *,
+    max_state_bytes: int | None = None,
+    known: dict[int, bytes] | None = None,
+) -> DecodedVersion:
+    """The state of ``version``, whose stored frame is the PREFIX ``frame``, verified.
+
+    ``max_state_bytes`` bounds the decode of the first source that is not PREFIX (the work the read does):
+    StateTooLarge, before anything is decompressed, if its state is larger. ``known``: states already read
+    (a page's), by version: a source found there is not read again. DataLoss names the version whose frame
+    is damaged, or a source whose frame is missing.
+    """
+    hops = [(version, frame)]
+    at = version
+    while True:
+        source = source_of(hops[-1][1], session_id, at)
+        if known is not None and source in known:
+            state = known[source]
+            break
+        found = chain_back(txn, frames_table, sid, session_id, source)
+        if found is None:
+            raise DataLoss(
+                f"session {session_id!r} version {at}: its state is a prefix of version {source}'s, whose frame"
+                " is missing"
+            )
+        frames = found[2]
+        if len(frames) == 1 and is_prefix(frames[0]):
+            hops.append((source, frames[0]))
+            at = source
+            continue
+        try:
+            latest = decode_latest(frames, max_state_bytes=max_state_bytes)
+        except StateTooLargeError as exc:
+            raise StateTooLarge(
+                f"session {session_id!r} version {version} (read from version {source}): {exc}"
+            ) from None
+        except DecodeError as exc:
+            raise DataLoss(named(session_id, source, exc)) from None
+        if latest.header.version != source:  # a sound frame under another version's key
+            raise DataLoss(
+                f"session {session_id!r} version {source}: the frame stored there is version {latest.header.version}'s"
+            )
+        state = latest.state
+        break
+    got: DecodedVersion | None = None
+    for at, at_frame in reversed(hops):
+        try:
+            got = prefix_state(at_frame, state, source_version=source)
+        except DecodeError as exc:
+            raise DataLoss(named(session_id, at, exc)) from None
+        state, source = got.state, at
+    assert got is not None
+    return got
 
 
 def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> int:
@@ -153,7 +230,8 @@ def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, 
 
 
 def chain_start(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, target: int) -> int:
-    """Version of the FULL frame whose chain holds ``target`` (DataLoss if that chain is broken)."""
+    """Version of the FULL frame whose chain holds ``target``, or ``target`` itself if its frame is PREFIX
+    (it depends on newer frames alone); DataLoss if that chain is broken."""
     found = chain_back(txn, frames_table, sid, session_id, target)
     if found is None:
         raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")

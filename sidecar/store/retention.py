@@ -1,4 +1,4 @@
-"""Retention and the sweeper: old versions pruned, request ids expired, quiet sessions keyframed.
+"""Retention and the sweeper: old versions pruned, request ids expired, quiet sessions folded and keyframed.
 
 A sweep is a series of write ops, each a bounded chunk of work, so that
 writes keep flowing between them. The sweeper thread runs one every
@@ -23,7 +23,7 @@ from . import keys
 from .args import check_int_arg
 from .blobs import Blobs
 from .eventlog import EventLog
-from .keyframes import QuietKeyframes
+from .keyframes import QuietSweeps
 from .layout import LAST_SWEEP_KEY, Tables, meta_int
 from .ops import Batch, Op
 from .reads import chain_start, delete_frames
@@ -38,7 +38,7 @@ _SWEEP_CHUNK = 1000
 
 
 class Retention:
-    """Sweeps: request-id expiry, version retention, quiet keyframes; and what they did so far."""
+    """Sweeps: request-id expiry, version retention, quiet folds and keyframes; and what they did so far."""
 
     def __init__(
         self,
@@ -47,7 +47,7 @@ class Retention:
         read: Callable[[], AbstractContextManager[ReadTxn]],
         submit: Callable[[Op], Op],
         requests: RequestIds,
-        keyframes: QuietKeyframes,
+        quiet: QuietSweeps,
         events: EventLog,
     ) -> None:
         self._config = config
@@ -56,13 +56,13 @@ class Retention:
         self._read = read
         self._submit = submit
         self._requests = requests
-        self._keyframes = keyframes
+        self._quiet = quiet
         # One sweep at a time (the sweeper thread's, or a caller's sweep()).
         self._lock = threading.Lock()
         #: Sweeps completed since the store opened, what they did in all, and when the last one ended
         #: (time.time(); None: none yet): an operator's evidence that retention runs.
         self.sweeps = 0
-        self.swept = SweepResult(0, 0, 0, 0, 0)
+        self.swept = SweepResult(0, 0, 0)
         self.last_sweep_unix_seconds: float | None = None
         #: Blobs (blobs.py): references retention made unnamed are dropped, files without a record removed.
         self.blobs: Blobs | None = None
@@ -105,10 +105,8 @@ class Retention:
             self.blobs.release_unnamed(marked)
             self.blobs.sweep_files()
         events_removed = self._sweep_events(now) if self._config.retention.events_enabled else 0
-        keyframes = 0
-        if self._config.keyframe_after_quiet_seconds is not None:
-            keyframes = self._keyframes.sweep(now - int(self._config.keyframe_after_quiet_seconds * 1e9))
-        result = SweepResult(pruned, removed, expired, keyframes, events_removed)
+        folded, keyframes = self._quiet.sweep(now)
+        result = SweepResult(pruned, removed, expired, keyframes, events_removed, folded)
         if result.changed and self._tables.meta is not None:
             # The schedule a restarted store goes on with (Sweeper.first_delay). Kept only by a sweep that
             # wrote anyway: an idle store's sweeps commit nothing, and after a restart its next sweep,
@@ -257,10 +255,11 @@ class Sweeper:
                 if done.changed:
                     log.info(
                         "retention sweep: %d versions removed from %d sessions, %d request ids expired,"
-                        " %d quiet keyframes written, %d events removed (%.2f s)",
+                        " %d quiet heads folded, %d quiet keyframes written, %d events removed (%.2f s)",
                         done.versions_removed,
                         done.sessions_pruned,
                         done.request_ids_expired,
+                        done.heads_folded,
                         done.keyframes_written,
                         done.events_removed,
                         time.monotonic() - t0,

@@ -96,11 +96,19 @@ class SweepResult:
     keyframes_written: int = 0
     #: Events retention removed (keep_last_events, max_event_age_seconds).
     events_removed: int = 0
+    #: Quiet sessions whose head run was folded: a FULL head, PREFIX frames before it (fold_after_quiet_seconds).
+    heads_folded: int = 0
 
     @property
     def changed(self) -> bool:
         """Whether the sweep removed or rewrote anything (an idle store's sweeps do not)."""
-        return bool(self.versions_removed or self.request_ids_expired or self.keyframes_written or self.events_removed)
+        return bool(
+            self.versions_removed
+            or self.request_ids_expired
+            or self.keyframes_written
+            or self.events_removed
+            or self.heads_folded
+        )
 
     def __add__(self, other: SweepResult) -> SweepResult:
         return SweepResult(
@@ -109,6 +117,7 @@ class SweepResult:
             self.request_ids_expired + other.request_ids_expired,
             self.keyframes_written + other.keyframes_written,
             self.events_removed + other.events_removed,
+            self.heads_folded + other.heads_folded,
         )
 
 

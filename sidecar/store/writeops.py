@@ -38,7 +38,7 @@ from .encodeahead import Ahead, EncodedAhead
 from .encoders import Encoders
 from .eventlog import EventLog
 from .forksource import ForkSource, encode_fork, parses, read_source, still_holds
-from .keyframes import QuietKeyframes
+from .keyframes import QuietSweeps
 from .layout import Tables, write_time
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames
@@ -57,7 +57,7 @@ class WriteOps:
         tables: Tables,
         encoders: Encoders,
         requests: RequestIds,
-        keyframes: QuietKeyframes,
+        quiet: QuietSweeps,
         coherence: Coherence | None,
         registry: Registry,
         events: EventLog,
@@ -70,7 +70,7 @@ class WriteOps:
         self._tables = tables
         self._encoders = encoders
         self._requests = requests
-        self._keyframes = keyframes
+        self._quiet = quiet
         self._coherence = coherence
         self._registry = registry
         #: The type a MERGE without one gives an untyped session (StoreConfig.merge_message_type; "": none).
@@ -412,7 +412,7 @@ class WriteOps:
                 txn.put(keys.label_key(key, value_, sid), b"", db=tables.labels)
                 rec.labels[key] = value_
         rec.updated_unix_nanos = now
-        self._keyframes.note_write(txn, now)
+        self._quiet.note_write(txn, now)
         if old_updated is None or not keys.same_updated_granule(old_updated, now):
             if old_updated is not None:
                 txn.delete(keys.updated_key(old_updated, sid), db=tables.updated)

@@ -71,6 +71,7 @@ class Writer:
         #: Set once no more writes are taken (closing, or read-only).
         self.closing = threading.Event()
         self._stop_queued = False  # stop() queued its marker
+        self._queue_closed = False  # close_queue() (or stop()) took the last writes
         # Bytes of states queued and not yet answered (max_queued_write_bytes);
         # blocking submitters wait on `room`, which the writer signals per batch.
         # Held while enqueueing, so that no write can land behind the stop marker.
@@ -121,16 +122,39 @@ class Writer:
         """
         with self.room:
             if not self._stop_queued:
-                self.closing.set()
-                ops = pending()
-                if ops:
-                    self.queue.put(ops)
+                self._close_queue_locked(pending)
                 self.queue.put(None)
                 self._stop_queued = True
-                self._gathered.set()  # a writer waiting for more writes commits what it has
-                self.room.notify_all()  # writes waiting for room are refused now
         if not self._readonly:
             self._thread.join()
+
+    def close_queue(self, pending: Callable[[], list[Op]]) -> None:
+        """Take no more writes; queue ``pending()`` (a loop's batch) to commit. The thread goes on, taking only
+        the store's own ops (:meth:`submit_own`), until :meth:`stop`."""
+        with self.room:
+            self._close_queue_locked(pending)
+
+    def _close_queue_locked(self, pending: Callable[[], list[Op]]) -> None:
+        if self._queue_closed:
+            return
+        self._queue_closed = True
+        self.closing.set()
+        ops = pending()
+        if ops:
+            self.queue.put(ops)
+        self._gathered.set()  # a writer waiting for more writes commits what it has
+        self.room.notify_all()  # writes waiting for room are refused now
+
+    def submit_own(self, op: Op) -> Op:
+        """Queue the store's own ``op`` (no state, not counted against max_queued_write_bytes) after
+        :meth:`close_queue`, before :meth:`stop`; Unavailable once writes stopped or the writer ends."""
+        with self.room:
+            if self.writes_stopped is not None:
+                raise Unavailable(self.writes_stopped)
+            if self._stop_queued or self._readonly:
+                raise Unavailable("the store is closing; no new writes are accepted")
+            self.put_locked(op)
+        return op
 
     # -- queueing ------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 A value the store cannot read fails writes (types_generation, types_field_history: every typed write is
 DataLoss), a writable open (layout_version), or is taken as 0 (last_write_unix_nanos: write times could then
 go back, and a retry after a delete be answered by the deleted session's record; the sweep's and the quiet
-keyframes' times: their work done again). Every number is written as ASCII digits. Other keys are not
+keyframes' and folds' times: their work done again). Every number is written as ASCII digits. Other keys are not
 checked (a store keeps none).
 """
 
@@ -18,6 +18,7 @@ from ckpt.store.v1 import records_pb2
 from ..storage import ReadTxn
 from ..store.layout import (
     FIELD_HISTORY_KEY,
+    FOLDED_BEFORE_KEY,
     KEYFRAMED_BEFORE_KEY,
     LAST_SWEEP_KEY,
     LAYOUT_KEY,
@@ -34,6 +35,7 @@ _NUMBERS = {
     WRITE_TIME_KEY: "it is taken as 0, so write times may go back",
     LAST_SWEEP_KEY: "it is taken as 0: the sweep schedule restarts",
     KEYFRAMED_BEFORE_KEY: "it is taken as 0: the quiet-keyframe sweep reads the whole updated-time index",
+    FOLDED_BEFORE_KEY: "it is taken as 0: the fold sweep reads the whole updated-time index",
 }
 
 

@@ -58,6 +58,8 @@ def _samples(tmp_path: Path) -> dict[str, tuple[str, Any]]:
         "--keep-last-events": ("1000", 1000),
         "--max-event-age-seconds": ("86400", 86400.0),
         "--keyframe-after-quiet-seconds": ("30", 30.0),
+        "--fold-after-quiet-seconds": ("90", 90.0),
+        "--fold-on-close-seconds": ("2", 2.0),
         "--request-id-ttl-seconds": ("600", 600.0),
         "--sweep-interval-seconds": ("5", 5.0),
         "--max-commit-delay-seconds": ("0", 0.0),

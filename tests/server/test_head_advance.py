@@ -145,13 +145,19 @@ def test_a_fork_reads_its_own_chain(sidecar: Sidecar, tmp_path: Path) -> None:
     embedded.store.close()
 
 
-def test_a_quiet_keyframe_under_the_kept_head_is_seen(tmp_path: Path) -> None:
-    """The sweeper rewrites the head's frame as a FULL one (a new chain) of the same state; the next Gets
-    are right, and the kept reader still advances."""
+@pytest.mark.parametrize(
+    "quiet",
+    [
+        ("--keyframe-after-quiet-seconds", "1", "--fold-after-quiet-seconds", "0"),
+        ("--fold-after-quiet-seconds", "1"),  # the run before the head becomes PREFIX frames too
+    ],
+    ids=["keyframe", "fold"],
+)
+def test_a_quiet_keyframe_under_the_kept_head_is_seen(tmp_path: Path, quiet: tuple[str, ...]) -> None:
+    """The sweeper rewrites the head's frame as a FULL one (a new chain) of the same state (a quiet
+    keyframe, or a fold of its run); the next Gets are right, and the kept reader still advances."""
     port = free_port()
-    sidecar = start_sidecar_sweeping(
-        tmp_path / "data", 0.2, "--keyframe-after-quiet-seconds", "1", "--metrics-port", str(port)
-    )
+    sidecar = start_sidecar_sweeping(tmp_path / "data", 0.2, *quiet, "--metrics-port", str(port))
     sidecar.metrics_port = port  # type: ignore[attr-defined]
     embedded = EmbeddedHeads(tmp_path / "data")
     try:

@@ -46,8 +46,13 @@ def every_version(store: Store, session: str) -> list[bytes]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:
+    # Folding off: a MERGE session's PATCH head is keyframed as before (with folding on, it is folded:
+    # test_folds.py).
     return StoreConfig(
-        data_dir=tmp_path / "data", keyframe_after_quiet_seconds=QUIET_SECONDS, sweep_interval_seconds=3600
+        data_dir=tmp_path / "data",
+        keyframe_after_quiet_seconds=QUIET_SECONDS,
+        fold_after_quiet_seconds=None,
+        sweep_interval_seconds=3600,
     )
 
 
@@ -280,7 +285,7 @@ def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_strea
             wait_queued(store, 1)
             # A private hook: the sweep's keyframe pass alone. A whole sweep queues its request-id
             # expiry first, so its keyframe op would come only after the write's commit.
-            keyframing = threading.Thread(target=store._keyframes.sweep, args=(time.time_ns() + LATER,))
+            keyframing = threading.Thread(target=store._quiet.keyframes.sweep, args=(time.time_ns() + LATER,))
             keyframing.start()
             deadline = time.monotonic() + 10
             while queued_ops(store) < 2 and time.monotonic() < deadline:  # the write, then the keyframe op

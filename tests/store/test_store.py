@@ -688,6 +688,7 @@ def test_a_request_id_of_a_deleted_session_makes_a_new_write(store: Store) -> No
 
 
 def test_hot_get_metadata_equals_what_lmdb_holds(config: StoreConfig) -> None:
+    config = replace(config, fold_on_close_seconds=0)  # the close keeps the PATCH head as it is
     with Store(config) as store:
         store.put("m", state_of("m", 1), labels={"a": "1"})
         store.put("m", patch_of(2), mode=WriteMode.MERGE, labels={"b": "2"})

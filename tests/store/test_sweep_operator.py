@@ -68,7 +68,10 @@ def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path) -
     logged = [line for line in sidecar.log().splitlines() if "retention sweep:" in line]
     # Only sweeps that did something are logged: one, however many swept since.
     assert len(logged) == 1, logged
-    assert "4 versions removed from 1 sessions, 0 request ids expired, 0 quiet keyframes written" in logged[0]
+    assert (
+        "4 versions removed from 1 sessions, 0 request ids expired, 0 quiet heads folded, 0 quiet keyframes written"
+        in logged[0]
+    )
 
 
 def test_a_store_restarted_more_often_than_its_sweep_interval_still_sweeps(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""Folding a quiet session's head run: its PATCH head as a FULL frame, each version before it in the run as a
+header-only PREFIX frame.
+
+A MERGE session's head is a chain: a FULL (or DELTA) frame, then PATCH frames, each appending its patch to
+the state before. Every version of that run has a state that is a prefix of the head's, so the run is
+stored as the head's state in one FULL frame and, for each earlier version, "my state is the first N bytes
+of the head's" (codec.prefix_frame): fewer bytes than the patches' frames, and a cold read of the head
+decodes one frame. Nothing is rewritten unless every version's checksum, as its old frame records it,
+matches the prefix's: that is what proves the run is one of prefixes. Run by the fold sweep
+(keyframes.QuietKeyframes, fold_after_quiet_seconds) and at Store.close (fold_on_close_seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ckpt.store.v1 import records_pb2
+
+from ...codec import ChainPolicy, DecodeError, FrameKind, decode, frame_kind, keyframe, parse, prefix_frame
+from ..errors import DataLoss
+from ..storage import ReadTxn, Table, WriteTxn
+from . import keys
+from .layout import Tables
+from .reads import chain_frames
+from .records import META_LEN
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """What a quiet sweep writes for one session: new values of its frames (the head's among them), all in
+    one transaction with its record."""
+
+    #: (frame key, new value) for each frame rewritten.
+    puts: list[tuple[bytes, bytes]]
+    #: The head's new value (the last of ``puts``).
+    head_value: bytes
+    #: How many bytes the session's frames grow by (< 0: shrink).
+    stored_delta: int
+    #: The state bytes decoded and recompressed for it (what KEYFRAME_OP_BYTES counts).
+    cost: int
+    #: Whether it writes PREFIX frames (the store is then stamped layout 7).
+    prefix: bool = False
+
+
+#: Plans a session's rewrite from reads alone (txn, sid, session id, record); None: nothing to rewrite.
+Plan = Callable[[WriteTxn, bytes, str, records_pb2.SessionRecord], "Rewrite | None"]
+
+
+def head_value(txn: ReadTxn, frames: Table, sid: bytes, session_id: str, head: int) -> tuple[bytes, bytes, int]:
+    """The head's frame key, its stored value and where its metadata ends (the frame follows)."""
+    key = keys.frame_key(sid, head)
+    value = txn.get(key, db=frames)
+    if value is None:
+        raise DataLoss(f"session {session_id!r}: frame of version {head} is missing")
+    return key, bytes(value), META_LEN.size + META_LEN.unpack_from(value)[0]
+
+
+def fold_plan(
+    tables: Tables, policy: ChainPolicy, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord
+) -> Rewrite | None:
+    """The fold of the session's head run (None if its head is not a PATCH frame), from reads alone."""
+    head = rec.head_version
+    chain = chain_frames(txn, tables, sid, session_id, rec, head)  # from the head's chain start
+    kinds = [_kind(frame, session_id, head - len(chain) + 1 + i) for i, frame in enumerate(chain)]
+    if kinds[-1] is not FrameKind.PATCH:
+        return None  # a DELTA head: a quiet keyframe's, if they are on
+    first = len(chain) - 1
+    while first > 0 and kinds[first - 1] is FrameKind.PATCH:
+        first -= 1
+    if first == 0:  # chain_frames starts at a FULL frame: a PATCH there is damage
+        raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {head}")
+    start = head - (len(chain) - first)  # the run's FULL or DELTA frame: its state is the run's first
+    state = decode(chain)
+    puts: list[tuple[bytes, bytes]] = []
+    delta = 0
+    for version in range(start, head):
+        key = keys.frame_key(sid, version)
+        value = txn.get(key, db=tables.frames)
+        if value is None:
+            raise DataLoss(f"session {session_id!r}: frame of version {version} is missing")
+        meta_end = META_LEN.size + META_LEN.unpack_from(value)[0]
+        try:
+            old = parse(memoryview(value)[meta_end:])[0]
+        except DecodeError as exc:
+            raise DataLoss(f"session {session_id!r} version {version}: {exc}") from None
+        try:
+            frame = prefix_frame(state, version=version, source_version=head, state_size=old.state_size)
+        except ValueError as exc:
+            raise DataLoss(f"session {session_id!r} version {version}: {exc}; not folded") from None
+        if frame.header.state_xxh3 != old.state_xxh3:
+            raise DataLoss(
+                f"session {session_id!r} version {version}: its state is not the first {old.state_size} bytes of"
+                f" version {head}'s (XXH3-64 {frame.header.state_xxh3:016x}, its frame says"
+                f" {old.state_xxh3:016x}); not folded"
+            )
+        puts.append((key, bytes(value[:meta_end]) + frame.data))
+        delta += frame.stored_bytes - (len(value) - meta_end)
+    key, value, meta_end = head_value(txn, tables.frames, sid, session_id, head)
+    full = keyframe(state, version=head, policy=policy)
+    new_head = value[:meta_end] + full.data
+    puts.append((key, new_head))
+    delta += full.stored_bytes - (len(value) - meta_end)
+    return Rewrite(puts, new_head, delta, len(state), prefix=True)
+
+
+def _kind(frame: memoryview, session_id: str, version: int) -> FrameKind:
+    try:
+        return frame_kind(frame)
+    except DecodeError as exc:
+        raise DataLoss(f"session {session_id!r} version {version}: {exc}") from None

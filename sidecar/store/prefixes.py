@@ -1,0 +1,36 @@
+"""PREFIX frames: a version whose state is the first bytes of a newer version's (a folded head run).
+
+A PREFIX frame holds no payload: its header names its source, a newer
+version, and its state's size and XXH3-64. Reading it follows sources (each
+hop: one B-tree descent, one header parse) until a frame that is not PREFIX,
+decodes that version's chain once, then takes each prefix back down to the
+version asked for, every hop's sizes and checksum checked (codec.prefix_state:
+reads.read_prefixed). Sources are always newer, so following them ends (at the
+head at the latest).
+"""
+
+from __future__ import annotations
+
+from ...codec import DecodeError, parse
+from ..errors import DataLoss
+
+
+def is_prefix(frame: bytes | memoryview) -> bool:
+    """Whether a stored frame is PREFIX, by its kind byte alone (FORMAT.md: format 2, kind_flags 0; format 1
+    has none). A frame damaged into looking PREFIX fails its parse, naming the damage."""
+    return len(frame) > 3 and frame[2] == 2 and frame[3] == 0
+
+
+def source_of(frame: bytes | memoryview, session_id: str, version: int) -> int:
+    """The version a PREFIX frame's state is a prefix of (its header checked); DataLoss naming ``version``."""
+    try:
+        return parse(frame)[0].base_version
+    except DecodeError as exc:
+        raise DataLoss(named(session_id, version, exc)) from None
+
+
+def named(session_id: str, version: int, exc: Exception) -> str:
+    """A codec error's text for a DataLoss, naming the session and, unless it does, the version."""
+    text = str(exc)
+    where = f"session {session_id!r}" if f"version {version}" in text else f"session {session_id!r} version {version}"
+    return f"{where}: {text}"

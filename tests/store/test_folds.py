@@ -1,0 +1,339 @@
+"""Folding a quiet session's head run (fold_after_quiet_seconds, fold_on_close_seconds): its PATCH head
+becomes a FULL frame and each version before it in the run a header-only PREFIX frame, read from the head."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ckpt.bench import synthetic
+from ckpt.codec import ChainPolicy, FrameKind
+from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
+from ckpt.sidecar.store import keys
+from tests.support import ckpt
+
+LATER = 120 * 10**9  # a sweep this far after the writes finds them quiet (60 s by default)
+
+
+def merge_patches(seed: int, steps: int = 40) -> list[bytes]:
+    return [s.patch for s in synthetic.session(seed, steps=steps, memory_keys=12, plan_steps=8)]
+
+
+def kinds(store: Store, session: str) -> list[FrameKind]:
+    return [v.frame_kind for v in reversed(store.list_versions(session)[0])]
+
+
+def every_version(store: Store, session: str) -> list[bytes]:
+    head = store.session(session).head_version
+    return [store.get(session, v, use_cache=False).state for v in range(1, head + 1)]
+
+
+def history_states(store: Store, session: str, page_size: int = 7) -> list[bytes]:
+    """Every state by pages of history with states (a page's PREFIX versions read from its own newer ones)."""
+    states: list[bytes] = []
+    token = ""
+    while True:
+        page, token = store.list_versions(session, include_states=True, page_size=page_size, page_token=token)
+        states += [got.state for got in page]
+        if not token:
+            return states[::-1]
+
+
+def merged(patches: list[bytes]) -> list[bytes]:
+    return [b"".join(patches[: i + 1]) for i in range(len(patches))]
+
+
+def stamp(data: Path) -> bytes:
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
+    try:
+        with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+            raw = txn.get(b"layout_version")
+            assert raw is not None
+            return bytes(raw)
+    finally:
+        env.close()
+
+
+@contextlib.contextmanager
+def frames_table(data: Path) -> Iterator[tuple[lmdb.Transaction, lmdb._Database]]:
+    """The frames table of a closed store, to damage (committed at the end of the block)."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=12)
+    try:
+        with env.begin(write=True) as txn:
+            yield txn, env.open_db(b"frames", txn=txn)
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> StoreConfig:
+    # Folded by the sweeps the tests run (not at close: test_fold_at_close.py).
+    return StoreConfig(data_dir=tmp_path / "data", sweep_interval_seconds=3600, fold_on_close_seconds=0)
+
+
+def long_chains(config: StoreConfig) -> StoreConfig:
+    """``config`` writing no FULL frame within 200 patches, so that the run folded is the whole session."""
+    return replace(config, chain_policy=ChainPolicy(max_depth=200, max_decode_cost_ratio=1000.0))
+
+
+# -- configuration -------------------------------------------------------------------
+
+
+def test_fold_options_are_checked_and_zero_turns_folding_off(tmp_path: Path) -> None:
+    assert StoreConfig(data_dir=tmp_path).fold_after_quiet_seconds == 60.0
+    assert StoreConfig(data_dir=tmp_path).fold_on_close_seconds == 5.0
+    assert StoreConfig(data_dir=tmp_path, fold_after_quiet_seconds=0).fold_after_quiet_seconds is None
+    with pytest.raises(ValueError, match=r"fold_after_quiet_seconds must be >= 0 \(0 = off\) or None, got -1"):
+        StoreConfig(data_dir=tmp_path, fold_after_quiet_seconds=-1)
+    with pytest.raises(ValueError, match=r"fold_on_close_seconds must be >= 0 \(0 = off\), got -0.5"):
+        StoreConfig(data_dir=tmp_path, fold_on_close_seconds=-0.5)
+    with pytest.raises(ValueError, match="fold_on_close_seconds must be a finite number of seconds, got nan"):
+        StoreConfig(data_dir=tmp_path, fold_on_close_seconds=float("nan"))
+
+
+# -- the sweep -------------------------------------------------------------------------
+
+
+def test_folding_a_merge_session_makes_it_smaller_and_every_version_reads_back(config: StoreConfig) -> None:
+    config = long_chains(config)
+    patches = merge_patches(1)
+    expected = merged(patches)
+    with Store(config) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        before = store.session("s").stored_bytes
+        assert kinds(store, "s") == [FrameKind.FULL] + [FrameKind.PATCH] * 39
+        done = store.sweep(now_nanos=time.time_ns() + LATER)
+        assert (done.heads_folded, done.keyframes_written) == (1, 0)
+        assert kinds(store, "s") == [FrameKind.PREFIX] * 39 + [FrameKind.FULL]
+        info = store.session("s")
+        assert info.stored_bytes < before
+        assert info.stored_bytes == sum(v.stored_bytes for v in store.list_versions("s")[0])
+        assert info.chain_start_version == 40
+        assert store.get("s").info.frame_kind is FrameKind.FULL  # the cached head's metadata too
+        assert every_version(store, "s") == expected
+        assert history_states(store, "s") == expected
+        # Bounded reads: a PREFIX version's read decodes its source, so the bound is the source's size.
+        small = store.get("s", 3, use_cache=False, max_state_bytes=len(expected[-1])).state
+        assert small == expected[2]
+        # The next write continues a new chain from the FULL head.
+        store.put("s", b"\x08\x05", mode=WriteMode.MERGE)
+        expected.append(expected[-1] + b"\x08\x05")
+        assert kinds(store, "s")[-2:] == [FrameKind.FULL, FrameKind.PATCH]
+        assert every_version(store, "s") == expected
+    with Store(config) as store:
+        assert every_version(store, "s") == expected
+        assert history_states(store, "s", page_size=100) == expected
+
+
+def test_a_second_fold_reads_the_first_run_through_two_hops(config: StoreConfig) -> None:
+    config = long_chains(config)
+    patches = merge_patches(2, steps=30)
+    expected = merged(patches)
+    with Store(config) as store:
+        for p in patches[:12]:
+            store.put("s", p, mode=WriteMode.MERGE)
+        assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 1
+        for p in patches[12:]:
+            store.put("s", p, mode=WriteMode.MERGE)
+        assert store.sweep(now_nanos=time.time_ns() + 2 * LATER).heads_folded == 1
+        assert kinds(store, "s") == [FrameKind.PREFIX] * 29 + [FrameKind.FULL]
+        _, frames = store.frames_of("s")
+        sources = [info.state_size for _, info, _ in frames]  # type: ignore[union-attr]
+        assert sources == [len(s) for s in expected]
+        assert every_version(store, "s") == expected
+        assert history_states(store, "s", page_size=5) == expected
+    verify = ckpt("verify", "--data-dir", str(config.data_dir))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_delta_head_is_keyframed_not_folded_and_a_replace_session_is_left_alone(config: StoreConfig) -> None:
+    config = replace(long_chains(config), keyframe_after_quiet_seconds=30.0)
+    states = [s.state for s in synthetic.session(3, steps=8, memory_keys=12, plan_steps=8)]
+    patches = merge_patches(4, steps=8)
+    with Store(config) as store:
+        for s in states:
+            store.put("replace", s)
+        for p in patches:
+            store.put("merge", p, mode=WriteMode.MERGE)
+        assert kinds(store, "replace")[-1] is FrameKind.DELTA
+        done = store.sweep(now_nanos=time.time_ns() + LATER)
+        assert (done.heads_folded, done.keyframes_written) == (1, 1)
+        assert kinds(store, "replace")[-2:] == [FrameKind.DELTA, FrameKind.FULL]
+        assert kinds(store, "merge") == [FrameKind.PREFIX] * 7 + [FrameKind.FULL]
+        assert every_version(store, "replace") == states
+        assert every_version(store, "merge") == merged(patches)
+
+
+def test_sessions_written_within_the_quiet_period_are_not_folded(config: StoreConfig) -> None:
+    with Store(config) as store:
+        for p in merge_patches(5, steps=6):
+            store.put("s", p, mode=WriteMode.MERGE)
+        before = kinds(store, "s")
+        assert store.sweep(now_nanos=time.time_ns() + 30 * 10**9).heads_folded == 0
+        assert kinds(store, "s") == before
+
+
+def test_a_run_whose_states_are_not_prefixes_is_not_folded(
+    config: StoreConfig, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold compares each version's checksum with the prefix's before it rewrites anything: a frame
+    whose header records another state leaves the session as it is."""
+    from ckpt.codec import FrameHeader, parse
+    from ckpt.sidecar.store import folds
+
+    config = long_chains(config)
+    patches = merge_patches(6, steps=6)
+    with Store(config) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+
+        def lying_parse(frame: memoryview) -> tuple[FrameHeader, memoryview]:
+            header, payload = parse(frame)
+            if header.version == 3:
+                header = header._replace(state_xxh3=header.state_xxh3 ^ 1)
+            return header, payload
+
+        # A private hook: the fold's reads, made to find version 3's frame recording another checksum.
+        monkeypatch.setattr(folds, "parse", lying_parse)
+        with caplog.at_level(logging.WARNING, logger="ckpt.store"):
+            assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 0
+        monkeypatch.undo()
+        assert "version 3: its state is not the first" in caplog.text
+        assert kinds(store, "s") == [FrameKind.FULL] + [FrameKind.PATCH] * 5
+        assert every_version(store, "s") == merged(patches)
+
+
+# -- everything else with PREFIX frames present -------------------------------------------
+
+
+def test_retention_after_a_fold_keeps_exactly_the_versions_asked(tmp_path: Path) -> None:
+    """A PREFIX frame depends only on newer frames: retention cuts at it, not at an older chain start."""
+    config = long_chains(
+        StoreConfig(
+            data_dir=tmp_path / "data",
+            retention=Retention(keep_last_versions=5),
+            sweep_interval_seconds=3600,
+            fold_on_close_seconds=0,
+        )
+    )
+    patches = merge_patches(7, steps=20)
+    expected = merged(patches)
+    with Store(config) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)  # retention keeps the whole chain; then the fold
+        assert store.session("s").first_version == 1
+        done = store.sweep(now_nanos=time.time_ns() + LATER)
+        assert done.versions_removed == 15
+        info = store.session("s")
+        assert (info.first_version, info.version_count) == (16, 5)
+        assert [store.get("s", v, use_cache=False).state for v in range(16, 21)] == expected[15:]
+        assert history_states(store, "s") == expected[15:]
+        assert info.stored_bytes == sum(v.stored_bytes for v in store.list_versions("s")[0])
+
+
+def test_a_fork_of_a_folded_version_gets_a_full_frame_of_its_state(config: StoreConfig) -> None:
+    patches = merge_patches(8, steps=10)
+    expected = merged(patches)
+    with Store(long_chains(config)) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)
+        assert kinds(store, "s")[3] is FrameKind.PREFIX
+        store.fork("s", 4, "f")
+        got = store.get("f", use_cache=False)
+        assert (got.state, got.info.frame_kind) == (expected[3], FrameKind.FULL)
+        store.put("f", b"\x08\x09", mode=WriteMode.MERGE)
+        assert store.get("f", use_cache=False).state == expected[3] + b"\x08\x09"
+
+
+def test_a_missing_source_is_data_loss_naming_both_versions_and_verify_names_it(config: StoreConfig) -> None:
+    patches = merge_patches(9, steps=12)
+    with Store(long_chains(config)) as store:
+        for p in patches[:8]:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)  # versions 1-7 read from version 8
+        for p in patches[8:]:
+            store.put("s", p, mode=WriteMode.MERGE)
+    with frames_table(config.data_dir) as (txn, frames):
+        assert txn.delete(keys.frame_key(keys.session_key("s"), 8), db=frames)
+    missing = r"version 5: its state is a prefix of version 8's, whose frame is missing"
+    with Store(config, readonly=True) as store, pytest.raises(DataLoss, match=missing):
+        store.get("s", 5)
+    verify = ckpt("verify", "--data-dir", str(config.data_dir))
+    assert verify.returncode == 1
+    err = verify.stderr.decode()
+    assert "version 1: its state is a prefix of version 8's, whose frame is missing" in err, err
+    assert "version 7: its state is a prefix of version 8's, whose frame is missing" in err, err
+
+
+@pytest.mark.parametrize("byte", [4, 6, 12, -1])  # the window, source, size, checksum
+def test_verify_names_a_damaged_prefix_frame(config: StoreConfig, byte: int) -> None:
+    patches = merge_patches(10, steps=8)
+    with Store(long_chains(config)) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)
+        assert kinds(store, "s")[3] is FrameKind.PREFIX
+    clean = ckpt("verify", "--data-dir", str(config.data_dir))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    key = keys.frame_key(keys.session_key("s"), 4)
+    with frames_table(config.data_dir) as (txn, frames):
+        raw = txn.get(key, db=frames)
+        assert raw is not None
+        value = bytearray(raw)
+        meta_end = 2 + int.from_bytes(value[:2], "little")
+        value[meta_end + byte if byte >= 0 else byte] ^= 0x01
+        txn.put(key, bytes(value), db=frames)
+    verify = ckpt("verify", "--data-dir", str(config.data_dir))
+    assert verify.returncode == 1
+    assert "version 4" in verify.stderr.decode(), verify.stderr
+    with Store(config, readonly=True) as store, pytest.raises(DataLoss, match="version 4"):
+        store.get("s", 4)
+
+
+def test_inspect_shows_prefix_frames(config: StoreConfig) -> None:
+    with Store(long_chains(config)) as store:
+        for p in merge_patches(11, steps=4):
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)
+    shown = ckpt("inspect", "s", "--data-dir", str(config.data_dir))
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split()[:3] for line in shown.stdout.decode().splitlines()[2:]]
+    assert rows == [["1", "PREFIX", "0"], ["2", "PREFIX", "0"], ["3", "PREFIX", "0"], ["4", "FULL", "0"]]
+
+
+def test_retention_after_a_fold_releases_the_blobs_no_kept_version_names(tmp_path: Path) -> None:
+    """Retention's look at the states kept reads a PREFIX version's names in its source (a newer version
+    kept, whose state holds its state): a blob no kept state names is released, one they name stays."""
+    config = long_chains(
+        StoreConfig(
+            data_dir=tmp_path / "data",
+            retention=Retention(keep_last_versions=3),
+            sweep_interval_seconds=3600,
+            fold_on_close_seconds=0,
+        )
+    )
+    with Store(config) as store:
+        dropped = store.put_blob("s", [b"never named"])
+        named = store.put_blob("s", [b"named by version 2"])
+        uri = named.uri.encode()
+        patches = [b"\x0a\x01a", b"\x0a" + bytes([len(uri)]) + uri] + [b"\x0a\x01b"] * 6
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)  # retention keeps the chain from version 1; the fold
+        assert kinds(store, "s") == [FrameKind.PREFIX] * 7 + [FrameKind.FULL]
+        store.sweep(now_nanos=time.time_ns() + LATER)
+        assert store.session("s").first_version == 6
+        assert store.blob_refs("s") == [named.sha256]
+        with pytest.raises(NotFound):
+            store.blob(dropped.sha256)
+        assert [store.get("s", v, use_cache=False).state for v in (6, 7, 8)] == merged(patches)[5:]
