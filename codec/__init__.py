@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .chainreader import ChainReader, open_chain
     from .compaction import compact
     from .decoder import DecodedVersion, decode, decode_latest, iter_versions
-    from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot, keyframe
+    from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot
     from .fieldmask import FieldMask, compile_mask
     from .frame import (
         FORMAT_VERSION,
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         parse,
         state_checksum,
     )
+    from .keyframes import keyframe
     from .prefix import prefix_frame, prefix_state
     from .wire import check_patch, count_fields, field_spans
 
@@ -110,7 +111,8 @@ _HOMES = {
     **dict.fromkeys(("ChainReader", "open_chain"), ".chainreader"),
     **dict.fromkeys(("compact",), ".compaction"),
     **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "iter_versions"), ".decoder"),
-    **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot", "keyframe"), ".encoder"),
+    **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot"), ".encoder"),
+    **dict.fromkeys(("keyframe",), ".keyframes"),
     **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
     **dict.fromkeys(("prefix_frame", "prefix_state"), ".prefix"),
     **dict.fromkeys(

@@ -14,6 +14,11 @@ advance() trusts nothing it is given: it makes every check decode()'s first
 pass makes (links, kinds, sizes, window) and returns a state only if its
 size and xxh3 are the last header's. Anything else, it answers None and the
 reader is spent; the caller decodes the chain whole, which names any damage.
+
+A chain whose last frame is a sealed FULL frame (a keyframe, FORMAT.md §13)
+has no live stream: its reader holds the state alone, and advances by frames
+that start a new stream (what a writer appends after a keyframe); a frame
+continuing the sealed stream does not advance it (None, and it is spent).
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ class ChainReader:
     Not thread-safe (one decompressor); its state is immutable bytes, safe to hand out.
     """
 
-    __slots__ = ("_decompressor", "_latest", "_limit")
+    __slots__ = ("_decompressor", "_latest", "_limit", "_spent")
 
-    def __init__(self, latest: DecodedVersion, decompressor: _zstd.ZstdDecompressor, limit: int | None) -> None:
+    def __init__(self, latest: DecodedVersion, decompressor: _zstd.ZstdDecompressor | None, limit: int | None) -> None:
         self._latest = latest
-        self._decompressor: _zstd.ZstdDecompressor | None = decompressor
+        #: None: the last stream is a sealed FULL frame's, which no frame continues.
+        self._decompressor = decompressor
         self._limit = _NO_LIMIT if limit is None else limit
+        self._spent = False
 
     @property
     def latest(self) -> DecodedVersion:
@@ -67,14 +74,15 @@ class ChainReader:
     @property
     def window_log(self) -> int:
         """log2 of the window the live stream's decompressor may hold: what keeping the reader costs
-        besides its state."""
+        besides its state. After a sealed FULL frame (no live stream) the window its header records, which
+        the stream a writer starts next is about as large as."""
         return self._latest.header.window_log
 
     @property
     def spent(self) -> bool:
         """Whether an advance failed: the decompressor may have taken part of a stream, so it answers
         nothing more."""
-        return self._decompressor is None
+        return self._spent
 
     def advance(self, frames: Sequence[FrameBytes], *, max_output_bytes: int | None = None) -> DecodedVersion | None:
         """The version of ``frames``' last frame, ``frames`` being the versions right after :attr:`version`
@@ -89,9 +97,9 @@ class ChainReader:
         """
         if not frames:  # no version to answer; the reader stays where it is, unspent
             return None
-        decompressor, self._decompressor = self._decompressor, None
-        if decompressor is None:
+        if self._spent:
             return None
+        decompressor, self._decompressor, self._spent = self._decompressor, None, True
         try:
             found = self._advanced(decompressor, frames, _NO_LIMIT if max_output_bytes is None else max_output_bytes)
         except Exception:  # a frame too short or of an unknown format: the caller decodes whole
@@ -99,15 +107,18 @@ class ChainReader:
         if found is None:
             return None
         self._latest, self._decompressor = found
+        self._spent = False
         return found[0]
 
     def _advanced(
-        self, decompressor: _zstd.ZstdDecompressor, frames: Sequence[FrameBytes], max_output: int
+        self, decompressor: _zstd.ZstdDecompressor | None, frames: Sequence[FrameBytes], max_output: int
     ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
         # decoder.latest_with_reader's loop, starting inside the current stream.
         scanners, limit = _SCANNERS, self._limit
         head = self._latest.header
-        prev_version, prev_size, prev_wl, prev_xxh3 = head.version, head.state_size, head.window_log, head.state_xxh3
+        # After a sealed FULL frame no frame continues the stream: no window_log (a byte) is -1.
+        prev_wl = head.window_log if decompressor is not None else -1
+        prev_version, prev_size, prev_xxh3 = head.version, head.state_size, head.state_xxh3
         # Streams to feed: (decompressor or None for a new one, window_log, prefix size, payloads, output size,
         # offset of the last whole state in the output or -1 if only patches).
         streams: list[tuple[_zstd.ZstdDecompressor | None, int, int, list[FrameBytes], int, int]] = []
@@ -146,7 +157,7 @@ class ChainReader:
         for kept, stream_wl, prefix_size, payloads, size, whole in streams:
             if not payloads:  # the first new frame started a stream: the current one has no new blocks
                 continue
-            if kept is None:
+            if kept is None:  # a new stream (the first one continues the live stream, or has no payloads)
                 if prefix_size > len(state):
                     return None
                 prefix_bytes = state[len(state) - prefix_size :] if prefix_size else None
@@ -158,7 +169,7 @@ class ChainReader:
             if len(out) != size or reader.eof or not reader.needs_input:
                 return None
             state = state + out if whole < 0 else out[whole:]
-        if len(state) != prev_size or state_checksum(state) != prev_xxh3:
+        if len(state) != prev_size or state_checksum(state) != prev_xxh3 or reader is None:
             return None
         header = scanned_header(
             kf, wl, version, distance, state_size, base_size, prefix, payload_size, prev_xxh3, base_xxh3, f
@@ -170,7 +181,9 @@ def open_chain(
     frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None, max_output_bytes: int | None = None
 ) -> tuple[DecodedVersion, ChainReader | None]:
     """:func:`decode_latest` (same result, same errors), with a reader to continue the chain from it; None
-    when the chain decodes only frame by frame (decode_latest's checked pass), which keeps no stream.
+    when the chain decodes only frame by frame (decode_latest's checked pass), which keeps no stream. A
+    chain ending in a sealed FULL frame has a reader too, without a live stream: it advances by frames
+    starting a new stream.
 
     ``max_state_bytes`` bounds the versions the reader advances to as well. ``max_output_bytes`` bounds
     the work of this decode (not the reader's advances, which take their own): OutputTooLargeError,
@@ -192,5 +205,5 @@ def open_chain(
     if found is None:
         state = _latest_checked(chain, limit, max_output)
         return DecodedVersion(parse(chain[-1])[0], state), None
-    latest, decompressor = found  # its stream has not ended: latest_with_reader refuses one that has
+    latest, decompressor = found  # None after a sealed FULL frame: no live stream
     return latest, ChainReader(latest, decompressor, limit)

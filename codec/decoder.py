@@ -39,6 +39,7 @@ _SCANNERS: dict[int, _Scan] = {2: frame_v2.scan, frame_v1.MAGIC[2]: frame_v1.sca
 _FULL, _DELTA, _PATCH = FrameKind.FULL.value, FrameKind.DELTA.value, FrameKind.PATCH.value
 _DELTA_CONTINUING = _DELTA | frame_v2.FLAG_CONTINUES_STREAM
 _PATCH_CONTINUING = _PATCH | frame_v2.FLAG_CONTINUES_STREAM
+_FULL_SEALED = _FULL | frame_v2.FLAG_SEALED
 _NO_LIMIT = 1 << 64
 _U64 = frame_v2.U64
 
@@ -139,8 +140,9 @@ def linked_content(
 ) -> int:  # fmt: skip
     """What a frame after the first adds to its stream's output, if its scanned header is linked to the
     previous frame's (``prev_*``) and is one the one-pass decode takes (a PATCH or DELTA, continuing the
-    stream or starting one, within ``limit`` and zstd's expansion); -1 otherwise. The one place both the
-    one-pass decode and ChainReader.advance judge a frame by."""
+    stream or starting one, within ``limit`` and zstd's expansion); -1 otherwise. ``prev_wl`` is -1 after
+    a sealed FULL frame, whose stream no frame continues (FORMAT.md §13). The one place both the one-pass
+    decode and ChainReader.advance judge a frame by."""
     if (
         distance != 1
         or version != prev_version + 1
@@ -175,17 +177,14 @@ def linked_content(
 
 def latest_with_reader(
     chain: list[FrameBytes], limit: int | None, max_output: int | None = None
-) -> tuple[DecodedVersion, _zstd.ZstdDecompressor] | None:
+) -> tuple[DecodedVersion, _zstd.ZstdDecompressor | None] | None:
     """The latest version if every header is well-formed and linked and the result checks out, else None;
-    with the decompressor of the chain's last stream, positioned at its end (chainreader.py continues it).
-    OutputTooLargeError, before anything is decompressed, if the well-formed chain's streams would
-    output more than ``max_output`` bytes.
+    with the decompressor of the chain's last stream, positioned at its end (chainreader.py continues it),
+    or None if that stream is a sealed FULL frame's, which has ended (FORMAT.md §13). OutputTooLargeError,
+    before anything is decompressed, if the well-formed chain's streams would output more than
+    ``max_output`` bytes.
     """
-    found = _first_pass(chain, limit, max_output, keep_reader=True)
-    if found is None:
-        return None
-    latest, reader = found
-    return None if reader is None else (latest, reader)
+    return _first_pass(chain, limit, max_output, keep_reader=True)
 
 
 def _first_pass(
@@ -199,7 +198,9 @@ def _first_pass(
     A stream without a prefix is read through the thread's reused zstd
     context (_zstd.decompress_once), unless it is the last one and
     ``keep_reader`` asks for its live decompressor; a stream that refuses,
-    or has a prefix, is read by a new stdlib decompressor, which decides.
+    or has a prefix, is read by a new stdlib decompressor, which decides. A
+    sealed FULL frame's stream is one zstd frame, decoded in one shot
+    (_zstd.decompress_sealed); one that refuses is left to the checked pass.
     """
     scanners, expansion = _SCANNERS, MAX_EXPANSION
     limit = _NO_LIMIT if limit is None else limit
@@ -207,8 +208,9 @@ def _first_pass(
     kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scanners[f[2]](
         f
     )
+    sealed = kf == _FULL_SEALED
     if (
-        kf != _FULL
+        (kf != _FULL and not sealed)
         or distance
         or base_size
         or prefix
@@ -223,7 +225,8 @@ def _first_pass(
     # of the last whole state in the output or -1 if only patches).
     streams: list[tuple[int, int, list[FrameBytes], int, int]] = []
     stream_wl, stream_prefix, parts, total, whole = wl, 0, [f[start:]], state_size, 0
-    prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, wl, xxh3_at, f
+    # No frame continues a sealed frame's stream: no window_log (a byte) is -1.
+    prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, -1 if sealed else wl, xxh3_at, f
     for f in chain[1:]:
         scan = scanners[f[2]]
         kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scan(f)
@@ -256,6 +259,12 @@ def _first_pass(
         if prefix_size > len(state):
             return None
         data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+        if sealed and stream is streams[0]:  # one payload, one whole zstd frame: no live stream to keep
+            out = _zstd.decompress_sealed(data, window_log=wl, size=size)
+            if out is None:
+                return None
+            state = out
+            continue
         out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
         if out is None:
             reader = _zstd.new_reader(window_log=wl, prefix=state[len(state) - prefix_size :] if prefix_size else None)
@@ -304,6 +313,7 @@ def scanned_header(
         window_log=wl,
         continues_stream=bool(kf & frame_v2.FLAG_CONTINUES_STREAM),
         format=2 if frame[2] == 2 else 1,
+        sealed=bool(kf & frame_v2.FLAG_SEALED),
     )
 
 
@@ -370,10 +380,13 @@ def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[Deco
     state = b""
     reader: _zstd.ZstdDecompressor | None = None
     for header, payload in frames:
-        if not header.continues_stream:
-            reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
-        assert reader is not None  # _check_link refuses a chain starting with a continuation
-        content = _decompress(reader, payload, header.content_size, header)
+        if header.sealed:  # FULL: one zstd frame, its stream ended (no frame continues it: _check_link)
+            content, reader = _decompress_sealed(payload, header), None
+        else:
+            if not header.continues_stream:
+                reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
+            assert reader is not None  # _check_link refuses a chain starting with a continuation
+            content = _decompress(reader, payload, header.content_size, header)
         state = state + content if header.kind is FrameKind.PATCH else content
         _verify_state(header, state)
         yield DecodedVersion(header, state)
@@ -441,6 +454,11 @@ def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
             f"frame of version {h.version} expects a base of {h.base_size} bytes{with_xxh3};"
             f" version {prev.version} is {prev.state_size} bytes with xxh3 {prev.state_xxh3:#018x}"
         )
+    if h.continues_stream and prev.sealed:
+        raise ChainLinkError(
+            f"frame of version {h.version} continues a stream, but version {prev.version} is a sealed FULL"
+            f" frame, whose zstd frame ended its stream"
+        )
     if h.continues_stream and h.window_log != prev.window_log:
         raise ChainLinkError(
             f"frame of version {h.version} continues a stream with window_log {h.window_log},"
@@ -492,6 +510,48 @@ def _decompress(reader: _zstd.ZstdDecompressor, data: FrameBytes, expected: int,
             f"payload of version {header.version} decompressed to {more}{min(len(out), expected)} bytes;"
             f" its headers say {expected}"
         )
+    return out
+
+
+def _decompress_sealed(data: FrameBytes, header: FrameHeader) -> bytes:
+    """A sealed FULL frame's state: its payload is one zstd frame declaring a content size of state_size,
+    checked before anything is allocated, that ends exactly at the payload's end (FORMAT.md §13)."""
+    v, size = header.version, header.state_size
+    if bytes(data[:4]) != _zstd.ZSTD_MAGIC:
+        raise DecodeError(
+            f"payload of sealed version {v} does not start a zstd frame: its first bytes are"
+            f" {bytes(data[:4]).hex() or 'none'}, not 28b52ffd"
+        )
+    try:
+        declared = _zstd.zstd.get_frame_info(data).decompressed_size
+    except _zstd.ZstdError as exc:
+        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
+    if declared != size:
+        said = "no content size" if declared is None else f"a content size of {declared} bytes"
+        raise DecodeError(f"the zstd frame of sealed version {v} declares {said}; its state_size is {size}")
+    window = _zstd.frame_window(data)  # what a streaming decoder of the frame would hold (FORMAT.md §4)
+    if window > 1 << header.window_log:
+        raise DecodeError(
+            f"zstd payload of sealed version {v} is corrupt: its zstd frame asks for a {window}-byte window,"
+            f" over 2**{header.window_log} (window_log)"
+        )
+    try:
+        end = _zstd.zstd.get_frame_size(data)
+    except _zstd.ZstdError:
+        end = -1
+    if end != len(data):
+        where = "does not end in" if end < 0 else f"ends {len(data) - end} bytes before the end of"
+        raise DecodeError(
+            f"the zstd frame of sealed version {v} {where} its {len(data)}-byte payload; a sealed frame's"
+            f" payload is one zstd frame"
+        )
+    reader = _zstd.new_reader(window_log=header.window_log, prefix=None)
+    try:
+        out = reader.decompress(data, max_length=size + 1)
+    except _zstd.ZstdError as exc:
+        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
+    if not reader.eof or reader.unused_data or len(out) != size:
+        raise ChecksumError(f"payload of sealed version {v} decompressed to {len(out)} bytes; its header says {size}")
     return out
 
 

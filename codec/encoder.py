@@ -458,9 +458,22 @@ class ChainEncoder:
         self._stream = _Stream(compressor, window_log, table_log, memory, prefix_free=not prefix)
         return self._stream
 
-    def _full(self, state: bytes, hasher: xxhash.xxh3_64) -> EncodedFrame:
-        stream = self._start_stream(cover_bytes=2 * len(state), index_bytes=len(state), prefix=b"")
-        payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+    def _full(self, state: bytes, hasher: xxhash.xxh3_64, *, sealed: bool = False) -> EncodedFrame:
+        if sealed:  # the stream's window, tables and level, in one zstd frame that ends (FORMAT.md §13)
+            window_log = max(self._policy.min_window_log, _zstd.window_log_for(2 * len(state)))
+            compressor = _zstd.new_stream(
+                level=self._policy.level,
+                window_log=window_log,
+                table_log=_zstd.table_log_for(len(state)),
+                prefix=None,
+                sealed=True,
+            )
+            payload = compressor.compress(state, _zstd.ZstdCompressor.FLUSH_FRAME)
+            self._stream = None  # no frame continues it
+        else:
+            stream = self._start_stream(cover_bytes=2 * len(state), index_bytes=len(state), prefix=b"")
+            payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+            window_log = stream.window_log
         header = FrameHeader(
             kind=FrameKind.FULL,
             version=self._version + 1,
@@ -471,9 +484,10 @@ class ChainEncoder:
             prefix_size=0,
             state_xxh3=hasher.intdigest(),
             base_xxh3=0,
-            window_log=stream.window_log,
+            window_log=window_log,
             continues_stream=False,
             format=self._format,
+            sealed=sealed,
         )
         self._set_state(state)
         self._live_size = len(state)
@@ -542,29 +556,6 @@ def chain_ends(policy: ChainPolicy, chain: ChainStats, new_state_size: int, cont
         or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
         or materialized > p.max_materialized_bytes
     )
-
-
-def keyframe(
-    state: Buffer, *, version: int, policy: ChainPolicy = DEFAULT_POLICY, format_version: int = FORMAT_VERSION
-) -> EncodedFrame:
-    """A FULL frame of ``state`` as version ``version``.
-
-    For a store that replaces a stored DELTA/PATCH head with a frame of the
-    same state that decodes alone (its chain then starts there). Frames
-    stored after it must start a new chain stream: resume an encoder from
-    the new frame rather than keep one that encoded the old head.
-    """
-    state = _as_bytes(state, "state")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise TypeError(f"version must be an int, not {type(version).__name__}")
-    if version < 1:
-        raise ValueError(f"version must be >= 1, got {version}")
-    if version > _MAX_VERSION:
-        raise ValueError(f"version must be <= {_MAX_VERSION} (2**64 - 1, the largest a frame holds), got {version}")
-    _check_size(len(state), version)
-    encoder = ChainEncoder(policy=policy, format_version=format_version)
-    encoder._version = version - 1
-    return encoder._full(state, xxhash.xxh3_64(state))
 
 
 def _check_compaction(message_type: object, min_saving_ratio: object) -> None:

@@ -49,6 +49,12 @@ __all__ = [
 _V1_FORMAT_BYTE = frame_v1.MAGIC[2]  # 0x50, "P"
 _V2_FORMAT_BYTE = 2
 _MAGIC = b"CK"
+# The kind of a format 2 kind_flags byte: 0-7 but a continuing PREFIX (4), a kind and at most the
+# CONTINUES_STREAM flag; and a sealed FULL frame (9).
+_V2_KINDS = {
+    **{flags: KINDS_BY_NUMBER[flags & frame_v2.KIND_MASK] for flags in (0, 1, 2, 3, 5, 6, 7)},
+    frame_v2.FLAG_SEALED | KIND_NUMBERS[FrameKind.FULL]: FrameKind.FULL,
+}
 
 
 def pack(header: FrameHeader, payload: bytes, *, format_version: int | None = None) -> bytes:
@@ -150,10 +156,9 @@ def frame_kind(frame: bytes | bytearray | memoryview) -> FrameKind:
     """
     try:  # bytes or a byte memoryview: no copy, no new view
         if frame[2] == _V2_FORMAT_BYTE and frame[0] == 0x43 and frame[1] == 0x4B:
-            kind_flags = frame[3]
-            # 0-7 but a continuing PREFIX (4): a kind and at most the CONTINUES_STREAM flag.
-            if kind_flags <= frame_v2.KNOWN_BITS and kind_flags != frame_v2.FLAG_CONTINUES_STREAM:
-                return KINDS_BY_NUMBER[kind_flags & frame_v2.KIND_MASK]
+            kind = _V2_KINDS.get(frame[3])
+            if kind is not None:
+                return kind
     except (IndexError, NotImplementedError):
         pass  # too short, or a buffer of another shape: read its bytes below
     return _kind_or_error(bytes(as_bytes_view(frame)[:6]))
@@ -165,8 +170,8 @@ def _kind_or_error(head: bytes) -> FrameKind:
             if len(head) < 4:
                 raise TruncatedFrameError(f"frame is {len(head)} bytes; format 2 keeps its kind at offset 3")
             kind_flags = head[3]
-            if kind_flags <= frame_v2.KNOWN_BITS and kind_flags != frame_v2.FLAG_CONTINUES_STREAM:
-                return KINDS_BY_NUMBER[kind_flags & frame_v2.KIND_MASK]
+            if kind_flags in _V2_KINDS:
+                return _V2_KINDS[kind_flags]
             raise UnsupportedFormatError(f"frame has unknown kind_flags {kind_flags:#04x} at offset 3")
         if head[2] == _V1_FORMAT_BYTE:
             if len(head) < 6:

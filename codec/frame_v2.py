@@ -1,6 +1,6 @@
 """Format 2: a compact header of varints and a zstd payload (FORMAT.md, "format version 2").
 
-"CK" 02, kind_flags, window_log, then the varints version, base_distance,
+"CK" 02, kind_flags (kind, CONTINUES_STREAM, SEALED), window_log, then the varints version, base_distance,
 state_size, base_size, prefix_size and payload_size (LEB128), then
 state_xxh3 (u64) and frame_check (u32), then the payload.
 """
@@ -24,7 +24,9 @@ from .header import (
 MAGIC = b"CK\x02"  # magic "CK" and the format byte
 KIND_MASK = 0x03
 FLAG_CONTINUES_STREAM = 0x04
-KNOWN_BITS = KIND_MASK | FLAG_CONTINUES_STREAM
+#: A sealed FULL frame (FORMAT.md §13): one whole zstd frame declaring its content size; no frame continues it.
+FLAG_SEALED = 0x08
+KNOWN_BITS = KIND_MASK | FLAG_CONTINUES_STREAM | FLAG_SEALED
 VARINTS = ("version", "base_distance", "state_size", "base_size", "prefix_size", "payload_size")
 MAX_VARINT_BYTES = 10
 MIN_HEADER_SIZE = V2_HEAD_BYTES + len(VARINTS) + V2_TAIL_BYTES
@@ -69,10 +71,11 @@ def pack(header: FrameHeader, payload: bytes) -> bytes:
         distance = header.version - header.base_version
         if distance < 1:
             raise ValueError(f"base_version {header.base_version} is not before version {header.version}")
+    sealed = FLAG_SEALED if header.sealed else 0
     head = b"".join(
         (
             MAGIC,
-            bytes((kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0), header.window_log)),
+            bytes((kind | (FLAG_CONTINUES_STREAM if header.continues_stream else 0) | sealed, header.window_log)),
             _varint(header.version),
             _varint(distance),
             _varint(header.state_size),
@@ -187,6 +190,7 @@ def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]
         window_log,
         bool(kind_flags & FLAG_CONTINUES_STREAM),
         2,
+        bool(kind_flags & FLAG_SEALED),
     )
     check_fields(header)
     return header, view[check_at + 4 :]

@@ -75,6 +75,9 @@ class FrameHeader(NamedTuple):
     continues_stream: bool
     #: The frame format the header was read from or is to be written in.
     format: int = FORMAT_VERSION
+    #: A sealed FULL frame (format 2 only, FORMAT.md §13): its payload is one whole zstd frame declaring
+    #: its content size, and no frame continues its stream.
+    sealed: bool = False
 
     @property
     def content_size(self) -> int:
@@ -157,8 +160,15 @@ def _fields_look_valid(h: FrameHeader) -> bool:
     if h.content_size > MAX_EXPANSION * h.payload_size:
         return False
     if h.kind is FrameKind.FULL:
-        return not (h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues_stream)
-    if h.base_version != h.version - 1:
+        return not (
+            h.base_version
+            or h.base_size
+            or h.prefix_size
+            or h.base_xxh3
+            or h.continues_stream
+            or (h.sealed and h.format != 2)
+        )
+    if h.sealed or h.base_version != h.version - 1:
         return False
     if h.continues_stream:
         return h.prefix_size == 0 and (
@@ -177,6 +187,10 @@ def _raise_for_fields(h: FrameHeader) -> None:
         raise bad(f"window_log {h.window_log} outside 10..31")
     if h.version < 1:
         raise bad("version 0 (versions start at 1)")
+    if h.sealed and h.format != 2:
+        raise bad("the SEALED flag: format 1 has none")
+    if h.sealed and h.kind is not FrameKind.FULL:
+        raise bad(f"the SEALED flag on a {h.kind.name} frame: only a FULL frame may end its stream")
     if h.kind is FrameKind.FULL:
         for name in ("base_version", "base_size", "prefix_size", "base_xxh3", "continues_stream"):
             if getattr(h, name):

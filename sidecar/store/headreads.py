@@ -126,8 +126,8 @@ def advance_head(
             if not key.startswith(prefix):
                 break
             frame = frame_of(value)
-            # A format 2 FULL frame (FORMAT.md: kind_flags 1) starts a new chain: decode it whole.
-            if len(frames) == MAX_ADVANCE_FRAMES or (len(frame) > 3 and frame[2] == 2 and frame[3] == 1):
+            # A format 2 FULL frame (FORMAT.md: kind_flags 1, or 9 sealed) starts a new chain: decode it whole.
+            if len(frames) == MAX_ADVANCE_FRAMES or (len(frame) > 3 and frame[2] == 2 and frame[3] in (1, 9)):
                 return None
             frames.append(frame)
             last_key, last_value = key, value

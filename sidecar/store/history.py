@@ -115,7 +115,7 @@ def _is_full(frame: memoryview) -> bool:
     # FULL starts a chain of its own, whose decode then names the damage; one that names no kind this
     # codec knows stays in its chain, for the same reason.
     if len(frame) > 3 and frame[2] == 2:
-        return bool(frame[3] == 1)
+        return frame[3] in (1, 9)  # FULL, sealed FULL (FORMAT.md §13)
     try:
         return frame_kind(frame) is FrameKind.FULL
     except DecodeError:

@@ -107,10 +107,10 @@ def chain_back(
         frame = frame_of(stored)
         frames.append(frame)
         # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (FORMAT.md:
-        # format 2, kind_flags FULL and no flag; PREFIX: 0), so only other frames pay for frame_kind. A frame
-        # damaged into looking FULL ends the chain early; decoding it then fails, naming the damage.
+        # format 2, kind_flags FULL with no flag or SEALED (9); PREFIX: 0), so only other frames pay for
+        # frame_kind. A frame damaged into looking FULL ends the chain early; decoding it then fails, naming it.
         if len(frame) > 3 and frame[2] == 2:
-            if frame[3] <= 1:  # FULL (1) or PREFIX (0)
+            if frame[3] <= 1 or frame[3] == 9:  # FULL (1), sealed FULL (9) or PREFIX (0)
                 full = True
                 break
             continue

@@ -19,6 +19,7 @@ from ckpt.codec import (
     decode,
     decoder,
     frame_kind,
+    keyframe,
     open_chain,
     parse,
 )
@@ -35,6 +36,8 @@ _writes = st.lists(
         st.tuples(st.just("cut"), st.integers(0, 2000)),
         st.tuples(st.just("merge"), _text),
         st.tuples(st.just("new"), st.binary(min_size=0, max_size=3000)),
+        # The head rewritten as a sealed keyframe, then a MERGE by an encoder resumed on it.
+        st.tuples(st.just("keyframe"), _text),
     ),
     min_size=2,
     max_size=40,
@@ -53,6 +56,12 @@ def written(writes: list[tuple[str, object]], policy: ChainPolicy) -> list[bytes
             frames.append(enc.replace(enc.state[: len(enc.state) - min(arg, len(enc.state))]).data)
         elif op == "merge":
             assert isinstance(arg, bytes)
+            frames.append(enc.merge(_field(arg)).data)
+        elif op == "keyframe":
+            assert isinstance(arg, bytes)
+            head = keyframe(enc.state, version=enc.version, policy=policy)
+            frames[-1] = head.data
+            enc = ChainEncoder.resume(enc.state, [head.header], policy=policy)
             frames.append(enc.merge(_field(arg)).data)
         else:
             assert isinstance(arg, bytes)

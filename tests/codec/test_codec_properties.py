@@ -22,6 +22,7 @@ from ckpt.codec import (
     decode,
     frame_kind,
     iter_versions,
+    keyframe,
 )
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.codec.strategies import big_checkpoints, checkpoints, serialize
@@ -44,7 +45,8 @@ POLICIES = {
 # One write: ("replace", full state) or ("merge", patch); "rollback-replace"
 # and "rollback-merge" encode a write and drop its frame (a write that was
 # never stored), and "resume" restarts the encoder from stored data, as a
-# store does after a restart.
+# store does after a restart; "keyframe" rewrites the head as a sealed
+# keyframe and resumes the encoder on it, as a store does with a quiet head.
 writes = st.one_of(
     st.tuples(st.just("replace"), checkpoints().map(serialize)),
     st.tuples(st.just("merge"), checkpoints(partial=True).map(serialize)),
@@ -57,6 +59,7 @@ ops = st.tuples(
             st.tuples(st.just("rollback-replace"), checkpoints().map(serialize)),
             st.tuples(st.just("rollback-merge"), checkpoints(partial=True).map(serialize)),
             st.tuples(st.just("resume"), st.just(b"")),
+            st.tuples(st.just("keyframe"), st.just(b"")),
         ),
         max_size=24,
     ),
@@ -92,6 +95,14 @@ def run_ops(policy: ChainPolicy, operations: list[tuple[str, bytes]], compact: b
             if store.frames:
                 enc.replace(data) if op == "rollback-replace" else enc.merge(data)  # encoded, "not stored"
                 enc.rollback()
+            continue
+        if op == "keyframe":
+            if store.frames:
+                keyed = keyframe(store.expected[-1], version=len(store.frames), policy=policy)
+                store.frames[-1] = keyed.data
+                enc = ChainEncoder.resume(
+                    store.expected[-1], [keyed.header], policy=policy, compact_message_type=compact_type
+                )
             continue
         if op == "resume":
             if store.frames:

@@ -17,12 +17,27 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame, prefix_frame
+from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame, keyframe, prefix_frame
+from tests.codec.layout import with_fields
 
 if sys.version_info >= (3, 14):
-    from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
+    from compression.zstd import (
+        DecompressionParameter,
+        ZstdDecompressor,
+        ZstdDict,
+        ZstdError,
+        get_frame_info,
+        get_frame_size,
+    )
 else:
-    from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdDict, ZstdError
+    from backports.zstd import (
+        DecompressionParameter,
+        ZstdDecompressor,
+        ZstdDict,
+        ZstdError,
+        get_frame_info,
+        get_frame_size,
+    )
 
 FORMAT_MD = Path(__file__).parents[2] / "codec" / "FORMAT.md"
 
@@ -38,6 +53,7 @@ FIELDS = struct.Struct("<4sBBBBQQIIIIQQ")  # offsets 0..55
 FULL, DELTA, PATCH = 1, 2, 3
 PREFIX = 0  # format 2 only (§12)
 CONTINUES_STREAM = 0x01
+SEALED = 0x08  # format 2's kind_flags bit, kept in place (§13)
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,10 @@ class Header:
         return bool(self.flags & CONTINUES_STREAM)
 
     @property
+    def sealed(self) -> bool:
+        return bool(self.flags & SEALED)
+
+    @property
     def content_size(self) -> int:
         if self.kind == PREFIX:
             return 0
@@ -78,8 +98,10 @@ def read_frame(frame: bytes) -> tuple[Header, bytes]:
         if h.state_size > h.base_size or h.prefix_size or h.payload_size:
             raise FormatError("PREFIX fields")
         return h, payload
-    if h.kind not in (FULL, DELTA, PATCH) or h.flags & ~CONTINUES_STREAM:
+    if h.kind not in (FULL, DELTA, PATCH) or h.flags & ~(CONTINUES_STREAM | SEALED):
         raise FormatError("kind or flags")
+    if h.sealed and h.kind != FULL:
+        raise FormatError("SEALED on a frame that is not FULL")  # §13
     if not 10 <= h.window_log <= 31 or h.version < 1:
         raise FormatError("window_log or version")
     if h.kind == FULL:
@@ -146,7 +168,7 @@ def read_v2(frame: bytes) -> tuple[Header, bytes]:
     kind = kind_flags & 0x03
     if distance < 1 if kind == PREFIX else distance != (0 if kind == FULL else 1):
         raise FormatError("base_distance")
-    flags = (CONTINUES_STREAM if kind_flags & 0x04 else 0) | (kind_flags & ~0x07)
+    flags = (CONTINUES_STREAM if kind_flags & 0x04 else 0) | (kind_flags & ~0x07)  # SEALED stays 0x08
     base_version = version + distance if kind == PREFIX else 0 if kind == FULL else version - 1
     h = Header(
         kind, flags, window_log, version, base_version, state_size, base_size, payload_size, prefix_size, state_xxh3,
@@ -168,6 +190,8 @@ def check_link(prev: Header | None, h: Header) -> None:
         raise FormatError("link")
     if h.base_xxh3 is not None and h.base_xxh3 != prev.state_xxh3:  # format 1 only
         raise FormatError("link")
+    if h.continues and prev.sealed:
+        raise FormatError("continues a sealed stream")  # §13
     if h.continues and h.window_log != prev.window_log:
         raise FormatError("window_log of a continuing frame")
 
@@ -192,6 +216,29 @@ def decompress(dec: ZstdDecompressor, data: bytes, size: int) -> bytes:
     return out
 
 
+def read_sealed(h: Header, payload: bytes) -> bytes:
+    """A sealed FULL frame's state: one whole zstd frame declaring state_size (§13)."""
+    if payload[:4] != b"\x28\xb5\x2f\xfd":
+        raise FormatError("sealed: not a zstd frame")
+    try:
+        declared = get_frame_info(payload).decompressed_size
+        end = get_frame_size(payload)
+    except ZstdError as exc:
+        raise FormatError(f"sealed: zstd: {exc}") from None
+    if declared != h.state_size:
+        raise FormatError("sealed: content size")
+    if end != len(payload):
+        raise FormatError("sealed: bytes after the zstd frame")
+    dec = ZstdDecompressor(options={DecompressionParameter.window_log_max: h.window_log})
+    try:
+        out = dec.decompress(payload, max_length=h.state_size + 1)
+    except ZstdError as exc:
+        raise FormatError(f"zstd: {exc}") from None
+    if not dec.eof or dec.unused_data or len(out) != h.state_size:
+        raise FormatError("sealed: content size")
+    return out
+
+
 def verify(h: Header, state: bytes) -> bytes:
     if len(state) != h.state_size or xxhash.xxh3_64_intdigest(state) != h.state_xxh3:
         raise FormatError("state check")
@@ -206,10 +253,13 @@ def read_versions(frames: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     for frame in frames:
         h, payload = read_frame(frame)
         check_link(prev, h)
-        if not h.continues:
-            dec = new_stream(h, state)
-        assert dec is not None
-        content = decompress(dec, payload, h.content_size)
+        if h.sealed:
+            dec, content = None, read_sealed(h, payload)
+        else:
+            if not h.continues:
+                dec = new_stream(h, state)
+            assert dec is not None
+            content = decompress(dec, payload, h.content_size)
         state = verify(h, state + content if h.kind == PATCH else content)
         yield h.version, state
         prev = h
@@ -237,6 +287,9 @@ def hydrate(frames: Iterable[bytes]) -> bytes:
         streams[-1].append((h, payload))
     state = b""
     for stream in streams:
+        if stream[0][0].sealed:  # a sealed FULL frame is a stream of its own (§13)
+            state = verify(stream[0][0], read_sealed(*stream[0]))
+            continue
         dec = new_stream(stream[0][0], state)
         out = decompress(dec, b"".join(p for _, p in stream), sum(h.content_size for h, _ in stream))
         start, offset = None, 0
@@ -396,7 +449,20 @@ def upgraded(fmt: int) -> Session:
     return s
 
 
-SESSIONS = [mixed, patch_stream_after_rollback, patch_stream_after_resume, tiny_states, restarting]
+def keyframed(fmt: int) -> Session:
+    """A head rewritten as a keyframe (sealed in format 2), then written on by an encoder resumed on it."""
+    s = mixed(fmt)
+    s.frames[-1] = keyframe(s.enc.state, version=s.enc.version, format_version=fmt)
+    s.resume()
+    s.merge(tool_patch(7))  # a PATCH starting a stream on the keyframe's state
+    s.merge(tool_patch(8))
+    s.replace(s.enc.state + b"\x08\x09")
+    s.frames.append(keyframe(s.enc.state + b"\x08\x0a", version=s.enc.version + 1, format_version=fmt))
+    s.states[s.enc.version + 1] = s.enc.state + b"\x08\x0a"  # a keyframe written as a new chain
+    return s
+
+
+SESSIONS = [mixed, patch_stream_after_rollback, patch_stream_after_resume, tiny_states, restarting, keyframed]
 CASES = [(make, fmt) for make in SESSIONS for fmt in READABLE_FORMATS] + [(upgraded, 1)]
 
 
@@ -407,9 +473,10 @@ def test_independent_reader_returns_the_encoders_states(make: Callable[[int], Se
     for f in s.frames:  # the reader sees the header the encoder wrote
         h, payload = read_frame(f.data)
         e = f.header
-        assert (h.kind, h.continues, h.window_log, h.version, h.base_version, h.format) == (
+        assert (h.kind, h.continues, h.sealed, h.window_log, h.version, h.base_version, h.format) == (
             e.kind,
             e.continues_stream,
+            e.sealed,
             e.window_log,
             e.version,
             e.base_version,
@@ -504,6 +571,8 @@ def test_worked_examples_match_the_encoder() -> None:
         expected += [enc.replace(state).data.hex(), enc.merge(b"\x08\x01").data.hex()]
     # §12: version 1 of §11 as a PREFIX frame of version 2.
     expected.append(prefix_frame(state + b"\x08\x01", version=1, source_version=2, state_size=6000).data.hex())
+    # §13: version 2 of §11 rewritten as a keyframe, sealed.
+    expected.append(keyframe(state + b"\x08\x01", version=2).data.hex())
     assert blocks == expected
     for fmt, pair in zip(READABLE_FORMATS, (blocks[:2], blocks[2:4]), strict=True):
         frames = [bytes.fromhex(b) for b in pair]
@@ -524,3 +593,26 @@ def test_independent_reader_reads_the_prefix_example_from_its_source() -> None:
 
 
 FORMAT_V2_CHAIN = [bytes.fromhex(b) for b in re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())[2:4]]
+
+
+SEALED_EXAMPLE = bytes.fromhex(re.findall(r"```\n([0-9a-f]+)\n```", FORMAT_MD.read_text())[5])
+
+
+def test_independent_reader_reads_the_sealed_example_and_a_stream_started_after_it() -> None:
+    v2_state = list(read_versions(FORMAT_V2_CHAIN))[1][1]
+    assert read_frame(SEALED_EXAMPLE)[0].sealed
+    assert list(read_versions([SEALED_EXAMPLE])) == [(2, v2_state)] and hydrate([SEALED_EXAMPLE]) == v2_state
+    enc = ChainEncoder.resume(v2_state, [keyframe(v2_state, version=2).header])
+    after = [enc.merge(b"\x10\x03").data, enc.merge(b"\x10\x04").data]
+    assert list(read_versions([SEALED_EXAMPLE, *after]))[-1] == (4, v2_state + b"\x10\x03\x10\x04")
+    assert hydrate([SEALED_EXAMPLE, *after]) == v2_state + b"\x10\x03\x10\x04"
+    no_prefix = ChainEncoder.resume(
+        v2_state, [keyframe(v2_state, version=2).header], policy=ChainPolicy(patch_window_bytes=0)
+    )
+    continuing = with_fields(no_prefix.merge(b"\x10\x03").data, kind_flags=0x07)  # PATCH, CONTINUES_STREAM
+    for read in (
+        lambda: list(read_versions([SEALED_EXAMPLE, continuing])),
+        lambda: hydrate([SEALED_EXAMPLE, continuing]),
+    ):
+        with pytest.raises(FormatError, match="continues a sealed stream"):
+            read()

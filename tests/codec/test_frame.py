@@ -90,7 +90,8 @@ V2_FULL_CASES = [
     # Kind 0 is PREFIX, whose source is a newer version: a base_distance of 0 names none.
     ({"kind_flags": 0x00}, UnsupportedFormatError, "base_distance 0 of a PREFIX frame"),
     ({"kind_flags": 0x04}, UnsupportedFormatError, "base_distance 0 of a PREFIX frame"),
-    ({"kind_flags": 0x09}, UnsupportedFormatError, "unknown flags 0x08 at offset 3"),
+    ({"kind_flags": 0x11}, UnsupportedFormatError, "unknown flags 0x10 at offset 3"),
+    ({"kind_flags": 0x0D}, UnsupportedFormatError, "no base, prefix or stream"),
     ({"kind_flags": 0x81}, UnsupportedFormatError, "unknown flags 0x80 at offset 3"),
     ({"kind_flags": 0x05}, UnsupportedFormatError, "no base, prefix or stream"),
     ({"window_log": 9}, UnsupportedFormatError, "window_log 9 outside 10..31"),
@@ -109,7 +110,9 @@ V2_DELTA_CASES = [
     ({"kind_flags": 0x02, "prefix_size": 7}, UnsupportedFormatError, "neither 0 nor >= 8"),
     ({"kind_flags": 0x02, "prefix_size": 9}, UnsupportedFormatError, "neither 0 nor base_size"),
     ({"kind_flags": 0x07, "state_size": 1}, UnsupportedFormatError, "state_size 1 < base_size"),
-    ({"kind_flags": 0x0E}, UnsupportedFormatError, "unknown flags 0x08 at offset 3"),
+    ({"kind_flags": 0x0E}, UnsupportedFormatError, "SEALED flag on a DELTA frame"),
+    ({"kind_flags": 0x0B}, UnsupportedFormatError, "SEALED flag on a PATCH frame"),
+    ({"kind_flags": 0x1E}, UnsupportedFormatError, "unknown flags 0x10 at offset 3"),
 ]
 FIELD_CASES = [(1, "full", *c) for c in V1_FULL_CASES] + [(1, "delta", *c) for c in V1_DELTA_CASES]
 FIELD_CASES += [(2, "full", *c) for c in V2_FULL_CASES] + [(2, "delta", *c) for c in V2_DELTA_CASES]
@@ -230,7 +233,18 @@ def test_frame_kind_reads_only_the_first_bytes() -> None:
         with pytest.raises(TruncatedFrameError):
             frame_kind(short)
     assert frame_kind(b"CK\x02\x00") is FrameKind.PREFIX  # kind 0 of format 2; format 1 has none
-    for bad in (b"CK\x02\x04", b"CK\x02\x09", b"CKPF\x01\x00", b"CKPF\x01\x04", b"CKPF\x02\x01", b"XYZ\x01\x01\x01"):
+    assert frame_kind(b"CK\x02\x09") is FrameKind.FULL  # sealed (FORMAT.md §13)
+    for bad in (
+        b"CK\x02\x04",
+        b"CK\x02\x08",
+        b"CK\x02\x0a",
+        b"CK\x02\x0f",
+        b"CK\x02\x11",
+        b"CKPF\x01\x00",
+        b"CKPF\x01\x04",
+        b"CKPF\x02\x01",
+        b"XYZ\x01\x01\x01",
+    ):
         with pytest.raises(UnsupportedFormatError):
             frame_kind(bad)
 
