@@ -39,8 +39,6 @@ class Rewrite:
     stored_delta: int
     #: The state bytes decoded and recompressed for it (what KEYFRAME_OP_BYTES counts).
     cost: int
-    #: Whether it writes PREFIX frames (the store is then stamped layout 7).
-    prefix: bool = False
 
 
 #: Plans a session's rewrite from reads alone (txn, sid, session id, record); None: nothing to rewrite.
@@ -101,7 +99,7 @@ def fold_plan(
     new_head = value[:meta_end] + full.data
     puts.append((key, new_head))
     delta += full.stored_bytes - (len(value) - meta_end)
-    return Rewrite(puts, new_head, delta, len(state), prefix=True)
+    return Rewrite(puts, new_head, delta, len(state))
 
 
 def _kind(frame: memoryview, session_id: str, version: int) -> FrameKind:

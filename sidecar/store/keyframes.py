@@ -24,7 +24,7 @@ from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
 from .folds import Plan, Rewrite, fold_plan, head_value
-from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_prefix_frames
+from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
 from .records import printable, record, version_info
@@ -212,8 +212,8 @@ class QuietKeyframes:
                     continue
                 for key, new_value in rewrite.puts:
                     txn.put(key, new_value, db=tables.frames)
-                if rewrite.prefix and not stamped:
-                    stamp_prefix_frames(txn, tables)
+                if not stamped:  # PREFIX frames, and sealed FULL frames (keyframe()): both layout 7
+                    stamp_new_frames(txn, tables)
                     stamped = True
                 rec.stored_bytes += rewrite.stored_delta
                 rec.chain_start_version = head

@@ -30,12 +30,13 @@ log = logging.getLogger("ckpt.store")
 #: 6: request records of hex request ids (UUIDv7, as the clients make them) keyed by the id's 16 bytes, their
 #: expiry entries by the id alone (keys.request_key, keys.expiry_key); those keyed in full before are still
 #: read. An older ckpt would not find the compact records: a retry across the downgrade would write twice.
-#: 7: PREFIX frames (a folded head run: folds.py). An older ckpt would fail to read every folded version.
-#: A store is stamped 7 by the transaction of its first fold, not when opened: one never folded stays
-#: layout 6 (OPENED_LAYOUT), which a ckpt of layout 6 still opens.
+#: 7: PREFIX frames (a folded head run: folds.py) and sealed FULL frames (quiet rewrites' keyframes). An older
+#: ckpt would fail to read every folded or keyframed version.
+#: A store is stamped 7 by the transaction of its first fold or quiet keyframe, not when opened: one never
+#: so rewritten stays layout 6 (OPENED_LAYOUT), which a ckpt of layout 6 still opens.
 LAYOUT_VERSION = 7
 #: The layout a writable open stamps a store of an older layout (or none) with: the newest whose data an
-#: open alone makes (layout 7's PREFIX frames come with the first fold: stamp_prefix_frames).
+#: open alone makes (layout 7's frames come with the first quiet rewrite: stamp_new_frames).
 OPENED_LAYOUT = 6
 #: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
 #: next layout is 8). 5 keyed request records by two hashes; taken out before any release.
@@ -150,7 +151,7 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
                     # adds the event log's tables, which an older ckpt would leave behind a deleted session; 4
                     # to 6 keys new records of hex request ids compactly, which an older ckpt would not find.
                     # A withdrawn layout (5) is below this one, but is not upgraded: it is refused below.
-                    # 6 to 7 comes with the first fold (stamp_prefix_frames), not here.
+                    # 6 to 7 comes with the first quiet rewrite (stamp_new_frames), not here.
                     wtxn.put(LAYOUT_KEY, b"%d" % OPENED_LAYOUT, db=meta)
                 if wtxn.get(LAST_SWEEP_KEY, db=meta) is None:
                     # The sweep schedule's start (Sweeper.first_delay): once, when first opened.
@@ -191,9 +192,10 @@ def _check_layout(storage: Storage, *, writable: bool, max_map_size_bytes: int) 
     return meta, True
 
 
-def stamp_prefix_frames(txn: WriteTxn, tables: Tables) -> None:
-    """Stamp the store layout 7 (PREFIX frames) in ``txn``, which writes its first ones, unless it is already:
-    from that commit on, a ckpt of an older layout refuses the store rather than fail its reads."""
+def stamp_new_frames(txn: WriteTxn, tables: Tables) -> None:
+    """Stamp the store layout 7 (PREFIX frames, sealed FULL frames) in ``txn``, which writes its first ones,
+    unless it is already: from that commit on, a ckpt of an older layout refuses the store rather than fail
+    its reads."""
     meta = tables.meta
     assert meta is not None, "a writable store has a meta table"
     raw = txn.get(LAYOUT_KEY, db=meta)

@@ -18,8 +18,10 @@ from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietKeyframes
+from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.v1 import service_pb2
 from tests.store.support import put_later, queued_ops, storage_of, wait_queued, writer_held
+from tests.store.test_folds import stamp as layout_stamp
 from tests.support import ROOT, start_sidecar_sweeping
 
 QUIET_SECONDS = 60.0
@@ -166,6 +168,17 @@ def test_a_quiet_session_gets_a_full_head_and_every_version_still_reads_back(
     with Store(config) as store:  # reopened: encoders are rebuilt from LMDB
         store.put("s", expected[-1] + b"\x08\x06" if mode is WriteMode.REPLACE else b"\x08\x06", mode=mode)
         assert every_version(store, "s") == [*expected, expected[-1] + b"\x08\x06"]
+
+
+def test_a_quiet_keyframe_stamps_the_layout_that_reads_sealed_frames(config: StoreConfig) -> None:
+    """A keyframe is a sealed FULL frame (FORMAT.md), which a ckpt of layout 6 cannot read: its commit stamps 7."""
+    with Store(config) as store:
+        for s in replace_states(5):
+            store.put("s", s)
+    assert layout_stamp(config.data_dir) == b"6"  # a store never rewritten stays openable by layout 6
+    with Store(config) as store:
+        assert store.sweep(now_nanos=time.time_ns() + LATER).keyframes_written == 1
+    assert layout_stamp(config.data_dir) == str(LAYOUT_VERSION).encode() == b"7"
 
 
 def test_sessions_written_within_the_quiet_period_are_left_alone(config: StoreConfig) -> None:
