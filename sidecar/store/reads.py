@@ -155,8 +155,9 @@ def read_prefixed(
 
     ``max_state_bytes`` bounds the decode of the first source that is not PREFIX (the work the read does):
     StateTooLarge, before anything is decompressed, if its state is larger. ``known``: states already read
-    (a page's), by version: a source found there is not read again. DataLoss names the version whose frame
-    is damaged, or a source whose frame is missing.
+    (a page's), by version: a source found there is not read again, and one decoded is added to it (the
+    page's other versions of its run find it there). DataLoss names the version whose frame is damaged, or a
+    source whose frame is missing.
     """
     hops = [(version, frame)]
     at = version
@@ -189,6 +190,8 @@ def read_prefixed(
                 f"session {session_id!r} version {source}: the frame stored there is version {latest.header.version}'s"
             )
         state = latest.state
+        if known is not None:
+            known[source] = state
         break
     got: DecodedVersion | None = None
     for at, at_frame in reversed(hops):
