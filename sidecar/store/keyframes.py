@@ -23,7 +23,7 @@ from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .folds import Plan, Rewrite, fold_plan, head_value
+from .folds import Plan, Rewrite, fold_plan, frame_value
 from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
@@ -175,7 +175,7 @@ class QuietKeyframes:
         if self._config.fold_after_quiet_seconds is not None and frame_kind(chain[-1]) is FrameKind.PATCH:
             return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
         state = decode(chain)
-        key, value, meta_end = head_value(txn, self._tables.frames, sid, session_id, head)
+        key, value, meta_end = frame_value(txn, self._tables.frames, sid, session_id, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
         new_value = value[:meta_end] + frame.data
         return Rewrite([(key, new_value)], new_value, frame.stored_bytes - (len(value) - meta_end), len(state))
