@@ -31,10 +31,8 @@ class Rewrite:
     """What a quiet sweep writes for one session: new values of its frames (the head's among them), all in
     one transaction with its record."""
 
-    #: (frame key, new value) for each frame rewritten.
+    #: (frame key, new value) for each frame rewritten, the head's last.
     puts: list[tuple[bytes, bytes]]
-    #: The head's new value (the last of ``puts``).
-    head_value: bytes
     #: How many bytes the session's frames grow by (< 0: shrink).
     stored_delta: int
     #: The state bytes decoded and recompressed for it (what KEYFRAME_OP_BYTES counts).
@@ -93,10 +91,9 @@ def fold_plan(
         delta += frame.stored_bytes - (len(value) - meta_end)
     key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, head)
     full = keyframe(state, version=head, policy=policy)
-    new_head = value[:meta_end] + full.data
-    puts.append((key, new_head))
+    puts.append((key, value[:meta_end] + full.data))
     delta += full.stored_bytes - (len(value) - meta_end)
-    return Rewrite(puts, new_head, delta, len(state))
+    return Rewrite(puts, delta, len(state))
 
 
 def _kind(frame: memoryview, session_id: str, version: int) -> FrameKind:

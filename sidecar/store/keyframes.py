@@ -178,7 +178,7 @@ class QuietKeyframes:
         key, value, meta_end = frame_value(txn, self._tables.frames, sid, session_id, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
         new_value = value[:meta_end] + frame.data
-        return Rewrite([(key, new_value)], new_value, frame.stored_bytes - (len(value) - meta_end), len(state))
+        return Rewrite([(key, new_value)], frame.stored_bytes - (len(value) - meta_end), len(state))
 
     def op(self, sids: list[bytes], quiet_since: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
         """Rewrite quiet sessions' heads: (rewritten, sessions looked at).
@@ -226,7 +226,7 @@ class QuietKeyframes:
                 encoders.discard(sid)
                 batch.after_commit.append(functools.partial(encoders.discard, sid))
                 batch.touched_encoders.add(sid)
-                info = version_info(session_id, head, rewrite.head_value)
+                info = version_info(session_id, head, rewrite.puts[-1][1])  # the head's new value
                 batch.after_commit.append(functools.partial(encoders.states.restate, sid, info))
                 written += 1
                 state_bytes += rewrite.cost
