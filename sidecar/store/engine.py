@@ -185,7 +185,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
                 if not self._folded_at_close:
                     self._folded_at_close = True
                     self._quiet.fold_at_close(self._writer.submit_own)
-            self._writer.stop(list)
+            self._writer.stop()
             if not self._storage_closed:
                 self._storage.close()
                 self._storage_closed = True

@@ -31,10 +31,8 @@ class Rewrite:
     """What a quiet sweep writes for one session: new values of its frames (the head's among them), all in
     one transaction with its record."""
 
-    #: (frame key, new value) for each frame rewritten.
+    #: (frame key, new value) for each frame rewritten, the head's last.
     puts: list[tuple[bytes, bytes]]
-    #: The head's new value (the last of ``puts``).
-    head_value: bytes
     #: How many bytes the session's frames grow by (< 0: shrink).
     stored_delta: int
     #: The state bytes decoded and recompressed for it (what KEYFRAME_OP_BYTES counts).
@@ -45,12 +43,12 @@ class Rewrite:
 Plan = Callable[[WriteTxn, bytes, str, records_pb2.SessionRecord], "Rewrite | None"]
 
 
-def head_value(txn: ReadTxn, frames: Table, sid: bytes, session_id: str, head: int) -> tuple[bytes, bytes, int]:
-    """The head's frame key, its stored value and where its metadata ends (the frame follows)."""
-    key = keys.frame_key(sid, head)
+def frame_value(txn: ReadTxn, frames: Table, sid: bytes, session_id: str, version: int) -> tuple[bytes, bytes, int]:
+    """A version's frame key, its stored value and where its metadata ends (the frame follows)."""
+    key = keys.frame_key(sid, version)
     value = txn.get(key, db=frames)
     if value is None:
-        raise DataLoss(f"session {session_id!r}: frame of version {head} is missing")
+        raise DataLoss(f"session {session_id!r}: frame of version {version} is missing")
     return key, bytes(value), META_LEN.size + META_LEN.unpack_from(value)[0]
 
 
@@ -60,7 +58,8 @@ def fold_plan(
     """The fold of the session's head run (None if its head is not a PATCH frame), from reads alone."""
     head = rec.head_version
     chain = chain_frames(txn, tables, sid, session_id, rec, head)  # from the head's chain start
-    kinds = [_kind(frame, session_id, head - len(chain) + 1 + i) for i, frame in enumerate(chain)]
+    base = head - len(chain) + 1  # chain[0]'s version
+    kinds = [_kind(frame, session_id, base + i) for i, frame in enumerate(chain)]
     if kinds[-1] is not FrameKind.PATCH:
         return None  # a DELTA head: a quiet keyframe's, if they are on
     first = len(chain) - 1
@@ -73,13 +72,9 @@ def fold_plan(
     puts: list[tuple[bytes, bytes]] = []
     delta = 0
     for version in range(start, head):
-        key = keys.frame_key(sid, version)
-        value = txn.get(key, db=tables.frames)
-        if value is None:
-            raise DataLoss(f"session {session_id!r}: frame of version {version} is missing")
-        meta_end = META_LEN.size + META_LEN.unpack_from(value)[0]
+        key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, version)
         try:
-            old = parse(memoryview(value)[meta_end:])[0]
+            old = parse(chain[version - base])[0]
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {version}: {exc}") from None
         try:
@@ -92,14 +87,13 @@ def fold_plan(
                 f" version {head}'s (XXH3-64 {frame.header.state_xxh3:016x}, its frame says"
                 f" {old.state_xxh3:016x}); not folded"
             )
-        puts.append((key, bytes(value[:meta_end]) + frame.data))
+        puts.append((key, value[:meta_end] + frame.data))
         delta += frame.stored_bytes - (len(value) - meta_end)
-    key, value, meta_end = head_value(txn, tables.frames, sid, session_id, head)
+    key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, head)
     full = keyframe(state, version=head, policy=policy)
-    new_head = value[:meta_end] + full.data
-    puts.append((key, new_head))
+    puts.append((key, value[:meta_end] + full.data))
     delta += full.stored_bytes - (len(value) - meta_end)
-    return Rewrite(puts, new_head, delta, len(state))
+    return Rewrite(puts, delta, len(state))
 
 
 def _kind(frame: memoryview, session_id: str, version: int) -> FrameKind:

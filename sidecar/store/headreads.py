@@ -20,6 +20,7 @@ from ..errors import DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
 from .eventreads import check_query, read_events
+from .prefixes import is_full_v2
 from .reads import chain_back, refuse_unstored
 from .records import frame_of, version_info
 from .stateevents import named_events_field, same_txn
@@ -126,8 +127,8 @@ def advance_head(
             if not key.startswith(prefix):
                 break
             frame = frame_of(value)
-            # A format 2 FULL frame (FORMAT.md: kind_flags 1, or 9 sealed) starts a new chain: decode it whole.
-            if len(frames) == MAX_ADVANCE_FRAMES or (len(frame) > 3 and frame[2] == 2 and frame[3] in (1, 9)):
+            # A format 2 FULL frame (sealed or not) starts a new chain: decode it whole.
+            if len(frames) == MAX_ADVANCE_FRAMES or is_full_v2(frame):
                 return None
             frames.append(frame)
             last_key, last_value = key, value

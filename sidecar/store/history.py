@@ -21,7 +21,7 @@ from ..storage import ReadTxn
 from . import keys
 from .layout import Tables
 from .listings import version_page
-from .prefixes import is_prefix
+from .prefixes import is_full_v2, is_prefix
 from .reads import chain_back, read_prefixed
 from .records import frame_of
 from .types import GetResult, VersionInfo
@@ -115,7 +115,7 @@ def _is_full(frame: memoryview) -> bool:
     # FULL starts a chain of its own, whose decode then names the damage; one that names no kind this
     # codec knows stays in its chain, for the same reason.
     if len(frame) > 3 and frame[2] == 2:
-        return frame[3] in (1, 9)  # FULL, sealed FULL (FORMAT.md §13)
+        return is_full_v2(frame)
     try:
         return frame_kind(frame) is FrameKind.FULL
     except DecodeError:

@@ -23,7 +23,7 @@ from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .folds import Plan, Rewrite, fold_plan, head_value
+from .folds import Plan, Rewrite, fold_plan, frame_value
 from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
@@ -175,10 +175,10 @@ class QuietKeyframes:
         if self._config.fold_after_quiet_seconds is not None and frame_kind(chain[-1]) is FrameKind.PATCH:
             return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
         state = decode(chain)
-        key, value, meta_end = head_value(txn, self._tables.frames, sid, session_id, head)
+        key, value, meta_end = frame_value(txn, self._tables.frames, sid, session_id, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
         new_value = value[:meta_end] + frame.data
-        return Rewrite([(key, new_value)], new_value, frame.stored_bytes - (len(value) - meta_end), len(state))
+        return Rewrite([(key, new_value)], frame.stored_bytes - (len(value) - meta_end), len(state))
 
     def op(self, sids: list[bytes], quiet_since: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
         """Rewrite quiet sessions' heads: (rewritten, sessions looked at).
@@ -226,7 +226,7 @@ class QuietKeyframes:
                 encoders.discard(sid)
                 batch.after_commit.append(functools.partial(encoders.discard, sid))
                 batch.touched_encoders.add(sid)
-                info = version_info(session_id, head, rewrite.head_value)
+                info = version_info(session_id, head, rewrite.puts[-1][1])  # the head's new value
                 batch.after_commit.append(functools.partial(encoders.states.restate, sid, info))
                 written += 1
                 state_bytes += rewrite.cost

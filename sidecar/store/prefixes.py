@@ -14,6 +14,18 @@ from __future__ import annotations
 from ...codec import DecodeError, parse
 from ..errors import DataLoss
 
+#: The kind_flags byte of a format 2 FULL frame (codec/FORMAT.md §9: kind_flags, FULL 1; sealed FULL 9, §13).
+FULL_KINDS_V2 = frozenset((1, 9))
+#: The kind_flags byte of a format 2 frame that depends on no older frame: FULL, sealed FULL or PREFIX (0, is_prefix).
+CHAIN_ENDS_V2 = FULL_KINDS_V2 | {0}
+
+
+def is_full_v2(frame: bytes | memoryview) -> bool:
+    """Whether a stored frame is a format 2 FULL frame (sealed or not), by its kind byte alone; False for a
+    format 1 frame, which callers tell by its header. A frame damaged into looking FULL fails its decode,
+    naming the damage."""
+    return len(frame) > 3 and frame[2] == 2 and frame[3] in FULL_KINDS_V2
+
 
 def is_prefix(frame: bytes | memoryview) -> bool:
     """Whether a stored frame is PREFIX, by its kind byte alone (FORMAT.md: format 2, kind_flags 0; format 1

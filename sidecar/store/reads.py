@@ -29,7 +29,7 @@ from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
 from .layout import Tables
-from .prefixes import is_prefix, named, source_of
+from .prefixes import CHAIN_ENDS_V2, is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
@@ -106,11 +106,11 @@ def chain_back(
         oldest = target - len(frames)  # if none is missing: checked once, below
         frame = frame_of(stored)
         frames.append(frame)
-        # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (FORMAT.md:
-        # format 2, kind_flags FULL with no flag or SEALED (9); PREFIX: 0), so only other frames pay for
-        # frame_kind. A frame damaged into looking FULL ends the chain early; decoding it then fails, naming it.
+        # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (is_full_v2,
+        # is_prefix; inline here: no call per frame), so only other frames pay for frame_kind. A frame damaged
+        # into looking FULL ends the chain early; decoding it then fails, naming it.
         if len(frame) > 3 and frame[2] == 2:
-            if frame[3] <= 1 or frame[3] == 9:  # FULL (1), sealed FULL (9) or PREFIX (0)
+            if frame[3] in CHAIN_ENDS_V2:  # FULL, sealed FULL or PREFIX
                 full = True
                 break
             continue
@@ -155,8 +155,9 @@ def read_prefixed(
 
     ``max_state_bytes`` bounds the decode of the first source that is not PREFIX (the work the read does):
     StateTooLarge, before anything is decompressed, if its state is larger. ``known``: states already read
-    (a page's), by version: a source found there is not read again. DataLoss names the version whose frame
-    is damaged, or a source whose frame is missing.
+    (a page's), by version: a source found there is not read again, and one decoded is added to it (the
+    page's other versions of its run find it there). DataLoss names the version whose frame is damaged, or a
+    source whose frame is missing.
     """
     hops = [(version, frame)]
     at = version
@@ -189,6 +190,8 @@ def read_prefixed(
                 f"session {session_id!r} version {source}: the frame stored there is version {latest.header.version}'s"
             )
         state = latest.state
+        if known is not None:
+            known[source] = state
         break
     got: DecodedVersion | None = None
     for at, at_frame in reversed(hops):

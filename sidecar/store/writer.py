@@ -115,14 +115,15 @@ class Writer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self, pending: Callable[[], list[Op]]) -> None:
-        """Take no more writes; commit those queued and ``pending()`` (a loop's batch), then end the thread.
+    def stop(self) -> None:
+        """Take no more writes; commit those queued (:meth:`close_queue` queues a loop's batch), then end the
+        thread.
 
         Called again (after an interrupted call), it only waits for the thread.
         """
         with self.room:
             if not self._stop_queued:
-                self._close_queue_locked(pending)
+                self._close_queue_locked(list)
                 self.queue.put(None)
                 self._stop_queued = True
         if not self._readonly:

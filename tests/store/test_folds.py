@@ -14,9 +14,9 @@ import lmdb
 import pytest
 
 from ckpt.bench import synthetic
-from ckpt.codec import ChainPolicy, FrameKind
+from ckpt.codec import ChainPolicy, FrameKind, decode_latest
 from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
-from ckpt.sidecar.store import keys
+from ckpt.sidecar.store import keys, reads
 from tests.support import ckpt
 
 LATER = 120 * 10**9  # a sweep this far after the writes finds them quiet (60 s by default)
@@ -337,3 +337,34 @@ def test_retention_after_a_fold_releases_the_blobs_no_kept_version_names(tmp_pat
         with pytest.raises(NotFound):
             store.blob(dropped.sha256)
         assert [store.get("s", v, use_cache=False).state for v in (6, 7, 8)] == merged(patches)[5:]
+
+
+def test_a_history_page_of_prefix_versions_decodes_their_source_once(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of PREFIX versions whose source (the head) is on no page of its own decodes it once, not once
+    per version: the first version read hands the source's state to the others."""
+    decodes: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        decodes[-1] += 1
+        return decode_latest(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "decode_latest", counted)
+    patches = merge_patches(12)
+    with Store(long_chains(config)) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE)
+        store.sweep(now_nanos=time.time_ns() + LATER)
+        assert kinds(store, "s") == [FrameKind.PREFIX] * 39 + [FrameKind.FULL]
+        states: list[bytes] = []
+        token = ""
+        while True:
+            decodes.append(0)
+            page, token = store.list_versions("s", include_states=True, page_size=4, page_token=token)
+            states += [got.state for got in page]
+            if not token:
+                break
+    assert states[::-1] == merged(patches)
+    # The first page holds the head, decoded with its chain; each later page decodes it once.
+    assert decodes == [0] + [1] * 9
