@@ -173,6 +173,16 @@ _REUSED_WINDOW_MAX = 1 << REUSED_WINDOW_LOG_MAX
 _per_thread = threading.local()
 
 
+def _thread_dctx() -> zstandard.ZstdDecompressor:
+    """This thread's reused python-zstandard context, made on its first use."""
+    dctx: zstandard.ZstdDecompressor
+    try:
+        dctx = _per_thread.dctx
+    except AttributeError:
+        dctx = _per_thread.dctx = zstandard.ZstdDecompressor(max_window_size=_REUSED_WINDOW_MAX)
+    return dctx
+
+
 def decompress_once(data: bytes | bytearray | memoryview, *, window_log: int, size: int) -> bytes | None:
     """The output of a whole chain stream (no prefix) whose window is bounded by ``window_log``, if it is
     exactly ``size`` bytes and its zstd frame has not ended, read through this thread's reused context;
@@ -188,10 +198,7 @@ def decompress_once(data: bytes | bytearray | memoryview, *, window_log: int, si
     try:
         if zstandard.get_frame_parameters(data).window_size > 1 << window_log:
             return None
-        try:
-            dctx = _per_thread.dctx
-        except AttributeError:
-            dctx = _per_thread.dctx = zstandard.ZstdDecompressor(max_window_size=_REUSED_WINDOW_MAX)
+        dctx = _thread_dctx()
         # The reader stops at the end of a zstd frame (a frame that ended is refused below).
         out: bytes = dctx.stream_reader(data, read_size=len(data)).read(size + 1)
     except Exception:  # zstandard.ZstdError, or anything else: new_reader's decompressor decides
@@ -232,10 +239,7 @@ def decompress_sealed(data: bytes | bytearray | memoryview, *, window_log: int, 
             return None  # no content size reads as 2**64 - 1
         if zstd.get_frame_size(data) != len(data):  # ZstdError if the frame does not end in data
             return None
-        try:
-            dctx = _per_thread.dctx
-        except AttributeError:
-            dctx = _per_thread.dctx = zstandard.ZstdDecompressor(max_window_size=_REUSED_WINDOW_MAX)
+        dctx = _thread_dctx()
         out: bytes = dctx.decompress(data, allow_extra_data=False)
     except Exception:  # zstandard.ZstdError, ZstdError, or anything else: the frame-by-frame read decides
         return None
