@@ -199,8 +199,9 @@ def _first_pass(
     context (_zstd.decompress_once), unless it is the last one and
     ``keep_reader`` asks for its live decompressor; a stream that refuses,
     or has a prefix, is read by a new stdlib decompressor, which decides. A
-    sealed FULL frame's stream is one zstd frame, decoded in one shot
-    (_zstd.decompress_sealed); one that refuses is left to the checked pass.
+    sealed FULL frame's stream is one zstd frame, checked and decoded in one
+    shot (_decompress_sealed); its DecodeError leaves the chain to the
+    checked pass, which raises it again.
     """
     scanners, expansion = _SCANNERS, MAX_EXPANSION
     limit = _NO_LIMIT if limit is None else limit
@@ -221,6 +222,7 @@ def _first_pass(
         or state_size > limit
     ):
         return None
+    first_version = version
     # Streams so far: (window_log, prefix_size, payloads, output size, offset
     # of the last whole state in the output or -1 if only patches).
     streams: list[tuple[int, int, list[FrameBytes], int, int]] = []
@@ -260,10 +262,7 @@ def _first_pass(
             return None
         data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
         if sealed and stream is streams[0]:  # one payload, one whole zstd frame: no live stream to keep
-            out = _zstd.decompress_sealed(data, window_log=wl, size=size)
-            if out is None:
-                return None
-            state = out
+            state = _decompress_sealed(data, version=first_version, size=size, window_log=wl)
             continue
         out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
         if out is None:
@@ -381,7 +380,10 @@ def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[Deco
     reader: _zstd.ZstdDecompressor | None = None
     for header, payload in frames:
         if header.sealed:  # FULL: one zstd frame, its stream ended (no frame continues it: _check_link)
-            content, reader = _decompress_sealed(payload, header), None
+            content = _decompress_sealed(
+                payload, version=header.version, size=header.state_size, window_log=header.window_log
+            )
+            reader = None
         else:
             if not header.continues_stream:
                 reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
@@ -513,27 +515,29 @@ def _decompress(reader: _zstd.ZstdDecompressor, data: FrameBytes, expected: int,
     return out
 
 
-def _decompress_sealed(data: FrameBytes, header: FrameHeader) -> bytes:
-    """A sealed FULL frame's state: its payload is one zstd frame declaring a content size of state_size,
-    checked before anything is allocated, that ends exactly at the payload's end (FORMAT.md §13)."""
-    v, size = header.version, header.state_size
-    if bytes(data[:4]) != _zstd.ZSTD_MAGIC:
+def _decompress_sealed(data: FrameBytes, *, version: int, size: int, window_log: int) -> bytes:
+    """The state of sealed FULL frame ``version``: its payload is one zstd frame declaring a content size
+    of ``size`` (state_size), checked before anything is allocated, that ends exactly at the payload's end
+    (FORMAT.md §13). Decoded in one shot through the thread's reused context, which allocates no window;
+    if that fails, a stdlib decompressor reads it again and names the error."""
+    v = version
+    if data[:4] != _zstd.ZSTD_MAGIC:
         raise DecodeError(
             f"payload of sealed version {v} does not start a zstd frame: its first bytes are"
             f" {bytes(data[:4]).hex() or 'none'}, not 28b52ffd"
         )
     try:
-        declared = _zstd.zstd.get_frame_info(data).decompressed_size
+        # The window is what a streaming decoder of the frame would hold (FORMAT.md §4).
+        declared, window = _zstd.frame_header(data)
     except _zstd.ZstdError as exc:
         raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
     if declared != size:
         said = "no content size" if declared is None else f"a content size of {declared} bytes"
         raise DecodeError(f"the zstd frame of sealed version {v} declares {said}; its state_size is {size}")
-    window = _zstd.frame_window(data)  # what a streaming decoder of the frame would hold (FORMAT.md §4)
-    if window > 1 << header.window_log:
+    if window > 1 << window_log:
         raise DecodeError(
             f"zstd payload of sealed version {v} is corrupt: its zstd frame asks for a {window}-byte window,"
-            f" over 2**{header.window_log} (window_log)"
+            f" over 2**{window_log} (window_log)"
         )
     try:
         end = _zstd.zstd.get_frame_size(data)
@@ -545,7 +549,10 @@ def _decompress_sealed(data: FrameBytes, header: FrameHeader) -> bytes:
             f"the zstd frame of sealed version {v} {where} its {len(data)}-byte payload; a sealed frame's"
             f" payload is one zstd frame"
         )
-    reader = _zstd.new_reader(window_log=header.window_log, prefix=None)
+    out = _zstd.decompress_sealed(data)
+    if out is not None and len(out) == size:
+        return out
+    reader = _zstd.new_reader(window_log=window_log, prefix=None)
     try:
         out = reader.decompress(data, max_length=size + 1)
     except _zstd.ZstdError as exc:

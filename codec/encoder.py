@@ -431,13 +431,16 @@ class ChainEncoder:
         estimated_full = self._chain.full_ratio * new_state_size
         return payload_size <= self._policy.max_delta_to_full_ratio * estimated_full
 
-    def _start_stream(self, *, cover_bytes: int, index_bytes: int, prefix: bytes) -> _Stream:
+    def _stream_logs(self, cover_bytes: int, index_bytes: int) -> tuple[int, int]:
+        """The (window_log, table_log) of a stream covering ``cover_bytes`` and indexing ``index_bytes``."""
         # The window covers the prefix and room to grow, so later frames of
         # the stream still reach the state they are a delta against. The match
         # tables only need to index about one state: a frame mostly references
         # the version just before it (see _zstd.new_stream).
-        window_log = max(self._policy.min_window_log, _zstd.window_log_for(cover_bytes))
-        table_log = _zstd.table_log_for(index_bytes)
+        return max(self._policy.min_window_log, _zstd.window_log_for(cover_bytes)), _zstd.table_log_for(index_bytes)
+
+    def _start_stream(self, *, cover_bytes: int, index_bytes: int, prefix: bytes) -> _Stream:
+        window_log, table_log = self._stream_logs(cover_bytes, index_bytes)
         old = self._stream
         if (
             not prefix
@@ -460,13 +463,9 @@ class ChainEncoder:
 
     def _full(self, state: bytes, hasher: xxhash.xxh3_64, *, sealed: bool = False) -> EncodedFrame:
         if sealed:  # the stream's window, tables and level, in one zstd frame that ends (FORMAT.md §13)
-            window_log = max(self._policy.min_window_log, _zstd.window_log_for(2 * len(state)))
+            window_log, table_log = self._stream_logs(2 * len(state), len(state))  # as _full's stream's
             compressor = _zstd.new_stream(
-                level=self._policy.level,
-                window_log=window_log,
-                table_log=_zstd.table_log_for(len(state)),
-                prefix=None,
-                sealed=True,
+                level=self._policy.level, window_log=window_log, table_log=table_log, prefix=None, sealed=True
             )
             payload = compressor.compress(state, _zstd.ZstdCompressor.FLUSH_FRAME)
             self._stream = None  # no frame continues it

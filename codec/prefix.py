@@ -12,13 +12,12 @@ with :func:`prefix_state`.
 from __future__ import annotations
 
 from .decoder import DecodedVersion, FrameBytes
-from .encoder import EncodedFrame
+from .encoder import _MAX_VERSION, EncodedFrame
 from .errors import ChainLinkError, ChecksumError, DecodeError
 from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
 
 #: The window_log a PREFIX frame's header carries: it has no stream, so the smallest a header may hold.
 PREFIX_WINDOW_LOG = 10
-_MAX_VERSION = 2**64 - 1
 
 
 def prefix_frame(

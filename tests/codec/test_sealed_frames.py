@@ -28,6 +28,7 @@ from ckpt.codec import (
     pack,
     parse,
 )
+from ckpt.codec.decoder import latest_with_reader
 from tests.codec.layout import payload_of, with_fields
 
 if sys.version_info >= (3, 14):
@@ -93,6 +94,7 @@ def test_a_sealed_frame_decodes_in_one_shot_without_a_stream(monkeypatch: pytest
     monkeypatch.setattr(_zstd, "decompress_once", no_stream)
     assert decode([SEALED]) == STATE
     assert open_chain([SEALED])[0].state == STATE
+    assert [v.state for v in iter_versions([SEALED])] == [STATE]
 
 
 def test_the_budgets_hold_before_a_sealed_frame_is_decompressed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,13 +125,21 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize(("frame", "message"), HOSTILE)
-def test_every_read_refuses_a_sealed_frame_that_breaks_its_rules(frame: bytes, message: str) -> None:
+def test_every_read_refuses_a_sealed_frame_that_breaks_its_rules(
+    frame: bytes, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for read in readers([frame]):
         with pytest.raises(DecodeError, match=f"version 2.*{message}|{message}.*version 2") as caught:
             read()  # type: ignore[operator]
         assert "version 2" in str(caught.value)
-    if frame[3] == 0x09:  # the one-shot path refuses it too (the frame-by-frame read names it)
-        assert _zstd.decompress_sealed(payload_of(frame), window_log=frame[4], size=len(STATE)) is None
+    if frame[3] == 0x09:  # the one-shot path refuses it too, before its reused context decodes anything
+
+        def decoded(*_: object, **__: object) -> object:
+            raise AssertionError("decoded a sealed frame that breaks its rules in one shot")
+
+        monkeypatch.setattr(_zstd, "decompress_sealed", decoded)
+        with pytest.raises(DecodeError, match=message):
+            latest_with_reader([frame], None)
 
 
 def after_keyframe(*, patch_window_bytes: int) -> list[bytes]:
