@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         state_checksum,
     )
     from .keyframes import keyframe
-    from .prefix import prefix_frame, prefix_state
+    from .prefix import prefix_frame, prefix_state, sealed_prefix
     from .wire import check_patch, count_fields, field_spans
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "parse",
     "prefix_frame",
     "prefix_state",
+    "sealed_prefix",
     "state_checksum",
 ]
 
@@ -114,7 +115,7 @@ _HOMES = {
     **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot"), ".encoder"),
     **dict.fromkeys(("keyframe",), ".keyframes"),
     **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
-    **dict.fromkeys(("prefix_frame", "prefix_state"), ".prefix"),
+    **dict.fromkeys(("prefix_frame", "prefix_state", "sealed_prefix"), ".prefix"),
     **dict.fromkeys(
         (
             "FORMAT_VERSION",

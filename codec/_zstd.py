@@ -38,6 +38,7 @@ __all__ = [
     "ZstdError",
     "decompress_once",
     "decompress_sealed",
+    "decompress_sealed_prefix",
     "frame_header",
     "new_reader",
     "new_stream",
@@ -244,3 +245,17 @@ def decompress_sealed(data: bytes | bytearray | memoryview) -> bytes | None:
     except Exception:  # zstandard.ZstdError, or anything else: the stdlib decompressor names the error
         return None
     return out
+
+
+def decompress_sealed_prefix(data: bytes | bytearray | memoryview, size: int, *, window: int) -> bytes | None:
+    """The first ``size`` bytes of a zstd frame's content: its blocks decoded in order until they are out,
+    not the rest (a bounded read); None if that fails or gives fewer. Only for a payload
+    decoder.check_sealed_payload has passed, whose zstd frame asks for a ``window``-byte window (a
+    single-segment frame's: its content size). Through this thread's reused context if the window is within
+    its cap (REUSED_WINDOW_LOG_MAX), else a context made for it and freed with it."""
+    try:
+        dctx = _thread_dctx() if window <= _REUSED_WINDOW_MAX else zstandard.ZstdDecompressor(max_window_size=window)
+        out: bytes = dctx.stream_reader(data, read_size=len(data)).read(size)
+    except Exception:  # zstandard.ZstdError, or anything else: the caller decodes the whole frame instead
+        return None
+    return out if len(out) == size else None

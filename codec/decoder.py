@@ -520,6 +520,25 @@ def _decompress_sealed(data: FrameBytes, *, version: int, size: int, window_log:
     of ``size`` (state_size), checked before anything is allocated, that ends exactly at the payload's end
     (FORMAT.md §13). Decoded in one shot through the thread's reused context, which allocates no window;
     if that fails, a stdlib decompressor reads it again and names the error."""
+    check_sealed_payload(data, version=version, size=size, window_log=window_log)
+    v = version
+    out = _zstd.decompress_sealed(data)
+    if out is not None and len(out) == size:
+        return out
+    reader = _zstd.new_reader(window_log=window_log, prefix=None)
+    try:
+        out = reader.decompress(data, max_length=size + 1)
+    except _zstd.ZstdError as exc:
+        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
+    if not reader.eof or reader.unused_data or len(out) != size:
+        raise ChecksumError(f"payload of sealed version {v} decompressed to {len(out)} bytes; its header says {size}")
+    return out
+
+
+def check_sealed_payload(data: FrameBytes, *, version: int, size: int, window_log: int) -> int:
+    """The window a sealed FULL frame's payload asks for, if it is one zstd frame declaring a content size
+    of ``size`` (state_size), asking for a window within 2**window_log and ending exactly at the payload's
+    end (FORMAT.md §13); else DecodeError naming sealed version ``version``."""
     v = version
     if data[:4] != _zstd.ZSTD_MAGIC:
         raise DecodeError(
@@ -549,17 +568,7 @@ def _decompress_sealed(data: FrameBytes, *, version: int, size: int, window_log:
             f"the zstd frame of sealed version {v} {where} its {len(data)}-byte payload; a sealed frame's"
             f" payload is one zstd frame"
         )
-    out = _zstd.decompress_sealed(data)
-    if out is not None and len(out) == size:
-        return out
-    reader = _zstd.new_reader(window_log=window_log, prefix=None)
-    try:
-        out = reader.decompress(data, max_length=size + 1)
-    except _zstd.ZstdError as exc:
-        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
-    if not reader.eof or reader.unused_data or len(out) != size:
-        raise ChecksumError(f"payload of sealed version {v} decompressed to {len(out)} bytes; its header says {size}")
-    return out
+    return window
 
 
 def _verify_state(header: FrameHeader, state: bytes) -> None:

@@ -6,12 +6,14 @@ earlier version, a header-only PREFIX frame naming that last version (its
 source) and how many bytes of the source's state are its own. A PREFIX frame
 is no part of a chain: decode() and iter_versions() refuse one
 (PrefixFrameError); a reader decodes the source's state and takes the prefix
-with :func:`prefix_state`.
+with :func:`prefix_state`. From a source stored as one sealed FULL frame,
+:func:`sealed_prefix` decodes only the bytes the PREFIX frame takes.
 """
 
 from __future__ import annotations
 
-from .decoder import DecodedVersion, FrameBytes
+from . import _zstd
+from .decoder import DecodedVersion, FrameBytes, _check_limit, check_sealed_payload, decode_latest
 from .encoder import _MAX_VERSION, EncodedFrame
 from .errors import ChainLinkError, ChecksumError, DecodeError
 from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
@@ -61,19 +63,28 @@ def prefix_frame(
 
 
 def prefix_state(
-    frame: FrameBytes, source_state: bytes | bytearray | memoryview, *, source_version: int
+    frame: FrameBytes,
+    source_state: bytes | bytearray | memoryview,
+    *,
+    source_version: int,
+    source_size: int | None = None,
 ) -> DecodedVersion:
     """The version a PREFIX frame stores, from its source's state ``source_state`` (version
-    ``source_version``).
+    ``source_version``), or from its first bytes (:func:`sealed_prefix`) if ``source_size`` gives the size
+    of the whole state.
 
     The frame is checked whole (frame_check and field rules: parse()); then it must be a PREFIX frame
     (else DecodeError naming its kind), name ``source_version`` as its source and ``source_state``'s size
     as its base_size (else ChainLinkError naming both values), and the prefix must match its state_xxh3
-    (else ChecksumError naming the version). No bytes are returned unless every check passes.
+    (else ChecksumError naming the version). No bytes are returned unless every check passes. ValueError if
+    ``source_size`` is given and ``source_state`` holds fewer bytes than the frame's state.
     """
     view = _source_view(source_state)
     if not isinstance(source_version, int) or isinstance(source_version, bool):
         raise TypeError(f"source_version must be an int, not {type(source_version).__name__}")
+    if source_size is not None and (not isinstance(source_size, int) or isinstance(source_size, bool)):
+        raise TypeError(f"source_size must be an int or None, not {type(source_size).__name__}")
+    whole = len(view) if source_size is None else source_size
     header, _ = parse(frame)
     if header.kind is not FrameKind.PREFIX:
         raise DecodeError(
@@ -84,10 +95,15 @@ def prefix_state(
             f"PREFIX frame of version {header.version} takes its state from version {header.base_version},"
             f" not from version {source_version}"
         )
-    if header.base_size != len(view):
+    if header.base_size != whole:
         raise ChainLinkError(
             f"PREFIX frame of version {header.version} expects version {source_version}'s state to be"
-            f" {header.base_size} bytes; the state given is {len(view)} bytes"
+            f" {header.base_size} bytes; the state given is {whole} bytes"
+        )
+    if header.state_size > len(view):
+        raise ValueError(
+            f"source_state holds {len(view)} bytes of version {source_version}'s state; version"
+            f" {header.version}'s state is its first {header.state_size}"
         )
     state = bytes(view[: header.state_size])
     computed = state_checksum(state)
@@ -98,6 +114,37 @@ def prefix_state(
             f" stored {header.state_xxh3:#018x}"
         )
     return DecodedVersion(header, state)
+
+
+def sealed_prefix(frame: FrameBytes, size: int, *, max_state_bytes: int | None = None) -> tuple[FrameHeader, bytes]:
+    """The header of the version ``frame`` stores, a chain of one FULL frame, and the first ``size`` bytes
+    of its state (the whole state if it is no larger): what a PREFIX frame of a ``size``-byte state whose
+    source is that version takes (pass the header's state_size as prefix_state's ``source_size``).
+
+    A sealed frame (FORMAT.md §13) is checked whole (frame_check and field rules: parse(); its payload as a
+    decode checks it), then only the zstd blocks holding those bytes are decoded: they are not checked by
+    the frame's state_xxh3, the whole state's, so check them with the PREFIX frame's (prefix_state). Any
+    other frame, or any doubt (damage, a state over ``max_state_bytes``), is decoded whole by
+    :func:`decode_latest`, with its errors. ValueError unless ``size`` >= 0; TypeError if not an int.
+    """
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"size must be an int, not {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    limit = _check_limit(max_state_bytes)
+    try:
+        header, payload = parse(frame)
+        if header.sealed and size < header.state_size and (limit is None or header.state_size <= limit):
+            window = check_sealed_payload(
+                payload, version=header.version, size=header.state_size, window_log=header.window_log
+            )
+            out = _zstd.decompress_sealed_prefix(payload, size, window=window)
+            if out is not None:
+                return header, out
+    except DecodeError:  # the whole decode below raises what a read of the version raises
+        pass
+    latest = decode_latest([frame], max_state_bytes=max_state_bytes)
+    return latest.header, latest.state[:size]
 
 
 def _source_view(source_state: object) -> memoryview:

@@ -18,6 +18,8 @@ from ..errors import DataLoss
 FULL_KINDS_V2 = frozenset((1, 9))
 #: The kind_flags byte of a format 2 frame that depends on no older frame: FULL, sealed FULL or PREFIX (0, is_prefix).
 CHAIN_ENDS_V2 = FULL_KINDS_V2 | {0}
+#: A format 2 sealed FULL frame's format and kind_flags bytes (frame[2:4]).
+SEALED_FULL_V2 = b"\x02\x09"
 
 
 def is_full_v2(frame: bytes | memoryview) -> bool:
@@ -33,10 +35,12 @@ def is_prefix(frame: bytes | memoryview) -> bool:
     return len(frame) > 3 and frame[2] == 2 and frame[3] == 0
 
 
-def source_of(frame: bytes | memoryview, session_id: str, version: int) -> int:
-    """The version a PREFIX frame's state is a prefix of (its header checked); DataLoss naming ``version``."""
+def source_of(frame: bytes | memoryview, session_id: str, version: int) -> tuple[int, int]:
+    """The version a PREFIX frame's state is a prefix of, and its state's size (its header checked);
+    DataLoss naming ``version``."""
     try:
-        return parse(frame)[0].base_version
+        header = parse(frame)[0]
+        return header.base_version, header.state_size
     except DecodeError as exc:
         raise DataLoss(named(session_id, version, exc)) from None
 

@@ -23,13 +23,14 @@ from ...codec import (
     decode_latest,
     frame_kind,
     prefix_state,
+    sealed_prefix,
 )
 from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
 from .layout import Tables
-from .prefixes import CHAIN_ENDS_V2, is_prefix, named, source_of
+from .prefixes import CHAIN_ENDS_V2, SEALED_FULL_V2, is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
@@ -157,14 +158,16 @@ def read_prefixed(
     StateTooLarge, before anything is decompressed, if its state is larger. ``known``: states already read
     (a page's), by version: a source found there is not read again, and one decoded is added to it (the
     page's other versions of its run find it there). DataLoss names the version whose frame is damaged, or a
-    source whose frame is missing.
+    source whose frame is missing. Without ``known``, a source stored as one sealed FULL frame (a folded head)
+    is decoded only as far as the bytes the read takes (codec.sealed_prefix; their PREFIX frame checks them).
     """
     hops = [(version, frame)]
     at = version
     while True:
-        source = source_of(hops[-1][1], session_id, at)
+        source, size = source_of(hops[-1][1], session_id, at)
         if known is not None and source in known:
             state = known[source]
+            whole = len(state)
             break
         found = chain_back(txn, frames_table, sid, session_id, source)
         if found is None:
@@ -178,28 +181,35 @@ def read_prefixed(
             at = source
             continue
         try:
-            latest = decode_latest(frames, max_state_bytes=max_state_bytes)
+            if known is None and len(frames) == 1 and frames[0][2:4] == SEALED_FULL_V2:
+                # A folded head: decode only the bytes the nearest hop takes (a page keeps whole states).
+                header, state = sealed_prefix(frames[0], size, max_state_bytes=max_state_bytes)
+                whole = header.state_size
+            else:
+                latest = decode_latest(frames, max_state_bytes=max_state_bytes)
+                header, state = latest.header, latest.state
+                whole = len(state)
         except StateTooLargeError as exc:
             raise StateTooLarge(
                 f"session {session_id!r} version {version} (read from version {source}): {exc}"
             ) from None
         except DecodeError as exc:
             raise DataLoss(named(session_id, source, exc)) from None
-        if latest.header.version != source:  # a sound frame under another version's key
+        if header.version != source:  # a sound frame under another version's key
             raise DataLoss(
-                f"session {session_id!r} version {source}: the frame stored there is version {latest.header.version}'s"
+                f"session {session_id!r} version {source}: the frame stored there is version {header.version}'s"
             )
-        state = latest.state
         if known is not None:
             known[source] = state
         break
     got: DecodedVersion | None = None
     for at, at_frame in reversed(hops):
         try:
-            got = prefix_state(at_frame, state, source_version=source)
+            got = prefix_state(at_frame, state, source_version=source, source_size=whole)
         except DecodeError as exc:
             raise DataLoss(named(session_id, at, exc)) from None
         state, source = got.state, at
+        whole = len(state)
     assert got is not None
     return got
 
