@@ -9,6 +9,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The suite starts processes (subprocess: fork, then exec) from a process that uses gRPC. gRPC's fork
+# handlers run in the forking thread, which holds the GIL, and a CI run hung for good in one (a Popen
+# during a gRPC shutdown; pytest-timeout's thread could not take the GIL to end it). Children that exec
+# at once never use the parent's gRPC state (the sidecar too starts its processes by fork and exec
+# only): gRPC's own advice is to turn the handlers off then. Set before anything imports grpc (nothing
+# above does).
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
 # Frames are checked for exact bytes, so timing-based flakiness only comes from
 # the shared machines: no deadlines. CKPT_HYPOTHESIS_PROFILE=thorough runs ten
 # times the examples (used before releases and after codec changes).
