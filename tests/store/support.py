@@ -12,11 +12,13 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
-from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame
+from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind
 from ckpt.sidecar import PutRequest, PutResult, Store
 from ckpt.sidecar.store.ops import Op
 from ckpt.v1 import checkpoint_pb2 as pb
@@ -54,6 +56,32 @@ def replace_state(session: str, version: int) -> bytes:
 
 def merge_patch(session: str, version: int) -> bytes:
     return pb.Checkpoint(step=version, messages=[pb.Message(content=f"{session} patch {version}")]).SerializeToString()
+
+
+def kinds(store: Store, session: str) -> list[FrameKind]:
+    """The kind of each stored version's frame, oldest first."""
+    return [v.frame_kind for v in reversed(store.list_versions(session)[0])]
+
+
+def every_version(store: Store, session: str) -> list[bytes]:
+    """Every version's state, read from storage (not the state cache), oldest first."""
+    head = store.session(session).head_version
+    return [store.get(session, v, use_cache=False).state for v in range(1, head + 1)]
+
+
+def layout_stamp(data: Path) -> bytes | None:
+    """The layout version stored in the data directory ``data`` (None without a meta table or key)."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
+    try:
+        try:
+            meta = env.open_db(b"meta", create=False)
+        except lmdb.NotFoundError:
+            return None
+        with env.begin(db=meta) as txn:
+            raw = txn.get(b"layout_version")
+            return None if raw is None else bytes(raw)
+    finally:
+        env.close()
 
 
 def put_request(store: Store, request: PutRequest) -> PutResult:

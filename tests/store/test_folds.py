@@ -17,6 +17,7 @@ from ckpt.bench import synthetic
 from ckpt.codec import ChainPolicy, FrameKind, decode_latest
 from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import keys, reads
+from tests.store.support import every_version, kinds
 from tests.support import ckpt
 
 LATER = 120 * 10**9  # a sweep this far after the writes finds them quiet (60 s by default)
@@ -24,15 +25,6 @@ LATER = 120 * 10**9  # a sweep this far after the writes finds them quiet (60 s 
 
 def merge_patches(seed: int, steps: int = 40) -> list[bytes]:
     return [s.patch for s in synthetic.session(seed, steps=steps, memory_keys=12, plan_steps=8)]
-
-
-def kinds(store: Store, session: str) -> list[FrameKind]:
-    return [v.frame_kind for v in reversed(store.list_versions(session)[0])]
-
-
-def every_version(store: Store, session: str) -> list[bytes]:
-    head = store.session(session).head_version
-    return [store.get(session, v, use_cache=False).state for v in range(1, head + 1)]
 
 
 def history_states(store: Store, session: str, page_size: int = 7) -> list[bytes]:
@@ -48,17 +40,6 @@ def history_states(store: Store, session: str, page_size: int = 7) -> list[bytes
 
 def merged(patches: list[bytes]) -> list[bytes]:
     return [b"".join(patches[: i + 1]) for i in range(len(patches))]
-
-
-def stamp(data: Path) -> bytes:
-    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
-    try:
-        with env.begin(db=env.open_db(b"meta", create=False)) as txn:
-            raw = txn.get(b"layout_version")
-            assert raw is not None
-            return bytes(raw)
-    finally:
-        env.close()
 
 
 @contextlib.contextmanager

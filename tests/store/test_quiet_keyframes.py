@@ -20,8 +20,16 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietKeyframes
 from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.v1 import service_pb2
-from tests.store.support import put_later, queued_ops, storage_of, wait_queued, writer_held
-from tests.store.test_folds import stamp as layout_stamp
+from tests.store.support import (
+    every_version,
+    kinds,
+    layout_stamp,
+    put_later,
+    queued_ops,
+    storage_of,
+    wait_queued,
+    writer_held,
+)
 from tests.support import ROOT, start_sidecar_sweeping
 
 QUIET_SECONDS = 60.0
@@ -35,15 +43,6 @@ def replace_states(seed: int, steps: int = 14) -> list[bytes]:
 
 def merge_patches(seed: int, steps: int = 14) -> list[bytes]:
     return [s.patch for s in synthetic.session(seed, steps=steps, memory_keys=12, plan_steps=8)]
-
-
-def kinds(store: Store, session: str) -> list[FrameKind]:
-    return [v.frame_kind for v in reversed(store.list_versions(session)[0])]
-
-
-def every_version(store: Store, session: str) -> list[bytes]:
-    head = store.session(session).head_version
-    return [store.get(session, v, use_cache=False).state for v in range(1, head + 1)]
 
 
 @pytest.fixture

@@ -19,22 +19,8 @@ from ckpt.sidecar.store import NewEvent, keys, layout
 from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.sidecar.tools.backup import backup
 from ckpt.store.v1 import records_pb2
+from tests.store.support import layout_stamp as stamp
 from tests.support import ROOT, ckpt
-
-
-def stamp(data: Path) -> bytes | None:
-    """The layout version stored in ``data`` (None without a meta table or key)."""
-    env = lmdb.open(str(data / "lmdb"), max_dbs=8, readonly=True)
-    try:
-        try:
-            meta = env.open_db(b"meta", create=False)
-        except lmdb.NotFoundError:
-            return None
-        with env.begin(db=meta) as txn:
-            raw = txn.get(b"layout_version")
-            return None if raw is None else bytes(raw)
-    finally:
-        env.close()
 
 
 def set_stamp(data: Path, value: bytes | None) -> None:
