@@ -89,6 +89,9 @@ class _Stream:
     #: Made without a prefix: once its frame is ended, the next frame it
     #: starts references nothing, so a new chain can reuse it.
     prefix_free: bool
+    #: Bytes taken since its frame began, prefix included. zstd's buffer holds one window: fed past it, it
+    #: wraps, and deltas lose most of the state before them (a 140 KB state's one-line change: 19.5 KB, not 230 B).
+    fed: int = 0
 
 
 @dataclass(slots=True)
@@ -138,6 +141,10 @@ class StateSnapshot:
 
 Buffer = bytes | bytearray | memoryview
 _MAX_VERSION = 2**64 - 1
+#: A REPLACE stream restarted on its head leaves room for this many more states (at most _ROOM_MAX_BYTES), so the
+#: DELTAs after it continue it: a restart costs the decoder a context (trajectory chains' heads: 41 us, not 54).
+_ROOM_STATES = 6
+_ROOM_MAX_BYTES = 8 << 20
 
 
 class ChainEncoder:
@@ -284,15 +291,15 @@ class ChainEncoder:
                 return self._full(state, hasher)
             base_size = self._state_size
             stream = self._stream
-            if stream is None or (1 << stream.window_log) < base_size + len(state):
+            if stream is None or (1 << stream.window_log) < stream.fed + len(state):
                 prefix = self._head_bytes() if base_size >= MIN_PREFIX_SIZE else b""
-                stream = self._start_stream(
-                    cover_bytes=len(prefix) + len(state), index_bytes=max(len(prefix), len(state)), prefix=prefix
-                )
+                cover = len(prefix) + len(state) + min(_ROOM_STATES * len(state), _ROOM_MAX_BYTES)
+                stream = self._start_stream(cover_bytes=cover, index_bytes=max(len(prefix), len(state)), prefix=prefix)
                 continues, prefix_size = False, len(prefix)
             else:
                 continues, prefix_size = True, 0
             payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+            stream.fed += len(state)
             if not self._clearly_smaller(len(payload), len(state)):
                 return self._full(state, hasher)
             header = self._delta_header(FrameKind.DELTA, len(state), hasher, len(payload), prefix_size, continues)
@@ -347,6 +354,7 @@ class ChainEncoder:
             else:
                 continues, prefix_size = True, 0
             payload = stream.compressor.compress(patch, _zstd.FLUSH_BLOCK)
+            stream.fed += len(patch)
             if not self._clearly_smaller(len(payload), new_size):
                 return self._full(self._head_bytes() + patch, hasher)
             header = self._delta_header(FrameKind.PATCH, new_size, hasher, len(payload), prefix_size, continues)
@@ -453,12 +461,13 @@ class ChainEncoder:
             # the new one on the same context: a fresh compressor costs ~15 us
             # more per chain, allocating and faulting in its match tables.
             old.compressor.compress(b"", _zstd.ZstdCompressor.FLUSH_FRAME)
+            old.fed = 0
             return old
         compressor = _zstd.new_stream(
             level=self._policy.level, window_log=window_log, table_log=table_log, prefix=prefix or None
         )
         memory = _zstd.stream_memory_bytes(window_log=window_log, table_log=table_log, prefix_size=len(prefix))
-        self._stream = _Stream(compressor, window_log, table_log, memory, prefix_free=not prefix)
+        self._stream = _Stream(compressor, window_log, table_log, memory, prefix_free=not prefix, fed=len(prefix))
         return self._stream
 
     def _full(self, state: bytes, hasher: xxhash.xxh3_64, *, sealed: bool = False) -> EncodedFrame:
@@ -472,6 +481,7 @@ class ChainEncoder:
         else:
             stream = self._start_stream(cover_bytes=2 * len(state), index_bytes=len(state), prefix=b"")
             payload = stream.compressor.compress(state, _zstd.FLUSH_BLOCK)
+            stream.fed += len(state)
             window_log = stream.window_log
         header = FrameHeader(
             kind=FrameKind.FULL,
@@ -550,9 +560,10 @@ def chain_ends(policy: ChainPolicy, chain: ChainStats, new_state_size: int, cont
     # The chain's deltas are taken to be about the new state's size: a cache-resident one costs less.
     delta_cost = p.small_delta_byte_cost if new_state_size <= p.small_state_bytes else p.delta_byte_cost
     decode_cost = materialized - (1.0 - delta_cost) * delta_bytes + depth * p.frame_cost_bytes
+    floor = p.decode_floor_bytes if delta else p.merge_decode_floor_bytes
     return (
         depth > p.max_depth
-        or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), p.decode_floor_bytes)
+        or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), floor)
         or materialized > p.max_materialized_bytes
     )
 

@@ -169,6 +169,56 @@ def test_below_the_floor_the_ratio_does_not_end_a_chain() -> None:
     assert ChainPolicy().decode_floor_bytes == 32 * 1024
 
 
+def test_merge_chains_have_their_own_floor() -> None:
+    # The same states written as REPLACEs end their chains at decode_floor_bytes, as MERGEs run on to
+    # merge_decode_floor_bytes (a store folds quiet MERGE heads, so their chains' decode is seldom paid).
+    policy = ChainPolicy(
+        max_decode_cost_ratio=1.0,
+        frame_cost_bytes=512,
+        decode_floor_bytes=8 * 1024,
+        merge_decode_floor_bytes=64 * 1024,
+        max_depth=1000,
+    )
+    patches = [
+        pb.Checkpoint(messages=[pb.Message(content=f"turn {i}: " + "ok " * 30)]).SerializeToString() for i in range(300)
+    ]
+
+    def depths(write: str) -> list[int]:
+        enc = ChainEncoder(policy=policy)
+        out, state = [], b""
+        for patch in patches:
+            state += patch
+            enc.replace(state) if write == "replace" else enc.merge(patch)
+            out.append(enc.chain.depth)
+            floor = policy.decode_floor_bytes if write == "replace" else policy.merge_decode_floor_bytes
+            assert decode_cost(enc.chain, policy, len(state)) <= max(len(state), floor)
+        return out
+
+    replace_depths, merge_depths = depths("replace"), depths("merge")
+    assert 2 <= max(replace_depths) < 16, max(replace_depths)
+    assert 64 <= max(merge_depths) < len(patches) - 1, max(merge_depths)
+
+
+def test_replace_deltas_of_a_large_state_stay_small_however_long_the_stream() -> None:
+    # A ~140 KB state changed by one short line a version, in one long chain. A zstd stream fed past
+    # its window wraps its buffer and loses most of the state before each delta: every few versions
+    # a delta came out at 2-20 KB.
+    rng = random.Random(7)
+    lines = [rng.randbytes(60).hex() for _ in range(1200)]
+    policy = ChainPolicy(max_depth=1000, max_decode_cost_ratio=1000.0, decode_floor_bytes=1 << 30)
+    enc = ChainEncoder(policy=policy)
+    sizes, frames = [], []
+    for v in range(40):
+        lines[rng.randrange(len(lines))] = f"version {v} changed this line".encode().hex()
+        frame = enc.replace("\n".join(lines).encode())
+        frames.append(frame.data)
+        if v:
+            assert frame.kind is FrameKind.DELTA
+            sizes.append(len(frame.data))
+    assert max(sizes) < 400, sizes
+    assert decode(frames) == "\n".join(lines).encode()
+
+
 def test_the_floor_does_not_change_chains_above_it() -> None:
     # States of ~40 KB: 4x a FULL decode is over the floor, so the ratio decides as before.
     big = [random.Random(i).randbytes(8000).hex().encode() * 3 for i in range(1)]
@@ -383,6 +433,7 @@ def test_a_state_over_the_format_limit_is_refused(monkeypatch: pytest.MonkeyPatc
         ({"delta_byte_cost": 1.5}, r"delta_byte_cost must be in \[0, 1\]"),
         ({"frame_cost_bytes": -1}, "frame_cost_bytes must be >= 0"),
         ({"decode_floor_bytes": -1}, "decode_floor_bytes must be >= 0"),
+        ({"merge_decode_floor_bytes": -1}, "merge_decode_floor_bytes must be >= 0"),
         ({"max_materialized_bytes": 0}, "max_materialized_bytes must be >= 1"),
         ({"max_delta_to_full_ratio": 0.0}, r"max_delta_to_full_ratio must be in \(0, 1\]"),
         ({"max_delta_to_full_ratio": 1.5}, r"max_delta_to_full_ratio must be in \(0, 1\]"),
@@ -406,6 +457,7 @@ def test_policy_validates_its_fields(kwargs, message) -> None:
         ({"level": 1.5}, "level must be an int, got float 1.5"),
         ({"patch_window_bytes": None}, "patch_window_bytes must be an int, got NoneType None"),
         ({"decode_floor_bytes": 1024.0}, "decode_floor_bytes must be an int, got float 1024.0"),
+        ({"merge_decode_floor_bytes": 1.0}, "merge_decode_floor_bytes must be an int, got float 1.0"),
         ({"max_decode_cost_ratio": "4"}, "max_decode_cost_ratio must be a number, got str '4'"),
         ({"delta_byte_cost": False}, "delta_byte_cost must be a number, got bool False"),
     ],

@@ -30,7 +30,7 @@ from tests.store.support import merge_patch, replace_state
 from tests.support import ROOT, Sidecar, ckpt, start_sidecar, start_sidecar_sweeping
 
 SESSIONS = ("a", "b", "c", "d")  # a, c: REPLACE (DELTA chains); b, d: MERGE (PATCH chains)
-VERSIONS = 20  # several chains each, under the default chain policy
+VERSIONS = 140  # several chains each under the default policy: a MERGE chain of these states runs ~60 frames
 
 
 def expected_state(session: str, version: int) -> bytes:
