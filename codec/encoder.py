@@ -141,10 +141,9 @@ class StateSnapshot:
 
 Buffer = bytes | bytearray | memoryview
 _MAX_VERSION = 2**64 - 1
-#: A REPLACE stream restarted on its head leaves room for this many more states (at most _ROOM_MAX_BYTES), so the
-#: DELTAs after it continue it: a restart costs the decoder a context (trajectory chains' heads: 41 us, not 54).
+#: A REPLACE stream of a small state (policy.small_state_bytes) restarted on its head leaves room for this many
+#: more, so the DELTAs after it continue it: a restart costs the decoder a context (trajectory heads: 41 us, not 54).
 _ROOM_STATES = 6
-_ROOM_MAX_BYTES = 8 << 20
 
 
 class ChainEncoder:
@@ -293,7 +292,8 @@ class ChainEncoder:
             stream = self._stream
             if stream is None or (1 << stream.window_log) < stream.fed + len(state):
                 prefix = self._head_bytes() if base_size >= MIN_PREFIX_SIZE else b""
-                cover = len(prefix) + len(state) + min(_ROOM_STATES * len(state), _ROOM_MAX_BYTES)
+                room = _ROOM_STATES * len(state) if len(state) <= self._policy.small_state_bytes else 0
+                cover = len(prefix) + len(state) + room
                 stream = self._start_stream(cover_bytes=cover, index_bytes=max(len(prefix), len(state)), prefix=prefix)
                 continues, prefix_size = False, len(prefix)
             else:
