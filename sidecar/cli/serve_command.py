@@ -8,6 +8,7 @@ import sys
 
 from ..config import ServeConfig
 from ..server.extension import current_extension
+from ..server.forksupport import turn_off_grpc_fork_support
 from ..server.stopsignals import record_early_stops
 from ..server.storespawn import start_serving_store
 from .parser import in_option_terms, serve_options
@@ -26,6 +27,9 @@ def serve_command(args: argparse.Namespace) -> int:
     # order, rather than killing it with its store process half started (stopsignals.py). The entry
     # modules have done so before the CLI's imports; this is for callers of cli.main.main (an application).
     record_early_stops()
+    # Before grpc is imported (below, or in a worker) and before any process is started, which inherit it:
+    # gRPC's fork handlers off unless the environment says otherwise (forksupport.py).
+    turn_off_grpc_fork_support()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = serve_config(args)
     extension = current_extension()
