@@ -347,14 +347,17 @@ export class CheckpointClient {
    * Store a blob once by its SHA-256, streamed in chunks (a stream is read as it is sent, never whole).
    * Not retried, not bounded by timeoutMs; nothing is stored on an error or when `data` throws. close(),
    * or the call failing, ends it at once even while `data` waits for its next piece; `data` is then
-   * stopped (a Readable destroyed, an iterator's return() called).
+   * stopped (a Readable destroyed, an iterator's return() called). To stop it yourself, destroy the
+   * Readable: it rejects at once with the Readable's error (ERR_STREAM_PREMATURE_CLOSE without one) and
+   * nothing is stored.
    */
   putBlob(
     data: Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
     options: PutBlobOptions,
   ): Promise<ArtifactRef>;
   /**
-   * A blob's bytes (or a range) as Buffers; stopping early cancels the call. UNAVAILABLE (a sidecar
+   * A blob's bytes (or a range) as Buffers; stopping early (a break, or destroying its Readable.from)
+   * cancels the call. UNAVAILABLE (a sidecar
    * restarting) is retried as a unary read is, up to `retries` times with the same backoff, until the first
    * chunk is yielded; a failure after that is thrown (call again for the blob). Not bounded by timeoutMs.
    */
@@ -362,6 +365,7 @@ export class CheckpointClient {
   /**
    * Write a blob (or a range) to the file at `file`, renamed into place once whole (a failed read leaves no
    * partial file); resolves to the bytes written. Retried as getBlob, until its first chunk is written.
+   * Only close() stops it; a process killed under it leaves its hidden `.<name>.<hex>.partial` beside `file`.
    */
   getBlobToFile(ref: BlobRef, file: string, range?: BlobRange): Promise<number>;
   /**

@@ -401,7 +401,8 @@ class CheckpointClient {
   // stream). Not retried nor bounded by timeoutMs: a stream may not be read
   // twice. close(), or the call failing, ends it at once even while `data`
   // waits for its next piece, and stops `data` (a Readable is destroyed, an
-  // iterator's return() called).
+  // iterator's return() called). Destroying the Readable yourself stops it
+  // mid-stream: it rejects with the Readable's error, nothing stored.
   async putBlob(data, options = {}) {
     return untilClosed(this, () => putBlob(this.stub, this.maxMessageBytes, data, options));
   }
@@ -425,7 +426,9 @@ class CheckpointClient {
   // Write a blob (or a range, as getBlob) to the file at `file`; resolves to
   // the bytes written. It is written beside it and renamed into place once
   // whole: on an error no partial file is left, and a file already there is
-  // untouched. Retried as getBlob, until the first chunk is written.
+  // untouched. Retried as getBlob, until the first chunk is written. Only
+  // close() stops it; a process killed under it leaves the hidden
+  // `.<name>.<hex>.partial` beside `file`.
   async getBlobToFile(ref, file, { offset = 0, length = 0 } = {}) {
     return untilClosed(this, () => blobToFile(this, getBlobRequest(ref, { offset, length }), file));
   }

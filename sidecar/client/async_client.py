@@ -137,7 +137,8 @@ class AsyncCheckpointClient(
         expected_sha256: str = "",
         chunk_size_bytes: int = blobs.DEFAULT_BLOB_CHUNK_BYTES,
     ) -> checkpoint_pb2.ArtifactRef:
-        """CheckpointClient.put_blob; a file is read on a thread, a chunk at a time."""
+        """CheckpointClient.put_blob; a file is read on a thread, a chunk at a time. Cancelled, its stream
+        ends without :data:`blobs.END` (grpc.aio cancels the call), so nothing is stored unless all was sent."""
         blobs.check_put_blob(data, session_id, media_type, expected_sha256)
         chunk_size = blobs.check_chunk_size(chunk_size_bytes, self._max_message_bytes)
         self._check_open()
