@@ -33,7 +33,7 @@ def _store_pids(pid: int) -> list[int]:
     return [child for child in child_pids(pid) if b"storehost" in Path(f"/proc/{child}/cmdline").read_bytes()]
 
 
-def test_a_sidecar_fork_support_at_startout_the_variable_starts_its_store_process_with_fork_support_off(
+def test_a_sidecar_started_without_the_variable_starts_its_store_process_with_fork_support_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(VARIABLE)  # the suite's own setting (conftest.py): the sidecar must not get it from us
