@@ -7,7 +7,7 @@ stored as the head's state in one FULL frame and, for each earlier version, "my 
 of the head's" (codec.prefix_frame): fewer bytes than the patches' frames, and a cold read of the head
 decodes one frame. Nothing is rewritten unless every version's checksum, as its old frame records it,
 matches the prefix's: that is what proves the run is one of prefixes. Run by the fold sweep
-(keyframes.QuietKeyframes, fold_after_quiet_seconds) and at Store.close (fold_on_close_seconds).
+(keyframes.QuietSweep, fold_after_quiet_seconds) and at Store.close (fold_on_close_seconds).
 """
 
 from __future__ import annotations

@@ -38,8 +38,9 @@ _CHUNK = 1000
 KEYFRAME_OP_BYTES = 8 * 1024 * 1024
 
 
-class QuietKeyframes:
-    """One quiet sweep: its rewrite, and the bound below which the updated-time index was already read."""
+class QuietSweep:
+    """One quiet sweep, the folds' or the keyframes' (the defaults): its rewrite (``plan``), and the bound
+    below which the updated-time index was already read (kept under ``bound_key``)."""
 
     def __init__(
         self,
@@ -236,7 +237,8 @@ class QuietKeyframes:
 
 
 class QuietSweeps:
-    """The store's two quiet sweeps (folds first), and what every write tells them."""
+    """The store's two quiet sweeps, a QuietSweep each (folds first, then keyframes), and what every write
+    tells them."""
 
     def __init__(
         self,
@@ -247,8 +249,8 @@ class QuietSweeps:
         submit: Callable[[Op], Op],
     ) -> None:
         self._config = config
-        self.keyframes = QuietKeyframes(config, tables, encoders, read, submit)
-        self.folds = QuietKeyframes(
+        self.keyframes = QuietSweep(config, tables, encoders, read, submit)
+        self.folds = QuietSweep(
             config,
             tables,
             encoders,

@@ -44,9 +44,9 @@ _WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by developmen
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
 LAST_SWEEP_KEY = b"last_sweep_unix_nanos"
-#: The quiet-keyframe sweep's bound (QuietKeyframes.before_nanos).
+#: The quiet-keyframe sweep's bound (its QuietSweep.before_nanos).
 KEYFRAMED_BEFORE_KEY = b"keyframed_before_unix_nanos"
-#: The fold sweep's bound (the folds' QuietKeyframes.before_nanos).
+#: The fold sweep's bound (its QuietSweep.before_nanos).
 FOLDED_BEFORE_KEY = b"folded_before_unix_nanos"
 #: The latest time a write was stamped with (write_time, as digits): the store's times never go backwards.
 WRITE_TIME_KEY = b"last_write_unix_nanos"

@@ -12,14 +12,16 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import pytest
 
+from ckpt.bench import synthetic
 from ckpt.codec import ChainEncoder, ChainPolicy, EncodedFrame, FrameKind
-from ckpt.sidecar import PutRequest, PutResult, Store
+from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.store.ops import Op
 from ckpt.v1 import checkpoint_pb2 as pb
 
@@ -82,6 +84,48 @@ def layout_stamp(data: Path) -> bytes | None:
             return None if raw is None else bytes(raw)
     finally:
         env.close()
+
+
+#: A sweep this far after the writes finds them quiet enough to fold (fold_after_quiet_seconds: 60 s by default).
+LATER = 120 * 10**9
+
+
+def merge_patches(seed: int, steps: int = 40) -> list[bytes]:
+    """A MERGE session's patches, ``steps`` of them (synthetic agent steps): folded runs to write."""
+    return [s.patch for s in synthetic.session(seed, steps=steps, memory_keys=12, plan_steps=8)]
+
+
+def history_states(store: Store, session: str, page_size: int = 7) -> list[bytes]:
+    """Every state by pages of history with states (a page's PREFIX versions read from its own newer ones)."""
+    states: list[bytes] = []
+    token = ""
+    while True:
+        page, token = store.list_versions(session, include_states=True, page_size=page_size, page_token=token)
+        states += [got.state for got in page]
+        if not token:
+            return states[::-1]
+
+
+def merged(patches: list[bytes]) -> list[bytes]:
+    """The state after each of ``patches`` (each appended to the state before)."""
+    return [b"".join(patches[: i + 1]) for i in range(len(patches))]
+
+
+@contextlib.contextmanager
+def frames_table(data: Path) -> Iterator[tuple[lmdb.Transaction, lmdb._Database]]:
+    """The frames table of a closed store, to damage (committed at the end of the block): no public way
+    writes damage."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=12)
+    try:
+        with env.begin(write=True) as txn:
+            yield txn, env.open_db(b"frames", txn=txn)
+    finally:
+        env.close()
+
+
+def long_chains(config: StoreConfig) -> StoreConfig:
+    """``config`` writing no FULL frame within 200 patches, so that the run folded is the whole session."""
+    return replace(config, chain_policy=ChainPolicy(max_depth=200, max_decode_cost_ratio=1000.0))
 
 
 def put_request(store: Store, request: PutRequest) -> PutResult:

@@ -21,9 +21,8 @@ from ckpt.sidecar import IncompatibleStore, Store, StoreConfig, Unavailable, Wri
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import layout, lock_data_dir
 from ckpt.v1 import service_pb2
-from tests.store.support import every_version, kinds
+from tests.store.support import LATER, every_version, history_states, kinds, merge_patches, merged
 from tests.store.support import layout_stamp as stamp
-from tests.store.test_folds import LATER, history_states, merge_patches, merged
 from tests.support import ckpt, start_sidecar
 
 PREFIX, FULL, PATCH = service_pb2.FRAME_KIND_PREFIX, service_pb2.FRAME_KIND_FULL, service_pb2.FRAME_KIND_PATCH

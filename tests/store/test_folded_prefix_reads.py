@@ -14,8 +14,7 @@ from ckpt.codec import FrameKind, _zstd, decode_latest
 from ckpt.sidecar import DataLoss, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import keys
 from ckpt.sidecar.store.prefixes import named
-from tests.store.support import every_version, kinds
-from tests.store.test_folds import frames_table, history_states, long_chains, merged
+from tests.store.support import every_version, frames_table, history_states, kinds, long_chains, merged
 
 
 @pytest.fixture

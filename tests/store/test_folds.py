@@ -3,65 +3,34 @@ becomes a FULL frame and each version before it in the run a header-only PREFIX 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from ckpt.bench import synthetic
-from ckpt.codec import ChainPolicy, FrameKind, decode_latest
+from ckpt.codec import FrameKind, decode_latest
 from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import keys, reads
-from tests.store.support import every_version, kinds
+from tests.store.support import (
+    LATER,
+    every_version,
+    frames_table,
+    history_states,
+    kinds,
+    long_chains,
+    merge_patches,
+    merged,
+)
 from tests.support import ckpt
-
-LATER = 120 * 10**9  # a sweep this far after the writes finds them quiet (60 s by default)
-
-
-def merge_patches(seed: int, steps: int = 40) -> list[bytes]:
-    return [s.patch for s in synthetic.session(seed, steps=steps, memory_keys=12, plan_steps=8)]
-
-
-def history_states(store: Store, session: str, page_size: int = 7) -> list[bytes]:
-    """Every state by pages of history with states (a page's PREFIX versions read from its own newer ones)."""
-    states: list[bytes] = []
-    token = ""
-    while True:
-        page, token = store.list_versions(session, include_states=True, page_size=page_size, page_token=token)
-        states += [got.state for got in page]
-        if not token:
-            return states[::-1]
-
-
-def merged(patches: list[bytes]) -> list[bytes]:
-    return [b"".join(patches[: i + 1]) for i in range(len(patches))]
-
-
-@contextlib.contextmanager
-def frames_table(data: Path) -> Iterator[tuple[lmdb.Transaction, lmdb._Database]]:
-    """The frames table of a closed store, to damage (committed at the end of the block)."""
-    env = lmdb.open(str(data / "lmdb"), max_dbs=12)
-    try:
-        with env.begin(write=True) as txn:
-            yield txn, env.open_db(b"frames", txn=txn)
-    finally:
-        env.close()
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:
     # Folded by the sweeps the tests run (not at close: test_fold_at_close.py).
     return StoreConfig(data_dir=tmp_path / "data", sweep_interval_seconds=3600, fold_on_close_seconds=0)
-
-
-def long_chains(config: StoreConfig) -> StoreConfig:
-    """``config`` writing no FULL frame within 200 patches, so that the run folded is the whole session."""
-    return replace(config, chain_policy=ChainPolicy(max_depth=200, max_decode_cost_ratio=1000.0))
 
 
 # -- configuration -------------------------------------------------------------------

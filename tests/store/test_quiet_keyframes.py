@@ -17,7 +17,7 @@ from ckpt.codec import ChainEncoder, FrameKind, decode, keyframe, parse
 from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.sidecar.store.keyframes import QuietKeyframes
+from ckpt.sidecar.store.keyframes import QuietSweep
 from ckpt.sidecar.store.layout import LAYOUT_VERSION
 from ckpt.v1 import service_pb2
 from tests.store.support import (
@@ -222,13 +222,13 @@ def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
     looked: list[bytes] = []
     with Store(config) as store:
         # A private hook: which sessions a sweep reads from the index shows only at its keyframe ops.
-        keyframe_op = QuietKeyframes.op
+        keyframe_op = QuietSweep.op
 
-        def counting(self: QuietKeyframes, sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
+        def counting(self: QuietSweep, sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
             looked.extend(sids)
             return keyframe_op(self, sids, quiet_since)
 
-        monkeypatch.setattr(QuietKeyframes, "op", counting)
+        monkeypatch.setattr(QuietSweep, "op", counting)
         clock[0] = start + 10 * 10**9
         for s in replace_states(300, steps=6):
             store.put("late", s)
