@@ -35,7 +35,7 @@ class Rewrite:
     puts: list[tuple[bytes, bytes]]
     #: How many bytes the session's frames grow by (< 0: shrink).
     stored_delta: int
-    #: The state bytes decoded and recompressed for it (what KEYFRAME_OP_BYTES counts).
+    #: The state bytes decoded and recompressed for it (what QUIET_OP_BYTES counts).
     cost: int
 
 

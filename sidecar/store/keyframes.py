@@ -35,7 +35,7 @@ log = logging.getLogger("ckpt.store")
 _CHUNK = 1000
 # States one quiet-sweep op decodes and recompresses before it yields the
 # writer to the writes queued behind it.
-KEYFRAME_OP_BYTES = 8 * 1024 * 1024
+QUIET_OP_BYTES = 8 * 1024 * 1024
 
 
 class QuietSweep:
@@ -101,7 +101,7 @@ class QuietSweep:
     def sweep_all(self, *, seconds: float, submit: Callable[[Op], Op]) -> tuple[int, bool]:
         """Rewrite the head of every session written since the bound, as a sweep would once they are quiet
         (Store.close: no write comes after), for at most about ``seconds`` (it stops between ops, each
-        KEYFRAME_OP_BYTES of work at most); how many were rewritten, and whether the time ran out first.
+        QUIET_OP_BYTES of work at most); how many were rewritten, and whether the time ran out first.
         Only a sweep that ran to the end, and rewrote something, moves the bound: a close that finds
         nothing to rewrite commits nothing."""
         deadline = time.monotonic() + seconds
@@ -184,7 +184,7 @@ class QuietSweep:
     def op(self, sids: list[bytes], quiet_since: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
         """Rewrite quiet sessions' heads: (rewritten, sessions looked at).
 
-        Stops after KEYFRAME_OP_BYTES of states, so that writes queued behind
+        Stops after QUIET_OP_BYTES of states, so that writes queued behind
         it wait for a bounded amount of work; the sweeper submits the rest.
         """
         tables, encoders = self._tables, self._encoders
@@ -193,7 +193,7 @@ class QuietSweep:
             written = state_bytes = looked = 0
             stamped = False
             for sid in sids:
-                if state_bytes >= KEYFRAME_OP_BYTES:
+                if state_bytes >= QUIET_OP_BYTES:
                     break
                 looked += 1
                 raw = txn.get(sid, db=tables.sessions)

@@ -29,6 +29,12 @@ def _fork_support_at_start(pid: int) -> str | None:
     return None
 
 
+def _serves(target: str) -> None:
+    with CheckpointClient(target) as client:
+        client.put("agent-7", b"\x08\x01")
+        assert client.get("agent-7").state == b"\x08\x01"
+
+
 def _store_pids(pid: int) -> list[int]:
     return [child for child in child_pids(pid) if b"storehost" in Path(f"/proc/{child}/cmdline").read_bytes()]
 
@@ -42,9 +48,7 @@ def test_a_sidecar_started_without_the_variable_starts_its_store_process_with_fo
         assert _fork_support_at_start(sidecar.pid) is None
         [store] = _store_pids(sidecar.pid)
         assert _fork_support_at_start(store) == "false"
-        with CheckpointClient(sidecar.unix_target) as client:
-            client.put("agent-7", b"\x08\x01")
-            assert client.get("agent-7").state == b"\x08\x01"
+        _serves(sidecar.unix_target)
     finally:
         code = sidecar.stop()
     assert code == 0, sidecar.log()
@@ -78,9 +82,7 @@ def test_a_value_set_in_the_sidecars_environment_is_kept_in_every_process(
     try:
         [store] = _store_pids(sidecar.pid)
         assert [_fork_support_at_start(pid) for pid in (sidecar.pid, store)] == [value, value]
-        with CheckpointClient(sidecar.unix_target) as client:
-            client.put("agent-7", b"\x08\x01")
-            assert client.get("agent-7").state == b"\x08\x01"
+        _serves(sidecar.unix_target)
     finally:
         code = sidecar.stop()
     assert code == 0, sidecar.log()
