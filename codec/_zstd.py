@@ -236,7 +236,7 @@ _CONTENT_SIZE_UNKNOWN: Final = 2**64 - 1  # ZSTD_CONTENTSIZE_UNKNOWN: zstd.get_f
 
 def decompress_sealed(data: bytes | bytearray | memoryview) -> bytes | None:
     """A zstd frame's content, decoded in one shot through this thread's reused context (which allocates no
-    window: the output is the window); None if that fails. Only for a payload decoder._decompress_sealed
+    window: the output is the window); None if that fails. Only for a payload sealed.decompress_sealed
     has checked (FORMAT.md §13): one zstd frame that ends at the end of ``data`` (so allow_extra_data=False,
     ~0.2 us of a 7.7 KB state's ~4.4 us, would check nothing), declaring its content size and a window
     within the header's window_log."""
@@ -250,7 +250,7 @@ def decompress_sealed(data: bytes | bytearray | memoryview) -> bytes | None:
 def decompress_sealed_prefix(data: bytes | bytearray | memoryview, size: int, *, window: int) -> bytes | None:
     """The first ``size`` bytes of a zstd frame's content: its blocks decoded in order until they are out,
     not the rest (a bounded read); None if that fails or gives fewer. Only for a payload
-    decoder.check_sealed_payload has passed, whose zstd frame asks for a ``window``-byte window (a
+    sealed.check_sealed_payload has passed, whose zstd frame asks for a ``window``-byte window (a
     single-segment frame's: its content size). Through this thread's reused context if the window is within
     its cap (REUSED_WINDOW_LOG_MAX), else a context made for it and freed with it."""
     try:

@@ -33,7 +33,6 @@ from .decoder import (
     _SCANNERS,
     _U64,
     DecodedVersion,
-    FrameBytes,
     _check_chain_arg,
     _check_limit,
     _latest_checked,
@@ -43,6 +42,7 @@ from .decoder import (
 )
 from .errors import OutputTooLargeError
 from .frame import parse, state_checksum
+from .sealed import FrameBytes
 
 _NO_LIMIT = 1 << 64
 

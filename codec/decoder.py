@@ -30,8 +30,8 @@ from .frame import (
     parse_named,
     state_checksum,
 )
+from .sealed import FrameBytes, decompress_sealed
 
-FrameBytes = bytes | bytearray | memoryview
 _Scan = Callable[[FrameBytes], tuple[int, int, int, int, int, int, int, int, int, int, int]]
 # By byte 2 of a frame: the format byte of format 2, the "P" of format 1's b"CKPF".
 _SCANNERS: dict[int, _Scan] = {2: frame_v2.scan, frame_v1.MAGIC[2]: frame_v1.scan}
@@ -118,13 +118,42 @@ def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     if not chain:
         raise ValueError("decode needs at least one frame")
     try:
-        found = _latest(chain, limit)
+        # A quiet session's head (folded, or a quiet keyframe) is one sealed FULL frame: most cold reads.
+        found = _sealed_alone(chain[0], limit) if len(chain) == 1 else None
+        if found is None:
+            found = _latest(chain, limit)
     except Exception:  # whatever the first pass tripped on, the checked pass below names it
         found = None
     if found is None:
         state = _latest_checked(chain, limit)
         return DecodedVersion(parse(chain[-1])[0], state)
     return found
+
+
+def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
+    """The state of ``f`` if it is a sealed format 2 FULL frame (a chain of one), checked as the first pass
+    checks it, without the first pass's bookkeeping of streams (a few us of a ~30 us cold read); None if
+    it is another frame, or on any doubt: the first pass, then the checked one, decide and name the error."""
+    if len(f) < 4 or f[2] != 2 or f[3] != _FULL_SEALED:
+        return None
+    _, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, _ = frame_v2.scan(f)
+    if (
+        distance
+        or base_size
+        or prefix
+        or version < 1
+        or len(f) != start + payload_size
+        or not 10 <= wl <= 31
+        or state_size > MAX_EXPANSION * payload_size
+        or (limit is not None and state_size > limit)
+    ):
+        return None
+    state = decompress_sealed(f[start:], version=version, size=state_size, window_log=wl)
+    xxh3 = _U64.unpack_from(f, xxh3_at)[0]
+    if state_checksum(state) != xxh3:
+        return None
+    header = FrameHeader(FrameKind.FULL, version, 0, state_size, 0, payload_size, 0, xxh3, 0, wl, False, 2, True)
+    return DecodedVersion(header, state)
 
 
 def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None:
@@ -200,7 +229,7 @@ def _first_pass(
     ``keep_reader`` asks for its live decompressor; a stream that refuses,
     or has a prefix, is read by a new stdlib decompressor, which decides. A
     sealed FULL frame's stream is one zstd frame, checked and decoded in one
-    shot (_decompress_sealed); its DecodeError leaves the chain to the
+    shot (sealed.decompress_sealed); its DecodeError leaves the chain to the
     checked pass, which raises it again.
     """
     scanners, expansion = _SCANNERS, MAX_EXPANSION
@@ -262,7 +291,7 @@ def _first_pass(
             return None
         data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
         if sealed and stream is streams[0]:  # one payload, one whole zstd frame: no live stream to keep
-            state = _decompress_sealed(data, version=first_version, size=size, window_log=wl)
+            state = decompress_sealed(data, version=first_version, size=size, window_log=wl)
             continue
         out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
         if out is None:
@@ -380,7 +409,7 @@ def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[Deco
     reader: _zstd.ZstdDecompressor | None = None
     for header, payload in frames:
         if header.sealed:  # FULL: one zstd frame, its stream ended (no frame continues it: _check_link)
-            content = _decompress_sealed(
+            content = decompress_sealed(
                 payload, version=header.version, size=header.state_size, window_log=header.window_log
             )
             reader = None
@@ -513,62 +542,6 @@ def _decompress(reader: _zstd.ZstdDecompressor, data: FrameBytes, expected: int,
             f" its headers say {expected}"
         )
     return out
-
-
-def _decompress_sealed(data: FrameBytes, *, version: int, size: int, window_log: int) -> bytes:
-    """The state of sealed FULL frame ``version``: its payload is one zstd frame declaring a content size
-    of ``size`` (state_size), checked before anything is allocated, that ends exactly at the payload's end
-    (FORMAT.md §13). Decoded in one shot through the thread's reused context, which allocates no window;
-    if that fails, a stdlib decompressor reads it again and names the error."""
-    check_sealed_payload(data, version=version, size=size, window_log=window_log)
-    v = version
-    out = _zstd.decompress_sealed(data)
-    if out is not None and len(out) == size:
-        return out
-    reader = _zstd.new_reader(window_log=window_log, prefix=None)
-    try:
-        out = reader.decompress(data, max_length=size + 1)
-    except _zstd.ZstdError as exc:
-        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
-    if not reader.eof or reader.unused_data or len(out) != size:
-        raise ChecksumError(f"payload of sealed version {v} decompressed to {len(out)} bytes; its header says {size}")
-    return out
-
-
-def check_sealed_payload(data: FrameBytes, *, version: int, size: int, window_log: int) -> int:
-    """The window a sealed FULL frame's payload asks for, if it is one zstd frame declaring a content size
-    of ``size`` (state_size), asking for a window within 2**window_log and ending exactly at the payload's
-    end (FORMAT.md §13); else DecodeError naming sealed version ``version``."""
-    v = version
-    if data[:4] != _zstd.ZSTD_MAGIC:
-        raise DecodeError(
-            f"payload of sealed version {v} does not start a zstd frame: its first bytes are"
-            f" {bytes(data[:4]).hex() or 'none'}, not 28b52ffd"
-        )
-    try:
-        # The window is what a streaming decoder of the frame would hold (FORMAT.md §4).
-        declared, window = _zstd.frame_header(data)
-    except _zstd.ZstdError as exc:
-        raise DecodeError(f"zstd payload of sealed version {v} is corrupt: {exc}") from None
-    if declared != size:
-        said = "no content size" if declared is None else f"a content size of {declared} bytes"
-        raise DecodeError(f"the zstd frame of sealed version {v} declares {said}; its state_size is {size}")
-    if window > 1 << window_log:
-        raise DecodeError(
-            f"zstd payload of sealed version {v} is corrupt: its zstd frame asks for a {window}-byte window,"
-            f" over 2**{window_log} (window_log)"
-        )
-    try:
-        end = _zstd.zstd.get_frame_size(data)
-    except _zstd.ZstdError:
-        end = -1
-    if end != len(data):
-        where = "does not end in" if end < 0 else f"ends {len(data) - end} bytes before the end of"
-        raise DecodeError(
-            f"the zstd frame of sealed version {v} {where} its {len(data)}-byte payload; a sealed frame's"
-            f" payload is one zstd frame"
-        )
-    return window
 
 
 def _verify_state(header: FrameHeader, state: bytes) -> None:

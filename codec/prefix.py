@@ -13,10 +13,11 @@ with :func:`prefix_state`. From a source stored as one sealed FULL frame,
 from __future__ import annotations
 
 from . import _zstd
-from .decoder import DecodedVersion, FrameBytes, _check_limit, check_sealed_payload, decode_latest
+from .decoder import DecodedVersion, _check_limit, decode_latest
 from .encoder import _MAX_VERSION, EncodedFrame
 from .errors import ChainLinkError, ChecksumError, DecodeError
 from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
+from .sealed import FrameBytes, check_sealed_payload
 
 #: The window_log a PREFIX frame's header carries: it has no stream, so the smallest a header may hold.
 PREFIX_WINDOW_LOG = 10

@@ -23,6 +23,7 @@ from ckpt.codec import (
     open_chain,
     parse,
 )
+from ckpt.codec.sealed import FrameBytes
 
 # Short chains and narrow windows: chains end, and streams start anew, often.
 SHORT = ChainPolicy(max_depth=6, min_window_log=10, patch_window_bytes=1024)
@@ -212,7 +213,7 @@ def test_the_limit_bounds_what_a_reader_advances_to() -> None:
     assert reader.advance(frames[4:5]) is None
 
 
-def _output(frames: Sequence[decoder.FrameBytes]) -> int:
+def _output(frames: Sequence[FrameBytes]) -> int:
     """What decoding ``frames`` materialises, from their headers: the oracle of the work bounds."""
     return sum(parse(f)[0].content_size for f in frames)
 
@@ -269,7 +270,7 @@ def test_a_large_state_advances_by_its_new_frames_output() -> None:
 def test_the_frame_by_frame_pass_keeps_the_output_bound() -> None:
     """open_chain falls back to decode's frame-by-frame pass for chains the one-pass decode declines: that
     pass refuses too much output as well, after checking the headers and before decompressing."""
-    frames: list[decoder.FrameBytes] = list(merge_chain(3))
+    frames: list[FrameBytes] = list(merge_chain(3))
     with pytest.raises(OutputTooLargeError):
         decoder._latest_checked(frames, None, _output(frames) - 1)
     assert decoder._latest_checked(frames, None, _output(frames)) == decode(frames)

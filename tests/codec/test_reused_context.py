@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import ckpt.codec._zstd
 from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind, decode_latest, open_chain, parse
 from ckpt.codec._zstd import REUSED_WINDOW_LOG_MAX, decompress_once, new_reader, new_stream, zstd
-from ckpt.codec.decoder import FrameBytes, _latest
+from ckpt.codec.decoder import _latest
+from ckpt.codec.sealed import FrameBytes
 from ckpt.v1 import checkpoint_pb2 as pb
 from tests.codec.layout import with_checksum
 from tests.codec.strategies import checkpoints, serialize
