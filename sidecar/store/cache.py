@@ -7,8 +7,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
+from ...codec import StateSnapshot
+
 if TYPE_CHECKING:
-    from ...codec import StateSnapshot
     from .types import VersionInfo
 
 V = TypeVar("V")
@@ -93,15 +94,23 @@ class StateCache:
             if old is not None:
                 self._size -= old[1]
 
-    def restate(self, sid: bytes, info: VersionInfo) -> None:
-        """New metadata for the cached version ``info.version`` (its frame was rewritten), if cached.
+    def restate(self, sid: bytes, info: VersionInfo, *, state: bytes | None = None) -> None:
+        """New metadata for the cached version ``info.version`` (its frame was rewritten), if cached; and its
+        new ``state`` if the rewrite changed its bytes (a head compacted by a fold).
 
         The entry keeps its place: this is no use of the session.
         """
         with self._lock:
             item = self._items.get(sid)
-            if item is not None and item[0].info.version == info.version:
+            if item is None or item[0].info.version != info.version:
+                return
+            if state is None:
                 self._items[sid] = (CachedState(item[0].state, info), item[1])
+                return
+            snapshot = StateSnapshot([state], 1, len(state))
+            weight = entry_bytes(sid, snapshot, info)
+            self._items[sid] = (CachedState(snapshot, info), weight)
+            self._size += weight - item[1]
 
     def clear(self) -> None:
         with self._lock:

@@ -29,7 +29,7 @@ from .coherence import Coherence
 from .layout import Tables
 from .ops import Batch
 from .reads import chain_frames
-from .records import frame_of
+from .records import frame_of, written_state_xxh3
 from .types import VersionInfo
 
 
@@ -112,18 +112,22 @@ class Encoders:
         self.lru.put(sid, encoder)
         return encoder
 
-    def head_xxh3(self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None) -> int | None:
-        """XXH3-64 of the session's head state (None: it has no head), for a write's expected_state_xxh3: its
-        cached encoder's (the head it holds), else what the head frame's header records."""
+    def head_has_xxh3(
+        self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord | None, xxh3: int
+    ) -> bool:
+        """Whether the session's head state has XXH3-64 ``xxh3``, for a write's expected_state_xxh3 (False: it
+        has no head): its cached encoder's (the head it holds), else what the head frame's header records,
+        or what the state had as written if a fold stored it compacted since (folds.py)."""
         if rec is None or not rec.head_version:
-            return None
+            return False
         cached = self.lru.get(sid)
         if (
             cached is not None
             and cached.version == rec.head_version
             and (self.coherence is None or self.coherence.continues_chain(cached, rec))
+            and cached.state_xxh3 == xxh3
         ):
-            return cached.state_xxh3
+            return True
         value = txn.get(keys.frame_key(sid, rec.head_version), db=self._tables.frames)
         if value is None:
             raise DataLoss(f"session {session_id!r} version {rec.head_version}: its frame is missing")
@@ -131,7 +135,7 @@ class Encoders:
             header, _ = parse(frame_of(value))
         except DecodeError as exc:
             raise DataLoss(f"session {session_id!r} version {rec.head_version}: {exc}") from None
-        return header.state_xxh3
+        return header.state_xxh3 == xxh3 or written_state_xxh3(session_id, rec.head_version, value) == xxh3
 
     def hold(self, batch: Batch, sid: bytes, encoder: ChainEncoder) -> ChainEncoder | None:
         """``encoder`` if the batch may keep it until its commit, for the encoder cache; else None.

@@ -23,7 +23,7 @@ from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .folds import Plan, Rewrite, fold_plan, frame_value
+from .folds import Plan, Resolve, Rewrite, fold_plan, frame_value
 from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
@@ -228,7 +228,8 @@ class QuietSweep:
                 batch.after_commit.append(functools.partial(encoders.discard, sid))
                 batch.touched_encoders.add(sid)
                 info = version_info(session_id, head, rewrite.puts[-1][1])  # the head's new value
-                batch.after_commit.append(functools.partial(encoders.states.restate, sid, info))
+                restate = functools.partial(encoders.states.restate, sid, info, state=rewrite.head_state)
+                batch.after_commit.append(restate)
                 written += 1
                 state_bytes += rewrite.cost
             return written, looked
@@ -247,6 +248,7 @@ class QuietSweeps:
         encoders: Encoders,
         read: Callable[[], AbstractContextManager[ReadTxn]],
         submit: Callable[[Op], Op],
+        resolve: Resolve,
     ) -> None:
         self._config = config
         self.keyframes = QuietSweep(config, tables, encoders, read, submit)
@@ -257,7 +259,7 @@ class QuietSweeps:
             read,
             submit,
             bound_key=FOLDED_BEFORE_KEY,
-            plan=functools.partial(fold_plan, tables, config.chain_policy),
+            plan=functools.partial(fold_plan, tables, config.chain_policy, resolve),
         )
 
     def note_write(self, txn: WriteTxn, now: int) -> None:

@@ -22,6 +22,8 @@ from .layout import Tables
 from .types import PutResult, SessionInfo, VersionInfo, WriteMode
 
 META_LEN = struct.Struct("<H")
+# A stored mode number's WriteMode: a dict lookup, where WriteMode(n) is an enum call on every cold read.
+_MODES = {mode.value: mode for mode in WriteMode}
 
 
 def record(raw: Any) -> records_pb2.SessionRecord:
@@ -35,6 +37,16 @@ def record(raw: Any) -> records_pb2.SessionRecord:
 def meta_of(value: Any) -> records_pb2.VersionRecord:
     (n,) = META_LEN.unpack_from(value)
     return records_pb2.VersionRecord.FromString(bytes(value[META_LEN.size : META_LEN.size + n]))
+
+
+def written_state_xxh3(session_id: str, version: int, value: Any) -> int | None:
+    """The XXH3-64 a version's state had as written, if a fold stored it compacted since (else None);
+    DataLoss if its metadata does not parse."""
+    try:
+        meta = meta_of(value)
+        return meta.written_state_xxh3 if meta.HasField("written_state_xxh3") else None
+    except (struct.error, DecodeProtoError) as exc:
+        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
 
 
 def frame_of(value: Any) -> memoryview:
@@ -51,9 +63,14 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
     """
     try:
         meta = meta_of(value)
-        mode = WriteMode(meta.mode)
-    except (struct.error, DecodeProtoError, ValueError) as exc:
+    except (struct.error, DecodeProtoError) as exc:
         raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    mode = _MODES.get(meta.mode)
+    if mode is None:
+        raise DataLoss(
+            f"session {session_id!r} version {version}: its stored metadata is corrupt:"
+            f" {meta.mode} is not a valid WriteMode"
+        )
     frame = frame_of(value)
     try:
         if header is None:
@@ -70,12 +87,12 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
         )
     return VersionInfo(
         version=version,
-        parent_version=version - 1 if mode != WriteMode.FORK else 0,
+        parent_version=version - 1 if mode is not WriteMode.FORK else 0,
         created_unix_nanos=meta.created_unix_nanos,
         frame_kind=header.kind,
         stored_bytes=len(frame),
         state_size=header.state_size,
-        labels=dict(meta.labels),
+        labels=dict(meta.labels) if meta.labels else {},
         mode=mode,
         message_type=meta.message_type,
         state_xxh3=header.state_xxh3,

@@ -165,10 +165,9 @@ class WriteOps:
             head = rec.head_version if rec else 0
             if req.expected_version is not None and req.expected_version != head:
                 raise VersionConflict(req.session_id, req.expected_version, head)
-            if req.expected_state_xxh3 is not None:
-                found = encoders.head_xxh3(txn, sid, req.session_id, rec)
-                if found != req.expected_state_xxh3:
-                    raise VersionConflict(req.session_id, head, head, expected_state_xxh3=req.expected_state_xxh3)
+            expected_xxh3 = req.expected_state_xxh3
+            if expected_xxh3 is not None and not encoders.head_has_xxh3(txn, sid, req.session_id, rec, expected_xxh3):
+                raise VersionConflict(req.session_id, head, head, expected_state_xxh3=req.expected_state_xxh3)
             if rec is not None and req.labels:
                 _check_session_labels(req.session_id, rec, req.labels)
             have = rec.message_type if rec is not None else ""

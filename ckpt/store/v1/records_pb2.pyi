@@ -45,7 +45,7 @@ class SessionRecord(_message.Message):
     def __init__(self, head_version: _Optional[int] = ..., chain_start_version: _Optional[int] = ..., first_version: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ..., blob_refs_unchecked: _Optional[bool] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
-    __slots__ = ("created_unix_nanos", "mode", "labels", "message_type")
+    __slots__ = ("created_unix_nanos", "mode", "labels", "message_type", "written_state_xxh3")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,11 +57,13 @@ class VersionRecord(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     created_unix_nanos: int
     mode: int
     labels: _containers.ScalarMap[str, str]
     message_type: str
-    def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ...) -> None: ...
+    written_state_xxh3: int
+    def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ..., written_state_xxh3: _Optional[int] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
     __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put", "state_xxh3", "chain_depth")
