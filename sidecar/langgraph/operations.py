@@ -190,7 +190,8 @@ class Operations(Pruning):
                 step = decode_step(state)
                 view = view_of(step)
                 self._views.put(sid, version, xxh3, view)
-            # A version's state never changes, and its xxh3 tells it from another's at the same version: the
+            # A version's message never changes (a fold may store the head canonical since: new bytes, a new
+            # xxh3, read as a head not seen), and its xxh3 tells it from another's at the same version: the
             # head this saver put (or read) is this one, digests and all, so they are not hashed again.
             if step is not None and (
                 seen is None
