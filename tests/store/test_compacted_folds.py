@@ -118,6 +118,22 @@ def test_a_head_that_compacts_by_less_folds_as_the_concatenation(config: StoreCo
         assert every_version(store, "s") == expected
 
 
+def test_a_run_that_added_little_is_not_parsed_and_folds_as_the_concatenation(config: StoreConfig) -> None:
+    # The REPLACE that starts the run holds an overwritten goal (stored as written); the patches after it
+    # add far less than a quarter of the head, so the fold does not parse the head to find it.
+    first = pb.Checkpoint(goal="g" * 3000).SerializeToString() + pb.Checkpoint(goal="h" * 3000).SerializeToString()
+    patches = [pb.Checkpoint(step=i).SerializeToString() for i in range(1, 11)]
+    expected = merged([first, *patches])
+    assert len(canonical(expected[-1])) < 0.6 * len(expected[-1])
+    with Store(config) as store:
+        store.put("s", first, message_type=CHECKPOINT)
+        for p in patches:
+            store.put("s", p, mode=MERGE)
+        fold(store)
+        assert kinds(store, "s") == [PREFIX] * 10 + [FULL]
+        assert every_version(store, "s") == expected
+
+
 def test_an_untyped_session_folds_as_the_concatenation(config: StoreConfig) -> None:
     patches = merge_patches(3)
     with Store(config) as store:
