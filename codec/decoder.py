@@ -137,16 +137,8 @@ def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
     if len(f) < 4 or f[2] != 2 or f[3] != _FULL_SEALED:
         return None
     _, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, _ = frame_v2.scan(f)
-    if (
-        distance
-        or base_size
-        or prefix
-        or version < 1
-        or len(f) != start + payload_size
-        or not 10 <= wl <= 31
-        or state_size > MAX_EXPANSION * payload_size
-        or (limit is not None and state_size > limit)
-    ):
+    limit = _NO_LIMIT if limit is None else limit
+    if not _starts_chain(wl, version, distance, state_size, base_size, prefix, payload_size, len(f) - start, limit):
         return None
     state = decompress_sealed(f[start:], version=version, size=state_size, window_log=wl)
     xxh3 = _U64.unpack_from(f, xxh3_at)[0]
@@ -154,6 +146,25 @@ def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
         return None
     header = FrameHeader(FrameKind.FULL, version, 0, state_size, 0, payload_size, 0, xxh3, 0, wl, False, 2, True)
     return DecodedVersion(header, state)
+
+
+def _starts_chain(
+    wl: int, version: int, distance: int, state_size: int, base_size: int, prefix: int, payload_size: int,
+    stored_payload: int, limit: int,
+) -> bool:  # fmt: skip
+    """Whether a FULL frame's scanned header is one the one-pass decode starts a chain with: no base, a
+    version, exactly its payload stored, a window log zstd takes, a state within ``limit`` and zstd's
+    expansion of its payload."""
+    return not (
+        distance
+        or base_size
+        or prefix
+        or version < 1
+        or stored_payload != payload_size
+        or not 10 <= wl <= 31
+        or state_size > MAX_EXPANSION * payload_size
+        or state_size > limit
+    )
 
 
 def _latest(chain: list[FrameBytes], limit: int | None) -> DecodedVersion | None:
@@ -232,23 +243,15 @@ def _first_pass(
     shot (sealed.decompress_sealed); its DecodeError leaves the chain to the
     checked pass, which raises it again.
     """
-    scanners, expansion = _SCANNERS, MAX_EXPANSION
+    scanners = _SCANNERS
     limit = _NO_LIMIT if limit is None else limit
     f = chain[0]
     kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scanners[f[2]](
         f
     )
     sealed = kf == _FULL_SEALED
-    if (
-        (kf != _FULL and not sealed)
-        or distance
-        or base_size
-        or prefix
-        or version < 1
-        or len(f) != start + payload_size
-        or not 10 <= wl <= 31
-        or state_size > expansion * payload_size
-        or state_size > limit
+    if (kf != _FULL and not sealed) or not _starts_chain(
+        wl, version, distance, state_size, base_size, prefix, payload_size, len(f) - start, limit
     ):
         return None
     first_version = version
