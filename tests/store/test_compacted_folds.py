@@ -84,7 +84,12 @@ def test_a_write_holding_the_heads_checksum_from_before_the_fold_still_passes(co
         for name in ("a", "b", "c"):
             written = [store.put(name, p, mode=MERGE, message_type=CHECKPOINT) for p in patches][-1]
             assert store.get(name).info.state_xxh3 == written.state_xxh3
+        # No checksum kept means none: 0 names no head, folded or not.
+        with pytest.raises(VersionConflict, match="expected_state_xxh3"):
+            store.put("c", patches[0], mode=MERGE, expected_state_xxh3=0)
         assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 3
+        with pytest.raises(VersionConflict, match="expected_state_xxh3"):
+            store.put("c", patches[0], mode=MERGE, expected_state_xxh3=0)
         folded = store.get("a", use_cache=False).info.state_xxh3
         assert folded != written.state_xxh3
         # The checksum the client got when it wrote the head, and the one a read gives now: both name it.
