@@ -44,7 +44,7 @@ from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .layout import Tables
 from .reads import chain_frames
-from .records import META_LEN, meta_of
+from .records import META_LEN, version_record
 
 #: A fold stores a typed head as its canonical serialization when that is at most this fraction of the
 #: head's bytes. Such a fold keeps one FULL frame more (the version before the head's, for the run's
@@ -144,7 +144,7 @@ def fold_plan(
         meta = value[:meta_end]
         full = keyframe(state, version=head, policy=policy)
     else:
-        record = meta_of(value)
+        record = version_record(session_id, head, value)
         record.written_state_xxh3 = headers[-1].state_xxh3
         raw = record.SerializeToString()
         meta = META_LEN.pack(len(raw)) + raw

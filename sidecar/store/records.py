@@ -39,14 +39,19 @@ def meta_of(value: Any) -> records_pb2.VersionRecord:
     return records_pb2.VersionRecord.FromString(bytes(value[META_LEN.size : META_LEN.size + n]))
 
 
+def version_record(session_id: str, version: int, value: Any) -> records_pb2.VersionRecord:
+    """A stored version's metadata (meta_of); DataLoss naming the version if it does not parse."""
+    try:
+        return meta_of(value)
+    except (struct.error, DecodeProtoError) as exc:
+        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+
+
 def written_state_xxh3(session_id: str, version: int, value: Any) -> int | None:
     """The XXH3-64 a version's state had as written, if a fold stored it compacted since (else None);
     DataLoss if its metadata does not parse."""
-    try:
-        meta = meta_of(value)
-        return meta.written_state_xxh3 if meta.HasField("written_state_xxh3") else None
-    except (struct.error, DecodeProtoError) as exc:
-        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    meta = version_record(session_id, version, value)
+    return meta.written_state_xxh3 if meta.HasField("written_state_xxh3") else None
 
 
 def frame_of(value: Any) -> memoryview:
@@ -61,10 +66,7 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
     ``header``: the frame's header as a decode of its chain read it (which checked the state it yields),
     so the frame is not parsed, and its checksum not computed, a second time on a cold read.
     """
-    try:
-        meta = meta_of(value)
-    except (struct.error, DecodeProtoError) as exc:
-        raise DataLoss(f"session {session_id!r} version {version}: its stored metadata is corrupt: {exc}") from None
+    meta = version_record(session_id, version, value)
     mode = _MODES.get(meta.mode)
     if mode is None:
         raise DataLoss(
