@@ -289,10 +289,13 @@ class StoreModel(RuleBasedStateMachine):
             # At least what was asked, and at most one chain more: the cut is at the chain
             # start of the oldest version asked for, so no delta is left without its FULL frame (or
             # at a PREFIX frame, which reads only newer ones). The sweep folds quiet heads after
-            # retention: a head folded is FULL, and the run before it PREFIX frames.
+            # retention: a head folded is FULL, and the run before it PREFIX frames; a typed head folded
+            # as its canonical state keeps the version before it whole, a FULL frame too (folds.py).
             assert first <= kept <= asked, (sid, first, kept, asked)
             assert kinds[kept] in (FrameKind.FULL, FrameKind.PREFIX)
-            starts = [v for v in range(kept + 1, min(asked, head - 1) + 1) if kinds[v] is FrameKind.FULL]
+            compacted_fold = self.compact and kinds[head] is FrameKind.FULL
+            last = min(asked, head - 2 if compacted_fold else head - 1)
+            starts = [v for v in range(kept + 1, last + 1) if kinds[v] is FrameKind.FULL]
             assert not starts, (sid, kept, asked)
             sess.first = kept
             sess.versions = {v: s for v, s in sess.versions.items() if v >= kept}
