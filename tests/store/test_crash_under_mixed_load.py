@@ -285,6 +285,8 @@ def test_sigkill_under_mixed_load_keeps_every_acknowledged_write_fork_and_delete
         for t in threads:
             t.join(30)
         assert not model.errors, model.errors
+        # The load reached the kill point (a few more may be acknowledged between the count and the kill).
+        assert model.acks - start_acks >= kill_after, f"run {run}: {model.acks - start_acks} acks"
         # Offline, before anything reopens it: the directory as the kill left it.
         verify = ckpt("verify", "--data-dir", str(data))
         assert verify.returncode == 0, verify.stderr.decode()
@@ -296,5 +298,4 @@ def test_sigkill_under_mixed_load_keeps_every_acknowledged_write_fork_and_delete
                 _resolve_and_check(c, model, keep_last)
         finally:
             assert checker.stop() == 0, checker.log(tail_chars=3000)
-    assert model.acks > sum(k for k, _ in KILL_POINTS)
     assert model.deleted and model.forks  # the load did fork and delete
