@@ -16,16 +16,28 @@ class RWLock:
     """Many shared holders at once, or one exclusive holder (which waits for shared ones to leave)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # Every read takes and leaves the lock shared: the plain lock (not a Condition's RLock) and no
+        # notify unless someone waits keep that to two C calls on its way in and out.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._shared = 0
         self._exclusive = False
+        self._waiting = 0  # threads waiting on _cond
+
+    def _wait(self) -> None:
+        # Called with the lock held.
+        self._waiting += 1
+        try:
+            self._cond.wait()
+        finally:
+            self._waiting -= 1
 
     def acquire_shared(self) -> None:
         """Hold the lock shared until :meth:`release_shared` (what :meth:`shared` does as a block): for a
         caller whose scope is not one block, such as a read transaction's context manager."""
-        with self._cond:
+        with self._lock:
             while self._exclusive:
-                self._cond.wait()
+                self._wait()
             self._shared += 1
 
     @property
@@ -34,9 +46,9 @@ class RWLock:
         return not self._shared and not self._exclusive
 
     def release_shared(self) -> None:
-        with self._cond:
+        with self._lock:
             self._shared -= 1
-            if not self._shared:
+            if not self._shared and self._waiting:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -49,15 +61,16 @@ class RWLock:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        with self._cond:
+        with self._lock:
             while self._exclusive:  # another resize first
-                self._cond.wait()
+                self._wait()
             self._exclusive = True
             while self._shared:
-                self._cond.wait()
+                self._wait()
         try:
             yield
         finally:
-            with self._cond:
+            with self._lock:
                 self._exclusive = False
-                self._cond.notify_all()
+                if self._waiting:
+                    self._cond.notify_all()
