@@ -30,13 +30,16 @@ def check_int_arg(
     too if ``optional``). ``means``: what a value means, said in the message ("0 = latest")."""
     if value is None and optional:
         return
-    said = f" ({means})" if means else ""
     if isinstance(value, bool) or not isinstance(value, int):
         kind = "an int or None" if optional else "an int"
-        raise InvalidArgument(f"{name} must be {kind}{said}, not {type(value).__name__}")
+        raise InvalidArgument(f"{name} must be {kind}{_said(means)}, not {type(value).__name__}")
     if not least <= value <= most:
         limit = "0..2**64-1 (a uint64)" if (least, most) == (0, UINT64_MAX) else f"{least}..{most}"
-        raise InvalidArgument(f"{name} must be in {limit}{said}, got {value}")
+        raise InvalidArgument(f"{name} must be in {limit}{_said(means)}, got {value}")
+
+
+def _said(means: str) -> str:
+    return f" ({means})" if means else ""
 
 
 def check_str_arg(name: str, value: object) -> None:
