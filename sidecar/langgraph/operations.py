@@ -357,7 +357,11 @@ class Operations(Pruning):
         sid = where.session_id
         parent_id = get_checkpoint_id(config) or None
         if seen is not None and seen.checkpoint_id == parent_id:
-            encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq)
+            # The channels new_versions leaves out hold the head's values: not serialized again.
+            encoded = encode_put(
+                self.serde, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq,
+                continues_head=True,
+            )  # fmt: skip
             try:
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:

@@ -215,7 +215,10 @@ def digest(type_: str, data: bytes) -> Digest:
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """A checkpoint ready to write: the patch of what changed (MERGE), what the whole Step (REPLACE) is
-    made of, and the digests of its list channels' elements."""
+    made of, and the digests of its list channels' elements.
+
+    A put continuing the head leaves the channels it did not change (``unchanged``) unserialized: their
+    digests are the head's, and only a whole Step (:meth:`full`, :meth:`whole`) needs their values."""
 
     checkpoint_id: str
     patch: records_pb2.Step
@@ -223,20 +226,52 @@ class Encoded:
     lists: dict[str, list[Digest]]
     channels: dict[str, records_pb2.Typed]
     elements: dict[str, list[Pair]]
+    serde: SerializerProtocol
+    values: Mapping[str, Any]
+    unchanged: tuple[str, ...] = ()
+
+    def whole(self) -> tuple[dict[str, records_pb2.Typed], dict[str, list[Pair]]]:
+        """Every channel's value and every list's elements (the unchanged ones serialized now, once)."""
+        channels, elements = self.channels, self.elements
+        for k in self.unchanged:
+            if k not in channels:
+                _encode_channel(self.serde, k, self.values[k], channels, elements)
+        return channels, elements
 
     def full(self) -> records_pb2.Step:
         """The whole Step: every channel of the checkpoint (made only for a write that does not continue
         the head, since it holds every element of every list)."""
         patch = self.patch
+        channels, elements = self.whole()
         return records_pb2.Step(
             checkpoint_id=patch.checkpoint_id,
             parent_checkpoint_id=patch.parent_checkpoint_id,
             checkpoint=patch.checkpoint,
             metadata=patch.metadata,
             writes_after_seq=patch.writes_after_seq,
-            channels=self.channels,
-            items=[records_pb2.Items(channel=k, values=_typed_all(e)) for k, e in self.elements.items()],
+            channels=channels,
+            items=[records_pb2.Items(channel=k, values=_typed_all(e)) for k, e in elements.items()],
         )
+
+
+def _encode_channel(
+    serde: SerializerProtocol,
+    k: str,
+    v: Any,
+    channels: dict[str, records_pb2.Typed],
+    elements: dict[str, list[Pair]],
+) -> list[Pair] | None:
+    """Serialize channel ``k``'s value into ``channels`` (and a list's elements into ``elements``); the
+    elements of a list, else None."""
+    # Element by element, so that a step sends and stores the messages it added, not the conversation.
+    if type(v) is list:
+        # A bytearray element comes back as bytes, as from a list serialized whole (msgpack has no
+        # bytearray): as InMemorySaver and PostgresSaver give it.
+        elements[k] = pairs = _dumps_elements(serde, v)
+        channels[k] = records_pb2.Typed(type=ITEMS)
+        return pairs
+    channels[k] = _typed(serde, v)
+    return None
 
 
 def _typed_all(pairs: Sequence[Pair]) -> list[records_pb2.Typed]:
@@ -259,11 +294,17 @@ def encode_put(
     new_versions: ChannelVersions,
     parent_lists: Lists,
     writes_after_seq: int,
+    *,
+    continues_head: bool = False,
 ) -> Encoded:
     """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
     for one without a value now, and for a list only the elements after those it shares with the parent's
     (``parent_lists``). The full Step holds every channel of the checkpoint. Both say the checkpoint's
-    pending writes are in the log after ``writes_after_seq``."""
+    pending writes are in the log after ``writes_after_seq``.
+
+    ``continues_head``: the parent is the head ``parent_lists`` are the digests of, so a channel
+    ``new_versions`` does not name holds the head's value (LangGraph's contract): it is not serialized
+    unless a whole Step is asked for, and a list's digests are the head's."""
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
@@ -272,16 +313,20 @@ def encode_put(
     channels: dict[str, records_pb2.Typed] = {}
     elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
+    unchanged: list[str] = []
     for k, v in values.items():
-        # Element by element, so that a step sends and stores the messages it added, not the conversation.
-        if type(v) is list:
-            # A bytearray element comes back as bytes, as from a list serialized whole (msgpack has no
-            # bytearray): as InMemorySaver and PostgresSaver give it.
-            elements[k] = pairs = _dumps_elements(serde, v)
+        if continues_head and k not in new_versions:
+            # A list's digests are needed by the next put: taken from the head when it holds them.
+            if type(v) is not list:
+                unchanged.append(k)
+                continue
+            if (known := parent_lists.get(k)) is not None and len(known) == len(v):
+                lists[k] = list(known)
+                unchanged.append(k)
+                continue
+        pairs = _encode_channel(serde, k, v, channels, elements)
+        if pairs is not None:
             lists[k] = [(t, _xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
-            channels[k] = records_pb2.Typed(type=ITEMS)
-        else:
-            channels[k] = _typed(serde, v)
     changed: dict[str, records_pb2.Typed] = {}
     items: list[records_pb2.Items] = []
     for k in new_versions:
@@ -312,6 +357,9 @@ def encode_put(
         lists=lists,
         channels=channels,
         elements=elements,
+        serde=serde,
+        values=values,
+        unchanged=tuple(unchanged),
     )
 
 

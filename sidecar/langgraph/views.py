@@ -104,8 +104,9 @@ def view_written(encoded: Encoded, parent: View | None) -> View | None:
     entry past its list's end): that read is left to tell."""
     patch = encoded.patch
     if parent is None:
-        channels = {k: _pair(v) for k, v in encoded.channels.items()}
-        lists = {k: list(e) for k, e in encoded.elements.items()}
+        whole_channels, whole_lists = encoded.whole()
+        channels = {k: _pair(v) for k, v in whole_channels.items()}
+        lists = {k: list(e) for k, e in whole_lists.items()}
         return _made(patch, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
     # Weighed by what changed: a step costs what it added, not the conversation.
     weight = parent.weight - _weigh((parent.checkpoint, parent.metadata))
