@@ -318,11 +318,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         """
         sid = keys.session_key(session_id)
         check_version_arg(version)
-        if use_cache:
-            if (hit := self._cached(sid, version)) is not None:  # which checked the store is open
-                return hit
-        else:
-            self._check_open_for_reads()
+        if use_cache and (hit := self._cached(sid, version)) is not None:
+            return hit
+        self._check_open_for_reads()
         with self._storage.read() as txn:  # not self._read(): a call less on the cold read
             state, info = read_state(txn, self._tables, sid, session_id, version, max_state_bytes=max_state_bytes)
         return GetResult(info.version, state, info)

@@ -52,8 +52,7 @@ def read_state(
     ``max_state_bytes``: StateTooLarge, before anything is decompressed, if the chain makes a larger state
     (for a PREFIX version: the chain of the newer version it is read from, prefixes.read_prefixed).
     """
-    if max_state_bytes is not None:
-        check_int_arg("max_state_bytes", max_state_bytes, most=MAX_INT)
+    check_int_arg("max_state_bytes", max_state_bytes, most=MAX_INT, optional=True)
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
         refuse_unstored(txn, tables.sessions, sid, session_id, version)
@@ -99,9 +98,6 @@ def chain_back(
     if (key != wanted) if version else not key.startswith(prefix):
         return None
     target = keys.frame_version(key, sid)
-    frame = frame_of(value)
-    if len(frame) > 3 and frame[2] == 2 and frame[3] in CHAIN_ENDS_V2:
-        return target, value, [frame]  # a chain of one (a quiet session's head): most cold reads
     frames: list[memoryview] = []
     oldest = target  # the version of the last key read in the session's range
     full = False

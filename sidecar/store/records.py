@@ -73,17 +73,16 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
             f"session {session_id!r} version {version}: its stored metadata is corrupt:"
             f" {meta.mode} is not a valid WriteMode"
         )
-    if header is None:
-        try:
-            header, _ = parse(frame_of(value))  # which checks the frame is exactly its header's size
-        except DecodeError as exc:  # the frame, not the metadata: its checksum or header
-            text = str(exc)
-            where = (
-                f"session {session_id!r}"
-                if f"version {version}" in text
-                else f"session {session_id!r} version {version}"
-            )
-            raise DataLoss(f"{where}: {text}") from None
+    frame = frame_of(value)
+    try:
+        if header is None:
+            header, _ = parse(frame)  # which checks the frame is exactly its header's size
+    except DecodeError as exc:  # the frame, not the metadata: its checksum or header
+        text = str(exc)
+        where = (
+            f"session {session_id!r}" if f"version {version}" in text else f"session {session_id!r} version {version}"
+        )
+        raise DataLoss(f"{where}: {text}") from None
     if header.version != version:  # a sound frame under another version's key: never served as this one
         raise DataLoss(
             f"session {session_id!r} version {version}: the frame stored there is version {header.version}'s"
@@ -93,7 +92,7 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
         parent_version=version - 1 if mode is not WriteMode.FORK else 0,
         created_unix_nanos=meta.created_unix_nanos,
         frame_kind=header.kind,
-        stored_bytes=len(frame_of(value)),
+        stored_bytes=len(frame),
         state_size=header.state_size,
         labels=dict(meta.labels) if meta.labels else {},
         mode=mode,
