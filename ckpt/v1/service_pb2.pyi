@@ -77,30 +77,34 @@ class PutResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., replayed: _Optional[bool] = ..., state_size: _Optional[int] = ..., state_xxh3: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("session_id", "version", "field_mask", "events")
+    __slots__ = ("session_id", "version", "field_mask", "events", "known_state_xxh3")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FIELD_MASK_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     version: int
     field_mask: _field_mask_pb2.FieldMask
     events: ReadEventsRequest
-    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., field_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., events: _Optional[_Union[ReadEventsRequest, _Mapping]] = ...) -> None: ...
+    known_state_xxh3: int
+    def __init__(self, session_id: _Optional[str] = ..., version: _Optional[int] = ..., field_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ..., events: _Optional[_Union[ReadEventsRequest, _Mapping]] = ..., known_state_xxh3: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("version", "state", "info", "message_type", "events")
+    __slots__ = ("version", "state", "info", "message_type", "events", "state_omitted")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_OMITTED_FIELD_NUMBER: _ClassVar[int]
     version: int
     state: bytes
     info: VersionInfo
     message_type: str
     events: ReadEventsResponse
-    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ..., events: _Optional[_Union[ReadEventsResponse, _Mapping]] = ...) -> None: ...
+    state_omitted: bool
+    def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ..., events: _Optional[_Union[ReadEventsResponse, _Mapping]] = ..., state_omitted: _Optional[bool] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
     __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state", "state_xxh3")

@@ -62,6 +62,8 @@ export interface GetResponse {
   message_type: string;
   /** The page of events `get`'s `events` filter asked for; null without one. */
   events: ReadEventsResponse | null;
+  /** Set when `state` is left out: the version read has the state `knownStateXxh3` named. */
+  state_omitted: boolean;
 }
 
 /** A page of events. */
@@ -306,7 +308,16 @@ export class CheckpointClient {
    * round trip): the reply's `events`; its `next_page_token`, if not empty, is the rest (events() with the
    * same filter and it as `pageToken`).
    */
-  get(sessionId: string, version?: number, options?: { fieldMask?: string[]; events?: EventFilter }): Promise<GetResponse>;
+  /**
+   * knownStateXxh3: the `state_xxh3` of a state the caller holds (a put's reply's, or a get's `info`'s): if
+   * the version read has that state, the reply leaves it out (`state_omitted` true, `state` empty). Not with
+   * fieldMask.
+   */
+  get(
+    sessionId: string,
+    version?: number,
+    options?: { fieldMask?: string[]; events?: EventFilter; knownStateXxh3?: string | bigint | null },
+  ): Promise<GetResponse>;
   /**
    * The result of `fn()`, the call of `tool` with `args`, recorded in the session's Checkpoint.tool_cache
    * before it resolves: a hit resolves to the recorded result without calling `fn`. An entry marked

@@ -276,13 +276,19 @@ class CheckpointClient {
   // first page of those events, read in the same call (one round trip rather
   // than a get and an events read); its `next_page_token`, if not empty, is
   // the rest: events(sessionId, { ...filter, pageToken }).
-  get(sessionId, version = 0, { fieldMask, events } = {}) {
+  // knownStateXxh3: the `state_xxh3` of a state the caller holds (a put's
+  // reply's, a get's `info`'s): if the version read has that state, the reply
+  // leaves it out (`state_omitted` true, `state` empty). Not with fieldMask.
+  get(sessionId, version = 0, { fieldMask, events, knownStateXxh3 } = {}) {
     const request = { session_id: checkString('sessionId', sessionId), version: checkInt('version', version) };
     if (fieldMask !== undefined) {
       if (!Array.isArray(fieldMask)) throw new TypeError(`fieldMask must be an array of paths, not ${kindOf(fieldMask)}`);
       request.field_mask = { paths: fieldMask.map((p, i) => checkString(`fieldMask[${i}]`, p)) };
     }
     if (events !== undefined && events !== null) request.events = readEventsRequest(sessionId, events);
+    if (knownStateXxh3 !== undefined && knownStateXxh3 !== null) {
+      request.known_state_xxh3 = checkFixed64('knownStateXxh3', knownStateXxh3);
+    }
     return this.call('Get', request);
   }
 

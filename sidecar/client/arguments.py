@@ -158,10 +158,13 @@ def get_request(
     version: int,
     field_mask: Sequence[str] = (),
     events: service_pb2.ReadEventsRequest | None = None,
+    known_state_xxh3: int | None = None,
 ) -> service_pb2.GetRequest:
     request = service_pb2.GetRequest(
         session_id=check_str("session_id", session_id), version=check_int("version", version), events=events
     )
+    if known_state_xxh3 is not None:
+        request.known_state_xxh3 = check_int("known_state_xxh3", known_state_xxh3)
     if field_mask:
         if isinstance(field_mask, str):  # "handoff" would mask the fields h, a, n, ...
             raise TypeError(f"field_mask must be a sequence of paths, not a str: write ({field_mask!r},)")

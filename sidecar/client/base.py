@@ -245,6 +245,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         *,
         field_mask: Sequence[str] = (),
         events: EventFilter | None = None,
+        known_state_xxh3: int | None = None,
     ) -> GetT:
         """Read a version (0 = the latest). ``field_mask``: only these fields of a typed session's state
         (paths of field names, e.g. ``("handoff", "plan")``, ``"handoff.next"``), every other one cleared.
@@ -254,9 +255,14 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         ``events.next_page_token``, empty unless the page was cut (pass it to :meth:`events` with the same
         filters for the rest). The page is cut where the state leaves no room in the reply, and is empty
         if its first event does not fit: :meth:`events` reads on from the token. For an agent resuming
-        from its state and its newest events, say."""
+        from its state and its newest events, say.
+
+        ``known_state_xxh3``: the ``state_xxh3`` of a state the caller holds (a put's reply's, or an earlier
+        get's ``info.state_xxh3``): if the version read has that state, the reply leaves it out
+        (``state_omitted`` true, ``state`` empty, the rest as ever), so a caller that keeps the head it
+        wrote learns it is still the head without the state sent again. Not with ``field_mask``."""
         read = events.request(session_id) if events is not None else None
-        build = functools.partial(get_request, session_id, version, field_mask, read)
+        build = functools.partial(get_request, session_id, version, field_mask, read, known_state_xxh3)
         return cast(GetT, self._unary(Unary("Get", build, retry=True)))
 
     def history(

@@ -33,9 +33,10 @@ SeqEvents = list[tuple[int, str, bytes]]
 Got = tuple[int, bytes, int]
 #: A put's version, the event log's last seq, and the state's XXH3-64 (0: as Got's).
 Put = tuple[int, int, int]
-#: A head read with a page of events: Got, the page (None: not read, by a sidecar that predates
-#: GetRequest.events), the token of the rest ("": none).
-HeadAndEvents = tuple[int, bytes, int, SeqEvents | None, str]
+#: A head read with a page of events: Got (its state None when left out: the one whose XXH3-64 the read
+#: named as known), the page (None: not read, by a sidecar that predates GetRequest.events), the token of
+#: the rest ("": none).
+HeadAndEvents = tuple[int, bytes | None, int, SeqEvents | None, str]
 
 
 class HeadMoved(Exception):
@@ -68,10 +69,12 @@ def _put(reply: service_pb2.AppendEventsResponse) -> Put:
 
 
 def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
+    version, state, xxh3 = _got(reply)
+    head = version, (None if reply.state_omitted else state), xxh3
     if not reply.HasField("events"):  # an older sidecar ignored the events asked for: none were read
-        return *_got(reply), None, ""
+        return *head, None, ""
     events = [(int(e.seq), e.type, bytes(e.payload)) for e in reply.events.events]
-    return *_got(reply), events, reply.events.next_page_token
+    return *head, events, reply.events.next_page_token
 
 
 def markers(checkpoint_id: str | None) -> Events:
@@ -110,10 +113,12 @@ class ClientBackend:
             return None
         return _got(reply)
 
-    def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+    def get_events(
+        self, session_id: str, types: Sequence[str], after_seq: int, known_state_xxh3: int | None = None
+    ) -> HeadAndEvents | None:
         read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
         try:
-            reply = self.client.get(session_id, events=read)
+            reply = self.client.get(session_id, events=read, known_state_xxh3=known_state_xxh3)
         except NotFoundError:
             return None
         return _head_and_events(reply)
@@ -187,10 +192,12 @@ class AsyncClientBackend:
             return None
         return _got(reply)
 
-    async def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+    async def get_events(
+        self, session_id: str, types: Sequence[str], after_seq: int, known_state_xxh3: int | None = None
+    ) -> HeadAndEvents | None:
         read = EventFilter(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
         try:
-            reply = await self.client.get(session_id, events=read)
+            reply = await self.client.get(session_id, events=read, known_state_xxh3=known_state_xxh3)
         except NotFoundError:
             return None
         return _head_and_events(reply)

@@ -71,6 +71,10 @@ _ID_CACHE_SIZE = 65536
 _NO_SEQ = 2**64
 
 
+#: What _head_tuple answers when it read a head without its state and cannot use the view it held.
+_OMITTED = object()
+
+
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for version, labels in versions:  # newest first: a checkpoint delete_for_runs restated keeps its newest
@@ -146,77 +150,89 @@ class Operations(Pruning):
 
     def get_tuple(self, config: RunnableConfig) -> Op:
         where = where_of(config)
-        sid = where.session_id
         checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            # Asked without the head's state if this saver holds its view; if that view is gone by the
+            # time the reply is read (another thread's head pushed it out), asked again with it.
+            got = yield from self._head_tuple(where, may_omit=True)
+            if got is _OMITTED:
+                got = yield from self._head_tuple(where, may_omit=False)
+            return got
+        found = yield from self._find(where, checkpoint_id)
+        if found is None:
+            return None
+        view = view_of(found)
+        events = yield Call("events", (where.session_id, (WRITES_EVENT,), view.writes_after_seq))
+        return self._tuple(where, view, events)
+
+    def _head_tuple(self, where: Where, *, may_omit: bool) -> Op:
+        """get_tuple of the namespace's head; with ``may_omit``, the state is left out of the read if it is
+        the one whose view this saver holds, and _OMITTED answers if that view cannot be used after all."""
+        sid = where.session_id
         view: View | None
-        if checkpoint_id:
-            found = yield from self._find(where, checkpoint_id)
-            if found is None:
-                return None
-            view = view_of(found)
+        with self._lock:
+            known = self._heads.get(sid)
+        # The head this saver last saw, and where its pending writes begin: one call reads the head and
+        # them, used if the head read is still that one (else they are read after it, as below).
+        asked = known.writes_after_seq if known is not None and known.checkpoint_id is not None else None
+        page: SeqEvents | None = None
+        token = ""
+        if asked is not None:
+            assert known is not None
+            held = may_omit and self._views.get(sid, known.version, known.state_xxh3) is not None
+            got = yield Call("get_events", (sid, (WRITES_EVENT,), asked, known.state_xxh3 if held else None))
+            if got is not None:
+                *got, page, token = got
         else:
-            with self._lock:
-                known = self._heads.get(sid)
-            # The head this saver last saw, and where its pending writes begin: one call reads the head and
-            # them, used if the head read is still that one (else they are read after it, as below).
-            asked = known.writes_after_seq if known is not None and known.checkpoint_id is not None else None
-            page: SeqEvents | None = None
-            token = ""
-            if asked is not None:
-                got = yield Call("get_events", (sid, (WRITES_EVENT,), asked))
-                if got is not None:
-                    *got, page, token = got
-            else:
-                got = yield Call("get", (sid, 0, ()))
-            if got is None and (yield from self._finish_prune(where)):
-                got, page = (yield Call("get", (sid, 0, ()))), None
-            if got is None:
-                with self._lock:  # a namespace deleted and made again has a new log: its seqs start over
-                    self._last_seq.pop(sid, None)
-                self._views.forget(sid)
-                self._saw_head(sid, Head(None, 0))
-                return None
-            version, state, xxh3 = got
-            # The view of the head this saver put or read last, if this is that head: nothing to parse.
-            view, step = self._views.get(sid, version, xxh3), None
-            with self._lock:
-                seen = self._heads.get(sid)
-            if view is not None and (
-                seen is None
-                or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, view.checkpoint_id, xxh3)
-            ):
-                view = None  # a head whose other records this saver forgot: parsed, for them
-            if view is None:
-                step = decode_step(state)
-                view = view_of(step)
-                self._views.put(sid, version, xxh3, view)
-            # A version's message never changes (a fold may store the head canonical since: new bytes, a new
-            # xxh3, read as a head not seen), and its xxh3 tells it from another's at the same version: the
-            # head this saver put (or read) is this one, digests and all, so they are not hashed again.
-            if step is not None and (
-                seen is None
-                or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, step.checkpoint_id, xxh3)
-            ):
-                deleted, lists, stored = tuple(step.deleted_checkpoint_ids), view.digests(), stored_elements(step)
-                seen = Head(step.checkpoint_id, version, deleted, lists, stored, step.writes_after_seq, xxh3)
-                # A head this saver did not put or read last may be another saver's in a log made anew: its
-                # writes_after_seq is a seq of the log as it is.
-                self._saw_log_at_most(sid, step.writes_after_seq)
-            elif seen is not None and seen.writes_after_seq != view.writes_after_seq:
-                seen = replace(seen, writes_after_seq=view.writes_after_seq)
-            assert seen is not None  # made above unless it was this head
-            self._saw_head(sid, seen)
-            if (
-                page is not None
-                and known is not None
-                and (known.version, known.checkpoint_id) == (version, view.checkpoint_id)
-                and view.writes_after_seq == asked
-            ):
-                events = page
-                if token:  # the page was cut: the rest from its token
-                    events = events + (yield Call("events", (sid, (WRITES_EVENT,), asked, token)))
-                return self._tuple(where, view, events)
-        assert view is not None  # read above
+            got = yield Call("get", (sid, 0, ()))
+        if got is None and (yield from self._finish_prune(where)):
+            got, page = (yield Call("get", (sid, 0, ()))), None
+        if got is None:
+            with self._lock:  # a namespace deleted and made again has a new log: its seqs start over
+                self._last_seq.pop(sid, None)
+            self._views.forget(sid)
+            self._saw_head(sid, Head(None, 0))
+            return None
+        version, state, xxh3 = got
+        # The view of the head this saver put or read last, if this is that head: nothing to parse.
+        view, step = self._views.get(sid, version, xxh3), None
+        with self._lock:
+            seen = self._heads.get(sid)
+        if view is not None and (
+            seen is None or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, view.checkpoint_id, xxh3)
+        ):
+            view = None  # a head whose other records this saver forgot: parsed, for them
+        if view is None:
+            if state is None:
+                return _OMITTED
+            step = decode_step(state)
+            view = view_of(step)
+            self._views.put(sid, version, xxh3, view)
+        # A version's message never changes (a fold may store the head canonical since: new bytes, a new
+        # xxh3, read as a head not seen), and its xxh3 tells it from another's at the same version: the
+        # head this saver put (or read) is this one, digests and all, so they are not hashed again.
+        if step is not None and (
+            seen is None or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, step.checkpoint_id, xxh3)
+        ):
+            deleted, lists, stored = tuple(step.deleted_checkpoint_ids), view.digests(), stored_elements(step)
+            seen = Head(step.checkpoint_id, version, deleted, lists, stored, step.writes_after_seq, xxh3)
+            # A head this saver did not put or read last may be another saver's in a log made anew: its
+            # writes_after_seq is a seq of the log as it is.
+            self._saw_log_at_most(sid, step.writes_after_seq)
+        elif seen is not None and seen.writes_after_seq != view.writes_after_seq:
+            seen = replace(seen, writes_after_seq=view.writes_after_seq)
+        assert seen is not None  # made above unless it was this head
+        self._saw_head(sid, seen)
+        if (
+            page is not None
+            and known is not None
+            and (known.version, known.checkpoint_id) == (version, view.checkpoint_id)
+            and view.writes_after_seq == asked
+        ):
+            events = page
+            if token:  # the page was cut: the rest from its token
+                events = events + (yield Call("events", (sid, (WRITES_EVENT,), asked, token)))
+            return self._tuple(where, view, events)
         events = yield Call("events", (sid, (WRITES_EVENT,), view.writes_after_seq))
         return self._tuple(where, view, events)
 

@@ -61,7 +61,10 @@ class StoreBackend:
             return None
         return got.version, got.state, got.info.state_xxh3
 
-    def get_events(self, session_id: str, types: Sequence[str], after_seq: int) -> HeadAndEvents | None:
+    def get_events(
+        self, session_id: str, types: Sequence[str], after_seq: int, known_state_xxh3: int | None = None
+    ) -> HeadAndEvents | None:
+        # The state comes whole all the same: in process it is not sent, and the store's cache holds its head.
         query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
         try:
             both = self.store.get_with_events(session_id, events=query)

@@ -19,6 +19,7 @@ from .extension import BytesHandler, ServerExtension
 from .failures import abort_with
 from .getevents import events_part, events_query, state_part
 from .inlineevents import INLINE_EVENTS_BOUND, inline_read_events
+from .knownstate import known_state_get
 from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS, link_method_numbers
 from .replycache import ReplyCache
 from .storelink import StoreLink
@@ -41,13 +42,13 @@ def add_forwarded_service(
         name: grpc.unary_unary_rpc_method_handler(_forwarder(link, i, batched=i == PUT_METHOD))
         for i, name in enumerate(UNARY_METHODS)
     }
+    get = _forwarder(link, GET_METHOD, batched=False)
     if replies is not None:
         gauges = _ReplyCacheGauges(link, replies)
-        handlers["Get"] = grpc.unary_unary_rpc_method_handler(
-            _cached_get(
-                _forwarder(link, GET_METHOD, batched=False), link, replies, gauges.changed, reader, max_page_bytes
-            )
-        )
+        get = _cached_get(get, link, replies, gauges.changed, reader, max_page_bytes)
+    if reader is not None:
+        get = known_state_get(get, link, reader, max_page_bytes=max_page_bytes)
+    handlers["Get"] = grpc.unary_unary_rpc_method_handler(get)
     if reader is not None:
         handlers["ReadEvents"] = grpc.unary_unary_rpc_method_handler(
             inline_read_events(
@@ -131,6 +132,8 @@ def _cached_get(
         with_events = query is not None
         paths = request.field_mask.paths if request is not None else ()
         generation = None
+        if request is not None and paths and request.HasField("known_state_xxh3"):
+            return await forward(raw, context)  # refused by the store process (knownstate.py)
         if request is not None and (reader is not None or not with_events):
             answered = _answer(replies, reader, request, query, max_page_bytes)
             if answered is not None:
@@ -147,7 +150,8 @@ def _cached_get(
             # A miss may have dropped a stale reply, and one may be kept next; the report reads
             # the size a while later, after both, even if the forwarded call failed.
             changed()
-        if request is not None and not request.version:  # a masked reply is kept apart from the whole ones
+        # A masked reply is kept apart from the whole ones; one naming a known state may have left it out.
+        if request is not None and not request.version and not request.HasField("known_state_xxh3"):
             try:
                 kept = state_part(body) if with_events else body
             except DecodeError:  # a bug; the Get itself is answered all the same

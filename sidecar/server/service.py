@@ -48,6 +48,7 @@ from .failures import (
 )
 from .getevents import events_query
 from .inflight import InFlight
+from .knownstate import known_state, unchanged_reply
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
 from .metrics import Metrics
@@ -248,6 +249,13 @@ class CheckpointService:
             store = self._store
             paths = mask_paths(request)
             query = events_query(request)
+            known = known_state(request)
+            if known is not None:
+                read = functools.partial(
+                    unchanged_reply, store, request, known, query, max_page_bytes=self._max_page_bytes, bound=None
+                )
+                if (unchanged := await self._off_loop(read)) is not None:
+                    return unchanged
             if query is not None:
                 both, page = await self._off_loop(functools.partial(self._read_with_events, request, paths, query))
                 self._metrics.bytes_out.inc(len(both.state))

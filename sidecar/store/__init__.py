@@ -5,7 +5,7 @@ from .cache import LRU
 from .dirlock import lock_data_dir
 from .encodeahead import ENCODE_AHEAD_BYTES
 from .engine import Store
-from .headreads import HeadEvents, advance_head, read_head
+from .headreads import HeadEvents, advance_head, read_head, read_info
 from .listings import count_sessions
 from .reads import StoredFrame, stored_frames
 from .records import request_of_session
@@ -56,6 +56,7 @@ __all__ = [
     "count_sessions",
     "lock_data_dir",
     "read_head",
+    "read_info",
     "request_of_session",
     "stored_frames",
 ]

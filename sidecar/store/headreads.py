@@ -21,10 +21,10 @@ from ..storage import ReadTxn
 from . import keys
 from .eventreads import check_query, read_events
 from .prefixes import is_full_v2
-from .reads import chain_back, refuse_unstored
+from .reads import AFTER_SEP, chain_back, check_version_arg, refuse_unstored
 from .records import frame_of, version_info
 from .stateevents import named_events_field, same_txn
-from .types import EventPage, EventQuery, GetResult, ReadBound
+from .types import EventPage, EventQuery, GetResult, ReadBound, VersionInfo
 
 if TYPE_CHECKING:
     from .engine import Store
@@ -142,3 +142,36 @@ def advance_head(
         if events is not None:
             page = events.page(txn, store, session_id, len(latest.state))
     return GetResult(info.version, latest.state, info), page
+
+
+def read_info(
+    store: Store, session_id: str, version: int = 0, *, events: HeadEvents | None = None
+) -> tuple[VersionInfo, EventPage | None]:
+    """What a Get of ``version`` (0: the head) answers besides the state: the version's VersionInfo (its
+    ``state_xxh3`` too) from its stored value's record and frame header, nothing decompressed; with
+    ``events``, the page read in the same transaction. NotFound and DataLoss as the Get would raise them.
+
+    For a Get whose caller holds a state (GetRequest.known_state_xxh3): if it is this version's, the state
+    need not be decoded, nor sent."""
+    sid = keys.session_key(session_id)
+    check_version_arg(version)
+    if events is not None:
+        events.check()
+    page = None
+    prefix = sid + keys.SEP
+    with store.read() as txn:
+        frames = store.tables.frames
+        if version:
+            value = txn.get(keys.frame_key(sid, version), db=frames)
+            target = version
+        else:
+            last = next(txn.scan_back(frames, sid + AFTER_SEP), None)
+            value = target = None
+            if last is not None and last[0].startswith(prefix):
+                value, target = last[1], keys.frame_version(last[0], sid)
+        if value is None or target is None:  # no frame stored for it: the session record says why
+            refuse_unstored(txn, store.tables.sessions, sid, session_id, version)
+        info = version_info(session_id, target, value)
+        if events is not None:
+            page = events.page(txn, store, session_id, 0)
+    return info, page

@@ -201,3 +201,37 @@ def test_node_misses_an_entry_holding_no_readable_result_and_replaces_it(sidecar
         assert out["ran"] == list(UNANSWERABLE)  # once each: a miss, then a hit of its record
         assert out["values"] == [{"fresh": case} for case in UNANSWERABLE for _ in range(2)]
         assert_each_entry_replaced(client.get("node").state)
+
+
+# Node's Gets naming a state it holds: the one a put answered, then another.
+_NODE_KNOWN = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, session] = process.argv.slice(2);
+const client = new CheckpointClient(target);
+(async () => {
+  const put = await client.put(session, Buffer.from('held state '.repeat(100)));
+  const held = await client.get(session, 0, { knownStateXxh3: put.state_xxh3 });
+  const other = await client.get(session, 0, { knownStateXxh3: 1n });
+  const out = { xxh3: put.state_xxh3, info: held.info.state_xxh3, version: held.version };
+  out.held = { omitted: held.state_omitted, bytes: held.state.length };
+  out.other = { omitted: other.state_omitted, state: other.state.toString() };
+  try {
+    await client.get(session, 0, { knownStateXxh3: 2 ** 60 });
+  } catch (err) {
+    out.refused = err.message;
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); }).finally(() => client.close());
+"""
+
+
+def test_node_leaves_out_the_state_it_holds(sidecar: Sidecar) -> None:
+    proc = subprocess.run(
+        node_command(_NODE_KNOWN, sidecar.unix_target, "node-held"), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["xxh3"] == out["info"] and out["version"] == 1
+    assert out["held"] == {"omitted": True, "bytes": 0}
+    assert out["other"] == {"omitted": False, "state": "held state " * 100}
+    assert out["refused"].startswith("knownStateXxh3 must be a decimal string")

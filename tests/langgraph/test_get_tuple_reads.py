@@ -13,6 +13,7 @@ from ckpt.sidecar.langgraph import CkptSaver, backends
 from ckpt.sidecar.langgraph.calls import Call
 from ckpt.v1 import service_pb2
 from tests.langgraph.test_list_reads import Recording
+from tests.langgraph.test_saver_against_memory import comparable
 from tests.langgraph.test_saver_sidecar import put, thread
 from tests.support import Sidecar
 
@@ -95,3 +96,60 @@ def test_a_reply_without_events_is_no_page_and_the_writes_are_read_after_it() ->
     assert backends._head_and_events(state_only) == (3, b"s", 7, None, "")
     empty_page = service_pb2.GetResponse(version=3, state=b"s", info=info, events=service_pb2.ReadEventsResponse())
     assert backends._head_and_events(empty_page) == (3, b"s", 7, [], "")
+
+
+def _driven(saver: CkptSaver, backend: Recording, thread_id: str, *, drop_view: bool = False) -> tuple[Any, list[Any]]:
+    """``read_latest``, with the reply of each call kept beside it; ``drop_view``: the saver's view of the
+    head is dropped as soon as a reply without the state comes (as another thread's head pushes it out)."""
+    backend.calls.clear()
+    op = saver._ops.get_tuple(thread(thread_id))
+    answer: Any = None
+    replies: list[Any] = []
+    while True:
+        try:
+            step = op.send(answer)
+        except StopIteration as done:
+            return done.value, replies
+        assert isinstance(step, Call)  # get_tuple yields calls only
+        answer = getattr(backend, step.method)(*step.args)
+        replies.append(answer)
+        if drop_view and step.method == "get_events" and answer is not None and answer[1] is None:
+            saver._ops._views.forget(step.args[0])
+
+
+def test_the_head_it_holds_is_not_sent_again(sidecar: Sidecar) -> None:
+    with (
+        CkptSaver(sidecar.unix_target) as a,
+        CkptSaver(sidecar.unix_target) as b,
+        CkptSaver(sidecar.unix_target) as fresh,
+        CheckpointClient(sidecar.unix_target) as client,
+    ):
+        backend = Recording(client)
+        config = thread("held")
+        for step in range(3):
+            config = put(a, config, {"n": step, "text": "x" * 5000}, step)
+        a.put_writes(config, [("n", "pending")], "task-1")
+        expected = comparable(fresh.get_tuple(thread("held")))
+
+        # After its own put: the state's XXH3-64 named as known, and the reply leaves the state out.
+        found, replies = _driven(a, backend, "held")
+        [call] = backend.calls
+        assert call.method == "get_events" and call.args[3] == replies[0][2] != 0
+        assert replies[0][1] is None
+        assert comparable(found) == expected
+
+        # Its view dropped between the call and the reply: asked again, the state whole this time.
+        found, replies = _driven(a, backend, "held", drop_view=True)
+        assert [(c.method, c.args[3]) for c in backend.calls] == [("get_events", replies[0][2]), ("get_events", None)]
+        assert replies[0][1] is None and replies[1][1] is not None
+        assert comparable(found) == expected
+
+        # Another saver moved the head: the state held is not the head's, which comes whole.
+        moved = put(b, config, {"n": 99, "text": "y" * 5000}, 3)
+        found, replies = _driven(a, backend, "held")
+        assert backend.calls[0].args[3] is not None and replies[0][1] is not None
+        assert found.config["configurable"]["checkpoint_id"] == moved["configurable"]["checkpoint_id"]
+        assert found.checkpoint["channel_values"]["text"] == "y" * 5000
+        # Read once, held: left out from then on.
+        _, replies = _driven(a, backend, "held")
+        assert replies[0][1] is None
