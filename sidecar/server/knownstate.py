@@ -4,8 +4,9 @@ A client that keeps the head it wrote or read (the LangGraph saver keeps its
 view of it) still has to ask whether it is the head. With the state's
 XXH3-64 in the request, the version's record and frame header answer that
 (one read transaction, nothing decompressed), and a reply without the state
-says so: for a 260 KB state, ~1 ms of a Get through the sidecar on this VM is
-the state's decode, encoding and transfer, all spared.
+says so. What that spares grows with the state: through the sidecar, one
+client on a 2-core VM, a Get of a 540 KB state took 2.0 ms p50 against 0.7 ms
+for a 200-byte one, the state answered from the reply cache either way.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ the .proto files it loads (the service, the tool cache's Checkpoint, the LangGra
 works against a real sidecar.
 
 The tarball is packed from a copy of the repository's proto/ and clients/node, so packing leaves nothing in
-the checkout; it is installed into a fresh project offline, from the npm cache ``make install`` filled.
+the checkout; it is installed into a fresh project from the npm cache ``make install`` filled where it can
+be (``--prefer-offline``): an install from package-lock.json fetches the packages' tarballs but not the
+registry documents a project without a lockfile resolves them by, so a fresh machine's cache lacks those.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def installed_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = work / "project"
     project.mkdir()
     (project / "package.json").write_text(json.dumps({"name": "uses-ckpt-client", "version": "1.0.0", "private": True}))
-    _run(npm, "install", "--offline", "--no-audit", "--no-fund", "--loglevel=error", str(tarball), cwd=project)
+    _run(npm, "install", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error", str(tarball), cwd=project)
     return project
 
 
