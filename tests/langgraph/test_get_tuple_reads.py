@@ -4,6 +4,8 @@ saver never saw the namespace; the pending writes right either way."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -36,14 +38,20 @@ def _pending(found: Any) -> list[tuple[str, str, Any]]:
     return sorted(found.pending_writes)
 
 
-def test_one_call_after_its_own_put_and_two_after_another_saver_moved_the_head(sidecar: Sidecar) -> None:
+@contextmanager
+def _two_writers_and_a_reader(sidecar: Sidecar) -> Iterator[tuple[CkptSaver, CkptSaver, CkptSaver, Recording]]:
+    """Savers ``a`` and ``b`` that write, ``fresh`` that only reads, and a recording backend to drive them on."""
     with (
         CkptSaver(sidecar.unix_target) as a,
         CkptSaver(sidecar.unix_target) as b,
         CkptSaver(sidecar.unix_target) as fresh,
         CheckpointClient(sidecar.unix_target) as client,
     ):
-        backend = Recording(client)
+        yield a, b, fresh, Recording(client)
+
+
+def test_one_call_after_its_own_put_and_two_after_another_saver_moved_the_head(sidecar: Sidecar) -> None:
+    with _two_writers_and_a_reader(sidecar) as (a, b, fresh, backend):
         config = thread("t")
         for step in range(3):
             config = put(a, config, {"n": step}, step)
@@ -118,13 +126,7 @@ def _driven(saver: CkptSaver, backend: Recording, thread_id: str, *, drop_view: 
 
 
 def test_the_head_it_holds_is_not_sent_again(sidecar: Sidecar) -> None:
-    with (
-        CkptSaver(sidecar.unix_target) as a,
-        CkptSaver(sidecar.unix_target) as b,
-        CkptSaver(sidecar.unix_target) as fresh,
-        CheckpointClient(sidecar.unix_target) as client,
-    ):
-        backend = Recording(client)
+    with _two_writers_and_a_reader(sidecar) as (a, b, fresh, backend):
         config = thread("held")
         for step in range(3):
             config = put(a, config, {"n": step, "text": "x" * 5000}, step)
