@@ -25,7 +25,7 @@ from ckpt.v1 import service_pb2
 from ..errors import InvalidArgument, Overloaded, StoreError, StoreFull, Unavailable
 from ..limits import DEFAULT_MAX_MESSAGE_BYTES
 from ..status import status_of
-from ..store import EventPage, EventQuery, GetResult, PutResult, Store
+from ..store import PutResult, Store
 from .convert import (
     get_response_pb,
     labels_arg,
@@ -48,10 +48,10 @@ from .failures import (
 )
 from .getevents import events_query
 from .inflight import InFlight
-from .knownstate import known_state, unchanged_reply
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
 from .metrics import Metrics
+from .storegets import StoreGets
 
 log = logging.getLogger("ckpt")
 T = TypeVar("T")
@@ -108,6 +108,7 @@ class CheckpointService:
         #: Listing replies stop short of this many bytes (0: no limit): what fits a reply.
         self._max_page_bytes = max_page_bytes
         self._max_message_bytes = max_message_bytes  # a PutStreamResponse's bound (put_stream_response)
+        self._gets = StoreGets(store, self._masks, max_page_bytes=max_page_bytes)
         self._metrics = metrics
         self._blocking = blocking
         self._stream_bytes_ahead = stream_bytes_ahead
@@ -249,44 +250,24 @@ class CheckpointService:
             store = self._store
             paths = mask_paths(request)
             query = events_query(request)
-            known = known_state(request)
-            if known is not None:
-                read = functools.partial(
-                    unchanged_reply, store, request, known, query, max_page_bytes=self._max_page_bytes, bound=None
-                )
-                if (unchanged := await self._off_loop(read)) is not None:
-                    return unchanged
+            unchanged = functools.partial(self._gets.unchanged, request, query)
+            if request.HasField("known_state_xxh3") and (reply := await self._off_loop(unchanged)) is not None:
+                return reply
             if query is not None:
-                both, page = await self._off_loop(functools.partial(self._read_with_events, request, paths, query))
+                both, page = await self._off_loop(functools.partial(self._gets.read_with_events, request, paths, query))
                 self._metrics.bytes_out.inc(len(both.state))
                 reply = get_response_pb(both)
                 reply.events.CopyFrom(read_response_pb(page))
                 return reply
             got = store.get_cached(request.session_id, request.version)
             if got is None or (paths and len(got.state) > INLINE_MASK_MAX_STATE_BYTES):
-                got = await self._off_loop(functools.partial(self._read, request, paths, got))
+                got = await self._off_loop(functools.partial(self._gets.read, request, paths, got))
             elif paths:
                 got = self._masks.masked(request.session_id, got, paths)
             self._metrics.bytes_out.inc(len(got.state))
             return get_response_pb(got)
 
         return await self._call("Get", context, run)
-
-    def _read(self, request: service_pb2.GetRequest, paths: tuple[str, ...], got: GetResult | None) -> GetResult:
-        """A Get off the event loop: the state read (unless the cache gave ``got``), masked to ``paths``."""
-        if got is None:
-            got = self._store.get(request.session_id, request.version, use_cache=False)
-        return self._masks.masked(request.session_id, got, paths) if paths else got
-
-    def _read_with_events(
-        self, request: service_pb2.GetRequest, paths: tuple[str, ...], query: EventQuery
-    ) -> tuple[GetResult, EventPage]:
-        """A Get with events off the event loop: both read at once (Store.get_with_events), masked to ``paths``."""
-        both = self._store.get_with_events(
-            request.session_id, request.version, events=query, max_page_bytes=self._max_page_bytes
-        )
-        got = self._masks.masked(request.session_id, both.got, paths) if paths else both.got
-        return got, both.events
 
     async def ListVersions(
         self, request: service_pb2.ListVersionsRequest, context: CallContext
