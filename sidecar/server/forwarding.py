@@ -19,7 +19,7 @@ from .extension import BytesHandler, ServerExtension
 from .failures import abort_with
 from .getevents import events_part, events_query, state_part
 from .inlineevents import INLINE_EVENTS_BOUND, inline_read_events
-from .knownstate import known_state_get
+from .knownstate import answered_here, known_state, known_state_get
 from .methods import GET_METHOD, PUT_METHOD, READ_EVENTS_METHOD, SERVICE_NAME, UNARY_METHODS, link_method_numbers
 from .replycache import ReplyCache
 from .storelink import StoreLink
@@ -46,7 +46,7 @@ def add_forwarded_service(
     if replies is not None:
         gauges = _ReplyCacheGauges(link, replies)
         get = _cached_get(get, link, replies, gauges.changed, reader, max_page_bytes)
-    if reader is not None:
+    elif reader is not None:
         get = known_state_get(get, link, reader, max_page_bytes=max_page_bytes)
     handlers["Get"] = grpc.unary_unary_rpc_method_handler(get)
     if reader is not None:
@@ -124,16 +124,20 @@ def _cached_get(
     async def get(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         start = time.perf_counter()
         request: service_pb2.GetRequest | None
+        known = None
         try:
             request = service_pb2.GetRequest.FromString(raw)
             query = events_query(request)
+            known = known_state(request)
         except (DecodeError, InvalidArgument):
             request = query = None  # the store process answers INVALID_ARGUMENT, naming what is wrong
         with_events = query is not None
         paths = request.field_mask.paths if request is not None else ()
         generation = None
-        if request is not None and paths and request.HasField("known_state_xxh3"):
-            return await forward(raw, context)  # refused by the store process (knownstate.py)
+        if request is not None and known is not None and reader is not None:
+            body = answered_here(reader, link, request, known, query, max_page_bytes=max_page_bytes, start=start)
+            if body is not None:
+                return body
         if request is not None and (reader is not None or not with_events):
             answered = _answer(replies, reader, request, query, max_page_bytes)
             if answered is not None:

@@ -68,15 +68,36 @@ def unchanged_reply(
     return reply
 
 
+def answered_here(
+    reader: Store,
+    link: StoreLink,
+    request: service_pb2.GetRequest,
+    known: int,
+    query: EventQuery | None,
+    *,
+    max_page_bytes: int,
+    start: float,
+) -> bytes | None:
+    """The gRPC process's reply leaving out the state ``known`` names, if the version the Get reads has it
+    (its events within INLINE_EVENTS_BOUND), counted as served here since ``start``; None: answer it as any
+    other Get."""
+    reply = unchanged_reply(reader, request, known, query, max_page_bytes=max_page_bytes, bound=INLINE_EVENTS_BOUND)
+    if reply is None:
+        return None
+    link.served(GET_METHOD, time.perf_counter() - start, 0, cached=False)
+    return reply.SerializeToString()
+
+
 def known_state_get(
-    get: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
+    forward: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
     link: StoreLink,
     reader: Store,
     *,
     max_page_bytes: int,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-    """The gRPC process's Get: one naming a state the caller holds that is still the version's is answered
-    here without it (its events within INLINE_EVENTS_BOUND); every other Get goes to ``get``."""
+    """The gRPC process's Get without a reply cache (which answers these itself: forwarding.py): one naming a
+    state the caller holds that is still the version's is answered here (answered_here); every other Get is
+    ``forward``ed."""
 
     async def answer(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         start = time.perf_counter()
@@ -85,14 +106,11 @@ def known_state_get(
             known = known_state(request)
             query = events_query(request)
         except (DecodeError, InvalidArgument):
-            known = None  # `get` forwards it: the store process answers INVALID_ARGUMENT, naming what is wrong
+            known = None  # forwarded: the store process answers INVALID_ARGUMENT, naming what is wrong
         if known is not None:
-            reply = unchanged_reply(
-                reader, request, known, query, max_page_bytes=max_page_bytes, bound=INLINE_EVENTS_BOUND
-            )
-            if reply is not None:
-                link.served(GET_METHOD, time.perf_counter() - start, 0, cached=False)
-                return reply.SerializeToString()
-        return await get(raw, context)
+            body = answered_here(reader, link, request, known, query, max_page_bytes=max_page_bytes, start=start)
+            if body is not None:
+                return body
+        return await forward(raw, context)
 
     return answer

@@ -250,9 +250,10 @@ class CheckpointService:
             store = self._store
             paths = mask_paths(request)
             query = events_query(request)
-            unchanged = functools.partial(self._gets.unchanged, request, query)
-            if request.HasField("known_state_xxh3") and (reply := await self._off_loop(unchanged)) is not None:
-                return reply
+            if request.HasField("known_state_xxh3"):
+                unchanged = await self._off_loop(functools.partial(self._gets.unchanged, request, query))
+                if unchanged is not None:
+                    return unchanged
             if query is not None:
                 both, page = await self._off_loop(functools.partial(self._gets.read_with_events, request, paths, query))
                 self._metrics.bytes_out.inc(len(both.state))

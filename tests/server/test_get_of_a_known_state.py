@@ -18,7 +18,7 @@ from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
 from ckpt.sidecar.store import read_info
 from ckpt.v1 import checkpoint_pb2, service_pb2, service_pb2_grpc
 from tests.store.support import merge_patches
-from tests.support import Sidecar, start_sidecar_with_metrics
+from tests.support import Sidecar, start_sidecar, start_sidecar_with_metrics
 
 #: More events than a page read in the gRPC process may hold.
 MANY = INLINE_EVENTS_BOUND.max_events + 30
@@ -162,3 +162,23 @@ def test_read_info_is_what_a_get_says_of_every_stored_version(tmp_path: Path) ->
                 assert info == store.get(sid, version, use_cache=False).info and page is None
                 seen.add(info.frame_kind)
         assert seen == {FrameKind.FULL, FrameKind.DELTA, FrameKind.PATCH, FrameKind.PREFIX}
+
+
+def test_without_a_reply_cache_the_grpc_process_leaves_it_out_too(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data", "--reply-cache-bytes", "0")
+    try:
+        with grpc.insecure_channel(sidecar.unix_target) as channel:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            put = stub.Put(service_pb2.PutRequest(session_id="s", state=b"\x0a\x03abc" * 50), timeout=10)
+            whole = _get(stub, "s")
+            assert _get(stub, "s", known_state_xxh3=put.state_xxh3) == _without_state(whole)
+            assert _get(stub, "s", known_state_xxh3=put.state_xxh3 ^ 1) == whole
+            request = service_pb2.GetRequest(session_id="s", known_state_xxh3=put.state_xxh3)
+            request.field_mask.paths.append("handoff")
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Get(request, timeout=10)
+            err: Any = info.value
+            assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "known_state_xxh3 cannot be combined with field_mask" in err.details()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
