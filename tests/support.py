@@ -3,6 +3,7 @@ runs it, and an LMDB data file's pages found and damaged byte by byte (LMDB 0.9,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -12,15 +13,17 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import lmdb
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from ckpt.sidecar.server.process import SidecarProcess, start_sidecar_process
+from ckpt.v1 import service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,6 +74,26 @@ def start_sidecar_with_metrics(data_dir: Path, *extra: str) -> Sidecar:
     sidecar = start_sidecar(data_dir, "--metrics-port", str(port), *extra)
     sidecar.metrics_port = port  # type: ignore[attr-defined]
     return sidecar
+
+
+@contextlib.contextmanager
+def metered_sidecar(data_dir: Path, *extra: str) -> Iterator[Sidecar]:
+    """start_sidecar_with_metrics for a with block (a module's fixture): stopped after it, cleanly (exit 0)
+    unless the block raised."""
+    sidecar = start_sidecar_with_metrics(data_dir, *extra)
+    try:
+        yield sidecar
+    except BaseException:
+        sidecar.stop()
+        raise
+    assert sidecar.stop() == 0, sidecar.log()
+
+
+@contextlib.contextmanager
+def checkpoint_stub(target: str) -> Iterator[service_pb2_grpc.CheckpointServiceStub]:
+    """A CheckpointService stub on its own insecure channel to ``target``, closed after the block."""
+    with grpc.insecure_channel(target) as channel:
+        yield service_pb2_grpc.CheckpointServiceStub(channel)
 
 
 def wait_for_metrics(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> None:

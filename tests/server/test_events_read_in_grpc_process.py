@@ -25,13 +25,7 @@ from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
 from ckpt.sidecar.store.engine import Store
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.v1 import service_pb2, service_pb2_grpc
-from tests.support import (
-    Sidecar,
-    metric,
-    metrics_text,
-    start_sidecar_with_metrics,
-    wait_for_metrics,
-)
+from tests.support import Sidecar, checkpoint_stub, metered_sidecar, metric, metrics_text, wait_for_metrics
 
 SECOND = 1_000_000_000
 #: Enough events for several sealed blocks and an open one.
@@ -54,22 +48,20 @@ def _event(i: int) -> service_pb2.Event:
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    s = start_sidecar_with_metrics(tmp_path_factory.mktemp("inline-events") / "data")
-    with grpc.insecure_channel(s.unix_target) as channel:
-        stub = service_pb2_grpc.CheckpointServiceStub(channel)
-        events = [_event(i) for i in range(LOG_EVENTS)]
-        for start in range(0, LOG_EVENTS, 200):
-            stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="log", events=events[start : start + 200]))
-        stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="one", events=[_event(0)]))
-        stub.Put(service_pb2.PutRequest(session_id="no-events", state=b"\x08\x01"))
-    yield s
-    assert s.stop() == 0, s.log()
+    with metered_sidecar(tmp_path_factory.mktemp("inline-events") / "data") as s:
+        with checkpoint_stub(s.unix_target) as stub:
+            events = [_event(i) for i in range(LOG_EVENTS)]
+            for start in range(0, LOG_EVENTS, 200):
+                stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="log", events=events[start : start + 200]))
+            stub.AppendEvents(service_pb2.AppendEventsRequest(session_id="one", events=[_event(0)]))
+            stub.Put(service_pb2.PutRequest(session_id="no-events", state=b"\x08\x01"))
+        yield s
 
 
 @pytest.fixture(scope="module")
 def stub(sidecar: Sidecar) -> Iterator[service_pb2_grpc.CheckpointServiceStub]:
-    with grpc.insecure_channel(sidecar.unix_target) as channel:
-        yield service_pb2_grpc.CheckpointServiceStub(channel)
+    with checkpoint_stub(sidecar.unix_target) as stub:
+        yield stub
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from ckpt.sidecar.server.inlineevents import INLINE_EVENTS_BOUND
 from ckpt.sidecar.store import read_info
 from ckpt.v1 import checkpoint_pb2, service_pb2, service_pb2_grpc
 from tests.store.support import merge_patches
-from tests.support import Sidecar, start_sidecar, start_sidecar_with_metrics
+from tests.support import Sidecar, checkpoint_stub, metered_sidecar, start_sidecar
 
 #: More events than a page read in the gRPC process may hold.
 MANY = INLINE_EVENTS_BOUND.max_events + 30
@@ -26,15 +26,14 @@ MANY = INLINE_EVENTS_BOUND.max_events + 30
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    s = start_sidecar_with_metrics(tmp_path_factory.mktemp("known-state") / "data")
-    yield s
-    assert s.stop() == 0, s.log()
+    with metered_sidecar(tmp_path_factory.mktemp("known-state") / "data") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def stub(sidecar: Sidecar) -> Iterator[service_pb2_grpc.CheckpointServiceStub]:
-    with grpc.insecure_channel(sidecar.unix_target) as channel:
-        yield service_pb2_grpc.CheckpointServiceStub(channel)
+    with checkpoint_stub(sidecar.unix_target) as stub:
+        yield stub
 
 
 def _get(stub: service_pb2_grpc.CheckpointServiceStub, sid: str, **fields: Any) -> service_pb2.GetResponse:

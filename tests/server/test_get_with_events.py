@@ -24,7 +24,7 @@ from ckpt.sidecar.store import EventPage
 from ckpt.sidecar.store.engine import Store
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import checkpoint_pb2, service_pb2, service_pb2_grpc
-from tests.support import Sidecar, metric, metrics_text, start_sidecar_with_metrics
+from tests.support import Sidecar, checkpoint_stub, metered_sidecar, metric, metrics_text
 
 GETS = 'ckpt_requests_total{rpc="Get"}'
 READS = 'ckpt_requests_total{rpc="ReadEvents"}'
@@ -43,15 +43,14 @@ def _events(n: int, kind: str = "msg") -> list[service_pb2.Event]:
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    s = start_sidecar_with_metrics(tmp_path_factory.mktemp("get-events") / "data")
-    yield s
-    assert s.stop() == 0, s.log()
+    with metered_sidecar(tmp_path_factory.mktemp("get-events") / "data") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def stub(sidecar: Sidecar) -> Iterator[service_pb2_grpc.CheckpointServiceStub]:
-    with grpc.insecure_channel(sidecar.unix_target) as channel:
-        yield service_pb2_grpc.CheckpointServiceStub(channel)
+    with checkpoint_stub(sidecar.unix_target) as stub:
+        yield stub
 
 
 @pytest.fixture(scope="module")
