@@ -27,9 +27,10 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-# pytest exits 5 when it collects no tests; that is not a failure of the code.
+# pytest exits 5 when it collects no tests; that is not a failure of the code. One worker per core, each
+# test module on one worker (--dist loadscope): a module's sidecar fixture starts once, not once a worker.
 test: lint
-	$(PY) -m pytest -q --durations=25 || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -n auto --dist loadscope --durations=25 || [ $$? -eq 5 ]
 
 # The scale benchmark at 100,000 sessions here (set CKPT_BENCH_SESSIONS to change it); 1M is make bench-scale.
 bench: $(STAMP)
