@@ -50,7 +50,7 @@ class EventEntryPoints:
         op = self._append_op(
             session_id, events, put, request_id, expected_last_seq, defer_check=False, encode_ahead=True
         )
-        result: AppendResult = self._writer.submit(op).wait()
+        result: AppendResult = self._writer.run_or_submit(op).wait()
         return result
 
     def aappend_events(

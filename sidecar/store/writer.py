@@ -3,7 +3,10 @@
 Every write (put, fork, delete, retention) is an Op handed to the single
 writer thread. The writer drains whatever ops are queued, applies each in
 the batch's write transaction (a bad request fails alone), commits them all
-at once, and only then updates the caches and answers them.
+at once, and only then updates the caches and answers them. A lone put or
+append from a thread other than the main one, finding the writer idle,
+commits itself the same way on its own thread (Writer.run_or_submit): one
+batch runs at a time, whoever runs it.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ class Writer:
         self._fails_alone: tuple[type[BaseException], ...] = (StoreError, CodecError, *storage.errors.damage)
         #: Why the store stopped taking writes (a commit failed with an I/O error), or None.
         self.writes_stopped: str | None = None
-        # Called once, on the writer thread, when writes stop: a server exits
-        # so that its supervisor reopens the store.
+        # Called once, on the thread whose commit failed, when writes stop: a
+        # server exits so that its supervisor reopens the store.
         self._on_writes_stopped = on_writes_stopped
         self.queue: queue.SimpleQueue[Op | list[Op] | None] = queue.SimpleQueue()
         #: Set once no more writes are taken (closing, or read-only).
@@ -105,6 +108,8 @@ class Writer:
         #: a batch its loop will not hand over, closed); set it, then queue [] to wake the writer.
         self.periodic: Callable[[], object] | None = None
         self._periodic_ran = 0.0  # monotonic
+        # Held by whoever runs a batch: the writer thread, or a caller committing its own write (run_or_submit).
+        self._batch_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ckpt-writer", daemon=True)
         if readonly:
             self.closing.set()  # every write is refused with Unavailable
@@ -128,6 +133,8 @@ class Writer:
                 self._stop_queued = True
         if not self._readonly:
             self._thread.join()
+        with self._batch_lock:  # a caller's own commit (run_or_submit) still running ends first
+            pass
 
     def close_queue(self, pending: Callable[[], list[Op]]) -> None:
         """Take no more writes; queue ``pending()`` (a loop's batch) to commit. The thread goes on, taking only
@@ -171,6 +178,40 @@ class Writer:
                 self.release_locked([op])
                 raise
         return op
+
+    def run_or_submit(self, op: Op) -> Op:
+        """Commit ``op`` on this thread if the writer is idle, else :meth:`submit` it: the op, to wait on.
+
+        Idle: no batch running, nothing queued or counted against max_queued_write_bytes, and the last
+        commit let one writer go on with none queued behind it. A lone write handed to the writer thread
+        and answered back costs two thread wake-ups, 12% of an embedded LangGraph put (bench/HISTORY.md);
+        with more writers about, the writer thread gathers them into one commit, which a caller committing
+        alone would split. Not on the main thread, where a signal handler may raise between any two steps
+        of a commit; nor for an op with a check still to pass.
+        """
+        lock = self._batch_lock
+        if (
+            op.check is None
+            and self._expected_writers <= 1
+            and threading.current_thread() is not threading.main_thread()
+            and lock.acquire(blocking=False)
+        ):
+            try:
+                if self._admit_if_idle(op):
+                    self._commit([op])
+                    return op
+            finally:
+                lock.release()
+        return self.submit(op)
+
+    def _admit_if_idle(self, op: Op) -> bool:
+        """Admit ``op`` if nothing is queued or counted against max_queued_write_bytes; refused as by
+        :meth:`submit` once the store is closing or its writes stopped. With the batch lock held."""
+        with self.room:
+            if self.queued_bytes or self._carried is not None or not self.queue.empty():
+                return False
+            self.admit(op, wait=False)
+            return True
 
     def put_locked(self, op: Op) -> None:
         """Queue an admitted ``op``; under room."""
@@ -230,20 +271,27 @@ class Writer:
     def _run(self) -> None:
         stop = False
         while not stop:
-            batch, stop = self._take_batch()
-            if batch:
-                try:
-                    self._run_batch(batch)
-                except BaseException as exc:  # a bug: the writer must outlive it, or every caller hangs
-                    self._fail_unresolved(batch, exc)
-                finally:
-                    # A batch that ran its course released its bytes as it answered them: the lock is
-                    # taken again only for one that did not (~6 us a commit, in the writer's line).
-                    if any(op.queued_bytes for op in batch):
-                        self._answered(batch)
+            first = self._carried or self._next()
+            # Taken before the batch is gathered: what queued behind a caller's own commit joins it.
+            with self._batch_lock:
+                batch, stop = self._take_batch(first)
+                if batch:
+                    self._commit(batch)
             # Not kept while the writer waits for the next write: the ops hold
             # their requests' states and their callers' futures.
-            del batch
+            del batch, first
+
+    def _commit(self, batch: list[Op]) -> None:
+        """Run ``batch`` (with the batch lock held) and answer every op of it, whatever happens."""
+        try:
+            self._run_batch(batch)
+        except BaseException as exc:  # a bug: the writer must outlive it, or every caller hangs
+            self._fail_unresolved(batch, exc)
+        finally:
+            # A batch that ran its course released its bytes as it answered them: the lock is
+            # taken again only for one that did not (~6 us a commit, in the writer's line).
+            if any(op.queued_bytes for op in batch):
+                self._answered(batch)
 
     def _fail_unresolved(self, ops: list[Op], exc: BaseException) -> None:
         """After an unexpected error in a batch: fail whoever still waits, forget what may be stale."""
@@ -261,9 +309,9 @@ class Writer:
                         ),
                     )
 
-    def _take_batch(self) -> tuple[list[Op], bool]:
-        """The queued writes (waiting for one), up to max_batch_writes; and whether stop() was called."""
-        first = self._carried or self._next()
+    def _take_batch(self, first: Op | list[Op] | None) -> tuple[list[Op], bool]:
+        """``first`` (the item carried over or queued first) and the writes queued after it, up to
+        max_batch_writes; and whether stop() was called."""
         self._carried = None
         if first is None:
             return [], True

@@ -111,7 +111,7 @@ class WriteEntryPoints:
         # wake and the next's, where no handler of ours runs; the callers in
         # line after it would never be woken. Other threads get no signals.
         op.wakes_in_turn = threading.current_thread() is not threading.main_thread()
-        result: PutResult = self._writer.submit(op).wait()
+        result: PutResult = self._writer.run_or_submit(op).wait()
         return result
 
     def put_many(self, requests: Iterable[PutRequest]) -> list[PutResult | StoreError]:

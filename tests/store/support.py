@@ -204,6 +204,24 @@ def sleeping_op(seconds: float) -> Op:
     return Op(apply, fails_clean=True)
 
 
+@contextlib.contextmanager
+def committing_threads(store: Store) -> Iterator[list[str]]:
+    """The names of the threads that commit the store's writes while the block runs, one per commit."""
+    storage = store._storage
+    committed = storage.committed
+    names: list[str] = []
+
+    def recording() -> None:
+        names.append(threading.current_thread().name)
+        committed()
+
+    storage.committed = recording
+    try:
+        yield names
+    finally:
+        del storage.committed  # the class's method again
+
+
 def queued_ops(store: Store) -> int:
     """Ops queued for the writer and not yet taken into a batch (see above)."""
     return store._writer.queue.qsize()

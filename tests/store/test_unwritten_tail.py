@@ -13,7 +13,6 @@ import random
 import shutil
 import struct
 import threading
-import time
 from pathlib import Path
 
 import lmdb
@@ -24,7 +23,7 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.server.process import start_sidecar_process
 from ckpt.sidecar.storage import lmdb_storage
 from ckpt.sidecar.store import check_not_truncated
-from tests.store.support import put_later, queued_ops, storage_write_lock_held, wait_queued
+from tests.store.support import put_later, wait_queued, writer_held
 from tests.support import ckpt, free_port, start_sidecar
 
 
@@ -40,23 +39,20 @@ def _put_and_delete_in_one_commit(data_dir: Path) -> None:
         store.put("other", b"kept")
         rng = random.Random(8)
         store.put_many([PutRequest(f"warm{i}", rng.randbytes(300_000)) for i in range(20)])
-        # Hold the storage's write lock so that the writer stops at its next batch (a first write), while
-        # the put and the delete queue behind it: released, they share the following commit.
-        with storage_write_lock_held(store):
-            first = put_later(store, PutRequest("first", b"x"))
-            while not store.queued_write_bytes or queued_ops(store):  # the writer took it, waits for the lock
-                time.sleep(0.001)
+        store.put("first", b"x")
+        # The writer held in a batch of the test's own while the put and the delete queue behind it:
+        # released, they share the following commit.
+        with writer_held(store):
             doomed = put_later(store, PutRequest("doomed", big))
             wait_queued(store, 1)  # before the delete
             deleted: list[int] = []
             deleting = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
             deleting.start()
-            while queued_ops(store) < 2:
-                time.sleep(0.001)
+            wait_queued(store, 2)
             commits = store.commits
         deleting.join()
-        assert first.result().version == 1 and doomed.result().version == 1 and deleted == [1]
-        assert store.commits == commits + 2  # the first write's commit, then the put's and the delete's together
+        assert doomed.result().version == 1 and deleted == [1]
+        assert store.commits == commits + 2  # the held batch's commit, then the put's and the delete's together
         used, in_file = _bytes(store)
         assert in_file >= used, f"data.mdb holds {in_file} bytes, its meta page uses {used}"
     finally:

@@ -200,13 +200,13 @@ def test_writes_from_worker_threads_wake_in_turn_and_the_main_threads_do_not(tmp
         seen: list[bool] = []
         # A private hook: which ops wake in turn is decided as they are queued, and shows nowhere else.
         writer = store._writer
-        submit = writer.submit
+        submit = writer.run_or_submit
 
         def recording(op: Op) -> Op:
             seen.append(op.wakes_in_turn)
             return submit(op)
 
-        writer.submit = recording  # type: ignore[method-assign]
+        writer.run_or_submit = recording  # type: ignore[method-assign]
         store.put("main", b"")
         worker = threading.Thread(target=store.put, args=("worker", b""))
         worker.start()
