@@ -16,7 +16,6 @@ from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.store import NewEvent, PutRequest
 from tests.store.support import committing_threads, queued_ops, storage_write_lock_held
 
-
 #: A state and a MERGE patch onto it (protobuf fields 1 and 2).
 ONE, TWO = b"\x0a\x03one", b"\x12\x03two"
 
