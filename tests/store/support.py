@@ -215,7 +215,7 @@ def committing_threads(store: Store) -> Iterator[list[str]]:
         names.append(threading.current_thread().name)
         committed()
 
-    storage.committed = recording
+    storage.committed = recording  # type: ignore[method-assign]
     try:
         yield names
     finally:

@@ -86,7 +86,12 @@ def test_close_waits_for_a_commit_running_on_a_callers_thread(tmp_path: Path) ->
             while not store.queued_write_bytes or queued_ops(store):
                 assert time.monotonic() < deadline, "the put was never admitted"
                 time.sleep(0.001)
-            closer = threading.Thread(target=lambda: (store.close(), closed.set()))
+
+            def close() -> None:
+                store.close()
+                closed.set()
+
+            closer = threading.Thread(target=close)
             closer.start()
             time.sleep(0.3)
             assert not closed.is_set(), "close() returned while a write it had admitted was committing"
