@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from tests.store.support import committing_threads, queued_ops, storage_write_lo
 ONE, TWO = b"\x0a\x03one", b"\x12\x03two"
 
 
-def _on_a_thread(name: str, body: object) -> None:
-    thread = threading.Thread(target=body, name=name)  # type: ignore[arg-type]
+def _on_a_thread(name: str, body: Callable[[], object]) -> None:
+    thread = threading.Thread(target=body, name=name)
     thread.start()
     thread.join(30)
     assert not thread.is_alive()
