@@ -61,3 +61,10 @@ FILTER_TIME_RANGE = "0001-01-01T00:00:00Z to 2554-07-21T23:34:33.709551615Z"
 MIN_EVENT_TIME_NANOS = 0
 MAX_EVENT_TIME_NANOS = 2**63 - 1
 EVENT_TIME_RANGE = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z"
+
+
+def map_reserve_bytes(max_map_size_bytes: int) -> int:
+    """The part of the LMDB map kept from writes other than deletes, so that a store full of them can still
+    delete: 1/64 of max_map_size_bytes, at least 64 KiB (room to delete a session of a small store), at most
+    64 MiB and half the cap."""
+    return min(max(max_map_size_bytes // 64, 64 * 1024), 64 * 1024 * 1024, max_map_size_bytes // 2)

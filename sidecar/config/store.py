@@ -104,7 +104,8 @@ class StoreConfig:
     #: Initial LMDB map size. The map doubles when full, up to the cap.
     map_size_bytes: int = DEFAULT_MAP_SIZE_BYTES
     #: The map never grows past this; a write that needs more fails with
-    #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing.
+    #: StoreFull (RESOURCE_EXHAUSTED) and changes nothing. Writes other than
+    #: deletes stop short of it by limits.map_reserve_bytes, kept for deletes.
     max_map_size_bytes: int = field(
         default=DEFAULT_MAX_MAP_SIZE_BYTES, metadata=option("cap on the LMDB map", parse=int)
     )

@@ -28,12 +28,8 @@ from typing import Any, TypeVar, cast
 import lmdb
 
 from ..errors import DataLoss, Unavailable
-from .files import (
-    PRIVATE_DIR_MODE,
-    PRIVATE_FILE_MODE,
-    disk_full_reason,
-    grow_file,
-)
+from ..limits import map_reserve_bytes
+from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, disk_full_reason, grow_file
 from .lmdb_open import KEPT_ACROSS_FORK, retry_map_resized
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
@@ -262,7 +258,11 @@ class LmdbStorage:
         self._meta_sync = meta_sync
         self.data_file = lmdb_dir / "data.mdb"
         self.location = str(self.data_file)
+        # Writes other than deletes grow the map to the cap less a reserve, so that a store full of them
+        # can still delete (every delete copies the pages it changes): open_reserve.
         self._max_map_size = max_map_size_bytes
+        self._reserve_bytes = map_reserve_bytes(max_map_size_bytes)
+        self._reserve_open = False
         self.resizes = 0
         self._rw = RWLock()
         # LMDB calls under way outside the lock, write transactions among them (let_go_in_child).
@@ -271,7 +271,7 @@ class LmdbStorage:
         self._closed = False  # set under the exclusive lock, as LMDB closes
         self.env = lmdb.open(
             str(lmdb_dir),
-            map_size=map_size_bytes,
+            map_size=min(map_size_bytes, max_map_size_bytes - self._reserve_bytes),
             max_dbs=_MAX_TABLES,
             max_readers=max_readers,
             sync=True,
@@ -282,7 +282,7 @@ class LmdbStorage:
             mode=PRIVATE_DIR_MODE,  # py-lmdb: data.mdb and lock.mdb are made with it less the execute bits (0600)
         )
         # Opened at the size the file already has (it may have grown before).
-        self._map_size = max(map_size_bytes, self.env.info()["map_size"])
+        self._map_size = max(min(map_size_bytes, max_map_size_bytes - self._reserve_bytes), self.env.info()["map_size"])
         self._page_bytes = int(self.env.stat()["psize"])
         # The highest page the writer has seen committed, and when it may next look for dead readers.
         self._last_pgno_seen = 0 if readonly else self.env.info()["last_pgno"]
@@ -356,14 +356,32 @@ class LmdbStorage:
         return self._map_size > self._max_map_size
 
     def grow(self) -> bool:
-        if self._map_size >= self._max_map_size:
+        cap = self._max_map_size if self._reserve_open else self._max_map_size - self._reserve_bytes
+        if self._map_size >= cap:
             return False
-        new_size = min(self._map_size * 2, self._max_map_size)
+        self._resize(min(self._map_size * 2, cap))
+        return True
+
+    def open_reserve(self) -> bool:
+        if self._reserve_open or self._map_size >= self._max_map_size:
+            return False
+        self._reserve_open = True
+        self._resize(self._max_map_size)
+        return True
+
+    def close_reserve(self) -> None:
+        if not self._reserve_open:
+            return
+        self._reserve_open = False
+        with self.calling():  # the map stays at least as large as the pages in use: what a delete took
+            used = (self.env.info()["last_pgno"] + 1) * self._page_bytes
+        self._resize(max(self._max_map_size - self._reserve_bytes, used))
+
+    def _resize(self, new_size: int) -> None:
         with self._rw.exclusive():
             self.env.set_mapsize(new_size)
-        self._map_size = new_size
+            self._map_size = max(new_size, self.env.info()["map_size"])
         self.resizes += 1
-        return True
 
     def release_freed(self) -> bool:
         """After a full error: if a transaction committed since the last one this made, commit one that
@@ -396,7 +414,10 @@ class LmdbStorage:
             self._map_size = max(self._map_size, self.env.info()["map_size"])
 
     def cap_reached(self) -> str:
-        cap = f"max_map_size_bytes ({self._max_map_size}; ckpt serve --max-map-size-bytes)"
+        cap = (
+            f"max_map_size_bytes ({self._max_map_size}, less {self._reserve_bytes} kept for deletes;"
+            " ckpt serve --max-map-size-bytes)"
+        )
         if self.over_cap:
             return f"the LMDB map is {self._map_size} bytes, the size of {self.data_file}, already over {cap}"
         return f"the LMDB map reached {cap}"

@@ -148,6 +148,15 @@ class Storage(Protocol):
         whether the full transaction is worth redoing."""
         ...
 
+    def open_reserve(self) -> bool:
+        """After a full error a delete met: let the storage grow into the room kept back from other writes
+        (LMDB: the last part of the map), until :meth:`close_reserve`; False if that is done already."""
+        ...
+
+    def close_reserve(self) -> None:
+        """Keep the reserve from other writes again (what of it a delete took stays taken)."""
+        ...
+
     def cap_reached(self) -> str:
         """Why the storage cannot grow, for error messages."""
         ...

@@ -37,6 +37,9 @@ class Op:
     fails_clean: bool = False
     #: About how many bytes the op stores (its state): what a full disk is checked against.
     size_bytes: int = 0
+    #: A delete: on a full store it may use the map's reserve (Storage.open_reserve), so that deleting
+    #: sessions always makes room, even when the last writes took every page.
+    frees_room: bool = False
     #: Its size_bytes while it counts against max_queued_write_bytes (0 once answered).
     queued_bytes: int = 0
     #: A check still to pass before the op may be queued (a large MERGE patch's, run on a

@@ -370,7 +370,7 @@ class WriteOps:
             batch.after_commit.append(lambda: encoders.forget(sid))
             return removed, events
 
-        return Op(apply, fails_clean=True)
+        return Op(apply, fails_clean=True, frees_room=True)
 
     def _append(
         self,

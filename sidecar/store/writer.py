@@ -398,90 +398,99 @@ class Writer:
             self._refuse(ops)
             return
         full = self._full
-        while True:
-            began = time.monotonic()
-            batch = Batch()
-            outcomes: list[Outcome] = []
-            try:
-                with self._storage.write() as txn:
-                    for op in ops:
-                        batch.defer_requests = op.fails_clean and not isolate
-                        if batch.defer_requests:
+        reserve_opened = False
+        try:
+            while True:
+                began = time.monotonic()
+                batch = Batch()
+                outcomes: list[Outcome] = []
+                try:
+                    with self._storage.write() as txn:
+                        for op in ops:
+                            batch.defer_requests = op.fails_clean and not isolate
+                            if batch.defer_requests:
+                                try:
+                                    outcomes.append((op, op.apply(batch, txn), None))
+                                except (StoreError, CodecError) as exc:
+                                    outcomes.append((op, None, self._as_store_error(exc)))
+                                except full:
+                                    raise
+                                except Exception as exc:
+                                    raise _Unclean from exc
+                                continue
                             try:
-                                outcomes.append((op, op.apply(batch, txn), None))
-                            except (StoreError, CodecError) as exc:
-                                outcomes.append((op, None, self._as_store_error(exc)))
+                                with txn.nested() as sub:
+                                    outcomes.append((op, op.apply(batch, sub), None))
                             except full:
                                 raise
-                            except Exception as exc:
-                                raise _Unclean from exc
-                            continue
-                        try:
-                            with txn.nested() as sub:
-                                outcomes.append((op, op.apply(batch, sub), None))
-                        except full:
-                            raise
-                        except self._fails_alone as exc:
-                            outcomes.append((op, None, self._as_store_error(exc)))
-                        except Exception as exc:  # a bug: fail this op, keep serving
-                            outcomes.append((op, None, exc))
-                    for finish in batch.before_commit:
-                        finish(txn)
-            except _Unclean:
-                for sid in batch.touched_encoders:
-                    self._encoders.discard(sid)
-                isolate = True
-                continue
-            except full:
-                # Nothing was committed. Encoders already advanced for this
-                # batch are dropped (they are rebuilt from storage on next use).
-                for sid in batch.touched_encoders:
-                    self._encoders.discard(sid)
-                # Pages the last commit freed (a session deleted) are not reusable until another commits.
-                if self._storage.grow() or self._storage.release_freed():
+                            except self._fails_alone as exc:
+                                outcomes.append((op, None, self._as_store_error(exc)))
+                            except Exception as exc:  # a bug: fail this op, keep serving
+                                outcomes.append((op, None, exc))
+                        for finish in batch.before_commit:
+                            finish(txn)
+                except _Unclean:
+                    for sid in batch.touched_encoders:
+                        self._encoders.discard(sid)
+                    isolate = True
                     continue
-                self._split_or_refuse(
-                    ops,
-                    isolate=isolate,
-                    error=StoreFull(
-                        f"the store is full: {self._storage.cap_reached()}; nothing was written: raise it, or delete"
-                        " sessions to free room inside the map"
-                    ),
-                )
-                return
-            except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
-                # Whether storage kept it or not, the cached states may be stale either way.
-                for sid in batch.touched_encoders:
-                    self._encoders.forget(sid)
-                why = self._storage.why_full(exc, sum(op.size_bytes for op in ops))
-                if why is None:
-                    self._stop_writes(exc)
-                    self._refuse(ops)
+                except full:
+                    # Nothing was committed. Encoders already advanced for this
+                    # batch are dropped (they are rebuilt from storage on next use).
+                    for sid in batch.touched_encoders:
+                        self._encoders.discard(sid)
+                    # Pages the last commit freed (a session deleted) are not reusable until another commits.
+                    if self._storage.grow() or self._storage.release_freed():
+                        continue
+                    # Deletes alone may take the room kept back from other writes: a full store can still shrink.
+                    if all(op.frees_room for op in ops) and self._storage.open_reserve():
+                        reserve_opened = True
+                        continue
+                    self._split_or_refuse(
+                        ops,
+                        isolate=isolate,
+                        error=StoreFull(
+                            f"the store is full: {self._storage.cap_reached()}; nothing was written: raise it, or"
+                            " delete sessions to free room inside the map"
+                        ),
+                    )
                     return
-                if self._storage.release_freed():
-                    continue
-                # Pages freed inside the file may still hold a smaller commit.
-                self._split_or_refuse(
-                    ops,
-                    isolate=isolate,
-                    error=StoreFull(
-                        f"no space to write under {self._config.data_dir} ({why}); nothing was written:"
-                        " free disk space or delete sessions, then retry with the same request_id"
-                    ),
-                )
+                except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
+                    # Whether storage kept it or not, the cached states may be stale either way.
+                    for sid in batch.touched_encoders:
+                        self._encoders.forget(sid)
+                    why = self._storage.why_full(exc, sum(op.size_bytes for op in ops))
+                    if why is None:
+                        self._stop_writes(exc)
+                        self._refuse(ops)
+                        return
+                    if self._storage.release_freed():
+                        continue
+                    # Pages freed inside the file may still hold a smaller commit.
+                    self._split_or_refuse(
+                        ops,
+                        isolate=isolate,
+                        error=StoreFull(
+                            f"no space to write under {self._config.data_dir} ({why}); nothing was written:"
+                            " free disk space or delete sessions, then retry with the same request_id"
+                        ),
+                    )
+                    return
+                self.commits += 1
+                self.batch_sizes[len(ops)] += 1
+                self.last_commit_seconds = time.monotonic() - began
+                self._storage.committed()
+                # Writers seen around this commit: those it lets go on, and those who queued meanwhile.
+                released = sum(1 for op in ops if op.releases_caller)
+                self._expected_writers = released + self.queue.qsize()
+                for action in batch.after_commit:
+                    action()
+                self._answered(ops)
+                _answer(outcomes)
                 return
-            self.commits += 1
-            self.batch_sizes[len(ops)] += 1
-            self.last_commit_seconds = time.monotonic() - began
-            self._storage.committed()
-            # Writers seen around this commit: those it lets go on, and those who queued meanwhile.
-            released = sum(1 for op in ops if op.releases_caller)
-            self._expected_writers = released + self.queue.qsize()
-            for action in batch.after_commit:
-                action()
-            self._answered(ops)
-            _answer(outcomes)
-            return
+        finally:
+            if reserve_opened:  # a delete's commit, or its refusal: other writes keep off the reserve again
+                self._storage.close_reserve()
 
     def _as_store_error(self, exc: BaseException) -> StoreError:
         if isinstance(exc, StoreError):

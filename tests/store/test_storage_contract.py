@@ -17,6 +17,7 @@ import lmdb
 import pytest
 
 from ckpt.sidecar import DataLoss, Unavailable
+from ckpt.sidecar.limits import map_reserve_bytes
 from ckpt.sidecar.storage import LmdbStorage, Storage, Table, open_lmdb
 
 
@@ -271,10 +272,17 @@ def test_lmdb_signals_a_full_map_and_grows_up_to_its_cap(tmp_path: Path) -> None
                 if not storage.grow():
                     break
                 grown += 1
-        assert grown == 2 and storage.resizes == 2  # 1 -> 2 -> 4 MiB
-        assert storage.sizes()[0] == 1 << 22
-        assert "max_map_size_bytes (4194304" in storage.cap_reached()
+        assert grown == 2 and storage.resizes == 2  # 1 -> 2 -> 4 MiB less the reserve kept for deletes
+        soft = (1 << 22) - map_reserve_bytes(1 << 22)
+        assert storage.sizes()[0] == soft
+        assert "max_map_size_bytes (4194304, less 65536 kept for deletes" in storage.cap_reached()
         with storage.read() as txn:
             assert txn.count(table) == written  # every write that was refused left nothing
+        assert storage.open_reserve() and not storage.open_reserve()
+        assert storage.sizes()[0] == 1 << 22
+        with storage.write() as txn:  # what a delete may take
+            txn.put(b"small", b"x" * 1000, db=table)
+        storage.close_reserve()
+        assert storage.sizes()[0] == soft and not storage.grow()
     finally:
         storage.close()

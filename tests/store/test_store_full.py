@@ -19,6 +19,8 @@ import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, StoreFull
 from ckpt.sidecar.client import CheckpointClient, ResourceExhaustedError
+from ckpt.sidecar.client.arguments import new_request_id
+from ckpt.sidecar.limits import map_reserve_bytes
 from ckpt.sidecar.tools.backup import backup
 from tests.support import Sidecar, free_port, metrics_text, start_sidecar
 
@@ -56,7 +58,7 @@ def test_a_filling_store_shows_in_metrics_and_a_full_one_in_the_log(tmp_path: Pa
     assert full["ckpt_sessions"] == written and full["ckpt_versions"] == written
     assert full["ckpt_store_full_writes_total"] == refused
     assert "ckpt_map_resizes_total" in full
-    assert full["ckpt_store_map_size_bytes"] == MAP_CAP
+    assert full["ckpt_store_map_size_bytes"] == MAP_CAP - map_reserve_bytes(MAP_CAP)  # the rest: deletes'
     # What an alert on used / max would have seen coming.
     assert 0.8 * MAP_CAP < full["ckpt_store_used_bytes"] <= MAP_CAP
     # Logged once, not once per refused write (then at most once a minute, with the count).
@@ -81,7 +83,8 @@ def test_a_data_file_over_a_lowered_map_cap_is_named_as_such(tmp_path: Path, cap
         with pytest.raises(StoreFull) as refused:
             store.put("s7", os.urandom(100_000))
     over = f"the LMDB map is {size} bytes, the size of {tmp_path / 'copy' / 'lmdb' / 'data.mdb'}, already over"
-    assert str(refused.value).startswith(f"the store is full: {over} max_map_size_bytes (1048576;")
+    cap = "max_map_size_bytes (1048576, less 65536 kept for deletes;"
+    assert str(refused.value).startswith(f"the store is full: {over} {cap}")
     assert any(over in record.getMessage() and "cannot grow" in record.getMessage() for record in caplog.records)
 
 
@@ -132,3 +135,32 @@ def test_an_embedded_store_finds_a_deleted_sessions_room_unless_a_reader_holds_i
             store.put("refused-too", state, request_id="refused-2")
         store.delete_session("fill-1")
         assert store.put("refused-too", state, request_id="refused-2").version == 1
+
+
+def test_a_store_full_of_writes_still_deletes_its_way_out(tmp_path: Path) -> None:
+    """Every delete copies the pages it changes: once writes of ever smaller states had taken the map's last
+    pages, and a reader's snapshot held the free ones, deleting a session failed as full too, and a full
+    store could then only be raised, never emptied. Other writes now stop short of a reserve that deletes
+    may use."""
+    config = StoreConfig(data_dir=tmp_path / "data", map_size_bytes=1 << 20, max_map_size_bytes=1 << 20)
+    with Store(config) as store:
+        sessions: list[str] = []
+
+        def put(session_id: str, state: bytes) -> object:
+            made = store.put(f"{session_id}-{len(state)}", state, request_id=new_request_id())
+            sessions.append(f"{session_id}-{len(state)}")
+            return made
+
+        for state_bytes in (64 << 10, 4096, 256):  # until not even a small write fits
+            fill(put, state_bytes)
+        assert sessions
+        data_file = tmp_path / "data" / "lmdb" / "data.mdb"
+        assert data_file.stat().st_size <= (1 << 20) - map_reserve_bytes(1 << 20)  # the reserve left alone
+        with store.read():  # a snapshot of the full store: no page freed since may be reused while it stands
+            assert store.delete_session(sessions.pop()) == 1
+        for session_id in sessions:
+            assert store.delete_session(session_id) == 1
+        # Room for other writes again (less what the request records of the deleted sessions' puts keep until
+        # they expire: they outlive their session, so a retry of its put is still answered).
+        assert fill(lambda session_id, state: store.put(session_id, state), 4096) > 0
+    assert data_file.stat().st_size <= 1 << 20
