@@ -131,7 +131,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._coherence = Coherence(self._read, self._tables)
         validate = self._coherence if shared else None
         self._encoders = Encoders(config, self._tables, self._states, validate)
-        self._requests = RequestIds.of(layout)
+        self._requests = RequestIds.of(layout, ttl_seconds=config.request_id_ttl_seconds)
         self._registry = Registry(self._tables, self._read, shared=shared)
         self._writer = Writer(
             config, self._storage, self._encoders, readonly=readonly, on_writes_stopped=on_writes_stopped

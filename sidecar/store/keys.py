@@ -38,6 +38,13 @@ at every session's record of that id, and removes the ones expiring then).
 The id's bytes are the id, so no two ids share a key; ``\\0`` sorts before
 ``\\1``, so the records of layout 2-5 keep their place. Records the hex form
 keyed before layout 6 are still read under it (RequestIds.lookup).
+
+A UUIDv7 begins with its time in ms, so the compact keys sort by the time
+their ids were made. Store layout 8 gives a record of such an id no expiry
+entry when the id is dated within ID_TIME_SLACK_NANOS of its write (as a
+client's fresh id is): the sweeper walks the compact keys from the first and
+removes those records once their ids are a TTL and the slack old
+(RequestRecord.swept_by_id_time); an id dated further off keeps its entry.
 """
 
 from __future__ import annotations
@@ -80,6 +87,25 @@ def request_key(sid: bytes, request_id: str) -> bytes:
     if len(request_id) == 32 and _HEX_ID.fullmatch(request_id):
         return COMPACT_REQUEST_KEY_MARK + bytes.fromhex(request_id) + sid
     return REQUEST_KEY_MARK + request_id_bytes(request_id) + SEP + sid
+
+
+#: How far a UUIDv7's time may be from its write's for its record to go without an expiry entry; a record
+#: so kept outlives its expiry by at most twice this (the sweep removes it by the id's time, not its own).
+ID_TIME_SLACK_NANOS = 5 * 60 * 10**9
+
+
+def uuid7_nanos(key: bytes) -> int | None:
+    """The time (ns since the epoch, to the ms) a compact ``key``'s request id carries if the id is a UUIDv7
+    (version nibble 7, variant 0b10: RFC 9562); None for any other key."""
+    if len(key) < COMPACT_PREFIX_BYTES or key[0] != 0 or key[7] >> 4 != 7 or key[9] >> 6 != 2:
+        return None
+    return int.from_bytes(key[1:7], "big") * 1_000_000
+
+
+def uuid7_key_before(nanos: int) -> bytes:
+    """A compact key sorting before every UUIDv7 key whose time is at or after ``nanos`` (rounded down to
+    the ms), and after every one before it."""
+    return COMPACT_REQUEST_KEY_MARK + (max(nanos, 0) // 1_000_000 & (1 << 48) - 1).to_bytes(6, "big")
 
 
 def is_compact(key: bytes) -> bool:

@@ -34,12 +34,19 @@ log = logging.getLogger("ckpt.store")
 #: ckpt would fail to read every folded or keyframed version.
 #: A store is stamped 7 by the transaction of its first fold or quiet keyframe, not when opened: one never
 #: so rewritten stays layout 6 (OPENED_LAYOUT), which a ckpt of layout 6 still opens.
-LAYOUT_VERSION = 7
+#: 8: request records of UUIDv7 ids without an expiry entry, swept by the id's time
+#: (RequestRecord.swept_by_id_time, keys.uuid7_nanos). An older ckpt would never remove them. Stamped by
+#: the transaction of the first such record.
+LAYOUT_VERSION = 8
+#: The layout of the frames a quiet rewrite writes (stamp_new_frames).
+FRAMES_LAYOUT = 7
+#: The layout of request records swept by their id's time (stamp_records_swept_by_id_time).
+ID_TIME_RECORDS_LAYOUT = 8
 #: The layout a writable open stamps a store of an older layout (or none) with: the newest whose data an
 #: open alone makes (layout 7's frames come with the first quiet rewrite: stamp_new_frames).
 OPENED_LAYOUT = 6
 #: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
-#: next layout is 8). 5 keyed request records by two hashes; taken out before any release.
+#: next layout is 9). 5 keyed request records by two hashes; taken out before any release.
 _WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by development builds only and withdrawn"}
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.
@@ -196,11 +203,19 @@ def stamp_new_frames(txn: WriteTxn, tables: Tables) -> None:
     """Stamp the store layout 7 (PREFIX frames, sealed FULL frames) in ``txn``, which writes its first ones,
     unless it is already: from that commit on, a ckpt of an older layout refuses the store rather than fail
     its reads."""
+    stamp_layout(txn, tables, FRAMES_LAYOUT)
+
+
+def stamp_layout(txn: WriteTxn, tables: Tables, version: int) -> bool:
+    """Stamp ``version`` in ``txn``, which writes the first data of that layout, unless the store is stamped
+    with it or a later one already (then True: nothing to write)."""
     meta = tables.meta
     assert meta is not None, "a writable store has a meta table"
     raw = txn.get(LAYOUT_KEY, db=meta)
-    if raw is None or not raw.isdigit() or int(raw) < LAYOUT_VERSION:
-        txn.put(LAYOUT_KEY, b"%d" % LAYOUT_VERSION, db=meta)
+    if raw is None or not raw.isdigit() or int(raw) < version:
+        txn.put(LAYOUT_KEY, b"%d" % version, db=meta)
+        return False
+    return True
 
 
 def _index_updated_by_granule(txn: WriteTxn, updated: Table) -> int:

@@ -3,7 +3,9 @@
 Each write with a request id stores what it made (a RequestRecord) under
 keys.request_key, with an entry in the req_expiry index at its expiry time
 (keys.expiry_key: a compact key's entry names its request id, whose records
-the sweeper finds by a seek).
+the sweeper finds by a seek); or, for a UUIDv7 dated about when it was
+written, none: the sweeper walks those records in the order of their ids'
+times (store layout 8, RequestRecord.swept_by_id_time).
 A retry within request_id_ttl_seconds gets the same answer, replayed; one
 that asks something else under the same id is refused.
 """
@@ -22,7 +24,14 @@ from ckpt.store.v1 import records_pb2
 from ..errors import DataLoss
 from ..storage import ReadTxn, WriteTxn
 from . import keys
-from .layout import Layout, Tables, has_hex_keyed_requests, has_layout1_requests
+from .layout import (
+    ID_TIME_RECORDS_LAYOUT,
+    Layout,
+    Tables,
+    has_hex_keyed_requests,
+    has_layout1_requests,
+    stamp_layout,
+)
 from .ops import Batch
 from .records import expiry_of, log_record, record_put, request_of_current
 from .types import PutRequest, PutResult, WriteMode
@@ -35,8 +44,15 @@ EXPIRE_CHUNK = 5000
 class RequestIds:
     """The requests table and its expiry index."""
 
-    def __init__(self, tables: Tables, *, layout1: bool, hex_keyed: bool = True) -> None:
+    def __init__(self, tables: Tables, *, layout1: bool, hex_keyed: bool = True, ttl_nanos: int) -> None:
         self._tables = tables
+        #: request_id_ttl_seconds, in ns: a record is written to expire that long after its write.
+        self._ttl_nanos = ttl_nanos
+        #: Whether the store was seen stamped with layout 8 (then a record swept by its id's time stamps nothing).
+        self._id_time_stamped = False
+        #: Where the walk of records swept by their ids' time goes on (None: from the first), when an op
+        #: stopped at EXPIRE_CHUNK keys before the sweep's bound.
+        self._walk_from: bytes | None = None
         #: Whether records keyed as store layout 1 did may remain (see layout.has_layout1_requests).
         self.layout1 = layout1
         #: Whether records of hex request ids keyed in full (before layout 6) may remain
@@ -44,9 +60,14 @@ class RequestIds:
         self.hex_keyed = hex_keyed
 
     @classmethod
-    def of(cls, layout: Layout) -> RequestIds:
-        """A store's request ids, as its layout was opened."""
-        return cls(layout.tables, layout1=layout.layout1_requests, hex_keyed=layout.hex_keyed_requests)
+    def of(cls, layout: Layout, *, ttl_seconds: float) -> RequestIds:
+        """A store's request ids, as its layout was opened (``ttl_seconds``: request_id_ttl_seconds)."""
+        return cls(
+            layout.tables,
+            layout1=layout.layout1_requests,
+            hex_keyed=layout.hex_keyed_requests,
+            ttl_nanos=int(ttl_seconds * 1e9),
+        )
 
     def remembered(
         self,
@@ -160,8 +181,17 @@ class RequestIds:
                 full_key = keys.hex_request_key(rid_key)
                 txn.delete(full_key, db=requests)
                 txn.delete(keys.time_key(when, full_key), db=expiry)
+            elif expired.swept_by_id_time:
+                pass  # it has no entry
             elif not keys.is_compact(rid_key) or not self._shared(txn, rid_key, when):
                 txn.delete(keys.expiry_key(when, rid_key), db=expiry)
+        by_id_time = self._swept_by_id_time(rid_key, rec.expires_unix_nanos)
+        if by_id_time:
+            rec.swept_by_id_time = True
+            # Known stamped only once a commit saw the stamp: one this transaction wrote may yet be undone.
+            stamped = self._id_time_stamped or stamp_layout(txn, self._tables, ID_TIME_RECORDS_LAYOUT)
+            if stamped and not self._id_time_stamped and batch is not None:
+                batch.after_commit.append(self._saw_id_time_stamp)
         if batch is not None and batch.defer_requests:
             if not batch.pending_requests:
                 batch.before_commit.append(lambda wtxn: self._put_pending(wtxn, batch.pending_requests))
@@ -171,7 +201,18 @@ class RequestIds:
             # record kept for the commit would be put over this one.
             assert batch is None or rid_key not in batch.pending_requests, "a request record kept for the commit"
             txn.put(rid_key, rec.SerializeToString(), db=requests)
-        txn.put(keys.expiry_key(rec.expires_unix_nanos, rid_key), b"", db=expiry)
+        if not by_id_time:
+            txn.put(keys.expiry_key(rec.expires_unix_nanos, rid_key), b"", db=expiry)
+
+    def _saw_id_time_stamp(self) -> None:
+        self._id_time_stamped = True
+
+    def _swept_by_id_time(self, rid_key: bytes, expires: int) -> bool:
+        """Whether a record under ``rid_key`` expiring at ``expires`` goes without an expiry entry: its id is
+        a UUIDv7 dated within ID_TIME_SLACK_NANOS of the write (``expires`` less the TTL), so it has expired
+        once its id's time is a TTL and that slack in the past (:meth:`_walk_expired`)."""
+        made = keys.uuid7_nanos(rid_key)
+        return made is not None and abs(expires - self._ttl_nanos - made) <= keys.ID_TIME_SLACK_NANOS
 
     def _get(self, txn: ReadTxn, rid_key: bytes, batch: Batch | None) -> bytes | None:
         """The record under ``rid_key``: one ``batch`` keeps for its commit, else the stored one."""
@@ -203,8 +244,9 @@ class RequestIds:
             txn.delete(key, db=self._tables.requests)
 
     def expire_op(self, now: int) -> Callable[[Batch, WriteTxn], tuple[int, bool]]:
-        """An op expiring up to EXPIRE_CHUNK request ids whose time is before ``now``: how many it expired,
-        and whether more may be left (it stopped at EXPIRE_CHUNK)."""
+        """An op expiring up to EXPIRE_CHUNK request ids whose time is before ``now``, by their expiry entries,
+        then those swept by their ids' time (:meth:`_walk_expired`): how many it expired, and whether more may
+        be left (it stopped at EXPIRE_CHUNK)."""
         tables = self._tables
 
         def apply(batch: Batch, txn: WriteTxn) -> tuple[int, bool]:
@@ -224,9 +266,45 @@ class RequestIds:
                     if expires in (when, None):
                         txn.delete(rid_key, db=tables.requests)
                 txn.delete(entry, db=tables.req_expiry)
-            return len(entries), len(entries) == chunk
+            if len(entries) == chunk:
+                return len(entries), True
+            walked, more = self._walk_expired(txn, now, chunk - len(entries))
+            return len(entries) + walked, more
 
         return apply
+
+    def _walk_expired(self, txn: WriteTxn, now: int, budget: int) -> tuple[int, bool]:
+        """Remove the records swept by their id's time (no expiry entry) that expired by ``now``, walking the
+        compact keys in the order of their ids' times up to the bound past which none can have: a TTL and
+        ID_TIME_SLACK_NANOS before ``now``. At most ``budget`` keys looked at (the next op goes on from
+        there): how many records removed, and whether the walk stopped short of the bound.
+
+        Keys before the bound that stay: records with an expiry entry (any other id; a UUIDv7 dated far
+        from its write), and any not yet expired (written under a longer TTL than the store's now)."""
+        requests = self._tables.requests
+        bound = keys.uuid7_key_before(now - self._ttl_nanos - keys.ID_TIME_SLACK_NANOS)
+        start = self._walk_from if self._walk_from is not None else keys.COMPACT_REQUEST_KEY_MARK
+        doomed: list[bytes] = []
+        looked = 0
+        self._walk_from = None
+        for key, value in txn.scan(requests, start):
+            if key >= bound:
+                break
+            if looked == budget:
+                self._walk_from = bytes(key)
+                break
+            looked += 1
+            if keys.uuid7_nanos(key) is None:
+                continue
+            try:
+                done = records_pb2.RequestRecord.FromString(bytes(value))
+            except DecodeProtoError:
+                continue  # `ckpt verify` names it; a write of its id replaces it
+            if done.swept_by_id_time and done.expires_unix_nanos <= now:
+                doomed.append(bytes(key))
+        for key in doomed:
+            txn.delete(key, db=requests)
+        return len(doomed), self._walk_from is not None
 
     def _named(self, txn: ReadTxn, named: bytes) -> list[tuple[bytes, int | None]]:
         """The records an expiry entry names, as :meth:`_expiries_under` gives them: its key's (after the

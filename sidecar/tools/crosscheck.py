@@ -33,7 +33,8 @@ look like damage):
   swept yet, and a fork has none: none of that is reported.
 - req_expiry: each request record has its entry ``keys.expiry_key(expires,
   request key)`` and every entry names a request record expiring then (a
-  compact key's entry names a request id: some session's record of it).
+  compact key's entry names a request id: some session's record of it);
+  a record swept by its id's time has none, and its id is a UUIDv7.
 - events: every event block of every log passes its checksum, holds the seqs its key and header
   say without a gap, and the blocks run from the log record's first seq to its next one, their sizes
   summing to its stored bytes, the record's event count and open block matching them; no block is stored
@@ -440,14 +441,27 @@ class CrossCheck:
             )
         for key, value in self._request_items():
             try:
-                expires = parse(value).expires_unix_nanos
+                done = parse(value)
             except DecodeProtoError:
                 continue  # the requests pass names it
+            expires = done.expires_unix_nanos
+            if done.swept_by_id_time and keys.uuid7_nanos(key) is not None:
+                continue  # no entry: the sweep finds it by its id's time
             if txn.get(keys.expiry_key(expires, key), db=expiry) is None:
                 parts = keys.request_key_parts(key)
                 if parts is None:
                     continue  # the requests pass names it
                 sid, rid = parts
+                if done.swept_by_id_time:
+                    yield Problem(
+                        "req_expiry",
+                        sid,
+                        self._record(sid) is not _MISSING,
+                        f"request_id {_text(rid)!r} is not a UUIDv7, yet its record (expiring at {_when(expires)}) is"
+                        " kept for the sweep of records by their ids' time, without an entry: the sweep never"
+                        " removes it",
+                    )
+                    continue
                 yield Problem(
                     "req_expiry",
                     sid,

@@ -18,7 +18,7 @@ from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store.keyframes import QuietSweep
-from ckpt.sidecar.store.layout import LAYOUT_VERSION
+from ckpt.sidecar.store.layout import FRAMES_LAYOUT
 from ckpt.v1 import service_pb2
 from tests.store.support import (
     every_version,
@@ -177,7 +177,7 @@ def test_a_quiet_keyframe_stamps_the_layout_that_reads_sealed_frames(config: Sto
     assert layout_stamp(config.data_dir) == b"6"  # a store never rewritten stays openable by layout 6
     with Store(config) as store:
         assert store.sweep(now_nanos=time.time_ns() + LATER).keyframes_written == 1
-    assert layout_stamp(config.data_dir) == str(LAYOUT_VERSION).encode() == b"7"
+    assert layout_stamp(config.data_dir) == str(FRAMES_LAYOUT).encode() == b"7"
 
 
 def test_sessions_written_within_the_quiet_period_are_left_alone(config: StoreConfig) -> None:

@@ -66,7 +66,7 @@ class VersionRecord(_message.Message):
     def __init__(self, created_unix_nanos: _Optional[int] = ..., mode: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., message_type: _Optional[str] = ..., written_state_xxh3: _Optional[int] = ...) -> None: ...
 
 class RequestRecord(_message.Message):
-    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put", "state_xxh3", "chain_depth")
+    __slots__ = ("version", "stored_bytes", "frame_kind", "state_size", "expires_unix_nanos", "write_xxh3", "session_created_unix_nanos", "events_first_seq", "events_last_seq", "events_log_created_unix_nanos", "events_had_put", "state_xxh3", "chain_depth", "swept_by_id_time")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
     FRAME_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class RequestRecord(_message.Message):
     EVENTS_HAD_PUT_FIELD_NUMBER: _ClassVar[int]
     STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
     CHAIN_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    SWEPT_BY_ID_TIME_FIELD_NUMBER: _ClassVar[int]
     version: int
     stored_bytes: int
     frame_kind: int
@@ -93,7 +94,8 @@ class RequestRecord(_message.Message):
     events_had_put: bool
     state_xxh3: int
     chain_depth: int
-    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ..., state_xxh3: _Optional[int] = ..., chain_depth: _Optional[int] = ...) -> None: ...
+    swept_by_id_time: bool
+    def __init__(self, version: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., frame_kind: _Optional[int] = ..., state_size: _Optional[int] = ..., expires_unix_nanos: _Optional[int] = ..., write_xxh3: _Optional[int] = ..., session_created_unix_nanos: _Optional[int] = ..., events_first_seq: _Optional[int] = ..., events_last_seq: _Optional[int] = ..., events_log_created_unix_nanos: _Optional[int] = ..., events_had_put: _Optional[bool] = ..., state_xxh3: _Optional[int] = ..., chain_depth: _Optional[int] = ..., swept_by_id_time: _Optional[bool] = ...) -> None: ...
 
 class EventLogRecord(_message.Message):
     __slots__ = ("next_seq", "first_seq", "event_count", "stored_bytes", "created_unix_nanos", "open_block_seq", "updated_unix_nanos", "last_seq_by_type", "types_next_seq")
