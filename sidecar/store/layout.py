@@ -40,7 +40,7 @@ log = logging.getLogger("ckpt.store")
 LAYOUT_VERSION = 8
 #: The layout of the frames a quiet rewrite writes (stamp_new_frames).
 FRAMES_LAYOUT = 7
-#: The layout of request records swept by their id's time (stamp_records_swept_by_id_time).
+#: The layout of request records swept by their ids' time (RequestIds.store stamps it).
 ID_TIME_RECORDS_LAYOUT = 8
 #: The layout a writable open stamps a store of an older layout (or none) with: the newest whose data an
 #: open alone makes (layout 7's frames come with the first quiet rewrite: stamp_new_frames).
