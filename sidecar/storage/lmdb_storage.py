@@ -262,6 +262,7 @@ class LmdbStorage:
         # can still delete (every delete copies the pages it changes): open_reserve.
         self._max_map_size = max_map_size_bytes
         self._reserve_bytes = map_reserve_bytes(max_map_size_bytes)
+        self._writes_cap = max_map_size_bytes - self._reserve_bytes  # the map's size for other writes
         self._reserve_open = False
         self.resizes = 0
         self._rw = RWLock()
@@ -271,7 +272,7 @@ class LmdbStorage:
         self._closed = False  # set under the exclusive lock, as LMDB closes
         self.env = lmdb.open(
             str(lmdb_dir),
-            map_size=min(map_size_bytes, max_map_size_bytes - self._reserve_bytes),
+            map_size=min(map_size_bytes, self._writes_cap),
             max_dbs=_MAX_TABLES,
             max_readers=max_readers,
             sync=True,
@@ -282,7 +283,7 @@ class LmdbStorage:
             mode=PRIVATE_DIR_MODE,  # py-lmdb: data.mdb and lock.mdb are made with it less the execute bits (0600)
         )
         # Opened at the size the file already has (it may have grown before).
-        self._map_size = max(min(map_size_bytes, max_map_size_bytes - self._reserve_bytes), self.env.info()["map_size"])
+        self._map_size = max(min(map_size_bytes, self._writes_cap), self.env.info()["map_size"])
         self._page_bytes = int(self.env.stat()["psize"])
         # The highest page the writer has seen committed, and when it may next look for dead readers.
         self._last_pgno_seen = 0 if readonly else self.env.info()["last_pgno"]
@@ -356,7 +357,7 @@ class LmdbStorage:
         return self._map_size > self._max_map_size
 
     def grow(self) -> bool:
-        cap = self._max_map_size if self._reserve_open else self._max_map_size - self._reserve_bytes
+        cap = self._max_map_size if self._reserve_open else self._writes_cap
         if self._map_size >= cap:
             return False
         self._resize(min(self._map_size * 2, cap))
@@ -375,7 +376,7 @@ class LmdbStorage:
         self._reserve_open = False
         with self.calling():  # the map stays at least as large as the pages in use: what a delete took
             used = (self.env.info()["last_pgno"] + 1) * self._page_bytes
-        self._resize(max(self._max_map_size - self._reserve_bytes, used))
+        self._resize(max(self._writes_cap, used))
 
     def _resize(self, new_size: int) -> None:
         with self._rw.exclusive():
