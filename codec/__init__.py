@@ -41,9 +41,10 @@ from .policy import DEFAULT_POLICY, ChainPolicy
 
 if TYPE_CHECKING:
     from .chainreader import ChainReader, open_chain
+    from .chainstats import ChainStats
     from .compaction import compact
     from .decoder import DecodedVersion, decode, decode_latest, iter_versions
-    from .encoder import ChainEncoder, ChainStats, EncodedFrame, StateSnapshot
+    from .encoder import ChainEncoder, EncodedFrame, StateSnapshot
     from .fieldmask import FieldMask, compile_mask
     from .frame import (
         FORMAT_VERSION,
@@ -112,7 +113,8 @@ _HOMES = {
     **dict.fromkeys(("ChainReader", "open_chain"), ".chainreader"),
     **dict.fromkeys(("compact",), ".compaction"),
     **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "iter_versions"), ".decoder"),
-    **dict.fromkeys(("ChainEncoder", "ChainStats", "EncodedFrame", "StateSnapshot"), ".encoder"),
+    **dict.fromkeys(("ChainStats",), ".chainstats"),
+    **dict.fromkeys(("ChainEncoder", "EncodedFrame", "StateSnapshot"), ".encoder"),
     **dict.fromkeys(("keyframe",), ".keyframes"),
     **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
     **dict.fromkeys(("prefix_frame", "prefix_state", "sealed_prefix"), ".prefix"),

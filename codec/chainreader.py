@@ -120,10 +120,11 @@ class ChainReader:
         prev_wl = head.window_log if decompressor is not None else -1
         prev_version, prev_size, prev_xxh3 = head.version, head.state_size, head.state_xxh3
         # Streams to feed: (decompressor or None for a new one, window_log, prefix size, payloads, output size,
-        # offset of the last whole state in the output or -1 if only patches).
-        streams: list[tuple[_zstd.ZstdDecompressor | None, int, int, list[FrameBytes], int, int]] = []
+        # offset of the last whole state in the output or -1 if only patches, bytes of the state before it
+        # that a stream of patches extends or -1 for all of it).
+        streams: list[tuple[_zstd.ZstdDecompressor | None, int, int, list[FrameBytes], int, int, int]] = []
         current: _zstd.ZstdDecompressor | None = decompressor
-        stream_wl, stream_prefix, parts, total, whole = prev_wl, 0, [], 0, -1
+        stream_wl, stream_prefix, parts, total, whole, keep = prev_wl, 0, [], 0, -1, -1
         kf = wl = version = distance = state_size = base_size = prefix = payload_size = 0
         base_xxh3 = -1
         f: FrameBytes = b""
@@ -131,6 +132,13 @@ class ChainReader:
             kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = (
                 scanners[f[2]](f)
             )
+            if distance > 1 and version == prev_version + 1:
+                # A segment after the version before it: its base's state is the first base_size bytes of
+                # that one's (the state's xxh3 checks it). An equal size is no segment: damage, or a run of
+                # empty patches, which the caller's whole decode reads.
+                if kf != _PATCH or base_size >= prev_size:
+                    return None
+                prev_version, prev_size = version - distance, base_size
             content = linked_content(
                 kf, wl, version, distance, state_size, base_size, prefix, len(f) - start, payload_size,
                 prev_version, prev_size, prev_wl, limit,
@@ -144,23 +152,27 @@ class ChainReader:
                 whole = total
                 parts.append(f[start:])
             else:  # a PATCH or DELTA starts a stream
-                streams.append((current, stream_wl, stream_prefix, parts, total, whole))
+                streams.append((current, stream_wl, stream_prefix, parts, total, whole, keep))
                 current, stream_wl, stream_prefix = None, wl, prefix
-                parts, total, whole = [f[start:]], 0, -1 if kf == _PATCH else 0
+                parts, total, whole, keep = [f[start:]], 0, -1 if kf == _PATCH else 0, base_size
             if base_xxh3 >= 0 and base_xxh3 != prev_xxh3:
                 return None  # a format 1 frame's link to its base's xxh3
             total += content
             prev_version, prev_size, prev_wl, prev_xxh3 = version, state_size, wl, _U64.unpack_from(f, xxh3_at)[0]
-        streams.append((current, stream_wl, stream_prefix, parts, total, whole))
+        streams.append((current, stream_wl, stream_prefix, parts, total, whole, keep))
         state = self._latest.state
         reader = decompressor
-        for kept, stream_wl, prefix_size, payloads, size, whole in streams:
+        for kept, stream_wl, prefix_size, payloads, size, whole, keep in streams:
             if not payloads:  # the first new frame started a stream: the current one has no new blocks
                 continue
+            if keep < 0:
+                keep = len(state)
+            if keep > len(state):
+                return None
             if kept is None:  # a new stream (the first one continues the live stream, or has no payloads)
-                if prefix_size > len(state):
+                if prefix_size > keep:
                     return None
-                prefix_bytes = state[len(state) - prefix_size :] if prefix_size else None
+                prefix_bytes = state[keep - prefix_size : keep] if prefix_size else None
                 reader = _zstd.new_reader(window_log=stream_wl, prefix=prefix_bytes)
             else:
                 reader = kept
@@ -168,7 +180,8 @@ class ChainReader:
             # A stream the payloads ended (or left with input pending) cannot be continued.
             if len(out) != size or reader.eof or not reader.needs_input:
                 return None
-            state = state + out if whole < 0 else out[whole:]
+            # A segment extends the first bytes of the state before it, its base's (FORMAT.md §14).
+            state = out[whole:] if whole >= 0 else (state if keep == len(state) else state[:keep]) + out
         if len(state) != prev_size or state_checksum(state) != prev_xxh3 or reader is None:
             return None
         header = scanned_header(

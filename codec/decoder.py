@@ -8,10 +8,11 @@ runs) verifies every frame and every version.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from . import _zstd, frame_v1, frame_v2
+from .chainstats import segment_link_base
 from .errors import (
     ChainLinkError,
     ChecksumError,
@@ -183,13 +184,12 @@ def linked_content(
     stream or starting one, within ``limit`` and zstd's expansion); -1 otherwise. ``prev_wl`` is -1 after
     a sealed FULL frame, whose stream no frame continues (FORMAT.md §13). The one place both the one-pass
     decode and ChainReader.advance judge a frame by."""
-    if (
-        distance != 1
-        or version != prev_version + 1
-        or base_size != prev_size
-        or stored_payload != payload_size
-        or state_size > limit
-    ):
+    if distance == 1:
+        if version != prev_version + 1 or base_size != prev_size:
+            return -1
+    elif kf != _PATCH or distance < 1 or version != prev_version + distance or base_size != prev_size:
+        return -1
+    if stored_payload != payload_size or state_size > limit:
         return -1
     if kf == _PATCH_CONTINUING:
         content = state_size - base_size
@@ -256,14 +256,30 @@ def _first_pass(
         return None
     first_version = version
     # Streams so far: (window_log, prefix_size, payloads, output size, offset
-    # of the last whole state in the output or -1 if only patches).
-    streams: list[tuple[int, int, list[FrameBytes], int, int]] = []
-    stream_wl, stream_prefix, parts, total, whole = wl, 0, [f[start:]], state_size, 0
+    # of the last whole state in the output or -1 if only patches, bytes of
+    # the state before it that a stream of patches extends: its base's size).
+    streams: list[tuple[int, int, list[FrameBytes], int, int, int]] = []
+    stream_wl, stream_prefix, parts, total, whole, keep = wl, 0, [f[start:]], state_size, 0, 0
     # No frame continues a sealed frame's stream: no window_log (a byte) is -1.
     prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, -1 if sealed else wl, xxh3_at, f
+    # State sizes by version from the first frame on while the frames are consecutive versions, and the
+    # version the run of PATCH frames starts at: a segment read after the version before it names its base.
+    sizes = [state_size]
+    run_start = version
     for f in chain[1:]:
         scan = scanners[f[2]]
         kf, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, base_xxh3 = scan(f)
+        if distance > 1 and version == prev_version + 1:
+            base = version - distance
+            if (
+                kf != _PATCH
+                or len(sizes) != version - first_version
+                or base < run_start
+                or sizes[base - first_version] != base_size
+            ):
+                return None
+            prev_version, prev_size = base, base_size
+        sizes.append(state_size)
         content = linked_content(
             kf, wl, version, distance, state_size, base_size, prefix, len(f) - start, payload_size,
             prev_version, prev_size, prev_wl, limit,
@@ -275,22 +291,26 @@ def _first_pass(
         elif kf == _DELTA_CONTINUING:
             whole = total
             parts.append(f[start:])
+            run_start = version
         else:  # a PATCH or DELTA starts a stream
-            streams.append((stream_wl, stream_prefix, parts, total, whole))
-            stream_wl, stream_prefix, parts, total, whole = wl, prefix, [f[start:]], 0, -1 if kf == _PATCH else 0
+            streams.append((stream_wl, stream_prefix, parts, total, whole, keep))
+            stream_wl, stream_prefix, parts, total = wl, prefix, [f[start:]], 0
+            whole, keep = -1 if kf == _PATCH else 0, base_size
+            if kf != _PATCH:
+                run_start = version
         if base_xxh3 >= 0 and base_xxh3 != _U64.unpack_from(prev, prev_xxh3_at)[0]:
             return None  # a format 1 frame's link to its base's xxh3
         total += content
         prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, wl, xxh3_at, f
-    streams.append((stream_wl, stream_prefix, parts, total, whole))
+    streams.append((stream_wl, stream_prefix, parts, total, whole, keep))
     if max_output is not None:
         _check_output(sum(stream[3] for stream in streams), max_output, version)
     state = b""
     reader = None
     kept = streams[-1] if keep_reader else None
     for stream in streams:
-        wl, prefix_size, payloads, size, whole = stream
-        if prefix_size > len(state):
+        wl, prefix_size, payloads, size, whole, keep = stream
+        if keep > len(state) or prefix_size > keep:
             return None
         data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
         if sealed and stream is streams[0]:  # one payload, one whole zstd frame: no live stream to keep
@@ -298,7 +318,7 @@ def _first_pass(
             continue
         out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
         if out is None:
-            reader = _zstd.new_reader(window_log=wl, prefix=state[len(state) - prefix_size :] if prefix_size else None)
+            reader = _zstd.new_reader(window_log=wl, prefix=state[keep - prefix_size : keep] if prefix_size else None)
             out = reader.decompress(data, max_length=size + 1)
             # A stream's zstd frame never ends (nor leaves input undecoded): FORMAT.md §4.
             if len(out) != size or reader.eof or not reader.needs_input:
@@ -306,7 +326,8 @@ def _first_pass(
         # From the stream's last whole-state frame (FULL or DELTA) on, the
         # output is that state and every patch after it; a stream of patches
         # only extends the state before it.
-        state = state + out if whole < 0 else out[whole:]
+        # (A segment read after the version before it extends the first bytes of that state, its base's.)
+        state = out[whole:] if whole >= 0 else (state if keep == len(state) else state[:keep]) + out
     xxh3 = _U64.unpack_from(prev, prev_xxh3_at)[0]
     if len(state) != prev_size or state_checksum(state) != xxh3:
         return None
@@ -394,12 +415,18 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
 def _linked(frames: Iterable[FrameBytes], limit: int | None) -> Iterator[tuple[FrameHeader, memoryview]]:
     """Each frame parsed, once its header is checked, linked to the one before it and within ``limit``."""
     prev: FrameHeader | None = None
+    # The frames from the last that is not a PATCH on: a segment read after the version before it is based
+    # on one of them.
+    run: list[FrameHeader] = []
     for frame in frames:
         # A frame whose magic, format or version field is unreadable is named by its place in the chain.
         header, payload = parse_named(
             frame, "first frame of the chain" if prev is None else f"frame of version {prev.version + 1}"
         )
-        _check_link(prev, header)
+        _check_link(prev, header, run)
+        if header.kind is not FrameKind.PATCH:
+            run = []
+        run.append(header)
         if limit is not None:
             _check_state_size(header, limit)
         yield header, payload
@@ -417,6 +444,8 @@ def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[Deco
             )
             reader = None
         else:
+            if header.kind is FrameKind.PATCH and header.base_size != len(state):
+                state = state[: header.base_size]  # a segment after the version before it: _check_link
             if not header.continues_stream:
                 reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
             assert reader is not None  # _check_link refuses a chain starting with a continuation
@@ -466,7 +495,7 @@ def _check_output(output_bytes: int, limit: int, version: int) -> None:
         )
 
 
-def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
+def _check_link(prev: FrameHeader | None, h: FrameHeader, run: Sequence[FrameHeader] = ()) -> None:
     if h.kind is FrameKind.PREFIX:
         raise prefix_frame_error(h)
     if prev is None:
@@ -475,18 +504,16 @@ def _check_link(prev: FrameHeader | None, h: FrameHeader) -> None:
         return
     if h.kind is FrameKind.FULL:
         raise ChainLinkError(f"FULL frame of version {h.version} inside a chain (after version {prev.version})")
+    base = prev
     if h.base_version != prev.version:
-        raise ChainLinkError(
-            f"frame of version {h.version} is a delta against version {h.base_version},"
-            f" but follows version {prev.version}"
-        )
+        base = segment_link_base(prev, h, run)
     # Only format 1 records its base's xxh3; format 2 leaves a wrong base to
     # the produced state's xxh3.
-    if h.base_size != prev.state_size or (h.format == 1 and h.base_xxh3 != prev.state_xxh3):
+    if h.base_size != base.state_size or (h.format == 1 and h.base_xxh3 != base.state_xxh3):
         with_xxh3 = f" with xxh3 {h.base_xxh3:#018x}" if h.format == 1 else ""
         raise ChainLinkError(
             f"frame of version {h.version} expects a base of {h.base_size} bytes{with_xxh3};"
-            f" version {prev.version} is {prev.state_size} bytes with xxh3 {prev.state_xxh3:#018x}"
+            f" version {base.version} is {base.state_size} bytes with xxh3 {base.state_xxh3:#018x}"
         )
     if h.continues_stream and prev.sealed:
         raise ChainLinkError(

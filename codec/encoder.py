@@ -9,6 +9,7 @@ import xxhash
 from google.protobuf import message as _message
 
 from . import _zstd
+from .chainstats import ChainStats, chain_ends, merge_plan, started
 from .compaction import compact
 from .errors import EncodeError
 from .frame import (
@@ -43,39 +44,6 @@ class EncodedFrame:
     @property
     def stored_bytes(self) -> int:
         return len(self.data)
-
-
-@dataclass(frozen=True, slots=True)
-class ChainStats:
-    """Where the head stands in its chain; all the policy needs to decide."""
-
-    #: Version of the chain's FULL frame (0 before the first write).
-    start_version: int = 0
-    #: Frames after the FULL frame.
-    depth: int = 0
-    #: Bytes a decode of the head materialises (sum of the frames' content sizes).
-    materialized_bytes: int = 0
-    #: The part of ``materialized_bytes`` that DELTA frames carry.
-    delta_bytes: int = 0
-    #: Payload / state size of the chain's FULL frame: estimates what a FULL
-    #: frame of a later state would cost.
-    full_ratio: float = 1.0
-
-    @classmethod
-    def of(cls, chain: Sequence[FrameHeader]) -> ChainStats:
-        """Stats of a stored chain, given its headers from the FULL frame to the head."""
-        if not chain:
-            return cls()
-        first = chain[0]
-        if first.kind is not FrameKind.FULL:
-            raise ValueError(f"a chain starts with a FULL frame, not {first.kind.name} (version {first.version})")
-        return cls(
-            start_version=first.version,
-            depth=len(chain) - 1,
-            materialized_bytes=sum(h.content_size for h in chain),
-            delta_bytes=sum(h.content_size for h in chain if h.kind is FrameKind.DELTA),
-            full_ratio=_full_ratio(first.payload_size, first.state_size),
-        )
 
 
 @dataclass(slots=True)
@@ -305,7 +273,7 @@ class ChainEncoder:
             header = self._delta_header(FrameKind.DELTA, len(state), hasher, len(payload), prefix_size, continues)
             self._set_state(state)
             self._live_size = len(state)
-            return self._advance(header, payload, hasher, content_size=len(state))
+            return self._advance(header, payload, hasher, base_index=len(self._chain.path) - 1)
         except BaseException:
             self.rollback()
             raise
@@ -334,13 +302,16 @@ class ChainEncoder:
                 if len(canonical) <= (1.0 - self._policy.max_superseded_fraction) * new_size:
                     return self._full(canonical, xxhash.xxh3_64(canonical))
                 self._live_size = len(canonical)
-            if not self._version or self._new_chain_needed(new_size, len(patch), delta=False):
+            ends, base_index = merge_plan(self._policy, self._chain, len(patch)) if self._version else (True, 0)
+            if ends:
                 state = self._head_bytes() + patch
                 if self._compact_type is not None:
                     canonical = self._compacted(state)
                     if len(canonical) <= (1.0 - self._compact_min_saving) * len(state):
                         state, hasher = canonical, xxhash.xxh3_64(canonical)
                 return self._full(state, hasher)
+            if base_index != len(self._chain.path) - 1 and self._format != 1:
+                return self._segment(patch, new_size, hasher, base_index)
             stream = self._stream
             if stream is None:
                 window = self._policy.patch_window_bytes
@@ -360,10 +331,44 @@ class ChainEncoder:
             header = self._delta_header(FrameKind.PATCH, new_size, hasher, len(payload), prefix_size, continues)
             self._chunks.append(patch)
             self._state_size = new_size
-            return self._advance(header, payload, hasher, content_size=len(patch))
+            return self._advance(header, payload, hasher, base_index=base_index)
         except BaseException:
             self.rollback()
             raise
+
+    def _segment(self, patch: bytes, new_size: int, hasher: xxhash.xxh3_64, base_index: int) -> EncodedFrame:
+        """A segment frame (FORMAT.md §14): every patch since ``path[base_index]`` and ``patch``, in a new
+        stream that references the end of the base's state."""
+        base = self._chain.path[base_index]
+        head = self._head_bytes()
+        content = head[base.state_size :] + patch
+        window = self._policy.patch_window_bytes
+        prefix = head[max(0, base.state_size - window) : base.state_size] if window else b""
+        if len(prefix) < MIN_PREFIX_SIZE:
+            prefix = b""
+        cover = len(prefix) + len(content)
+        stream = self._start_stream(cover_bytes=2 * cover, index_bytes=cover, prefix=prefix)
+        payload = stream.compressor.compress(content, _zstd.FLUSH_BLOCK)
+        stream.fed += len(content)
+        if not self._clearly_smaller(len(payload), new_size):
+            return self._full(head + patch, hasher)
+        header = FrameHeader(
+            kind=FrameKind.PATCH,
+            version=self._version + 1,
+            base_version=base.version,
+            state_size=new_size,
+            base_size=base.state_size,
+            payload_size=len(payload),
+            prefix_size=len(prefix),
+            state_xxh3=hasher.intdigest(),
+            base_xxh3=0,
+            window_log=stream.window_log,
+            continues_stream=False,
+            format=self._format,
+        )
+        self._chunks.append(patch)
+        self._state_size = new_size
+        return self._advance(header, payload, hasher, base_index=base_index)
 
     def rollback(self) -> None:
         """Forget the last frame produced (it was not stored).
@@ -433,7 +438,9 @@ class ChainEncoder:
             return state
 
     def _new_chain_needed(self, new_state_size: int, content_size: int, *, delta: bool) -> bool:
-        return chain_ends(self._policy, self._chain, new_state_size, content_size, delta=delta)
+        return chain_ends(self._policy, self._chain, new_state_size, content_size, delta=delta) or (
+            self._version + 1 - self._chain.start_version >= self._policy.max_chain_versions
+        )
 
     def _clearly_smaller(self, payload_size: int, new_state_size: int) -> bool:
         estimated_full = self._chain.full_ratio * new_state_size
@@ -500,13 +507,8 @@ class ChainEncoder:
         )
         self._set_state(state)
         self._live_size = len(state)
-        self._chain = ChainStats(
-            start_version=header.version,
-            depth=-1,  # _advance counts this frame
-            materialized_bytes=0,
-            full_ratio=_full_ratio(len(payload), len(state)),
-        )
-        return self._advance(header, payload, hasher, content_size=len(state))
+        self._chain = started(header, len(payload))
+        return self._advance(header, payload, hasher, base_index=-1)
 
     def _delta_header(
         self,
@@ -533,39 +535,14 @@ class ChainEncoder:
             format=self._format,
         )
 
-    def _advance(
-        self, header: FrameHeader, payload: bytes, hasher: xxhash.xxh3_64, *, content_size: int
-    ) -> EncodedFrame:
+    def _advance(self, header: FrameHeader, payload: bytes, hasher: xxhash.xxh3_64, *, base_index: int) -> EncodedFrame:
+        """The frame of ``header``, now the head: based on ``self._chain.path[base_index]`` (-1: a FULL frame,
+        whose stats are set already)."""
         self._version = header.version
         self._hasher = hasher
-        c = self._chain
-        self._chain = ChainStats(  # direct construction: dataclasses.replace costs ~3 us per frame
-            c.start_version,
-            c.depth + 1,
-            c.materialized_bytes + content_size,
-            c.delta_bytes + (content_size if header.kind is FrameKind.DELTA else 0),
-            c.full_ratio,
-        )
+        if base_index >= 0:
+            self._chain = self._chain.after(header, base_index)
         return EncodedFrame(header, write(header, payload))
-
-
-def chain_ends(policy: ChainPolicy, chain: ChainStats, new_state_size: int, content_size: int, *, delta: bool) -> bool:
-    """Whether the frame after a chain standing at ``chain`` starts a new chain (a FULL frame) by ``policy``: a
-    frame of a state of ``new_state_size`` bytes, materialising ``content_size`` (a DELTA's state, a PATCH's patch).
-    """
-    p, c = policy, chain
-    materialized = c.materialized_bytes + content_size
-    delta_bytes = c.delta_bytes + (content_size if delta else 0)
-    depth = c.depth + 1
-    # The chain's deltas are taken to be about the new state's size: a cache-resident one costs less.
-    delta_cost = p.small_delta_byte_cost if new_state_size <= p.small_state_bytes else p.delta_byte_cost
-    decode_cost = materialized - (1.0 - delta_cost) * delta_bytes + depth * p.frame_cost_bytes
-    floor = p.decode_floor_bytes if delta else p.merge_decode_floor_bytes
-    return (
-        depth > p.max_depth
-        or decode_cost > max(p.max_decode_cost_ratio * max(new_state_size, 1), floor)
-        or materialized > p.max_materialized_bytes
-    )
 
 
 def _check_compaction(message_type: object, min_saving_ratio: object) -> None:
@@ -577,12 +554,6 @@ def _check_compaction(message_type: object, min_saving_ratio: object) -> None:
         )
     if not 0.0 <= min_saving_ratio < 1.0:
         raise ValueError(f"compact_min_saving_ratio must be in [0, 1), got {min_saving_ratio}")
-
-
-def _full_ratio(payload_size: int, state_size: int) -> float:
-    # An empty state says nothing about how well later states compress; a
-    # ratio of 0 would make every later delta look "not smaller" than a FULL.
-    return payload_size / state_size if state_size else 1.0
 
 
 def _as_bytes(value: object, name: str) -> bytes:

@@ -170,10 +170,22 @@ def parse(view: memoryview, of: str = "frame") -> tuple[FrameHeader, memoryview]
         base_version = version + distance
         if base_version >> 64:
             raise UnsupportedFormatError(f"{of}: source version {base_version} of a PREFIX frame is over 64 bits")
+    elif kind is FrameKind.PATCH and distance > 1:  # a segment (FORMAT.md §14)
+        if kind_flags & FLAG_CONTINUES_STREAM:
+            raise UnsupportedFormatError(
+                f"{of}: a PATCH frame of base_distance {distance} (a segment) continues a stream; a segment starts one"
+            )
+        if distance >= version:
+            raise UnsupportedFormatError(
+                f"{of}: base_distance {distance} of a PATCH frame names version {version - distance}"
+                f" (versions start at 1)"
+            )
+        base_version = version - distance
     elif distance != (0 if kind is FrameKind.FULL else 1):
         raise UnsupportedFormatError(
             f"{of}: base_distance {distance} of a {kind.name} frame is not"
-            f" {0 if kind is FrameKind.FULL else 1} (other distances are reserved)"
+            f" {0 if kind is FrameKind.FULL else 1}"
+            f"{' (other distances are reserved)' if kind is FrameKind.DELTA or distance == 0 else ''}"
         )
     else:
         base_version = 0 if kind is FrameKind.FULL else version - 1
@@ -214,6 +226,19 @@ def _long_varint(f: bytes | bytearray | memoryview, i: int) -> tuple[int, int]:
     if not b or (shift == 63 and b > 1):
         raise ValueError("varint not minimal or over 64 bits")
     return value, i
+
+
+def segment_distance(f: bytes | bytearray | memoryview) -> int:
+    """The base_distance of a format 2 frame, read without any check (a PATCH frame starting a stream:
+    more than 1 for a segment, FORMAT.md §14); 0 if the varints cannot be read (decoding names why)."""
+    try:
+        i = 5
+        while f[i] & 0x80:  # the version
+            i += 1
+        x = f[i + 1]
+        return x if x < 0x80 else _long_varint(f, i + 1)[0]
+    except (IndexError, ValueError):
+        return 0
 
 
 def scan(f: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:

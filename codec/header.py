@@ -198,7 +198,10 @@ def _raise_for_fields(h: FrameHeader) -> None:
     elif h.kind is FrameKind.PREFIX:
         _check_prefix_fields(h, bad)
     else:
-        if h.base_version != h.version - 1:
+        if h.kind is FrameKind.PATCH and h.format == 2 and 1 <= h.base_version < h.version - 1:
+            if h.continues_stream:  # a segment (FORMAT.md §14) starts its stream
+                raise bad(f"base_version {h.base_version} (a segment) on a frame that continues a stream")
+        elif h.base_version != h.version - 1:
             raise bad(f"base_version {h.base_version} is not version - 1")
         if h.continues_stream and h.prefix_size:
             raise bad(f"prefix_size {h.prefix_size} on a frame that continues a stream")

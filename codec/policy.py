@@ -17,8 +17,23 @@ class ChainPolicy:
     workload (``python -m ckpt.bench.codec_report``; the trade-off table is in docs/performance.md).
     """
 
-    #: Most frames after the FULL frame in one chain.
+    #: Most frames after the FULL frame that one version is read through.
     max_depth: int = 64
+    #: Most versions one chain holds, segments or not: retention removes a
+    #: session's old versions a whole chain at a time, so this bounds what it
+    #: keeps past the versions asked for.
+    max_chain_versions: int = 1024
+    #: MERGE chains of states of segment_min_state_bytes or more write a
+    #: segment frame (FORMAT.md §14) every segment_fanout versions, over the
+    #: last fanout**k versions (the largest such power): a version is read
+    #: through at most fanout - 1 frames a level and each patch is stored once
+    #: a level, so a large growing state is rewritten whole once per
+    #: max_chain_versions writes, not once per max_depth. 0 or 1: no segments.
+    segment_fanout: int = 8
+    #: The state size from which MERGE chains write segments. Below it a
+    #: chain's whole decode costs little, and chains end by the decode-cost
+    #: bounds before max_depth does.
+    segment_min_state_bytes: int = 128 * 1024
     #: Estimated cost of decoding the chain's latest version, as a multiple of
     #: decoding one FULL frame of that state. The estimate counts, in bytes of
     #: FULL-frame decoding: the FULL frame's state, each PATCH's patch, each
@@ -93,6 +108,12 @@ class ChainPolicy:
                 raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
         if self.max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
+        if self.max_chain_versions < 1:
+            raise ValueError(f"max_chain_versions must be >= 1, got {self.max_chain_versions}")
+        if self.segment_fanout < 0:
+            raise ValueError(f"segment_fanout must be >= 0, got {self.segment_fanout}")
+        if self.segment_min_state_bytes < 0:
+            raise ValueError(f"segment_min_state_bytes must be >= 0, got {self.segment_min_state_bytes}")
         if not self.max_decode_cost_ratio >= 1.0:  # NaN too
             raise ValueError(f"max_decode_cost_ratio must be >= 1.0, got {self.max_decode_cost_ratio}")
         if not 0.0 <= self.small_delta_byte_cost <= 1.0:
@@ -123,6 +144,9 @@ class ChainPolicy:
 
 _INT_FIELDS = (
     "max_depth",
+    "max_chain_versions",
+    "segment_fanout",
+    "segment_min_state_bytes",
     "decode_floor_bytes",
     "merge_decode_floor_bytes",
     "frame_cost_bytes",

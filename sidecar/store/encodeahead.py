@@ -32,8 +32,8 @@ from google.protobuf.message import Message
 from ckpt.store.v1 import records_pb2
 
 from ...codec import ChainEncoder, ChainPolicy, CodecError, EncodedFrame, FrameHeader, FrameKind, decode
+from ...codec.chainstats import ChainStats, merge_plan
 from ...codec.decoder import scanned_frame_header
-from ...codec.encoder import ChainStats, chain_ends
 from ..config import StoreConfig
 from ..errors import StoreError
 from ..storage import ReadTxn
@@ -185,7 +185,7 @@ class Ahead:
             if (
                 new_size < ENCODE_AHEAD_BYTES
                 or new_size > self.config.max_state_bytes
-                or not chain_ends(self.config.chain_policy, ChainStats.of(headers), new_size, size, delta=False)
+                or not merge_plan(self.config.chain_policy, ChainStats.of(headers), size)[0]
             ):
                 return None
         cached = self.states.peek(sid)
@@ -227,13 +227,9 @@ class Ahead:
         new_size = (headers[-1].state_size if headers else full_size) + size
         if new_size < ENCODE_AHEAD_BYTES:
             return False
-        chain = ChainStats(
-            start_version=start,
-            depth=depth,
-            materialized_bytes=full_size + sum(h.content_size for h in headers),
-            delta_bytes=sum(h.content_size for h in headers if h.kind is FrameKind.DELTA),
-        )
-        return chain_ends(self.config.chain_policy, chain, new_size, size, delta=False)
+        # The FULL frame as far as the policy looks at it (its size; a ratio of 1, as if unknown).
+        full = FrameHeader(FrameKind.FULL, start, 0, full_size, 0, full_size, 0, 0, 0, 10, False, 2)
+        return merge_plan(self.config.chain_policy, ChainStats.of([full, *headers]), size)[0]
 
 
 def _encode(head: _Head, state: bytes, mode: WriteMode, policy: ChainPolicy) -> EncodedAhead:

@@ -60,7 +60,7 @@ def page_states(txn: ReadTxn, tables: Tables, session_id: str, page: list[tuple[
         return []
     sid = keys.session_key(session_id)
     oldest = page[-1][0].version
-    found = chain_back(txn, tables.frames, sid, session_id, oldest)
+    found = chain_back(txn, tables.frames, sid, session_id, oldest, consecutive=True)
     if found is None:
         raise DataLoss(f"session {session_id!r}: the frame of version {oldest} is missing")
     frames = found[2]  # the oldest version's chain, FULL frame first, through its own frame

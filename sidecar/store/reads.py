@@ -25,6 +25,7 @@ from ...codec import (
     prefix_state,
     sealed_prefix,
 )
+from ...codec.frame_v2 import segment_distance
 from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
@@ -34,6 +35,8 @@ from .prefixes import CHAIN_ENDS_V2, SEALED_FULL_V2, is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
 
+#: The kind_flags byte of a format 2 PATCH frame that starts a stream: a segment is one of them.
+_PATCH_STARTING = FrameKind.PATCH.value
 # The byte after keys.SEP: a session's frame keys all sort before sid + AFTER_SEP.
 AFTER_SEP = bytes([keys.SEP[0] + 1])
 # Session ids read per read transaction when every one is listed.
@@ -70,12 +73,36 @@ def read_state(
 
 
 def chain_back(
-    txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, version: int
+    txn: ReadTxn,
+    frames_table: Table,
+    sid: bytes,
+    session_id: str,
+    version: int,
+    *,
+    consecutive: bool = False,
 ) -> tuple[int, bytes, list[memoryview]] | None:
-    """``version`` (0: the session's last frame, its head), its stored value and its chain's frames, read
-    backwards from its frame to the FULL frame that starts it; None if no frame is stored for it. A PREFIX
-    frame (prefixes.py) depends on no older frame: the scan stops at it too, so a PREFIX version's chain is
-    its frame alone (and one met below a version's own frame, damage, fails the decode that follows).
+    """See :func:`chain_read`, without the chain's start."""
+    found = chain_read(txn, frames_table, sid, session_id, version, consecutive=consecutive)
+    return None if found is None else found[:3]
+
+
+def chain_read(
+    txn: ReadTxn,
+    frames_table: Table,
+    sid: bytes,
+    session_id: str,
+    version: int,
+    *,
+    consecutive: bool = False,
+) -> tuple[int, bytes, list[memoryview], int] | None:
+    """``version`` (0: the session's last frame, its head), its stored value, the frames it is read
+    through, FULL frame first, and that FULL frame's version (by its key): read backwards from its frame
+    to the FULL frame that starts its chain, jumping from a segment frame (codec FORMAT.md §14) to its
+    base; ``consecutive``: every version from that FULL frame on instead (a history page decodes them
+    all). None if no frame is stored for it. A
+    PREFIX frame (prefixes.py) depends on no older frame: the scan stops at it too, so a PREFIX version's
+    chain is its frame alone (and one met below a version's own frame, damage, fails the decode that
+    follows).
 
     The frames table alone answers: retention and delete remove frames and
     update the session record in one transaction, so the frames stored are
@@ -99,44 +126,66 @@ def chain_back(
         return None
     target = keys.frame_version(key, sid)
     frames: list[memoryview] = []
-    oldest = target  # the version of the last key read in the session's range
+    # Versions skipped by segments: frames read since the last jump are consecutive keys, so the version of
+    # the last key read is target - skipped - (frames read - 1) if none is missing (checked at each jump and
+    # at the FULL frame, one key parsed, not one per frame).
+    skipped = 0
     full = False
-    for key, stored in chain((first,), items):
-        if not key.startswith(prefix):
-            break
-        oldest = target - len(frames)  # if none is missing: checked once, below
-        frame = frame_of(stored)
-        frames.append(frame)
-        # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (is_full_v2,
-        # is_prefix; inline here: no call per frame), so only other frames pay for frame_kind. A frame damaged
-        # into looking FULL ends the chain early; decoding it then fails, naming it.
-        if len(frame) > 3 and frame[2] == 2:
-            if frame[3] in CHAIN_ENDS_V2:  # FULL, sealed FULL or PREFIX
-                full = True
+    pending: Iterator[tuple[bytes, bytes]] = chain((first,), items)
+    while True:
+        jump = 0
+        for key, stored in pending:
+            if not key.startswith(prefix):
                 break
-            continue
-        try:
-            if frame_kind(frame) is FrameKind.FULL:
-                full = True
-                break
-        except TruncatedFrameError:
-            raise DataLoss(
-                f"session {session_id!r} version {oldest}: the stored value"
-                f" ({len(stored)} bytes) is too short to hold a frame header"
-            ) from None
-        except DecodeError:  # no kind this codec knows: decoding the chain names the damage
-            pass
-    if full:
-        # Keys are unique and sorted: the frames read are consecutive versions if and only if the FULL
-        # frame's key is the version so many below the target (one key parsed, not one per frame).
-        if keys.frame_version(key, sid) != oldest:
+            frame = frame_of(stored)
+            frames.append(frame)
+            # Once per frame of every cold read: a format 2 frame says FULL (or PREFIX) in two bytes (is_full_v2,
+            # is_prefix; inline here: no call per frame), so only other frames pay for frame_kind. A frame damaged
+            # into looking FULL ends the chain early; decoding it then fails, naming it.
+            if len(frame) > 3 and frame[2] == 2:
+                if frame[3] in CHAIN_ENDS_V2:  # FULL, sealed FULL or PREFIX
+                    full = True
+                    break
+                if frame[3] == _PATCH_STARTING and not consecutive:
+                    jump = segment_distance(frame)
+                    if jump > 1:
+                        break
+                continue
+            try:
+                if frame_kind(frame) is FrameKind.FULL:
+                    full = True
+                    break
+            except TruncatedFrameError:
+                raise DataLoss(
+                    f"session {session_id!r} version {target - skipped - len(frames) + 1}: the stored value"
+                    f" ({len(stored)} bytes) is too short to hold a frame header"
+                ) from None
+            except DecodeError:  # no kind this codec knows: decoding the chain names the damage
+                pass
+        else:
+            key = b""
+        at = target - skipped - len(frames) + 1  # the version of the last frame read, if none is missing
+        if (full or jump > 1) and keys.frame_version(key, sid) != at:
             raise DataLoss(
                 f"session {session_id!r}: the frame of version {_first_gap(txn, frames_table, sid, target)} is missing"
             )
-        frames.reverse()
-        return target, value, frames
+        if full:
+            frames.reverse()
+            return target, value, frames, at
+        if jump <= 1:
+            break
+        base = at - jump
+        skipped += jump - 1
+        if base < 1:
+            raise DataLoss(f"session {session_id!r} version {at}: its frame names version {base} as its base")
+        base_key = keys.frame_key(sid, base)
+        pending = txn.scan_back(frames_table, base_key + b"\x00")
+        head = next(pending, None)
+        if head is None or head[0] != base_key:
+            raise DataLoss(f"session {session_id!r}: the frame of version {base} is missing (the base of {at})")
+        pending = chain((head,), pending)
     gap = _first_gap(txn, frames_table, sid, target)
-    if gap > target - len(frames):  # a version missing among those read
+    if gap > target - skipped - len(frames):  # a version missing among those read
         raise DataLoss(f"session {session_id!r}: the frame of version {gap} is missing")
     raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {target}")
 
@@ -245,10 +294,10 @@ def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, 
 def chain_start(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, target: int) -> int:
     """Version of the FULL frame whose chain holds ``target``, or ``target`` itself if its frame is PREFIX
     (it depends on newer frames alone); DataLoss if that chain is broken."""
-    found = chain_back(txn, frames_table, sid, session_id, target)
+    found = chain_read(txn, frames_table, sid, session_id, target)
     if found is None:
         raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
-    return target - len(found[2]) + 1
+    return found[3]
 
 
 def chain_frames(

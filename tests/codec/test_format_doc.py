@@ -7,6 +7,7 @@ encoder holds, for every version of every chain shape the encoder writes.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import sys
@@ -19,6 +20,7 @@ import xxhash
 
 from ckpt.codec import READABLE_FORMATS, ChainEncoder, ChainPolicy, EncodedFrame, keyframe, prefix_frame
 from tests.codec.layout import with_fields
+from tests.golden.cases import SEGMENT_CASE, SEGMENT_FILE
 
 if sys.version_info >= (3, 14):
     from compression.zstd import (
@@ -108,7 +110,8 @@ def read_frame(frame: bytes) -> tuple[Header, bytes]:
         if h.base_version or h.base_size or h.prefix_size or h.base_xxh3 or h.continues:
             raise FormatError("FULL fields")
     else:
-        ok = h.base_version == h.version - 1 and not (h.continues and h.prefix_size)
+        segment = h.kind == PATCH and h.format == 2 and h.base_version < h.version - 1 and not h.continues  # §14
+        ok = (segment or h.base_version == h.version - 1) and not (h.continues and h.prefix_size)
         ok = ok and (h.prefix_size == 0 or h.prefix_size >= 8)
         if h.kind == DELTA:
             ok = ok and h.prefix_size in (0, h.base_size)
@@ -166,10 +169,13 @@ def read_v2(frame: bytes) -> tuple[Header, bytes]:
     if xxhash.xxh3_64_intdigest(frame[: at + 8] + frame[at + 12 :]) & 0xFFFF_FFFF != stored:
         raise FormatError("frame checksum")
     kind = kind_flags & 0x03
-    if distance < 1 if kind == PREFIX else distance != (0 if kind == FULL else 1):
+    segment = kind == PATCH and distance > 1  # §14
+    if segment and (kind_flags & 0x04 or distance >= version):
+        raise FormatError("segment")
+    if not segment and (distance < 1 if kind == PREFIX else distance != (0 if kind == FULL else 1)):
         raise FormatError("base_distance")
     flags = (CONTINUES_STREAM if kind_flags & 0x04 else 0) | (kind_flags & ~0x07)  # SEALED stays 0x08
-    base_version = version + distance if kind == PREFIX else 0 if kind == FULL else version - 1
+    base_version = version + distance if kind == PREFIX else 0 if kind == FULL else version - distance
     h = Header(
         kind, flags, window_log, version, base_version, state_size, base_size, payload_size, prefix_size, state_xxh3,
         None, 2,
@@ -616,3 +622,19 @@ def test_independent_reader_reads_the_sealed_example_and_a_stream_started_after_
     ):
         with pytest.raises(FormatError, match="continues a sealed stream"):
             read()
+
+
+def test_independent_reader_reads_segment_chains_through_their_bases() -> None:
+    """§14: the golden segment vectors, each version read through the frames its bases name."""
+    vectors = json.loads(SEGMENT_FILE.read_text())[SEGMENT_CASE.name]
+    frames = {read_frame(bytes.fromhex(v["frame"]))[0].version: bytes.fromhex(v["frame"]) for v in vectors}
+    for version, v in enumerate(vectors, 1):
+        chain, at = [], version
+        while True:
+            h, _ = read_frame(frames[at])
+            chain.append(frames[at])
+            if h.kind == FULL:
+                break
+            at = h.base_version
+        assert hydrate(chain[::-1]) == bytes.fromhex(v["state"])
+    assert any(read_frame(f)[0].base_version < n - 1 for n, f in frames.items() if n > 1)

@@ -1,6 +1,6 @@
 """Golden frame vectors: write sequences whose exact frame bytes are pinned, in every format.
 
-    python -m tests.golden.cases --write   # rewrite frames.json and frames_v2.json (a format change!)
+    python -m tests.golden.cases --write   # rewrite the golden files (a format change!)
 
 frames.json holds format 1 (written with ``format_version=1``), frames_v2.json
 format 2 (what the encoder writes). A change to either means the bytes on
@@ -19,6 +19,8 @@ from ckpt.codec import FORMAT_VERSION, READABLE_FORMATS, ChainEncoder, ChainPoli
 from ckpt.v1 import checkpoint_pb2 as pb
 
 GOLDEN_FILES = {1: Path(__file__).with_name("frames.json"), 2: Path(__file__).with_name("frames_v2.json")}
+#: Format 2's segment frames (FORMAT.md §14), which format 1 cannot write.
+SEGMENT_FILE = Path(__file__).with_name("frames_segments.json")
 assert tuple(GOLDEN_FILES) == READABLE_FORMATS
 
 
@@ -56,6 +58,9 @@ GOLDEN_POLICY = ChainPolicy(
     patch_window_bytes=64 * 1024,
     level=3,
     min_window_log=16,
+    max_chain_versions=1024,
+    segment_fanout=0,  # segments have their own vectors (SEGMENT_CASE): format 1 writes none
+    segment_min_state_bytes=128 * 1024,
 )
 
 
@@ -106,6 +111,27 @@ CASES = [
 ]
 
 
+#: A MERGE chain with segments of two levels (fanout 2: versions 3, 5, 7 over two versions, 5 over four),
+#: an empty patch among them, then a rollback of a segment and a resume: the segment written again.
+SEGMENT_CASE = Case(
+    "merge-segments",
+    [
+        ("merge", _cp(1, "start", goal="fix the bug")),
+        ("merge", _patch(2, "ls\nREADME.md")),
+        ("merge", _patch(3, "cat README.md")),
+        ("merge", b""),
+        ("merge", _patch(5, "pytest -x")),
+        ("merge", _patch(6, "1 failed")),
+        ("merge", _patch(9, "lost")),
+        ("rollback", b""),
+        ("resume", b""),
+        ("merge", _patch(7, "edit a.py")),
+        ("merge", _patch(8, "2 passed")),
+    ],
+    {"segment_fanout": 2, "segment_min_state_bytes": 0, "frame_cost_bytes": 0, "max_delta_to_full_ratio": 1},
+)
+
+
 def run(case: Case, *, format_version: int = FORMAT_VERSION) -> list[tuple[bytes, bytes]]:
     """(frame bytes, state) of every stored write of the case, in order."""
     policy = replace(GOLDEN_POLICY, **case.policy)
@@ -127,18 +153,21 @@ def run(case: Case, *, format_version: int = FORMAT_VERSION) -> list[tuple[bytes
 
 
 def render(format_version: int) -> dict[str, list[dict[str, str]]]:
-    return {
-        case.name: [{"frame": f.hex(), "state": s.hex()} for f, s in run(case, format_version=format_version)]
-        for case in CASES
-    }
+    return {case.name: render_case(case, format_version) for case in CASES}
+
+
+def render_case(case: Case, format_version: int) -> list[dict[str, str]]:
+    return [{"frame": f.hex(), "state": s.hex()} for f, s in run(case, format_version=format_version)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="rewrite frames.json and frames_v2.json")
+    parser.add_argument("--write", action="store_true", help="rewrite the golden files")
     args = parser.parse_args()
-    for fmt, path in GOLDEN_FILES.items():
-        text = json.dumps(render(fmt), indent=1) + "\n"
+    files = [(path, render(fmt)) for fmt, path in GOLDEN_FILES.items()]
+    files.append((SEGMENT_FILE, {SEGMENT_CASE.name: render_case(SEGMENT_CASE, 2)}))
+    for path, vectors in files:
+        text = json.dumps(vectors, indent=1) + "\n"
         if args.write:
             path.write_text(text)
         else:
