@@ -179,7 +179,11 @@ def encode_times(workload: Workload, reps: int) -> dict[str, float]:
     import zstandard
 
     delta_only = ChainPolicy(
-        max_depth=1 << 30, max_decode_cost_ratio=1e12, max_delta_to_full_ratio=1.0, max_materialized_bytes=1 << 62
+        max_depth=1 << 30,
+        max_chain_versions=1 << 30,
+        max_decode_cost_ratio=1e12,
+        max_delta_to_full_ratio=1.0,
+        max_materialized_bytes=1 << 62,
     )
     pairs = [(a.state, b.state) for ses in workload.sessions for a, b in itertools.pairwise(ses)]
 

@@ -1,14 +1,17 @@
 """How long a large write holds up other sessions' small writes.
 
-    python -m ckpt.bench.large_write_stall [--state-mb N] [--replaces N] [--merges N] [--data-dir DIR]
+    python -m ckpt.bench.large_write_stall [--state-mb N] [--replaces N] [--merges N] [--rounds N] [--data-dir DIR]
 
 One thread writes a session of ``--state-mb`` MB: ``--replaces`` REPLACE puts
 of whole states, then ``--merges`` MERGE puts of 1 KB patches onto that head
-(with the default chain policy, every 65th write of a chain starts a new one:
-a FULL frame of the whole head). Meanwhile another thread puts 1 KB states to
+(``--rounds`` times under each chain policy, taking turns: the default, whose
+MERGE chains of large states write segments, and one without segments, where
+every 65th write starts a new chain: a FULL frame of the whole head).
+Meanwhile another thread puts 1 KB states to
 16 other sessions in turn, one at a time. Printed per phase: each large put's
-time, and the small puts' count, median and longest wait (from the call to its
-return). A small put's longest wait is what a large write held it up.
+time, the small puts' count, median and longest wait (from the call to its
+return), and for MERGE the frame bytes the large session wrote and its FULL
+frames. A small put's longest wait is what a large write held it up.
 
 A real Store on a real directory (``--data-dir``, default ``$CKPT_BENCH_DIR``,
 else ``.bench-data/``), fsync on; removed when done.
@@ -24,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..codec import ChainPolicy, FrameKind
 from ..sidecar import Store, StoreConfig, WriteMode
 
 
@@ -65,12 +69,27 @@ class SmallWrites:
         self._thread.join()
 
 
-def _report(phase: str, large: list[float], small: list[float]) -> None:
+def _report(phase: str, large: list[float], small: list[float], extra: str = "") -> None:
     print(
         f"{phase}: {len(large)} large puts, {statistics.median(large):.3f} s median, {max(large):.3f} s longest;"
         f" {len(small)} small puts, {statistics.median(small) * 1e3:.2f} ms median wait,"
-        f" longest wait {max(small):.3f} s"
+        f" longest wait {max(small):.3f} s{extra}"
     )
+
+
+def _merges(store: Store, merges: int) -> tuple[list[float], list[float], int, int]:
+    """``merges`` MERGE puts onto the large head with small writes going on: the large puts' times, the
+    small puts' waits, the large session's frame bytes written and its FULL frames."""
+    large: list[float] = []
+    written = fulls = 0
+    with SmallWrites(store) as small:
+        for i in range(merges):
+            began = time.perf_counter()
+            result = store.put("large", _patch(i), mode=WriteMode.MERGE)
+            large.append(time.perf_counter() - began)
+            written += result.stored_bytes
+            fulls += result.frame_kind is FrameKind.FULL
+    return large, small.waits, written, fulls
 
 
 def main() -> None:
@@ -78,35 +97,37 @@ def main() -> None:
     p.add_argument("--state-mb", type=int, default=150)
     p.add_argument("--replaces", type=int, default=4)
     p.add_argument("--merges", type=int, default=140)
+    p.add_argument("--rounds", type=int, default=1, help="MERGE phases under each chain policy, taking turns")
     p.add_argument("--data-dir", type=Path, help="scratch directory (default $CKPT_BENCH_DIR, else .bench-data)")
     args = p.parse_args()
     root = args.data_dir or Path(os.environ.get("CKPT_BENCH_DIR", ".bench-data"))
-    data_dir = root / "large-write-stall"
-    shutil.rmtree(data_dir, ignore_errors=True)
     size = args.state_mb * 1024 * 1024
     states = [_state(size, salt) for salt in range(2)]
-    store = Store(StoreConfig(data_dir=data_dir, max_state_bytes=2 * size + (1 << 20)))
-    try:
-        for i in range(16):
-            store.put(f"small-{i}", b"s" * 1024)
-        store.put("large", states[1])  # the session exists: the REPLACEs below continue its chain
-        large: list[float] = []
-        with SmallWrites(store) as small:
-            for i in range(args.replaces):
-                began = time.perf_counter()
-                store.put("large", states[i % 2])
-                large.append(time.perf_counter() - began)
-        _report("REPLACE", large, small.waits)
-        large = []
-        with SmallWrites(store) as small:
-            for i in range(args.merges):
-                began = time.perf_counter()
-                store.put("large", _patch(i), mode=WriteMode.MERGE)
-                large.append(time.perf_counter() - began)
-        _report("MERGE", large, small.waits)
-    finally:
-        store.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    policies = {"segments": ChainPolicy(), "no segments": ChainPolicy(segment_fanout=0)}
+    for r in range(args.rounds):
+        for name in list(policies) if r % 2 == 0 else list(reversed(policies)):
+            data_dir = root / "large-write-stall"
+            shutil.rmtree(data_dir, ignore_errors=True)
+            config = StoreConfig(data_dir=data_dir, max_state_bytes=2 * size + (1 << 20), chain_policy=policies[name])
+            store = Store(config)
+            try:
+                for i in range(16):
+                    store.put(f"small-{i}", b"s" * 1024)
+                store.put("large", states[1])  # the session exists: the REPLACEs below continue its chain
+                if args.replaces:
+                    large: list[float] = []
+                    with SmallWrites(store) as small:
+                        for i in range(args.replaces):
+                            began = time.perf_counter()
+                            store.put("large", states[i % 2])
+                            large.append(time.perf_counter() - began)
+                    _report(f"[{name}] REPLACE", large, small.waits)
+                large, waits, written, fulls = _merges(store, args.merges)
+                extra = f"; frames written {written / 1e6:.1f} MB, {fulls} FULL"
+                _report(f"[{name}] MERGE", large, waits, extra)
+            finally:
+                store.close()
+                shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -340,10 +340,9 @@ class ChainEncoder:
         """A segment frame (FORMAT.md §14): every patch since ``path[base_index]`` and ``patch``, in a new
         stream that references the end of the base's state."""
         base = self._chain.path[base_index]
-        head = self._head_bytes()
-        content = head[base.state_size :] + patch
+        content = self._state_range(base.state_size, self._state_size) + patch
         window = self._policy.patch_window_bytes
-        prefix = head[max(0, base.state_size - window) : base.state_size] if window else b""
+        prefix = self._state_range(max(0, base.state_size - window), base.state_size) if window else b""
         if len(prefix) < MIN_PREFIX_SIZE:
             prefix = b""
         cover = len(prefix) + len(content)
@@ -351,7 +350,7 @@ class ChainEncoder:
         payload = stream.compressor.compress(content, _zstd.FLUSH_BLOCK)
         stream.fed += len(content)
         if not self._clearly_smaller(len(payload), new_size):
-            return self._full(head + patch, hasher)
+            return self._full(self._head_bytes() + patch, hasher)
         header = FrameHeader(
             kind=FrameKind.PATCH,
             version=self._version + 1,
@@ -423,6 +422,19 @@ class ChainEncoder:
         # Joined once per chain at most: later frames append to this one chunk.
         self._chunks = [joined]
         return joined
+
+    def _state_range(self, start: int, stop: int) -> bytes:
+        # Bytes start..stop of the head state, without joining the chunks (a large state's, a copy of it
+        # every segment) outside them.
+        parts, at = [], 0
+        for chunk in self._chunks:
+            end = at + len(chunk)
+            if end > start and at < stop:
+                parts.append(chunk[max(start - at, 0) : min(stop, end) - at])
+            at = end
+            if at >= stop:
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _superseded_check_due(self, new_state_size: int) -> bool:
         fraction = self._policy.max_superseded_fraction

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from ckpt.codec import ChainPolicy
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import ENCODE_AHEAD_BYTES
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2
 from tests.support import Sidecar, start_sidecar
 
-#: Frames after a chain's FULL frame under the store's default chain policy.
-MAX_DEPTH = 64
+#: Versions of a chain under the store's default chain policy: a MERGE chain of a large state writes
+#: segments (codec FORMAT.md §14), so it ends at this many versions, not after max_depth frames.
+MAX_CHAIN_VERSIONS = ChainPolicy().max_chain_versions
 
 
 def large_state(seed: int) -> bytes:
@@ -44,16 +46,14 @@ def test_large_replaces_and_merges_starting_chains_commit_in_order_through_unary
         state = large_state(2)
         assert client.put("big", state).frame_kind == service_pb2.FRAME_KIND_FULL
         kinds = []
-        for n in range(MAX_DEPTH + 2):
+        for n in range(MAX_CHAIN_VERSIONS + 1):
             kinds.append(client.merge("big", patch(n)).frame_kind)
             state += patch(n)
-        # The chain the REPLACE started ends after MAX_DEPTH frames: the next MERGE starts one.
-        assert kinds.index(service_pb2.FRAME_KIND_FULL) == MAX_DEPTH
+        # The chain the REPLACE started (version 2) holds MAX_CHAIN_VERSIONS versions: the next MERGE starts one.
+        assert kinds.index(service_pb2.FRAME_KIND_FULL) == MAX_CHAIN_VERSIONS - 1
         assert client.get("big").state == state
-        assert (
-            client.get("big", version=2 + MAX_DEPTH).state
-            == state[: -len(patch(MAX_DEPTH)) - len(patch(MAX_DEPTH + 1))]
-        )
+        last = len(patch(MAX_CHAIN_VERSIONS)) + len(patch(MAX_CHAIN_VERSIONS - 1))
+        assert client.get("big", version=1 + MAX_CHAIN_VERSIONS).state == state[:-last]
 
 
 def test_a_put_streams_large_writes_commit_in_the_order_sent(sidecar: Sidecar) -> None:
