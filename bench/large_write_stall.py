@@ -122,8 +122,10 @@ def main() -> None:
                             store.put("large", states[i % 2])
                             large.append(time.perf_counter() - began)
                     _report(f"[{name}] REPLACE", large, small.waits)
+                began = time.perf_counter()
                 large, waits, written, fulls = _merges(store, args.merges)
-                extra = f"; frames written {written / 1e6:.1f} MB, {fulls} FULL"
+                took = time.perf_counter() - began
+                extra = f"; {took:.2f} s in all; frames written {written / 1e6:.2f} MB, {fulls} FULL"
                 _report(f"[{name}] MERGE", large, waits, extra)
             finally:
                 store.close()

@@ -208,6 +208,17 @@ class Ahead:
         headers: list[FrameHeader] = []
         if not start or depth < 0:
             return True  # read whole, it fails as it finds it
+        policy = self.config.chain_policy
+        if depth > policy.max_depth:
+            # Only segments keep a chain this long (codec FORMAT.md §14), and its versions are read through
+            # few frames: it ends by its count of versions or the bytes its head materialises, judged by
+            # the head's frame alone (reading every header since the FULL frame would cost each MERGE O(chain)).
+            if depth + 1 >= policy.max_chain_versions:
+                return True
+            value = txn.get(keys.frame_key(sid, rec.head_version), db=self.tables.frames)
+            if value is None:
+                return True
+            return scanned_frame_header(frame_of(value)).state_size + size > policy.max_materialized_bytes
         if not depth:
             cached = self.states.peek(sid)  # the head is the FULL frame: its size, if cached
             if cached is None or cached.info.version != rec.head_version:
