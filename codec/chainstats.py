@@ -134,7 +134,8 @@ def segment_base(policy: ChainPolicy, chain: ChainStats, new_state_size: int) ->
     on the head. A segment is written at every multiple of ``policy.segment_fanout`` versions after the
     run's start (the FULL frame or the last DELTA), over the last ``fanout ** k`` versions for the
     largest such power, once the state is ``policy.segment_min_state_bytes`` or more. That base is
-    always a frame the head is read through (the frames between cover no multiple of ``fanout ** k``)."""
+    always a frame the head is read through (the frames between cover no multiple of ``fanout ** k``).
+    None too if the segment would repeat more than ``policy.segment_max_fraction`` of the state."""
     fanout = policy.segment_fanout
     if fanout < 2 or new_state_size < policy.segment_min_state_bytes or not chain.path:
         return None
@@ -157,6 +158,8 @@ def segment_base(policy: ChainPolicy, chain: ChainStats, new_state_size: int) ->
             hi = mid
     if lo == len(path) or path[lo].version != base:
         return None  # a chain written under another fanout: a frame on the head instead
+    if new_state_size - path[lo].state_size > policy.segment_max_fraction * new_state_size:
+        return None  # it would repeat too much: a frame on the head, and the chain ends as without segments
     return lo
 
 

@@ -34,6 +34,10 @@ class ChainPolicy:
     #: chain's whole decode costs little, and chains end by the decode-cost
     #: bounds before max_depth does.
     segment_min_state_bytes: int = 128 * 1024
+    #: Most a segment may repeat (the patches since its base), as a fraction
+    #: of the state: each patch is stored once a level, which pays only while
+    #: the patches are small beside the state that a FULL frame would rewrite.
+    segment_max_fraction: float = 0.25
     #: Estimated cost of decoding the chain's latest version, as a multiple of
     #: decoding one FULL frame of that state. The estimate counts, in bytes of
     #: FULL-frame decoding: the FULL frame's state, each PATCH's patch, each
@@ -114,6 +118,8 @@ class ChainPolicy:
             raise ValueError(f"segment_fanout must be >= 0, got {self.segment_fanout}")
         if self.segment_min_state_bytes < 0:
             raise ValueError(f"segment_min_state_bytes must be >= 0, got {self.segment_min_state_bytes}")
+        if not 0.0 <= self.segment_max_fraction <= 1.0:
+            raise ValueError(f"segment_max_fraction must be in [0, 1], got {self.segment_max_fraction}")
         if not self.max_decode_cost_ratio >= 1.0:  # NaN too
             raise ValueError(f"max_decode_cost_ratio must be >= 1.0, got {self.max_decode_cost_ratio}")
         if not 0.0 <= self.small_delta_byte_cost <= 1.0:
@@ -157,6 +163,7 @@ _INT_FIELDS = (
     "small_state_bytes",
 )
 _FLOAT_FIELDS = (
+    "segment_max_fraction",
     "max_decode_cost_ratio",
     "delta_byte_cost",
     "max_delta_to_full_ratio",

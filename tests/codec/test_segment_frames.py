@@ -33,7 +33,13 @@ from ckpt.codec.chainstats import Step, segment_base, started
 from tests.codec.layout import V2_CONTINUES, v2_fields, with_fields
 from tests.golden.cases import SEGMENT_CASE, SEGMENT_FILE, run
 
-SEGMENTS = ChainPolicy(segment_fanout=2, segment_min_state_bytes=0, max_delta_to_full_ratio=1.0, frame_cost_bytes=0)
+SEGMENTS = ChainPolicy(
+    segment_fanout=2,
+    segment_min_state_bytes=0,
+    segment_max_fraction=1.0,
+    max_delta_to_full_ratio=1.0,
+    frame_cost_bytes=0,
+)
 GOLDEN = json.loads(SEGMENT_FILE.read_text())[SEGMENT_CASE.name]
 
 

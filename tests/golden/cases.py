@@ -61,6 +61,7 @@ GOLDEN_POLICY = ChainPolicy(
     max_chain_versions=1024,
     segment_fanout=0,  # segments have their own vectors (SEGMENT_CASE): format 1 writes none
     segment_min_state_bytes=128 * 1024,
+    segment_max_fraction=0.25,
 )
 
 
@@ -128,7 +129,13 @@ SEGMENT_CASE = Case(
         ("merge", _patch(7, "edit a.py")),
         ("merge", _patch(8, "2 passed")),
     ],
-    {"segment_fanout": 2, "segment_min_state_bytes": 0, "frame_cost_bytes": 0, "max_delta_to_full_ratio": 1},
+    {
+        "segment_fanout": 2,
+        "segment_min_state_bytes": 0,
+        "segment_max_fraction": 1,
+        "frame_cost_bytes": 0,
+        "max_delta_to_full_ratio": 1,
+    },
 )
 
 

@@ -23,7 +23,12 @@ from tests.support import ckpt
 NO_SWEEPER = 100 * 365 * 86400.0
 #: Segments on states of any size, two levels in every eight versions; chains of at most 40 versions.
 POLICY = ChainPolicy(
-    segment_fanout=2, segment_min_state_bytes=0, max_chain_versions=40, frame_cost_bytes=0, max_delta_to_full_ratio=1.0
+    segment_fanout=2,
+    segment_min_state_bytes=0,
+    segment_max_fraction=1.0,
+    max_chain_versions=40,
+    frame_cost_bytes=0,
+    max_delta_to_full_ratio=1.0,
 )
 
 
