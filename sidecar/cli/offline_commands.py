@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...codec import DecodeError, FrameKind, frame_kind
+from ...codec.frame_v2 import segment_distance
 from ..config import StoreConfig
 from ..errors import DataLoss
 from ..store import SessionInfo, Store, VersionInfo, count_sessions, stored_frames
@@ -46,29 +47,40 @@ def inspect(args: argparse.Namespace) -> int:
         f"session {info.session_id}: versions {info.first_version}..{info.head_version}, "
         f"{info.stored_bytes} bytes stored{typed}"
     )
-    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'stored':>9} {'state':>10}  created (UTC)")
-    depth = 0
-    for version, vinfo, frame_bytes, full in frames:
-        # A corrupt frame still holds its place in its chain (by its raw kind byte, as verify reads it).
-        depth = 0 if full else depth + 1
+    print(f"{'version':>8} {'kind':<6} {'chain':>5} {'base':>8} {'stored':>9} {'state':>10}  created (UTC)")
+    depths: dict[int, int] = {}
+    for version, vinfo, frame_bytes, base in frames:
+        # The frames a version is read through after its chain's FULL frame (a corrupt frame still holds its
+        # place in its chain, by its raw kind byte, as verify reads it); a segment's base is an older version.
+        depth = depths[version] = 0 if not base else depths.get(base, -1) + 1
         if isinstance(vinfo, DataLoss):
-            print(f"{version:>8} CORRUPT {depth:>4} {frame_bytes:>9}  (run `ckpt verify` for details)")
+            print(f"{version:>8} CORRUPT {depth:>4} {base or '-':>8} {frame_bytes:>9}  (run `ckpt verify` for details)")
             continue
         print(
-            f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {vinfo.stored_bytes:>9} "
+            f"{version:>8} {vinfo.frame_kind.name:<6} {depth:>5} {base or '-':>8} {vinfo.stored_bytes:>9} "
             f"{vinfo.state_size:>10}  {utc(vinfo.created_unix_nanos)}"
         )
     return 0
 
 
-def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, bool]]]:
-    """What inspect prints of a session: its record and each version's info, frame size, and whether it is FULL
-    or PREFIX (depth 0: it reads no older frame) (each frame read and let go: a session's frames are never held
-    at once)."""
+def _frame_list(store: Store, session: str) -> tuple[SessionInfo, list[tuple[int, VersionInfo | DataLoss, int, int]]]:
+    """What inspect prints of a session: its record and each version's info, frame size, and base version (0
+    for a FULL or PREFIX frame, which reads no older frame) (each frame read and let go: a session's frames
+    are never held at once)."""
     with stored_frames(store.read, store.tables, session) as (info, frames):
-        return info, [
-            (version, vinfo, len(frame), starts_chain(frame) or is_prefix(frame)) for version, vinfo, frame in frames
-        ]
+        return info, [(version, vinfo, len(frame), _base_of(version, frame)) for version, vinfo, frame in frames]
+
+
+def _base_of(version: int, frame: bytes) -> int:
+    """The version ``frame`` is read on, by its raw bytes: 0 for FULL or PREFIX; a segment's base (codec
+    FORMAT.md §14); else the version before."""
+    if starts_chain(frame) or is_prefix(frame):
+        return 0
+    if len(frame) > 3 and frame[2] == 2 and frame[3] == FrameKind.PATCH.value:
+        distance = segment_distance(frame)
+        if 1 < distance < version:
+            return version - distance
+    return version - 1
 
 
 # What the data directory holds. The rest of Store.stats() counts what one

@@ -94,6 +94,11 @@ def test_every_version_reads_back_cold_in_history_and_after_more_writes(config: 
         _write(store, "s", model, rnd, 90)
     segments = _segments(config.data_dir, "s")
     assert len(segments) > 20 and any(version - base > 2 for version, base in segments)
+    # inspect names each frame's base, and counts the frames a version is read through.
+    lines = ckpt("inspect", "s", "--data-dir", str(config.data_dir)).stdout.decode().splitlines()
+    rows = {int(line.split()[0]): line.split() for line in lines[2:]}
+    for version, base in segments:
+        assert rows[version][3] == str(base) and int(rows[version][2]) == int(rows[base][2]) + 1
     with Store(config) as store:  # reopened: no encoder, no cached state
         for version, state in enumerate(model, 1):
             assert store.get("s", version, use_cache=False).state == state
