@@ -42,6 +42,7 @@ from .decoder import (
 )
 from .errors import OutputTooLargeError
 from .frame import parse, state_checksum
+from .pieces import StatePieces
 from .sealed import FrameBytes
 
 _NO_LIMIT = 1 << 64
@@ -160,19 +161,21 @@ class ChainReader:
             total += content
             prev_version, prev_size, prev_wl, prev_xxh3 = version, state_size, wl, _U64.unpack_from(f, xxh3_at)[0]
         streams.append((current, stream_wl, stream_prefix, parts, total, whole, keep))
-        state = self._latest.state
+        pieces = StatePieces(self._latest.state)
         reader = decompressor
         for kept, stream_wl, prefix_size, payloads, size, whole, keep in streams:
             if not payloads:  # the first new frame started a stream: the current one has no new blocks
                 continue
             if keep < 0:
-                keep = len(state)
-            if keep > len(state):
+                keep = pieces.size
+            if keep > pieces.size:
                 return None
+            # A segment extends the first bytes of the state before it, its base's (FORMAT.md §14).
+            pieces.cut(keep)
             if kept is None:  # a new stream (the first one continues the live stream, or has no payloads)
                 if prefix_size > keep:
                     return None
-                prefix_bytes = state[keep - prefix_size : keep] if prefix_size else None
+                prefix_bytes = pieces.tail(prefix_size) if prefix_size else None
                 reader = _zstd.new_reader(window_log=stream_wl, prefix=prefix_bytes)
             else:
                 reader = kept
@@ -180,8 +183,11 @@ class ChainReader:
             # A stream the payloads ended (or left with input pending) cannot be continued.
             if len(out) != size or reader.eof or not reader.needs_input:
                 return None
-            # A segment extends the first bytes of the state before it, its base's (FORMAT.md §14).
-            state = out[whole:] if whole >= 0 else (state if keep == len(state) else state[:keep]) + out
+            if whole >= 0:
+                pieces.replace(out[whole:])
+            else:
+                pieces.add(out)
+        state = pieces.join()
         if len(state) != prev_size or state_checksum(state) != prev_xxh3 or reader is None:
             return None
         header = scanned_header(

@@ -31,6 +31,7 @@ from .frame import (
     parse_named,
     state_checksum,
 )
+from .pieces import StatePieces
 from .sealed import FrameBytes, decompress_sealed
 
 _Scan = Callable[[FrameBytes], tuple[int, int, int, int, int, int, int, int, int, int, int]]
@@ -305,20 +306,22 @@ def _first_pass(
     streams.append((stream_wl, stream_prefix, parts, total, whole, keep))
     if max_output is not None:
         _check_output(sum(stream[3] for stream in streams), max_output, version)
-    state = b""
+    pieces = StatePieces()
     reader = None
     kept = streams[-1] if keep_reader else None
     for stream in streams:
         wl, prefix_size, payloads, size, whole, keep = stream
-        if keep > len(state) or prefix_size > keep:
+        if keep > pieces.size or prefix_size > keep:
             return None
         data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
         if sealed and stream is streams[0]:  # one payload, one whole zstd frame: no live stream to keep
-            state = decompress_sealed(data, version=first_version, size=size, window_log=wl)
+            pieces.replace(decompress_sealed(data, version=first_version, size=size, window_log=wl))
             continue
+        # A segment read after the version before it extends the first bytes of that state, its base's.
+        pieces.cut(keep)
         out = None if prefix_size or stream is kept else _zstd.decompress_once(data, window_log=wl, size=size)
         if out is None:
-            reader = _zstd.new_reader(window_log=wl, prefix=state[keep - prefix_size : keep] if prefix_size else None)
+            reader = _zstd.new_reader(window_log=wl, prefix=pieces.tail(prefix_size) if prefix_size else None)
             out = reader.decompress(data, max_length=size + 1)
             # A stream's zstd frame never ends (nor leaves input undecoded): FORMAT.md §4.
             if len(out) != size or reader.eof or not reader.needs_input:
@@ -326,8 +329,11 @@ def _first_pass(
         # From the stream's last whole-state frame (FULL or DELTA) on, the
         # output is that state and every patch after it; a stream of patches
         # only extends the state before it.
-        # (A segment read after the version before it extends the first bytes of that state, its base's.)
-        state = out[whole:] if whole >= 0 else (state if keep == len(state) else state[:keep]) + out
+        if whole >= 0:
+            pieces.replace(out[whole:])
+        else:
+            pieces.add(out)
+    state = pieces.join()
     xxh3 = _U64.unpack_from(prev, prev_xxh3_at)[0]
     if len(state) != prev_size or state_checksum(state) != xxh3:
         return None

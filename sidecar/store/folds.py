@@ -95,7 +95,7 @@ def fold_plan(
 ) -> Rewrite | None:
     """The fold of the session's head run (None if its head is not a PATCH frame), from reads alone."""
     head = rec.head_version
-    chain = chain_frames(txn, tables, sid, session_id, rec, head)  # from the head's chain start
+    chain = chain_frames(txn, tables, sid, session_id, rec, head, consecutive=True)  # from the chain's start
     base = head - len(chain) + 1  # chain[0]'s version
     kinds = [_kind(frame, session_id, base + i) for i, frame in enumerate(chain)]
     if kinds[-1] is not FrameKind.PATCH:

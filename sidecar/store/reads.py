@@ -301,9 +301,23 @@ def chain_start(txn: ReadTxn, frames_table: Table, sid: bytes, session_id: str, 
 
 
 def chain_frames(
-    txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, rec: records_pb2.SessionRecord, target: int
+    txn: ReadTxn,
+    tables: Tables,
+    sid: bytes,
+    session_id: str,
+    rec: records_pb2.SessionRecord,
+    target: int,
+    *,
+    consecutive: bool = False,
 ) -> list[memoryview]:
-    """The frames from target's chain start to target, read in one transaction."""
+    """The frames target is read through, FULL frame first, read in one transaction; ``consecutive``: every
+    version from its chain's start to it (a fold rewrites each). Through its segments, a large MERGE head is
+    read from a few frames, and decoded without applying every segment over the versions between."""
+    if not consecutive:
+        found = chain_back(txn, tables.frames, sid, session_id, target)
+        if found is None:
+            raise DataLoss(f"session {session_id!r}: the frame of version {target} is missing")
+        return found[2]
     start = rec.chain_start_version if target >= rec.chain_start_version else None
     if start is None:
         start = chain_start(txn, tables.frames, sid, session_id, target)

@@ -30,6 +30,7 @@ from ckpt.codec import (
     parse,
 )
 from ckpt.codec.chainstats import Step, segment_base, started
+from ckpt.codec.pieces import StatePieces
 from tests.codec.layout import V2_CONTINUES, v2_fields, with_fields
 from tests.golden.cases import SEGMENT_CASE, SEGMENT_FILE, run
 
@@ -286,3 +287,25 @@ def test_a_segment_whose_base_is_outside_its_run_of_patches_is_named() -> None:
         list(iter_versions([*frames, _golden_frames()[4]]))
     with pytest.raises(DecodeError):
         decode([*frames, _golden_frames()[4]])
+
+
+@pytest.mark.parametrize(
+    ("cut", "tail", "want_state", "want_tail"),
+    [
+        (10, 3, b"0123456789", b"789"),  # nothing cut
+        (6, 4, b"012345", b"2345"),  # at a piece's end
+        (5, 5, b"01234", b"01234"),  # inside a piece, the tail across two
+        (3, 3, b"012", b"012"),  # at the first piece's end
+        (2, 1, b"01", b"1"),  # inside the first piece
+        (0, 0, b"", b""),
+    ],
+)
+def test_state_pieces_cut_back_to_a_base(cut: int, tail: int, want_state: bytes, want_tail: bytes) -> None:
+    pieces = StatePieces(b"012")
+    pieces.add(b"345")
+    pieces.add(b"")
+    pieces.add(b"6789")
+    pieces.cut(cut)
+    assert pieces.size == cut and pieces.tail(tail) == want_tail
+    pieces.add(b"ab")
+    assert pieces.join() == want_state + b"ab" and pieces.size == cut + 2
