@@ -29,8 +29,9 @@ from .types import EventPage, EventQuery, GetResult, ReadBound, VersionInfo
 if TYPE_CHECKING:
     from .engine import Store
 
-#: The most frames one advance reads: a chain is at most the policy's max_depth (64 by default) frames,
-#: so more since the version kept means a new chain, decoded whole anyway.
+#: The most frames one advance reads: more since the version kept means a new chain (a chain without
+#: segments holds at most the policy's max_depth, 64, frames after its FULL one), or a segmented MERGE
+#: chain whose head is read through a few frames (codec FORMAT.md §14): either is decoded whole.
 MAX_ADVANCE_FRAMES = 64
 
 
