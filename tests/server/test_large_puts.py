@@ -15,7 +15,7 @@ from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import ENCODE_AHEAD_BYTES
 from ckpt.v1 import checkpoint_pb2 as pb
 from ckpt.v1 import service_pb2
-from tests.support import Sidecar, start_sidecar
+from tests.support import Sidecar, ckpt, start_sidecar
 
 #: Versions of a chain under the store's default chain policy: a MERGE chain of a large state writes
 #: segments (codec FORMAT.md §14), so it ends at this many versions, not after max_depth frames.
@@ -73,3 +73,36 @@ def test_a_put_streams_large_writes_commit_in_the_order_sent(sidecar: Sidecar) -
             large_state(2),
             large_state(2) + patch(2),
         ]
+
+
+def test_a_large_merge_chain_read_back_cold_after_a_restart_and_written_on(tmp_path: Path) -> None:
+    """Segments (codec FORMAT.md §14) as a user meets them: a large state taking MERGEs through a real
+    sidecar, stopped, started again, every version read cold, then more MERGEs. Folds are off, so the
+    frames stay as the MERGEs wrote them (as after a crash, before the sweeper folds a quiet head)."""
+    data = tmp_path / "data"
+    states = [large_state(1)]
+    no_folds = ("--fold-on-close-seconds", "0", "--fold-after-quiet-seconds", "0")
+    sidecar = start_sidecar(data, *no_folds)
+    with CheckpointClient(sidecar.unix_target) as client:
+        client.put("big", states[0])
+        for n in range(150):
+            assert client.merge("big", patch(n)).frame_kind == service_pb2.FRAME_KIND_PATCH
+            states.append(states[-1] + patch(n))
+    assert sidecar.stop() == 0, sidecar.log()
+    sidecar = start_sidecar(data, *no_folds)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            for version, state in enumerate(states, 1):
+                assert client.get("big", version=version).state == state, version
+            for n in range(150, 200):  # an encoder resumed through the stored segments
+                client.merge("big", patch(n))
+                states.append(states[-1] + patch(n))
+            assert [client.get("big", version=v).state for v in (160, 193, 201)] == [states[i] for i in (159, 192, 200)]
+        # Beside the running sidecar.
+        inspect = ckpt("inspect", "big", "--data-dir", str(data)).stdout.decode().splitlines()
+        bases = {int(line.split()[0]): line.split()[3] for line in inspect[2:]}
+        assert bases[9] == "1" and bases[65] == "1" and bases[73] == "65", inspect[:12]  # over 8, 64 and 8 versions
+        verify = ckpt("verify", "--data-dir", str(data))
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
