@@ -31,7 +31,7 @@ from ckpt.codec import (
 )
 from ckpt.codec.chainstats import Step, segment_base, started
 from ckpt.codec.pieces import StatePieces
-from tests.codec.layout import V2_CONTINUES, v2_fields, with_fields
+from tests.codec.layout import V2_CONTINUES, v2_fields, varint, with_fields
 from tests.golden.cases import SEGMENT_CASE, SEGMENT_FILE, run
 
 SEGMENTS = ChainPolicy(
@@ -46,16 +46,7 @@ GOLDEN = json.loads(SEGMENT_FILE.read_text())[SEGMENT_CASE.name]
 
 def _field(n: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field ``n``: a patch that parses."""
-    return bytes([n << 3 | 2]) + _varint(len(payload)) + payload
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v > 0x7F:
-        out.append(v & 0x7F | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return bytes([n << 3 | 2]) + varint(len(payload)) + payload
 
 
 def _write(policy: ChainPolicy, patches: list[bytes]) -> tuple[list[bytes], list[bytes]]:
