@@ -37,16 +37,21 @@ log = logging.getLogger("ckpt.store")
 #: 8: request records of UUIDv7 ids without an expiry entry, swept by the id's time
 #: (RequestRecord.swept_by_id_time, keys.uuid7_nanos). An older ckpt would never remove them. Stamped by
 #: the transaction of the first such record.
-LAYOUT_VERSION = 8
+#: 9: segment frames (codec FORMAT.md §14: a PATCH frame based on an older version of its run, in a large
+#: MERGE chain). An older ckpt would fail to read every version read through one. Stamped by the
+#: transaction of the first segment frame.
+LAYOUT_VERSION = 9
 #: The layout of the frames a quiet rewrite writes (stamp_new_frames).
 FRAMES_LAYOUT = 7
 #: The layout of request records swept by their ids' time (RequestIds.store stamps it).
 ID_TIME_RECORDS_LAYOUT = 8
+#: The layout of segment frames (WriteOps stamps it with the first).
+SEGMENTS_LAYOUT = 9
 #: The layout a writable open stamps a store of an older layout (or none) with: the newest whose data an
 #: open alone makes (layout 7's frames come with the first quiet rewrite: stamp_new_frames).
 OPENED_LAYOUT = 6
 #: Layouts development builds wrote and later ones withdrew: no build reads them, so none is reused (the
-#: next layout is 9). 5 keyed request records by two hashes; taken out before any release.
+#: next layout is 10). 5 keyed request records by two hashes; taken out before any release.
 _WITHDRAWN_LAYOUTS = {5: "request records keyed by hashes, written by development builds only and withdrawn"}
 LAYOUT_KEY = b"layout_version"
 #: When the last sweep began (time.time_ns(), as digits); set when a store is first opened writable.

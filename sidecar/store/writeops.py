@@ -39,7 +39,7 @@ from .encoders import Encoders
 from .eventlog import EventLog
 from .forksource import ForkSource, encode_fork, parses, read_source, still_holds
 from .keyframes import QuietSweeps
-from .layout import Tables, write_time
+from .layout import SEGMENTS_LAYOUT, Tables, stamp_layout, write_time
 from .ops import Batch, Op
 from .reads import check_version_arg, delete_frames
 from .records import META_LEN, record, replayed_put, request_made, session_info
@@ -396,9 +396,11 @@ class WriteOps:
         value = META_LEN.pack(len(meta)) + meta + frame.data
         if not txn.put(keys.frame_key(sid, version), value, db=tables.frames, overwrite=False):
             raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
-        rec.head_version = version
         if frame.kind is FrameKind.FULL:
             rec.chain_start_version = version
+        elif frame.header.base_version != rec.head_version:  # a segment: an older ckpt could not read it
+            stamp_layout(txn, tables, SEGMENTS_LAYOUT)
+        rec.head_version = version
         if not rec.first_version:
             rec.first_version = version
         rec.stored_bytes += frame.stored_bytes

@@ -16,8 +16,8 @@ import pytest
 from ckpt.codec import ChainPolicy, FrameKind, parse
 from ckpt.sidecar import Store, StoreConfig, WriteMode
 from ckpt.sidecar.config import Retention
-from ckpt.sidecar.errors import DataLoss
-from ckpt.sidecar.store import keys
+from ckpt.sidecar.errors import DataLoss, IncompatibleStore
+from ckpt.sidecar.store import keys, layout
 from tests.support import ckpt
 
 NO_SWEEPER = 100 * 365 * 86400.0
@@ -162,3 +162,32 @@ def test_a_segment_whose_base_frame_is_missing_is_named_as_lost(config: StoreCon
 def _verify(data: Path) -> tuple[int, str]:
     result = ckpt("verify", "--data-dir", str(data))
     return result.returncode, (result.stdout + result.stderr).decode()
+
+
+def test_the_first_segment_stamps_layout_9_and_an_older_ckpt_refuses_the_store(config: StoreConfig) -> None:
+    rnd, model = random.Random(11), list[bytes]()
+    with Store(config) as store:
+        _write(store, "s", model, rnd, 2)  # versions 1-2: no segment yet
+    assert _stamp(config.data_dir) == b"6"
+    with Store(config) as store:
+        _write(store, "s", model, rnd, 1)  # version 3: a segment over versions 2-3, on 1
+    assert (3, 1) in _segments(config.data_dir, "s") and _stamp(config.data_dir) == b"9"
+    before = layout.LAYOUT_VERSION
+    layout.LAYOUT_VERSION = 8  # a private hook: this code as a ckpt reading layouts up to 8
+    try:
+        with pytest.raises(IncompatibleStore, match="store layout 9; this ckpt reads layout 8"):
+            Store(config)
+    finally:
+        layout.LAYOUT_VERSION = before
+    with Store(config) as store:
+        assert [store.get("s", v, use_cache=False).state for v in (1, 2, 3)] == model
+
+
+def _stamp(data: Path) -> bytes | None:
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            raw = txn.get(b"layout_version", db=env.open_db(b"meta", txn=txn))
+            return None if raw is None else bytes(raw)
+    finally:
+        env.close()

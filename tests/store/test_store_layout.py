@@ -46,8 +46,8 @@ def data(tmp_path: Path) -> Path:
 
 def test_a_new_store_is_stamped_with_the_layout_an_open_makes(data: Path) -> None:
     """Layout 7 (PREFIX frames) comes with a store's first fold, layout 8 with its first request record swept
-    by its id's time: a store with neither stays layout 6."""
-    assert LAYOUT_VERSION == 8
+    by its id's time, layout 9 with its first segment frame: a store with none of them stays layout 6."""
+    assert LAYOUT_VERSION == 9
     assert stamp(data) == b"6"
 
 
@@ -63,10 +63,10 @@ def test_a_store_written_before_the_stamp_is_layout_1(data: Path) -> None:
 
 
 def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> None:
-    set_stamp(data, b"9")
+    set_stamp(data, b"10")
     before = (data / "lmdb" / "data.mdb").read_bytes()
     message = (
-        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 9; this ckpt reads layout 8):"
+        f"{data / 'lmdb' / 'data.mdb'} was written by a newer ckpt (store layout 10; this ckpt reads layout 9):"
         " run that ckpt or a later one, or restore a backup this version wrote"
     )
     for readonly in (False, True):
@@ -84,7 +84,7 @@ def test_a_store_a_newer_ckpt_wrote_is_refused_and_left_as_it_is(data: Path) -> 
     )
     assert serve.returncode == 1 and message in serve.stderr.decode()
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
-    assert stamp(data) == b"9"
+    assert stamp(data) == b"10"
     with pytest.raises(IncompatibleStore):  # and the data directory's lock was released
         Store(StoreConfig(data_dir=data))
 
@@ -93,7 +93,7 @@ def test_a_store_of_a_withdrawn_layout_is_refused_naming_it_not_as_a_newer_ckpts
     set_stamp(data, b"5")
     message = (
         f"{data / 'lmdb' / 'data.mdb'} is in store layout 5 (request records keyed by hashes, written by"
-        " development builds only and withdrawn): no ckpt reads it; restore a backup of layout 8 or earlier"
+        " development builds only and withdrawn): no ckpt reads it; restore a backup of layout 9 or earlier"
     )
     for readonly in (False, True):
         with pytest.raises(IncompatibleStore) as raised:
@@ -129,17 +129,17 @@ def test_a_backup_of_an_unstamped_store_past_the_initial_map_opens_and_is_stampe
 def test_a_newer_layout_is_refused_before_any_other_table_is_opened(data: Path) -> None:
     """A newer layout may drop a table: the tools name the layout (not MDB_NOTFOUND), and a writable open
     recreates nothing."""
-    set_stamp(data, b"9")
+    set_stamp(data, b"10")
     env = lmdb.open(str(data / "lmdb"), max_dbs=8)
     with env.begin(write=True) as txn:
         txn.drop(env.open_db(b"labels", txn=txn), delete=True)
     env.close()
     before = (data / "lmdb" / "data.mdb").read_bytes()
     for readonly in (False, True):
-        with pytest.raises(IncompatibleStore, match="store layout 9"):
+        with pytest.raises(IncompatibleStore, match="store layout 10"):
             Store(StoreConfig(data_dir=data), readonly=readonly)
     stats = ckpt("stats", "--data-dir", str(data))
-    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 9" in stats.stderr
+    assert stats.returncode == 1 and b"written by a newer ckpt (store layout 10" in stats.stderr
     assert (data / "lmdb" / "data.mdb").read_bytes() == before
 
 
