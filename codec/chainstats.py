@@ -148,14 +148,7 @@ def segment_base(policy: ChainPolicy, chain: ChainStats, new_state_size: int) ->
         span *= fanout
     base = new_version - span
     path = chain.path
-    # Versions along the path ascend: a binary search (the path is ~fanout frames a level).
-    lo, hi = 0, len(path)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if path[mid].version < base:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = bisect_left(path, base, key=_version)  # versions along the path ascend
     if lo == len(path) or path[lo].version != base:
         return None  # a chain written under another fanout: a frame on the head instead
     if new_state_size - path[lo].state_size > policy.segment_max_fraction * new_state_size:
@@ -190,11 +183,11 @@ def merge_plan(policy: ChainPolicy, chain: ChainStats, patch_size: int) -> tuple
     last = len(chain.path) - 1
     if last < 0:
         return True, 0
-    new_size = chain.path[-1].state_size + patch_size
-    base = segment_base(policy, chain, new_size)
     # Retention removes whole chains: a chain holds at most max_chain_versions versions.
     if chain.path[-1].version + 1 - chain.start_version >= policy.max_chain_versions:
         return True, last
+    new_size = chain.path[-1].state_size + patch_size
+    base = segment_base(policy, chain, new_size)
     if base is None:
         return chain_ends(policy, chain, new_size, patch_size, delta=False), last
     content = new_size - chain.path[base].state_size
@@ -216,6 +209,10 @@ def segment_link_base(prev: FrameHeader, h: FrameHeader, run: Sequence[FrameHead
     raise ChainLinkError(
         f"frame of version {h.version} is a delta against version {h.base_version}, but follows version {prev.version}"
     )
+
+
+def _version(step: Step) -> int:
+    return step.version
 
 
 def full_ratio(payload_size: int, state_size: int) -> float:
