@@ -51,7 +51,7 @@ def test_the_session_is_many_chains_and_verify_and_inspect_read_it_whole(store: 
     assert verify_session(store, "s") == []
     info, rows = _inspect(store)
     assert info.head_version == CHAINS * (DEPTH + 1) == len(rows)
-    fulls = [version for version, vinfo, _, full in rows if full and vinfo.frame_kind is FrameKind.FULL]
+    fulls = [version for version, vinfo, _, base in rows if not base and vinfo.frame_kind is FrameKind.FULL]
     assert fulls == list(range(1, CHAINS * (DEPTH + 1), DEPTH + 1))
 
 

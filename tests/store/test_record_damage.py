@@ -53,12 +53,14 @@ def test_verify_names_a_session_record_whose_chain_start_is_wrong(tmp_path: Path
         b"the session record says the head's chain starts at version 6, but its last FULL frame is version 1"
         in done.stdout + done.stderr
     )
-    with Store(StoreConfig(data_dir=data)) as store:
-        # A read needs only the frames, which are whole: it decodes from the real chain start. A write
-        # builds on the record's chain start, so it is refused rather than stored against a wrong base.
+    with Store(StoreConfig(data_dir=data, fold_on_close_seconds=0)) as store:
+        # A read needs only the frames, which are whole: it decodes from the real chain start. So does a
+        # write: its encoder resumes on the frames the head is read through, never on the record's word.
         assert store.get("agent").state == expected
-        with pytest.raises(DataLoss):
-            store.put("agent", b"\x0a\x04efgh", mode=WriteMode.MERGE)
+        assert store.put("agent", b"\x0a\x04efgh", mode=WriteMode.MERGE).version == 7
+        assert store.get("agent", use_cache=False).state == expected + b"\x0a\x04efgh"
+    done = ckpt("verify", "--data-dir", str(data))
+    assert done.returncode == 1 and b"the session record says the head's chain starts at version 6" in done.stderr
 
 
 def test_a_sound_frame_under_another_versions_key_is_data_loss_not_that_version(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ def test_a_head_written_at_another_time_than_the_record_says_fails(data: Path) -
         (b"last_write_unix_nanos", b"-1", "last_write_unix_nanos b'-1' is not a number: it is taken as 0"),
         (b"last_sweep_unix_nanos", b"soon", "last_sweep_unix_nanos b'soon' is not a number"),
         (b"keyframed_before_unix_nanos", b"", "keyframed_before_unix_nanos b'' is not a number"),
-        (b"layout_version", b"0", "layout_version b'0' is not a store layout (1-8)"),
+        (b"layout_version", b"0", "layout_version b'0' is not a store layout (1-9)"),
         (b"types_field_history", b"\xff\xff", "types_field_history (2 bytes) does not parse as a FieldHistory"),
     ],
 )
