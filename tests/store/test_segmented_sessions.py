@@ -21,7 +21,7 @@ from ckpt.sidecar.store import keys, layout
 from tests.support import ckpt
 
 NO_SWEEPER = 100 * 365 * 86400.0
-#: Segments on states of any size, two levels in every eight versions; chains of at most 40 versions.
+#: Segments on states of any size, at every second version (fanout 2); chains of at most 40 versions.
 POLICY = ChainPolicy(
     segment_fanout=2,
     segment_min_state_bytes=0,
