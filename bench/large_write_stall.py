@@ -6,7 +6,8 @@ One thread writes a session of ``--state-mb`` MB: ``--replaces`` REPLACE puts
 of whole states, then ``--merges`` MERGE puts of 1 KB patches onto that head
 (``--rounds`` times under each chain policy, taking turns: the default, whose
 MERGE chains of large states write segments, and one without segments, where
-every 65th write starts a new chain: a FULL frame of the whole head).
+every 65th write starts a new chain: a FULL frame of the whole head); then a
+sweep folds the quiet head (its whole state decoded and compressed again).
 Meanwhile another thread puts 1 KB states to
 16 other sessions in turn, one at a time. Printed per phase: each large put's
 time, the small puts' count, median and longest wait (from the call to its
@@ -92,6 +93,19 @@ def _merges(store: Store, merges: int) -> tuple[list[float], list[float], int, i
     return large, small.waits, written, fulls
 
 
+def _fold(store: Store, config: StoreConfig) -> tuple[int, float, list[float]]:
+    """A sweep that folds the large head, as once it has been quiet for ``fold_after_quiet_seconds``, with
+    small writes going on: heads folded, the sweep's time, the small puts' waits."""
+    quiet = config.fold_after_quiet_seconds or 0.0
+    with SmallWrites(store) as small:
+        time.sleep(0.2)  # small writes under way before the sweep starts
+        began = time.perf_counter()
+        done = store.sweep(now_nanos=time.time_ns() + int((quiet + 1) * 1e9))
+        took = time.perf_counter() - began
+        time.sleep(0.2)
+    return done.heads_folded, took, small.waits
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--state-mb", type=int, default=150)
@@ -127,6 +141,8 @@ def main() -> None:
                 took = time.perf_counter() - began
                 extra = f"; {took:.2f} s in all; frames written {written / 1e6:.2f} MB, {fulls} FULL"
                 _report(f"[{name}] MERGE", large, waits, extra)
+                folded, took, waits = _fold(store, config)
+                _report(f"[{name}] FOLD", [took], waits, f"; {folded} heads folded")
             finally:
                 store.close()
                 shutil.rmtree(data_dir, ignore_errors=True)

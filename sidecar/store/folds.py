@@ -40,7 +40,7 @@ from ...codec import (
     prefix_frame,
 )
 from ..errors import DataLoss
-from ..storage import ReadTxn, Table, WriteTxn
+from ..storage import ReadTxn, Table
 from . import keys
 from .layout import Tables
 from .reads import chain_frames
@@ -72,7 +72,7 @@ class Rewrite:
 #: A typed session's message class by its type's name (None: not known here).
 Resolve = Callable[[str], type[Message] | None]
 #: Plans a session's rewrite from reads alone (txn, sid, session id, record); None: nothing to rewrite.
-Plan = Callable[[WriteTxn, bytes, str, records_pb2.SessionRecord], "Rewrite | None"]
+Plan = Callable[[ReadTxn, bytes, str, records_pb2.SessionRecord], "Rewrite | None"]
 
 
 def frame_value(txn: ReadTxn, frames: Table, sid: bytes, session_id: str, version: int) -> tuple[bytes, bytes, int]:
@@ -88,7 +88,7 @@ def fold_plan(
     tables: Tables,
     policy: ChainPolicy,
     resolve: Resolve,
-    txn: WriteTxn,
+    txn: ReadTxn,
     sid: bytes,
     session_id: str,
     rec: records_pb2.SessionRecord,

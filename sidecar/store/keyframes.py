@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from ckpt.store.v1 import records_pb2
 
@@ -33,8 +34,7 @@ log = logging.getLogger("ckpt.store")
 
 # Sessions read per read transaction from the updated-time index.
 _CHUNK = 1000
-# States one quiet-sweep op decodes and recompresses before it yields the
-# writer to the writes queued behind it.
+# States one quiet-sweep plan decodes and recompresses (off the writer) before its rewrites are written.
 QUIET_OP_BYTES = 8 * 1024 * 1024
 
 
@@ -139,8 +139,9 @@ class QuietSweep:
             while sids:
                 if deadline is not None and time.monotonic() >= deadline:
                     return written, looked, False
-                done, n = submit(Op(self.op(sids, quiet_since))).wait()
-                written += done
+                planned, n = self.plan(sids, quiet_since)
+                if planned:
+                    written += submit(Op(self.op(planned))).wait()
                 sids = sids[n:]
             after = chunk[-1]
         return written, looked, True
@@ -168,7 +169,7 @@ class QuietSweep:
 
         return Op(apply)
 
-    def _keyframe(self, txn: WriteTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord) -> Rewrite | None:
+    def _keyframe(self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord) -> Rewrite | None:
         """A FULL frame of the head's state in place of its DELTA or PATCH frame (a PATCH head is left to the
         fold while folding is on)."""
         head = rec.head_version
@@ -181,22 +182,22 @@ class QuietSweep:
         new_value = value[:meta_end] + frame.data
         return Rewrite([(key, new_value)], frame.stored_bytes - (len(value) - meta_end), len(state))
 
-    def op(self, sids: list[bytes], quiet_since: int) -> Callable[[Batch, WriteTxn], tuple[int, int]]:
-        """Rewrite quiet sessions' heads: (rewritten, sessions looked at).
+    def plan(self, sids: list[bytes], quiet_since: int) -> tuple[list[Planned], int]:
+        """The rewrites of the quiet sessions among ``sids``, from one read transaction on the caller's thread:
+        (planned, sessions looked at).
 
-        Stops after QUIET_OP_BYTES of states, so that writes queued behind
-        it wait for a bounded amount of work; the sweeper submits the rest.
+        Decoding a head and compressing it again take time in proportion to its state (a 150 MB head:
+        seconds): done here, not in the writer's transaction, every other session's writes would wait
+        for it. Stops after QUIET_OP_BYTES of states, which bounds what the plans hold in memory.
         """
-        tables, encoders = self._tables, self._encoders
-
-        def apply(batch: Batch, txn: WriteTxn) -> tuple[int, int]:
-            written = state_bytes = looked = 0
-            stamped = False
+        planned: list[Planned] = []
+        state_bytes = looked = 0
+        with self._read() as txn:
             for sid in sids:
                 if state_bytes >= QUIET_OP_BYTES:
                     break
                 looked += 1
-                raw = txn.get(sid, db=tables.sessions)
+                raw = txn.get(sid, db=self._tables.sessions)
                 if raw is None:
                     continue
                 session_id = printable(sid)
@@ -206,35 +207,66 @@ class QuietSweep:
                     if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
                         continue  # written since, or its head is a chain start already
                     rewrite = self._plan(txn, sid, session_id, rec)
-                except Exception as exc:  # only reads so far: keep the session as it is (verify names damage)
+                except Exception as exc:  # only reads: keep the session as it is (verify names damage)
                     log.warning("quiet rewrite skipped session %r: %s", session_id, exc)
                     continue
-                if rewrite is None:
+                if rewrite is not None:
+                    planned.append(Planned(sid, session_id, bytes(raw), rec, rewrite))
+                    state_bytes += rewrite.cost
+        return planned, looked
+
+    def op(self, planned: list[Planned]) -> Callable[[Batch, WriteTxn], int]:
+        """Write the planned rewrites (:meth:`plan`) of the sessions whose record is still the one they were
+        planned from: how many were written.
+
+        Every change to a session's frames (a write, retention, a delete, another rewrite) rewrites its
+        record in the same transaction, so an unchanged record means unchanged frames; a session that
+        moved on is left for a later sweep, once it is quiet again.
+        """
+        tables, encoders = self._tables, self._encoders
+
+        def apply(batch: Batch, txn: WriteTxn) -> int:
+            written = 0
+            stamped = False
+            for p in planned:
+                now = txn.get(p.sid, db=tables.sessions)
+                if now is None or bytes(now) != p.raw:
                     continue
+                rec, rewrite = p.rec, p.rewrite
                 for key, new_value in rewrite.puts:
                     txn.put(key, new_value, db=tables.frames)
                 if not stamped:  # PREFIX frames, and sealed FULL frames (keyframe()): both layout 7
                     stamp_new_frames(txn, tables)
                     stamped = True
                 rec.stored_bytes += rewrite.stored_delta
-                rec.chain_start_version = head
-                txn.put(sid, rec.SerializeToString(), db=tables.sessions)
+                rec.chain_start_version = rec.head_version
+                txn.put(p.sid, rec.SerializeToString(), db=tables.sessions)
                 # The cached encoder continues the old chain's zstd stream; the
                 # session's next write must start a new one after this frame.
                 # Dropped now for later writes in this batch, and again after
                 # the commit: an earlier write of this batch puts its encoder
                 # (the old stream's) back in the cache then.
-                encoders.discard(sid)
-                batch.after_commit.append(functools.partial(encoders.discard, sid))
-                batch.touched_encoders.add(sid)
-                info = version_info(session_id, head, rewrite.puts[-1][1])  # the head's new value
-                restate = functools.partial(encoders.states.restate, sid, info, state=rewrite.head_state)
+                encoders.discard(p.sid)
+                batch.after_commit.append(functools.partial(encoders.discard, p.sid))
+                batch.touched_encoders.add(p.sid)
+                info = version_info(p.session_id, rec.head_version, rewrite.puts[-1][1])  # the head's new value
+                restate = functools.partial(encoders.states.restate, p.sid, info, state=rewrite.head_state)
                 batch.after_commit.append(restate)
                 written += 1
-                state_bytes += rewrite.cost
-            return written, looked
+            return written
 
         return apply
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A session's rewrite, planned (QuietSweep.plan) from the record ``raw`` that it is written against."""
+
+    sid: bytes
+    session_id: str
+    raw: bytes
+    rec: records_pb2.SessionRecord
+    rewrite: Rewrite
 
 
 class QuietSweeps:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ckpt.bench import synthetic
-from ckpt.codec import FrameKind, decode_latest
+from ckpt.codec import FrameKind, decode_latest, keyframe
 from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
-from ckpt.sidecar.store import keys, reads
+from ckpt.sidecar.store import folds, keys, reads
 from tests.store.support import (
     LATER,
     every_version,
@@ -318,3 +319,37 @@ def test_a_history_page_of_prefix_versions_decodes_their_source_once(
     assert states[::-1] == merged(patches)
     # The first page holds the head, decoded with its chain; each later page decodes it once.
     assert decodes == [0] + [1] * 9
+
+
+def test_a_fold_is_planned_off_the_writer_so_other_sessions_commit_while_it_compresses(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding a quiet head and compressing it again take time in proportion to its state (seconds for a
+    150 MB head); done inside the writer's transaction, every other session's writes waited for them. The
+    fold now plans on the sweeping thread and the writer only writes the plan: a put to another session
+    commits while the head is being compressed."""
+    config = long_chains(config)
+    patches = merge_patches(5)
+    expected = merged(patches)
+    with Store(config) as store:
+        for p in patches:
+            store.put("big", p, mode=WriteMode.MERGE)
+        committed_meanwhile: list[int] = []
+        real_keyframe = keyframe
+
+        def compressing(state: bytes, **kwargs: object) -> object:
+            # A private hook: the fold's compression of the head. Another session's put, from another
+            # thread, must commit before it returns (10 s: it never would inside the writer's transaction).
+            if not committed_meanwhile:
+                with ThreadPoolExecutor(1) as pool:
+                    committed_meanwhile.append(pool.submit(store.put, "other", b"\x08\x01").result(timeout=10).version)
+            return real_keyframe(state, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(folds, "keyframe", compressing)
+        assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 1
+        assert committed_meanwhile == [1]
+        assert kinds(store, "big")[-1] is FrameKind.FULL
+        assert every_version(store, "big") == expected
+        assert store.get("other", use_cache=False).state == b"\x08\x01"
+    with Store(config) as store:
+        assert every_version(store, "big") == expected

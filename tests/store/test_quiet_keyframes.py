@@ -17,7 +17,7 @@ from ckpt.codec import ChainEncoder, FrameKind, decode, keyframe, parse
 from ckpt.codec.errors import EncodeError
 from ckpt.sidecar import PutRequest, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient
-from ckpt.sidecar.store.keyframes import QuietSweep
+from ckpt.sidecar.store.keyframes import Planned, QuietSweep
 from ckpt.sidecar.store.layout import FRAMES_LAYOUT
 from ckpt.v1 import service_pb2
 from tests.store.support import (
@@ -25,7 +25,6 @@ from tests.store.support import (
     kinds,
     layout_stamp,
     put_later,
-    queued_ops,
     storage_of,
     wait_queued,
     writer_held,
@@ -221,14 +220,14 @@ def test_a_restarted_store_resumes_the_sweep_where_it_stopped(
         assert store.sweep(now_nanos=start + LATER).keyframes_written == needing > 20
     looked: list[bytes] = []
     with Store(config) as store:
-        # A private hook: which sessions a sweep reads from the index shows only at its keyframe ops.
-        keyframe_op = QuietSweep.op
+        # A private hook: which sessions a sweep reads from the index shows only at its keyframe plans.
+        keyframe_plan = QuietSweep.plan
 
-        def counting(self: QuietSweep, sids: list[bytes], quiet_since: int) -> Callable[..., tuple[int, int]]:
+        def counting(self: QuietSweep, sids: list[bytes], quiet_since: int) -> tuple[list[Planned], int]:
             looked.extend(sids)
-            return keyframe_op(self, sids, quiet_since)
+            return keyframe_plan(self, sids, quiet_since)
 
-        monkeypatch.setattr(QuietSweep, "op", counting)
+        monkeypatch.setattr(QuietSweep, "plan", counting)
         clock[0] = start + 10 * 10**9
         for s in replace_states(300, steps=6):
             store.put("late", s)
@@ -279,37 +278,68 @@ def test_idle_sweeps_commit_nothing(config: StoreConfig, clock: list[int]) -> No
         assert env.info()["last_txnid"] == txn_id
 
 
-def test_a_keyframe_committed_with_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
-    """A write and the keyframe of the version it made share one group commit.
+def test_a_keyframe_committed_before_a_write_to_its_session_ends_that_writes_stream(config: StoreConfig) -> None:
+    """A keyframe and the write after it share one group commit: the write's frame starts a stream after the
+    FULL frame.
 
     The write's encoder, continuing the old chain's zstd stream, went back into
-    the encoder cache after the commit, so the writes after the new FULL frame
+    the encoder cache after such a commit, so the writes after the new FULL frame
     continued a stream it does not start: cold reads of them decoded garbage or
-    failed (DataLoss) for some states. For the write to count as quiet, the
-    sweep runs ahead of the clock, as a wall clock that steps back makes it.
+    failed (DataLoss) for some states. For the head to count as quiet, the sweep
+    runs ahead of the clock, as a wall clock that steps back makes it.
     """
     states = replace_states(7, steps=12)
     with Store(config) as store:
         for state in states[:4]:  # versions 1-4
             store.put("s", state)
         with writer_held(store):
-            v5 = put_later(store, PutRequest("s", states[4]))  # a DELTA, unless the keyframe op rewrites it
-            wait_queued(store, 1)
             # A private hook: the sweep's keyframe pass alone. A whole sweep queues its request-id
-            # expiry first, so its keyframe op would come only after the write's commit.
+            # expiry first, which would commit before the keyframe op.
             keyframing = threading.Thread(target=store._quiet.keyframes.sweep, args=(time.time_ns() + LATER,))
             keyframing.start()
-            deadline = time.monotonic() + 10
-            while queued_ops(store) < 2 and time.monotonic() < deadline:  # the write, then the keyframe op
-                time.sleep(0.001)
+            wait_queued(store, 1)  # the keyframe op of version 4, planned while the writer was held
+            v5 = put_later(store, PutRequest("s", states[4]))
+            wait_queued(store, 2)
         assert v5.result(timeout=10).version == 5
         keyframing.join(10)
         assert store.stats()["batch_sizes"].get(2) == 1  # the two shared a commit
         for state in states[5:]:
             store.put("s", state)
-        assert kinds(store, "s")[4:6] == [FrameKind.FULL, FrameKind.DELTA]  # the keyframe of version 5, then a delta
+        assert kinds(store, "s")[3:5] == [FrameKind.FULL, FrameKind.DELTA]  # the keyframe of version 4, then v5
         _, frames = store.frames_of("s")
-        assert not parse(frames[5][2])[0].continues_stream  # version 6 starts a stream after the FULL frame
+        assert not parse(frames[4][2])[0].continues_stream  # version 5 starts a stream after the FULL frame
+        assert every_version(store, "s") == states
+    with Store(config) as reopened:
+        assert every_version(reopened, "s") == states
+
+
+def test_a_keyframe_planned_before_a_write_to_its_session_is_not_written_over_it(config: StoreConfig) -> None:
+    """A rewrite is planned from the committed head, off the writer; a write to the session committed
+    between the plan and its op (here: first in their shared commit) moves the record on, so the op
+    leaves the session alone and the write's version stands, until the session is quiet again."""
+    states = replace_states(8, steps=8)
+    with Store(config) as store:
+        for state in states[:4]:
+            store.put("s", state)
+        with writer_held(store):
+            v5 = put_later(store, PutRequest("s", states[4]))
+            wait_queued(store, 1)
+            done: list[int] = []
+            keyframing = threading.Thread(
+                target=lambda: done.append(store._quiet.keyframes.sweep(time.time_ns() + LATER))
+            )
+            keyframing.start()
+            wait_queued(store, 2)  # the write, then the keyframe op planned from version 4
+        assert v5.result(timeout=10).version == 5
+        keyframing.join(10)
+        assert done == [0]
+        assert store.stats()["batch_sizes"].get(2) == 1
+        assert kinds(store, "s")[3:5] == [FrameKind.DELTA, FrameKind.DELTA]  # neither rewritten
+        assert every_version(store, "s") == states[:5]
+        assert store.sweep(now_nanos=time.time_ns() + LATER).keyframes_written == 1  # quiet again: version 5
+        assert kinds(store, "s")[4] is FrameKind.FULL
+        for state in states[5:]:
+            store.put("s", state)
         assert every_version(store, "s") == states
     with Store(config) as reopened:
         assert every_version(reopened, "s") == states
