@@ -54,6 +54,23 @@ from .records import META_LEN, version_record
 COMPACT_FOLD_MAX_FRACTION = 0.75
 
 
+#: A run whose head state is at least the chain policy's ``segment_min_state_bytes`` is folded only if its
+#: chain, by the policy's estimate of decode cost (the bytes the run added and ``frame_cost_bytes`` a frame),
+#: costs at least this fraction of its state more to decode than the state alone. A fold decodes the head,
+#: compresses it again and writes it whole: for a 150 MB head with a few KB patched on, ~75 MB written (and
+#: seconds of CPU) to spare a cold read a fraction of a percent, after every quiet period. Below
+#: ``segment_min_state_bytes`` a fold is cheap and a chain's per-frame cost is what a cold read pays.
+FOLD_MIN_GAIN_FRACTION = 1 / 8
+
+
+def worth_folding(policy: ChainPolicy, *, run_frames: int, added: int, state: int) -> bool:
+    """Whether a quiet run of ``run_frames`` PATCH frames that added ``added`` bytes to a head of ``state``
+    bytes is worth folding (FOLD_MIN_GAIN_FRACTION)."""
+    if state < policy.segment_min_state_bytes:
+        return True
+    return added + run_frames * policy.frame_cost_bytes >= FOLD_MIN_GAIN_FRACTION * state
+
+
 @dataclass(frozen=True, slots=True)
 class Rewrite:
     """What a quiet sweep writes for one session: new values of its frames (the head's among them), all in
@@ -106,8 +123,11 @@ def fold_plan(
     if first == 0:  # chain_frames starts at a FULL frame: a PATCH there is damage
         raise DataLoss(f"session {session_id!r}: no FULL frame starts the chain of version {head}")
     start = head - (len(chain) - first)  # the run's FULL or DELTA frame: its state is the run's first
-    state = decode(chain)
     headers = [_header(chain[version - base], session_id, version) for version in range(start, head + 1)]
+    state_size = headers[-1].state_size
+    if not worth_folding(policy, run_frames=head - start, added=state_size - headers[0].state_size, state=state_size):
+        return None
+    state = decode(chain)
     # What compaction drops is mostly what the run's patches added (a typed chain start is stored compacted):
     # a run that added less than it could drop is not parsed (a 23 MB head with a few KB patched on: 84 ms).
     added = len(state) - headers[0].state_size
