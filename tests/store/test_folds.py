@@ -356,27 +356,36 @@ def test_a_fold_is_planned_off_the_writer_so_other_sessions_commit_while_it_comp
         assert every_version(store, "big") == expected
 
 
-def test_a_large_head_is_folded_only_once_its_run_costs_an_eighth_of_it_to_decode(config: StoreConfig) -> None:
-    """A fold writes the head whole: for a head of at least segment_min_state_bytes with a few KB patched on,
-    that rewrite is not worth the decode it spares (folds.FOLD_MIN_GAIN_FRACTION). The run is folded once
-    the bytes it added and its frames (4 KiB each, the policy's frame_cost_bytes) reach an eighth of it."""
+def test_a_large_folded_head_is_folded_again_only_once_its_run_costs_an_eighth_of_it_to_decode(
+    config: StoreConfig,
+) -> None:
+    """A fold writes the head whole. The first fold of a large head pays (its sealed frame decodes in one
+    shot); after it, for a head of at least segment_min_state_bytes with a few KB patched on, a rewrite is
+    not worth the decode it spares (folds.FOLD_MIN_GAIN_FRACTION). The run is folded once the bytes it added
+    and its frames (4 KiB each, the policy's frame_cost_bytes) reach an eighth of the head."""
     body = random.Random(11).randbytes(512 * 1024).hex().encode()  # 1 MiB that compresses about 2:1
     first = b"\x0a" + _varint(len(body)) + body
-    patches = [b"\x12\x08" + b"%08d" % i for i in range(40)]  # 10 bytes each
+    patches = [b"\x12\x08" + b"%08d" % i for i in range(50)]  # 10 bytes each
     expected = [first]
     with Store(config) as store:
+
+        def merge(ps: list[bytes]) -> None:
+            for p in ps:
+                store.put("big", p, mode=WriteMode.MERGE)
+                expected.append(expected[-1] + p)
+
         store.put("big", first)
-        for p in patches[:10]:  # 10 * (10 B + 4 KiB) < 1 MiB / 8
-            store.put("big", p, mode=WriteMode.MERGE)
-            expected.append(expected[-1] + p)
+        merge(patches[:10])
+        assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 1  # onto the put's FULL frame
+        assert kinds(store, "big") == [FrameKind.PREFIX] * 10 + [FrameKind.FULL]
+        merge(patches[10:20])  # 10 * (10 B + 4 KiB) < 1 MiB / 8
         assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 0
-        assert kinds(store, "big") == [FrameKind.FULL] + [FrameKind.PATCH] * 10
-        assert store.session("big").chain_start_version == 1
-        for p in patches[10:]:  # 40 * (10 B + 4 KiB) > 1 MiB / 8
-            store.put("big", p, mode=WriteMode.MERGE)
-            expected.append(expected[-1] + p)
+        assert kinds(store, "big")[10:] == [FrameKind.FULL] + [FrameKind.PATCH] * 10
+        assert store.session("big").chain_start_version == 11
+        assert every_version(store, "big") == expected
+        merge(patches[20:])  # 40 * (10 B + 4 KiB) > 1 MiB / 8
         assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 1
-        assert kinds(store, "big") == [FrameKind.PREFIX] * 40 + [FrameKind.FULL]
+        assert kinds(store, "big") == [FrameKind.PREFIX] * 50 + [FrameKind.FULL]
         assert every_version(store, "big") == expected
     with Store(config) as store:
         assert every_version(store, "big") == expected
