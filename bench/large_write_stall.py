@@ -7,7 +7,8 @@ of whole states, then ``--merges`` MERGE puts of 1 KB patches onto that head
 (``--rounds`` times under each chain policy, taking turns: the default, whose
 MERGE chains of large states write segments, and one without segments, where
 every 65th write starts a new chain: a FULL frame of the whole head); then a
-sweep folds the quiet head (its whole state decoded and compressed again).
+sweep folds the quiet head (its whole state decoded and compressed again), and
+another sweeps it after 20 more MERGEs.
 Meanwhile another thread puts 1 KB states to
 16 other sessions in turn, one at a time. Printed per phase: each large put's
 time, the small puts' count, median and longest wait (from the call to its
@@ -143,6 +144,9 @@ def main() -> None:
                 _report(f"[{name}] MERGE", large, waits, extra)
                 folded, took, waits = _fold(store, config)
                 _report(f"[{name}] FOLD", [took], waits, f"; {folded} heads folded")
+                _merges(store, 20)  # a short run onto the folded head: not worth a second fold (folds.py)
+                folded, took, waits = _fold(store, config)
+                _report(f"[{name}] FOLD after 20 MERGEs more", [took], waits, f"; {folded} heads folded")
             finally:
                 store.close()
                 shutil.rmtree(data_dir, ignore_errors=True)
