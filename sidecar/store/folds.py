@@ -19,6 +19,7 @@ expected_state_xxh3 check, as one holding the new state's does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from ...codec import (
     prefix_frame,
 )
 from ..errors import DataLoss
-from ..storage import ReadTxn, Table
+from ..storage import ReadTxn
 from . import keys
 from .layout import Tables
 from .reads import chain_frames
@@ -60,8 +61,8 @@ COMPACT_FOLD_MAX_FRACTION = 0.75
 #: more to decode than the state alone. A fold decodes the head, compresses it again and writes it whole:
 #: for a 150 MB head with a few KB patched on, ~75 MB written (and seconds of CPU) to spare a cold read a
 #: fraction of a percent, after every quiet period. A run onto any other frame is folded: one sealed frame
-#: decodes in one shot (the `large` workload's multi-MB heads read cold in 45 ms folded, 95 ms as chains). Below ``segment_min_state_bytes`` a fold is cheap and a chain's
-#: per-frame cost is what a cold read pays.
+#: decodes in one shot (the `large` workload's multi-MB heads read cold in 45 ms folded, 95 ms as chains).
+#: Below ``segment_min_state_bytes`` a fold is cheap and a chain's per-frame cost is what a cold read pays.
 FOLD_MIN_GAIN_FRACTION = 1 / 8
 
 
@@ -90,20 +91,23 @@ class Rewrite:
 
 #: A typed session's message class by its type's name (None: not known here).
 Resolve = Callable[[str], type[Message] | None]
-#: Plans a session's rewrite from reads alone (txn, sid, session id, record); None: nothing to rewrite.
-Plan = Callable[[ReadTxn, bytes, str, records_pb2.SessionRecord], "Rewrite | None"]
+#: Works a session's rewrite out (None: nothing to rewrite), from what a read took.
+Work = Callable[[], "Rewrite | None"]
+#: Reads what a session's rewrite needs (txn, sid, session id, record), and returns the work of it, to be
+#: done once the read transaction has ended: a long one would keep LMDB from reusing the pages every
+#: commit meanwhile frees (a 150 MB head's fold takes seconds).
+Plan = Callable[[ReadTxn, bytes, str, records_pb2.SessionRecord], Work]
 
 
-def frame_value(txn: ReadTxn, frames: Table, sid: bytes, session_id: str, version: int) -> tuple[bytes, bytes, int]:
-    """A version's frame key, its stored value and where its metadata ends (the frame follows)."""
-    key = keys.frame_key(sid, version)
-    value = txn.get(key, db=frames)
-    if value is None:
-        raise DataLoss(f"session {session_id!r}: frame of version {version} is missing")
-    return key, bytes(value), META_LEN.size + META_LEN.unpack_from(value)[0]
+def stored(frame: memoryview, sid: bytes, version: int) -> tuple[bytes, bytes, int]:
+    """The frame key, stored value and metadata's end of a frame that a chain read took (records.frame_of:
+    a view of its value, read as bytes)."""
+    value = frame.obj
+    assert isinstance(value, bytes)
+    return keys.frame_key(sid, version), value, len(value) - len(frame)
 
 
-def fold_plan(
+def fold_reads(
     tables: Tables,
     policy: ChainPolicy,
     resolve: Resolve,
@@ -111,10 +115,23 @@ def fold_plan(
     sid: bytes,
     session_id: str,
     rec: records_pb2.SessionRecord,
+) -> Work:
+    """Read the session's chain, every version from its start (a fold rewrites each): :data:`Plan`."""
+    chain = chain_frames(txn, tables, sid, session_id, rec, rec.head_version, consecutive=True)
+    return functools.partial(fold_plan, policy, resolve, sid, session_id, rec, chain)
+
+
+def fold_plan(
+    policy: ChainPolicy,
+    resolve: Resolve,
+    sid: bytes,
+    session_id: str,
+    rec: records_pb2.SessionRecord,
+    chain: list[memoryview],
 ) -> Rewrite | None:
-    """The fold of the session's head run (None if its head is not a PATCH frame), from reads alone."""
+    """The fold of the session's head run (None if its head is not a PATCH frame, or not worth folding),
+    from its chain as read (every version from the chain's start), with no transaction."""
     head = rec.head_version
-    chain = chain_frames(txn, tables, sid, session_id, rec, head, consecutive=True)  # from the chain's start
     base = head - len(chain) + 1  # chain[0]'s version
     kinds = [_kind(frame, session_id, base + i) for i, frame in enumerate(chain)]
     if kinds[-1] is not FrameKind.PATCH:
@@ -142,7 +159,7 @@ def fold_plan(
     puts: list[tuple[bytes, bytes]] = []
     delta = 0
     for version in range(start, top):
-        key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, version)
+        key, value, meta_end = stored(chain[version - base], sid, version)
         old = headers[version - start]
         try:
             frame = prefix_frame(top_state, version=version, source_version=top, state_size=old.state_size)
@@ -157,11 +174,11 @@ def fold_plan(
         puts.append((key, value[:meta_end] + frame.data))
         delta += frame.stored_bytes - (len(value) - meta_end)
     if top != head and top > start:  # a compacted head: the version before it holds the run's state
-        key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, top)
+        key, value, meta_end = stored(chain[top - base], sid, top)
         full = keyframe(top_state, version=top, policy=policy)
         puts.append((key, value[:meta_end] + full.data))
         delta += full.stored_bytes - (len(value) - meta_end)
-    key, value, meta_end = frame_value(txn, tables.frames, sid, session_id, head)
+    key, value, meta_end = stored(chain[-1], sid, head)
     if canonical is None:
         meta = value[:meta_end]
         full = keyframe(state, version=head, policy=policy)

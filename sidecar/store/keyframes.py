@@ -24,7 +24,7 @@ from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .folds import Plan, Resolve, Rewrite, fold_plan, frame_value
+from .folds import Plan, Resolve, Rewrite, Work, fold_reads, stored
 from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
@@ -169,22 +169,24 @@ class QuietSweep:
 
         return Op(apply)
 
-    def _keyframe(self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord) -> Rewrite | None:
-        """A FULL frame of the head's state in place of its DELTA or PATCH frame (a PATCH head is left to the
-        fold while folding is on)."""
-        head = rec.head_version
-        chain = chain_frames(txn, self._tables, sid, session_id, rec, head)
+    def _keyframe(self, txn: ReadTxn, sid: bytes, session_id: str, rec: records_pb2.SessionRecord) -> Work:
+        """Read the frames the head is read through: :data:`~.folds.Plan` of a FULL frame of the head's state
+        in place of its DELTA or PATCH frame (a PATCH head is left to the fold while folding is on)."""
+        chain = chain_frames(txn, self._tables, sid, session_id, rec, rec.head_version)
+        return functools.partial(self._keyframe_plan, sid, rec.head_version, chain)
+
+    def _keyframe_plan(self, sid: bytes, head: int, chain: list[memoryview]) -> Rewrite | None:
         if self._config.fold_after_quiet_seconds is not None and frame_kind(chain[-1]) is FrameKind.PATCH:
             return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
         state = decode(chain)
-        key, value, meta_end = frame_value(txn, self._tables.frames, sid, session_id, head)
+        key, value, meta_end = stored(chain[-1], sid, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
         new_value = value[:meta_end] + frame.data
         return Rewrite([(key, new_value)], frame.stored_bytes - (len(value) - meta_end), len(state))
 
     def plan(self, sids: list[bytes], quiet_since: int) -> tuple[list[Planned], int]:
-        """The rewrites of the quiet sessions among ``sids``, from one read transaction on the caller's thread:
-        (planned, sessions looked at).
+        """The rewrites of the quiet sessions among ``sids``, worked out on the caller's thread from a read
+        transaction each: (planned, sessions looked at).
 
         Decoding a head and compressing it again take time in proportion to its state (a 150 MB head:
         seconds): done here, not in the writer's transaction, every other session's writes would wait
@@ -192,27 +194,31 @@ class QuietSweep:
         """
         planned: list[Planned] = []
         state_bytes = looked = 0
-        with self._read() as txn:
-            for sid in sids:
-                if state_bytes >= QUIET_OP_BYTES:
-                    break
-                looked += 1
-                raw = txn.get(sid, db=self._tables.sessions)
-                if raw is None:
-                    continue
-                session_id = printable(sid)
-                try:
+        for sid in sids:
+            if state_bytes >= QUIET_OP_BYTES:
+                break
+            looked += 1
+            session_id = printable(sid)
+            try:
+                with self._read() as txn:  # one a session, ended before the work: see folds.Plan
+                    raw = txn.get(sid, db=self._tables.sessions)
+                    if raw is None:
+                        continue
+                    raw = bytes(raw)
                     rec = record(raw)
                     head = rec.head_version
                     if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
                         continue  # written since, or its head is a chain start already
-                    rewrite = self._plan(txn, sid, session_id, rec)
-                except Exception as exc:  # only reads: keep the session as it is (verify names damage)
-                    log.warning("quiet rewrite skipped session %r: %s", session_id, exc)
-                    continue
-                if rewrite is not None:
-                    planned.append(Planned(sid, session_id, bytes(raw), rec, rewrite))
-                    state_bytes += rewrite.cost
+                    work = self._plan(txn, sid, session_id, rec)
+                rewrite = work()
+            except Unavailable:
+                raise  # the store is closing
+            except Exception as exc:  # nothing written: keep the session as it is (verify names damage)
+                log.warning("quiet rewrite skipped session %r: %s", session_id, exc)
+                continue
+            if rewrite is not None:
+                planned.append(Planned(sid, session_id, raw, rec, rewrite))
+                state_bytes += rewrite.cost
         return planned, looked
 
     def op(self, planned: list[Planned]) -> Callable[[Batch, WriteTxn], int]:
@@ -291,7 +297,7 @@ class QuietSweeps:
             read,
             submit,
             bound_key=FOLDED_BEFORE_KEY,
-            plan=functools.partial(fold_plan, tables, config.chain_policy, resolve),
+            plan=functools.partial(fold_reads, tables, config.chain_policy, resolve),
         )
 
     def note_write(self, txn: WriteTxn, now: int) -> None:

@@ -25,6 +25,7 @@ from tests.store.support import (
     long_chains,
     merge_patches,
     merged,
+    storage_of,
 )
 from tests.support import ckpt
 
@@ -327,8 +328,8 @@ def test_a_fold_is_planned_off_the_writer_so_other_sessions_commit_while_it_comp
 ) -> None:
     """Decoding a quiet head and compressing it again take time in proportion to its state (seconds for a
     150 MB head); done inside the writer's transaction, every other session's writes waited for them. The
-    fold now plans on the sweeping thread and the writer only writes the plan: a put to another session
-    commits while the head is being compressed."""
+    fold now plans on the sweeping thread, after its read transaction, and the writer only writes the plan:
+    a put to another session commits while the head is being compressed."""
     config = long_chains(config)
     patches = merge_patches(5)
     expected = merged(patches)
@@ -340,7 +341,9 @@ def test_a_fold_is_planned_off_the_writer_so_other_sessions_commit_while_it_comp
 
         def compressing(state: bytes, **kwargs: object) -> object:
             # A private hook: the fold's compression of the head. Another session's put, from another
-            # thread, must commit before it returns (10 s: it never would inside the writer's transaction).
+            # thread, must commit before it returns (10 s: it never would inside the writer's transaction),
+            # and no read transaction is open (a long one keeps LMDB from reusing the pages commits free).
+            assert storage_of(store)._rw._shared == 0
             if not committed_meanwhile:
                 with ThreadPoolExecutor(1) as pool:
                     committed_meanwhile.append(pool.submit(store.put, "other", b"\x08\x01").result(timeout=10).version)
