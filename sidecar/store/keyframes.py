@@ -217,7 +217,7 @@ class QuietSweep:
                 log.warning("quiet rewrite skipped session %r: %s", session_id, exc)
                 continue
             if rewrite is not None:
-                planned.append(Planned(sid, session_id, raw, rec, rewrite))
+                planned.append(Planned(sid, session_id, raw, rewrite))
                 state_bytes += rewrite.cost
         return planned, looked
 
@@ -238,7 +238,7 @@ class QuietSweep:
                 now = txn.get(p.sid, db=tables.sessions)
                 if now is None or bytes(now) != p.raw:
                     continue
-                rec, rewrite = p.rec, p.rewrite
+                rec, rewrite = record(p.raw), p.rewrite  # parsed anew: a batch may run again (a map grown)
                 for key, new_value in rewrite.puts:
                     txn.put(key, new_value, db=tables.frames)
                 if not stamped:  # PREFIX frames, and sealed FULL frames (keyframe()): both layout 7
@@ -271,7 +271,6 @@ class Planned:
     sid: bytes
     session_id: str
     raw: bytes
-    rec: records_pb2.SessionRecord
     rewrite: Rewrite
 
 

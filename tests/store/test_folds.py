@@ -400,3 +400,32 @@ def _varint(n: int) -> bytes:
         out.append(n & 0x7F | 0x80)
         n >>= 7
     return bytes(out + bytes([n]))
+
+
+def test_folds_whose_commit_grows_the_map_are_written_once(config: StoreConfig) -> None:
+    """The writer runs a batch again when it finds the map full and grows it: the fold op's rewrites, worked
+    out before, must then write the same frames and records as the first time, the records of sessions
+    the first run had already rewritten among them."""
+    config = replace(config, map_size_bytes=1 << 20)
+    expected: dict[str, list[bytes]] = {}
+    with Store(config) as store:
+        # "a" is rewritten first in the op; "b"'s new FULL frame is what no longer fits the map.
+        for n, (sid, size) in enumerate((("a", 96 * 1024), ("b", 768 * 1024), ("c", 96 * 1024))):
+            body = random.Random(n).randbytes(size).hex().encode()
+            expected[sid] = [b"\x0a" + _varint(len(body)) + body]
+            store.put(sid, expected[sid][0])
+            for i in range(10):
+                patch = b"\x12\x08" + b"%08d" % i
+                store.put(sid, patch, mode=WriteMode.MERGE)
+                expected[sid].append(expected[sid][-1] + patch)
+        resizes = storage_of(store).resizes  # a private hook: how often the map grew
+        assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 3  # in one op
+        assert storage_of(store).resizes > resizes  # the fold's batch ran again
+        stored = {sid: store.session(sid).stored_bytes for sid in expected}
+        for sid, states in expected.items():
+            assert stored[sid] == sum(v.stored_bytes for v in store.list_versions(sid)[0])
+            assert every_version(store, sid) == states
+    with Store(config) as store:
+        for sid, states in expected.items():
+            assert store.session(sid).stored_bytes == stored[sid]
+            assert every_version(store, sid) == states
