@@ -151,8 +151,8 @@ class StoreConfig:
     #: frame of the same state (same version, same bytes), so the cold read
     #: that resumes it decodes one frame instead of a chain, and its next
     #: write starts a new chain. Costs a FULL frame less a delta per quiet
-    #: period on disk, and the writer a decode and a compress per session
-    #: going quiet. None: off.
+    #: period on disk, and the sweeping thread a decode and a compress per
+    #: session going quiet. None: off.
     keyframe_after_quiet_seconds: float | None = field(
         default=None,
         metadata=option(
@@ -168,7 +168,9 @@ class StoreConfig:
     #: head becomes a FULL frame and every version of its run, from the FULL
     #: or DELTA frame that starts it, a header-only PREFIX frame (its state is
     #: the first bytes of the head's). Fewer bytes stored, and a cold read of
-    #: the head decodes one frame. None or 0: off.
+    #: the head decodes one frame. A head of chain_policy.segment_min_state_bytes
+    #: or more that a fold already sealed is folded again only once its run
+    #: is worth it (store/folds.py, FOLD_MIN_GAIN_FRACTION). None or 0: off.
     fold_after_quiet_seconds: float | None = field(
         default=60.0,
         metadata=option(
