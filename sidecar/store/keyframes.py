@@ -189,8 +189,8 @@ class QuietSweep:
         transaction each: (planned, sessions looked at).
 
         Decoding a head and compressing it again take time in proportion to its state (a 150 MB head:
-        seconds): done here, not in the writer's transaction, every other session's writes would wait
-        for it. Stops after QUIET_OP_BYTES of states, which bounds what the plans hold in memory.
+        seconds): done here rather than in the writer's transaction, where every other session's writes
+        would wait for it. Stops after QUIET_OP_BYTES of states, which bounds what the plans hold in memory.
         """
         planned: list[Planned] = []
         state_bytes = looked = 0
@@ -250,8 +250,7 @@ class QuietSweep:
                 # The cached encoder continues the old chain's zstd stream; the
                 # session's next write must start a new one after this frame.
                 # Dropped now for later writes in this batch, and again after
-                # the commit: an earlier write of this batch puts its encoder
-                # (the old stream's) back in the cache then.
+                # the commit, whatever encoder a write of this batch put back.
                 encoders.discard(p.sid)
                 batch.after_commit.append(functools.partial(encoders.discard, p.sid))
                 batch.touched_encoders.add(p.sid)
