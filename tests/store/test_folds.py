@@ -16,6 +16,7 @@ from ckpt.bench import synthetic
 from ckpt.codec import FrameKind, decode_latest, keyframe
 from ckpt.sidecar import DataLoss, NotFound, Retention, Store, StoreConfig, WriteMode
 from ckpt.sidecar.store import folds, keys, reads
+from tests.codec.layout import varint
 from tests.store.support import (
     LATER,
     every_version,
@@ -367,7 +368,7 @@ def test_a_large_folded_head_is_folded_again_only_once_its_run_costs_an_eighth_o
     not worth the decode it spares (folds.FOLD_MIN_GAIN_FRACTION). The run is folded once the bytes it added
     and its frames (4 KiB each, the policy's frame_cost_bytes) reach an eighth of the head."""
     body = random.Random(11).randbytes(512 * 1024).hex().encode()  # 1 MiB that compresses about 2:1
-    first = b"\x0a" + _varint(len(body)) + body
+    first = b"\x0a" + varint(len(body)) + body
     patches = [b"\x12\x08" + b"%08d" % i for i in range(50)]  # 10 bytes each
     expected = [first]
     with Store(config) as store:
@@ -394,14 +395,6 @@ def test_a_large_folded_head_is_folded_again_only_once_its_run_costs_an_eighth_o
         assert every_version(store, "big") == expected
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
-
-
 def test_folds_whose_commit_grows_the_map_are_written_once(config: StoreConfig) -> None:
     """The writer runs a batch again when it finds the map full and grows it: the fold op's rewrites, worked
     out before, must then write the same frames and records as the first time, the records of sessions
@@ -412,7 +405,7 @@ def test_folds_whose_commit_grows_the_map_are_written_once(config: StoreConfig) 
         # "a" is rewritten first in the op; "b"'s new FULL frame is what no longer fits the map.
         for n, (sid, size) in enumerate((("a", 96 * 1024), ("b", 768 * 1024), ("c", 96 * 1024))):
             body = random.Random(n).randbytes(size).hex().encode()
-            expected[sid] = [b"\x0a" + _varint(len(body)) + body]
+            expected[sid] = [b"\x0a" + varint(len(body)) + body]
             store.put(sid, expected[sid][0])
             for i in range(10):
                 patch = b"\x12\x08" + b"%08d" % i
