@@ -11,6 +11,7 @@ from typing import Any
 import lmdb
 
 from ...sidecar import Store, StoreConfig
+from ...sidecar.tools.compact import compact
 from .common import fresh_dir
 from .scale_data import VERSIONS_PER_SESSION, ScaleData
 
@@ -93,6 +94,9 @@ def interleaved_fill(
             mismatches = sum(store.get(data.session_id(i)).state != data.state(i, VERSIONS_PER_SESSION) for i in sample)
             disk = disk_use(store, frames_bytes, sessions)
             stats = store.stats()
+        tables = lmdb_tables(directory / "lmdb")
+        # What `ckpt compact` makes of it once the store is closed (the close folds quiet sessions first).
+        compacted = compact(directory)
         return {
             "sessions": sessions,
             "active": active,
@@ -101,19 +105,27 @@ def interleaved_fill(
             "heads_checked": len(sample),
             "mismatches": mismatches,
             "disk": disk,
-            "lmdb": lmdb_tables(directory / "lmdb"),
+            "lmdb": tables,
+            "compacted": {
+                "file_bytes_before": compacted.data_mdb_bytes_before,
+                "file_bytes": compacted.data_mdb_bytes_after,
+                "file_vs_frames": compacted.data_mdb_bytes_after / frames_bytes,
+            },
         }
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def render_interleaved(r: dict[str, Any]) -> str:
-    d, frames_table = r["disk"], r["lmdb"]["tables"]["frames"]
+    d, frames_table, c = r["disk"], r["lmdb"]["tables"]["frames"], r["compacted"]
     return (
         f"\nthe same writes interleaved (reported, not checked): {r['sessions']:,} sessions, {r['active']:,} open at "
         f"once, each put_many {r['batch_writes']:,} next versions of randomly drawn open sessions: data.mdb "
         f"**{d['file_vs_frames']:.3f}x** the frames ({d['file_bytes_per_session']:,.0f} against "
         f"{d['frames_bytes_per_session']:,.0f} B per session; the frames table alone "
         f"{frames_table['bytes'] / d['frames_bytes']:.3f}x): inserts landing mid-page split LMDB's pages in half. "
-        f"{r['versions']:,} versions; {r['mismatches']} wrong of {r['heads_checked']:,} heads read back"
+        f"{r['versions']:,} versions; {r['mismatches']} wrong of {r['heads_checked']:,} heads read back. "
+        f"Closed (which folds quiet sessions) and compacted (`ckpt compact`: each table written again in key "
+        f"order): data.mdb {c['file_bytes_before']:,} -> {c['file_bytes']:,} B, **{c['file_vs_frames']:.3f}x** the"
+        " frames written"
     )

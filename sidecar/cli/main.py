@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify_command", "verify"),
     "stats": ("offline_commands", "stats"),
     "backup": ("offline_commands", "backup"),
+    "compact": ("offline_commands", "compact"),
 }
 
 

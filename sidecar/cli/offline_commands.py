@@ -1,4 +1,5 @@
-"""The commands that read a data directory themselves, read-only: inspect, stats, backup (verify: verify_command.py).
+"""The commands that work on a data directory themselves: inspect, stats, backup, read-only, and compact
+(verify: verify_command.py).
 
 Each reads in a child process (sidecar/tools/isolated.py): a damaged page can make LMDB abort().
 """
@@ -21,6 +22,8 @@ from ..store import SessionInfo, Store, VersionInfo, count_sessions, stored_fram
 from ..store.prefixes import is_prefix
 from ..tools import isolated, write_backup
 from ..tools.backup import copy_with_blobs
+from ..tools.compact import compact as compact_data_dir
+from ..tools.compact import held_counts
 from .output import utc
 
 
@@ -112,9 +115,7 @@ def backup(args: argparse.Namespace) -> int:
     # as ^C does: the exception unwinds through write_backup's cleanup. A SIGHUP ignored at start
     # (`nohup ckpt backup ...`) stays ignored, here and in the copying child (child.py), as `ckpt serve`
     # keeps it (docs/operations.md, Stopping); SIGTERM stops it regardless.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, _exit_on_signal)
+    _stop_on_signals()
 
     def copy(lmdb_dir: Path) -> tuple[int, int]:
         return isolated.call(
@@ -131,6 +132,41 @@ def backup(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def compact(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    _stop_on_signals()  # as a backup: its copy removed, the store as it was
+    data_dir: Path = args.data_dir
+
+    def copy(lmdb_dir: Path) -> tuple[int, int]:
+        return isolated.call(data_dir, open_readonly, partial(_copy, lmdb_dir=lmdb_dir), "making its compacted copy")
+
+    def count(directory: Path) -> tuple[int, int]:
+        return isolated.call(directory, open_readonly, held_counts, "checking the compacted copy")
+
+    result = compact_data_dir(data_dir, copy=copy, count=count)
+    summary = {
+        "sessions": result.sessions,
+        "versions": result.versions,
+        "data_mdb_bytes_before": result.data_mdb_bytes_before,
+        "data_mdb_bytes_after": result.data_mdb_bytes_after,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _copy(store: Store, lmdb_dir: Path) -> tuple[int, int]:
+    return store.copy_to(lmdb_dir, rebuilt=True)
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM, and SIGHUP unless ignored at start (`nohup ckpt backup ...`), stop the command as ^C does:
+    the exception unwinds through its cleanup."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _exit_on_signal)
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -15,10 +15,12 @@
     ckpt verify [SESSION ...] [--data-dir DIR]           check every frame, chain and index entry; exit 1 on failure
     ckpt stats [--data-dir DIR]                          store statistics as JSON
     ckpt backup DEST [--data-dir DIR]                    consistent copy of the data directory into DEST
+    ckpt compact [--data-dir DIR]                        rewrite data.mdb in full pages (sidecar stopped)
 
 put/get/history/sessions/fork/delete/events/register-type/blob talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats/backup read a data directory
-directly (read-only, safe beside a running sidecar). Every `serve` option,
+directly (read-only, safe beside a running sidecar); compact rewrites one whose
+sidecar is stopped. Every `serve` option,
 --data-dir and --target have an environment variable (shown in --help).
 Errors go to stderr: exit status 1 when the command fails, 2 for a bad
 command line or configuration.
@@ -257,6 +259,13 @@ _COMMANDS = {
         " backup began, none half-made; free pages are left out. Safe beside a running sidecar. DEST is a data"
         " directory itself: `ckpt serve --data-dir DEST` serves it, `ckpt verify --data-dir DEST` checks it. Prints"
         " what it holds as JSON.",
+    ),
+    "compact": (
+        "rewrite data.mdb in full pages, without free pages",
+        "Rewrite the data directory's data.mdb as LMDB's compacted copy (each table in key order in full pages,"
+        " free pages left out) and put it in place of the old one, which a crash at any point leaves whole. The"
+        " store must not be open anywhere: stop the sidecar first. Prints what the store holds and data.mdb's"
+        " size before and after as JSON.",
     ),
 }
 _TALK_TO_A_SIDECAR = ("put", "get", "history", "sessions", "fork", "delete", "register-type", "events", "blob")

@@ -1,16 +1,14 @@
 """The storage seam on LMDB: one environment (a data.mdb and its lock.mdb), one named database per table.
 
-With lmdb_open.py (the checks made before an open), the only module that
-imports lmdb. Transactions hand out py-lmdb's own bound methods and cursor
-iterators (no Python frame per key on the cold read or in a group commit);
-errors are translated where they leave a read transaction or an open (see
-seam.py).
+With lmdb_open.py (the checks made before an open), lmdb_rebuild.py and lmdb_replace.py (compaction), the
+only modules that import lmdb. Transactions hand out py-lmdb's own bound methods and cursor iterators (no
+Python frame per key on the cold read or in a group commit); errors are translated where they leave a read
+transaction or an open (see seam.py).
 
-LMDB requires that no transaction is open anywhere in the process while
-the map is resized: every read transaction holds an RWLock shared and a
-resize holds it exclusive. The one write transaction is the writer
-thread's, which is also the only one that grows the map; it and the other
-calls outside that lock are counted (:meth:`LmdbStorage.let_go_in_child`).
+LMDB requires that no transaction is open anywhere in the process while the map is resized: every read
+transaction holds an RWLock shared and a resize holds it exclusive. The one write transaction is the writer
+thread's, which is also the only one that grows the map; it and the other calls outside that lock are
+counted (:meth:`LmdbStorage.let_go_in_child`).
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from ..errors import DataLoss, Unavailable
 from ..limits import map_reserve_bytes
 from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, disk_full_reason, grow_file
 from .lmdb_open import KEPT_ACROSS_FORK, retry_map_resized
+from .lmdb_rebuild import RebuildMismatch, rebuild
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
 
@@ -38,16 +37,13 @@ log = logging.getLogger("ckpt.store")
 
 #: While data.mdb grows, dead readers' slots are looked for at most this often (besides before each sweep).
 READER_CHECK_INTERVAL_SECONDS = 1.0
-# Named databases the environment can open: the store's eight tables (layout.py) and room for more. LMDB
-# scans its table handles linearly when opening one, and a later layout's tables must open in a store an
-# older build created: the limit is read at every open, not stored, so raising it costs nothing.
+# Named databases the environment can open: the store's tables (layout.py) and room for a later layout's,
+# which must open in a store an older build made (the limit is read at every open, not stored).
 _MAX_TABLES = 32
 
-# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum.
-# MDB_BAD_TXN too: when a table's root page fails to read as a cursor opens,
-# LMDB marks the transaction failed without saying why, and the first cursor
-# operation raises BadTxnError. The store never reuses a failed transaction,
-# so here it means damage, not misuse.
+# LMDB's errors for a damaged B-tree: stored data failing its checks, like a bad checksum. MDB_BAD_TXN too:
+# when a table's root page fails to read as a cursor opens, LMDB marks the transaction failed without saying
+# why, and the first cursor operation raises it. The store never reuses a failed transaction: it is damage.
 DAMAGE: tuple[type[lmdb.Error], ...] = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError)
 # What opening a file that is no LMDB database (or a damaged one) fails with.
 _NOT_LMDB: tuple[type[lmdb.Error], ...] = (*DAMAGE, lmdb.InvalidError, lmdb.VersionMismatchError)
@@ -517,9 +513,12 @@ class LmdbStorage:
             info = self.env.info()
         return info["map_size"], (info["last_pgno"] + 1) * self._page_bytes
 
-    def copy_to(self, dest: Path, txn: ReadTxn) -> None:
+    def copy_to(self, dest: Path, txn: ReadTxn, *, rebuilt: bool = False) -> None:
         assert isinstance(txn, _ReadTxn)
         try:
+            if rebuilt:
+                rebuild(self.env, txn._txn, dest, max_dbs=_MAX_TABLES)
+                return
             # Into a file made here, private (env.copy would make it 0666 less the umask), set as LMDB
             # sets its own copy's: not cached (O_DIRECT where the file system takes it), the source is.
             fd = os.open(dest / "data.mdb", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
@@ -533,6 +532,8 @@ class LmdbStorage:
                 os.close(fd)
         except DAMAGE as exc:
             raise self.damaged(exc) from None
+        except RebuildMismatch as exc:
+            raise DataLoss(f"{exc}; `ckpt verify` tells what is damaged") from None
         except lmdb.Error as exc:
             # LMDB reports a write that failed (no space, a file size limit) and some page damage
             # alike, e.g. as EINVAL or MDB_INCOMPATIBLE.

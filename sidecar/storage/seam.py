@@ -183,8 +183,9 @@ class Storage(Protocol):
         """(bytes the storage may use before it must grow, bytes in use)."""
         ...
 
-    def copy_to(self, dest: Path, txn: ReadTxn) -> None:
-        """Write a compacted copy of the snapshot ``txn`` into the empty directory ``dest``."""
+    def copy_to(self, dest: Path, txn: ReadTxn, *, rebuilt: bool = False) -> None:
+        """Write a compacted copy of the snapshot ``txn`` into the empty directory ``dest``; ``rebuilt``:
+        every table written again in key order, so that its pages are full (slower: for compaction)."""
         ...
 
     def close(self) -> None:

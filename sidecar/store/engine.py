@@ -561,7 +561,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             "queued_write_bytes": writer.queued_bytes,
         }
 
-    def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None) -> tuple[int, int]:
+    def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None, rebuilt: bool = False) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a
         data.mdb), as of one read snapshot; that snapshot's (sessions, versions).
 
@@ -569,10 +569,11 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         committed before it began and nothing of a later one. While the copy runs, the writer cannot reuse
         pages freed after the snapshot, so a store written meanwhile grows by what it writes; in this process
         a map resize waits for the copy to end. ``blobs``: gets the SHA-256 of every blob the snapshot
-        records (their files are not copied here)."""
+        records (their files are not copied here). ``rebuilt``: every table written again in key order, its
+        pages full (tools/compact.py)."""
         with self._read() as txn:
             sessions, versions = count_sessions(txn, self._tables), txn.count(self._tables.frames)
-            self._storage.copy_to(lmdb_dir, txn)
+            self._storage.copy_to(lmdb_dir, txn, rebuilt=rebuilt)
             if blobs is not None:  # the blobs the copy records, for the caller to copy their files
                 blobs.extend(info.sha256 for info in self._blobs.all_blobs(txn))
         return sessions, versions
