@@ -38,10 +38,11 @@ def rebuild(env: lmdb.Environment, txn: lmdb.Transaction, dest: Path, *, max_dbs
             databases[key] = env.open_db(key, txn=txn, create=False)
         except lmdb.IncompatibleError:  # a plain key of the main database, not a database's record
             plain.append((key, bytes(value)))
-    # The rebuilt file needs no more pages than the source uses; its map is sparse until written.
+    # The source's map size: its entries in full pages take no more pages than they take in it (and a store
+    # opening the new file keeps the map size its meta page records, as it would the old one's).
     out = lmdb.open(
         str(dest),
-        map_size=max(env.info()["map_size"], (env.info()["last_pgno"] + 1) * env.stat()["psize"]) * 2,
+        map_size=env.info()["map_size"],
         subdir=True,
         max_dbs=max_dbs,
         sync=False,
