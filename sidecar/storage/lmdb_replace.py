@@ -26,7 +26,7 @@ from pathlib import Path
 import lmdb
 
 from ..errors import Unavailable
-from .files import PRIVATE_FILE_MODE, sync_dir
+from .files import PRIVATE_FILE_MODE, in_use_in_this_process, sync_dir
 
 
 @contextlib.contextmanager
@@ -46,6 +46,13 @@ def held_alone(lmdb_dir: Path, *, why: str) -> Iterator[None]:
                 f"the store in {lmdb_dir.parent} is open in another process (ckpt verify, inspect, stats or"
                 f" backup, or a store read in place): {why}"
             ) from None
+        # Record locks are the process's own: the lock byte says nothing of an environment open in this one.
+        try:
+            lmdb.open(str(lmdb_dir), readonly=True, lock=False, max_dbs=0).close()
+        except lmdb.Error as exc:
+            if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
+                raise in_use_in_this_process(lmdb_dir.parent) from None
+            raise
         yield
     finally:
         os.close(fd)

@@ -17,6 +17,7 @@ import pytest
 
 from ckpt.sidecar import PutRequest, Store, StoreConfig, WriteMode
 from ckpt.sidecar.client import CheckpointClient, NotFoundError, event
+from ckpt.sidecar.errors import Unavailable
 from ckpt.sidecar.storage.lmdb_rebuild import rebuild
 from ckpt.sidecar.tools.backup import backup
 from ckpt.sidecar.tools.compact import COPY_DIR_NAME, compact
@@ -171,6 +172,10 @@ def test_a_compaction_killed_at_any_point_leaves_the_store_whole(tmp_path: Path)
 def test_compact_in_process_on_a_closed_store(tmp_path: Path) -> None:
     data = tmp_path / "data"
     written = fill_interleaved(data, 300)
+    before = file_digest(data / "lmdb" / "data.mdb")
+    with Store(StoreConfig(data_dir=data), readonly=True), pytest.raises(Unavailable, match="in this process"):
+        compact(data)  # a reader in this process holds no lock byte of its own against this one
+    assert file_digest(data / "lmdb" / "data.mdb") == before
     result = compact(data)
     assert (result.sessions, result.versions) == (300, 900)
     assert result.data_mdb_bytes_after < result.data_mdb_bytes_before
