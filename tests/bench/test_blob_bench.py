@@ -136,12 +136,14 @@ def test_the_echo_sink_counts_a_stream_and_the_source_streams_in_chunks(tmp_path
 
 def test_the_memory_sampler_sees_a_process_grow() -> None:
     with MemorySampler({"self": os.getpid()}, interval_seconds=0.01) as sampler:
-        held = bytearray(64 * MIB)  # zero-filled: every page touched
+        held = bytearray(128 * MIB)  # zero-filled: every page touched
     del held
     reading = sampler.reading()
     process = reading["processes"]["self"]
-    assert process["peak_growth_bytes"] >= 60 * MIB and reading["sampled_growth_bytes"] >= 60 * MIB
-    assert process["peak_anon_bytes"] - process["baseline_anon_bytes"] >= 60 * MIB
+    # Room for what the process's other threads (a test's gRPC channels before this one) free meanwhile:
+    # with 64 MiB held, the growth seen was 56 MiB once.
+    assert process["peak_growth_bytes"] >= 96 * MIB and reading["sampled_growth_bytes"] >= 96 * MIB
+    assert process["peak_anon_bytes"] - process["baseline_anon_bytes"] >= 96 * MIB
     assert reading["peak_growth_bytes"] >= reading["sampled_growth_bytes"]
 
 
