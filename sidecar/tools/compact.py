@@ -3,10 +3,11 @@
 LMDB's file never shrinks. Pages that deletes and retention free are reused by later writes, never given
 back; and a page split by a write landing among other sessions' keys is left half full until writes fill
 it again: many sessions written at once leave the frames table about 55% full (bench/HISTORY.md, "Disk use
-and map growth"). LMDB's compacted copy, the one a backup makes, writes each table in key order into full
-pages and leaves free pages out. :func:`compact` makes that copy beside the store (as a backup, hidden
-until whole and flushed: tools/backup.py), checks that it holds the sessions and versions the store does,
-and renames it over data.mdb. Killed at any point, the directory holds the old file or the new one, whole;
+and map growth"). LMDB's own compacted copy, the one a backup makes, leaves the free pages out but copies
+each page as it is. :func:`compact` writes every table again in key order instead (storage/lmdb_rebuild.py:
+full pages, no free ones) into a copy beside the store (made as a backup is, hidden until whole and
+flushed: tools/backup.py), checks that it holds the sessions and versions the store does, and renames it
+over data.mdb. Killed at any point, the directory holds the old file or the new one, whole;
 a copy left behind is removed by the next compaction.
 
 Nothing else may have the store open: the data directory's lock (which a running sidecar or writable
