@@ -4,9 +4,9 @@ LMDB's lock file (lock.mdb) says, besides its reader table, which transaction is
 takes the meta page that transaction's parity names. It is set from the data file's meta pages by the
 first process to open the environment, the one that finds itself alone (LMDB takes a write lock on the
 lock file's first byte, and every process with the environment open holds a read lock on it). A data file
-put in place of another must not be read under the old file's lock: a compacted copy's meta pages are
-numbered anew (its newest is transaction 1, the other an empty database), so the old newest transaction's
-parity may name the empty one.
+put in place of another must not be read under the old file's lock: the new file's meta pages are numbered
+by its own transactions (a rebuilt file's older one holds the rebuild short of its last commit; LMDB's
+compacted copy's, an empty database), so the old newest transaction's parity may name the older one.
 
 :func:`held_alone` takes that byte's write lock itself (Unavailable if another process has the environment
 open), so that no process opens it meanwhile: one that tries waits. :func:`replace_data_file` renames the
