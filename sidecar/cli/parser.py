@@ -262,8 +262,8 @@ _COMMANDS = {
     ),
     "compact": (
         "rewrite data.mdb in full pages, without free pages",
-        "Rewrite the data directory's data.mdb as LMDB's compacted copy (each table in key order in full pages,"
-        " free pages left out) and put it in place of the old one, which a crash at any point leaves whole. The"
+        "Write the data directory's data.mdb again, each table in key order in full pages and free pages left"
+        " out, and put it in place of the old one, which a crash at any point leaves whole. The"
         " store must not be open anywhere: stop the sidecar first. Prints what the store holds and data.mdb's"
         " size before and after as JSON.",
     ),

@@ -45,6 +45,25 @@ def retry_map_resized(open_env: Callable[[], _T]) -> _T:
     raise AssertionError("unreachable")
 
 
+def open_unlocked(lmdb_dir: Path) -> lmdb.Environment:
+    """The environment in ``lmdb_dir``, read-only and without LMDB's lock file (for a look at its meta
+    pages): Unavailable if this process has it open (py-lmdb allows one environment per file and process),
+    DataLoss if it is no LMDB database."""
+    try:
+        return retry_map_resized(lambda: lmdb.open(str(lmdb_dir), readonly=True, lock=False, max_dbs=0))
+    except lmdb.Error as exc:
+        if "already open in this process" in str(exc):
+            if os.path.realpath(lmdb_dir) in KEPT_ACROSS_FORK:
+                raise Unavailable(
+                    f"data directory {lmdb_dir.parent} cannot be opened in this process: it was forked"
+                    " while a Store of its parent was reading or writing there, and LMDB forbids letting go"
+                    " of an environment inherited across fork() then; fork while no Store is open, or start"
+                    " processes with the 'spawn' or 'forkserver' method"
+                ) from None
+            raise in_use_in_this_process(lmdb_dir.parent) from None
+        raise DataLoss(f"{lmdb_dir / 'data.mdb'} cannot be opened as an LMDB database: {exc}") from None
+
+
 def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     """DataLoss if data.mdb lacks a page its newest meta page's database uses.
 
@@ -62,19 +81,7 @@ def check_not_truncated(data_mdb: Path, *, extend: bool) -> None:
     """
     if holds_nothing(data_mdb):
         return  # a new store (an empty file too: files.holds_nothing), or read-only, refused by the caller
-    try:
-        env = retry_map_resized(lambda: lmdb.open(str(data_mdb.parent), readonly=True, lock=False, max_dbs=0))
-    except lmdb.Error as exc:
-        if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
-            if os.path.realpath(data_mdb.parent) in KEPT_ACROSS_FORK:
-                raise Unavailable(
-                    f"data directory {data_mdb.parent.parent} cannot be opened in this process: it was forked"
-                    " while a Store of its parent was reading or writing there, and LMDB forbids letting go"
-                    " of an environment inherited across fork() then; fork while no Store is open, or start"
-                    " processes with the 'spawn' or 'forkserver' method"
-                ) from None
-            raise in_use_in_this_process(data_mdb.parent.parent) from None
-        raise DataLoss(f"{data_mdb} cannot be opened as an LMDB database: {exc}") from None
+    env = open_unlocked(data_mdb.parent)
     try:
         needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     finally:

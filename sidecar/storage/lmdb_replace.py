@@ -26,7 +26,8 @@ from pathlib import Path
 import lmdb
 
 from ..errors import Unavailable
-from .files import PRIVATE_FILE_MODE, in_use_in_this_process, sync_dir
+from .files import PRIVATE_FILE_MODE, sync_dir
+from .lmdb_open import open_unlocked
 
 
 @contextlib.contextmanager
@@ -47,12 +48,7 @@ def held_alone(lmdb_dir: Path, *, why: str) -> Iterator[None]:
                 f" backup, or a store read in place): {why}"
             ) from None
         # Record locks are the process's own: the lock byte says nothing of an environment open in this one.
-        try:
-            lmdb.open(str(lmdb_dir), readonly=True, lock=False, max_dbs=0).close()
-        except lmdb.Error as exc:
-            if "already open in this process" in str(exc):  # py-lmdb allows one environment per file and process
-                raise in_use_in_this_process(lmdb_dir.parent) from None
-            raise
+        open_unlocked(lmdb_dir).close()
         yield
     finally:
         os.close(fd)
