@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .chainreader import ChainReader, open_chain
     from .chainstats import ChainStats
     from .compaction import compact
-    from .decoder import DecodedVersion, decode, decode_latest, iter_versions
+    from .decoder import DecodedVersion, decode, decode_latest, decode_sealed, iter_versions
     from .encoder import ChainEncoder, EncodedFrame, StateSnapshot
     from .fieldmask import FieldMask, compile_mask
     from .frame import (
@@ -95,6 +95,7 @@ __all__ = [
     "count_fields",
     "decode",
     "decode_latest",
+    "decode_sealed",
     "field_spans",
     "frame_kind",
     "iter_versions",
@@ -112,7 +113,7 @@ __all__ = [
 _HOMES = {
     **dict.fromkeys(("ChainReader", "open_chain"), ".chainreader"),
     **dict.fromkeys(("compact",), ".compaction"),
-    **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "iter_versions"), ".decoder"),
+    **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "decode_sealed", "iter_versions"), ".decoder"),
     **dict.fromkeys(("ChainStats",), ".chainstats"),
     **dict.fromkeys(("ChainEncoder", "EncodedFrame", "StateSnapshot"), ".encoder"),
     **dict.fromkeys(("keyframe",), ".keyframes"),

@@ -132,6 +132,18 @@ def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     return found
 
 
+def decode_sealed(frame: FrameBytes, *, max_state_bytes: int | None = None) -> DecodedVersion | None:
+    """:func:`decode_latest` of the chain of one ``frame``, if it is a sealed format 2 FULL frame: decoded in
+    one shot and checked as that would; None for any other frame, or on any doubt (a state over
+    ``max_state_bytes`` too): the chain's decode then decides, and names the error. For a reader that found
+    such a frame at a session's head (a quiet session's, folded), without a chain to gather."""
+    limit = _check_limit(max_state_bytes)
+    try:
+        return _sealed_alone(frame, limit)
+    except Exception:  # whatever it tripped on, the chain's decode names
+        return None
+
+
 def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
     """The state of ``f`` if it is a sealed format 2 FULL frame (a chain of one), checked as the first pass
     checks it, without the first pass's bookkeeping of streams (a few us of a ~30 us cold read); None if

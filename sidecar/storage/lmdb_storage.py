@@ -1,9 +1,8 @@
 """The storage seam on LMDB: one environment (a data.mdb and its lock.mdb), one named database per table.
 
-With lmdb_open.py (the checks made before an open), lmdb_rebuild.py and lmdb_replace.py (compaction), the
-only modules that import lmdb. Transactions hand out py-lmdb's own bound methods and cursor iterators (no
-Python frame per key on the cold read or in a group commit); errors are translated where they leave a read
-transaction or an open (see seam.py).
+With lmdb_txn.py (the transactions), lmdb_open.py (the checks made before an open), lmdb_rebuild.py and
+lmdb_replace.py (compaction), the only modules that import lmdb. Errors are translated where they leave a
+read transaction or an open (see seam.py).
 
 LMDB requires that no transaction is open anywhere in the process while the map is resized: every read
 transaction holds an RWLock shared and a resize holds it exclusive. The one write transaction is the writer
@@ -21,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import lmdb
 
@@ -30,6 +29,7 @@ from ..limits import map_reserve_bytes
 from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, disk_full_reason, grow_file
 from .lmdb_open import KEPT_ACROSS_FORK, retry_map_resized
 from .lmdb_rebuild import RebuildMismatch, rebuild
+from .lmdb_txn import Committing, LmdbReadTxn, LmdbWriteTxn
 from .rwlock import RWLock
 from .seam import NativeErrors, ReadTxn, StorageFailure, Table
 
@@ -52,109 +52,7 @@ _RELEASE_KEY = b"ckpt:release-freed-pages"
 ERRORS = NativeErrors(full=(lmdb.MapFullError,), damage=DAMAGE)
 
 
-class _ReadTxn:
-    """A read transaction: py-lmdb's ``get`` itself, and scans that return py-lmdb's cursor iterators.
-
-    Every transaction is opened with buffers=False, so LMDB hands back bytes.
-    """
-
-    __slots__ = ("_txn", "get")
-
-    get: Callable[..., Any]
-
-    def __init__(self, txn: lmdb.Transaction) -> None:
-        self._txn = txn
-        self.get = txn.get
-
-    def scan(self, db: Table, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        cur = self._txn.cursor(db=db)
-        if not cur.set_range(start):
-            return iter(())
-        return cast(Iterator[tuple[bytes, bytes]], cur.iternext(keys=True, values=True))
-
-    def scan_keys(self, db: Table, start: bytes = b"") -> Iterator[bytes]:
-        cur = self._txn.cursor(db=db)
-        if not cur.set_range(start):
-            return iter(())
-        return cast(Iterator[bytes], cur.iternext(keys=True, values=False))
-
-    def scan_back(self, db: Table, before: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        cur = self._txn.cursor(db=db)
-        if not (cur.prev() if before is not None and cur.set_range(before) else cur.last()):
-            return iter(())
-        return cast(Iterator[tuple[bytes, bytes]], cur.iterprev(keys=True, values=True))
-
-    def keys_after(self, db: Table, after: bytes, limit: int) -> list[bytes]:
-        out: list[bytes] = []
-        for key in self.scan_keys(db, after):
-            if key == after:
-                continue
-            out.append(key)
-            if len(out) == limit:
-                break
-        return out
-
-    def count(self, db: Table) -> int:
-        return self._txn.stat(db)["entries"]
-
-
-class _WriteTxn(_ReadTxn):
-    """A write transaction: py-lmdb's ``put`` and ``delete`` themselves."""
-
-    __slots__ = ("_env", "delete", "put")
-
-    put: Callable[..., bool]
-    delete: Callable[..., bool]
-
-    def __init__(self, env: lmdb.Environment, txn: lmdb.Transaction) -> None:
-        super().__init__(txn)
-        self._env = env
-        self.put = txn.put
-        self.delete = txn.delete
-
-    def delete_range(self, db: Table, start: bytes, stop: bytes) -> int:
-        cur = self._txn.cursor(db=db)
-        removed = 0
-        if not cur.set_range(start):
-            return 0
-        while cast(bytes, cur.key()) < stop:
-            cur.delete()  # moves to the next item
-            removed += 1
-            if not cur.key():  # that was the last one
-                break
-        return removed
-
-    def nested(self) -> _Nested:
-        return _Nested(self._env, self._txn)
-
-
-class _Committing:
-    """A write transaction's scope: committed when its block ends cleanly, aborted when it raises."""
-
-    __slots__ = ("_txn",)
-    _txn: lmdb.Transaction
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._txn.commit()
-        else:
-            self._txn.abort()
-
-
-class _Nested(_Committing):
-    """A child transaction of a write transaction (LMDB's nested transactions)."""
-
-    __slots__ = ("_env",)
-
-    def __init__(self, env: lmdb.Environment, parent: lmdb.Transaction) -> None:
-        self._env = env
-        self._txn = env.begin(write=True, parent=parent)
-
-    def __enter__(self) -> _WriteTxn:
-        return _WriteTxn(self._env, self._txn)
-
-
-class _WriteScope(_Committing):
+class _WriteScope(Committing):
     """:meth:`LmdbStorage.write`: LMDB's write lock from begin to commit (or abort)."""
 
     __slots__ = ("_storage",)
@@ -162,7 +60,7 @@ class _WriteScope(_Committing):
     def __init__(self, storage: LmdbStorage) -> None:
         self._storage = storage
 
-    def __enter__(self) -> _WriteTxn:
+    def __enter__(self) -> LmdbWriteTxn:
         storage = self._storage
         env = storage.env
         storage.count_calls(1)  # from before begin to after commit or abort (__exit__)
@@ -174,7 +72,7 @@ class _WriteScope(_Committing):
                     # Another process (a --workers sibling) grew the map: adopt its size and begin again.
                     storage.adopt_size()
                     continue
-                return _WriteTxn(env, self._txn)
+                return LmdbWriteTxn(env, self._txn)
         except BaseException:
             storage.count_calls(-1)
             raise
@@ -199,7 +97,7 @@ class _ReadScope:
         self._storage = storage
         self._txn: lmdb.Transaction | None = None
 
-    def __enter__(self) -> _ReadTxn:
+    def __enter__(self) -> LmdbReadTxn:
         storage = self._storage
         while True:
             storage._rw.acquire_shared()
@@ -207,7 +105,7 @@ class _ReadScope:
                 if storage._closed:  # closed while this reader waited for the lock
                     raise Unavailable("the store is closed")
                 self._txn = storage.env.begin()
-                return _ReadTxn(self._txn)
+                return LmdbReadTxn(self._txn)
             except lmdb.MapResizedError:
                 # Another process grew the map past ours (only a read-only store meets this: our own
                 # writer grows it under the lock).
@@ -514,7 +412,7 @@ class LmdbStorage:
         return info["map_size"], (info["last_pgno"] + 1) * self._page_bytes
 
     def copy_to(self, dest: Path, txn: ReadTxn, *, rebuilt: bool = False) -> None:
-        assert isinstance(txn, _ReadTxn)
+        assert isinstance(txn, LmdbReadTxn)
         try:
             if rebuilt:
                 rebuild(self.env, txn._txn, dest, max_dbs=_MAX_TABLES)

@@ -72,6 +72,11 @@ class ReadTxn(Protocol):
         """(key, value) pairs in descending key order, from the last key < ``before`` (None: from the last key)."""
         ...
 
+    def last_before(self, db: Table, before: bytes) -> tuple[bytes, bytes] | None:
+        """The (key, value) pair of the last key < ``before``, or None: :meth:`scan_back`'s first pair, for a
+        reader that wants no more (a session's head), without an iterator."""
+        ...
+
     def keys_after(self, db: Table, after: bytes, limit: int) -> list[bytes]:
         """Up to ``limit`` keys > ``after`` (b"": from the first key), in order."""
         ...

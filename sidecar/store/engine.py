@@ -322,8 +322,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             return hit
         self._check_open_for_reads()
         with self._storage.read() as txn:  # not self._read(): a call less on the cold read
-            state, info = read_state(txn, self._tables, sid, session_id, version, max_state_bytes=max_state_bytes)
-        return GetResult(info.version, state, info)
+            return read_state(txn, self._tables, sid, session_id, version, max_state_bytes=max_state_bytes)
 
     def get_cached(self, session_id: str, version: int = 0) -> GetResult | None:
         """:meth:`get` if the state cache holds the answer, else None: never touches storage.

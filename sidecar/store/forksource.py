@@ -71,7 +71,8 @@ def read_source(
     txn: ReadTxn, tables: Tables, registry: Registry, sid: bytes, session_id: str, version: int
 ) -> SourceState:
     """The source's ``version`` (0: the head) as ``txn`` sees it; NotFound or DataLoss as a read of it."""
-    state, forked = read_state(txn, tables, sid, session_id, version)
+    got = read_state(txn, tables, sid, session_id, version)
+    state, forked = got.state, got.info
     src = record(txn.get(sid, db=tables.sessions))
     if src.message_type and registry.shared:
         registry.sync(txn)

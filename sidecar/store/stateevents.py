@@ -66,8 +66,7 @@ def get_with_events(
         raise named_events_field(exc) from None
     with read() as txn:
         if cached is None:
-            state, info = read_state(txn, tables, sid, session_id, version, max_state_bytes=max_state_bytes)
-            got = GetResult(info.version, state, info)
+            got = read_state(txn, tables, sid, session_id, version, max_state_bytes=max_state_bytes)
         else:
             got = cached
         try:

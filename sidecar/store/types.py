@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError, dataclass, field
 
 from ckpt.store.v1 import records_pb2
 
@@ -46,11 +47,69 @@ class VersionInfo:
     state_xxh3: int = 0
 
 
-@dataclass(frozen=True, slots=True)
 class GetResult:
+    """A version's state, verified, and what its stored value says of it (:attr:`info`).
+
+    Immutable, as the other results. A read from storage parses ``info`` from
+    the version's stored metadata only when it is first asked for: a cold read
+    that wants the state alone (an agent resuming) skips it, a tenth of that
+    read. Damaged metadata is then DataLoss from ``info``, naming the version;
+    the state and its version were checked by the read.
+    """
+
+    __slots__ = ("_info", "_read_info", "state", "version")
+
     version: int
     state: bytes
-    info: VersionInfo
+    _info: VersionInfo | None
+    _read_info: Callable[[], VersionInfo] | None
+
+    def __init__(
+        self,
+        version: int,
+        state: bytes,
+        info: VersionInfo | None = None,
+        *,
+        read_info: Callable[[], VersionInfo] | None = None,
+    ) -> None:
+        if (info is None) == (read_info is None):
+            raise TypeError("GetResult takes info or read_info, one of them")
+        # Slot setters: object.__setattr__ per field would cost what the lazy info saves.
+        _set_version(self, version)
+        _set_state(self, state)
+        _set_info(self, info)
+        _set_read_info(self, read_info)
+
+    @property
+    def info(self) -> VersionInfo:
+        info: VersionInfo | None = self._info
+        if info is None:
+            assert self._read_info is not None  # set whenever _info is not
+            info = self._read_info()
+            _set_info(self, info)
+            _set_read_info(self, None)
+        return info
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GetResult):
+            return NotImplemented
+        return (self.version, self.state, self.info) == (other.version, other.state, other.info)
+
+    __hash__ = None  # type: ignore[assignment]  # as the dataclass's: its VersionInfo's labels are a dict
+
+    def __repr__(self) -> str:
+        return f"GetResult(version={self.version!r}, state={self.state!r}, info={self.info!r})"
+
+
+_slots = GetResult.__dict__
+_set_version, _set_state = _slots["version"].__set__, _slots["state"].__set__
+_set_info, _set_read_info = _slots["_info"].__set__, _slots["_read_info"].__set__
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 
 from ckpt.bench.store_bench import keyframes
-from ckpt.sidecar import Store
+from ckpt.sidecar import GetResult, Store
 
 
 def _corpus(path: Path) -> str:
@@ -35,7 +34,7 @@ def test_quiet_keyframes_counts_wrong_merge_reads(tmp_path: Path, monkeypatch: p
 
     def wrong_get(self: Store, *args: Any, **kwargs: Any) -> Any:
         got = real_get(self, *args, **kwargs)
-        return dataclasses.replace(got, state=b"\x08\x07")  # a Checkpoint, not the one written
+        return GetResult(got.version, b"\x08\x07", got.info)  # a Checkpoint, not the one written
 
     monkeypatch.setattr(Store, "get", wrong_get)
     r = keyframes.quiet_keyframes(tmp_path / "data", _corpus(tmp_path / "corpus"))

@@ -111,6 +111,9 @@ def test_scans_start_where_they_are_told(storage: Storage) -> None:
         assert [k for k, _ in txn.scan_back(table, b"c")] == [b"b", b"a"]  # strictly before
         assert [k for k, _ in txn.scan_back(table, b"c\x00")] == [b"c", b"b", b"a"]
         assert list(txn.scan_back(table, b"a")) == []
+        assert txn.last_before(table, b"c") == (b"b", b"v:b")  # scan_back's first pair
+        assert txn.last_before(table, b"z") == (b"d", b"v:d")  # past the last key: the last one
+        assert txn.last_before(table, b"a") is None
         assert txn.keys_after(table, b"", 2) == [b"a", b"b"]
         assert txn.keys_after(table, b"b", 10) == [b"c", b"d"]  # strictly after
         assert txn.keys_after(table, b"d", 10) == []
@@ -122,6 +125,7 @@ def test_an_empty_table_scans_to_nothing(storage: Storage) -> None:
     table = _table(storage)
     with storage.read() as txn:
         assert list(txn.scan(table)) == [] and list(txn.scan_back(table)) == []
+        assert txn.last_before(table, b"a") is None
         assert txn.keys_after(table, b"", 5) == [] and txn.count(table) == 0
         assert txn.get(b"a", db=table) is None
 

@@ -1,0 +1,165 @@
+"""The cold read of a folded head: its one sealed FULL frame found with one cursor step and decoded in one
+shot (reads._sealed_head), answering exactly as the chain read does; any other head, and any doubt, left to
+the chain read, which names the error. And the result's info, read from the stored metadata when asked."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckpt.codec import FrameKind
+from ckpt.sidecar import DataLoss, GetResult, StateTooLarge, Store, StoreConfig, WriteMode
+from ckpt.sidecar.store import keys, reads
+from tests.store.support import LATER, frames_table, long_chains, merge_patches, merged
+
+SESSIONS = ("a", "b", "c")
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> StoreConfig:
+    # Folded by the sweep the tests run, not at close.
+    return StoreConfig(data_dir=tmp_path / "data", sweep_interval_seconds=3600, fold_on_close_seconds=0)
+
+
+def _write(config: StoreConfig, *, fold: bool = True) -> dict[str, list[bytes]]:
+    """Three MERGE sessions of 12 versions, labelled, folded by a sweep unless ``fold`` is False; their
+    states by session."""
+    states: dict[str, list[bytes]] = {}
+    with Store(long_chains(config)) as store:
+        for seed, session in enumerate(SESSIONS):
+            patches = merge_patches(seed, steps=12)
+            for p in patches:
+                store.put(session, p, mode=WriteMode.MERGE, labels={"session": session})
+            states[session] = merged(patches)
+        if fold:
+            assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == len(SESSIONS)
+    return states
+
+
+def _counting_chain_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The versions asked of the chain read (reads.chain_back), as they are asked."""
+    asked: list[int] = []
+    real: Callable[..., Any] = reads.chain_back
+
+    def chain_back(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reads, "chain_back", chain_back)
+    return asked
+
+
+def test_a_folded_head_reads_in_one_step_as_the_chain_read_reads_it(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = _write(config)
+    asked = _counting_chain_reads(monkeypatch)
+    with Store(config) as store:
+        asked.clear()  # what opening the store read
+        for session, expected in states.items():
+            head = store.get(session, use_cache=False)
+            assert asked == []  # no chain read: the sealed frame alone
+            by_version = store.get(session, len(expected), use_cache=False)
+            assert asked == [len(expected)]
+            asked.clear()
+            assert head.state == by_version.state == expected[-1]
+            assert head.version == by_version.version == len(expected)
+            assert head.info == by_version.info and head == by_version
+            assert head.info.frame_kind is FrameKind.FULL
+            assert head.info.labels == {"session": session} and head.info.mode is WriteMode.MERGE
+            assert head.info.state_size == len(expected[-1])
+            # The versions before it read from it as they did.
+            assert [store.get(session, v, use_cache=False).state for v in range(1, len(expected))] == expected[:-1]
+            asked.clear()
+
+
+def test_a_head_that_is_not_one_sealed_frame_is_read_through_its_chain(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = _write(config, fold=False)
+    asked = _counting_chain_reads(monkeypatch)
+    with Store(config) as store:
+        asked.clear()
+        for session, expected in states.items():
+            got = store.get(session, use_cache=False)
+            assert got.state == expected[-1] and got.info.frame_kind is FrameKind.PATCH
+        assert asked == [0] * len(SESSIONS)
+
+
+def _head_frame(config: StoreConfig, session: str, version: int, change: Callable[[bytearray], object]) -> None:
+    """Apply ``change`` to the frame stored as ``session``'s ``version`` (its value after the metadata)."""
+    with frames_table(config.data_dir) as (txn, frames):
+        key = keys.frame_key(keys.session_key(session), version)
+        stored = txn.get(key, db=frames)
+        assert stored is not None
+        value = bytearray(stored)
+        (n,) = struct.unpack_from("<H", value)
+        frame = value[2 + n :]
+        change(frame)
+        txn.put(key, bytes(value[: 2 + n] + frame), db=frames)
+
+
+@pytest.mark.parametrize("where", [5, 20, -40, -1])  # header (version), header (checksum), payload, its end
+def test_a_damaged_folded_head_is_data_loss_naming_its_version(config: StoreConfig, where: int) -> None:
+    states = _write(config)
+    head = len(states["b"])
+
+    def flip(frame: bytearray) -> None:
+        frame[where] ^= 0x10
+
+    _head_frame(config, "b", head, flip)
+    with Store(config) as store:
+        with pytest.raises(DataLoss, match=f"session 'b'( version {head})?: "):
+            store.get("b")
+        assert store.get("a").state == states["a"][-1]  # the other sessions read on
+        assert store.get("c").state == states["c"][-1]
+
+
+def test_a_folded_head_over_max_state_bytes_is_refused(config: StoreConfig) -> None:
+    states = _write(config)
+    size = len(states["a"][-1])
+    with Store(config) as store:
+        with pytest.raises(StateTooLarge, match=f"session 'a' version {len(states['a'])}"):
+            store.get("a", max_state_bytes=size - 1)
+        assert store.get("a", max_state_bytes=size).state == states["a"][-1]
+
+
+def test_a_folded_frame_under_another_versions_key_is_never_served_as_that_version(config: StoreConfig) -> None:
+    states = _write(config)
+    head = len(states["a"])
+    with frames_table(config.data_dir) as (txn, frames):
+        sid = keys.session_key("a")
+        # The head's value, copied under the next version's key: the last key of the session, read first.
+        stored = txn.get(keys.frame_key(sid, head), db=frames)
+        assert stored is not None
+        txn.put(keys.frame_key(sid, head + 1), stored, db=frames)
+    refused = f"version {head + 1}: the frame stored there is version {head}'s"
+    with Store(config, readonly=True) as store, pytest.raises(DataLoss, match=refused):
+        store.get("a")
+
+
+def test_a_result_reads_its_info_once_when_asked_and_is_immutable() -> None:
+    calls: list[int] = []
+    info = object()
+
+    def read_info() -> Any:
+        calls.append(1)
+        return info
+
+    got = GetResult(3, b"state", read_info=read_info)
+    assert calls == []
+    assert got.info is info and got.info is info and calls == [1]
+    with pytest.raises(FrozenInstanceError):
+        got.state = b"other"
+    with pytest.raises(TypeError, match="one of them"):
+        GetResult(3, b"state")
+    with pytest.raises(TypeError, match="one of them"):
+        GetResult(3, b"state", info, read_info=read_info)
+    assert GetResult(3, b"state", read_info=read_info) == GetResult(3, b"state", info)
+    assert GetResult(3, b"state", read_info=read_info) != GetResult(4, b"state", info)
