@@ -234,6 +234,22 @@ def frame_header(data: bytes | bytearray | memoryview) -> tuple[int | None, int]
 _CONTENT_SIZE_UNKNOWN: Final = 2**64 - 1  # ZSTD_CONTENTSIZE_UNKNOWN: zstd.get_frame_info's None
 
 
+def sealed_payload_fits(data: bytes | bytearray | memoryview, size: int, window: int) -> bool:
+    """Whether ``data`` is one zstd frame (not a skippable one) that ends at its end, declares a content size
+    of ``size`` and asks for a window of at most ``window`` bytes: sealed.check_sealed_payload's checks as a
+    yes or no, in two of zstd's own calls, for a reader that leaves naming a failure to that function."""
+    try:
+        params = zstandard.get_frame_parameters(data)
+        return (
+            data[:4] == ZSTD_MAGIC
+            and params.content_size == size
+            and params.window_size <= window
+            and zstd.get_frame_size(data) == len(data)
+        )
+    except Exception:  # zstandard.ZstdError, or the stdlib's: no
+        return False
+
+
 def decompress_sealed(data: bytes | bytearray | memoryview) -> bytes | None:
     """A zstd frame's content, decoded in one shot through this thread's reused context (which allocates no
     window: the output is the window); None if that fails. Only for a payload sealed.decompress_sealed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import _zstd, frame_v1, frame_v2
 from .chainstats import segment_link_base
@@ -72,8 +72,10 @@ def scanned_frame_header(frame: FrameBytes) -> FrameHeader:
         raise ValueError(f"the frame's header does not scan ({exc!r})") from None
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedVersion:
+class DecodedVersion(NamedTuple):
+    """A version's frame header and state. A NamedTuple, as FrameHeader: one is built per version decoded,
+    and a frozen dataclass costs a cold read of a small state twice as much to build."""
+
     header: FrameHeader
     state: bytes
 
@@ -154,7 +156,13 @@ def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
     limit = _NO_LIMIT if limit is None else limit
     if not _starts_chain(wl, version, distance, state_size, base_size, prefix, payload_size, len(f) - start, limit):
         return None
-    state = decompress_sealed(f[start:], version=version, size=state_size, window_log=wl)
+    payload = f[start:]
+    # The checks sealed.decompress_sealed makes, as two of zstd's own calls (a doubt: the checked pass names it).
+    if not _zstd.sealed_payload_fits(payload, state_size, 1 << wl):
+        return None
+    state = _zstd.decompress_sealed(payload)
+    if state is None or len(state) != state_size:
+        return None
     xxh3 = _U64.unpack_from(f, xxh3_at)[0]
     if state_checksum(state) != xxh3:
         return None

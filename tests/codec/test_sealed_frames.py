@@ -22,6 +22,7 @@ from ckpt.codec import (
     _zstd,
     decode,
     decode_latest,
+    decode_sealed,
     iter_versions,
     keyframe,
     open_chain,
@@ -140,6 +141,34 @@ def test_every_read_refuses_a_sealed_frame_that_breaks_its_rules(
         monkeypatch.setattr(_zstd, "decompress_sealed", decoded)
         with pytest.raises(DecodeError, match=message):
             latest_with_reader([frame], None)
+
+
+@pytest.mark.parametrize(("frame", "message"), HOSTILE)
+def test_decode_sealed_leaves_a_frame_that_breaks_the_rules_to_the_chain_decode(
+    frame: bytes, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def decoded(*_: object, **__: object) -> object:
+        raise AssertionError("decoded a sealed frame that breaks its rules in one shot")
+
+    monkeypatch.setattr(_zstd, "decompress_sealed", decoded)
+    assert decode_sealed(frame) is None  # decode_latest names the error
+
+
+def test_decode_sealed_answers_as_decode_latest_or_not_at_all() -> None:
+    """Every cut and every bit flip of the sealed example: None, or what decode_latest answers; the
+    untouched frame: decode_latest's answer, and None for a frame of another kind or over a bound."""
+    whole = decode_sealed(SEALED)
+    assert whole == decode_latest([SEALED]) and whole is not None and whole.state == STATE
+    assert decode_sealed(SEALED, max_state_bytes=len(STATE) - 1) is None
+    assert decode_sealed(after_keyframe(patch_window_bytes=0)[0]) is None
+    variants = [SEALED[:n] for n in range(len(SEALED))]
+    variants += [
+        SEALED[:i] + bytes([SEALED[i] ^ 1 << b]) + SEALED[i + 1 :] for i in range(len(SEALED)) for b in range(8)
+    ]
+    for frame in variants:
+        got = decode_sealed(frame)
+        if got is not None:
+            assert got == decode_latest([frame]), frame.hex()
 
 
 def after_keyframe(*, patch_window_bytes: int) -> list[bytes]:
