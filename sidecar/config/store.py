@@ -168,7 +168,9 @@ class StoreConfig:
     #: head becomes a FULL frame and every version of its run, from the FULL
     #: or DELTA frame that starts it, a header-only PREFIX frame (its state is
     #: the first bytes of the head's). Fewer bytes stored, and a cold read of
-    #: the head decodes one frame. A head of chain_policy.segment_min_state_bytes
+    #: the head decodes one frame. A MERGE write's keyframe at the head (a
+    #: FULL frame whose stream is left open) is sealed (store/folds.py,
+    #: SEAL_BELOW_BYTES). A head of chain_policy.segment_min_state_bytes
     #: or more that a fold already sealed is folded again only once its run
     #: is worth it (store/folds.py, FOLD_MIN_GAIN_FRACTION). None or 0: off.
     fold_after_quiet_seconds: float | None = field(
@@ -176,7 +178,7 @@ class StoreConfig:
         metadata=option(
             "once a session has written nothing this long, fold its head run of MERGE patches: the head becomes"
             " a FULL frame and the versions before it header-only PREFIX frames (fewer bytes, and the cold read"
-            " that resumes it decodes one frame); 0 = off",
+            " that resumes it decodes one frame; a MERGE keyframe at the head is sealed); 0 = off",
             parse=float,
         ),
     )

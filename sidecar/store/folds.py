@@ -47,6 +47,12 @@ from .layout import Tables
 from .reads import chain_frames
 from .records import META_LEN, version_record
 
+#: A MERGE write's keyframe (a FULL frame starting a chain, its zstd stream left open) of a state smaller than
+#: this is sealed once quiet (:func:`sealed_again`): a cold read of it then skips a stream's window and
+#: bookkeeping, a third of the read of a state of a few KB. A larger state's read is mostly its decode, and
+#: sealing it would decode and compress it whole.
+SEAL_BELOW_BYTES = 128 * 1024
+
 #: A fold stores a typed head as its canonical serialization when that is at most this fraction of the
 #: head's bytes. Such a fold keeps one FULL frame more (the version before the head's, for the run's
 #: prefixes), so it pays where a head carries much that was overwritten: measured on `ckpt bench run`'s
@@ -130,10 +136,13 @@ def fold_plan(
     chain: list[memoryview],
 ) -> Rewrite | None:
     """The fold of the session's head run (None if its head is not a PATCH frame, or not worth folding),
-    from its chain as read (every version from the chain's start), with no transaction."""
+    from its chain as read (every version from the chain's start), with no transaction; a FULL head (the
+    sweep passes one only if its stream is open) written again sealed, a run of one."""
     head = rec.head_version
     base = head - len(chain) + 1  # chain[0]'s version
     kinds = [_kind(frame, session_id, base + i) for i, frame in enumerate(chain)]
+    if kinds[-1] is FrameKind.FULL:  # a MERGE write's keyframe, its stream open (open_keyframe_version)
+        return sealed_again(policy, sid, session_id, head, chain[-1])
     if kinds[-1] is not FrameKind.PATCH:
         return None  # a DELTA head: a quiet keyframe's, if they are on
     first = len(chain) - 1
@@ -192,6 +201,22 @@ def fold_plan(
     delta += full.stored_bytes - (len(value) - meta_end)
     cost = len(state) if canonical is None else len(state) + len(top_state) + len(canonical)
     return Rewrite(puts, delta, cost, canonical)
+
+
+def sealed_again(policy: ChainPolicy, sid: bytes, session_id: str, head: int, frame: memoryview) -> Rewrite | None:
+    """A FULL head that is not sealed, written again sealed (None if it is): the keyframe a MERGE write
+    stored to start a chain, whose zstd stream the next PATCH frames would have gone on with. A cold read
+    then decodes it in one shot, without a stream's window and bookkeeping: a third of the read of a state
+    of a few KB."""
+    header = _header(frame, session_id, head)
+    if header.version != head:  # never sealed as the head's: the read names it, and so does verify
+        raise DataLoss(f"session {session_id!r} version {head}: the frame stored there is version {header.version}'s")
+    if header.sealed:
+        return None
+    state = decode([frame])  # checked against its state_size and XXH3-64
+    key, value, meta_end = stored(frame, sid, head)
+    full = keyframe(state, version=head, policy=policy)
+    return Rewrite([(key, value[:meta_end] + full.data)], full.stored_bytes - (len(value) - meta_end), len(state))
 
 
 def _canonical(state: bytes, message_type: str, resolve: Resolve) -> bytes | None:

@@ -24,7 +24,7 @@ from ..errors import Unavailable
 from ..storage import ReadTxn, WriteTxn
 from . import keys
 from .encoders import Encoders
-from .folds import Plan, Resolve, Rewrite, Work, fold_reads, stored
+from .folds import Plan, Resolve, Rewrite, Work, fold_reads, sealed_again, stored
 from .layout import FOLDED_BEFORE_KEY, KEYFRAMED_BEFORE_KEY, Tables, meta_int, stamp_new_frames
 from .ops import Batch, Op
 from .reads import chain_frames
@@ -176,8 +176,11 @@ class QuietSweep:
         return functools.partial(self._keyframe_plan, sid, rec.head_version, chain)
 
     def _keyframe_plan(self, sid: bytes, head: int, chain: list[memoryview]) -> Rewrite | None:
-        if self._config.fold_after_quiet_seconds is not None and frame_kind(chain[-1]) is FrameKind.PATCH:
+        kind = frame_kind(chain[-1])
+        if self._config.fold_after_quiet_seconds is not None and kind is FrameKind.PATCH:
             return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
+        if kind is FrameKind.FULL:  # a MERGE write's keyframe, its stream open
+            return sealed_again(self._config.chain_policy, sid, printable(sid), head, chain[-1])
         state = decode(chain)
         key, value, meta_end = stored(chain[-1], sid, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
@@ -207,8 +210,10 @@ class QuietSweep:
                     raw = bytes(raw)
                     rec = record(raw)
                     head = rec.head_version
-                    if rec.updated_unix_nanos >= quiet_since or not head or rec.chain_start_version == head:
-                        continue  # written since, or its head is a chain start already
+                    if rec.updated_unix_nanos >= quiet_since or not head:
+                        continue  # written since
+                    if rec.chain_start_version == head and rec.open_keyframe_version != head:
+                        continue  # a chain start already, sealed (or a REPLACE session's FULL frame)
                     work = self._plan(txn, sid, session_id, rec)
                 rewrite = work()
             except Unavailable:
@@ -246,6 +251,7 @@ class QuietSweep:
                     stamped = True
                 rec.stored_bytes += rewrite.stored_delta
                 rec.chain_start_version = rec.head_version
+                rec.open_keyframe_version = 0  # sealed now, if it was the head
                 txn.put(p.sid, rec.SerializeToString(), db=tables.sessions)
                 # The cached encoder continues the old chain's zstd stream; the
                 # session's next write must start a new one after this frame.

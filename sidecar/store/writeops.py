@@ -37,6 +37,7 @@ from .coherence import Coherence
 from .encodeahead import Ahead, EncodedAhead
 from .encoders import Encoders
 from .eventlog import EventLog
+from .folds import SEAL_BELOW_BYTES
 from .forksource import ForkSource, encode_fork, parses, read_source, still_holds
 from .keyframes import QuietSweeps
 from .layout import SEGMENTS_LAYOUT, Tables, stamp_layout, write_time
@@ -398,6 +399,8 @@ class WriteOps:
             raise DataLoss(f"frame of version {version} already exists; the session record is behind its frames")
         if frame.kind is FrameKind.FULL:
             rec.chain_start_version = version
+            if mode is WriteMode.MERGE and not frame.header.sealed and frame.header.state_size < SEAL_BELOW_BYTES:
+                rec.open_keyframe_version = version  # sealed once quiet (folds.sealed_again)
         elif frame.header.base_version != rec.head_version:  # a segment: an older ckpt could not read it
             stamp_layout(txn, tables, SEGMENTS_LAYOUT)
         rec.head_version = version

@@ -7,15 +7,15 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckpt.codec import FrameKind
+from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import DataLoss, GetResult, StateTooLarge, Store, StoreConfig, WriteMode
-from ckpt.sidecar.store import keys, reads
+from ckpt.sidecar.store import keys, reads, writeops
 from tests.store.support import LATER, frames_table, long_chains, merge_patches, merged
 
 SESSIONS = ("a", "b", "c")
@@ -90,6 +90,67 @@ def test_a_head_that_is_not_one_sealed_frame_is_read_through_its_chain(
             got = store.get(session, use_cache=False)
             assert got.state == expected[-1] and got.info.frame_kind is FrameKind.PATCH
         assert asked == [0] * len(SESSIONS)
+
+
+def _sealed_head(store: Store, session: str) -> bool:
+    """Whether the session's head is stored as one sealed FULL frame (codec FORMAT.md §13)."""
+    _, frames = store.frames_of(session)
+    return bytes(frames[-1][2][2:4]) == b"\x02\x09"
+
+
+@pytest.mark.parametrize("sweep", ["folds", "keyframes"])
+def test_a_merge_keyframe_at_the_head_is_sealed_once_quiet_and_then_read_in_one_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sweep: str
+) -> None:
+    """The FULL frame a MERGE write stores to start a chain (its zstd stream left open for the PATCH frames
+    after it) is sealed by either quiet sweep once it is the quiet head; a REPLACE session's FULL head is
+    left as it is; nothing else about the session changes."""
+    config = StoreConfig(
+        data_dir=tmp_path / "data",
+        sweep_interval_seconds=3600,
+        fold_on_close_seconds=0,
+        chain_policy=ChainPolicy(max_depth=5),  # version 7 starts a chain: a FULL frame at the head
+    )
+    if sweep == "keyframes":
+        config = replace(config, fold_after_quiet_seconds=None, keyframe_after_quiet_seconds=60)
+    patches = merge_patches(3, steps=7)
+    state = merged(patches)[-1]
+    with Store(config) as store:
+        for p in patches:
+            store.put("s", p, mode=WriteMode.MERGE, labels={"k": "v"})
+        store.put("replaced", b"\x08\x01")
+        head = store.session("s").head_version
+        assert store.session("s").chain_start_version == head == 7 and not _sealed_head(store, "s")
+        before = [store.get("s", v, use_cache=False) for v in range(1, head + 1)]
+        done = store.sweep(now_nanos=time.time_ns() + LATER)
+        assert (done.heads_folded, done.keyframes_written) == ((1, 0) if sweep == "folds" else (0, 1))
+        assert _sealed_head(store, "s") and not _sealed_head(store, "replaced")
+        again = store.sweep(now_nanos=time.time_ns() + LATER)
+        assert (again.heads_folded, again.keyframes_written) == (0, 0)
+        after = [store.get("s", v, use_cache=False) for v in range(1, head + 1)]
+        assert [g.state for g in after] == [g.state for g in before]
+        assert replace(after[-1].info, stored_bytes=before[-1].info.stored_bytes) == before[-1].info  # a new frame
+        assert store.session("s").stored_bytes == sum(v.stored_bytes for v in store.list_versions("s")[0])
+        store.put("s", b"\x08\x09", mode=WriteMode.MERGE)  # the next write goes on from the sealed frame
+        assert store.get("s", use_cache=False).state == state + b"\x08\x09"
+    asked = _counting_chain_reads(monkeypatch)
+    with Store(config) as store:
+        asked.clear()
+        assert store.get("s", head, use_cache=False).state == state
+        assert store.get("s", use_cache=False).state == state + b"\x08\x09"
+
+
+def test_a_merge_keyframe_of_a_large_state_is_not_sealed_again(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its read is mostly its decode; sealing it would decode and compress it whole."""
+    monkeypatch.setattr(writeops, "SEAL_BELOW_BYTES", 64)
+    with Store(replace(config, chain_policy=ChainPolicy(max_depth=5))) as store:
+        for p in merge_patches(3, steps=7):
+            store.put("s", p, mode=WriteMode.MERGE)
+        assert store.session("s").chain_start_version == 7
+        assert store.sweep(now_nanos=time.time_ns() + LATER).heads_folded == 0
+        assert not _sealed_head(store, "s")
 
 
 def _head_frame(config: StoreConfig, session: str, version: int, change: Callable[[bytearray], object]) -> None:

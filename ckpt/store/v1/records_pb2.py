@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63kpt/store/v1/records.proto\x12\rckpt.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x03\n\rSessionRecord\x12\x14\n\x0chead_version\x18\x01 \x01(\x04\x12\x1b\n\x13\x63hain_start_version\x18\x02 \x01(\x04\x12\x15\n\rfirst_version\x18\x03 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x04 \x01(\x03\x12\x1a\n\x12updated_unix_nanos\x18\x05 \x01(\x03\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x15\n\rversion_count\x18\x07 \x01(\x04\x12\x38\n\x06labels\x18\x08 \x03(\x0b\x32(.ckpt.store.v1.SessionRecord.LabelsEntry\x12\x1e\n\x16\x66orked_from_session_id\x18\t \x01(\t\x12\x1b\n\x13\x66orked_from_version\x18\n \x01(\x04\x12\x14\n\x0cmessage_type\x18\x0b \x01(\t\x12\x1b\n\x13\x62lob_refs_unchecked\x18\x0c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf0\x01\n\rVersionRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x38\n\x06labels\x18\x03 \x03(\x0b\x32(.ckpt.store.v1.VersionRecord.LabelsEntry\x12\x14\n\x0cmessage_type\x18\x04 \x01(\t\x12\x1f\n\x12written_state_xxh3\x18\x05 \x01(\x06H\x00\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x15\n\x13_written_state_xxh3\"\xe7\x02\n\rRequestRecord\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\x12\x12\n\nframe_kind\x18\x03 \x01(\r\x12\x12\n\nstate_size\x18\x04 \x01(\x04\x12\x1a\n\x12\x65xpires_unix_nanos\x18\x05 \x01(\x03\x12\x12\n\nwrite_xxh3\x18\x06 \x01(\x06\x12\"\n\x1asession_created_unix_nanos\x18\x07 \x01(\x03\x12\x18\n\x10\x65vents_first_seq\x18\x08 \x01(\x04\x12\x17\n\x0f\x65vents_last_seq\x18\t \x01(\x04\x12%\n\x1d\x65vents_log_created_unix_nanos\x18\n \x01(\x03\x12\x16\n\x0e\x65vents_had_put\x18\x0b \x01(\x08\x12\x12\n\nstate_xxh3\x18\x0c \x01(\x06\x12\x13\n\x0b\x63hain_depth\x18\r \x01(\r\x12\x18\n\x10swept_by_id_time\x18\x0e \x01(\x08\"\xca\x02\n\x0e\x45ventLogRecord\x12\x10\n\x08next_seq\x18\x01 \x01(\x04\x12\x11\n\tfirst_seq\x18\x02 \x01(\x04\x12\x13\n\x0b\x65vent_count\x18\x03 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x04 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x05 \x01(\x03\x12\x16\n\x0eopen_block_seq\x18\x06 \x01(\x04\x12\x1a\n\x12updated_unix_nanos\x18\x07 \x01(\x03\x12J\n\x10last_seq_by_type\x18\x08 \x03(\x0b\x32\x30.ckpt.store.v1.EventLogRecord.LastSeqByTypeEntry\x12\x16\n\x0etypes_next_seq\x18\t \x01(\x04\x1a\x34\n\x12LastSeqByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xd6\x01\n\x0bStoredEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12>\n\nattributes\x18\x03 \x03(\x0b\x32*.ckpt.store.v1.StoredEvent.AttributesEntry\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\nEventBlock\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.ckpt.store.v1.StoredEvent\"u\n\nBlobRecord\x12\x12\n\nsize_bytes\x18\x01 \x01(\x04\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_unix_nanos\x18\x03 \x01(\x03\x12\x11\n\tref_count\x18\x04 \x01(\x04\x12\x10\n\x08xxh3_128\x18\x05 \x01(\x0c\"+\n\rBlobRefRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\"}\n\nBlobCommit\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x11\n\ttemp_name\x18\x05 \x01(\t\x12\x10\n\x08xxh3_128\x18\x06 \x01(\x0c\"7\n\x0c\x46ieldHistory\x12\'\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x17.ckpt.store.v1.FieldUse\"Z\n\x08\x46ieldUse\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\textension\x18\x05 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63kpt/store/v1/records.proto\x12\rckpt.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb6\x03\n\rSessionRecord\x12\x14\n\x0chead_version\x18\x01 \x01(\x04\x12\x1b\n\x13\x63hain_start_version\x18\x02 \x01(\x04\x12\x15\n\rfirst_version\x18\x03 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x04 \x01(\x03\x12\x1a\n\x12updated_unix_nanos\x18\x05 \x01(\x03\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x15\n\rversion_count\x18\x07 \x01(\x04\x12\x38\n\x06labels\x18\x08 \x03(\x0b\x32(.ckpt.store.v1.SessionRecord.LabelsEntry\x12\x1e\n\x16\x66orked_from_session_id\x18\t \x01(\t\x12\x1b\n\x13\x66orked_from_version\x18\n \x01(\x04\x12\x14\n\x0cmessage_type\x18\x0b \x01(\t\x12\x1b\n\x13\x62lob_refs_unchecked\x18\x0c \x01(\x08\x12\x1d\n\x15open_keyframe_version\x18\r \x01(\x04\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf0\x01\n\rVersionRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\x38\n\x06labels\x18\x03 \x03(\x0b\x32(.ckpt.store.v1.VersionRecord.LabelsEntry\x12\x14\n\x0cmessage_type\x18\x04 \x01(\t\x12\x1f\n\x12written_state_xxh3\x18\x05 \x01(\x06H\x00\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x15\n\x13_written_state_xxh3\"\xe7\x02\n\rRequestRecord\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x02 \x01(\x04\x12\x12\n\nframe_kind\x18\x03 \x01(\r\x12\x12\n\nstate_size\x18\x04 \x01(\x04\x12\x1a\n\x12\x65xpires_unix_nanos\x18\x05 \x01(\x03\x12\x12\n\nwrite_xxh3\x18\x06 \x01(\x06\x12\"\n\x1asession_created_unix_nanos\x18\x07 \x01(\x03\x12\x18\n\x10\x65vents_first_seq\x18\x08 \x01(\x04\x12\x17\n\x0f\x65vents_last_seq\x18\t \x01(\x04\x12%\n\x1d\x65vents_log_created_unix_nanos\x18\n \x01(\x03\x12\x16\n\x0e\x65vents_had_put\x18\x0b \x01(\x08\x12\x12\n\nstate_xxh3\x18\x0c \x01(\x06\x12\x13\n\x0b\x63hain_depth\x18\r \x01(\r\x12\x18\n\x10swept_by_id_time\x18\x0e \x01(\x08\"\xca\x02\n\x0e\x45ventLogRecord\x12\x10\n\x08next_seq\x18\x01 \x01(\x04\x12\x11\n\tfirst_seq\x18\x02 \x01(\x04\x12\x13\n\x0b\x65vent_count\x18\x03 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x04 \x01(\x04\x12\x1a\n\x12\x63reated_unix_nanos\x18\x05 \x01(\x03\x12\x16\n\x0eopen_block_seq\x18\x06 \x01(\x04\x12\x1a\n\x12updated_unix_nanos\x18\x07 \x01(\x03\x12J\n\x10last_seq_by_type\x18\x08 \x03(\x0b\x32\x30.ckpt.store.v1.EventLogRecord.LastSeqByTypeEntry\x12\x16\n\x0etypes_next_seq\x18\t \x01(\x04\x1a\x34\n\x12LastSeqByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xd6\x01\n\x0bStoredEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12>\n\nattributes\x18\x03 \x03(\x0b\x32*.ckpt.store.v1.StoredEvent.AttributesEntry\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\nEventBlock\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.ckpt.store.v1.StoredEvent\"u\n\nBlobRecord\x12\x12\n\nsize_bytes\x18\x01 \x01(\x04\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_unix_nanos\x18\x03 \x01(\x03\x12\x11\n\tref_count\x18\x04 \x01(\x04\x12\x10\n\x08xxh3_128\x18\x05 \x01(\x0c\"+\n\rBlobRefRecord\x12\x1a\n\x12\x63reated_unix_nanos\x18\x01 \x01(\x03\"}\n\nBlobCommit\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x11\n\ttemp_name\x18\x05 \x01(\t\x12\x10\n\x08xxh3_128\x18\x06 \x01(\x0c\"7\n\x0c\x46ieldHistory\x12\'\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x17.ckpt.store.v1.FieldUse\"Z\n\x08\x46ieldUse\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\r\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x11\n\textension\x18\x05 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,33 +41,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STOREDEVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_STOREDEVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONRECORD']._serialized_start=80
-  _globals['_SESSIONRECORD']._serialized_end=487
-  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_start=442
-  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_end=487
-  _globals['_VERSIONRECORD']._serialized_start=490
-  _globals['_VERSIONRECORD']._serialized_end=730
-  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_start=442
-  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_end=487
-  _globals['_REQUESTRECORD']._serialized_start=733
-  _globals['_REQUESTRECORD']._serialized_end=1092
-  _globals['_EVENTLOGRECORD']._serialized_start=1095
-  _globals['_EVENTLOGRECORD']._serialized_end=1425
-  _globals['_EVENTLOGRECORD_LASTSEQBYTYPEENTRY']._serialized_start=1373
-  _globals['_EVENTLOGRECORD_LASTSEQBYTYPEENTRY']._serialized_end=1425
-  _globals['_STOREDEVENT']._serialized_start=1428
-  _globals['_STOREDEVENT']._serialized_end=1642
-  _globals['_STOREDEVENT_ATTRIBUTESENTRY']._serialized_start=1593
-  _globals['_STOREDEVENT_ATTRIBUTESENTRY']._serialized_end=1642
-  _globals['_EVENTBLOCK']._serialized_start=1644
-  _globals['_EVENTBLOCK']._serialized_end=1700
-  _globals['_BLOBRECORD']._serialized_start=1702
-  _globals['_BLOBRECORD']._serialized_end=1819
-  _globals['_BLOBREFRECORD']._serialized_start=1821
-  _globals['_BLOBREFRECORD']._serialized_end=1864
-  _globals['_BLOBCOMMIT']._serialized_start=1866
-  _globals['_BLOBCOMMIT']._serialized_end=1991
-  _globals['_FIELDHISTORY']._serialized_start=1993
-  _globals['_FIELDHISTORY']._serialized_end=2048
-  _globals['_FIELDUSE']._serialized_start=2050
-  _globals['_FIELDUSE']._serialized_end=2140
+  _globals['_SESSIONRECORD']._serialized_end=518
+  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_start=473
+  _globals['_SESSIONRECORD_LABELSENTRY']._serialized_end=518
+  _globals['_VERSIONRECORD']._serialized_start=521
+  _globals['_VERSIONRECORD']._serialized_end=761
+  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_start=473
+  _globals['_VERSIONRECORD_LABELSENTRY']._serialized_end=518
+  _globals['_REQUESTRECORD']._serialized_start=764
+  _globals['_REQUESTRECORD']._serialized_end=1123
+  _globals['_EVENTLOGRECORD']._serialized_start=1126
+  _globals['_EVENTLOGRECORD']._serialized_end=1456
+  _globals['_EVENTLOGRECORD_LASTSEQBYTYPEENTRY']._serialized_start=1404
+  _globals['_EVENTLOGRECORD_LASTSEQBYTYPEENTRY']._serialized_end=1456
+  _globals['_STOREDEVENT']._serialized_start=1459
+  _globals['_STOREDEVENT']._serialized_end=1673
+  _globals['_STOREDEVENT_ATTRIBUTESENTRY']._serialized_start=1624
+  _globals['_STOREDEVENT_ATTRIBUTESENTRY']._serialized_end=1673
+  _globals['_EVENTBLOCK']._serialized_start=1675
+  _globals['_EVENTBLOCK']._serialized_end=1731
+  _globals['_BLOBRECORD']._serialized_start=1733
+  _globals['_BLOBRECORD']._serialized_end=1850
+  _globals['_BLOBREFRECORD']._serialized_start=1852
+  _globals['_BLOBREFRECORD']._serialized_end=1895
+  _globals['_BLOBCOMMIT']._serialized_start=1897
+  _globals['_BLOBCOMMIT']._serialized_end=2022
+  _globals['_FIELDHISTORY']._serialized_start=2024
+  _globals['_FIELDHISTORY']._serialized_end=2079
+  _globals['_FIELDUSE']._serialized_start=2081
+  _globals['_FIELDUSE']._serialized_end=2171
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SessionRecord(_message.Message):
-    __slots__ = ("head_version", "chain_start_version", "first_version", "created_unix_nanos", "updated_unix_nanos", "stored_bytes", "version_count", "labels", "forked_from_session_id", "forked_from_version", "message_type", "blob_refs_unchecked")
+    __slots__ = ("head_version", "chain_start_version", "first_version", "created_unix_nanos", "updated_unix_nanos", "stored_bytes", "version_count", "labels", "forked_from_session_id", "forked_from_version", "message_type", "blob_refs_unchecked", "open_keyframe_version")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class SessionRecord(_message.Message):
     FORKED_FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     BLOB_REFS_UNCHECKED_FIELD_NUMBER: _ClassVar[int]
+    OPEN_KEYFRAME_VERSION_FIELD_NUMBER: _ClassVar[int]
     head_version: int
     chain_start_version: int
     first_version: int
@@ -42,7 +43,8 @@ class SessionRecord(_message.Message):
     forked_from_version: int
     message_type: str
     blob_refs_unchecked: bool
-    def __init__(self, head_version: _Optional[int] = ..., chain_start_version: _Optional[int] = ..., first_version: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ..., blob_refs_unchecked: _Optional[bool] = ...) -> None: ...
+    open_keyframe_version: int
+    def __init__(self, head_version: _Optional[int] = ..., chain_start_version: _Optional[int] = ..., first_version: _Optional[int] = ..., created_unix_nanos: _Optional[int] = ..., updated_unix_nanos: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., version_count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., forked_from_session_id: _Optional[str] = ..., forked_from_version: _Optional[int] = ..., message_type: _Optional[str] = ..., blob_refs_unchecked: _Optional[bool] = ..., open_keyframe_version: _Optional[int] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
     __slots__ = ("created_unix_nanos", "mode", "labels", "message_type", "written_state_xxh3")
