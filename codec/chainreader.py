@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from . import _zstd
+from .chainchecks import check_chain_arg, check_limit
 from .decoder import (
     _DELTA_CONTINUING,
     _PATCH,
@@ -33,8 +34,6 @@ from .decoder import (
     _SCANNERS,
     _U64,
     DecodedVersion,
-    _check_chain_arg,
-    _check_limit,
     _latest_checked,
     latest_with_reader,
     linked_content,
@@ -209,9 +208,9 @@ def open_chain(
     before anything is decompressed, if the chain's frames output more (the FULL frame's state, each
     PATCH's patch, each DELTA's whole state), as their headers declare.
     """
-    _check_chain_arg(frames)
-    limit = _check_limit(max_state_bytes)
-    max_output = _check_limit(max_output_bytes, "max_output_bytes")
+    check_chain_arg(frames)
+    limit = check_limit(max_state_bytes)
+    max_output = check_limit(max_output_bytes, "max_output_bytes")
     chain = list(frames)
     if not chain:
         raise ValueError("decode needs at least one frame")

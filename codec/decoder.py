@@ -8,18 +8,15 @@ runs) verifies every frame and every version.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from . import _zstd, frame_v1, frame_v2
-from .chainstats import segment_link_base
+from .chainchecks import check_chain_arg, check_limit, check_link, check_output, check_state_size
 from .errors import (
     ChainLinkError,
     ChecksumError,
     DecodeError,
-    OutputTooLargeError,
-    PrefixFrameError,
-    StateTooLargeError,
 )
 from .frame import (
     KINDS_BY_NUMBER,
@@ -73,8 +70,7 @@ def scanned_frame_header(frame: FrameBytes) -> FrameHeader:
 
 
 class DecodedVersion(NamedTuple):
-    """A version's frame header and state. A NamedTuple, as FrameHeader: one is built per version decoded,
-    and a frozen dataclass costs a cold read of a small state twice as much to build."""
+    """A version's frame header and state (a NamedTuple, as FrameHeader: cheaper to build per version)."""
 
     header: FrameHeader
     state: bytes
@@ -116,8 +112,8 @@ def decode(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) 
 def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None = None) -> DecodedVersion:
     """:func:`decode`, with the last frame's header: what a reader reports of the version it read,
     without parsing that frame a second time."""
-    _check_chain_arg(frames)
-    limit = _check_limit(max_state_bytes)
+    check_chain_arg(frames)
+    limit = check_limit(max_state_bytes)
     chain = list(frames)
     if not chain:
         raise ValueError("decode needs at least one frame")
@@ -135,15 +131,10 @@ def decode_latest(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
 
 
 def decode_sealed(frame: FrameBytes, *, max_state_bytes: int | None = None) -> DecodedVersion | None:
-    """:func:`decode_latest` of the chain of one ``frame``, if it is a sealed format 2 FULL frame: decoded in
-    one shot and checked as that would; None for any other frame, or on any doubt (a state over
-    ``max_state_bytes`` too): the chain's decode then decides, and names the error. For a reader that found
-    such a frame at a session's head (a quiet session's, folded), without a chain to gather."""
-    limit = _check_limit(max_state_bytes)
-    try:
-        return _sealed_alone(frame, limit)
-    except Exception:  # whatever it tripped on, the chain's decode names
-        return None
+    """:func:`decode_latest` of the chain of one ``frame``, if it is a sealed format 2 FULL frame (a quiet
+    session's folded head), without a chain to gather; None for any other frame, or on any doubt (a state
+    over ``max_state_bytes`` too): the chain's decode then decides, and names the error."""
+    return _sealed_alone(frame, check_limit(max_state_bytes))
 
 
 def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
@@ -152,7 +143,11 @@ def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
     it is another frame, or on any doubt: the first pass, then the checked one, decide and name the error."""
     if len(f) < 4 or f[2] != 2 or f[3] != _FULL_SEALED:
         return None
-    _, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, _ = frame_v2.scan(f)
+    try:
+        _, wl, version, distance, state_size, base_size, prefix, payload_size, xxh3_at, start, _ = frame_v2.scan(f)
+        xxh3 = _U64.unpack_from(f, xxh3_at)[0]
+    except (ValueError, IndexError, struct.error):  # a header cut short or malformed
+        return None
     limit = _NO_LIMIT if limit is None else limit
     if not _starts_chain(wl, version, distance, state_size, base_size, prefix, payload_size, len(f) - start, limit):
         return None
@@ -161,10 +156,7 @@ def _sealed_alone(f: FrameBytes, limit: int | None) -> DecodedVersion | None:
     if not _zstd.sealed_payload_fits(payload, state_size, 1 << wl):
         return None
     state = _zstd.decompress_sealed(payload)
-    if state is None or len(state) != state_size:
-        return None
-    xxh3 = _U64.unpack_from(f, xxh3_at)[0]
-    if state_checksum(state) != xxh3:
+    if state is None or len(state) != state_size or state_checksum(state) != xxh3:
         return None
     header = FrameHeader(FrameKind.FULL, version, 0, state_size, 0, payload_size, 0, xxh3, 0, wl, False, 2, True)
     return DecodedVersion(header, state)
@@ -252,7 +244,7 @@ def _first_pass(
     chain: list[FrameBytes], limit: int | None, max_output: int | None, *, keep_reader: bool
 ) -> tuple[DecodedVersion, _zstd.ZstdDecompressor | None] | None:
     """The first pass of decode(): per frame a header scan (frame_v1/v2.scan)
-    and the checks of frame.parse and _check_link but the frame checksum, as
+    and the checks of frame.parse and check_link but the frame checksum, as
     integer comparisons on locals. This loop is most of a cold read's Python,
     so a continuing PATCH frame (the common case) takes the shortest path.
 
@@ -325,7 +317,7 @@ def _first_pass(
         prev_version, prev_size, prev_wl, prev_xxh3_at, prev = version, state_size, wl, xxh3_at, f
     streams.append((stream_wl, stream_prefix, parts, total, whole, keep))
     if max_output is not None:
-        _check_output(sum(stream[3] for stream in streams), max_output, version)
+        check_output(sum(stream[3] for stream in streams), max_output, version)
     pieces = StatePieces()
     reader = None
     kept = streams[-1] if keep_reader else None
@@ -411,7 +403,7 @@ def _latest_checked(chain: list[FrameBytes], limit: int | None, max_output: int 
     # damage would raise it (its size is no claim of a damaged header: that one failed before its size counts).
     if limit is not None:
         for header, _ in parsed:
-            _check_state_size(header, limit)
+            check_state_size(header, limit)
     if failure is not None:
         # iter_versions meets the failed frame after reading the ones before it: read them too (within
         # ``max_output``; else the failed frame's error stands) so that damage to an earlier one is named.
@@ -420,7 +412,7 @@ def _latest_checked(chain: list[FrameBytes], limit: int | None, max_output: int 
                 pass
         raise failure
     if max_output is not None:
-        _check_output(sum(header.content_size for header, _ in parsed), max_output, parsed[-1][0].version)
+        check_output(sum(header.content_size for header, _ in parsed), max_output, parsed[-1][0].version)
     state = b""
     for found in _versions(parsed):
         state = found.state
@@ -434,8 +426,8 @@ def iter_versions(frames: Iterable[FrameBytes], *, max_state_bytes: int | None =
     versions before the first one over the limit are yielded, then
     StateTooLargeError is raised without decompressing that frame.
     """
-    _check_chain_arg(frames)
-    yield from _versions(_linked(frames, _check_limit(max_state_bytes)))
+    check_chain_arg(frames)
+    yield from _versions(_linked(frames, check_limit(max_state_bytes)))
 
 
 def _linked(frames: Iterable[FrameBytes], limit: int | None) -> Iterator[tuple[FrameHeader, memoryview]]:
@@ -449,12 +441,12 @@ def _linked(frames: Iterable[FrameBytes], limit: int | None) -> Iterator[tuple[F
         header, payload = parse_named(
             frame, "first frame of the chain" if prev is None else f"frame of version {prev.version + 1}"
         )
-        _check_link(prev, header, run)
+        check_link(prev, header, run)
         if header.kind is not FrameKind.PATCH:
             run = []
         run.append(header)
         if limit is not None:
-            _check_state_size(header, limit)
+            check_state_size(header, limit)
         yield header, payload
         prev = header
 
@@ -464,104 +456,21 @@ def _versions(frames: Iterable[tuple[FrameHeader, memoryview]]) -> Iterator[Deco
     state = b""
     reader: _zstd.ZstdDecompressor | None = None
     for header, payload in frames:
-        if header.sealed:  # FULL: one zstd frame, its stream ended (no frame continues it: _check_link)
+        if header.sealed:  # FULL: one zstd frame, its stream ended (no frame continues it: check_link)
             content = decompress_sealed(
                 payload, version=header.version, size=header.state_size, window_log=header.window_log
             )
             reader = None
         else:
             if header.kind is FrameKind.PATCH and header.base_size != len(state):
-                state = state[: header.base_size]  # a segment after the version before it: _check_link
+                state = state[: header.base_size]  # a segment after the version before it: check_link
             if not header.continues_stream:
                 reader = _zstd.new_reader(window_log=header.window_log, prefix=_prefix_of(header, state))
-            assert reader is not None  # _check_link refuses a chain starting with a continuation
+            assert reader is not None  # check_link refuses a chain starting with a continuation
             content = _decompress(reader, payload, header.content_size, header)
         state = state + content if header.kind is FrameKind.PATCH else content
         _verify_state(header, state)
         yield DecodedVersion(header, state)
-
-
-def _check_chain_arg(frames: object) -> None:
-    # One frame's bytes are iterable too (as ints): say what to pass instead.
-    if isinstance(frames, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            f"frames must be an iterable of frames (a chain, FULL frame first), not one"
-            f" {type(frames).__name__} object; pass [frame] to decode a single FULL frame"
-        )
-
-
-def _check_limit(max_state_bytes: object, name: str = "max_state_bytes") -> int | None:
-    if max_state_bytes is None:
-        return None
-    if isinstance(max_state_bytes, bool) or not isinstance(max_state_bytes, int):
-        raise TypeError(f"{name} must be an int or None, not {type(max_state_bytes).__name__}")
-    if max_state_bytes < 0:
-        raise ValueError(f"{name} must be >= 0, got {max_state_bytes}")
-    return max_state_bytes
-
-
-def _check_state_size(header: FrameHeader, limit: int) -> None:
-    if header.state_size > limit:
-        raise StateTooLargeError(
-            f"frame of version {header.version} declares a {header.state_size}-byte state; max_state_bytes is {limit}",
-            version=header.version,
-            state_size=header.state_size,
-            limit=limit,
-        )
-
-
-def _check_output(output_bytes: int, limit: int, version: int) -> None:
-    if output_bytes > limit:
-        raise OutputTooLargeError(
-            f"decoding version {version} would output {output_bytes} bytes (its chain's states and patches);"
-            f" max_output_bytes is {limit}",
-            version=version,
-            output_bytes=output_bytes,
-            limit=limit,
-        )
-
-
-def _check_link(prev: FrameHeader | None, h: FrameHeader, run: Sequence[FrameHeader] = ()) -> None:
-    if h.kind is FrameKind.PREFIX:
-        raise prefix_frame_error(h)
-    if prev is None:
-        if h.kind is not FrameKind.FULL:
-            raise ChainLinkError(f"chain starts at version {h.version} with a {h.kind.name} frame; a chain starts FULL")
-        return
-    if h.kind is FrameKind.FULL:
-        raise ChainLinkError(f"FULL frame of version {h.version} inside a chain (after version {prev.version})")
-    base = prev
-    if h.base_version != prev.version:
-        base = segment_link_base(prev, h, run)
-    # Only format 1 records its base's xxh3; format 2 leaves a wrong base to
-    # the produced state's xxh3.
-    if h.base_size != base.state_size or (h.format == 1 and h.base_xxh3 != base.state_xxh3):
-        with_xxh3 = f" with xxh3 {h.base_xxh3:#018x}" if h.format == 1 else ""
-        raise ChainLinkError(
-            f"frame of version {h.version} expects a base of {h.base_size} bytes{with_xxh3};"
-            f" version {base.version} is {base.state_size} bytes with xxh3 {base.state_xxh3:#018x}"
-        )
-    if h.continues_stream and prev.sealed:
-        raise ChainLinkError(
-            f"frame of version {h.version} continues a stream, but version {prev.version} is a sealed FULL"
-            f" frame, whose zstd frame ended its stream"
-        )
-    if h.continues_stream and h.window_log != prev.window_log:
-        raise ChainLinkError(
-            f"frame of version {h.version} continues a stream with window_log {h.window_log},"
-            f" but version {prev.version}'s stream has window_log {prev.window_log}"
-        )
-
-
-def prefix_frame_error(h: FrameHeader) -> PrefixFrameError:
-    """The error of a chain's reader given the PREFIX frame ``h`` (FORMAT.md §12)."""
-    return PrefixFrameError(
-        f"version {h.version} is a PREFIX frame: its state is the first {h.state_size} bytes of version"
-        f" {h.base_version}'s state (read it with prefix_state from that state, not as part of a chain)",
-        version=h.version,
-        source_version=h.base_version,
-        state_size=h.state_size,
-    )
 
 
 def _prefix_of(header: FrameHeader, base: bytes) -> bytes | None:

@@ -13,7 +13,8 @@ with :func:`prefix_state`. From a source stored as one sealed FULL frame,
 from __future__ import annotations
 
 from . import _zstd
-from .decoder import DecodedVersion, _check_limit, decode_latest
+from .chainchecks import check_limit
+from .decoder import DecodedVersion, decode_latest
 from .encoder import _MAX_VERSION, EncodedFrame
 from .errors import ChainLinkError, ChecksumError, DecodeError
 from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
@@ -132,7 +133,7 @@ def sealed_prefix(frame: FrameBytes, size: int, *, max_state_bytes: int | None =
         raise TypeError(f"size must be an int, not {type(size).__name__}")
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
-    limit = _check_limit(max_state_bytes)
+    limit = check_limit(max_state_bytes)
     try:
         header, payload = parse(frame)
         if header.sealed and size < header.state_size and (limit is None or header.state_size <= limit):
