@@ -173,14 +173,14 @@ class QuietSweep:
         """Read the frames the head is read through: :data:`~.folds.Plan` of a FULL frame of the head's state
         in place of its DELTA or PATCH frame (a PATCH head is left to the fold while folding is on)."""
         chain = chain_frames(txn, self._tables, sid, session_id, rec, rec.head_version)
-        return functools.partial(self._keyframe_plan, sid, rec.head_version, chain)
+        return functools.partial(self._keyframe_plan, sid, session_id, rec.head_version, chain)
 
-    def _keyframe_plan(self, sid: bytes, head: int, chain: list[memoryview]) -> Rewrite | None:
+    def _keyframe_plan(self, sid: bytes, session_id: str, head: int, chain: list[memoryview]) -> Rewrite | None:
         kind = frame_kind(chain[-1])
         if self._config.fold_after_quiet_seconds is not None and kind is FrameKind.PATCH:
             return None  # folded (folds.py): fewer bytes than a keyframe, and as fast to read
         if kind is FrameKind.FULL:  # a MERGE write's keyframe, its stream open
-            return sealed_again(self._config.chain_policy, sid, printable(sid), head, chain[-1])
+            return sealed_again(self._config.chain_policy, sid, session_id, head, chain[-1])
         state = decode(chain)
         key, value, meta_end = stored(chain[-1], sid, head)
         frame = keyframe(state, version=head, policy=self._config.chain_policy)
