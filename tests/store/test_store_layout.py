@@ -257,7 +257,7 @@ def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_st
     and `ckpt verify` passes throughout. Once this ckpt has written, an older one refuses the store: it
     would not find the new records, and a retry across the downgrade would write twice."""
     data = tmp_path / "data"
-    ttl = 1.5
+    ttl = 120.0  # outlasts the `ckpt verify` runs below on a loaded machine; the sweep is told the time
     with Store(StoreConfig(data_dir=data, request_id_ttl_seconds=ttl)) as store:
         for sid in ("a", "b"):
             store.put(sid, b"\x08\x01", request_id=f"{sid}-old")
@@ -279,9 +279,9 @@ def test_request_records_of_layout_1_answer_retries_until_they_expire_and_the_st
     assert requests == sorted(expected) and sorted(expiry) == sorted(expected)  # expiry entries: in time order
     verify = ckpt("verify", "--data-dir", str(data))
     assert verify.returncode == 0, verify.stderr
-    time.sleep(ttl)
     with Store(StoreConfig(data_dir=data, sweep_interval_seconds=3600)) as store:
-        assert store.sweep().request_ids_expired == 1  # a-old: the two written above expire a day later
+        past_ttl = time.time_ns() + int(ttl * 1e9) + 10**9
+        assert store.sweep(now_nanos=past_ttl).request_ids_expired == 1  # a-old: the two above expire a day later
         # No layout-1 key is left to look under; the current records still answer.
         assert store.put("a", b"\x08\x03", request_id="a-new").replayed
         assert not store.put("a", b"\x08\x01", request_id="a-old").replayed  # expired: a new write
