@@ -140,7 +140,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
         submit = self._writer.submit
         self._quiet = QuietSweeps(config, self._tables, self._encoders, self._read, submit, self._registry.resolve)
-        self._events = EventLog(config, self._tables, self._requests)
+        self._events = EventLog(config, self._tables, self._requests, self._read)
         self._ops = WriteOps(
             config,
             self._tables,

@@ -21,6 +21,7 @@ records and no scan.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import byte_size
 from .eventblocks import StoredBlock, block_key, block_range, blocks_in, stored_blocks, where
+from .eventdicts import ReadTxns, StoreDictionary
 from .events import (
     SEAL_EVENTS,
     SEAL_RAW_BYTES,
@@ -53,6 +55,11 @@ from .ops import Batch, Op
 from .records import log_record, record, record_put, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # pragma: no cover - exercised on the interpreter CI runs
+    from backports import zstd
 
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000
@@ -138,12 +145,20 @@ def events_fingerprint(
 class EventLog:
     """The event log's write ops and the parts of other writes that touch it (delete, fork, retention)."""
 
-    def __init__(self, config: StoreConfig, tables: Tables, requests: RequestIds) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        tables: Tables,
+        requests: RequestIds,
+        read: ReadTxns,
+    ) -> None:
         self._config = config
         self._tables = tables
         self._requests = requests
         #: The open blocks' streams (the writer thread's alone, as every method here but the reads).
         self.streams = OpenStreams(config.encoder_cache_entries, config.encoder_cache_bytes)
+        #: The store's event dictionary (eventdicts.py): read, and trained by appends until there is one.
+        self.dictionary = StoreDictionary(tables.meta if tables.events is not None else None, read)
 
     @property
     def _events(self) -> Table:
@@ -232,7 +247,8 @@ class EventLog:
                 rec = records_pb2.RequestRecord(
                     expires_unix_nanos=now + int(config.request_id_ttl_seconds * 1e9),
                     write_xxh3=asked,
-                    session_created_unix_nanos=session.created_unix_nanos if session is not None else 0,
+                    # An append of events alone answers by its log (request_of_current): no session to name.
+                    session_created_unix_nanos=session.created_unix_nanos if put_result is not None and session else 0,
                     events_first_seq=first,
                     events_last_seq=last,
                     events_log_created_unix_nanos=log.created_unix_nanos,
@@ -298,6 +314,8 @@ class EventLog:
                 f"{at}: the open event block holds seqs {header.first_seq}-{header.last_seq}; the log's next seq is"
                 f" {log.next_seq}"
             )
+        if stream is None and header.dictionary:
+            self.dictionary.in_txn(txn)  # known to this process before the block's frame names it
         raw = stream.raw if stream is not None else block_raw(value, header, at, tail)
         return _OpenBlock(header, raw, len(value) + len(tail or b""), stream, tail_seq)
 
@@ -311,6 +329,7 @@ class EventLog:
     ) -> None:
         """Append ``new`` (seqs set) to the log's blocks: the open one first, then new ones, each sealed
         once full; and update the log record's counts."""
+        zdict = self.dictionary.for_append(txn, new)
         run = _Run(new[0].seq) if open_block is None else _Run.of(open_block)
         runs = [run]
         for event in new:
@@ -321,7 +340,7 @@ class EventLog:
         added = 0
         for run in runs:
             if run.full:
-                value = run.sealed()
+                value = run.sealed(zdict)
                 txn.put(block_key(sid, run.first_seq), value, db=self._events)
                 if run.base is not None and run.base.tail_seq:
                     txn.delete(block_key(sid, run.base.tail_seq), db=self._events)
@@ -330,7 +349,7 @@ class EventLog:
             # The last run: the block left open, its stream kept for the next append.
             stream = run.stream()
             times = [event_nanos(event) for event in run.events]
-            for seq, written in stream.add(run.encoded(), len(run.events), min(times), max(times)):
+            for seq, written in stream.add(run.encoded(), len(run.events), min(times), max(times), zdict):
                 if written is None:
                     txn.delete(block_key(sid, seq), db=self._events)
                 else:
@@ -441,7 +460,7 @@ class EventLog:
                 txn.delete(block_key(sid, seq), db=self._events)
             log.stored_bytes -= block.stored_bytes
         if trimmed:
-            value = _block_value(trimmed)
+            value = _block_value(trimmed, self.dictionary.in_txn(txn))
             txn.put(block_key(sid, cut), value, db=self._events)
             log.stored_bytes += len(value)
             if log.open_block_seq and log.open_block_seq < cut:
@@ -504,10 +523,10 @@ class _Run:
         """The added events' encoding (repeated fields concatenate: it follows the open block's body)."""
         return records_pb2.EventBlock(events=self.events).SerializeToString()
 
-    def sealed(self) -> bytes:
-        """The block's value, sealed: compressed whole."""
+    def sealed(self, zdict: zstd.ZstdDict | None) -> bytes:
+        """The block's value, sealed: compressed whole (from ``zdict``, the store's event dictionary, if given)."""
         raw = (self.base.raw if self.base is not None else b"") + self.encoded()
-        return encode_block(raw, self.first_seq, self.count, self.min_time, self.max_time)
+        return encode_block(raw, self.first_seq, self.count, self.min_time, self.max_time, zdict)
 
     def stream(self) -> OpenStream:
         """The stream the block's new events go onto: the cached one, or one started (over the stored body)."""
@@ -522,8 +541,8 @@ def _varint_bytes(n: int) -> int:
     return max(1, (n.bit_length() + 6) // 7)
 
 
-def _block_value(events: list[records_pb2.StoredEvent]) -> bytes:
+def _block_value(events: list[records_pb2.StoredEvent], zdict: zstd.ZstdDict | None) -> bytes:
     run = _Run(events[0].seq)
     for event in events:
         run.add(event)
-    return run.sealed()
+    return run.sealed(zdict)

@@ -48,6 +48,16 @@ else:  # pragma: no cover - exercised on the interpreter CI runs
 #: writers, 460-476 bytes of data.mdb an event with 256, 476-483 with 512, 494-503 with 1024, 548
 #: without tails. A fold appends the tail's zstd blocks to the block's frame as they are.
 TAIL_FOLD_BYTES = 256
+#: ... unless folding it would take the block's value onto one more page of LMDB's: the tail then grows on
+#: its leaf page, up to this many bytes of frame (a leaf holds a value of up to ~2,000 bytes with its
+#: key). A block's value past ~2 KB fills pages of its own, the last one part way, and most sessions' logs
+#: end in one open block: folding only while the value stays on its pages fills them before taking the
+#: next (measured at 64 writers on the trajectory corpus: data.mdb's bytes an event, see bench/HISTORY.md).
+TAIL_MAX_BYTES = 1024
+#: LMDB's page, and what its overflow pages hold of a value: a value whose node (with a key of ~30 bytes
+#: and 8 of node header) passes half a page is stored on whole pages of its own after a 16-byte header.
+_PAGE_BYTES = 4096
+_LEAF_VALUE_MAX = 2040 - 40
 #: At most this much memory for the cached streams, whatever the encoder cache's budget (which bounds
 #: them too: they are encoders of a kind). A stream weighs ~0.3 MiB with its block, so 64 MiB keeps the
 #: open blocks of ~200 sessions appended to in turn.
@@ -60,7 +70,7 @@ _STREAM_MEMORY = (1 << STREAM_WINDOW_LOG) + 8 * (1 << STREAM_TABLE_LOG) + (1 << 
 Writes = list[tuple[int, bytes | None]]
 
 
-def new_compressor() -> zstd.ZstdCompressor:
+def new_compressor(zdict: zstd.ZstdDict | None = None) -> zstd.ZstdCompressor:
     options: dict[int, int] = {
         zstd.CompressionParameter.compression_level: STREAM_LEVEL,
         zstd.CompressionParameter.window_log: STREAM_WINDOW_LOG,
@@ -68,7 +78,8 @@ def new_compressor() -> zstd.ZstdCompressor:
         zstd.CompressionParameter.chain_log: STREAM_TABLE_LOG,
         zstd.CompressionParameter.checksum_flag: 0,  # the values' XXH3s cover the frame
     }
-    return zstd.ZstdCompressor(options=options)
+    # Digested: the dictionary's tables made once and shared, not loaded into each new context (~100 us).
+    return zstd.ZstdCompressor(options=options, zstd_dict=zdict.as_digested_dict if zdict is not None else None)
 
 
 @dataclass(slots=True)
@@ -102,9 +113,13 @@ class OpenStream:
         first seq of its tail, 0 if none): the next append compresses it again with its events."""
         return cls(header, raw, stale_tail_seq=tail_seq)
 
-    def add(self, encoded: bytes, count: int, min_time: int, max_time: int) -> Writes:
-        """Add ``count`` events (``encoded``: their EventBlock encoding, times min..max): what to write."""
-        if self.compressor is not None and self.value and len(self.tail_frame) < TAIL_FOLD_BYTES:
+    def add(
+        self, encoded: bytes, count: int, min_time: int, max_time: int, zdict: zstd.ZstdDict | None = None
+    ) -> Writes:
+        """Add ``count`` events (``encoded``: their EventBlock encoding, times min..max): what to write.
+        A block compressed again in one piece starts from ``zdict`` (the store's event dictionary) if given;
+        zstd blocks added to its frame continue it as it began."""
+        if self.compressor is not None and self.value and self._tail_grows():
             return self._onto_tail(encoded, count, min_time, max_time)
         writes: Writes = []
         for stale in (self.tail.first_seq if self.tail is not None else 0, self.stale_tail_seq):
@@ -116,19 +131,28 @@ class OpenStream:
         if self.tail is not None:
             low, high = min(low, self.tail.min_time_nanos), max(high, self.tail.max_time_nanos)
         self.raw += encoded
+        dictionary = h.dictionary
         if self.compressor is None or count >= 2 * self.compressed_count:
             # The block compressed again in one piece: as small as compressing it whole, and as fast to
             # read. Only as its events double: the work stays about twice the block's, whatever its length.
-            self.compressor = new_compressor()
+            self.compressor = new_compressor(zdict)
             self.frame = self.compressor.compress(self.raw, zstd.ZstdCompressor.FLUSH_BLOCK)
             self.compressed_count = count
+            dictionary = zdict is not None
         else:  # the tail and the new events' zstd blocks go onto the block's frame as they are
             self.frame += self.tail_frame + self.compressor.compress(encoded, zstd.ZstdCompressor.FLUSH_BLOCK)
-        self.header = BlockHeader(h.first_seq, count, len(self.raw), low, high, frame_open=True)
+        self.header = BlockHeader(h.first_seq, count, len(self.raw), low, high, True, dictionary=dictionary)
         self.value = block_value(self.header, self.frame)
         self.tail, self.tail_frame, self.tail_value, self.stale_tail_seq = None, b"", b"", 0
         writes.append((h.first_seq, self.value))
         return writes
+
+    def _tail_grows(self) -> bool:
+        """Whether the next events go onto the tail rather than fold it into the block's value."""
+        tail = len(self.tail_frame)
+        if tail < TAIL_FOLD_BYTES:
+            return True
+        return tail < TAIL_MAX_BYTES and value_pages(len(self.value) + tail) > value_pages(len(self.value))
 
     def _onto_tail(self, encoded: bytes, count: int, min_time: int, max_time: int) -> Writes:
         assert self.compressor is not None
@@ -136,7 +160,8 @@ class OpenStream:
         self.raw += encoded
         t = self.tail
         if t is None:
-            t = BlockHeader(self.header.last_seq + 1, 0, 0, min_time, max_time, True, True, value_xxh3(self.value))
+            h = self.header
+            t = BlockHeader(h.last_seq + 1, 0, 0, min_time, max_time, True, True, value_xxh3(self.value), h.dictionary)
         self.tail = BlockHeader(
             t.first_seq,
             t.count + count,
@@ -146,6 +171,7 @@ class OpenStream:
             True,
             True,
             t.base_xxh3,
+            t.dictionary,
         )
         self.tail_value = block_value(self.tail, self.tail_frame)
         return [(t.first_seq, self.tail_value)]
@@ -156,6 +182,11 @@ class OpenStream:
 
     def memory_bytes(self) -> int:
         return _STREAM_MEMORY + len(self.raw) + len(self.frame) + len(self.tail_frame) + self.stored_bytes
+
+
+def value_pages(value_bytes: int) -> int:
+    """The pages of its own LMDB stores a value of ``value_bytes`` on (0: it shares a leaf page)."""
+    return 0 if value_bytes <= _LEAF_VALUE_MAX else -(-(value_bytes + 16) // _PAGE_BYTES)
 
 
 class OpenStreams:

@@ -19,7 +19,8 @@ import xxhash
 from ckpt.sidecar import DataLoss, EventQuery, NewEvent, Retention, Store, StoreConfig
 from ckpt.sidecar.store.dirlock import lock_data_dir
 from ckpt.sidecar.store.eventblocks import block_key
-from ckpt.sidecar.store.events import FRAME_OPEN, TAIL, block_header
+from ckpt.sidecar.store.events import FRAME_OPEN, HEADER_BYTES, TAIL, block_header
+from ckpt.sidecar.store.eventstream import TAIL_FOLD_BYTES, TAIL_MAX_BYTES, value_pages
 from ckpt.sidecar.store.ops import Op
 from ckpt.sidecar.tools.crosscheck import CrossCheck
 from tests.support import ckpt
@@ -94,6 +95,36 @@ def test_one_event_appends_go_to_a_tail_that_folds_into_the_block(config: StoreC
         check_reads(store, "s", expected)
         assert problems(store) == []
     assert ckpt("verify", "--data-dir", str(config.data_dir)).returncode == 0
+
+
+def test_a_tail_grows_past_its_fold_size_only_where_a_fold_would_take_the_block_onto_another_page(
+    config: StoreConfig,
+) -> None:
+    """Once a block's value has pages of its own, a fold that would begin one more page waits: the tail
+    grows on its leaf page instead, up to TAIL_MAX_BYTES, so that folds fill the value's pages first."""
+    rng = random.Random(3)
+    expected = []
+    grown = 0
+    before: tuple[bytes, int] = (b"", 0)  # the block's value and its tail's frame bytes after the last append
+    with Store(config) as store:
+        assert store.tables.events is not None
+        for i in range(1, 150):  # ~30 KB of events: one open block, never sealed
+            text = bytes(rng.choice(b"abcdefghij ") for _ in range(rng.randint(100, 300)))
+            store.append_events("s", [NewEvent("step", text)])
+            expected.append((i, text))
+            with store.read() as txn:
+                stored = [bytes(v) for _, v in txn.scan(store.tables.events, b"s\0")]
+            assert len(stored) <= 2 and stored[0][3] == FRAME_OPEN
+            block, tail = stored[0], (stored[1] if len(stored) > 1 else b"")
+            tail_frame = max(len(tail) - HEADER_BYTES - 16, 0)  # its header, the block's XXH3 and its own
+            if before[1] >= TAIL_FOLD_BYTES and block == before[0]:  # a tail of its fold size grew instead
+                grown += 1
+                assert before[1] < TAIL_MAX_BYTES
+                assert value_pages(len(block) + before[1]) > value_pages(len(block))
+            before = (block, tail_frame)
+        assert grown >= 5  # the rule was met, not only the 256-byte fold
+        check_reads(store, "s", expected)
+        assert problems(store) == []
 
 
 def test_a_cached_stream_knows_the_headers_of_the_values_it_wrote(config: StoreConfig) -> None:
