@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...codec import ChainReader, DecodeError, OutputTooLargeError, StateTooLargeError, open_chain
+from ...codec.chainchecks import check_limit
 from ..errors import DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
 from .eventreads import check_query, read_events
 from .prefixes import is_full_v2
-from .reads import AFTER_SEP, chain_back, check_version_arg, refuse_unstored
+from .reads import AFTER_SEP, chain_back, check_frame_version, check_version_arg, refuse_unstored, sealed_head
 from .records import frame_of, version_info
 from .stateevents import named_events_field, same_txn
 from .types import EventPage, EventQuery, GetResult, ReadBound, VersionInfo
@@ -84,17 +85,27 @@ def read_head(
     if events is not None:
         events.check()
     page = None
+    limit = check_limit(max_state_bytes)
+    bound = min((b for b in (limit, check_limit(max_output_bytes, "max_output_bytes")) if b is not None), default=None)
     with store.read() as txn:
-        found = chain_back(txn, store.tables.frames, sid, session_id, 0)
-        if found is None:  # no frame stored: the session record says why
-            refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
-        target, value, frames = found
-        try:
-            latest, reader = open_chain(frames, max_state_bytes=max_state_bytes, max_output_bytes=max_output_bytes)
-        except (StateTooLargeError, OutputTooLargeError) as exc:
-            raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
-        except DecodeError as exc:
-            raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
+        # A quiet session's folded head (most cold reads) in one cursor step and one decode; its reader,
+        # as open_chain makes one for a sealed FULL frame, holds no live stream.
+        sealed = sealed_head(txn, store.tables.frames, sid, bound)
+        if sealed is not None:
+            target, value, latest = sealed
+            check_frame_version(session_id, target, latest)
+            reader: ChainReader | None = ChainReader(latest, None, limit)
+        else:
+            found = chain_back(txn, store.tables.frames, sid, session_id, 0)
+            if found is None:  # no frame stored: the session record says why
+                refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
+            target, value, frames = found
+            try:
+                latest, reader = open_chain(frames, max_state_bytes=max_state_bytes, max_output_bytes=max_output_bytes)
+            except (StateTooLargeError, OutputTooLargeError) as exc:
+                raise StateTooLarge(f"session {session_id!r} version {target}: {exc}") from None
+            except DecodeError as exc:
+                raise DataLoss(f"session {session_id!r} version {target}: {exc}") from None
         info = version_info(session_id, target, value, header=latest.header)
         if events is not None:
             page = events.page(txn, store, session_id, len(latest.state))

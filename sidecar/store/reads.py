@@ -83,6 +83,15 @@ def _sealed_head(
     read with one cursor step and decoded in one shot; None for any other head, or on any doubt: the chain
     read then decides, and names the error. The general path costs this read a fifth more (a scan's
     iterator, the chain bookkeeping) for the same frame."""
+    found = sealed_head(txn, frames_table, sid, max_state_bytes)
+    return None if found is None else _result(session_id, *found)
+
+
+def sealed_head(
+    txn: ReadTxn, frames_table: Table, sid: bytes, max_state_bytes: int | None
+) -> tuple[int, bytes, DecodedVersion] | None:
+    """The head's version, stored value and decoded frame, if that frame is one sealed FULL frame; None
+    otherwise (see _sealed_head). The frame's own version is not checked against the key's here."""
     last = txn.last_before(frames_table, sid + AFTER_SEP)
     if last is None:
         return None
@@ -95,18 +104,24 @@ def _sealed_head(
     head = decode_sealed(frame, max_state_bytes=max_state_bytes)
     if head is None:
         return None
-    return _result(session_id, keys.frame_version(key, sid), value, head)
+    return keys.frame_version(key, sid), value, head
 
 
 def _result(session_id: str, version: int, value: bytes, got: DecodedVersion) -> GetResult:
     """``got``, read from the frame stored as ``version``, as that version's result: refused (DataLoss) if
     the frame is another version's; the metadata in ``value`` parsed only when the info is asked for."""
-    if got.header.version != version:  # a sound frame under another version's key: never served as this one
+    check_frame_version(session_id, version, got)
+    # LMDB hands back bytes (buffers=False): the value outlives the read transaction.
+    return GetResult(version, got.state, read_info=partial(version_info, session_id, version, value, header=got.header))
+
+
+def check_frame_version(session_id: str, version: int, got: DecodedVersion) -> None:
+    """DataLoss if ``got``, read from the frame stored as ``version``, is another version's: a sound frame
+    under another version's key is never served as this one."""
+    if got.header.version != version:
         raise DataLoss(
             f"session {session_id!r} version {version}: the frame stored there is version {got.header.version}'s"
         )
-    # LMDB hands back bytes (buffers=False): the value outlives the read transaction.
-    return GetResult(version, got.state, read_info=partial(version_info, session_id, version, value, header=got.header))
 
 
 def chain_back(

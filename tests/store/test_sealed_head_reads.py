@@ -15,7 +15,7 @@ import pytest
 
 from ckpt.codec import ChainPolicy, FrameKind
 from ckpt.sidecar import DataLoss, GetResult, StateTooLarge, Store, StoreConfig, WriteMode
-from ckpt.sidecar.store import keys, reads, writeops
+from ckpt.sidecar.store import headreads, keys, reads, writeops
 from tests.store.support import LATER, frames_table, long_chains, merge_patches, merged
 
 SESSIONS = ("a", "b", "c")
@@ -42,8 +42,8 @@ def _write(config: StoreConfig, *, fold: bool = True) -> dict[str, list[bytes]]:
     return states
 
 
-def _counting_chain_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The versions asked of the chain read (reads.chain_back), as they are asked."""
+def _counting_chain_reads(monkeypatch: pytest.MonkeyPatch, module: Any = reads) -> list[int]:
+    """The versions asked of the chain read (reads.chain_back, as ``module`` calls it), as they are asked."""
     asked: list[int] = []
     real: Callable[..., Any] = reads.chain_back
 
@@ -51,7 +51,7 @@ def _counting_chain_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         asked.append(args[4])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reads, "chain_back", chain_back)
+    monkeypatch.setattr(module, "chain_back", chain_back)
     return asked
 
 
@@ -201,8 +201,11 @@ def test_a_folded_frame_under_another_versions_key_is_never_served_as_that_versi
         assert stored is not None
         txn.put(keys.frame_key(sid, head + 1), stored, db=frames)
     refused = f"version {head + 1}: the frame stored there is version {head}'s"
-    with Store(config, readonly=True) as store, pytest.raises(DataLoss, match=refused):
-        store.get("a")
+    with Store(config, readonly=True) as store:
+        with pytest.raises(DataLoss, match=refused):
+            store.get("a")
+        with pytest.raises(DataLoss, match=refused):  # nor by the sidecar's gRPC process
+            headreads.read_head(store, "a")
 
 
 def test_a_result_reads_its_info_once_when_asked_and_is_immutable() -> None:
@@ -224,3 +227,27 @@ def test_a_result_reads_its_info_once_when_asked_and_is_immutable() -> None:
         GetResult(3, b"state", info, read_info=read_info)
     assert GetResult(3, b"state", read_info=read_info) == GetResult(3, b"state", info)
     assert GetResult(3, b"state", read_info=read_info) != GetResult(4, b"state", info)
+
+
+def test_the_grpc_process_reads_a_folded_head_in_one_step_and_advances_from_it(
+    config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_head (the sidecar's gRPC process's cold Get) takes the same step: no chain read, the same state
+    and info as the chain read, and a reader that advances past the next writes as open_chain's would."""
+    states = _write(config)
+    asked = _counting_chain_reads(monkeypatch, headreads)
+    with Store(config) as store:
+        for session, expected in states.items():
+            got, reader, _ = headreads.read_head(store, session, max_state_bytes=1 << 20, max_output_bytes=1 << 20)
+            assert asked == []
+            assert got == store.get(session, use_cache=False) and got.state == expected[-1]
+            assert reader is not None and reader.version == len(expected) and reader.latest.state == expected[-1]
+            patches = merge_patches(10 + len(session), steps=3)
+            for p in patches:
+                store.put(session, p, mode=WriteMode.MERGE)
+            advanced = headreads.advance_head(store, session, reader)
+            assert advanced is not None and advanced[0] == store.get(session, use_cache=False)
+        # Past a bound, the chain read decides, and names it.
+        with pytest.raises(StateTooLarge, match="version"):
+            headreads.read_head(store, "a", max_output_bytes=10)
+        assert asked == [0]
