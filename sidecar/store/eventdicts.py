@@ -21,7 +21,6 @@ trained one reads and writes as before.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -33,11 +32,7 @@ from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss
 from ..storage import ReadTxn, Table, WriteTxn
-
-if sys.version_info >= (3, 14):
-    from compression import zstd
-else:  # pragma: no cover - exercised on the interpreter CI runs
-    from backports import zstd
+from .zstdapi import zstd
 
 #: A read transaction's opener (the store's).
 ReadTxns = Callable[[], AbstractContextManager[ReadTxn]]

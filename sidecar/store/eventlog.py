@@ -21,7 +21,6 @@ records and no scan.
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -55,11 +54,7 @@ from .ops import Batch, Op
 from .records import log_record, record, record_put, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
-
-if sys.version_info >= (3, 14):
-    from compression import zstd
-else:  # pragma: no cover - exercised on the interpreter CI runs
-    from backports import zstd
+from .zstdapi import zstd
 
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000

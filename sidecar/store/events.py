@@ -34,7 +34,6 @@ decompressing it.
 from __future__ import annotations
 
 import struct
-import sys
 from dataclasses import dataclass
 
 import xxhash
@@ -44,11 +43,7 @@ from ckpt.store.v1 import records_pb2
 
 from ..errors import DataLoss
 from .eventdicts import REGISTRY
-
-if sys.version_info >= (3, 14):
-    from compression import zstd
-else:  # pragma: no cover - exercised on the interpreter CI runs
-    from backports import zstd
+from .zstdapi import zstd
 
 MAGIC = b"EV"
 BLOCK_FORMAT = 2

@@ -24,7 +24,6 @@ instead. Equal bytes are the same block: the entry's stream continues them.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from .cache import LRU
@@ -36,11 +35,7 @@ from .events import (
     block_value,
     value_xxh3,
 )
-
-if sys.version_info >= (3, 14):
-    from compression import zstd
-else:  # pragma: no cover - exercised on the interpreter CI runs
-    from backports import zstd
+from .zstdapi import zstd
 
 #: A tail grows to this many bytes of frame before the next append folds it into the block. A tail is a
 #: small value, on a leaf page with others, written at each append instead of the block (whose pages
