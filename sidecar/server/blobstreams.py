@@ -33,6 +33,7 @@ import xxhash
 from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
+from ...codec import WireFormatError, field_spans
 from ..errors import DataLoss, InvalidArgument, NotFound, StoreError, StoreFull
 from ..store import Store
 from ..store.blobfiles import MAX_MEDIA_TYPE_BYTES, TempBlob, check_media_type, check_sha256
@@ -50,6 +51,9 @@ BLOB_CHUNK_BYTES = 1024 * 1024
 _FIRST_RESPONSE_BYTES = MAX_MEDIA_TYPE_BYTES + 32
 
 _parse_put = cast(Callable[[bytes], service_pb2.PutBlobRequest], request_parser(service_pb2.PutBlobRequest))
+#: PutBlobRequest.chunk's field number, and the tag it has on the wire (length-delimited).
+_CHUNK_FIELD = service_pb2.PutBlobRequest.CHUNK_FIELD_NUMBER
+_WIRE_LEN = 2
 _parse_get = cast(Callable[[bytes], service_pb2.GetBlobRequest], request_parser(service_pb2.GetBlobRequest))
 
 
@@ -111,7 +115,7 @@ class BlobStreams:
             commit = records_pb2.BlobCommit()
             ended = False
             async for raw in requests:
-                message = await _checked(context, _parse_put, raw)
+                message, chunk = await _checked(context, _parse_put_apart, raw)
                 if ended:
                     await _abort(context, InvalidArgument("a PutBlob message came after the one that set end"))
                 ended = message.end
@@ -120,13 +124,13 @@ class BlobStreams:
                     temp = await self._checked_file(context, self._files.new_temp, self._max_blob_bytes, _LIMIT)
                 elif message.session_id or message.media_type or message.expected_sha256:
                     await _abort(context, InvalidArgument(_FIRST_ONLY))
-                if message.chunk:
+                if chunk.nbytes:
                     if writing is not None:
                         await self._checked_write(context, writing)
                     # On a thread: a slow disk must not hold the event loop. One chunk is hashed and
-                    # written while the next arrives (two held at most): the hash and the write, about
-                    # as long as receiving a chunk, no longer wait for each other.
-                    writing = asyncio.get_running_loop().run_in_executor(None, temp.write, message.chunk)
+                    # written while the next arrives (two received messages held at most): the hash and
+                    # the write, about as long as receiving a chunk, no longer wait for each other.
+                    writing = asyncio.get_running_loop().run_in_executor(None, temp.write, chunk)
             if writing is not None:
                 await self._checked_write(context, writing)
             if temp is None:
@@ -273,6 +277,35 @@ class BlobStreams:
 _LIMIT = " (ckpt serve --max-blob-bytes)"
 _STOPPING = "the sidecar is stopping; send the blob again"
 _FIRST_ONLY = "session_id, media_type and expected_sha256 go in a PutBlob stream's first message only"
+
+
+def _parse_put_apart(raw: bytes) -> tuple[service_pb2.PutBlobRequest, memoryview]:
+    """A PutBlobRequest parsed without its chunk, and the chunk as a view of ``raw``: parsed with the
+    rest, a chunk would be a copy, a second chunk's worth held for each message received. As protobuf
+    does, the last chunk field wins; InvalidArgument (as ``_parse_put``) for bytes that do not parse."""
+    view = memoryview(raw)
+    chunk = view[:0]
+    rest: list[bytes] = []
+    kept_from = 0
+    try:
+        for field, wire, start, end in field_spans(raw):
+            if field == _CHUNK_FIELD and wire == _WIRE_LEN:
+                rest.append(raw[kept_from:start])
+                kept_from = end
+                chunk = view[_after_varint(raw, _after_varint(raw, start)) : end]  # past the tag and length
+    except WireFormatError:
+        pass  # left to the parser, which names what is wrong
+    if not rest:
+        return _parse_put(raw), chunk
+    rest.append(raw[kept_from:])
+    return _parse_put(b"".join(rest)), chunk
+
+
+def _after_varint(data: bytes, at: int) -> int:
+    """The offset after the varint at ``at`` (one field_spans has read whole)."""
+    while data[at] & 0x80:
+        at += 1
+    return at + 1
 
 
 def _first_message(message: service_pb2.PutBlobRequest, commit: records_pb2.BlobCommit) -> str:

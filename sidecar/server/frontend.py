@@ -83,6 +83,12 @@ class SidecarServer:
                     # Without this, a second server binds the same TCP port silently.
                     # Workers share their ports; their parent checked that no one else listens there.
                     ("grpc.so_reuseport", 0 if worker is None else 1),
+                    # BDP probing widens a stream's receive window while its handler reads slower than
+                    # the client sends: a PutBlob bound by the disk then held 6-17 MiB of what arrived
+                    # ahead, where without it 2-4 (bench/HISTORY.md, "A PutBlob's window"). The window
+                    # still takes in a whole message before the handler reads it, so a large Put is not
+                    # slowed; a long stream over a long round trip gets a message or so per round trip.
+                    ("grpc.http2.bdp_probe", 0),
                 ],
             )
             blobs = BlobStreams(

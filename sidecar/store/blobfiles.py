@@ -92,7 +92,7 @@ class TempBlob:
         except OSError as exc:
             raise self._failed("create", exc) from exc
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes | memoryview) -> None:
         """Append ``chunk``; ResourceExhausted (and nothing kept) once the blob would pass its limit."""
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             self.discard()
