@@ -16,7 +16,7 @@ other round):
 Every ``put``, ``put_writes`` and ``get_tuple`` is timed on its own (``time.perf_counter_ns``); after each
 put, the thread's latest checkpoint is read back (``get_tuple`` without an id: what a process resuming the
 thread reads) and checked to be the one just put. The recording's objects are frozen out of Python's
-garbage collector (``gc.freeze``) while the savers run: otherwise each full collection walks them all,
+garbage collector (``gc.freeze``) while the savers run: otherwise each full collection traverses them all,
 seconds that land in whichever saver's put triggered it. Figures are medians over the rounds; the goals'
 ratios are computed from them, printed with a markdown table and written to DIR/langgraph.json, which
 ``ckpt bench report --out DIR`` renders into REPORT.md. A missed goal is a figure, not a failure: the exit
@@ -290,7 +290,7 @@ def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -
     scratch = (args.data_dir or data_root()) / f"langgraph-{os.getpid()}"
     per_round: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     # The recorded threads' objects live as long as the run: left to the collector, each full
-    # collection walks them all (2.5-2.9 s here, several per saver round), stalling whichever put it
+    # collection traverses them all (2.5-2.9 s here, several per saver round), stalling whichever put it
     # lands in. Frozen, they are out of every collection; what the savers allocate is collected as usual.
     gc.collect()
     gc.freeze()
