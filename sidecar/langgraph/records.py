@@ -6,6 +6,7 @@ writes are ``langgraph.writes`` events after the ``langgraph.checkpoint`` event 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,7 @@ class Where:
 
     @property
     def session_id(self) -> str:
-        check_where(self.thread_id, self.checkpoint_ns)
-        return self._named(_PREFIX)
+        return _session_id(self.thread_id, self.checkpoint_ns)
 
     @property
     def pruning_session_id(self) -> str:
@@ -75,8 +75,7 @@ class Where:
         return staging if len(staging.encode()) <= MAX_SESSION_ID_BYTES else self._named(_SHORT_PRUNING_PREFIX)
 
     def _named(self, prefix: str) -> str:
-        # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
-        return f"{prefix}{len(self.thread_id)}/{self.thread_id}/{self.checkpoint_ns}"
+        return _name(prefix, self.thread_id, self.checkpoint_ns)
 
     def config(self, checkpoint_id: str) -> RunnableConfig:
         return {
@@ -102,6 +101,18 @@ def check_where(thread_id: str, checkpoint_ns: str) -> None:
             f" {MAX_SESSION_ID_BYTES - overhead} ({MAX_SESSION_ID_BYTES}, a session id's limit, less the"
             f" {overhead} bytes they are stored with)"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_id(thread_id: str, checkpoint_ns: str) -> str:
+    # Every call of a step names its namespace several times: checked once (a refusal is not cached).
+    check_where(thread_id, checkpoint_ns)
+    return _name(_PREFIX, thread_id, checkpoint_ns)
+
+
+def _name(prefix: str, thread_id: str, checkpoint_ns: str) -> str:
+    # The thread id's length makes the name unambiguous whatever characters the id and namespace hold.
+    return f"{prefix}{len(thread_id)}/{thread_id}/{checkpoint_ns}"
 
 
 def _check_thread_size(thread_id: str) -> None:
