@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import postgres_server, trajectories
+from . import langgraph_floors, postgres_server, trajectories
 from .langgraph_replay import Put, ThreadRecord, record
 from .langgraph_systems import (
     NAMES,
@@ -54,6 +54,7 @@ from .langgraph_systems import (
     SqliteSystem,
 )
 from .langgraph_table import LANGGRAPH_JSON, table
+from .output import tree_cpu_seconds
 from .stats import medians, percentile
 from .store_bench.common import data_root
 
@@ -142,15 +143,23 @@ def run_writers(system: SaverSystem, jobs: list[list[ThreadRecord]]) -> dict[str
     for t in threads:
         t.start()
     gc.collect()
+    pid = system.server_pid()
     with contextlib.suppress(threading.BrokenBarrierError):
         start.wait()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    server0 = tree_cpu_seconds(pid) if pid is not None else 0.0
     for t in threads:
         t.join()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    server = tree_cpu_seconds(pid) - server0 if pid is not None else None
     if errors:
         raise errors[0]
-    out: dict[str, Any] = {"seconds": seconds}
+    puts = sum(len(mine["put"]) for mine in took)
+    # Every thread of this process (the savers' calls, their serializer, an embedded store's writer) and,
+    # for a saver with a server, the server's processes: what a step costs the machine's cores.
+    out: dict[str, Any] = {"seconds": seconds, "process_cpu_us_per_put": cpu / puts * 1e6}
+    if server is not None:
+        out["server_cpu_us_per_put"] = server / puts * 1e6
     for op in OPS:
         flat = [ns for mine in took for ns in mine[op]]
         out[f"{op}_calls"] = len(flat)
@@ -209,6 +218,36 @@ def one_round(
         finally:
             system.shutdown()
         shutil.rmtree(directory, ignore_errors=True)
+    return out
+
+
+def floors(
+    chosen: tuple[str, ...],
+    x1_records: list[ThreadRecord],
+    per_round: dict[str, list[dict[str, Any]]],
+    server: postgres_server.PostgresServer | None,
+    scratch: Path,
+) -> dict[str, float]:
+    """One round of langgraph_floors' figures: the embedded put's (if ckpt-embedded ran), the transports'."""
+    out: dict[str, float] = {}
+    if "ckpt-embedded" in chosen:
+        out.update(langgraph_floors.serializer_us(x1_records))
+        value_bytes = int(per_round["ckpt-embedded"][-1]["bytes_per_checkpoint"])
+        commits = sum(rec.puts for rec in x1_records)
+        out["lmdb_commit_p50_us"] = langgraph_floors.lmdb_commit_us(scratch / "floor-lmdb", value_bytes, commits)
+        out["lmdb_commit_value_bytes"] = value_bytes
+        out["embedded_put_floor_us"] = out["serialize_elements_p50_us"] + out["lmdb_commit_p50_us"]
+    if "ckpt-sidecar" in chosen:
+        sidecar = CkptSidecarSystem()
+        sidecar.open(scratch / "floor-sidecar")
+        try:
+            grpc = langgraph_floors.grpc_call_us(sidecar.target)
+        finally:
+            sidecar.shutdown()
+            shutil.rmtree(scratch / "floor-sidecar", ignore_errors=True)
+        out.update({f"grpc_call_{k}": v for k, v in grpc.items()})
+    if server is not None:
+        out.update({f"psycopg_call_{k}": v for k, v in langgraph_floors.psycopg_call_us(server.conninfo).items()})
     return out
 
 
@@ -289,6 +328,7 @@ def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -
     record_seconds = time.time() - started
     scratch = (args.data_dir or data_root()) / f"langgraph-{os.getpid()}"
     per_round: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+    floor_rounds: list[dict[str, float]] = []
     # The recorded threads' objects live as long as the run: left to the collector, each full
     # collection traverses them all (2.5-2.9 s here, several per saver round), stalling whichever put it
     # lands in. Frozen, they are out of every collection; what the savers allocate is collected as usual.
@@ -305,6 +345,8 @@ def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -
                     per_round[name].append(one_round(systems[name], records, args, scratch))
                     # As found once a store was open (SQLite's pragmas; the server's settings).
                     settings[name] = systems[name].settings()
+                print(f"round {r + 1}/{args.rounds}: floors", file=sys.stderr, flush=True)
+                floor_rounds.append(floors(chosen, records[: args.x1_threads], per_round, server, scratch))
     finally:
         gc.unfreeze()  # a caller's process (a test's) collects as before
         shutil.rmtree(scratch, ignore_errors=True)
@@ -338,6 +380,7 @@ def run(args: argparse.Namespace, argv: list[str], *, prog: str | None = None) -
             for name in chosen
         },
         "goals": goals(figures),
+        "floors": medians(floor_rounds) if floor_rounds else {},
     }
 
 

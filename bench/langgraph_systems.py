@@ -64,6 +64,10 @@ class SaverSystem(abc.ABC):
         """The durability settings measured, as found."""
         return {}
 
+    def server_pid(self) -> int | None:
+        """The server process whose CPU (its children's included) serves this saver; None: in process."""
+        return None
+
 
 class SqliteSystem(SaverSystem):
     name = "sqlite"
@@ -233,6 +237,13 @@ class PostgresSystem(SaverSystem):
             }
         return {**found, "server": self._server.version, "connections": "one per writer thread"}
 
+    def server_pid(self) -> int | None:
+        # The postmaster: every backend is its child, and its reaped children's CPU counts in its own.
+        try:
+            return int((self._server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
 
 class CkptEmbeddedSystem(SaverSystem):
     name = "ckpt-embedded"
@@ -316,6 +327,14 @@ class CkptSidecarSystem(SaverSystem):
 
     def settings(self) -> dict[str, Any]:
         return {"durability": "sync (ckpt serve's default: every commit fsynced)"}
+
+    def server_pid(self) -> int | None:
+        return None if self._sidecar is None else self._sidecar.pid
+
+    @property
+    def target(self) -> str:
+        assert self._socket is not None, "open() first"
+        return self._socket.target
 
 
 #: Every system, in the order they run (and are shown); postgres needs its server, made by the caller.

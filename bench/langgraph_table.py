@@ -65,6 +65,8 @@ def table(doc: dict[str, Any]) -> list[str]:
         (f"get_tuple p99 x{n}", "get_tuple_p99_us_many", _us),
         (f"put_writes p50 x{n}", "put_writes_p50_us_many", _us),
         (f"puts/s x{n}", "puts_per_s_many", _rate),
+        (f"CPU / put x{n}, the benchmark's process", "process_cpu_us_per_put_many", _us),
+        (f"CPU / put x{n}, the server's processes", "server_cpu_us_per_put_many", _us),
         (f"history of a {cfg['steps']}-step thread, p50", "history_p50_ms", _ms),
     ]
     names = list(systems)
@@ -94,8 +96,7 @@ def table(doc: dict[str, Any]) -> list[str]:
             f"| {metric} | {_LABELS.get(g['ckpt'], g['ckpt'])} | {_LABELS.get(g['peer'], g['peer'])}"
             f" | {g['ratio']:.2f}x | {g['target']}x | {'yes' if g['holds'] else 'no'} |"
         )
-    out += [
-        "",
+    notes = (
         "Ratios from the medians: bytes, the peer's over ckpt's (above 1x ckpt stores less); latency, ckpt's p50 over"
         " the peer's (below 1x ckpt is faster). Bytes: the store after the x{n} run, closed durably, over its"
         " checkpoints (its pending writes included): ckpt's and LMDBSaver's data.mdb, SqliteSaver's database and"
@@ -105,7 +106,40 @@ def table(doc: dict[str, Any]) -> list[str]:
         " synchronous_commit on, fsync on, a server on a unix socket). get_tuple: the thread's latest checkpoint,"
         " read after each put. History: `saver.list` of the whole thread, consumed (what `get_state_history` reads)."
         " PostgresSaver runs one saver and connection per writer thread (its saver serializes its calls on one lock);"
-        " the other savers are shared by the writer threads, as their docs set them up.".replace("{n}", str(n)),
-        "",
-    ]
-    return out
+        " the other savers are shared by the writer threads, as their docs set them up. CPU / put: the CPU time of"
+        " the benchmark's process (every thread: the savers' calls, LangGraph's serializer, an embedded store) and"
+        " of the server's processes (the sidecar's; PostgreSQL's postmaster and backends) over the run, per put."
+    )
+    return [*out, "", notes.replace("{n}", str(n)), "", *_floors(doc)]
+
+
+def _floors(doc: dict[str, Any]) -> list[str]:
+    """The floors paragraph (langgraph_floors.py), for the figures the run has."""
+    f, systems = doc.get("floors") or {}, doc["systems"]
+    said = []
+    if "embedded_put_floor_us" in f:
+        floor = f["embedded_put_floor_us"]
+        sqlite = systems.get("sqlite", {}).get("median", {}).get("put_p50_us_x1")
+        against = f" ({floor / sqlite:.2f}x SqliteSaver's put p50 x1)" if sqlite else ""
+        said.append(
+            f"LangGraph's serializer over a step's changed channels, element by element as ckpt's put serializes"
+            f" them, p50 {_us(f['serialize_elements_p50_us'])} (over the whole checkpoint in one call, as"
+            f" SqliteSaver's put does, {_us(f['serialize_whole_p50_us'])}); one durable py-lmdb commit of a"
+            f" {f['lmdb_commit_value_bytes']:,.0f}-byte value under a new key, p50 {_us(f['lmdb_commit_p50_us'])}: an"
+            f" embedded put cannot take less than their sum, {_us(floor)}{against}."
+        )
+    calls = (
+        ("grpc_call", "a unary gRPC Get of a 1-byte state through the sidecar"),
+        ("psycopg_call", "psycopg's `SELECT 1` on the PostgreSQL server"),
+    )
+    transports = [(label, f[k + "_p50_us"], f[k + "_thread_cpu_us"]) for k, label in calls if k + "_p50_us" in f]
+    if transports:
+        said.append(
+            "One call's transport alone, p50 round trip and the calling thread's CPU: "
+            + "; ".join(f"{label}, {_us(p50)} and {_us(cpu)}" for label, p50, cpu in transports)
+            + f". At x{doc['config']['threads']} the writer threads share one interpreter lock, so a step's latency"
+            " there follows the CPU per put of the benchmark's process."
+        )
+    if not said:
+        return []
+    return ["Floors (`bench/langgraph_floors.py`, medians over the rounds): " + " ".join(said), ""]

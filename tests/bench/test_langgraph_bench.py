@@ -90,6 +90,27 @@ def test_smoke_run_replays_the_same_calls_against_every_saver_and_judges_the_goa
             assert g["ratio"] == pytest.approx(ours / peer) and g["holds"] == (g["ratio"] <= LATENCY_TARGET)
     printed = (smoke_out / "stdout.txt").read_text()
     assert printed.startswith("## LangGraph savers") and "| goal | ckpt | against |" in printed
+    for name, median in figures.items():
+        assert median["process_cpu_us_per_put_many"] > 0, name
+        # The servers' CPU is counted for the savers that have one, and only for them.
+        assert ("server_cpu_us_per_put_many" in median) == (name in ("ckpt-sidecar", "postgres")), name
+    assert figures["ckpt-sidecar"]["server_cpu_us_per_put_many"] > 0 < figures["postgres"]["server_cpu_us_per_put_many"]
+
+
+def test_smoke_run_measures_the_floors_beside_the_savers(smoke_out: Path) -> None:
+    doc = _doc(smoke_out)
+    floors, embedded = doc["floors"], doc["systems"]["ckpt-embedded"]["median"]
+    assert floors["lmdb_commit_value_bytes"] == int(embedded["bytes_per_checkpoint"])
+    assert floors["embedded_put_floor_us"] == pytest.approx(
+        floors["serialize_elements_p50_us"] + floors["lmdb_commit_p50_us"]
+    )
+    for key in ("serialize_whole_p50_us", "lmdb_commit_p50_us", "grpc_call_p50_us", "psycopg_call_p50_us"):
+        assert floors[key] > 0, key
+    for call in ("grpc_call", "psycopg_call"):
+        assert floors[f"{call}_thread_cpu_us"] > 0, call
+    printed = (smoke_out / "stdout.txt").read_text()
+    assert "Floors (`bench/langgraph_floors.py`" in printed
+    assert "an embedded put cannot take less than their sum" in printed and "psycopg's `SELECT 1`" in printed
     assert not any((smoke_out / "s").iterdir())  # the scratch stores (and the PostgreSQL cluster) are gone
 
 
