@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -100,7 +99,7 @@ def _timed(call: Callable[[], Any], calls: int) -> dict[str, float]:
         call()
         walls.append(time.perf_counter_ns() - t0)
     cpu = (time.thread_time_ns() - cpu0) / calls
-    return {"p50_us": statistics.median(walls) / 1e3, "thread_cpu_us": cpu / 1e3}
+    return {"p50_us": percentile(walls, 50) / 1e3, "thread_cpu_us": cpu / 1e3}
 
 
 def grpc_call_us(target: str, calls: int = TRANSPORT_CALLS) -> dict[str, float]:
