@@ -344,16 +344,18 @@ class AppendEventsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., request_id: _Optional[str] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
 
 class AppendEventsResponse(_message.Message):
-    __slots__ = ("first_seq", "last_seq", "put", "replayed")
+    __slots__ = ("first_seq", "last_seq", "put", "replayed", "log_last_seq")
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     PUT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    LOG_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     first_seq: int
     last_seq: int
     put: PutResponse
     replayed: bool
-    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    log_last_seq: int
+    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., replayed: _Optional[bool] = ..., log_last_seq: _Optional[int] = ...) -> None: ...
 
 class ReadEventsRequest(_message.Message):
     __slots__ = ("session_id", "after_seq", "types", "after", "before", "newest_first", "page_size", "page_token")

@@ -211,6 +211,8 @@ export interface AppendEventsResponse {
   put: PutResponse | null;
   /** An answer replayed for an earlier call with the same request id: nothing new was appended. */
   replayed: boolean;
+  /** The log's last seq once the call committed (0: no event), whether or not it appended. */
+  log_last_seq: number;
 }
 
 export interface EventFilter {

@@ -451,13 +451,12 @@ class CkptSaver extends BaseCheckpointSaver {
     if (typeof runId === 'string' && runId && r.utf8Bytes(runId) <= r.MAX_LABEL_BYTES) labels[r.RUN_LABEL] = runId;
     await registering;
     const put = { merge, labels, messageType: r.STEP_TYPE };
-    const marker = [{ type: r.CHECKPOINT_EVENT, payload: checkpoint.id }];
     const conflict = (read, currentVersion) => conflictError({ threadId, checkpointNs }, read, currentVersion);
     let reply;
     if (continues) {
       try {
         const expected = { expectedVersion: seen.version, expectedStateXxh3: knownXxh3(seen.stateXxh3) };
-        reply = await this.client.appendEvents(sessionId, marker, { put: { ...put, state: r.encodeStep(step), ...expected } });
+        reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state: r.encodeStep(step), ...expected } });
       } catch (err) {
         if (!(err instanceof ConflictError)) throw err;
         throw conflict(seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints', err.currentVersion);
@@ -474,7 +473,7 @@ class CkptSaver extends BaseCheckpointSaver {
         step.writes_after_seq = head ? after : 0;
         const expected = { expectedVersion: head ? head.version : 0, expectedStateXxh3: head && knownXxh3(head.stateXxh3) };
         try {
-          reply = await this.client.appendEvents(sessionId, marker, { put: { ...put, state: r.encodeStep(step), ...expected } });
+          reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state: r.encodeStep(step), ...expected } });
         } catch (err) {
           if (!(err instanceof ConflictError)) throw err;
           lost = err.currentVersion;
@@ -482,12 +481,13 @@ class CkptSaver extends BaseCheckpointSaver {
       }
       writesAfterSeq = step.writes_after_seq;
     }
-    this.sawSeq(sessionId, reply.last_seq);
+    // The put appends no event: the reply's log_last_seq says where the log is.
+    this.sawSeq(sessionId, reply.log_last_seq);
     let version = reply.put.version;
     let stateXxh3 = reply.put.state_xxh3;
-    if (reply.last_seq <= writesAfterSeq) {
-      // The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
-      // not the one this saver saw (another saver deleted or rebuilt the namespace since). Its writes,
+    if (reply.log_last_seq < writesAfterSeq) {
+      // The log ends before the seq the checkpoint's writes were said to follow: it is not the one this
+      // saver saw (another saver deleted or rebuilt the namespace since). Its writes,
       // any already sent among them, are then found from the log's start: restated at once, with
       // compare-and-set on the head just written (lost to a newer put, it is no longer the head).
       try {
@@ -496,7 +496,7 @@ class CkptSaver extends BaseCheckpointSaver {
         const restated = await this.client.appendEvents(sessionId, [], {
           put: { state: restate, merge: true, ...expected, labels, messageType: r.STEP_TYPE },
         });
-        this.sawSeq(sessionId, restated.last_seq);
+        this.sawSeq(sessionId, restated.log_last_seq);
         version = restated.put.version;
         stateXxh3 = restated.put.state_xxh3;
         writesAfterSeq = 0;

@@ -14,7 +14,6 @@ const { PROTO_ROOT } = require('./proto_root');
 // The file's name as protoc (the Python saver) registers it: one file defines the type for both.
 const RECORDS_FILE = 'ckpt/langgraph/v1/records.proto';
 const STEP_TYPE = 'ckpt.langgraph.v1.Step';
-const CHECKPOINT_EVENT = 'langgraph.checkpoint';
 const WRITES_EVENT = 'langgraph.writes';
 const THREAD_LABEL = 'langgraph.thread';
 const ID_LABEL = 'langgraph.id';
@@ -249,7 +248,6 @@ async function* pageThenRest(client, sessionId, filter, page) {
 }
 
 module.exports = {
-  CHECKPOINT_EVENT,
   EMPTY,
   ID_LABEL,
   ITEMS,

@@ -16,7 +16,7 @@ from ckpt.langgraph.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
 from ..client import AsyncCheckpointClient, CheckpointClient, ConflictError, EventFilter, NotFoundError, event
-from .records import CHECKPOINT_EVENT, STEP_TYPE
+from .records import STEP_TYPE
 
 #: How many versions, sessions or events one page asks for (ReadEvents' largest).
 PAGE_SIZE = 1000
@@ -31,7 +31,7 @@ SeqEvents = list[tuple[int, str, bytes]]
 #: A version read: its version, its state (masked if asked), its whole state's XXH3-64 (0: a sidecar that
 #: predates VersionInfo.state_xxh3).
 Got = tuple[int, bytes, int]
-#: A put's version, the event log's last seq, and the state's XXH3-64 (0: as Got's).
+#: A put's version, the event log's last seq once it committed, and the state's XXH3-64 (0: as Got's).
 Put = tuple[int, int, int]
 #: A head read with a page of events: Got (its state None when left out: the one whose XXH3-64 the read
 #: named as known), the page (None: not read, by a sidecar that predates GetRequest.events), the token of
@@ -65,7 +65,7 @@ def _got(reply: service_pb2.GetResponse) -> Got:
 
 
 def _put(reply: service_pb2.AppendEventsResponse) -> Put:
-    return int(reply.put.version), int(reply.last_seq), int(reply.put.state_xxh3)
+    return int(reply.put.version), int(reply.log_last_seq), int(reply.put.state_xxh3)
 
 
 def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
@@ -75,11 +75,6 @@ def _head_and_events(reply: service_pb2.GetResponse) -> HeadAndEvents:
         return *head, None, ""
     events = [(int(e.seq), e.type, bytes(e.payload)) for e in reply.events.events]
     return *head, events, reply.events.next_page_token
-
-
-def markers(checkpoint_id: str | None) -> Events:
-    """The events a write of the checkpoint ``checkpoint_id`` appends with its step."""
-    return [] if checkpoint_id is None else [(CHECKPOINT_EVENT, checkpoint_id.encode())]
 
 
 class ClientBackend:
@@ -93,12 +88,11 @@ class ClientBackend:
 
     def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
-        labels: dict[str, str], marker: str | None,
+        labels: dict[str, str],
     ) -> Put:  # fmt: skip
         put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
-        events = [event(t, p) for t, p in markers(marker)]
         try:
-            reply = self.client.append_events(session_id, events, put=put)
+            reply = self.client.append_events(session_id, [], put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
         return _put(reply)
@@ -171,12 +165,11 @@ class AsyncClientBackend:
 
     async def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
-        labels: dict[str, str], marker: str | None,
+        labels: dict[str, str],
     ) -> Put:  # fmt: skip
         put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
-        events = [event(t, p) for t, p in markers(marker)]
         try:
-            reply = await self.client.append_events(session_id, events, put=put)
+            reply = await self.client.append_events(session_id, [], put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
         return _put(reply)

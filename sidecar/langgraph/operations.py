@@ -419,19 +419,19 @@ class Operations(Pruning):
         expected = (head.version, head.state_xxh3 or None)  # (head.version 0: no head, and none expected)
         # The view of what is written: the patch onto the head's view (none held: none made), or the whole.
         parent = self._views.get(where.session_id, head.version, head.state_xxh3) if continues else None
-        args = (where.session_id, step.SerializeToString(), continues, *expected, labels, encoded.checkpoint_id)
+        args = (where.session_id, step.SerializeToString(), continues, *expected, labels)
         version, seq, xxh3 = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
         view = view_written(encoded, parent) if parent is not None or not continues else None
         writes_after_seq = step.writes_after_seq
-        if seq <= writes_after_seq:
-            # The checkpoint's marker landed at or before the seq its writes were said to follow: the log is
-            # not the one this saver saw (another saver deleted or rebuilt the namespace since). Its writes,
+        if seq < writes_after_seq:
+            # The log ends before the seq the checkpoint's writes were said to follow: it is not the one this
+            # saver saw (another saver deleted or rebuilt the namespace since). Its writes,
             # any already sent among them, are then found from the log's start: restated at once, with
             # compare-and-set on the version just written (lost to a newer put, it is no longer the head).
             restate = records_pb2.Step(writes_after_seq=0).SerializeToString()
             with contextlib.suppress(HeadMoved):
-                again = (where.session_id, restate, True, version, xxh3 or None, labels, None)
+                again = (where.session_id, restate, True, version, xxh3 or None, labels)
                 version, seq, xxh3 = yield Call("put", again)
                 self._saw_seq(where.session_id, seq)
                 writes_after_seq = 0
@@ -499,7 +499,7 @@ class Operations(Pruning):
             step.deleted_checkpoint_ids.extend(sorted(deleted))
             labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)}
             try:
-                args = (sid, step.SerializeToString(), False, got[0], got[2] or None, labels, None)
+                args = (sid, step.SerializeToString(), False, got[0], got[2] or None, labels)
                 written, _, xxh3 = yield Call("put", args)
             except HeadMoved:
                 newest = _newest_versions((yield Call("versions", (sid,))))
@@ -534,7 +534,7 @@ class Operations(Pruning):
                 del step.deleted_checkpoint_ids[:]
                 step.writes_after_seq = seq
                 labels = {k: v for k, v in newest[cid][1].items() if k in (ID_LABEL, RUN_LABEL)} | target_label
-                _, seq, _ = yield Call("put", (target, step.SerializeToString(), False, None, None, labels, cid))
+                _, seq, _ = yield Call("put", (target, step.SerializeToString(), False, None, None, labels))
                 writes = [(WRITES_EVENT, p) for p in payloads.get(cid, [])]
                 for i in range(0, len(writes), MAX_EVENTS):
                     seq = yield Call("append", (target, writes[i : i + MAX_EVENTS]))

@@ -101,7 +101,7 @@ class Pruning:
         step.writes_after_seq = 0  # the stage's log holds them alone
         yield Call("delete", (staging,))  # a stage a crash left behind while the namespace was whole
         staged = {**labels, PRUNING_LABEL: where.thread_id}
-        yield Call("put", (staging, step.SerializeToString(), False, 0, None, staged, cid))
+        yield Call("put", (staging, step.SerializeToString(), False, 0, None, staged))
         for i in range(0, len(writes), MAX_EVENTS):
             yield Call("append", (staging, writes[i : i + MAX_EVENTS]))
         yield Call("delete", (sid,))

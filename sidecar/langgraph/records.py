@@ -44,7 +44,6 @@ PRUNING_LABEL = "langgraph.pruning"
 #: Version labels: the checkpoint a version holds, and its run.
 ID_LABEL = "langgraph.id"
 RUN_LABEL = "langgraph.run"
-CHECKPOINT_EVENT = "langgraph.checkpoint"
 WRITES_EVENT = "langgraph.writes"
 EMPTY = "empty"
 ITEMS = "ckpt.items"

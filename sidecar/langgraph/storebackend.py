@@ -12,7 +12,7 @@ from ..config import StoreConfig
 from ..descriptors import descriptor_set
 from ..errors import NotFound, VersionConflict
 from ..store import EventQuery, NewEvent, PutRequest, Store, WriteMode
-from .backends import PAGE_SIZE, Events, Got, HeadAndEvents, HeadMoved, Put, SeqEvents, States, Versions, markers
+from .backends import PAGE_SIZE, Events, Got, HeadAndEvents, HeadMoved, Put, SeqEvents, States, Versions
 from .records import STEP_TYPE
 
 
@@ -39,16 +39,15 @@ class StoreBackend:
 
     def put(
         self, session_id: str, step: bytes, merge: bool, expected_version: int | None, expected_xxh3: int | None,
-        labels: dict[str, str], marker: str | None,
+        labels: dict[str, str],
     ) -> Put:  # fmt: skip
-        events = [NewEvent(t, p) for t, p in markers(marker)]
         put = _put_request(step, merge, expected_version, expected_xxh3, labels)
         try:
-            result = self.store.append_events(session_id, events, put=put)
+            result = self.store.append_events(session_id, (), put=put)
         except VersionConflict as exc:
             raise HeadMoved(exc.current_version) from None
         assert result.put is not None  # a put was sent
-        return result.put.version, result.last_seq, result.put.state_xxh3
+        return result.put.version, result.log_last_seq, result.put.state_xxh3
 
     def append(self, session_id: str, events: Events) -> int:
         return self.store.append_events(session_id, [NewEvent(t, p) for t, p in events]).last_seq

@@ -47,7 +47,7 @@ def append_args(
 
 def append_response_pb(result: AppendResult) -> service_pb2.AppendEventsResponse:
     reply = service_pb2.AppendEventsResponse(
-        first_seq=result.first_seq, last_seq=result.last_seq, replayed=result.replayed
+        first_seq=result.first_seq, last_seq=result.last_seq, replayed=result.replayed, log_last_seq=result.log_last_seq
     )
     if result.put is not None:
         reply.put.CopyFrom(put_response_pb(result.put))

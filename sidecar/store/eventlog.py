@@ -203,7 +203,7 @@ class EventLog:
                             f"request_id {request_id!r} was used for a different write to session {session_id!r};"
                             " a retry must resend the same request, and a new one needs a new request_id"
                         )
-                    return _replayed(done)
+                    return _replayed(done, log)
                 expired = done
             if expected_last_seq is not None:
                 last_seq = log.next_seq - 1 if log is not None else 0
@@ -252,7 +252,7 @@ class EventLog:
                 if put_result is not None:
                     record_put(rec, put_result)
                 requests.store(txn, rid_key, rec, expired, batch)
-            return AppendResult(first, last, put_result)
+            return AppendResult(first, last, put_result, log_last_seq=log.next_seq - 1)
 
         size = sum(e.ByteSize() for e in stored) + (put_op.size_bytes if put_op is not None else 0)
         return Op(apply, fails_clean=True, size_bytes=size, check=put_op.check if put_op is not None else None)
@@ -468,9 +468,10 @@ class EventLog:
         return removed
 
 
-def _replayed(done: records_pb2.RequestRecord) -> AppendResult:
+def _replayed(done: records_pb2.RequestRecord, log: records_pb2.EventLogRecord | None) -> AppendResult:
     put = replayed_put(done) if done.events_had_put else None
-    return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True)
+    log_last_seq = log.next_seq - 1 if log is not None else 0
+    return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True, log_last_seq=log_last_seq)
 
 
 @dataclass(slots=True)

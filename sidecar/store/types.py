@@ -205,6 +205,9 @@ class AppendResult:
     put: PutResult | None = None
     #: A retry of an earlier append with the same request id: nothing new was appended.
     replayed: bool = False
+    #: The log's last seq once the append committed (0: the log has no event), whether or not it appended:
+    #: where a put alone tells its caller the log is, without appending to learn it.
+    log_last_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,9 @@ def test_sync_append_with_a_put_then_read_every_way(sidecar: Sidecar) -> None:
             event("tool" if i % 2 else "msg", b"%d" % i, time=T0 + datetime.timedelta(seconds=i)) for i in range(250)
         ]
         reply = c.append_events("s", steps, put=service_pb2.PutRequest(state=b"\x08\x01"), request_id="first")
-        assert (reply.first_seq, reply.last_seq, reply.put.version) == (1, 250, 1)
+        assert (reply.first_seq, reply.last_seq, reply.log_last_seq, reply.put.version) == (1, 250, 250, 1)
+        put = c.append_events("s", [], put=service_pb2.PutRequest(state=b"\x08\x02", expected_version=1))
+        assert (put.first_seq, put.last_seq, put.log_last_seq, put.put.version) == (0, 0, 250, 2)
         again = c.append_events("s", steps, put=service_pb2.PutRequest(state=b"\x08\x01"), request_id="first")
         assert again.replayed and again.last_seq == 250
         assert [e.seq for e in c.events("s", page_size=7)] == list(range(1, 251))  # pages followed

@@ -93,6 +93,21 @@ def test_an_append_with_a_put_commits_both_and_times_the_events_as_the_version(s
     assert store.get("s").state == b"\x08\x01"
 
 
+def test_an_append_tells_where_the_log_ends_whether_or_not_it_appended(store: Store) -> None:
+    # A put with no events learns the log's last seq without appending an event to learn it.
+    alone = store.append_events("s", (), put=PutRequest("", b"\x08\x01"))
+    assert (alone.first_seq, alone.last_seq, alone.log_last_seq) == (0, 0, 0)
+    appended = store.append_events("s", [NewEvent("a"), NewEvent("b")])
+    assert (appended.first_seq, appended.last_seq, appended.log_last_seq) == (1, 2, 2)
+    put = store.append_events("s", (), put=PutRequest("", b"\x08\x02", expected_version=1), request_id="p")
+    assert (put.first_seq, put.last_seq, put.log_last_seq) == (0, 0, 2) and put.put is not None
+    assert [seq for seq, _, _ in every(store, "s")] == [1, 2]  # the puts appended nothing
+    store.append_events("s", [NewEvent("c")])
+    # A retry answers the first call's seqs, and where the log ends now.
+    again = store.append_events("s", (), put=PutRequest("", b"\x08\x02", expected_version=1), request_id="p")
+    assert again.replayed and (again.first_seq, again.last_seq, again.log_last_seq) == (0, 0, 3)
+
+
 def test_a_version_conflict_on_the_put_appends_nothing(store: Store) -> None:
     store.append_events("s", [NewEvent("a")], put=PutRequest("s", b"\x08\x01"))
     with pytest.raises(VersionConflict, match="expected_version 5 but the head is version 1"):
@@ -196,7 +211,7 @@ def test_a_request_id_makes_a_retry_append_nothing_twice(store: Store) -> None:
     with pytest.raises(InvalidArgument, match="request_id 'r' was used for a different write"):
         store.put("s", b"\x08\x09", request_id="r")  # a Put reusing an append's id
     alone = store.append_events("t", [NewEvent("x")], request_id="q")
-    assert store.append_events("t", [NewEvent("x")], request_id="q") == type(alone)(1, 1, None, replayed=True)
+    assert store.append_events("t", [NewEvent("x")], request_id="q") == type(alone)(1, 1, None, True, 1)
     # Deleted and begun again: the id names the old log, so the same request appends anew.
     store.delete_session("t")
     assert not store.append_events("t", [NewEvent("x")], request_id="q").replayed
