@@ -228,7 +228,8 @@ def floors(
     server: postgres_server.PostgresServer | None,
     scratch: Path,
 ) -> dict[str, float]:
-    """One round of langgraph_floors' figures: the embedded put's (if ckpt-embedded ran), the transports'."""
+    """One round of langgraph_floors' figures: the embedded put's and SqliteSaver's put's (of those that ran),
+    the transports'."""
     out: dict[str, float] = {}
     if "ckpt-embedded" in chosen:
         out.update(langgraph_floors.serializer_us(x1_records))
@@ -237,6 +238,14 @@ def floors(
         out["lmdb_commit_p50_us"] = langgraph_floors.lmdb_commit_us(scratch / "floor-lmdb", value_bytes, commits)
         out["lmdb_commit_value_bytes"] = value_bytes
         out["embedded_put_floor_us"] = out["serialize_elements_p50_us"] + out["lmdb_commit_p50_us"]
+    if "sqlite" in chosen:
+        if "serialize_whole_p50_us" not in out:
+            out.update(langgraph_floors.serializer_us(x1_records))
+        value_bytes = int(per_round["sqlite"][-1]["bytes_per_checkpoint"])
+        commits = sum(rec.puts for rec in x1_records)
+        out["sqlite_commit_p50_us"] = langgraph_floors.sqlite_commit_us(scratch / "floor-sqlite", value_bytes, commits)
+        out["sqlite_commit_value_bytes"] = value_bytes
+        out["sqlite_put_floor_us"] = out["serialize_whole_p50_us"] + out["sqlite_commit_p50_us"]
     if "ckpt-sidecar" in chosen:
         sidecar = CkptSidecarSystem()
         sidecar.open(scratch / "floor-sidecar")

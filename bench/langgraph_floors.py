@@ -5,8 +5,10 @@ Two floors, each the part of a saver's call that no saver built on the same piec
 - **An embedded put**: LangGraph's serializer over what the step changed (each element of a changed list
   apart, as ckpt's put serializes them to tell the new ones), plus one durable LMDB commit of a value the
   size ckpt stores for a checkpoint, under a new key (py-lmdb's defaults, as ckpt's store commits: the
-  data pages synced, then the meta page). ckpt's embedded put cannot take less than their sum; SqliteSaver's
-  put is its serializer over the whole checkpoint (also measured) plus one SQLite WAL commit.
+  data pages synced, then the meta page). ckpt's embedded put cannot take less than their sum. SqliteSaver's
+  put has its own floor, measured the same way: the serializer over the whole checkpoint in one call plus
+  one durable SQLite commit of a row the size SqliteSaver stores for a checkpoint (WAL, ``synchronous``
+  FULL, as the benchmark's SqliteSaver connection: one sync of the log).
 - **A call through the sidecar**: one unary gRPC call from Python (a Get of a 1-byte state, answered from
   the sidecar's reply cache) against one psycopg query (``SELECT 1``) on the benchmark's PostgreSQL server:
   the calling thread's CPU and the round trip. At 64 writer threads in one process, every call's CPU is
@@ -84,6 +86,32 @@ def lmdb_commit_us(directory: Path, value_bytes: int, commits: int) -> float:
             took.append(time.perf_counter_ns() - t0)
     finally:
         env.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return percentile(took, 50) / 1e3
+
+
+def sqlite_commit_us(directory: Path, value_bytes: int, commits: int) -> float:
+    """p50 of a durable SQLite commit (WAL, synchronous FULL: SqliteSaver's journal on Python's default
+    connection) of one ``value_bytes`` row under a new key, in a new database in ``directory`` (removed after)."""
+    import sqlite3
+
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    conn = sqlite3.connect(directory / "floor.sqlite", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE floor (k INTEGER PRIMARY KEY, v BLOB)")
+        value = os.urandom(max(1, value_bytes))
+        took = []
+        for i in range(commits):
+            t0 = time.perf_counter_ns()
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO floor VALUES (?, ?)", (i, value))
+            conn.execute("COMMIT")
+            took.append(time.perf_counter_ns() - t0)
+    finally:
+        conn.close()
         shutil.rmtree(directory, ignore_errors=True)
     return percentile(took, 50) / 1e3
 

@@ -128,6 +128,17 @@ def _floors(doc: dict[str, Any]) -> list[str]:
             f" {f['lmdb_commit_value_bytes']:,.0f}-byte value under a new key, p50 {_us(f['lmdb_commit_p50_us'])}: an"
             f" embedded put cannot take less than their sum, {_us(floor)}{against}."
         )
+    if "sqlite_put_floor_us" in f:
+        floor = f["sqlite_put_floor_us"]
+        sqlite = systems.get("sqlite", {}).get("median", {}).get("put_p50_us_x1")
+        against = f" ({floor / sqlite:.2f}x its put p50 x1)" if sqlite else ""
+        embedded = f.get("embedded_put_floor_us")
+        beside = f"; ckpt embedded's floor is {embedded / floor:.2f}x it" if embedded else ""
+        said.append(
+            f"SqliteSaver's put, the same way: its serializer over the whole checkpoint, plus one durable SQLite"
+            f" commit (WAL, synchronous FULL) of a {f['sqlite_commit_value_bytes']:,.0f}-byte row under a new key,"
+            f" p50 {_us(f['sqlite_commit_p50_us'])}: {_us(floor)}{against}{beside}."
+        )
     calls = (
         ("grpc_call", "a unary gRPC Get of a 1-byte state through the sidecar"),
         ("psycopg_call", "psycopg's `SELECT 1` on the PostgreSQL server"),

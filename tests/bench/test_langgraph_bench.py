@@ -104,13 +104,20 @@ def test_smoke_run_measures_the_floors_beside_the_savers(smoke_out: Path) -> Non
     assert floors["embedded_put_floor_us"] == pytest.approx(
         floors["serialize_elements_p50_us"] + floors["lmdb_commit_p50_us"]
     )
-    for key in ("serialize_whole_p50_us", "lmdb_commit_p50_us", "grpc_call_p50_us", "psycopg_call_p50_us"):
+    sqlite = doc["systems"]["sqlite"]["median"]
+    assert floors["sqlite_commit_value_bytes"] == int(sqlite["bytes_per_checkpoint"])
+    assert floors["sqlite_put_floor_us"] == pytest.approx(
+        floors["serialize_whole_p50_us"] + floors["sqlite_commit_p50_us"]
+    )
+    for key in ("serialize_whole_p50_us", "lmdb_commit_p50_us", "sqlite_commit_p50_us", "grpc_call_p50_us"):
         assert floors[key] > 0, key
+    assert floors["psycopg_call_p50_us"] > 0
     for call in ("grpc_call", "psycopg_call"):
         assert floors[f"{call}_thread_cpu_us"] > 0, call
     printed = (smoke_out / "stdout.txt").read_text()
     assert "Floors (`bench/langgraph_floors.py`" in printed
     assert "an embedded put cannot take less than their sum" in printed and "psycopg's `SELECT 1`" in printed
+    assert "SqliteSaver's put, the same way" in printed and "ckpt embedded's floor is" in printed
     assert not any((smoke_out / "s").iterdir())  # the scratch stores (and the PostgreSQL cluster) are gone
 
 
