@@ -223,6 +223,7 @@ class EventLog:
                 if put_result is not None and session is not None
                 else write_time(txn, tables)
             )
+            first_log = log is None
             if log is None:
                 log = records_pb2.EventLogRecord(next_seq=1, first_seq=1, created_unix_nanos=now, types_next_seq=1)
             first = log.next_seq if stored else 0
@@ -235,8 +236,10 @@ class EventLog:
                 self._write_blocks(txn, sid, log, stored, open_block)
                 if tracked:
                     _track_types(log, stored)
-            log.updated_unix_nanos = now
-            txn.put(sid, log.SerializeToString(), db=logs)
+            if stored or first_log:
+                # A put with no event leaves an existing log as it was: one record (and its pages) less to write.
+                log.updated_unix_nanos = now
+                txn.put(sid, log.SerializeToString(), db=logs)
             last = log.next_seq - 1 if stored else 0
             if rid_key is not None:
                 rec = records_pb2.RequestRecord(

@@ -30,6 +30,7 @@ from ckpt.sidecar import (
     VersionConflict,
     WriteMode,
 )
+from ckpt.sidecar.ids import session_key
 from ckpt.sidecar.store.eventblocks import block_key
 from ckpt.sidecar.store.events import SEAL_EVENTS
 from ckpt.sidecar.tools.crosscheck import CrossCheck
@@ -93,14 +94,23 @@ def test_an_append_with_a_put_commits_both_and_times_the_events_as_the_version(s
     assert store.get("s").state == b"\x08\x01"
 
 
+def _log_record(store: Store, session: str) -> bytes:
+    with store.read() as txn:
+        raw = txn.get(session_key(session), db=store.tables.event_logs)
+        assert raw is not None
+        return bytes(raw)
+
+
 def test_an_append_tells_where_the_log_ends_whether_or_not_it_appended(store: Store) -> None:
     # A put with no events learns the log's last seq without appending an event to learn it.
     alone = store.append_events("s", (), put=PutRequest("", b"\x08\x01"))
     assert (alone.first_seq, alone.last_seq, alone.log_last_seq) == (0, 0, 0)
     appended = store.append_events("s", [NewEvent("a"), NewEvent("b")])
     assert (appended.first_seq, appended.last_seq, appended.log_last_seq) == (1, 2, 2)
+    log_before = _log_record(store, "s")
     put = store.append_events("s", (), put=PutRequest("", b"\x08\x02", expected_version=1), request_id="p")
     assert (put.first_seq, put.last_seq, put.log_last_seq) == (0, 0, 2) and put.put is not None
+    assert _log_record(store, "s") == log_before  # nothing appended: the log's record is not rewritten
     assert [seq for seq, _, _ in every(store, "s")] == [1, 2]  # the puts appended nothing
     store.append_events("s", [NewEvent("c")])
     # A retry answers the first call's seqs, and where the log ends now.
