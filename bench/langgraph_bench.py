@@ -221,6 +221,14 @@ def one_round(
     return out
 
 
+#: The put floors: (saver, the store it commits to, its durable commit's timer, its serializer's figure, the
+#: floor's name): the serializer as that saver's put calls it, plus one durable commit of what it stores.
+_PUT_FLOORS = (
+    ("ckpt-embedded", "lmdb", langgraph_floors.lmdb_commit_us, "serialize_elements_p50_us", "embedded_put_floor_us"),
+    ("sqlite", "sqlite", langgraph_floors.sqlite_commit_us, "serialize_whole_p50_us", "sqlite_put_floor_us"),
+)
+
+
 def floors(
     chosen: tuple[str, ...],
     x1_records: list[ThreadRecord],
@@ -231,21 +239,16 @@ def floors(
     """One round of langgraph_floors' figures: the embedded put's and SqliteSaver's put's (of those that ran),
     the transports'."""
     out: dict[str, float] = {}
-    if "ckpt-embedded" in chosen:
-        out.update(langgraph_floors.serializer_us(x1_records))
-        value_bytes = int(per_round["ckpt-embedded"][-1]["bytes_per_checkpoint"])
-        commits = sum(rec.puts for rec in x1_records)
-        out["lmdb_commit_p50_us"] = langgraph_floors.lmdb_commit_us(scratch / "floor-lmdb", value_bytes, commits)
-        out["lmdb_commit_value_bytes"] = value_bytes
-        out["embedded_put_floor_us"] = out["serialize_elements_p50_us"] + out["lmdb_commit_p50_us"]
-    if "sqlite" in chosen:
-        if "serialize_whole_p50_us" not in out:
+    commits = sum(rec.puts for rec in x1_records)
+    for system, store, commit_us, serializer, floor in _PUT_FLOORS:
+        if system not in chosen:
+            continue
+        if serializer not in out:
             out.update(langgraph_floors.serializer_us(x1_records))
-        value_bytes = int(per_round["sqlite"][-1]["bytes_per_checkpoint"])
-        commits = sum(rec.puts for rec in x1_records)
-        out["sqlite_commit_p50_us"] = langgraph_floors.sqlite_commit_us(scratch / "floor-sqlite", value_bytes, commits)
-        out["sqlite_commit_value_bytes"] = value_bytes
-        out["sqlite_put_floor_us"] = out["serialize_whole_p50_us"] + out["sqlite_commit_p50_us"]
+        value_bytes = int(per_round[system][-1]["bytes_per_checkpoint"])
+        out[f"{store}_commit_p50_us"] = commit_us(scratch / f"floor-{store}", value_bytes, commits)
+        out[f"{store}_commit_value_bytes"] = value_bytes
+        out[floor] = out[serializer] + out[f"{store}_commit_p50_us"]
     if "ckpt-sidecar" in chosen:
         sidecar = CkptSidecarSystem()
         sidecar.open(scratch / "floor-sidecar")
