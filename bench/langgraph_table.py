@@ -115,11 +115,11 @@ def table(doc: dict[str, Any]) -> list[str]:
 
 def _floors(doc: dict[str, Any]) -> list[str]:
     """The floors paragraph (langgraph_floors.py), for the figures the run has."""
-    f, systems = doc.get("floors") or {}, doc["systems"]
+    f = doc.get("floors") or {}
+    sqlite = doc["systems"].get("sqlite", {}).get("median", {}).get("put_p50_us_x1")
     said = []
     if "embedded_put_floor_us" in f:
         floor = f["embedded_put_floor_us"]
-        sqlite = systems.get("sqlite", {}).get("median", {}).get("put_p50_us_x1")
         against = f" ({floor / sqlite:.2f}x SqliteSaver's put p50 x1)" if sqlite else ""
         said.append(
             f"LangGraph's serializer over a step's changed channels, element by element as ckpt's put serializes"
@@ -130,7 +130,6 @@ def _floors(doc: dict[str, Any]) -> list[str]:
         )
     if "sqlite_put_floor_us" in f:
         floor = f["sqlite_put_floor_us"]
-        sqlite = systems.get("sqlite", {}).get("median", {}).get("put_p50_us_x1")
         against = f" ({floor / sqlite:.2f}x its put p50 x1)" if sqlite else ""
         embedded = f.get("embedded_put_floor_us")
         beside = f"; ckpt embedded's floor is {embedded / floor:.2f}x it" if embedded else ""

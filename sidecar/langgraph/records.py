@@ -1,7 +1,7 @@
 """LangGraph checkpoints as ckpt records, both ways (proto/ckpt/langgraph/v1/records.proto). No I/O.
 
 A thread's checkpoint namespace is one session; a checkpoint is one version holding a ``Step``; pending
-writes are ``langgraph.writes`` events after the ``langgraph.checkpoint`` event put with their checkpoint.
+writes are ``langgraph.writes`` events of the session's log after the seq their checkpoint's Step names.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ class EventLog:
                     return _replayed(done, log)
                 expired = done
             if expected_last_seq is not None:
-                last_seq = log.next_seq - 1 if log is not None else 0
+                last_seq = _log_last_seq(log)
                 if last_seq != expected_last_seq:
                     raise EventSeqConflict(session_id, expected_last_seq, last_seq)
             # Every read that may fail comes before the put's first write: the op fails clean.
@@ -255,7 +255,7 @@ class EventLog:
                 if put_result is not None:
                     record_put(rec, put_result)
                 requests.store(txn, rid_key, rec, expired, batch)
-            return AppendResult(first, last, put_result, log_last_seq=log.next_seq - 1)
+            return AppendResult(first, last, put_result, log_last_seq=_log_last_seq(log))
 
         size = sum(e.ByteSize() for e in stored) + (put_op.size_bytes if put_op is not None else 0)
         return Op(apply, fails_clean=True, size_bytes=size, check=put_op.check if put_op is not None else None)
@@ -471,10 +471,16 @@ class EventLog:
         return removed
 
 
+def _log_last_seq(log: records_pb2.EventLogRecord | None) -> int:
+    """The seq of the log's last event (0: no log, or no event yet)."""
+    return log.next_seq - 1 if log is not None else 0
+
+
 def _replayed(done: records_pb2.RequestRecord, log: records_pb2.EventLogRecord | None) -> AppendResult:
     put = replayed_put(done) if done.events_had_put else None
-    log_last_seq = log.next_seq - 1 if log is not None else 0
-    return AppendResult(done.events_first_seq, done.events_last_seq, put, replayed=True, log_last_seq=log_last_seq)
+    return AppendResult(
+        done.events_first_seq, done.events_last_seq, put, replayed=True, log_last_seq=_log_last_seq(log)
+    )
 
 
 @dataclass(slots=True)
