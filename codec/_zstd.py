@@ -17,16 +17,12 @@ included (:func:`decompress_sealed`).
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Final
 
 import zstandard
 
-if sys.version_info >= (3, 14):
-    from compression import zstd
-else:  # pragma: no cover - exercised on the interpreter CI runs
-    from backports import zstd
+from .zstdlib import zstd
 
 __all__ = [
     "FLUSH_BLOCK",

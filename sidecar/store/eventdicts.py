@@ -30,9 +30,9 @@ import xxhash
 
 from ckpt.store.v1 import records_pb2
 
+from ...codec.zstdlib import zstd
 from ..errors import DataLoss
 from ..storage import ReadTxn, Table, WriteTxn
-from .zstdapi import zstd
 
 #: A read transaction's opener (the store's).
 ReadTxns = Callable[[], AbstractContextManager[ReadTxn]]

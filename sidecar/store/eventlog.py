@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
+from ...codec.zstdlib import zstd
 from ..config import StoreConfig
 from ..errors import AlreadyExists, DataLoss, EventSeqConflict, InvalidArgument, StateTooLarge
 from ..ids import check_event_type
@@ -54,7 +55,6 @@ from .ops import Batch, Op
 from .records import log_record, record, record_put, replayed_put, request_of_current
 from .requestids import RequestIds, write_fingerprint
 from .types import AppendResult, NewEvent, PutRequest, PutResult, WriteMode
-from .zstdapi import zstd
 
 #: The most events one append may carry (service.proto: AppendEventsRequest.events).
 MAX_EVENTS_PER_APPEND = 1000

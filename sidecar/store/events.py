@@ -41,9 +41,9 @@ from google.protobuf.message import DecodeError as DecodeProtoError
 
 from ckpt.store.v1 import records_pb2
 
+from ...codec.zstdlib import zstd
 from ..errors import DataLoss
 from .eventdicts import REGISTRY
-from .zstdapi import zstd
 
 MAGIC = b"EV"
 BLOCK_FORMAT = 2

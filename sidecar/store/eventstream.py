@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...codec.zstdlib import zstd
 from .cache import LRU
 from .events import (
     STREAM_LEVEL,
@@ -35,7 +36,6 @@ from .events import (
     block_value,
     value_xxh3,
 )
-from .zstdapi import zstd
 
 #: A tail grows to this many bytes of frame before the next append folds it into the block. A tail is a
 #: small value, on a leaf page with others, written at each append instead of the block (whose pages

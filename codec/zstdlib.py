@@ -1,5 +1,5 @@
-"""The standard library's zstd API for the event log's modules: ``compression.zstd`` on 3.14+,
-``backports.zstd`` (the same API) before."""
+"""The standard library's zstd API, the one place its location is chosen: ``compression.zstd`` on 3.14+,
+``backports.zstd`` (the same API) before. The codec's frames and the store's event log both use it."""
 
 from __future__ import annotations
 
