@@ -139,6 +139,11 @@ class _StoreCollector(Collector):
         delays.add_metric([], s.commit_delays)
         delayed = CounterMetricFamily("ckpt_commit_delay_seconds", "Seconds the writer waited in those delays")
         delayed.add_metric([], s.commit_delay_seconds)
+        committing = CounterMetricFamily(
+            "ckpt_commit_seconds",
+            "Seconds the commits took, LMDB's page writes and syncs (over ckpt_commits_total: a commit's mean)",
+        )
+        committing.add_metric([], s.commit_seconds)
         memory = GaugeMetricFamily(
             "ckpt_cache_bytes",
             "Memory of the latest-state cache, of cached encoders (estimated) and of the gRPC process's reply cache",
@@ -173,7 +178,7 @@ class _StoreCollector(Collector):
         refused.add_metric([], s.store_full_refusals)
         resizes = CounterMetricFamily("ckpt_map_resizes", "Times the LMDB map grew (doubling, up to its cap)")
         resizes.add_metric([], s.map_resizes)
-        yield from (hits, misses, commits, batch, delays, delayed, memory, queued, refused, resizes)
+        yield from (hits, misses, commits, batch, delays, delayed, committing, memory, queued, refused, resizes)
         yield from _sweeps(s)
         yield from _space(s)
 

@@ -59,20 +59,18 @@ from .writes import WriteEntryPoints
 class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     """A durable, versioned checkpoint store on one data directory.
 
-    Thread-safe: call it from any number of threads. Use as a context manager
-    or call close(); close() finishes and commits every queued write first.
+    Thread-safe: call it from any number of threads. Use as a context manager or call close(); close()
+    finishes and commits every queued write first.
 
-    ``readonly=True`` opens the data directory for reading only, without the
-    directory lock and without a writer: for inspection tools running beside
-    a live server (LMDB serves readers in other processes consistently).
+    ``readonly=True`` opens the data directory for reading only, without the directory lock and without a
+    writer: for inspection tools running beside a live server (LMDB serves readers in other processes
+    consistently).
 
-    ``shared=True``: other processes write this data directory too (the
-    workers of one ``ckpt serve --workers N``, whose parent holds the
-    directory's lock: this store takes none). The storage's write lock orders
-    their commits and every write checks the head inside its transaction as
-    always; what this store caches is checked against storage before use
-    (coherence.py), since another process may have moved a session on.
-    ``sweeper=False`` runs no retention sweeper (one worker sweeps for all).
+    ``shared=True``: other processes write this data directory too (the workers of one ``ckpt serve
+    --workers N``, whose parent holds the directory's lock: this store takes none). The storage's write lock
+    orders their commits and every write checks the head inside its transaction as always; what this store
+    caches is checked against storage before use (coherence.py), since another process may have moved a
+    session on. ``sweeper=False`` runs no retention sweeper (one worker sweeps for all).
     """
 
     def __init__(
@@ -142,16 +140,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self._quiet = QuietSweeps(config, self._tables, self._encoders, self._read, submit, self._registry.resolve)
         self._events = EventLog(config, self._tables, self._requests, self._read)
         self._ops = WriteOps(
-            config,
-            self._tables,
-            self._encoders,
-            self._requests,
-            self._quiet,
-            validate,
-            self._registry,
-            self._events,
+            config, self._tables, self._encoders, self._requests, self._quiet, validate, self._registry, self._events,
             self._read,
-        )
+        )  # fmt: skip
         self._retention = Retention(config, self._tables, self._read, submit, self._requests, self._quiet, self._events)
         #: Blob files (blobfiles.py): the gRPC process streams PutBlob into them and GetBlob out of them.
         full = None if readonly else self._writer.count_store_full  # the gRPC process tells the store's
@@ -523,6 +514,11 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         return self._writer.commit_delay_seconds
 
     @property
+    def commit_seconds(self) -> float:
+        """The seconds its commits took in all (storage's page writes and syncs), over :attr:`commits`."""
+        return self._writer.commit_seconds
+
+    @property
     def store_full_refusals(self) -> int:
         """Writes refused because the store was full (the map at its cap, or the disk)."""
         return self._writer.store_full_refusals
@@ -551,6 +547,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             "batch_sizes": dict(writer.batch_sizes),
             "commit_delays": writer.commit_delays,
             "commit_delay_seconds": writer.commit_delay_seconds,
+            "commit_seconds": writer.commit_seconds,
             "state_cache_hits": self._states.hits,
             "state_cache_misses": self._states.misses,
             "state_cache_bytes": self._states.size_bytes,

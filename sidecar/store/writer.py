@@ -85,6 +85,8 @@ class Writer:
         #: Times the writer waited for writers it expected before a commit, and the seconds it waited.
         self.commit_delays = 0
         self.commit_delay_seconds = 0.0
+        #: Seconds spent in storage commits (LMDB's page writes and syncs): over ``commits``, a commit's cost.
+        self.commit_seconds = 0.0
         #: Writes refused because the store was full (the map at its cap, or the disk), and when
         #: that was last logged (monotonic; -inf: never) with the count then.
         self.store_full_refusals = 0
@@ -429,6 +431,7 @@ class Writer:
                                 outcomes.append((op, None, exc))
                         for finish in batch.before_commit:
                             finish(txn)
+                        committing = time.monotonic()
                 except _Unclean:
                     for sid in batch.touched_encoders:
                         self._encoders.discard(sid)
@@ -476,9 +479,11 @@ class Writer:
                         ),
                     )
                     return
+                committed = time.monotonic()
                 self.commits += 1
+                self.commit_seconds += committed - committing
                 self.batch_sizes[len(ops)] += 1
-                self.last_commit_seconds = time.monotonic() - began
+                self.last_commit_seconds = committed - began
                 self._storage.committed()
                 # Writers seen around this commit: those it lets go on, and those who queued meanwhile.
                 released = sum(1 for op in ops if op.releases_caller)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import signal
 import socket
 import threading
@@ -349,6 +350,9 @@ def test_health_reflection_and_metrics(sidecar: Sidecar) -> None:
         'ckpt_cache_bytes{cache="state_cache"}',
     ):
         assert needle in text, needle
+    # The commits' time in LMDB (the puts above committed, each with its syncs).
+    committing = re.search(r"^ckpt_commit_seconds_total (\S+)$", text, re.MULTILINE)
+    assert committing is not None and float(committing.group(1)) > 0, text
 
 
 def test_a_second_server_is_refused(sidecar: Sidecar, tmp_path: Path) -> None:

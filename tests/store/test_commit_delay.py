@@ -1,4 +1,5 @@
-"""The writer's commit delay: writers a commit answered share the next commit, a lone writer never waits."""
+"""The writer's commit delay (writers a commit answered share the next commit, a lone writer never waits),
+and the time its commits take."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from ckpt.sidecar import PutRequest, PutResult, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient
-from tests.store.support import hold_writer, room_waiters, sleeping_op, submit_op, wait_queued
+from tests.store.support import hold_writer, put_later, room_waiters, sleeping_op, submit_op, wait_queued
 from tests.support import Sidecar, free_port, start_sidecar
 
 WRITERS = 8
@@ -175,3 +176,21 @@ def test_ckpt_serve_names_a_commit_delay_out_of_range() -> None:
         timeout=60,
     )
     assert out.returncode == 2 and b"--max-commit-delay-seconds must be in 0..1, got 2.0" in out.stderr, out.stderr
+
+
+def test_commit_seconds_count_the_commits_not_the_writes_applied_before_them(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        assert store.commit_seconds == 0.0 and store.stats()["commit_seconds"] == 0.0
+        store.put("c", b"\x08\x01")
+        first = store.commit_seconds
+        assert first > 0 and store.stats()["commit_seconds"] == first
+        # An op whose apply sleeps a second, in the same batch as a put: the batch's time, not its commit's.
+        gate = hold_writer(store)
+        slow = submit_op(store, sleeping_op(1.0))
+        later = put_later(store, PutRequest("c", b"\x08\x02"))
+        wait_queued(store, 2)
+        gate.set()
+        slow.wait()
+        assert later.result(30).version == 2
+        assert store.commits == 3  # the put, the held op, then the sleeping op and the put together
+        assert first < store.commit_seconds < first + 1.0
