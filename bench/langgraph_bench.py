@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import langgraph_floors, postgres_server, trajectories
+from . import langgraph_floors, langgraph_split, postgres_server, trajectories
 from .langgraph_replay import Put, ThreadRecord, record
 from .langgraph_systems import (
     NAMES,
@@ -221,11 +221,13 @@ def one_round(
     return out
 
 
-#: The put floors: (saver, the store it commits to, its durable commit's timer, its serializer's figure, the
-#: floor's name): the serializer as that saver's put calls it, plus one durable commit of what it stores.
+#: The put floors: (saver, its figures' prefix, the store it commits to, its durable commit's timer, its
+#: serializer's figure): the serializer as that saver's put calls it, plus one durable commit of what it
+#: stores (the floor, ``{prefix}_put_floor_us``); and its puts split into those parts and the rest
+#: (``{prefix}_split_{part}_p50_us``, langgraph_split.py).
 _PUT_FLOORS = (
-    ("ckpt-embedded", "lmdb", langgraph_floors.lmdb_commit_us, "serialize_elements_p50_us", "embedded_put_floor_us"),
-    ("sqlite", "sqlite", langgraph_floors.sqlite_commit_us, "serialize_whole_p50_us", "sqlite_put_floor_us"),
+    ("ckpt-embedded", "embedded", "lmdb", langgraph_floors.lmdb_commit_us, "serialize_elements_p50_us"),
+    ("sqlite", "sqlite", "sqlite", langgraph_floors.sqlite_commit_us, "serialize_whole_p50_us"),
 )
 
 
@@ -236,11 +238,11 @@ def floors(
     server: postgres_server.PostgresServer | None,
     scratch: Path,
 ) -> dict[str, float]:
-    """One round of langgraph_floors' figures: the embedded put's and SqliteSaver's put's (of those that ran),
-    the transports'."""
+    """One round of langgraph_floors' figures: the embedded put's and SqliteSaver's put's (of those that ran)
+    and their puts split into those parts (langgraph_split), the transports'."""
     out: dict[str, float] = {}
     commits = sum(rec.puts for rec in x1_records)
-    for system, store, commit_us, serializer, floor in _PUT_FLOORS:
+    for system, prefix, store, commit_us, serializer in _PUT_FLOORS:
         if system not in chosen:
             continue
         if serializer not in out:
@@ -248,7 +250,10 @@ def floors(
         value_bytes = int(per_round[system][-1]["bytes_per_checkpoint"])
         out[f"{store}_commit_p50_us"] = commit_us(scratch / f"floor-{store}", value_bytes, commits)
         out[f"{store}_commit_value_bytes"] = value_bytes
-        out[floor] = out[serializer] + out[f"{store}_commit_p50_us"]
+        out[f"{prefix}_put_floor_us"] = out[serializer] + out[f"{store}_commit_p50_us"]
+        split = langgraph_split.put_split_us(system, scratch / f"split-{prefix}", x1_records)
+        shutil.rmtree(scratch / f"split-{prefix}", ignore_errors=True)
+        out.update({f"{prefix}_split_{key}": value for key, value in split.items()})
     if "ckpt-sidecar" in chosen:
         sidecar = CkptSidecarSystem()
         sidecar.open(scratch / "floor-sidecar")

@@ -113,6 +113,10 @@ def table(doc: dict[str, Any]) -> list[str]:
     return [*out, "", notes.replace("{n}", str(n)), "", *_floors(doc)]
 
 
+#: The savers whose puts langgraph_split.py splits, and their figures' prefix.
+_SPLITS = (("ckpt embedded", "embedded"), ("SqliteSaver", "sqlite"))
+
+
 def _floors(doc: dict[str, Any]) -> list[str]:
     """The floors paragraph (langgraph_floors.py), for the figures the run has."""
     f = doc.get("floors") or {}
@@ -137,6 +141,19 @@ def _floors(doc: dict[str, Any]) -> list[str]:
             f"SqliteSaver's put, the same way: its serializer over the whole checkpoint, plus one durable SQLite"
             f" commit (WAL, synchronous FULL) of a {f['sqlite_commit_value_bytes']:,.0f}-byte row under a new key,"
             f" p50 {_us(f['sqlite_commit_p50_us'])}: {_us(floor)}{against}{beside}."
+        )
+    split = [(label, prefix) for label, prefix in _SPLITS if f"{prefix}_split_put_p50_us" in f]
+    if split:
+        said.append(
+            "The same puts split, timed inside them (`bench/langgraph_split.py`: the single writer's threads"
+            " again, a timer on each serializer call and on each commit, so a put here is the timed one), p50s: "
+            + "; ".join(
+                f"{label}'s put {_us(f[prefix + '_split_put_p50_us'])}: its serializer"
+                f" {_us(f[prefix + '_split_serializer_p50_us'])}, its commit {_us(f[prefix + '_split_commit_p50_us'])},"
+                f" the rest (the saver's and its store's own work) {_us(f[prefix + '_split_rest_p50_us'])}"
+                for label, prefix in split
+            )
+            + "."
         )
     calls = (
         ("grpc_call", "a unary gRPC Get of a 1-byte state through the sidecar"),

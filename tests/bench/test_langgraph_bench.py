@@ -114,8 +114,14 @@ def test_smoke_run_measures_the_floors_beside_the_savers(smoke_out: Path) -> Non
     assert floors["psycopg_call_p50_us"] > 0
     for call in ("grpc_call", "psycopg_call"):
         assert floors[f"{call}_thread_cpu_us"] > 0, call
+    # Each saver's puts split, timed inside them: a put takes at least each of its parts.
+    for prefix in ("embedded", "sqlite"):
+        parts = {part: floors[f"{prefix}_split_{part}_p50_us"] for part in ("put", "serializer", "commit", "rest")}
+        assert parts["serializer"] > 0 and parts["commit"] > 0 and parts["rest"] >= 0, (prefix, parts)
+        assert parts["put"] >= max(parts["serializer"], parts["commit"], parts["rest"]), (prefix, parts)
     printed = (smoke_out / "stdout.txt").read_text()
     assert "Floors (`bench/langgraph_floors.py`" in printed
+    assert "The same puts split" in printed and "SqliteSaver's put" in printed
     assert "an embedded put cannot take less than their sum" in printed and "psycopg's `SELECT 1`" in printed
     assert "SqliteSaver's put, the same way" in printed and "ckpt embedded's floor is" in printed
     assert not any((smoke_out / "s").iterdir())  # the scratch stores (and the PostgreSQL cluster) are gone
