@@ -88,10 +88,6 @@ def parser(prog: str = "python -m ckpt.bench.langgraph_bench") -> argparse.Argum
     return p
 
 
-def _latest(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-
-
 def replay(saver: Any, rec: ThreadRecord, took: dict[str, list[int]]) -> None:
     """``rec``'s calls against ``saver``, each timed into ``took``; after each put, the latest read back."""
     clock = time.perf_counter_ns
@@ -100,7 +96,7 @@ def replay(saver: Any, rec: ThreadRecord, took: dict[str, list[int]]) -> None:
             t0 = clock()
             saver.put(call.config, call.checkpoint, call.metadata, call.new_versions)
             t1 = clock()
-            got = saver.get_tuple(_latest(rec.thread_id))
+            got = saver.get_tuple(rec.latest_config)
             t2 = clock()
             took["put"].append(t1 - t0)
             took["get_tuple"].append(t2 - t1)
@@ -177,13 +173,13 @@ def histories(system: SaverSystem, records: list[ThreadRecord]) -> dict[str, flo
     try:
         for rec in records:
             t0 = time.perf_counter_ns()
-            listed = list(saver.list(_latest(rec.thread_id)))
+            listed = list(saver.list(rec.latest_config))
             took.append(time.perf_counter_ns() - t0)
             want = [c.checkpoint["id"] for c in reversed(rec.calls) if isinstance(c, Put)]
             have = [t.config["configurable"]["checkpoint_id"] for t in listed]
             if have != want:
                 raise AssertionError(f"{system.name}: {rec.thread_id}'s history came back wrong ({len(have)} listed)")
-            last = saver.get_tuple(_latest(rec.thread_id))
+            last = saver.get_tuple(rec.latest_config)
             messages = last.checkpoint["channel_values"].get("messages", []) if last else []
             final = next(c for c in reversed(rec.calls) if isinstance(c, Put)).checkpoint["channel_values"]["messages"]
             if len(messages) != rec.messages or messages[-1].content != final[-1].content:

@@ -65,6 +65,11 @@ class ThreadRecord:
     def last_checkpoint_id(self) -> str:
         return next(c.checkpoint["id"] for c in reversed(self.calls) if isinstance(c, Put))
 
+    @property
+    def latest_config(self) -> dict[str, Any]:
+        """The config that reads the thread's latest checkpoint (no id), made anew at each use."""
+        return {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": ""}}
+
 
 def to_langchain(raw: dict[str, Any], index: int, thread_id: str) -> AnyMessage:
     """A corpus message as the LangChain message an agent holds (ids fixed, so every run is the same)."""

@@ -59,10 +59,6 @@ class _TimedConnection(sqlite3.Connection):
             self.ns += time.perf_counter_ns() - t0
 
 
-def _latest(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-
-
 def _replay(
     saver: Any, serde: _TimedSerializer, commit_ns: Callable[[], int], records: Sequence[ThreadRecord]
 ) -> dict[str, list[int]]:
@@ -79,7 +75,7 @@ def _replay(
             took, serializer, commit = clock() - t0, serde.ns - s0, commit_ns() - c0
             for part, ns in zip(PARTS, (took, serializer, commit, took - serializer - commit), strict=True):
                 parts[part].append(ns)
-            saver.get_tuple(_latest(rec.thread_id))
+            saver.get_tuple(rec.latest_config)
     return parts
 
 
