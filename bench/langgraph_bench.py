@@ -147,7 +147,10 @@ def run_writers(system: SaverSystem, jobs: list[list[ThreadRecord]]) -> dict[str
     for t in threads:
         t.join()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    server = tree_cpu_seconds(pid) - server0 if pid is not None else None
+    server = None
+    if pid is not None:
+        system.settle()
+        server = tree_cpu_seconds(pid) - server0
     if errors:
         raise errors[0]
     puts = sum(len(mine["put"]) for mine in took)

@@ -24,6 +24,7 @@ import abc
 import contextlib
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,10 @@ class SaverSystem(abc.ABC):
 
     def server_pid(self) -> int | None:
         """The server process whose CPU (its children's included) serves this saver; None: in process."""
+        return None
+
+    def settle(self) -> None:
+        """Once the savers are released: wait until the server counts in full what they made it do."""
         return None
 
 
@@ -158,6 +163,10 @@ class LmdbSystem(SaverSystem):
 _PG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
 
 
+#: The longest PostgresSystem.settle waits for the backends of closed connections to be reaped.
+_SETTLE_SECONDS = 5.0
+
+
 class PostgresSystem(SaverSystem):
     name = "postgres"
     label = "PostgresSaver"
@@ -168,6 +177,8 @@ class PostgresSystem(SaverSystem):
         self._count = 0
         self._lock = threading.Lock()
         self._open_savers: list[Any] = []
+        # The backends of released savers' connections, until settle() sees them gone.
+        self._closed_backends: list[int] = []
         self._footprint: dict[str, Any] = {}
 
     def _admin(self) -> Any:
@@ -203,7 +214,19 @@ class PostgresSystem(SaverSystem):
     def release(self, saver: Any) -> None:
         with self._lock:
             self._open_savers.remove(saver)
+            self._closed_backends.append(saver.conn.info.backend_pid)
         saver.conn.close()
+
+    def settle(self) -> None:
+        # A live process's CPU reads in whole clock ticks (10 ms), each backend's apart, where the postmaster's
+        # count of its reaped children adds theirs up exactly: read before the closed backends were reaped, a
+        # short run's few milliseconds per backend counted as none. Waited for at most a few seconds.
+        with self._lock:
+            pids, self._closed_backends = self._closed_backends, []
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        for pid in pids:
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.001)
 
     def close(self) -> None:
         for saver in list(self._open_savers):
