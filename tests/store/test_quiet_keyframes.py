@@ -313,10 +313,15 @@ def test_a_keyframe_committed_before_a_write_to_its_session_ends_that_writes_str
         assert every_version(reopened, "s") == states
 
 
-def test_a_keyframe_planned_before_a_write_to_its_session_is_not_written_over_it(config: StoreConfig) -> None:
+def test_a_keyframe_planned_before_a_write_to_its_session_is_not_written_over_it(
+    config: StoreConfig, clock: list[int]
+) -> None:
     """A rewrite is planned from the committed head, off the writer; a write to the session committed
     between the plan and its op (here: first in their shared commit) moves the record on, so the op
     leaves the session alone and the write's version stands, until the session is quiet again."""
+    # The clock stands still: every write is stamped 1 ns after the last, in one granule of the updated-time
+    # index. On a moving clock, a write landing in the next granule moves the session's entry past where
+    # the sweep has read, which it then reads again and, quiet by the sweep's time, keyframes.
     states = replace_states(8, steps=8)
     with Store(config) as store:
         for state in states[:4]:
