@@ -3,7 +3,7 @@
 The floors (langgraph_floors.py) time a put's unavoidable pieces apart; this times them in the savers' own
 puts: the single writer's threads replayed again, each put split into its serializer calls (LangGraph's
 serializer, timed call by call through the ``serde`` both savers take), its durable commit (ckpt: the
-store's own count of the time its commits took, ``Store.commit_seconds``; SqliteSaver: its connection's
+store's own count of the time its commits took, ``Store.counters.commit_seconds``; SqliteSaver: its connection's
 ``commit``, through a connection class that times it) and the rest: the saver's and its store's own work.
 Each part is a p50 over the puts, the rest the p50 of each put's remainder.
 
@@ -92,7 +92,7 @@ def put_split_us(name: str, directory: Path, records: Sequence[ThreadRecord]) ->
         store = saver._backend.store  # the saver's own store: its commits' time, as its metrics give it
 
         def commit_ns() -> int:
-            return int(store.commit_seconds * 1e9)
+            return int(store.counters.commit_seconds * 1e9)
 
         close = saver.close
     elif name == "sqlite":

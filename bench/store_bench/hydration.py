@@ -56,7 +56,7 @@ def cold_hydration(root: Path, trajectory_dir: str | None = None, *, reps: int =
                     picks["last ended"] = chains[-2]
                 for which, chain in picks.items():
                     out["rows"].append(_time_cold_get(store, steps, mode, which, chain, reps))
-            out["cache_hits"] = store.cache_hits
+            out["cache_hits"] = store.counters.cache_hits
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     out["reps"] = reps

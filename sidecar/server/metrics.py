@@ -120,12 +120,12 @@ class _StoreCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         s = self._store
         hits = CounterMetricFamily("ckpt_state_cache_hits", "Latest-state cache hits")
-        hits.add_metric([], s.cache_hits)
+        hits.add_metric([], s.counters.cache_hits)
         misses = CounterMetricFamily("ckpt_state_cache_misses", "Latest-state cache misses")
-        misses.add_metric([], s.cache_misses)
+        misses.add_metric([], s.counters.cache_misses)
         commits = CounterMetricFamily("ckpt_commits", "LMDB write transactions committed")
-        commits.add_metric([], s.commits)
-        sizes = dict(s.batch_sizes)
+        commits.add_metric([], s.counters.commits)
+        sizes = dict(s.counters.batch_sizes)
         buckets, total = [], 0
         for bound in _BATCH_BUCKETS:
             buckets.append((str(bound), sum(n for size, n in sizes.items() if size <= bound)))
@@ -136,20 +136,20 @@ class _StoreCollector(Collector):
         delays = CounterMetricFamily(
             "ckpt_commit_delays", "Commits the writer delayed to wait for the writers it expected"
         )
-        delays.add_metric([], s.commit_delays)
+        delays.add_metric([], s.counters.commit_delays)
         delayed = CounterMetricFamily("ckpt_commit_delay_seconds", "Seconds the writer waited in those delays")
-        delayed.add_metric([], s.commit_delay_seconds)
+        delayed.add_metric([], s.counters.commit_delay_seconds)
         committing = CounterMetricFamily(
             "ckpt_commit_seconds",
             "Seconds the commits took, LMDB's page writes and syncs (over ckpt_commits_total: a commit's mean)",
         )
-        committing.add_metric([], s.commit_seconds)
+        committing.add_metric([], s.counters.commit_seconds)
         memory = GaugeMetricFamily(
             "ckpt_cache_bytes",
             "Memory of the latest-state cache, of cached encoders (estimated) and of the gRPC process's reply cache",
             labels=["cache"],
         )
-        for cache, size in s.memory_bytes.items():
+        for cache, size in s.counters.memory_bytes.items():
             memory.add_metric([cache], size)
         reply_cache = self._metrics.reply_cache
         if reply_cache is not None:
@@ -169,15 +169,15 @@ class _StoreCollector(Collector):
         queued = GaugeMetricFamily(
             "ckpt_queued_write_bytes", "Bytes of states waiting for the writer (max_queued_write_bytes bounds it)"
         )
-        queued.add_metric([], s.queued_write_bytes)
+        queued.add_metric([], s.counters.queued_write_bytes)
         refused = CounterMetricFamily(
             "ckpt_store_full_writes",
             "Writes refused RESOURCE_EXHAUSTED because the store was full (the LMDB map at"
             " max_map_size_bytes, or the disk); nothing was written for them",
         )
-        refused.add_metric([], s.store_full_refusals)
+        refused.add_metric([], s.counters.store_full_refusals)
         resizes = CounterMetricFamily("ckpt_map_resizes", "Times the LMDB map grew (doubling, up to its cap)")
-        resizes.add_metric([], s.map_resizes)
+        resizes.add_metric([], s.counters.map_resizes)
         yield from (hits, misses, commits, batch, delays, delayed, committing, memory, queued, refused, resizes)
         yield from _sweeps(s)
         yield from _space(s)
@@ -185,9 +185,9 @@ class _StoreCollector(Collector):
 
 def _sweeps(store: Store) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     """What the background sweeper did (only the process that sweeps: one worker's with --workers)."""
-    swept = store.swept
+    swept = store.counters.swept
     for name, doc, value in (
-        ("ckpt_sweeps", "Retention sweeps completed (--sweep-interval-seconds apart)", store.sweeps),
+        ("ckpt_sweeps", "Retention sweeps completed (--sweep-interval-seconds apart)", store.counters.sweeps),
         ("ckpt_sweep_versions_removed", "Versions the sweeps removed by retention", swept.versions_removed),
         ("ckpt_sweep_request_ids_expired", "Request ids the sweeps freed past their TTL", swept.request_ids_expired),
         (
@@ -204,11 +204,11 @@ def _sweeps(store: Store) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         counter = CounterMetricFamily(name, doc)
         counter.add_metric([], value)
         yield counter
-    if store.last_sweep_unix_seconds is not None:
+    if store.counters.last_sweep_unix_seconds is not None:
         last = GaugeMetricFamily(
             "ckpt_last_sweep_timestamp_seconds", "When the last sweep ended (Unix time): alert if it falls behind"
         )
-        last.add_metric([], store.last_sweep_unix_seconds)
+        last.add_metric([], store.counters.last_sweep_unix_seconds)
         yield last
 
 

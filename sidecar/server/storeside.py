@@ -80,7 +80,7 @@ class StoreSide:
 
     def _activity(self) -> int:
         # Every RPC (reads too), and the sweeper's writes, which make no RPC.
-        return self.store.commits + self.service.calls.started
+        return self.store.counters.commits + self.service.calls.started
 
     def start(self) -> None:
         if self.heap_trimmer is not None:

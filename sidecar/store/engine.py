@@ -16,7 +16,6 @@ import errno
 import functools
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -35,6 +34,7 @@ from .blobs import BlobInfo, Blobs
 from .cache import StateCache
 from .checkline import CheckLine
 from .coherence import Coherence
+from .counters import StoreCounters
 from .dirlock import lock_data_dir
 from .encoders import Encoders
 from .eventapi import EventEntryPoints
@@ -149,6 +149,11 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         self.blob_files = BlobFiles(config.data_dir / "blobs", on_full=full)
         self._blobs = Blobs(self._tables, self._storage, self.blob_files, self._read, submit)
         self._ops.blobs = self._retention.blobs = self._blobs
+        #: What the store has done and holds (counters.py): metrics and operators read it.
+        self.counters = StoreCounters(
+            writer=self._writer, states=self._states, encoders=self._encoders, storage=self._storage,
+            retention=self._retention, tables=self._tables, read=self._read,
+        )  # fmt: skip
         self._sweeper: Sweeper | None = None
         if not readonly:
             self._writer.start()
@@ -454,108 +459,16 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         """
         return self._retention.sweep(time.time_ns() if now_nanos is None else now_nanos)
 
-    @property
-    def sweeps(self) -> int:
-        """Sweeps completed since the store opened."""
-        return self._retention.sweeps
-
-    @property
-    def swept(self) -> SweepResult:
-        """What those sweeps did in all: an operator's evidence that retention runs."""
-        return self._retention.swept
-
-    @property
-    def last_sweep_unix_seconds(self) -> float | None:
-        """When the last sweep ended (time.time()); None: none yet."""
-        return self._retention.last_sweep_unix_seconds
-
     # -- introspection -------------------------------------------------------
-
-    @property
-    def cache_hits(self) -> int:
-        return self._states.hits
-
-    @property
-    def cache_misses(self) -> int:
-        return self._states.misses
-
-    @property
-    def memory_bytes(self) -> dict[str, int]:
-        """What the state cache and the cached encoders hold (the encoders' by estimate)."""
-        return {"state_cache": self._states.size_bytes, "encoder_cache": self._encoders.lru.weight}
-
-    @property
-    def queued_write_bytes(self) -> int:
-        """Bytes of states queued for the writer and not yet answered."""
-        return self._writer.queued_bytes
 
     @property
     def writes_stopped(self) -> str | None:
         """Why the store stopped taking writes (a commit failed with an I/O error), or None."""
         return self._writer.writes_stopped
 
-    @property
-    def commits(self) -> int:
-        return self._writer.commits
-
-    @property
-    def batch_sizes(self) -> Counter[int]:
-        """Commits by how many writes each held."""
-        return self._writer.batch_sizes
-
-    @property
-    def commit_delays(self) -> int:
-        """Times the writer waited for writers it expected before a commit."""
-        return self._writer.commit_delays
-
-    @property
-    def commit_delay_seconds(self) -> float:
-        """The seconds it waited for them in all."""
-        return self._writer.commit_delay_seconds
-
-    @property
-    def commit_seconds(self) -> float:
-        """The seconds its commits took in all (storage's page writes and syncs), over :attr:`commits`."""
-        return self._writer.commit_seconds
-
-    @property
-    def store_full_refusals(self) -> int:
-        """Writes refused because the store was full (the map at its cap, or the disk)."""
-        return self._writer.store_full_refusals
-
-    @property
-    def map_resizes(self) -> int:
-        """Times the storage grew (the LMDB map doubling, up to its cap)."""
-        return self._storage.resizes
-
     def stats(self) -> dict[str, Any]:
-        # Counts LMDB keeps, no scan: a metrics scrape reads them in the writer's process (count_sessions scans).
-        with self._read() as txn:
-            tables = self._tables
-            sessions, versions = txn.count(tables.sessions), txn.count(tables.frames)
-            event_logs = txn.count(tables.event_logs) if tables.event_logs is not None else 0
-        map_size_bytes, used_bytes = self._storage.sizes()
-        writer, encoders = self._writer, self._encoders
-        return {
-            "sessions": sessions,
-            "event_logs": event_logs,
-            "versions": versions,
-            "map_size_bytes": map_size_bytes,
-            "used_bytes": used_bytes,
-            "commits": writer.commits,
-            "map_resizes": self._storage.resizes,
-            "batch_sizes": dict(writer.batch_sizes),
-            "commit_delays": writer.commit_delays,
-            "commit_delay_seconds": writer.commit_delay_seconds,
-            "commit_seconds": writer.commit_seconds,
-            "state_cache_hits": self._states.hits,
-            "state_cache_misses": self._states.misses,
-            "state_cache_bytes": self._states.size_bytes,
-            # Read off the writer's LRU without its thread: two ints, each read atomically.
-            "encoders_cached": len(encoders.lru),
-            "encoder_cache_bytes": encoders.lru.weight,
-            "queued_write_bytes": writer.queued_bytes,
-        }
+        """Every count of :attr:`counters` at once, with the tables' sizes and the storage's."""
+        return self.counters.stats()
 
     def copy_to(self, lmdb_dir: Path, *, blobs: list[str] | None = None, rebuilt: bool = False) -> tuple[int, int]:
         """Write a compacted copy of the storage into ``lmdb_dir`` (an existing directory without a

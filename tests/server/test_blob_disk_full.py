@@ -61,7 +61,7 @@ def test_a_blob_write_failing_with_no_space_is_store_full_and_counted(
         _failing_writes(monkeypatch, errno.ENOSPC)
         with pytest.raises(StoreFull, match=r"\(the disk is full: No space left on device\): could not write"):
             store.put_blob("s", [b"x" * 1000])
-        assert store.store_full_refusals == 1
+        assert store.counters.store_full_refusals == 1
         assert temp_files(tmp_path / "data") == []
         monkeypatch.undo()
         assert store.put_blob("s", [b"x" * 1000]).size_bytes == 1000
@@ -76,5 +76,5 @@ def test_a_blob_write_failing_otherwise_is_unavailable_naming_the_file(
             Unavailable, match=r"could not write the blob's temporary file .*\.part .*Input/output error"
         ):
             store.put_blob("s", [b"x" * 1000])
-        assert store.store_full_refusals == 0
+        assert store.counters.store_full_refusals == 0
         assert temp_files(tmp_path / "data") == []

@@ -344,7 +344,7 @@ store = Store(StoreConfig(data_dir=Path(sys.argv[1]), map_size_bytes=1 << 20, ma
 for i in range(40):
     store.put(f"grow-{i}", random.Random(i).randbytes(100_000) + i.to_bytes(4, "big"))  # incompressible
 store.close()
-print(store.map_resizes)
+print(store.counters.map_resizes)
 """
 
 

@@ -55,7 +55,7 @@ def test_write_after_delete_and_fork_onto_the_same_id_in_one_commit(tmp_path: Pa
     with Store(config) as store:
         store.put("X", state_of("A", 19))  # close to the source: a REPLACE makes a DELTA, not a FULL frame
         store.put("A", source)
-        commits = store.commits
+        commits = store.counters.commits
         with writer_held(store):
             deleted, forked, written = _queued(
                 store,
@@ -69,7 +69,7 @@ def test_write_after_delete_and_fork_onto_the_same_id_in_one_commit(tmp_path: Pa
         assert forked.result(10).head_version == 1
         assert written.result(10).version == 2
         assert written.result(10).frame_kind.name != "FULL"  # encoded against a base: the case at stake
-        assert store.commits - commits == 2  # the held op's commit, then all three in one
+        assert store.counters.commits - commits == 2  # the held op's commit, then all three in one
         assert store.get("X").state == expected
         assert store.get("X", use_cache=False).state == expected
         assert store.get("X", 1, use_cache=False).state == source

@@ -55,8 +55,8 @@ def test_writers_a_commit_answered_share_the_next_commit(tmp_path: Path) -> None
         )
         assert not errors, errors
         # [hold], [8 first writes + the slow op], then the 8 second writes in one commit.
-        assert dict(store.batch_sizes) == {1: 1, WRITERS + 1: 1, WRITERS: 1}
-        assert store.commit_delays >= 1
+        assert dict(store.counters.batch_sizes) == {1: 1, WRITERS + 1: 1, WRITERS: 1}
+        assert store.counters.commit_delays >= 1
         assert all(store.get(f"w{i}").state == b"\x08\x02" for i in range(WRITERS))
 
 
@@ -65,8 +65,8 @@ def test_a_lone_writer_never_waits(tmp_path: Path) -> None:
         submit_op(store, sleeping_op(0.2)).wait()  # a slow commit: a delay, were there one, could be 0.2 s
         for v in range(1, 31):
             assert store.put("alone", bytes([8, v])).version == v
-        assert store.commit_delays == 0
-        assert store.batch_sizes[1] == 31
+        assert store.counters.commit_delays == 0
+        assert store.counters.batch_sizes[1] == 31
         assert store.stats()["commit_delays"] == 0
 
 
@@ -79,10 +79,10 @@ def test_the_wait_lasts_past_the_last_commits_duration(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=1.0)) as store:
         writers = [threading.Thread(target=store.put, args=(f"w{i}", b"\x08\x01")) for i in range(WRITERS)]
         _answered_together(store, writers, commit_seconds=0.4)
-        delays, waited = store.commit_delays, store.commit_delay_seconds
+        delays, waited = store.counters.commit_delays, store.counters.commit_delay_seconds
         store.put("w0", b"\x08\x02")  # 8 writers expected; none else comes
-        assert store.commit_delays == delays + 1
-        assert store.commit_delay_seconds - waited >= 0.35
+        assert store.counters.commit_delays == delays + 1
+        assert store.counters.commit_delay_seconds - waited >= 0.35
 
 
 def test_put_many_is_one_writer(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_put_many_is_one_writer(tmp_path: Path) -> None:
         for round_ in range(3):
             results = store.put_many([PutRequest(f"s{i}", bytes([8, round_ + 1])) for i in range(1050)])
             assert [r.version for r in results if isinstance(r, PutResult)] == [round_ + 1] * 1050
-        assert store.commit_delays == 0
+        assert store.counters.commit_delays == 0
 
 
 def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_no_delay_while_writers_wait_for_room(tmp_path: Path) -> None:
         for t in writers:
             t.join(30)
         assert store.session("a").head_version == 1 and store.session("b").head_version == 1
-        assert store.commit_delays == 0
+        assert store.counters.commit_delays == 0
 
 
 def test_no_delay_when_turned_off(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_no_delay_when_turned_off(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data", max_commit_delay_seconds=0)) as store:
         _answered_together(store, [threading.Thread(target=store.put, args=(f"s{i}", b"")) for i in range(4)])
         store.put("s0", b"\x08\x01")  # expected 4 writers; none else comes
-        assert store.commit_delays == 0
+        assert store.counters.commit_delays == 0
 
 
 @pytest.mark.parametrize("seconds", [-0.001, 1.5])
@@ -180,9 +180,9 @@ def test_ckpt_serve_names_a_commit_delay_out_of_range() -> None:
 
 def test_commit_seconds_count_the_commits_not_the_writes_applied_before_them(tmp_path: Path) -> None:
     with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
-        assert store.commit_seconds == 0.0 and store.stats()["commit_seconds"] == 0.0
+        assert store.counters.commit_seconds == 0.0 and store.stats()["commit_seconds"] == 0.0
         store.put("c", b"\x08\x01")
-        first = store.commit_seconds
+        first = store.counters.commit_seconds
         assert first > 0 and store.stats()["commit_seconds"] == first
         # An op whose apply sleeps a second, in the same batch as a put: the batch's time, not its commit's.
         gate = hold_writer(store)
@@ -192,5 +192,5 @@ def test_commit_seconds_count_the_commits_not_the_writes_applied_before_them(tmp
         gate.set()
         slow.wait()
         assert later.result(30).version == 2
-        assert store.commits == 3  # the put, the held op, then the sleeping op and the put together
-        assert first < store.commit_seconds < first + 1.0
+        assert store.counters.commits == 3  # the put, the held op, then the sleeping op and the put together
+        assert first < store.counters.commit_seconds < first + 1.0

@@ -84,7 +84,7 @@ def test_close_waits_for_a_commit_running_on_a_callers_thread(tmp_path: Path) ->
             putter = threading.Thread(target=lambda: outcome.append(store.put("s", b"kept")), name="agent")
             putter.start()
             deadline = time.monotonic() + 10
-            while not store.queued_write_bytes or queued_ops(store):
+            while not store.counters.queued_write_bytes or queued_ops(store):
                 assert time.monotonic() < deadline, "the put was never admitted"
                 time.sleep(0.001)
 

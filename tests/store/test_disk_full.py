@@ -142,7 +142,7 @@ def test_a_commit_failing_with_no_space_is_refused_and_writes_go_on_once_there_i
         with pytest.raises(StoreFull, match=r"no space to write under .*\(the disk is full: No space left on device\)"):
             store.put("t", state_of("t", 1))
         assert failing.failures == 0
-        assert store.store_full_refusals == 1
+        assert store.counters.store_full_refusals == 1
         assert store.writes_stopped is None and stopped == []
         assert store.get("s").state == state_of("s", 1)  # reads go on
         # The disk has room again: the refused write, and others, are written.

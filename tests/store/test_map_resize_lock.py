@@ -112,5 +112,5 @@ def test_reads_on_other_threads_go_on_while_the_writer_grows_the_map(tmp_path: P
             stop.set()
             for t in threads:
                 t.join(WAIT_SECONDS)
-        assert store.map_resizes >= 2
+        assert store.counters.map_resizes >= 2
         assert reads[0] > 0 and not failures

@@ -76,7 +76,7 @@ def test_store_state_cache_of_empty_states_is_bounded(config: StoreConfig) -> No
     with Store(replace(config, cache_size_bytes=budget, encoder_cache_entries=0)) as store:
         for start in range(0, 5000, 500):
             store.put_many([PutRequest(f"s-{i}", b"") for i in range(start, start + 500)])
-        assert store.memory_bytes["state_cache"] <= budget
+        assert store.counters.memory_bytes["state_cache"] <= budget
         cached = sum(store.get_cached(f"s-{i}") is not None for i in range(5000))
         assert cached <= budget // 600, cached  # ~100 entries, not 5,000
         assert store.get("s-0").state == b"" and store.get("s-4999").state == b""
@@ -116,9 +116,9 @@ def test_a_group_commit_keeps_no_more_encoders_than_the_budget(config: StoreConf
             wait_queued(store, 200)
         for result in writing.result(30):
             assert isinstance(result, PutResult) and result.frame_kind is FrameKind.FULL
-        assert store.batch_sizes[200] == 1
+        assert store.counters.batch_sizes[200] == 1
         assert at_commit[0] <= 2 * budget, (at_commit[0], budget)
-        assert store.memory_bytes["encoder_cache"] <= budget
+        assert store.counters.memory_bytes["encoder_cache"] <= budget
         assert store.get("big-0").state == state and store.get("big-199").state == state
         # A dropped encoder is rebuilt from LMDB at the session's next write.
         assert store.put("big-0", state + b"more").version == 2
@@ -171,7 +171,7 @@ def test_an_encoder_kept_between_writes_holds_one_state(config: StoreConfig) -> 
     size = 300_000
     with Store(config) as store:
         store.put("s", bytes(size))
-        one_write = store.memory_bytes["encoder_cache"]
+        one_write = store.counters.memory_bytes["encoder_cache"]
         for v in range(1, 6):
             store.put("s", bytes([v]) * size)
-            assert store.memory_bytes["encoder_cache"] == one_write
+            assert store.counters.memory_bytes["encoder_cache"] == one_write

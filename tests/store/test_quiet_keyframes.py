@@ -269,7 +269,7 @@ def test_idle_sweeps_commit_nothing(config: StoreConfig, clock: list[int]) -> No
         clock[0] += LATER
         assert store.sweep().keyframes_written == 1
         # A private hook: LMDB's last transaction id, which a commit that writes nothing leaves as it is
-        # (store.commits counts every write transaction, each sweep's request-id expiry among them).
+        # (store.counters.commits counts every write transaction, each sweep's request-id expiry among them).
         env = storage_of(store).env
         txn_id = env.info()["last_txnid"]
         for _ in range(3):

@@ -30,7 +30,7 @@ from pathlib import Path
 from ckpt.sidecar import Store, StoreConfig
 with Store(StoreConfig(data_dir=Path(sys.argv[1]), map_size_bytes=1 << 20)) as store:
     version = 0
-    while store.map_resizes < 2:
+    while store.counters.map_resizes < 2:
         version = store.put("grown", b"\\x0a\\x80\\x80\\x04" + os.urandom(65536)).version
     print(version)
 """

@@ -59,7 +59,7 @@ def test_concurrent_tasks_each_get_their_commit_with_one_loop_wake_up_per_commit
     # Every write was resolved, and never with more than one wake-up of the
     # loop per commit (the store also committed the writes in fewer commits).
     assert sum(wake_ups) == sessions * versions
-    assert len(wake_ups) <= store.commits < sessions * versions
+    assert len(wake_ups) <= store.counters.commits < sessions * versions
     for i in range(sessions):
         assert store.get(f"s{i}").state == state_of(f"s{i}", 1) + b"".join(patch_of(v) for v in range(2, versions + 1))
 
@@ -132,7 +132,7 @@ def test_a_large_patch_is_checked_off_the_loop_and_its_error_reaches_the_future(
         assert (await store.asubmit(PutRequest("a", patch_of(2), WriteMode.MERGE))).version == 2
 
     asyncio.run(main())
-    assert store.queued_write_bytes == 0  # the refused patch no longer counts against the backlog
+    assert store.counters.queued_write_bytes == 0  # the refused patch no longer counts against the backlog
 
 
 def test_writes_after_a_large_patch_commit_after_it(store: Store) -> None:
@@ -220,7 +220,7 @@ def test_a_large_patch_and_the_writes_behind_it_commit_after_their_loop_closes(
         store.put("barrier", state_of("barrier", 1))  # FIFO: whatever was queued before it is committed
         assert store.get("big").state == _large_patch(1)
         assert store.get("small").version == 1
-        assert store.queued_write_bytes == 0
+        assert store.counters.queued_write_bytes == 0
         # A blocking put needing most of the backlog gets its room.
         done: list[int] = []
         put = threading.Thread(target=lambda: done.append(store.put("other", b"y" * 3 * OFF_LOOP_PATCH_BYTES).version))

@@ -146,10 +146,10 @@ def test_a_backlog_of_expired_request_ids_goes_in_chunks(config: StoreConfig, mo
     with Store(replace(config, request_id_ttl_seconds=1)) as store:
         for v in range(1, 31):
             store.put("rid", state_of("rid", v), request_id=f"r{v}")
-        commits = store.commits
+        commits = store.counters.commits
         assert store.sweep(now_nanos=time.time_ns() + 10**10).request_ids_expired == 30
         # 7 + 7 + 7 + 7 + 2, each its own write op; then the time the sweep began, kept for a restart
-        assert store.commits - commits == 6
+        assert store.counters.commits - commits == 6
         assert store.put("rid", state_of("rid", 1), request_id="r1").version == 31  # expired: a new write
 
 
@@ -354,7 +354,7 @@ config = StoreConfig(data_dir=Path(sys.argv[1]), map_size_bytes=1 << 20, max_map
 with Store(config) as store:
     for i in range(400):
         store.put(f"grow{i}", os.urandom(40_000))
-    print(store.map_resizes)
+    print(store.counters.map_resizes)
 """
 
 

@@ -72,7 +72,7 @@ def test_the_loops_writes_commit_in_order_in_whole_batches(store: Store) -> None
 
     assert asyncio.run(main()) == [list(range(1, versions + 1))] * sessions
     # Every write of each round of the 16 writers in one commit, answered with one wake-up of the loop.
-    assert dict(store.batch_sizes) == {sessions: versions}
+    assert dict(store.counters.batch_sizes) == {sessions: versions}
     assert settled == [sessions] * versions
     for i in range(sessions):
         assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
@@ -101,8 +101,8 @@ def test_a_lone_writer_commits_at_the_end_of_the_loops_turn_without_waiting(stor
 
     asyncio.run(main())
     assert store.get("alone").state == _merged("alone", 20)
-    assert store.commits == 20
-    assert store.commit_delays == 0
+    assert store.counters.commits == 20
+    assert store.counters.commit_delays == 0
     assert held.calls == []  # no other writer's requests to hold back
 
 
@@ -134,12 +134,12 @@ def test_concurrent_writers_wait_for_each_other_with_the_input_held(
     with store:
         asyncio.run(main())
         # Every round after the first waited for the others.
-        assert store.commit_delays == versions - 1
-        assert store.commit_delay_seconds > 0
+        assert store.counters.commit_delays == versions - 1
+        assert store.counters.commit_delay_seconds > 0
         # Every hold is released before the next, and none is left held.
         assert held.calls == ["hold", "release"] * (len(held.calls) // 2)
-        assert len(held.calls) >= 2 * store.commit_delays
-        assert store.commits == versions  # each round of the writers in one commit
+        assert len(held.calls) >= 2 * store.counters.commit_delays
+        assert store.counters.commits == versions  # each round of the writers in one commit
         for i in range(sessions):
             assert store.get(f"s{i}").state == _merged(f"s{i}", versions)
 
@@ -238,7 +238,7 @@ def test_writes_waiting_on_a_loop_that_closes_still_commit(
     try:
         loop.run_until_complete(first_rounds())
         loop.run_until_complete(last_writes())
-        assert store.queued_write_bytes == 200  # still on the loop, not committed
+        assert store.counters.queued_write_bytes == 200  # still on the loop, not committed
     finally:
         loop.close()
     # A blocking write from another thread needs the room the last writes hold.
@@ -247,7 +247,7 @@ def test_writes_waiting_on_a_loop_that_closes_still_commit(
     try:
         assert versions == [1], "the blocking put still waits for the room the closed loop's writes hold"
         assert [store.get(s).version for s in ("late1", "late2")] == [1, 1]
-        assert store.queued_write_bytes == 0
+        assert store.counters.queued_write_bytes == 0
     finally:
         store.close()
     with Store(_config(tmp_path)) as reopened:
@@ -294,7 +294,7 @@ def test_the_write_backlog_bound_holds_on_the_loop(tmp_path: Path) -> None:
             assert (await store.asubmit(PutRequest("b", state_of("b", 1), request_id="b1"))).version == 1
 
         asyncio.run(main())
-        assert store.queued_write_bytes == 0
+        assert store.counters.queued_write_bytes == 0
 
 
 def test_a_read_only_store_refuses_to_write_on_a_loop(tmp_path: Path) -> None:
@@ -342,7 +342,7 @@ def test_a_batch_whose_gather_time_passed_during_the_last_commit_goes_at_once(
 
         asyncio.run(main())
         # The writers' next writes, read once a commit answered them, went at once: no batch waited.
-        assert store.commit_delays == 0
-        assert store.commits == 5
+        assert store.counters.commit_delays == 0
+        assert store.counters.commits == 5
         for i in range(4):
             assert store.get(f"s{i}").state == _merged(f"s{i}", 5)

@@ -23,7 +23,7 @@ def test_a_sweep_counts_what_it_did(tmp_path: Path) -> None:
         sweep_interval_seconds=3600,
     )
     with Store(config) as store:
-        assert (store.sweeps, store.last_sweep_unix_seconds) == (0, None)
+        assert (store.counters.sweeps, store.counters.last_sweep_unix_seconds) == (0, None)
         for v in range(6):
             store.put("s", random.Random(v).randbytes(5_000), request_id=f"r{v}")  # incompressible: all FULL
         before = time.time()
@@ -31,9 +31,10 @@ def test_a_sweep_counts_what_it_did(tmp_path: Path) -> None:
         assert (first.versions_removed, first.request_ids_expired) == (4, 6)
         second = store.sweep()
         assert (second.versions_removed, second.request_ids_expired) == (0, 0)
-        assert store.sweeps == 2
-        assert (store.swept.versions_removed, store.swept.request_ids_expired, store.swept.sessions_pruned) == (4, 6, 1)
-        assert store.last_sweep_unix_seconds is not None and store.last_sweep_unix_seconds >= before
+        assert store.counters.sweeps == 2
+        swept = store.counters.swept
+        assert (swept.versions_removed, swept.request_ids_expired, swept.sessions_pruned) == (4, 6, 1)
+        assert store.counters.last_sweep_unix_seconds is not None and store.counters.last_sweep_unix_seconds >= before
 
 
 def test_the_sweeper_shows_in_metrics_and_logs_what_it_removed(tmp_path: Path) -> None:
@@ -88,9 +89,9 @@ def test_a_store_restarted_more_often_than_its_sweep_interval_still_sweeps(tmp_p
     for run in range(12):  # each run 0.4 s, well under the interval
         with Store(config) as store:
             deadline = time.monotonic() + 0.4
-            while not store.sweeps and time.monotonic() < deadline:
+            while not store.counters.sweeps and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if store.sweeps:
+            if store.counters.sweeps:
                 swept_in.append(run)
                 assert store.list_versions("s")[0][0].version == 3
                 assert store.session("s").version_count == 1  # retention applied

@@ -49,10 +49,11 @@ def _put_and_delete_in_one_commit(data_dir: Path) -> None:
             deleting = threading.Thread(target=lambda: deleted.append(store.delete_session("doomed")))
             deleting.start()
             wait_queued(store, 2)
-            commits = store.commits
+            commits = store.counters.commits
         deleting.join()
         assert doomed.result().version == 1 and deleted == [1]
-        assert store.commits == commits + 2  # the held batch's commit, then the put's and the delete's together
+        # The held batch's commit, then the put's and the delete's together.
+        assert store.counters.commits == commits + 2
         used, in_file = _bytes(store)
         assert in_file >= used, f"data.mdb holds {in_file} bytes, its meta page uses {used}"
     finally:

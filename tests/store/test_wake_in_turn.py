@@ -141,7 +141,7 @@ def test_a_put_interrupted_by_a_signal_leaves_no_other_writer_waiting(tmp_path: 
             assert not t.is_alive(), "a writer queued behind the interrupted one was never answered"
         assert done == {i: 1 for i in range(16)}
         assert store.get("main").state == b"\x08\x02"
-        assert store.batch_sizes[17] == 1
+        assert store.counters.batch_sizes[17] == 1
 
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")

@@ -53,11 +53,11 @@ def test_blocking_writes_wait_for_room_then_all_commit(store: Store) -> None:
         time.sleep(0.3)
         # Three states fill the budget exactly; the fourth write waits for room.
         assert queued_ops(store) == 3 and room_waiters(store) == 1 and not done.done()
-        assert store.queued_write_bytes == BUDGET_BYTES
+        assert store.counters.queued_write_bytes == BUDGET_BYTES
         gate.set()
         results = done.result(30)
     assert [r.version for r in results if isinstance(r, PutResult)] == [1] * 10
-    assert store.queued_write_bytes == 0
+    assert store.counters.queued_write_bytes == 0
     assert all(store.get(f"s{i}").state == state(i) for i in range(10))
 
 
@@ -116,7 +116,7 @@ def test_a_put_interrupted_before_it_is_queued_leaves_no_bytes_counted(
     monkeypatch.setattr(writer, "put_locked", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1")
-    assert store.queued_write_bytes == 0
+    assert store.counters.queued_write_bytes == 0
     # The retry lands once, and the budget is whole: three states still fit before the fourth waits.
     assert store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1").version == 1
     assert store.put("s", state(1, 2 * BUDGET_BYTES), request_id="r1").version == 1
@@ -125,10 +125,10 @@ def test_a_put_interrupted_before_it_is_queued_leaves_no_bytes_counted(
         futures = [put_later(store, PutRequest(f"b{i}", state(i))) for i in range(3)]
         wait_queued(store, 3)
         assert room_waiters(store) == 0
-        assert store.queued_write_bytes == BUDGET_BYTES
+        assert store.counters.queued_write_bytes == BUDGET_BYTES
         gate.set()
         assert [f.result(timeout=10).version for f in futures] == [1, 1, 1]
-    assert store.queued_write_bytes == 0
+    assert store.counters.queued_write_bytes == 0
 
 
 def test_close_refuses_writes_waiting_for_room_and_commits_the_queued(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_a_stream_stopped_while_waiting_for_room_answers_its_batch_whole(tmp_pat
             service = CheckpointService(store, Metrics(), pool)
             answers = service.PutStream(requests(), AbortingContext())
             first = asyncio.ensure_future(answers.__anext__())
-            while store.queued_write_bytes < BUDGET_BYTES:
+            while store.counters.queued_write_bytes < BUDGET_BYTES:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.05)  # the reader is waiting for room for the fourth write
             service.stop_streams()
