@@ -11,7 +11,7 @@ from google.protobuf import message as _message
 from . import _zstd
 from .chainstats import ChainStats, chain_ends, merge_plan, started
 from .compaction import compact
-from .errors import EncodeError
+from .errors import EncodeError, MergeTooLargeError
 from .frame import (
     FORMAT_VERSION,
     MAX_STATE_SIZE,
@@ -278,7 +278,7 @@ class ChainEncoder:
             self.rollback()
             raise
 
-    def merge(self, patch: Buffer, *, checked: bool = False) -> EncodedFrame:
+    def merge(self, patch: Buffer, *, checked: bool = False, max_state_size: int | None = None) -> EncodedFrame:
         """Frame for a MERGE write: new state = head state + ``patch``.
 
         ``patch`` must be well-formed protobuf wire format (and parse as the
@@ -287,11 +287,17 @@ class ChainEncoder:
         ``checked=True`` skips that check: for callers that already ran
         :func:`check_patch` with the same message type (off the thread that
         owns the encoder, say).
+
+        ``max_state_size``: the largest state the caller keeps. A merge past it
+        is stored compacted (a FULL frame of the canonical state: the fields
+        the patch overwrites dropped) if that fits, else MergeTooLargeError.
         """
         patch = _as_bytes(patch, "patch")
         if not checked:
             check_patch(patch, message_type=self._compact_type)
         new_size = self._state_size + len(patch)
+        if max_state_size is not None and new_size > max_state_size:
+            return self._merge_compacted(patch, new_size, max_state_size)
         _check_size(new_size, self._version + 1)
         hasher = self._hasher.copy()
         hasher.update(patch)
@@ -368,6 +374,31 @@ class ChainEncoder:
         self._chunks.append(patch)
         self._state_size = new_size
         return self._advance(header, payload, hasher, base_index=base_index)
+
+    def _merge_compacted(self, patch: bytes, new_size: int, limit: int) -> EncodedFrame:
+        # A state rewritten by MERGEs repeats the fields each patch overwrites until a frame compacts it:
+        # a large field written again fills max_state_size long before the message does.
+        version = self._version + 1
+        if self._compact_type is None or not self._version:
+            raise MergeTooLargeError(
+                f"merging {len(patch)} bytes onto version {self._version} would make a state of {new_size} bytes;"
+                f" the limit is {limit}",
+                version=version, state_size=new_size, limit=limit,
+            )  # fmt: skip
+        canonical = self._compacted(self._head_bytes() + patch)
+        if len(canonical) > limit:
+            raise MergeTooLargeError(
+                f"merging {len(patch)} bytes onto version {self._version} would make a state of {len(canonical)}"
+                f" bytes (compacted, {new_size} as merged); the limit is {limit}",
+                version=version, state_size=len(canonical), limit=limit,
+            )  # fmt: skip
+        _check_size(len(canonical), version)
+        self._save_undo()
+        try:
+            return self._full(canonical, xxhash.xxh3_64(canonical))
+        except BaseException:
+            self.rollback()
+            raise
 
     def rollback(self) -> None:
         """Forget the last frame produced (it was not stored).

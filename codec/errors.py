@@ -2,7 +2,8 @@
 
     CodecError
     ├── EncodeError            producing a frame failed (bad input to the encoder)
-    │   └── WireFormatError    a MERGE patch is not well-formed protobuf wire format
+    │   ├── WireFormatError    a MERGE patch is not well-formed protobuf wire format
+    │   └── MergeTooLargeError a MERGE's state beyond the caller's max_state_size
     ├── FieldMaskError         a field mask names no field of the message type (fieldmask.py)
     ├── MaskedStateError       a state's fields a mask's path goes into do not parse as its type
     └── DecodeError            reading frames failed; no bytes are returned
@@ -36,6 +37,17 @@ class WireFormatError(EncodeError):
     def __init__(self, message: str, *, offset: int) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+class MergeTooLargeError(EncodeError):
+    """A MERGE would make a state larger than the caller's ``max_state_size``, counted without the fields
+    its patch overwrites when the encoder compacts (``state_size``); nothing changed."""
+
+    def __init__(self, message: str, *, version: int, state_size: int, limit: int) -> None:
+        super().__init__(message)
+        self.version = version
+        self.state_size = state_size
+        self.limit = limit
 
 
 class FieldMaskError(CodecError):

@@ -16,7 +16,15 @@ from google.protobuf.message import DecodeError, Message
 
 from ckpt.store.v1 import records_pb2
 
-from ...codec import CodecError, EncodedFrame, EncodeError, FrameKind, WireFormatError, check_patch
+from ...codec import (
+    CodecError,
+    EncodedFrame,
+    EncodeError,
+    FrameKind,
+    MergeTooLargeError,
+    WireFormatError,
+    check_patch,
+)
 from ..config import StoreConfig
 from ..descriptors import check_type_name, where_unparsed
 from ..errors import (
@@ -208,20 +216,23 @@ class WriteOps:
             if made is not None and not made.holds(txn, self._tables, sid, rec, compact):
                 made = None  # the head moved since: encoded here, as any other write
             encoder = encoders.for_session(txn, sid, req.session_id, rec, compact) if made is None else made.encoder
-            base_size = encoder.state_size if made is None else made.head_size
-            if mode is WriteMode.MERGE and base_size + len(state) > config.max_state_bytes:
-                raise StateTooLarge(
-                    f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would exceed"
-                    f" max_state_bytes ({config.max_state_bytes})"
-                )
             batch.touched_encoders.add(sid)
-            if made is not None:
+            if made is not None:  # encoded ahead only within max_state_bytes
                 encoders.take(sid, encoder, compact, rec)
                 frame = made.frame
             else:
+                limit = config.max_state_bytes
                 try:
                     # The patch was checked in put_op, before queueing.
-                    frame = encoder.replace(state) if mode is WriteMode.REPLACE else encoder.merge(state, checked=True)
+                    if mode is WriteMode.REPLACE:
+                        frame = encoder.replace(state)
+                    else:
+                        frame = encoder.merge(state, checked=True, max_state_size=limit)
+                except MergeTooLargeError as exc:
+                    raise StateTooLarge(
+                        f"session {req.session_id!r}: merging {len(state)} bytes onto version {head} would make a"
+                        f" state of {exc.state_size} bytes, over max_state_bytes ({limit})"
+                    ) from None
                 except EncodeError as exc:
                     raise InvalidArgument(f"{field}state cannot be encoded: {exc}") from None
             try:

@@ -17,6 +17,7 @@ from ckpt.codec import (
     ChainStats,
     EncodeError,
     FrameKind,
+    MergeTooLargeError,
     decode,
     iter_versions,
     keyframe,
@@ -386,6 +387,49 @@ def test_a_typed_chain_restarts_compacted_once_superseded_bytes_reach_the_fracti
     # Each patch supersedes the last whole: a chain holds about 1 / (1 - fraction) patches.
     per_chain = 1 / (1.0 - fraction)
     assert len(starts) >= 40 / (per_chain + 1) - 1
+
+
+def test_a_merge_past_max_state_size_is_stored_compacted_when_that_fits() -> None:
+    # The superseded fraction alone would let three revisions pile up (max_superseded_fraction 1.0).
+    policy = replace(SMALL, max_depth=1000, decode_floor_bytes=1 << 30, max_superseded_fraction=1.0)
+    enc = ChainEncoder(policy=policy, compact_message_type=pb.Checkpoint)
+    goal = "g" * 1000
+    limit = 2500  # two revisions of the goal as merged; one as compacted
+    merged = pb.Checkpoint()
+    kinds = []
+    for i in range(6):
+        patch = pb.Checkpoint(step=i, goal=goal + str(i))
+        merged.MergeFrom(patch)
+        frame = enc.merge(patch.SerializeToString(), max_state_size=limit)
+        enc.commit()
+        kinds.append(frame.kind)
+        assert pb.Checkpoint.FromString(enc.state) == merged
+        assert enc.state_size <= limit
+        if frame.kind is FrameKind.FULL and i:  # a chain started by the limit holds the canonical state
+            assert enc.state == decode([frame.data]) == merged.SerializeToString(deterministic=True)
+    # Every other merge crosses the limit as merged (three revisions), and starts a chain compacted.
+    assert [kind is FrameKind.FULL for kind in kinds] == [True, False, True, False, True, False]
+
+
+def test_a_merge_too_large_even_compacted_names_its_sizes_and_changes_nothing() -> None:
+    enc = ChainEncoder(compact_message_type=pb.Checkpoint)
+    enc.merge(pb.Checkpoint(goal="g" * 1000).SerializeToString())
+    enc.commit()
+    before = enc.state
+    grown = pb.Checkpoint(messages=[pb.Message(content="m" * 1000)]).SerializeToString()
+    with pytest.raises(MergeTooLargeError) as refused:
+        enc.merge(grown, max_state_size=1500)
+    assert (refused.value.version, refused.value.state_size, refused.value.limit) == (2, len(before) + len(grown), 1500)
+    assert f"would make a state of {len(before) + len(grown)} bytes (compacted" in str(refused.value)
+    assert enc.version == 1 and enc.state == before
+    untyped = ChainEncoder()
+    untyped.merge(b"\x0a\x03abc")
+    with pytest.raises(
+        MergeTooLargeError, match="merging 5 bytes onto version 1 would make a state of 10 bytes; the limit is 9"
+    ):
+        untyped.merge(b"\x0a\x03abc", max_state_size=9)
+    enc.merge(grown, max_state_size=len(before) + len(grown))  # at the limit: taken
+    assert enc.version == 2 and pb.Checkpoint.FromString(enc.state).messages[0].content == "m" * 1000
 
 
 def test_appends_to_a_typed_state_do_not_restart_its_chain() -> None:

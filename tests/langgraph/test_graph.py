@@ -252,7 +252,7 @@ def test_a_subgraphs_checkpoints_keep_a_namespace_of_their_own(sidecar: Sidecar)
 
 def test_a_channel_of_tens_of_mb_round_trips(sidecar: Sidecar) -> None:
     """20 MiB in one channel, under the sidecar's default 64 MiB message bound: written with the question,
-    read back by another saver, carried through the run, then replaced by update_state."""
+    read back by another saver, carried through the run, then replaced by update_state, four times over."""
     blob = random.Random(1).randbytes(20 * 2**20)  # incompressible: 20 MiB on the wire
     with CkptSaver(sidecar.unix_target) as saver:
         graph = build(saver)
@@ -262,11 +262,16 @@ def test_a_channel_of_tens_of_mb_round_trips(sidecar: Sidecar) -> None:
         assert graph.get_state(config("large")).values["blob"] == blob
         final = graph.invoke(Command(resume="yes"), config("large"))
         assert final["blob"] == blob and final["approvals"] == ["yes"]
-        replaced = blob[::-1]
-        graph.update_state(config("large"), {"blob": replaced})
+        # Rewritten again and again: each checkpoint stores the new 20 MiB, and the namespace's state,
+        # merged, counts only the latest (the store compacts it at max_state_bytes).
+        for k in range(1, 5):
+            replaced = bytes([k]) + blob[1:]
+            graph.update_state(config("large"), {"blob": replaced})
     with CkptSaver(sidecar.unix_target) as saver:
         graph = build(saver)
         assert graph.get_state(config("large")).values["blob"] == replaced
+        earlier = list(graph.get_state_history(config("large")))
+        assert [s.values["blob"][:1] for s in earlier[:4]] == [b"\x04", b"\x03", b"\x02", b"\x01"]
 
 
 def test_two_processes_racing_a_superstep_the_loser_conflicts_and_continues(sidecar: Sidecar, tmp_path: Path) -> None:

@@ -199,7 +199,9 @@ def test_every_state_the_sidecar_accepts_can_be_read_back(sidecar: Sidecar) -> N
         assert f"state is {limit + 1} bytes; the limit (max_state_bytes) is {limit}{origin}" in str(too_big.value)
         with pytest.raises(ResourceExhaustedError) as grows_too_big:
             c.merge("edge", b"\x10\x01")
-        assert f"would exceed max_state_bytes ({limit}){origin}" in str(grows_too_big.value)
+        assert f"would make a state of {limit + 2} bytes, over max_state_bytes ({limit}){origin}" in str(
+            grows_too_big.value
+        )
         [streamed] = c.put_stream([service_pb2.PutRequest(session_id="edge", state=biggest + b"\x00")])
         assert streamed.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
         assert f"the limit (max_state_bytes) is {limit}{origin}" in streamed.error.message

@@ -448,7 +448,9 @@ def test_limits_name_the_field(config: StoreConfig) -> None:
         with pytest.raises(ResourceExhausted, match="state is 1001 bytes; the limit \\(max_state_bytes\\) is 1000"):
             store.put("s", b"x" * 1001)
         store.put("s", b"\x0a\x03abc" * 110, mode=WriteMode.MERGE)
-        with pytest.raises(ResourceExhausted, match="would exceed max_state_bytes"):
+        with pytest.raises(
+            ResourceExhausted, match="would make a state of 1100 bytes, over max_state_bytes \\(1000\\)"
+        ):
             store.put("s", b"\x0a\x03abc" * 110, mode=WriteMode.MERGE)
         with pytest.raises(InvalidArgument, match="request_id is 129 bytes; the limit is 128"):
             store.put("s", b"", request_id="r" * 129)
@@ -694,7 +696,7 @@ def test_hot_get_metadata_equals_what_lmdb_holds(config: StoreConfig) -> None:
         store.put("m", patch_of(2), mode=WriteMode.MERGE, labels={"b": "2"})
         store.fork("m", 1, "f", labels={"c": "3"})
         hot = {sid: store.get(sid) for sid in ("m", "f")}
-        assert store.cache_hits == 2
+        assert store.counters.cache_hits == 2
     with Store(config) as store:  # nothing cached: metadata read from LMDB
         for sid, got in hot.items():
             cold = store.get(sid)
