@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
     b = argparse.ArgumentParser(
         prog="ckpt bench",
         description="Replay agent workloads through ckpt and the stores people use today, side by side, and "
-        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install 'ckpt-sidecar[bench]'.",
+        "write results.json, REPORT.md and PNG plots. Needs the bench extra: pip install '/path/to/ckpt[bench]' "
+        "from a checkout (make install does).",
     )
     bsub = b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     r = bsub.add_parser("run", help="run workloads x systems and write the report", description=__doc__,
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from . import runner  # noqa: F401  (and what it imports; LangGraph's savers load when their systems open)
     except ImportError as exc:
-        install = "pip install 'ckpt-sidecar[bench]'"
+        install = "pip install '/path/to/ckpt[bench]' (a checkout), or make install"
         print(f"ckpt bench: {exc.name} is missing; install the bench extra: {install}", file=sys.stderr)
         return 2
     out: Path = args.out

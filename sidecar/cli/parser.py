@@ -16,6 +16,7 @@
     ckpt stats [--data-dir DIR]                          store statistics as JSON
     ckpt backup DEST [--data-dir DIR]                    consistent copy of the data directory into DEST
     ckpt compact [--data-dir DIR]                        rewrite data.mdb in full pages (sidecar stopped)
+    ckpt bench run|report|scale|langgraph                the benchmarks (docs/performance.md; the bench extra)
 
 put/get/history/sessions/fork/delete/events/register-type/blob talk to a running sidecar (--target, default the
 unix socket in --data-dir); inspect/verify/stats/backup read a data directory
