@@ -514,6 +514,14 @@ class Operations(Pruning):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Op:
         target_label = thread_label(target_thread_id)
+        # Into a thread with checkpoints, the copies would follow them as its newest: a history of two
+        # threads whose latest is the source's, whatever their ids say.
+        for sid in (yield Call("sessions", (target_label,))):
+            if where_of_session(sid) is not None and (yield Call("versions", (sid,))):
+                raise ValueError(
+                    f"copy_thread: thread {target_thread_id!r} already has checkpoints; copy into a new thread,"
+                    " or delete_thread it first"
+                )
         for sid in (yield Call("sessions", (thread_label(source_thread_id),))):
             where = where_of_session(sid)
             if where is None:
