@@ -98,7 +98,7 @@ def read_head(
         else:
             found = chain_back(txn, store.tables.frames, sid, session_id, 0)
             if found is None:  # no frame stored: the session record says why
-                refuse_unstored(txn, store.tables.sessions, sid, session_id, 0)
+                refuse_unstored(txn, store.tables, sid, session_id, 0)
             target, value, frames = found
             try:
                 latest, reader = open_chain(frames, max_state_bytes=max_state_bytes, max_output_bytes=max_output_bytes)
@@ -182,7 +182,7 @@ def read_info(
             if last is not None and last[0].startswith(prefix):
                 value, target = last[1], keys.frame_version(last[0], sid)
         if value is None or target is None:  # no frame stored for it: the session record says why
-            refuse_unstored(txn, store.tables.sessions, sid, session_id, version)
+            refuse_unstored(txn, store.tables, sid, session_id, version)
         info = version_info(session_id, target, value)
         if events is not None:
             page = events.page(txn, store, session_id, 0)

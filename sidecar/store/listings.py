@@ -326,17 +326,22 @@ def session_info_bytes(info: SessionInfo) -> int:
     return _SESSION_INFO_FIXED_BYTES + ids + _labels_bytes(info.labels)
 
 
+def _token_hash(scope: bytes, raw: bytes) -> bytes:
+    return xxhash.xxh3_64_digest(raw, seed=xxhash.xxh3_64_intdigest(scope))
+
+
 def _encode_token(kind: bytes, scope: bytes, raw: bytes) -> str:
-    """A page token: the listing's kind, a hash of its scope (the session, or the filters), the resume key."""
-    return base64.urlsafe_b64encode(kind + b":" + xxhash.xxh3_64_digest(scope) + raw).decode().rstrip("=")
+    """A page token: the listing's kind, a hash of its scope (the session, or the filters) and resume key,
+    the resume key."""
+    return base64.urlsafe_b64encode(kind + b":" + _token_hash(scope, raw) + raw).decode().rstrip("=")
 
 
 def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
     """The resume key in a page token issued for this listing (kind and scope); InvalidArgument for any other.
 
     Tokens are not signed: the checks keep a token of one listing (another
-    session's versions, other filters) from quietly resuming another one
-    part-way and making it look complete.
+    session's versions, other filters), or one edited by hand, from quietly
+    resuming a listing elsewhere and making it look complete.
     """
     if not token:
         return b""
@@ -347,12 +352,13 @@ def _decode_token(token: str, kind: bytes, scope: bytes) -> bytes:
     head = kind + b":"
     if not raw.startswith(head) or len(raw) < len(head) + 8:
         raise InvalidArgument(f"page_token {keys.quoted(token)} is not a token this server issued for this listing")
-    if raw[len(head) : len(head) + 8] != xxhash.xxh3_64_digest(scope):
+    resume = raw[len(head) + 8 :]
+    if raw[len(head) : len(head) + 8] != _token_hash(scope, resume):
         raise InvalidArgument(
             f"page_token {keys.quoted(token)} was issued for another listing (another session, one deleted since under"
-            " the same id, or other filters); a listing resumes only with the tokens it returned"
+            " the same id, or other filters), or altered; a listing resumes only with the tokens it returned"
         )
-    return raw[len(head) + 8 :]
+    return resume
 
 
 #: Page tokens of the same form for the store's other listings (eventreads.py).

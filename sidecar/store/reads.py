@@ -62,7 +62,7 @@ def read_state(
         return sealed
     found = chain_back(txn, tables.frames, sid, session_id, version)
     if found is None:  # no frame stored for it: the session record says why
-        refuse_unstored(txn, tables.sessions, sid, session_id, version)
+        refuse_unstored(txn, tables, sid, session_id, version)
     target, value, frames = found
     if len(frames) == 1 and is_prefix(frames[0]):  # a version of a folded run: read from its source
         got = read_prefixed(txn, tables.frames, sid, session_id, target, frames[0], max_state_bytes=max_state_bytes)
@@ -326,10 +326,12 @@ def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> in
     return expected
 
 
-def refuse_unstored(txn: ReadTxn, sessions: Table, sid: bytes, session_id: str, version: int) -> NoReturn:
+def refuse_unstored(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, version: int) -> NoReturn:
     """Raise what a read of a version with no frame stored gets: NotFound naming why, or DataLoss."""
-    raw = txn.get(sid, db=sessions)
+    raw = txn.get(sid, db=tables.sessions)
     if raw is None:
+        if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
+            raise NotFound(f"session {session_id!r} has no versions, only events")
         raise NotFound(f"session {session_id!r} does not exist")
     rec = record(raw)
     target = version or rec.head_version

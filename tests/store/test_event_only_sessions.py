@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt.sidecar import NewEvent, SessionInfo, Store, StoreConfig
+from ckpt.sidecar import NewEvent, NotFound, SessionInfo, Store, StoreConfig
 from ckpt.sidecar.client import CheckpointClient, event
 from tests.support import ckpt, metric, start_sidecar_with_metrics
 
@@ -99,3 +99,13 @@ def test_sessions_of_events_alone_count_where_they_are_listed(tmp_path: Path) ->
     with Store(StoreConfig(data_dir=tmp_path / "backup")) as restored:
         assert len(_all(restored, 100)) == 3
         assert (restored.stats()["sessions"], restored.stats()["event_logs"]) == (2, 2)
+
+
+def test_reading_a_version_of_an_events_only_session_says_it_has_only_events(tmp_path: Path) -> None:
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.append_events("events", [NewEvent("note", b"")])
+        for version in (0, 1):
+            with pytest.raises(NotFound, match="session 'events' has no versions, only events"):
+                store.get("events", version)
+        with pytest.raises(NotFound, match=r"session 'missing' does not exist$"):
+            store.get("missing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
@@ -17,7 +18,9 @@ from ckpt.codec import ChainEncoder, ChainPolicy, FrameKind
 from ckpt.sidecar import (
     AlreadyExists,
     DataLoss,
+    EventQuery,
     InvalidArgument,
+    NewEvent,
     NotFound,
     PutRequest,
     ResourceExhausted,
@@ -260,6 +263,32 @@ def test_a_page_token_resumes_only_the_listing_it_came_from(store: Store) -> Non
         lambda: store.list_sessions(page_token=by_time),
     ):
         with pytest.raises(InvalidArgument, match="is not a token this server issued for this listing"):
+            listing()
+
+
+def _edited(token: str, resume: bytes) -> str:
+    """``token`` with its resume key (what follows its kind, colon and 8-byte hash) replaced by ``resume``."""
+    raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    head = raw[: raw.index(b":") + 9]
+    return base64.urlsafe_b64encode(head + resume).decode().rstrip("=")
+
+
+def test_a_page_token_edited_by_hand_is_refused(store: Store) -> None:
+    """A token's hash covered its listing and not its resume key: one edited by hand was taken and resumed
+    the listing elsewhere (events read again, or skipped)."""
+    for v in range(1, 11):
+        store.put("A", b"\x08" + bytes([v]))
+    store.append_events("A", [NewEvent("note", bytes([i])) for i in range(10)])
+    versions_token = store.list_versions("A", page_size=1)[1]
+    events_token = store.read_events("A", EventQuery(page_size=5)).next_page_token
+    assert [e.seq for e in store.read_events("A", EventQuery(page_size=5, page_token=events_token)).events] == [
+        6, 7, 8, 9, 10,
+    ]  # fmt: skip
+    for listing in (
+        lambda: store.list_versions("A", page_token=_edited(versions_token, b"3")),
+        lambda: store.read_events("A", EventQuery(page_size=5, page_token=_edited(events_token, b"2"))),
+    ):
+        with pytest.raises(InvalidArgument, match="or altered; a listing resumes only with the tokens it returned"):
             listing()
 
 
