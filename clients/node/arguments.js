@@ -96,7 +96,9 @@ function stateBytes(name, value) {
 
 function stringMap(name, value) {
   if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) {
+  // A Map (or any object not made by {} or Object.create(null)) would read as no entries at all.
+  const proto = typeof value === 'object' ? Object.getPrototypeOf(value) : undefined;
+  if (typeof value !== 'object' || (proto !== Object.prototype && proto !== null)) {
     throw new TypeError(`${name} must be an object of strings, not ${kindOf(value)}`);
   }
   for (const [key, v] of Object.entries(value)) {

@@ -12,13 +12,22 @@ const NOT_QUEUED = 14;
 // What the sidecar answers while it restarts or shuts down (CANCELLED: a call
 // it received but had not started): the same request is sent again.
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
+// grpc-js's words when the connection closes under a call in flight (a sidecar stopping): INTERNAL,
+// though the call may not have reached the sidecar at all. The sidecar's own INTERNAL errors never read
+// so; a resent write carries its request id, as any retried one.
+const CONNECTION_CLOSED = /RST_STREAM|Session closed/;
+
+function retryable(err) {
+  if (RETRYABLE.has(err.code)) return true;
+  return err.code === grpc.status.INTERNAL && CONNECTION_CLOSED.test(err.details || err.message || '');
+}
 
 // How long to wait before retrying a call that failed with `err` after
 // `attempt` retries, or null to give up: the one policy of call() and
 // putStream(), as the Python clients' _retry_delay_seconds.
 function retryDelayMs(err, { retry = true, attempt, retries }) {
   if (err.clientClosed) return null; // close() was called: nothing more is sent
-  if (retry && RETRYABLE.has(err.code) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
+  if (retry && retryable(err) && attempt < retries) return Math.min(50 * 2 ** attempt, 1000);
   return null;
 }
 

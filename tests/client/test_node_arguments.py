@@ -175,6 +175,8 @@ const CASES = {
   'fork labels undefined value': () => client.fork('n', 'n-fork', { labels: { k: undefined } }),
   'fork labels object value': () => client.fork('n', 'n-fork', { labels: { k: { a: 1 } } }),
   'fork labels string': () => client.fork('n', 'n-fork', { labels: 'k=v' }),
+  'fork labels Map': () => client.fork('n', 'n-fork', { labels: new Map([['k', 'v']]) }),
+  'sessions labels Map': () => drain(client.sessions({ labels: new Map([['team', 'none']]) })),
   'fork copyEvents "yes"': () => client.fork('n', 'n-fork', { copyEvents: 'yes' }),
   'sessions labels null value': () => drain(client.sessions({ labels: { e: null } })),
   'sessions pageSize 5000': () => drain(client.sessions({ pageSize: 5000 })),
@@ -192,7 +194,7 @@ const CASES = {
 def test_node_refuses_unchecked_ids_labels_page_sizes_and_flags_by_name_and_sends_nothing(sidecar: Sidecar) -> None:
     """Before, delete(7) deleted session "7" and delete(['null']) "null"; fork stored the labels
     {k: undefined} as "undefined" and {k: {a: 1}} as "[object Object]"; sessions filtered on e="null";
-    merge: 'false' merged."""
+    merge: 'false' merged; labels given as a Map read as none (a fork without labels, every session listed)."""
     with CheckpointClient(sidecar.unix_target) as c:
         for session_id in ("7", "null"):
             c.put(session_id, b"x")
@@ -207,6 +209,8 @@ def test_node_refuses_unchecked_ids_labels_page_sizes_and_flags_by_name_and_send
         "fork labels undefined value": {"TypeError": 'labels["k"] must be a string, not undefined'},
         "fork labels object value": {"TypeError": 'labels["k"] must be a string, not Object'},
         "fork labels string": {"TypeError": "labels must be an object of strings, not string"},
+        "fork labels Map": {"TypeError": "labels must be an object of strings, not Map"},
+        "sessions labels Map": {"TypeError": "labels must be an object of strings, not Map"},
         'fork copyEvents "yes"': {"TypeError": "copyEvents must be a boolean, not string"},
         "sessions labels null value": {"TypeError": 'labels["e"] must be a string, not null'},
         "sessions pageSize 5000": {"RangeError": "pageSize must be in 0..1000, got 5000"},

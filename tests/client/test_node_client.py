@@ -130,6 +130,55 @@ def test_node_client_outlasts_a_restart_and_bounds_a_call_by_its_timeout(tmp_pat
         assert sidecar.stop() == 0
 
 
+# Puts to session "loop" one after another (request ids l0, l1, ...) until a line comes on stdin; prints
+# "started" after the first, then {"puts": n} or the error that stopped them.
+_LOOP = """
+const readline = require('readline');
+const { CheckpointClient } = require(process.argv[1]);
+const client = new CheckpointClient(process.argv[2], { timeoutMs: 20000, retries: 30 });
+let stop = false;
+readline.createInterface({ input: process.stdin }).on('line', () => { stop = true; });
+(async () => {
+  let i = 0;
+  for (; !stop; i++) {
+    await client.put('loop', Buffer.from([0x08, i % 128]), { requestId: `l${i}` });
+    if (i === 0) console.log('started');
+  }
+  console.log(JSON.stringify({ puts: i }));
+  client.close();
+  process.exit(0);
+})().catch((e) => { console.log(JSON.stringify({ failed: e.code, message: e.message })); process.exit(1); });
+"""
+
+
+def test_node_calls_in_flight_outlast_sidecar_restarts_and_each_write_lands_once(tmp_path: Path) -> None:
+    """A call in flight when the sidecar stopped failed at once, INTERNAL "Received RST_STREAM ...
+    Session closed" from grpc-js, and was not retried: a LangGraph.js run died at a routine restart."""
+    from tests.client.support import Fleet
+
+    fleet = Fleet(tmp_path / "data")
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(node_command(_LOOP, fleet[-1].unix_target), stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "started\n", proc.stderr.read() if proc.stderr else ""
+        for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+            time.sleep(0.3)  # puts flowing when it stops
+            fleet.restart(sig)
+        time.sleep(0.3)
+        out, err = proc.communicate("stop\n", timeout=120)
+        assert proc.returncode == 0, (out, err)
+        puts = json.loads(out)["puts"]
+        with CheckpointClient(fleet[-1].unix_target) as c:
+            assert c.get("loop").version == puts  # each put once: a resent one replayed by its request id
+        assert fleet[-1].stop() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        fleet.close()
+
+
 # putStream from Node: writes per session i % 3, REPLACE of [0x08, i % 128]; pauses (prints "paused <i>" and waits for
 # a line on stdin) before giving each write listed in argv; prints one line per result, then "done".
 _STREAM = """
