@@ -19,6 +19,7 @@ export declare class CheckpointConflictError extends Error {
   checkpointNs: string;
   /** The thread namespace's head version at the time of the refused write. */
   currentVersion: number;
+  constructor(message: string, fields: { threadId: string; checkpointNs: string; currentVersion: number });
 }
 
 export interface CkptSaverOptions extends ClientOptions {
@@ -42,7 +43,7 @@ export declare class CkptSaver extends BaseCheckpointSaver {
   ): Promise<RunnableConfig>;
   putWrites(config: RunnableConfig, writes: PendingWrite[], taskId: string, taskPath?: string): Promise<void>;
   /** Removes every checkpoint namespace of the thread, with its writes. */
-  deleteThread(threadId: string): Promise<void>;
+  deleteThread(threadId: string | number): Promise<void>;
   /** Closes the client this saver made (not one it was given). */
   close(): void;
 }

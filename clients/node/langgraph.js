@@ -19,6 +19,9 @@ const isNotFound = (err) => err && err.code === status.NOT_FOUND;
 
 // Checkpoint ids (and ids written to before their put) the saver remembers per process.
 const ID_CACHE_SIZE = 65536;
+// Namespaces whose heads (each with its lists' digests) the saver remembers, least recently seen out first:
+// as the Python savers.
+const HEADS_REMEMBERED = 16384;
 // List elements cut off (a message removed, say) a namespace's state may keep before a step is written
 // whole, dropping them.
 const DEAD_ELEMENTS_ALLOWED = 256;
@@ -35,11 +38,11 @@ function needsRewrite(head) {
 // A head's state XXH3-64 to expect, or undefined when it is not known ('0': a sidecar that predates it).
 const knownXxh3 = (stateXxh3) => (stateXxh3 && stateXxh3 !== '0' ? stateXxh3 : undefined);
 
-// Sets key to value in a Map kept as a least recently set first cache of at most ID_CACHE_SIZE keys.
-function remember(map, key, value) {
+// Sets key to value in a Map kept as a least recently set first cache of at most `size` keys.
+function remember(map, key, value, size = ID_CACHE_SIZE) {
   map.delete(key);
   map.set(key, value);
-  if (map.size > ID_CACHE_SIZE) map.delete(map.keys().next().value);
+  if (map.size > size) map.delete(map.keys().next().value);
 }
 
 const keyOf = (sessionId, checkpointId) => `${sessionId}\0${checkpointId}`;
@@ -66,6 +69,8 @@ class CkptSaver extends BaseCheckpointSaver {
     // and its state's XXH3-64 (a decimal string; '0' or none: unknown), which a put continuing it
     // expects: its version alone may be another state's, the thread deleted and written again.
     this.heads = new Map();
+    // How many namespaces' heads it keeps, least recently seen out first (a head forgotten is read again).
+    this.headsRemembered = HEADS_REMEMBERED;
     // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
     // saves a task's writes while its checkpoint's put may not have begun. By session, the seq this
     // saver last read or appended (where the log is); by checkpoint, the seq seen before a write to it
@@ -97,7 +102,7 @@ class CkptSaver extends BaseCheckpointSaver {
       writesAfterSeq: step.writes_after_seq,
       stateXxh3,
     };
-    this.heads.set(sessionId, head);
+    remember(this.heads, sessionId, head, this.headsRemembered);
     remember(this.known, keyOf(sessionId, step.checkpoint_id), true);
   }
 
@@ -147,7 +152,7 @@ class CkptSaver extends BaseCheckpointSaver {
     } else if (found.absent) {
       // A namespace deleted and made again has a new log: its seqs start over.
       this.lastSeq.delete(sessionId);
-      this.heads.set(sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 });
+      remember(this.heads, sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 }, this.headsRemembered);
     }
     if (found.step === undefined) return undefined;
     remember(this.known, keyOf(sessionId, found.step.checkpoint_id), true);
@@ -504,7 +509,12 @@ class CkptSaver extends BaseCheckpointSaver {
         if (!(err instanceof ConflictError)) throw err;
       }
     }
-    this.heads.set(sessionId, { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq, stateXxh3 });
+    remember(
+      this.heads,
+      sessionId,
+      { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq, stateXxh3 },
+      this.headsRemembered,
+    );
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not

@@ -402,3 +402,36 @@ def test_a_step_whose_items_skip_elements_is_refused_naming_the_channel(sidecar:
     assert run_node(_READ, sidecar, "bad") == {
         "error": f'Error: checkpoint "{checkpoint_id}": channel "log"\'s items start at 2, past its 1 elements'
     }
+
+
+# Six threads put and read by one saver keeping three heads: which heads it holds, and each thread's next
+# put (continuing its head, remembered or read again).
+_HEADS_BOUNDED = r"""
+const { emptyCheckpoint, uuid6 } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const thread = (t) => ({ configurable: { thread_id: t, checkpoint_ns: '' } });
+const checkpoint = (n) => ({
+  ...emptyCheckpoint(), id: uuid6(-1), channel_values: { n: [n] }, channel_versions: { n },
+});
+const input = { source: 'input', step: -1, parents: {} };
+(async () => {
+  const saver = new CkptSaver(process.argv[2]);
+  saver.headsRemembered = 3;
+  const names = ['t0', 't1', 't2', 't3', 't4', 't5'];
+  const configs = {};
+  for (const t of names) configs[t] = await saver.put(thread(t), checkpoint(1), input, { n: 1 });
+  const held = [...saver.heads.keys()].map((s) => s.split('/')[2]);
+  for (const t of names) await saver.put(configs[t], checkpoint(2), { source: 'loop', step: 0, parents: {} }, { n: 2 });
+  const values = [];
+  for (const t of names) values.push((await saver.getTuple(thread(t))).checkpoint.channel_values.n);
+  console.log(JSON.stringify({ held, size: saver.heads.size, values }));
+  saver.close();
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_the_node_saver_keeps_a_bounded_number_of_heads(sidecar: Sidecar) -> None:
+    """Its map of heads (each with its lists' digests) grew by every namespace read or written, for the
+    saver's lifetime; it keeps the most recently seen now (16,384 by default, as the Python savers)."""
+    out = run_node(_HEADS_BOUNDED, sidecar)
+    assert out == {"held": ["t3", "t4", "t5"], "size": 3, "values": [[2]] * 6}
