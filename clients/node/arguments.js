@@ -49,7 +49,11 @@ function checkBoolean(name, value, absent) {
 
 // A whole Number in low..high: 64-bit fields are sent as Numbers, exact below 2^53.
 function checkInt(name, value, { low = 0, high = Number.MAX_SAFE_INTEGER } = {}) {
-  if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be a whole Number, not ${value}`);
+  if (!Number.isSafeInteger(value)) {
+    // A string shown quoted: '"3"' is not the number 3 it would print as.
+    const shown = typeof value === 'string' ? JSON.stringify(value) : value;
+    throw new TypeError(`${name} must be a whole Number, not ${shown}`);
+  }
   if (value < low || value > high) throw new RangeError(`${name} must be in ${low}..${high}, got ${value}`);
   return value;
 }

@@ -271,8 +271,14 @@ async function* streamPuts(client, puts, batchSize) {
         let request;
         let size;
         try {
-          // A bad argument is refused by name, and ends the writes as an error of `puts` would.
-          request = streamRequest(client, next.value);
+          // A bad argument is refused by name (and the write's index), and ends the writes as an error of
+          // `puts` would.
+          try {
+            request = streamRequest(client, next.value);
+          } catch (err) {
+            err.message = `puts[${taken}]: ${err.message}`;
+            throw err;
+          }
           size = writeBytes(client, request, taken, batchId + 1);
         } catch (err) {
           failed = { err };

@@ -75,13 +75,13 @@ def _expected() -> dict[str, dict[str, Any]]:
     return {
         "get -1": {"RangeError": f"version must be in 0..{top}, got -1"},
         "get NaN": {"TypeError": f"version must be a {_WHOLE}, not NaN"},
-        "get abc": {"TypeError": f"version must be a {_WHOLE}, not abc"},
+        "get abc": {"TypeError": f'version must be a {_WHOLE}, not "abc"'},
         "get 1.5": {"TypeError": f"version must be a {_WHOLE}, not 1.5"},
         "get 2^53": {"TypeError": f"version must be a {_WHOLE}, not {2**53}"},
         "get sessionId 5": {"TypeError": "sessionId must be a string, not number"},
         "put expectedVersion 3.7": {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3.7"},
         "put expectedVersion -1": {"RangeError": f"expectedVersion must be in 0..{top}, got -1"},
-        'put expectedVersion "3"': {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3"},
+        'put expectedVersion "3"': {"TypeError": f'expectedVersion must be a {_WHOLE}, not "3"'},
         "merge expectedVersion NaN": {"TypeError": f"expectedVersion must be a {_WHOLE}, not NaN"},
         "fork version -1": {"RangeError": f"version must be in 0..{top}, got -1"},
         "fork version 1.5": {"TypeError": f"version must be a {_WHOLE}, not 1.5"},
@@ -89,14 +89,14 @@ def _expected() -> dict[str, dict[str, Any]]:
         "putStream batchSize 1001": {"RangeError": "batchSize must be in 1..1000, got 1001"},
         "putStream batchSize 2.5": {"TypeError": f"batchSize must be a {_WHOLE}, not 2.5"},
         "putStream puts 5": {"TypeError": "puts must be an iterable or async iterable of writes, not number"},
-        "putStream expectedVersion -1": {"RangeError": f"expectedVersion must be in 0..{top}, got -1"},
-        "putStream expectedVersion 3.7": {"TypeError": f"expectedVersion must be a {_WHOLE}, not 3.7"},
+        "putStream expectedVersion -1": {"RangeError": f"puts[0]: expectedVersion must be in 0..{top}, got -1"},
+        "putStream expectedVersion 3.7": {"TypeError": f"puts[0]: expectedVersion must be a {_WHOLE}, not 3.7"},
         "put state string": {"TypeError": "state must be a Buffer or a Uint8Array, not string"},
         "put state array 300": {"TypeError": "state[1] must be a byte value 0..255, not 300"},
         "put labels value 5": {"TypeError": 'labels["k"] must be a string, not number'},
         "put requestId 5": {"TypeError": "requestId must be a string, not number"},
         "merge messageType 5": {"TypeError": "messageType must be a string, not number"},
-        "putStream state string": {"TypeError": "state must be a Buffer or a Uint8Array, not string"},
+        "putStream state string": {"TypeError": "puts[0]: state must be a Buffer or a Uint8Array, not string"},
     }
 
 
@@ -154,7 +154,7 @@ def test_node_refuses_bad_client_options_by_name(sidecar: Sidecar) -> None:
     assert json.loads(proc.stdout) == {
         "retries -1": {"RangeError": f"retries must be in 0..{top}, got -1"},
         "retries 1.5": {"TypeError": f"retries must be a {_WHOLE}, not 1.5"},
-        'retries "8"': {"TypeError": f"retries must be a {_WHOLE}, not 8"},
+        'retries "8"': {"TypeError": f'retries must be a {_WHOLE}, not "8"'},
         "maxMessageBytes 100": {"RangeError": f"maxMessageBytes must be in 1024..{2**31 - 1}, got 100"},
         "maxMessageBytes 2^31": {"RangeError": f"maxMessageBytes must be in 1024..{2**31 - 1}, got {2**31}"},
         "maxMessageBytes NaN": {"TypeError": f"maxMessageBytes must be a {_WHOLE}, not NaN"},
@@ -214,11 +214,11 @@ def test_node_refuses_unchecked_ids_labels_page_sizes_and_flags_by_name_and_send
         'fork copyEvents "yes"': {"TypeError": "copyEvents must be a boolean, not string"},
         "sessions labels null value": {"TypeError": 'labels["e"] must be a string, not null'},
         "sessions pageSize 5000": {"RangeError": "pageSize must be in 0..1000, got 5000"},
-        'sessions pageSize "5"': {"TypeError": f"pageSize must be a {_WHOLE}, not 5"},
+        'sessions pageSize "5"': {"TypeError": f'pageSize must be a {_WHOLE}, not "5"'},
         "get fieldMask [5]": {"TypeError": "fieldMask[0] must be a string, not number"},
         "registerType typeName 5": {"TypeError": "typeName must be a string, not number"},
         'appendEvents put.merge "false"': {"TypeError": "put.merge must be a boolean, not string"},
-        "putStream merge 1": {"TypeError": "merge must be a boolean, not number"},
+        "putStream merge 1": {"TypeError": "puts[0]: merge must be a boolean, not number"},
     }
     with CheckpointClient(sidecar.unix_target) as c:
         assert sorted(s.session_id for s in c.sessions()) == ["7", "n", "null"]  # none deleted nor forked
