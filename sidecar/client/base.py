@@ -40,7 +40,7 @@ from .arguments import (
     register_request,
     sessions_request,
 )
-from .channel import channel_options, from_environment, in_variable_terms, tls_of
+from .channel import channel_options, check_target_port, from_environment, in_variable_terms, tls_of
 from .errors import Unknown, closed_during, translate, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
@@ -119,6 +119,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         tls: ClientTLS | bool = False,
     ) -> None:
         check_str("target", target)
+        check_target_port(target)
         check_client_options(timeout_seconds, retries, max_message_bytes)
         tls_config = tls_of(target, tls)
         self._bind()

@@ -58,6 +58,17 @@ def in_variable_terms(message: str, names: Iterable[str]) -> str:
     return message
 
 
+def check_target_port(target: str) -> None:
+    """ValueError, naming ``target``, if a ``host:port`` target's port is not ASCII digits in 0..65535: gRPC
+    takes "116916" (or "-14156") modulo 65536 and connects to another port. Targets in gRPC's own
+    forms (``dns:///...``, ``ipv4:...``) and unix sockets are left to it."""
+    if target.startswith(("unix:", "unix-abstract:")) or "://" in target or target.endswith("]"):
+        return
+    _, sep, port = target.rpartition(":")
+    if sep and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ValueError(f"target port must be in 0..65535, got {target!r}")
+
+
 def tls_of(target: str, tls: object) -> ClientTLS | None:
     """The ``tls`` argument as a ClientTLS (True: the system's CAs), or None for plaintext."""
     if tls is False or tls is None:

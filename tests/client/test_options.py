@@ -86,3 +86,26 @@ def test_a_client_from_the_environment_names_the_variable_of_a_bad_value(
     monkeypatch.setenv("CKPT_TLS_CLIENT_CERT_FILE", str(tmp_path / "agent.pem"))
     with pytest.raises(ValueError, match=r"^CKPT_TLS_CLIENT_CERT_FILE and CKPT_TLS_CLIENT_KEY_FILE go together"):
         cls.from_env()
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("target", ["127.0.0.1:116916", "127.0.0.1:-14156", "localhost:5_0", "localhost:"])
+def test_a_target_port_out_of_range_is_refused_not_wrapped(
+    flavour: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gRPC took port 116916 as 116916 - 65536 = 51380 and connected there: a client reached another port."""
+    cls = CheckpointClient if flavour == "sync" else AsyncCheckpointClient
+    with pytest.raises(ValueError, match=rf"^target port must be in 0\.\.65535, got '{target}'$"):
+        cls(target)
+    for var in ENV_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CKPT_TARGET", target)
+    with pytest.raises(ValueError, match=rf"^CKPT_TARGET port must be in 0\.\.65535, got '{target}'$"):
+        cls.from_env()
+
+
+@pytest.mark.parametrize(
+    "target", ["localhost:50051", "[::1]:50051", "[::1]", "dns:///localhost:50051", "ipv4:127.0.0.1:1"]
+)
+def test_targets_in_grpcs_forms_are_taken(target: str) -> None:
+    CheckpointClient(target).close()  # no call: nothing needs to listen
