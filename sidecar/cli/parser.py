@@ -75,6 +75,11 @@ def _env_text(opt: Declared) -> str | None:
     return os.environ.get(opt.env) or None
 
 
+#: A number as an option or variable takes it: ASCII digits, a sign, a point, an exponent; "inf" and "nan"
+#: (which the options' checks refuse by name).
+_PLAIN_NUMBER = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|-?inf|nan", re.IGNORECASE | re.ASCII)
+
+
 def _reader(opt: Declared) -> Callable[[str], Any]:
     """The option's argparse ``type``: its text read as the declaration says, or an error naming its variable.
 
@@ -91,6 +96,8 @@ def _reader(opt: Declared) -> Callable[[str], Any]:
                 f"{text!r} is not one of {', '.join(how.choices)} (from the option or {opt.env})"
             )
         try:
+            if how.parse in (int, float) and not _PLAIN_NUMBER.fullmatch(text):
+                raise ValueError(text)  # int() and float() take "1_0", " 10", "+10" and other scripts' digits
             return how.parse(text)
         except ValueError:
             what = "an integer" if how.parse is int else "a number" if how.parse is float else how.parse.__name__

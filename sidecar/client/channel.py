@@ -31,10 +31,10 @@ def from_environment(environ: Mapping[str, str], options: dict[str, Any]) -> dic
             raise ValueError("CKPT_TARGET is not set: the sidecar's address, unix:/path or host:port")
         out["target"] = env["target"]
     if "max_message_bytes" in env and "max_message_bytes" not in options:
-        try:
-            out["max_message_bytes"] = int(env["max_message_bytes"])
-        except ValueError:
-            raise ValueError(f"CKPT_MAX_MESSAGE_BYTES {env['max_message_bytes']!r} is not an integer") from None
+        text = env["max_message_bytes"]
+        if not (text.isascii() and text.isdigit()):  # int() takes "1_0", " 10" and other scripts' digits
+            raise ValueError(f"CKPT_MAX_MESSAGE_BYTES {text!r} is not an integer")
+        out["max_message_bytes"] = int(text)
     if "tls" not in options:
         try:
             tls = client_tls_from_files(

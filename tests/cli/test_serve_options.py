@@ -56,6 +56,13 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
     bad = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_THREADS": "abc"})
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr
     assert b"--threads: 'abc' is not an integer (from the option or CKPT_THREADS)" in bad.stderr
+    # int() and float() read these as 10 and 51308: as typed, they are not the numbers they look like.
+    for name, value in [("CKPT_THREADS", "1_0"), ("CKPT_METRICS_PORT", "\u0665\u0661\u0663\u0660\u0668")]:
+        odd = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={name: value})
+        assert odd.returncode == 2 and f"{value!r} is not an integer".encode() in odd.stderr, odd.stderr
+    for flag in ("--sweep-interval-seconds", "--workers"):
+        odd = ckpt("serve", "--data-dir", str(tmp_path / "d"), flag, " 1_0")
+        assert odd.returncode == 2 and b"' 1_0' is not a" in odd.stderr, odd.stderr
     durability = ckpt("serve", "--data-dir", str(tmp_path / "d"), env={"CKPT_DURABILITY": "fast"})
     assert durability.returncode == 2 and b"Traceback" not in durability.stderr
     assert b"'fast' is not one of sync, no-meta-sync (from the option or CKPT_DURABILITY)" in durability.stderr

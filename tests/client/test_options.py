@@ -82,6 +82,9 @@ def test_a_client_from_the_environment_names_the_variable_of_a_bad_value(
         cls.from_env()
     with pytest.raises(ValueError, match=r"^max_message_bytes must be >= 1024, got 7$"):  # the argument wins
         cls.from_env(max_message_bytes=7)
+    monkeypatch.setenv("CKPT_MAX_MESSAGE_BYTES", "1_048_576")  # int() reads it; as typed, it is no integer
+    with pytest.raises(ValueError, match=r"^CKPT_MAX_MESSAGE_BYTES '1_048_576' is not an integer$"):
+        cls.from_env()
     monkeypatch.delenv("CKPT_MAX_MESSAGE_BYTES")
     monkeypatch.setenv("CKPT_TLS_CLIENT_CERT_FILE", str(tmp_path / "agent.pem"))
     with pytest.raises(ValueError, match=r"^CKPT_TLS_CLIENT_CERT_FILE and CKPT_TLS_CLIENT_KEY_FILE go together"):
