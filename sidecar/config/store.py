@@ -48,9 +48,14 @@ class Retention:
     one chain more.
     """
 
-    #: Keep at least the newest N versions of each session (None = all).
+    #: Drop versions beyond the newest N of each session (None = keep all). With max_version_age_seconds
+    #: too, a version goes when either limit says so.
     keep_last_versions: int | None = field(
-        default=None, metadata=option("retention: keep at least the newest N versions", parse=int)
+        default=None,
+        metadata=option(
+            "retention: drop versions beyond the newest N (with --max-version-age-seconds, when either says so)",
+            parse=int,
+        ),
     )
     #: Drop versions older than this many seconds (None = never).
     max_version_age_seconds: float | None = field(
