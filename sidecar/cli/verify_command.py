@@ -149,6 +149,9 @@ def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFram
     corrupt: set[int] = set()
     # What the record is checked against: the times of version 1 and the head, and the last chain start.
     stamped: dict[int, int] = {}
+    # Version times never go back (a write is stamped after every earlier one: layout.write_time), and none
+    # is after the head's (the record's update time): a time outside that is a damaged version record.
+    earlier: tuple[int, int] | None = None
     last_start: int | None = None
     chain: list[bytes] = []
     chain_versions: list[int] = []
@@ -158,8 +161,11 @@ def _frame_problems(session: str, info: SessionInfo, frames: Iterator[StoredFram
         if isinstance(vinfo, DataLoss):
             corrupt_texts.append(str(vinfo).removeprefix(f"session {session!r}: "))
             corrupt.add(version)
-        elif version in (1, info.head_version):
-            stamped[version] = vinfo.created_unix_nanos
+        else:
+            if version in (1, info.head_version):
+                stamped[version] = vinfo.created_unix_nanos
+            problems += _order_problems(version, vinfo.created_unix_nanos, earlier, info.updated_unix_nanos)
+            earlier = (version, vinfo.created_unix_nanos)
         if version != expected:
             problems.append(f"version {expected} is missing (next stored is {version})")
             expected = version
@@ -245,6 +251,17 @@ def _chain_problem(chain: list[bytes], versions: list[int], corrupt: set[int], p
         if failed not in corrupt:  # reported once, above
             text = str(exc)
             return [text if f"version {failed}" in text else f"version {failed}: {text}"]
+    return []
+
+
+def _order_problems(version: int, written: int, earlier: tuple[int, int] | None, head_written: int) -> list[str]:
+    if earlier is not None and written < earlier[1]:
+        return [
+            f"version {version} was written at {written} ns, before version {earlier[0]} ({earlier[1]} ns):"
+            " version times never go back"
+        ]
+    if written > head_written:
+        return [f"version {version} was written at {written} ns, after the head was ({head_written} ns)"]
     return []
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import lmdb
 
 from ckpt.sidecar.client import CheckpointClient, event
+from ckpt.sidecar.store.records import META_LEN
+from ckpt.store.v1 import records_pb2
 from ckpt.v1 import service_pb2
 from tests.support import Sidecar, ckpt, start_sidecar
 
@@ -112,3 +114,43 @@ def test_verify_counts_and_checks_a_session_holding_blobs_alone(tmp_path: Path) 
         b"verified 3 sessions: 3 ok, 0 failed; 1 more problem cross-checking the tables (see above); 2 blobs checked\n"
     )
     assert ckpt("verify", *d, "never-written").stdout == b"verified 1 session: 0 ok, 1 failed\n"
+
+
+def _restamp(data_dir: Path, session: bytes, version: int, nanos: int) -> None:
+    """Rewrite one version record's write time in place, as damage to it would."""
+    env = lmdb.open(str(data_dir / "lmdb"), max_dbs=8)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"frames", txn=txn)
+        key = session + b"\x00" + version.to_bytes(8, "big")
+        value = bytes(txn.get(key, db=db) or b"")
+        (n,) = META_LEN.unpack_from(value)
+        meta = records_pb2.VersionRecord.FromString(value[META_LEN.size : META_LEN.size + n])
+        meta.created_unix_nanos = nanos
+        raw = meta.SerializeToString()
+        txn.put(key, META_LEN.pack(len(raw)) + raw + value[META_LEN.size + n :], db=db)
+    env.close()
+
+
+def test_verify_names_a_version_time_out_of_order(tmp_path: Path) -> None:
+    """A version record's time was not checked but against the session record's, for version 1 and the
+    head: one changed in between passed, and retention and history read it."""
+    sidecar = start_sidecar(tmp_path / "data")
+    for n in range(1, 5):
+        ckpt("put", "t", "--target", sidecar.unix_target, stdin=b"\x08" + bytes([n]))
+    times = [
+        json.loads(line)["created_at"]
+        for line in ckpt("history", "t", "--target", sidecar.unix_target).stdout.splitlines()
+    ]
+    assert sidecar.stop() == 0 and len(times) == 4
+    ok = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert ok.returncode == 0, ok.stderr
+    _restamp(tmp_path / "data", b"t", 2, 2**62)  # in 2116: after the head
+    late = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert late.returncode == 1
+    assert f"version 2 was written at {2**62} ns, after the head was (".encode() in late.stderr
+    assert b"version 3 was written at " in late.stderr and b"before version 2" in late.stderr
+    _restamp(tmp_path / "data", b"t", 2, 1)  # in 1970: before version 1
+    early = ckpt("verify", "--data-dir", str(tmp_path / "data"))
+    assert early.returncode == 1
+    assert b"version 2 was written at 1 ns, before version 1 (" in early.stderr
+    assert b"version times never go back" in early.stderr
