@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from .chainstats import ChainStats
     from .compaction import compact
     from .decoder import DecodedVersion, decode, decode_latest, decode_sealed, iter_versions
-    from .encoder import ChainEncoder, EncodedFrame, StateSnapshot
+    from .encoded import EncodedFrame, StateSnapshot
+    from .encoder import ChainEncoder
     from .fieldmask import FieldMask, compile_mask
     from .frame import (
         FORMAT_VERSION,
@@ -117,7 +118,8 @@ _HOMES = {
     **dict.fromkeys(("compact",), ".compaction"),
     **dict.fromkeys(("DecodedVersion", "decode", "decode_latest", "decode_sealed", "iter_versions"), ".decoder"),
     **dict.fromkeys(("ChainStats",), ".chainstats"),
-    **dict.fromkeys(("ChainEncoder", "EncodedFrame", "StateSnapshot"), ".encoder"),
+    **dict.fromkeys(("ChainEncoder",), ".encoder"),
+    **dict.fromkeys(("EncodedFrame", "StateSnapshot"), ".encoded"),
     **dict.fromkeys(("keyframe",), ".keyframes"),
     **dict.fromkeys(("FieldMask", "compile_mask"), ".fieldmask"),
     **dict.fromkeys(("prefix_frame", "prefix_state", "sealed_prefix"), ".prefix"),

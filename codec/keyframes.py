@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import xxhash
 
-from .encoder import _MAX_VERSION, Buffer, ChainEncoder, EncodedFrame, _as_bytes, _check_size
+from .encoded import EncodedFrame
+from .encoder import _MAX_VERSION, Buffer, ChainEncoder, _as_bytes, _check_size
 from .frame import FORMAT_VERSION
 from .policy import DEFAULT_POLICY, ChainPolicy
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from . import _zstd
 from .chainchecks import check_limit
 from .decoder import DecodedVersion, decode_latest
-from .encoder import _MAX_VERSION, EncodedFrame
+from .encoded import EncodedFrame
+from .encoder import _MAX_VERSION
 from .errors import ChainLinkError, ChecksumError, DecodeError
 from .frame import FrameHeader, FrameKind, as_bytes_view, parse, state_checksum, write
 from .sealed import FrameBytes, check_sealed_payload
