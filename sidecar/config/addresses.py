@@ -50,6 +50,8 @@ def check_listen(listen: tuple[str, ...]) -> None:
     for address in listen:
         if not is_socket(address):
             host_and_port(address)
+        elif address in SOCKET_PREFIXES:  # gRPC would take "unix:" as the working directory, "."
+            raise ValueError(f"listen address {address!r} names no socket: give unix:/path or unix-abstract:name")
     seen: dict[tuple[str, ...], str] = {}
     for address in listen:
         for key in _listen_keys(address):

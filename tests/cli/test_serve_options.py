@@ -98,6 +98,8 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
         (("--listen", ":50997"), b"--listen address needs a host (0.0.0.0 or [::] for every address), got ':50997'"),
         # gRPC bound this on port 443.
         (("--listen", "localhost"), b"--listen address must be unix:/path or host:port, got 'localhost'"),
+        # gRPC took it as the working directory: "cannot listen on unix:.: it exists and is not a socket", exit 1.
+        (("--listen", "unix:"), b"--listen address 'unix:' names no socket: give unix:/path or unix-abstract:name"),
         (("--listen", "::1:50051"), b"--listen IPv6 address must be in brackets, as [::1]:50051, got '::1:50051'"),
         # Worker 1 would serve /metrics on 65536: its store process crashed.
         (
