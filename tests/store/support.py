@@ -286,9 +286,11 @@ class EncodingGate:
                 self._gate("replace")
             return replace(encoder, state)
 
-        def gated_merge(encoder: ChainEncoder, state: Any, *, checked: bool = False) -> EncodedFrame:
+        def gated_merge(
+            encoder: ChainEncoder, state: Any, *, checked: bool = False, max_state_size: int | None = None
+        ) -> EncodedFrame:
             self._gate("merge" if encoder.state_size + len(state) >= self.large_bytes else "")
-            return merge(encoder, state, checked=checked)
+            return merge(encoder, state, checked=checked, max_state_size=max_state_size)
 
         monkeypatch.setattr(ChainEncoder, "replace", gated_replace)
         if self.merges:
