@@ -242,13 +242,16 @@ class ChainEncoder:
         if not checked:
             check_patch(patch, message_type=self._compact_type)
         new_size = self._state_size + len(patch)
+        fitted = None  # the canonical state, stored whole, of a merge over max_state_size
         if max_state_size is not None and new_size > max_state_size:
-            return self._merge_compacted(patch, new_size, max_state_size)
-        _check_size(new_size, self._version + 1)
+            fitted = self._fitted(patch, new_size, max_state_size)
+        _check_size(new_size if fitted is None else len(fitted), self._version + 1)
         hasher = self._hasher.copy()
         hasher.update(patch)
         self._save_undo()
         try:
+            if fitted is not None:
+                return self._full(fitted, xxhash.xxh3_64(fitted))
             if self._compact_type is not None and self._version and self._superseded_check_due(new_size):
                 canonical = self._compacted(self._head_bytes() + patch)
                 if len(canonical) <= (1.0 - self._policy.max_superseded_fraction) * new_size:
@@ -321,30 +324,25 @@ class ChainEncoder:
         self._state_size = new_size
         return self._advance(header, payload, hasher, base_index=base_index)
 
-    def _merge_compacted(self, patch: bytes, new_size: int, limit: int) -> EncodedFrame:
-        # A state rewritten by MERGEs repeats the fields each patch overwrites until a frame compacts it:
-        # a large field written again fills max_state_size long before the message does.
-        version = self._version + 1
+    def _fitted(self, patch: bytes, new_size: int, limit: int) -> bytes:
+        """The canonical state of a merge of ``patch`` whose merged state (``new_size``) is over ``limit``, if
+        it fits; else MergeTooLargeError. A state rewritten by MERGEs repeats the fields each patch
+        overwrites until a frame compacts it: a large field written again fills the limit long before the
+        message does."""
         if self._compact_type is None or not self._version:
             raise MergeTooLargeError(
                 f"merging {len(patch)} bytes onto version {self._version} would make a state of {new_size} bytes;"
                 f" the limit is {limit}",
-                version=version, state_size=new_size, limit=limit,
+                version=self._version + 1, state_size=new_size, limit=limit,
             )  # fmt: skip
         canonical = self._compacted(self._head_bytes() + patch)
         if len(canonical) > limit:
             raise MergeTooLargeError(
                 f"merging {len(patch)} bytes onto version {self._version} would make a state of {len(canonical)}"
                 f" bytes (compacted, {new_size} as merged); the limit is {limit}",
-                version=version, state_size=len(canonical), limit=limit,
+                version=self._version + 1, state_size=len(canonical), limit=limit,
             )  # fmt: skip
-        _check_size(len(canonical), version)
-        self._save_undo()
-        try:
-            return self._full(canonical, xxhash.xxh3_64(canonical))
-        except BaseException:
-            self.rollback()
-            raise
+        return canonical
 
     def rollback(self) -> None:
         """Forget the last frame produced (it was not stored).
