@@ -38,6 +38,12 @@ DEFAULT_MAX_COMMIT_DELAY_SECONDS = 0.010
 MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
 
 
+def is_port(text: str) -> bool:
+    """Whether ``text`` is a TCP port as an address gives it: ASCII digits alone, in 0..65535. int() would
+    take "-1", "+5", " 5", "1_0" and other scripts' digits, and gRPC takes a port modulo 65536."""
+    return text.isascii() and text.isdigit() and int(text) <= 65535
+
+
 def check_duration(name: str, seconds: float | None) -> None:
     """TypeError or ValueError naming ``name`` unless ``seconds`` is None or a finite number (int or float, not
     bool) of at most MAX_DURATION_SECONDS."""

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..limits import is_port
 from ..tls import ClientTLS, client_tls_from_files
 
 log = logging.getLogger(__package__)
@@ -59,13 +60,13 @@ def in_variable_terms(message: str, names: Iterable[str]) -> str:
 
 
 def check_target_port(target: str) -> None:
-    """ValueError, naming ``target``, if a ``host:port`` target's port is not ASCII digits in 0..65535: gRPC
+    """ValueError, naming ``target``, if a ``host:port`` target's port is not one (limits.is_port): gRPC
     takes "116916" (or "-14156") modulo 65536 and connects to another port. Targets in gRPC's own
     forms (``dns:///...``, ``ipv4:...``) and unix sockets are left to it."""
     if target.startswith(("unix:", "unix-abstract:")) or "://" in target or target.endswith("]"):
         return
     _, sep, port = target.rpartition(":")
-    if sep and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+    if sep and not is_port(port):
         raise ValueError(f"target port must be in 0..65535, got {target!r}")
 
 

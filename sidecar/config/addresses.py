@@ -10,6 +10,8 @@ import contextlib
 import ipaddress
 import os
 
+from ..limits import is_port
+
 #: Address prefixes of sockets in the file system or the abstract namespace, which gRPC binds as given.
 SOCKET_PREFIXES = ("unix:", "unix-abstract:")
 
@@ -26,14 +28,13 @@ def is_socket(address: str) -> bool:
 def host_and_port(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too) as (host, port), the brackets taken off.
 
-    ValueError, naming ``listen``, unless the port is ASCII digits alone in 0..65535 (int() would take
-    "-1", "+5" and " 5", and gRPC binds a negative port modulo 65536) and the host is given, an IPv6
+    ValueError, naming ``listen``, unless the port is one (limits.is_port) and the host is given, an IPv6
     one in brackets (gRPC refuses "::1:50051" as a misformatted name, and binds "localhost" on 443).
     """
     host, sep, port = address.rpartition(":")
     if not sep:
         raise ValueError(f"listen address must be unix:/path or host:port, got {address!r}")
-    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+    if not is_port(port):
         raise ValueError(f"listen port must be in 0..65535, got {address!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
