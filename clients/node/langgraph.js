@@ -102,8 +102,13 @@ class CkptSaver extends BaseCheckpointSaver {
       writesAfterSeq: step.writes_after_seq,
       stateXxh3,
     };
-    remember(this.heads, sessionId, head, this.headsRemembered);
+    this.keepHead(sessionId, head);
     remember(this.known, keyOf(sessionId, step.checkpoint_id), true);
+  }
+
+  // Remembers a session's head, the least recently kept forgotten past headsRemembered.
+  keepHead(sessionId, head) {
+    remember(this.heads, sessionId, head, this.headsRemembered);
   }
 
   // What the saver knew of a session it deleted: its log starts over.
@@ -152,7 +157,7 @@ class CkptSaver extends BaseCheckpointSaver {
     } else if (found.absent) {
       // A namespace deleted and made again has a new log: its seqs start over.
       this.lastSeq.delete(sessionId);
-      remember(this.heads, sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 }, this.headsRemembered);
+      this.keepHead(sessionId, { version: 0, checkpointId: '', lists: new Map(), storedElements: 0 });
     }
     if (found.step === undefined) return undefined;
     remember(this.known, keyOf(sessionId, found.step.checkpoint_id), true);
@@ -509,12 +514,7 @@ class CkptSaver extends BaseCheckpointSaver {
         if (!(err instanceof ConflictError)) throw err;
       }
     }
-    remember(
-      this.heads,
-      sessionId,
-      { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq, stateXxh3 },
-      this.headsRemembered,
-    );
+    this.keepHead(sessionId, { version, checkpointId: checkpoint.id, lists, storedElements, writesAfterSeq, stateXxh3 });
   }
 
   // A step that does not continue the head is written whole (REPLACE): the channels it did not
