@@ -517,7 +517,7 @@ class Operations(Pruning):
         # Into a thread with checkpoints, the copies would follow them as its newest: a history of two
         # threads whose latest is the source's, whatever their ids say.
         for sid in (yield Call("sessions", (target_label,))):
-            if where_of_session(sid) is not None and (yield Call("versions", (sid,))):
+            if where_of_session(sid) is not None and (yield Call("get", (sid, 0, HEAD_MASK))) is not None:
                 raise ValueError(
                     f"copy_thread: thread {target_thread_id!r} already has checkpoints; copy into a new thread,"
                     " or delete_thread it first"
