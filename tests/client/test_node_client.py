@@ -3,12 +3,14 @@ client (@grpc/grpc-js + @grpc/proto-loader) against a real sidecar."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import lmdb
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.store import keys
+from tests.client.support import Fleet
 from tests.support import ROOT, start_sidecar
 
 NODE_CLIENT = ROOT / "clients" / "node"
@@ -151,16 +154,26 @@ readline.createInterface({ input: process.stdin }).on('line', () => { stop = tru
 """
 
 
+@contextlib.contextmanager
+def _ended(proc: subprocess.Popen[str], fleet: Fleet) -> Iterator[None]:
+    """Whatever the test's outcome, the Node process is not left running, nor any sidecar of ``fleet``."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        fleet.close()
+
+
 def test_node_calls_in_flight_outlast_sidecar_restarts_and_each_write_lands_once(tmp_path: Path) -> None:
     """A call in flight when the sidecar stopped failed at once, INTERNAL "Received RST_STREAM ...
     Session closed" from grpc-js, and was not retried: a LangGraph.js run died at a routine restart."""
-    from tests.client.support import Fleet
-
     fleet = Fleet(tmp_path / "data")
     pipe = subprocess.PIPE
     proc = subprocess.Popen(node_command(_LOOP, fleet[-1].unix_target), stdin=pipe, stdout=pipe, stderr=pipe, text=True)
     assert proc.stdin is not None and proc.stdout is not None
-    try:
+    with _ended(proc, fleet):
         assert proc.stdout.readline() == "started\n", proc.stderr.read() if proc.stderr else ""
         for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
             time.sleep(0.3)  # puts flowing when it stops
@@ -172,11 +185,6 @@ def test_node_calls_in_flight_outlast_sidecar_restarts_and_each_write_lands_once
         with CheckpointClient(fleet[-1].unix_target) as c:
             assert c.get("loop").version == puts  # each put once: a resent one replayed by its request id
         assert fleet[-1].stop() == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        fleet.close()
 
 
 # putStream from Node: writes per session i % 3, REPLACE of [0x08, i % 128]; pauses (prints "paused <i>" and waits for
@@ -248,8 +256,6 @@ def test_node_put_stream_answers_each_write_in_order_and_replays_a_resent_one(tm
 
 
 def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp_path: Path) -> None:
-    from tests.client.support import Fleet
-
     fleet = Fleet(tmp_path / "data")
     n = 240
     proc = _node_stream(fleet[-1].unix_target, n, [80, 160])
@@ -265,7 +271,7 @@ def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp
         proc.stdin.write("go\n")  # type: ignore[union-attr]
         proc.stdin.flush()  # type: ignore[union-attr]
 
-    try:
+    with _ended(proc, fleet):
         until_paused(80)  # writes 0-79 answered
         fleet.restart(signal.SIGTERM)  # the stream is idle: broken, reopened for the next batch
         go()
@@ -285,11 +291,6 @@ def test_node_put_stream_outlasts_sidecar_restarts_and_each_write_lands_once(tmp
                 assert c.get(f"stream-{k}").version == n // 3  # nothing lost or doubled
                 assert c.get(f"stream-{k}", version=n // 3).state == bytes([0x08, (n - 3 + k) % 128])
         assert fleet[-1].stop() == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        fleet.close()
 
 
 _GET_LARGE = """
