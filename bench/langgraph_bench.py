@@ -140,10 +140,12 @@ def run_writers(system: SaverSystem, jobs: list[list[ThreadRecord]]) -> dict[str
         t.start()
     gc.collect()
     pid = system.server_pid()
+    # Read while the writers wait at the barrier: once they run, this thread waits for the interpreter lock
+    # at each of the reads' files (seconds over a server's processes), and a short run could end first.
+    server0 = tree_cpu_seconds(pid) if pid is not None else 0.0
     with contextlib.suppress(threading.BrokenBarrierError):
         start.wait()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    server0 = tree_cpu_seconds(pid) if pid is not None else 0.0
     for t in threads:
         t.join()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
