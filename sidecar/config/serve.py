@@ -185,6 +185,17 @@ class ServeConfig:
                 f"metrics_port must be at most {65536 - self.workers} with workers {self.workers} (worker i serves"
                 f" /metrics on metrics_port + i, at most 65535), got {self.metrics_port}"
             )
+        if self.metrics_port:
+            served = range(self.metrics_port, self.metrics_port + self.workers)
+            for address in self.addresses:
+                if not is_socket(address) and host_and_port(address)[1] in served:
+                    ports = (
+                        f" (with workers {self.workers}: {served.start}..{served.stop - 1})" if len(served) > 1 else ""
+                    )
+                    raise ValueError(
+                        f"metrics_port {self.metrics_port}{ports} takes the port of listen address {address!r}:"
+                        " give /metrics a port of its own"
+                    )
         if self.metrics_address.startswith("[") and self.metrics_address.endswith("]"):  # as in --listen [::1]:N
             object.__setattr__(self, "metrics_address", self.metrics_address[1:-1])
         if not self.metrics_address or self.metrics_address != self.metrics_address.strip():

@@ -107,6 +107,18 @@ def test_a_bad_environment_variable_is_named_not_a_traceback(tmp_path: Path) -> 
             b"--metrics-port must be at most 65534 with --workers 2 (worker i serves /metrics on --metrics-port + i,"
             b" at most 65535), got 65535",
         ),
+        # The sidecar bound /metrics first, then failed to listen: "127.0.0.1:50051 is in use (another
+        # process listens there)", exit 1.
+        (
+            ("--listen", "127.0.0.1:50051", "--metrics-port", "50051"),
+            b"--metrics-port 50051 takes the port of --listen address '127.0.0.1:50051': give /metrics a port of its"
+            b" own",
+        ),
+        (
+            ("--listen", "127.0.0.1:50052", "--workers", "2", "--metrics-port", "50051"),
+            b"--metrics-port 50051 (with --workers 2: 50051..50052) takes the port of --listen address"
+            b" '127.0.0.1:50052'",
+        ),
         (("--metrics-address", ""), b"--metrics-address must be an IP address or host name, got ''"),
         (("--heap-trim-interval-seconds", "-1"), b"--heap-trim-interval-seconds must be >= 0 (0 = never), got -1.0"),
         # Durations must fit a nanosecond time: inf and NaN made retention skip every session, or every
