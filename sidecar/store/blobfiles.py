@@ -39,6 +39,8 @@ from ..storage import DISK_FULL_ERRNOS, PRIVATE_FILE_MODE, make_dirs, sync_dir
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
+#: How much of a blob's file one read takes, checking it.
+_READ_BYTES = 1 << 20
 #: A temporary file younger than this is never taken for abandoned: its writer may not have locked it yet.
 _TEMP_GRACE_SECONDS = 60.0
 
@@ -204,6 +206,22 @@ class BlobFiles:
         os.replace(source, final)
         self._sync_dir(final.parent)
         return size
+
+    def holds(self, sha256: str, size_bytes: int, xxh3_128: bytes) -> bool:
+        """Whether blob ``sha256``'s file holds its bytes: ``size_bytes`` of them, hashing to ``xxh3_128`` (its
+        record's checksum), or to ``sha256`` for a record that keeps none. Reads the file whole."""
+        digest = xxhash.xxh3_128() if xxh3_128 else hashlib.sha256()
+        size = 0
+        try:
+            with self.open(sha256) as f:
+                while chunk := f.read(_READ_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except FileNotFoundError:
+            return False
+        if size != size_bytes:
+            return False
+        return digest.digest() == xxh3_128 if xxh3_128 else digest.hexdigest() == sha256
 
     def remove(self, sha256: str) -> bool:
         """Remove blob ``sha256``'s file: whether it was there."""

@@ -157,9 +157,23 @@ class Blobs:
 
     # -- writes --------------------------------------------------------------------
 
-    def record_op(self, commit: records_pb2.BlobCommit) -> Op:
+    def file_damaged(self, sha256: str) -> bool:
+        """Whether blob ``sha256`` is recorded and its file does not hold its bytes (missing, cut, or other
+        bytes: what ``ckpt verify`` names). Reads the file whole: called before a write of the same bytes is
+        submitted, not under the write lock."""
+        try:
+            info = self.info(sha256)
+        except NotFound:
+            return False
+        if self.files.holds(sha256, info.size_bytes, info.xxh3_128):
+            return False
+        log.warning("blob %s: its file does not hold its bytes; the bytes sent again replace it", sha256)
+        return True
+
+    def record_op(self, commit: records_pb2.BlobCommit, *, replace_file: bool = False) -> Op:
         """The op recording a blob the caller wrote to a temporary file (``commit.temp_name``) and the
-        session's reference to it; the blob's BlobInfo."""
+        session's reference to it; the blob's BlobInfo. ``replace_file``: a file in place for it is replaced
+        by the one written (:meth:`file_damaged` found it damaged)."""
         sid = keys.session_key(commit.session_id)
         sha256 = check_sha256(commit.sha256)
         sha = bytes.fromhex(sha256)
@@ -170,7 +184,8 @@ class Blobs:
             # keeps the reference until a version written after it is the oldest kept.
             now = write_time(txn, tables)
             raw = txn.get(sha, db=tables.blobs)
-            if raw is None or not files.path(sha256).is_file():  # a recorded blob's lost file is restored too
+            # A recorded blob's file that is lost or damaged is restored from the bytes sent.
+            if raw is None or replace_file or not files.path(sha256).is_file():
                 # Moved in under the write lock: no removal (another worker's too) can come between the
                 # move and this transaction's commit. If the batch is redone (the map grew), the file
                 # is in place already.

@@ -243,7 +243,10 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         """Record a blob whose bytes a caller streamed into ``self.blob_files`` (a temporary file, flushed):
         the file moves into place and the blob's record and the session's reference commit together."""
         check_media_type(commit.media_type)
-        op = self._blobs.record_op(commit)  # refused arguments moved no file: nothing to drop
+        # The same bytes stored again mend the file in place if it no longer holds them (read here, outside
+        # the write lock): the upload a user repeats after `ckpt verify` named the blob damaged.
+        damaged = self._blobs.file_damaged(check_sha256(commit.sha256))
+        op = self._blobs.record_op(commit, replace_file=damaged)  # refused arguments moved no file: nothing to drop
         try:
             return self._writer.submit(op).wait()  # type: ignore[no-any-return]
         except BaseException:  # its file may be in place unrecorded, and this process may sweep none (--workers)

@@ -199,3 +199,51 @@ def test_backup_leaves_out_a_blob_released_after_its_snapshot(
     assert [p.name for p in (tmp_path / "copy" / "blobs").rglob("*") if p.is_file()] == [a]
     assert "1 blobs were removed after the backup's snapshot and before their copy" in caplog.text
     assert b in caplog.text
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: raw[:500] + bytes([raw[500] ^ 0x01]) + raw[501:], id="a-bit-flipped"),
+        pytest.param(lambda raw: raw[:-7], id="cut"),
+        pytest.param(lambda raw: None, id="missing"),
+    ],
+)
+def test_storing_the_same_bytes_again_mends_a_file_verify_names(
+    tmp_path: Path, damage: Callable[[bytes], bytes | None]
+) -> None:
+    data_dir = tmp_path / "data"
+    data = os.urandom(300_000)
+    sidecar = start_sidecar(data_dir)
+    try:
+        with CheckpointClient(sidecar.unix_target) as client:
+            ref = client.put_blob(data, session_id="s")
+            sha256 = ref.content_hash.removeprefix("sha256:")
+            path = data_dir / "blobs" / "sha256" / sha256[:2] / sha256
+            damaged = damage(path.read_bytes())
+            if damaged is None:
+                path.unlink()
+            else:
+                path.write_bytes(damaged)
+            assert ckpt("verify", "--data-dir", str(data_dir)).returncode == 1
+            # The bytes sent again replace the damaged file (they were dropped, the file in place kept as it was).
+            again = client.put_blob(data, session_id="t")
+            assert again.content_hash == ref.content_hash
+            assert b"".join(client.get_blob(ref.uri)) == data
+    finally:
+        assert sidecar.stop() == 0
+    assert path.read_bytes() == data
+    ok = ckpt("verify", "--data-dir", str(data_dir))
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_storing_the_same_bytes_again_leaves_a_sound_file_in_place(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data = b"a log line\n" * 1000
+    with Store(StoreConfig(data_dir=data_dir)) as store:
+        first = store.put_blob("s", [data])
+        path = data_dir / "blobs" / "sha256" / first.sha256[:2] / first.sha256
+        inode = path.stat().st_ino
+        store.put_blob("t", [data])
+        assert path.stat().st_ino == inode
+        assert store.blob(first.sha256).ref_count == 2
