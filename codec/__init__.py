@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .keyframes import keyframe
     from .prefix import prefix_frame, prefix_state, sealed_prefix
     from .wire import check_patch, count_fields, field_spans
+    from .wirestrings import invalid_utf8_field
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -101,6 +102,7 @@ __all__ = [
     "decode_sealed",
     "field_spans",
     "frame_kind",
+    "invalid_utf8_field",
     "iter_versions",
     "keyframe",
     "open_chain",
@@ -138,6 +140,7 @@ _HOMES = {
         ".frame",
     ),
     **dict.fromkeys(("check_patch", "count_fields", "field_spans"), ".wire"),
+    **dict.fromkeys(("invalid_utf8_field",), ".wirestrings"),
 }
 
 

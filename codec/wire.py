@@ -55,7 +55,7 @@ def _varint(data: bytes | memoryview, pos: int, field: int, part: str, limit: in
             what = "tag" if not field else f"field {field} {part}"
             if pos >= len(data):
                 raise WireFormatError(
-                    f"truncated {what} varint at offset {start} (patch is {len(data)} bytes)", offset=start
+                    f"truncated {what} varint at offset {start}, the end of the {len(data)} bytes", offset=start
                 )
             raise WireFormatError(f"{what} varint at offset {start} is longer than {limit} bytes", offset=start)
         byte = data[pos]

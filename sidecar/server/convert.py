@@ -9,7 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ckpt.v1 import service_pb2
 
-from ...codec import FrameKind, count_fields
+from ...codec import FrameKind, count_fields, invalid_utf8_field
 from ..config import MAX_STREAM_BATCH_PUTS
 from ..errors import InvalidArgument
 from ..limits import FILTER_TIME_RANGE, MAX_FILTER_TIME_NANOS, MIN_FILTER_TIME_NANOS
@@ -147,6 +147,9 @@ def request_parser(request_type: type[Message]) -> Callable[[bytes], Message]:
             return from_string(raw)
         except DecodeError as exc:
             detail = str(exc).removeprefix(f"Error parsing message with type '{name}': ")
+            bad = invalid_utf8_field(raw, request_type.DESCRIPTOR)
+            if bad is not None:  # protobuf's message names no field
+                detail = f"{bad[0]} is not UTF-8 (its bytes at offset {bad[1]})"
             raise InvalidArgument(f"the request is not a valid {name}: {detail}") from None
 
     return parse

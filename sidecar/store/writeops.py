@@ -183,8 +183,8 @@ class WriteOps:
             named = req.message_type
             if named and have and named != have:
                 raise FailedPrecondition(
-                    f"session {req.session_id!r} holds {have} states; this put's message_type is {named}"
-                    " (a session keeps the type it was first written with: write another session, or fork one)"
+                    f"session {req.session_id!r} holds {have} states; this put's message_type is {named} (a"
+                    " session keeps the type it was first written with, and its forks keep it: write another session)"
                 )
             typed = named or have
             if not typed and mode is WriteMode.MERGE and self._merge_type:

@@ -88,6 +88,46 @@ def test_a_malformed_unary_request_is_invalid_argument(
     assert_serves(channel)
 
 
+_LABELS = service_pb2.PutRequest.DESCRIPTOR.fields_by_name["labels"].number
+_EVENTS = service_pb2.AppendEventsRequest.DESCRIPTOR.fields_by_name["events"].number
+_EVENT_TYPE = (
+    service_pb2.AppendEventsRequest.DESCRIPTOR.fields_by_name["events"].message_type.fields_by_name["type"].number  # type: ignore[union-attr]
+)
+_PREFIX = service_pb2.ListSessionsRequest.DESCRIPTOR.fields_by_name["session_id_prefix"].number
+
+
+# protobuf's own message ("String field had bad UTF-8") named no field; a client whose runtime does not
+# check strings (or that builds bytes) had to guess which.
+@pytest.mark.parametrize(
+    ("method", "raw", "named"),
+    [
+        ("Put", BAD_UTF8_SESSION_ID, "session_id is not UTF-8 (its bytes at offset 2)"),
+        ("Put", field_bytes(1, b"s") + field_bytes(_LABELS, field_bytes(1, b"k\xff")), "labels key is not UTF-8"),
+        (
+            "Put",
+            field_bytes(1, b"s") + field_bytes(_LABELS, field_bytes(1, b"k") + field_bytes(2, b"\xc3")),
+            "labels['k'] value is not UTF-8 (its bytes at offset 10)",
+        ),
+        (
+            "AppendEvents",
+            field_bytes(1, b"s")
+            + field_bytes(_EVENTS, field_bytes(_EVENT_TYPE, b"ok"))
+            + field_bytes(_EVENTS, field_bytes(_EVENT_TYPE, b"\xe2\x82")),
+            "events[1].type is not UTF-8",
+        ),
+        ("ListSessions", field_bytes(_PREFIX, "agent-é".encode()[:-1]), "session_id_prefix is not UTF-8"),
+    ],
+    ids=["session-id", "labels-key", "labels-value", "event-type", "prefix-cut-in-a-character"],
+)
+def test_a_string_that_is_not_utf8_is_named_with_its_offset(
+    channel: grpc.Channel, method: str, raw: bytes, named: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary(SERVICE + method)(raw, timeout=10)
+    assert_invalid(info, f"the request is not a valid ckpt.v1.{method}Request: {named}")
+    assert_serves(channel)
+
+
 @pytest.mark.parametrize("corruption", ["bad-utf8", "truncated"])
 def test_a_malformed_stream_message_ends_the_stream_with_invalid_argument(
     channel: grpc.Channel, corruption: str

@@ -156,11 +156,20 @@ def test_bad_registrations_and_puts_get_precise_statuses_and_change_nothing(
     put(stub, "s", b"\x2a\x02ok", merge=True, message_type=AGENT_STATE)
     # Another type than the session's.
     details = refused(failing(put, stub, "s", b"", merge=True, message_type="ckpt.v1.Checkpoint"), PRECONDITION)
-    assert "session 's' holds acme.agent.v1.State states; this put's message_type is ckpt.v1.Checkpoint" in details
+    assert details == (
+        "session 's' holds acme.agent.v1.State states; this put's message_type is ckpt.v1.Checkpoint (a session"
+        " keeps the type it was first written with, and its forks keep it: write another session)"
+    )
     # A typed REPLACE that does not parse.
     details = refused(failing(put, stub, "s", b"\x12\x05ab"), INVALID)
     assert (
         details == "state (4 bytes) does not parse as acme.agent.v1.State: field 2 at offset 0 declares 5 bytes, 2 left"
+    )
+    # Cut inside a tag: a REPLACE's state is not called a patch.
+    details = refused(failing(put, stub, "s", b"\x80"), INVALID)
+    assert details == (
+        "state (1 bytes) does not parse as acme.agent.v1.State:"
+        " truncated tag varint at offset 0, the end of the 1 bytes"
     )
     got = stub.Get(service_pb2.GetRequest(session_id="s"), timeout=30)
     assert got.version == 3 and state_class.FromString(got.state).step == 2
