@@ -45,6 +45,7 @@ from .keyframes import QuietSweeps
 from .layout import Tables, open_layout
 from .listings import count_sessions, list_sessions, list_versions
 from .loopwrites import LoopBatches
+from .ops import upkeep_submit
 from .reads import check_version_arg, frames_of, read_state, session_ids
 from .records import record, session_info
 from .registry import Registry
@@ -136,7 +137,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         )
         self._loop = LoopBatches(config, self._writer)
         self._line = CheckLine(self._writer, self._queue_locked, self._gather_on_loop)
-        submit = self._writer.submit
+        submit = upkeep_submit(self._writer.submit)  # the sweeps' writes, not a client's
         self._quiet = QuietSweeps(config, self._tables, self._encoders, self._read, submit, self._registry.resolve)
         self._events = EventLog(config, self._tables, self._requests, self._read)
         self._ops = WriteOps(

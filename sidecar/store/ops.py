@@ -40,6 +40,9 @@ class Op:
     #: A delete: on a full store it may use the map's reserve (Storage.open_reserve), so that deleting
     #: sessions always makes room, even when the last writes took every page.
     frees_room: bool = False
+    #: The store's own upkeep (a sweep's write), not a client's: refused for want of room, it is neither
+    #: counted nor logged as a refused write (the sweep logs it), and its error advises no retry.
+    upkeep: bool = False
     #: Its size_bytes while it counts against max_queued_write_bytes (0 once answered).
     queued_bytes: int = 0
     #: A check still to pass before the op may be queued (a large MERGE patch's, run on a
@@ -182,3 +185,13 @@ def _settle(outcomes: list[Outcome]) -> None:
             fut.set_result(result)
         else:
             fut.set_exception(error)
+
+
+def upkeep_submit(submit: Callable[[Op], Op]) -> Callable[[Op], Op]:
+    """``submit`` marking each op the store's own upkeep (:attr:`Op.upkeep`): what sweeps submit through."""
+
+    def run(op: Op) -> Op:
+        op.upkeep = True
+        return submit(op)
+
+    return run

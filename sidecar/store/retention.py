@@ -8,6 +8,7 @@ sweep_interval_seconds, on a schedule kept in the meta table across restarts.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from .reads import chain_start, delete_frames
 from .records import meta_of, printable, record
 from .requestids import RequestIds
 from .types import SweepResult
+from .writer import STORE_FULL_LOG_SECONDS
 
 log = logging.getLogger("ckpt.store")
 
@@ -224,6 +226,7 @@ class Sweeper:
         self._forget_dead_readers = forget_dead_readers
         self._closing = closing
         self._thread = threading.Thread(target=self._run, name="ckpt-sweeper", daemon=True)
+        self._full_logged_at = -math.inf
 
     def start(self) -> None:
         self._thread.start()
@@ -267,6 +270,9 @@ class Sweeper:
             except Unavailable:
                 pass  # closing
             except StoreFull as exc:  # no traceback: the cause is outside, and said in full
-                log.warning("the retention sweep could not write: %s", exc)
+                # Each sweep meets it again until there is room: said once, then once a minute at most.
+                if time.monotonic() - self._full_logged_at >= STORE_FULL_LOG_SECONDS:
+                    self._full_logged_at = time.monotonic()
+                    log.warning("the retention sweep could not write (it tries again each sweep): %s", exc)
             except Exception:  # logged and tried again next round: retention must not stop for good
                 log.exception("the retention sweep failed")

@@ -33,7 +33,7 @@ log = logging.getLogger("ckpt.store")
 
 # A full store is logged when it first refuses a write, then at most this often
 # (with the count refused meanwhile): an operator must hear of it, not once per write.
-_STORE_FULL_LOG_SECONDS = 60.0
+STORE_FULL_LOG_SECONDS = 60.0
 
 #: How often, at most, the writer thread runs Writer.periodic, whether it is idle or not.
 PERIODIC_SECONDS = 0.25
@@ -452,10 +452,8 @@ class Writer:
                     self._split_or_refuse(
                         ops,
                         isolate=isolate,
-                        error=StoreFull(
-                            f"the store is full: {self._storage.cap_reached()}; nothing was written: raise it, or"
-                            " delete sessions to free room inside the map"
-                        ),
+                        why=f"the store is full: {self._storage.cap_reached()}; nothing was written: raise it, or"
+                        " delete sessions to free room inside the map",
                     )
                     return
                 except BaseException as exc:  # commit failed (I/O error): nothing is acknowledged
@@ -473,10 +471,9 @@ class Writer:
                     self._split_or_refuse(
                         ops,
                         isolate=isolate,
-                        error=StoreFull(
-                            f"no space to write under {self._config.data_dir} ({why}); nothing was written:"
-                            " free disk space or delete sessions, then retry with the same request_id"
-                        ),
+                        why=f"no space to write under {self._config.data_dir} ({why}); nothing was written:"
+                        " free disk space or delete sessions",
+                        retry=", then retry with the same request_id",
                     )
                     return
                 committed = time.monotonic()
@@ -540,22 +537,27 @@ class Writer:
         for op in ops:
             op.resolve(None, Unavailable(self.writes_stopped))
 
-    def _split_or_refuse(self, ops: list[Op], *, isolate: bool, error: StoreFull) -> None:
-        """At a size limit: each write of a batch gets its own chance; a lone write is refused with ``error``."""
+    def _split_or_refuse(self, ops: list[Op], *, isolate: bool, why: str, retry: str = "") -> None:
+        """At a size limit: each write of a batch gets its own chance; a lone write is refused with StoreFull
+        saying ``why`` (and, to a client's write, ``retry``)."""
         if len(ops) > 1:
             for op in ops:
                 self._run_batch([op], isolate=isolate)
-        else:
-            self._answered(ops)
-            self.count_store_full(error)
-            ops[0].resolve(None, error)
+            return
+        self._answered(ops)
+        if ops[0].upkeep:
+            ops[0].resolve(None, StoreFull(why))
+            return
+        error = StoreFull(why + retry)
+        self.count_store_full(error)
+        ops[0].resolve(None, error)
 
     def count_store_full(self, error: StoreFull) -> None:
         """Count a write refused for want of room; log it the first time and then once a minute at most."""
         self.store_full_refusals += 1
         logged_at, logged_count = self._store_full_logged
         now = time.monotonic()
-        if now - logged_at >= _STORE_FULL_LOG_SECONDS:
+        if now - logged_at >= STORE_FULL_LOG_SECONDS:
             since = self.store_full_refusals - logged_count
             log.warning("refused %d write%s: %s", since, "" if since == 1 else "s", error)
             self._store_full_logged = (now, self.store_full_refusals)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,3 +165,29 @@ def test_a_store_full_of_writes_still_deletes_its_way_out(tmp_path: Path) -> Non
         # they expire: they outlive their session, so a retry of its put is still answered).
         assert fill(lambda session_id, state: store.put(session_id, state), 4096) > 0
     assert data_file.stat().st_size <= 1 << 20
+
+
+def test_a_sweep_that_finds_no_room_is_not_counted_as_a_refused_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep's own writes (here a quiet head's keyframe) refused for want of room counted in
+    ckpt_store_full_writes_total and were logged as a refused write to "retry with the same request_id":
+    an alert on that metric fired while no client write had failed."""
+    config = StoreConfig(
+        data_dir=tmp_path / "data",
+        map_size_bytes=MAP_CAP,
+        max_map_size_bytes=MAP_CAP,
+        keyframe_after_quiet_seconds=1,
+    )
+    with Store(config) as store:
+        base = os.urandom(200_000)
+        for n in range(8):  # a chain of deltas, whose keyframe is a whole state
+            store.put("quiet", base[n:] + base[:n])
+        fill(store.put, 256 << 10)
+        before = store.counters.store_full_refusals
+        caplog.clear()  # the fill's own refusal was logged
+        with caplog.at_level(logging.WARNING, logger="ckpt.store"), pytest.raises(StoreFull) as refused:
+            store.sweep(now_nanos=time.time_ns() + 3_600 * 10**9)
+        assert "request_id" not in str(refused.value)
+        assert store.counters.store_full_refusals == before
+        assert not [r for r in caplog.records if "refused" in r.getMessage()]
