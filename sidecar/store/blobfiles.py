@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -36,6 +37,8 @@ import xxhash
 from ..errors import InvalidArgument, ResourceExhausted, StoreError, StoreFull, Unavailable
 from ..ids import quoted
 from ..storage import DISK_FULL_ERRNOS, PRIVATE_FILE_MODE, make_dirs, sync_dir
+
+log = logging.getLogger("ckpt.store")
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"[0-9a-f]{32}\.part")
@@ -173,6 +176,10 @@ class BlobFiles:
         self.temp_dir = root / "tmp"
         self._files = root / "sha256"
         self._unchecked = root / "unchecked"
+        #: Held shared by each backup, from before its snapshot until its copies of the blob files are made,
+        #: and exclusively by a removal of files (no_backup_running): a file a backup's snapshot records is
+        #: never removed before the backup has copied it.
+        self._backups = root / "backups.lock"
         #: Whether files and directories are flushed to disk (off only where durability is not wanted: tests).
         self.sync = sync
         self._on_full = on_full
@@ -184,6 +191,45 @@ class BlobFiles:
 
     def path(self, sha256: str) -> Path:
         return self._files / sha256[:2] / sha256
+
+    @contextlib.contextmanager
+    def backup_running(self) -> Iterator[None]:
+        """Hold back the removal of blob files while a backup copies them (waits for one under way). A
+        blobs directory the backup cannot write (another user's, read-only) is copied unheld, as before."""
+        try:
+            make_dirs(self.root, sync=self.sync)
+            fd = os.open(self._backups, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        except OSError as exc:
+            log.warning(
+                "could not hold back blob removals during the backup (%s): a blob deleted meanwhile may be left out",
+                exc,
+            )
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def no_backup_running(self) -> Iterator[bool]:
+        """Whether blob files may be removed now (no backup holds them back); if so, no backup's snapshot
+        begins until the block ends."""
+        try:
+            fd = os.open(self._backups, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        except FileNotFoundError:  # no blobs directory: no file to remove either
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def new_temp(self, max_bytes: int, limit_origin: str = "") -> TempBlob:
         """A temporary file to stream a blob into (``limit_origin``: said after the limit in its error)."""

@@ -280,13 +280,17 @@ class Blobs:
         """
         removed = 0
         try:
-            # Under Durability.NO_META_SYNC an OS crash may undo the commit that dropped the records: it
-            # must be on disk before the files go, or the records would come back naming no file.
-            self._storage.flush()
-            with self._storage.write() as txn:
-                for sha in shas:
-                    if txn.get(sha, db=self._tables.blobs) is None and self.files.remove(sha.hex()):
-                        removed += 1
+            with self.files.no_backup_running() as allowed:
+                if not allowed:  # a backup may be copying them: the first sweep after it removes them
+                    self.mark_unchecked()
+                    return 0
+                # Under Durability.NO_META_SYNC an OS crash may undo the commit that dropped the records: it
+                # must be on disk before the files go, or the records would come back naming no file.
+                self._storage.flush()
+                with self._storage.write() as txn:
+                    for sha in shas:
+                        if txn.get(sha, db=self._tables.blobs) is None and self.files.remove(sha.hex()):
+                            removed += 1
         except Exception:
             self.mark_unchecked()
             log.exception("removing %d blob files failed; the next sweep removes them", len(shas))

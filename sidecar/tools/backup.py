@@ -12,11 +12,13 @@ reads one snapshot instead, and leaves out free pages.
 
 Blobs' files (data_dir/blobs) are copied after the snapshot, each one it
 records: files never change once in place, so each copy is the blob's bytes.
-A file found missing is looked up again (tools/blobcheck.py): a blob no
-longer recorded was released after the snapshot (its last session deleted
-meanwhile), and is missing from the backup, and logged (``ckpt verify`` of
-the backup names it); one stored anew since is copied from its new file; one
-whose record still stands without its file is damage, and fails the backup.
+No blob file is removed meanwhile (BlobFiles.backup_running, held from before
+the snapshot). A file found missing is looked up again (tools/blobcheck.py):
+a blob no longer recorded was released after the snapshot (possible only for a
+backup that could not hold removals back), and is missing from the backup, and
+logged (``ckpt verify`` of the backup names it); one stored anew since is
+copied from its new file; one whose record still stands without its file is
+damage, and fails the backup.
 
 The copy is written under a hidden name beside the destination, flushed to
 disk (the file and both directories), and only then renamed to it: the
@@ -72,6 +74,11 @@ def backup(store: Store, dest: os.PathLike[str] | str) -> BackupResult:
 def copy_with_blobs(store: Store, lmdb_dir: Path) -> tuple[int, int]:
     """:meth:`Store.copy_to` into ``lmdb_dir``, then the files of the blobs it records into the blobs
     directory beside it, each flushed to disk; the snapshot's (sessions, versions)."""
+    with store.blob_files.backup_running():
+        return _copy_with_blobs(store, lmdb_dir)
+
+
+def _copy_with_blobs(store: Store, lmdb_dir: Path) -> tuple[int, int]:
     shas: list[str] = []
     counts = store.copy_to(lmdb_dir, blobs=shas)
     source, target = store.blob_files, BlobFiles(lmdb_dir.parent / "blobs")
