@@ -241,11 +241,14 @@ class Encoded:
     unchanged: tuple[str, ...] = ()
 
     def whole(self) -> tuple[dict[str, records_pb2.Typed], dict[str, list[Pair]]]:
-        """Every channel's value and every list's elements (the unchanged ones serialized now, once)."""
+        """Every channel's value and every list's elements (the unchanged ones serialized now, once, and
+        their digests made those of what is serialized: a list changed in place is written as it is now)."""
         channels, elements = self.channels, self.elements
         for k in self.unchanged:
             if k not in channels:
-                _encode_channel(self.serde, k, self.values[k], channels, elements)
+                pairs = _encode_channel(self.serde, k, self.values[k], channels, elements)
+                if pairs is not None:
+                    self.lists[k] = [digest(t, d) for t, d in pairs]
         return channels, elements
 
     def full(self) -> records_pb2.Step:
@@ -326,22 +329,29 @@ def encode_put(
     elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
     unchanged: list[str] = []
+    written = set(new_versions)
     for k, v in values.items():
         if continues_head and k not in new_versions:
-            # A list's digests are needed by the next put: taken from the head when it holds them.
+            # A list's digests are needed by the next put: the head's, which are those of what the store
+            # holds for it. A list changed in place (a node's append, not returned) is not a change
+            # LangGraph saw or names: it keeps the head's value, as PostgresSaver and InMemorySaver keep
+            # the value of the channel's last version (the next put then compares against what is stored).
             if type(v) is not list:
                 unchanged.append(k)
                 continue
-            if (known := parent_lists.get(k)) is not None and len(known) == len(v):
+            if (known := parent_lists.get(k)) is not None:
                 lists[k] = list(known)
                 unchanged.append(k)
                 continue
+            # A list whose head digests the saver lacks (the head held no list there): written, so that
+            # the digests kept are those of what is stored.
+            written.add(k)
         pairs = _encode_channel(serde, k, v, channels, elements)
         if pairs is not None:
             lists[k] = [(t, _xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
     changed: dict[str, records_pb2.Typed] = {}
     items: list[records_pb2.Items] = []
-    for k in new_versions:
+    for k in written:
         if k not in values:
             changed[k] = records_pb2.Typed(type=EMPTY)
             continue
