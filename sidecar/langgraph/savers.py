@@ -7,6 +7,7 @@ in-process Store (``embedded``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -317,7 +318,11 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
         self._aclose = aclose
         self._ops = Operations(self.serde)
         self._registered: asyncio.Future[None] | None = None
+        # The loop the sync methods hand their calls to: the one the saver is made on, entered on (async
+        # with) or last used on; a worker thread's call before any async one then finds it.
         self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
 
     @classmethod
     def embedded(cls, data_dir: str | Path, *, serde: SerializerProtocol | None = None) -> Self:
@@ -347,6 +352,7 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
             await self._aclose()
 
     async def __aenter__(self) -> Self:
+        self._loop = asyncio.get_running_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -427,7 +433,10 @@ class AsyncCkptSaver(BaseCheckpointSaver[str]):
         loop = self._loop
         if loop is None or not loop.is_running():
             coro.close()
-            raise RuntimeError("AsyncCkptSaver's sync methods need its event loop running: use the async ones")
+            raise RuntimeError(
+                "AsyncCkptSaver's sync methods need its event loop running: make the saver on that loop, enter it"
+                " there (async with), or use the async methods"
+            )
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:

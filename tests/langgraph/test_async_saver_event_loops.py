@@ -33,3 +33,30 @@ def test_the_sync_methods_follow_the_saver_to_a_new_event_loop(tmp_path: Path) -
         assert asyncio.run(turn("first")) == {"n": 1}
     finally:
         asyncio.run(saver.aclose())
+
+
+def test_the_sync_methods_work_from_a_worker_thread_before_any_async_call(tmp_path: Path) -> None:
+    """A graph given a new AsyncCkptSaver and run with its sync API on a worker thread (asyncio.to_thread)
+    failed ("need its event loop running") until one async method had been awaited: the saver learnt its
+    loop only then. Made on the loop, or entered there, it knows it."""
+    graph = StateGraph(Count).add_node("inc", lambda s: {"n": s["n"] + 1})
+    graph.add_edge(START, "inc").add_edge("inc", END)
+    config: Any = {"configurable": {"thread_id": "t"}}
+
+    async def made_on_the_loop() -> Any:
+        saver = AsyncCkptSaver.embedded(tmp_path / "made")
+        try:
+            app: Any = graph.compile(checkpointer=saver)
+            return await asyncio.to_thread(app.invoke, {"n": 0}, config)
+        finally:
+            await saver.aclose()
+
+    made_outside = AsyncCkptSaver.embedded(tmp_path / "entered")
+
+    async def entered_on_the_loop() -> Any:
+        async with made_outside as saver:
+            app: Any = graph.compile(checkpointer=saver)
+            return await asyncio.to_thread(app.invoke, {"n": 0}, config)
+
+    assert asyncio.run(made_on_the_loop()) == {"n": 1}
+    assert asyncio.run(entered_on_the_loop()) == {"n": 1}
