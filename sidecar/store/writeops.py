@@ -89,6 +89,12 @@ class WriteOps:
         #: The blobs' references a delete drops and a fork copies (set by the store once it has them).
         self.blobs: Blobs | None = None
 
+    def _session_type(self, sid: bytes) -> str:
+        """The message type session ``sid`` holds as storage has it now ("": none, or no such session)."""
+        with self.read() as txn:
+            raw = txn.get(sid, db=self._tables.sessions)
+        return record(raw).message_type if raw is not None else ""
+
     def put_op(
         self, req: PutRequest, *, defer_patch_check: bool = False, field: str = "", encode_ahead: bool = False
     ) -> Op:
@@ -138,16 +144,26 @@ class WriteOps:
         # share is an object per write, which the collector traverses while writes wait for their commit.
         checked = self._registry.require(req.message_type) if req.message_type else None
 
+        def check_as_named() -> None:
+            try:
+                check_state(state, mode, checked)
+            except InvalidArgument:
+                # Bytes of the session's own type named as another do not parse as that one: the type
+                # named is what is wrong, said as the writer says it for bytes that do parse.
+                if checked is not None and (have := self._session_type(sid)) and have != req.message_type:
+                    raise _other_type(req.session_id, have, req.message_type) from None
+                raise
+
         def check() -> None:
             # On the caller's thread (or one of its loop's): it needs no state,
             # and the writer thread is the store's one serial path.
             try:
-                check_state(state, mode, checked)
+                check_as_named()
             except InvalidArgument as exc:
                 raise nested_field(field, exc) from None
 
         if (mode is WriteMode.MERGE or checked is not None) and not defer_patch_check:
-            check_state(state, mode, checked)  # named as a nested field by put_op
+            check_as_named()  # named as a nested field by put_op
         # A large put's frame, encoded on this thread (encodeahead.py).
         ahead: EncodedAhead | None = None
         if encode_ahead and not defer_patch_check and self.ahead.worth(sid, len(state), mode):
@@ -182,10 +198,7 @@ class WriteOps:
             have = rec.message_type if rec is not None else ""
             named = req.message_type
             if named and have and named != have:
-                raise FailedPrecondition(
-                    f"session {req.session_id!r} holds {have} states; this put's message_type is {named} (a"
-                    " session keeps the type it was first written with, and its forks keep it: write another session)"
-                )
+                raise _other_type(req.session_id, have, named)
             typed = named or have
             if not typed and mode is WriteMode.MERGE and self._merge_type:
                 # The store's default types a session only if its head parses as that type: bytes of
@@ -470,6 +483,13 @@ def nested_field(field: str, exc: StoreError) -> StoreError:
     """``exc``, whose message begins with the field it is about ("labels key ..."), naming that field inside
     ``field`` ("put.labels key ..."; ``exc`` itself when ``field`` is "")."""
     return type(exc)(f"{field}{exc}") if field else exc
+
+
+def _other_type(session_id: str, have: str, named: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"session {session_id!r} holds {have} states; this put's message_type is {named} (a session keeps the"
+        " type it was first written with, and its forks keep it: write another session)"
+    )
 
 
 def check_state(state: bytes, mode: WriteMode, message_class: type[Message] | None) -> None:

@@ -125,6 +125,11 @@ def test_a_session_keeps_its_type_and_an_untyped_one_takes_the_first_it_is_given
             match=r"session 's' holds acme\.agent\.v1\.State states; this put's message_type is ckpt\.v1\.Checkpoint",
         ):
             store.put("s", pb.Checkpoint(step=2).SerializeToString(), mode=MERGE, message_type="ckpt.v1.Checkpoint")
+        # Bytes that do not parse as the type named (field 6 of a Checkpoint is a message): the type named is
+        # still what is wrong (this was InvalidArgument, "does not parse as ckpt.v1.Checkpoint").
+        for mode in (MERGE, WriteMode.REPLACE):
+            with pytest.raises(FailedPrecondition, match=r"holds acme\.agent\.v1\.State states; this put's"):
+                store.put("s", b"\x32\x01\xff", mode=mode, message_type="ckpt.v1.Checkpoint")
         assert store.get("s").version == 2
         fork = store.fork("s", 0, "s-fork")
         assert fork.message_type == AGENT_STATE
