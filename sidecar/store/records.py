@@ -98,6 +98,7 @@ def version_info(session_id: str, version: int, value: Any, *, header: FrameHead
         mode=mode,
         message_type=meta.message_type,
         state_xxh3=header.state_xxh3,
+        written_state_xxh3=meta.written_state_xxh3,
     )
 
 

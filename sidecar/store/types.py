@@ -45,6 +45,9 @@ class VersionInfo:
     message_type: str = ""
     #: XXH3-64 of the version's state, as its frame header records it (a write's expected_state_xxh3).
     state_xxh3: int = 0
+    #: XXH3-64 the state had as written, if a fold stored it compacted since (equal as a message, other
+    #: bytes); 0 if it did not. A caller holding the state as written holds this version's state.
+    written_state_xxh3: int = 0
 
 
 class GetResult:

@@ -5,6 +5,7 @@ what the gRPC process reads), and a reply without its state is never kept as a G
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,5 +180,34 @@ def test_without_a_reply_cache_the_grpc_process_leaves_it_out_too(tmp_path: Path
             err: Any = info.value
             assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert "known_state_xxh3 cannot be combined with field_mask" in err.details()
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_the_state_as_written_is_still_held_once_a_quiet_fold_compacts_it(tmp_path: Path) -> None:
+    """A fold rewrites a quiet head compacted (the same message in other bytes, another XXH3-64): a caller
+    naming the state_xxh3 its put answered was sent the whole state, and the docs' own example then took it
+    for another writer's head."""
+    sidecar = start_sidecar(tmp_path / "data", "--fold-after-quiet-seconds", "1", "--sweep-interval-seconds", "1")
+    try:
+        with grpc.insecure_channel(sidecar.unix_target) as channel:
+            stub = service_pb2_grpc.CheckpointServiceStub(channel)
+            put = None
+            for n in range(30):  # each overwrites the last goal: a fold drops them
+                state = checkpoint_pb2.Checkpoint(goal=f"goal {n}").SerializeToString()
+                mode = service_pb2.WRITE_MODE_MERGE if n else service_pb2.WRITE_MODE_REPLACE
+                request = service_pb2.PutRequest(
+                    session_id="s", state=state, mode=mode, message_type="ckpt.v1.Checkpoint"
+                )
+                put = stub.Put(request, timeout=10)
+            assert put is not None
+            deadline = time.monotonic() + 30
+            while (head := _get(stub, "s")).info.state_xxh3 == put.state_xxh3:
+                assert time.monotonic() < deadline, "the head was never folded"
+                time.sleep(0.2)
+            assert head.version == put.version and len(head.state) == len(state)
+            known = _get(stub, "s", known_state_xxh3=put.state_xxh3)
+            assert known == _without_state(head)
+            assert checkpoint_pb2.Checkpoint.FromString(head.state).goal == "goal 29"
     finally:
         assert sidecar.stop() == 0, sidecar.log()
