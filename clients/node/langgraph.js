@@ -12,40 +12,14 @@ const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, getCheckpointId, maxChannelV
 const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
 const { HistoryPages, LISTING_PAGE_SIZE, wantedVersions } = require('./langgraph_history');
+const { HEADS_REMEMBERED, keyOf, knownXxh3, needsRewrite, remember } = require('./langgraph_heads');
 const r = require('./langgraph_records');
 const { CheckpointConflictError, configOf, conflictError, requireThread, threadIdOf, threadOf } = require('./langgraph_threads');
 
 const isNotFound = (err) => err && err.code === status.NOT_FOUND;
 
-// Checkpoint ids (and ids written to before their put) the saver remembers per process.
-const ID_CACHE_SIZE = 65536;
-// Namespaces whose heads (each with its lists' digests) the saver remembers, least recently seen out first:
-// as the Python savers.
-const HEADS_REMEMBERED = 16384;
-// List elements cut off (a message removed, say) a namespace's state may keep before a step is written
-// whole, dropping them.
-const DEAD_ELEMENTS_ALLOWED = 256;
 // Compare-and-set attempts of a put that starts a branch (it has no head to lose to, only to follow).
 const BRANCH_ATTEMPTS = 16;
-
-// Whether a head's stored cut-off list elements outweigh its live ones.
-function needsRewrite(head) {
-  let live = 0;
-  for (const digests of head.lists.values()) live += digests.length;
-  return head.storedElements - live > Math.max(DEAD_ELEMENTS_ALLOWED, live);
-}
-
-// A head's state XXH3-64 to expect, or undefined when it is not known ('0': a sidecar that predates it).
-const knownXxh3 = (stateXxh3) => (stateXxh3 && stateXxh3 !== '0' ? stateXxh3 : undefined);
-
-// Sets key to value in a Map kept as a least recently set first cache of at most `size` keys.
-function remember(map, key, value, size = ID_CACHE_SIZE) {
-  map.delete(key);
-  map.set(key, value);
-  if (map.size > size) map.delete(map.keys().next().value);
-}
-
-const keyOf = (sessionId, checkpointId) => `${sessionId}\0${checkpointId}`;
 
 class CkptSaver extends BaseCheckpointSaver {
   // target: a sidecar ('unix:/path/ckpt.sock', 'localhost:50051'), or a CheckpointClient to use (then
@@ -420,11 +394,16 @@ class CkptSaver extends BaseCheckpointSaver {
     const continues = seen !== undefined && parentId === seen.checkpointId;
     const merge = continues && seen.version > 0 && !needsRewrite(seen);
     const { channel_values: values = {}, ...rest } = checkpoint;
+    // Serialized before this call's first await: LangGraph.js goes on to the next step without waiting for
+    // the put, and a node changing the state in place would otherwise show in the checkpoint before it.
+    const serialized = r.serializeChannels(this.serde, values, newVersions);
+    const restTyped = r.handled(this.serde.dumpsTyped(rest));
+    const metadataTyped = r.handled(this.serde.dumpsTyped(metadata));
     const step = {
       checkpoint_id: checkpoint.id,
       parent_checkpoint_id: parentId,
-      checkpoint: r.typed(await this.serde.dumpsTyped(rest)),
-      metadata: r.typed(await this.serde.dumpsTyped(metadata)),
+      checkpoint: r.typed(await restTyped),
+      metadata: r.typed(await metadataTyped),
       channels: {},
       items: [],
       writes_after_seq: writesAfterSeq,
@@ -433,11 +412,11 @@ class CkptSaver extends BaseCheckpointSaver {
     const lists = new Map(merge ? seen.lists : undefined);
     for (const channel of Object.keys(newVersions)) {
       lists.delete(channel);
-      if (!Object.prototype.hasOwnProperty.call(values, channel)) {
+      const value = serialized.get(channel);
+      if (value === undefined) {
         step.channels[channel] = r.emptyTyped();
-      } else if (r.isList(values[channel])) {
-        // Element by element, so that a step sends and stores the messages it added, not the conversation.
-        const elements = await Promise.all(values[channel].map(async (e) => r.typed(await this.serde.dumpsTyped(e))));
+      } else if (value.list) {
+        const elements = (await value.typed).map(r.typed);
         const digests = elements.map(r.digestOf);
         // A list the head did not hold (cut, emptied, another type) starts over at 0.
         const old = merge ? seen.lists.get(channel) : undefined;
@@ -448,7 +427,7 @@ class CkptSaver extends BaseCheckpointSaver {
         step.channels[channel] = { type: r.ITEMS, data: Buffer.alloc(0) };
         lists.set(channel, digests);
       } else {
-        step.channels[channel] = r.typed(await this.serde.dumpsTyped(values[channel]));
+        step.channels[channel] = r.typed(await value.typed);
       }
     }
     if (!merge && !(continues && seen.version === 0)) await this.wholeStep(sessionId, step, checkpoint, lists);

@@ -247,6 +247,28 @@ async function* pageThenRest(client, sessionId, filter, page) {
   if (page.next_page_token) yield* client.events(sessionId, { ...filter, pageToken: page.next_page_token });
 }
 
+// The values of the channels a step names (newVersions) serialized now, by channel: { list, typed }, typed a
+// promise of [type, data] (a list's: of its elements', element by element, so that a step stores the messages
+// it added, not the conversation). A channel without a value is left out. JsonPlusSerializer's dumpsTyped
+// serializes before it returns: the values are taken as they are at the call.
+function serializeChannels(serde, values, newVersions) {
+  const out = new Map();
+  for (const channel of Object.keys(newVersions)) {
+    if (!Object.prototype.hasOwnProperty.call(values, channel)) continue;
+    const value = values[channel];
+    const list = isList(value);
+    out.set(channel, { list, typed: handled(list ? Promise.all(value.map((e) => serde.dumpsTyped(e))) : serde.dumpsTyped(value)) });
+  }
+  return out;
+}
+
+// `promise`, marked handled: a caller awaiting several in turn may throw at the first that fails, and leave
+// a later one's failure unawaited (an unhandled rejection ends a Node process). Awaiting it still throws.
+function handled(promise) {
+  promise.catch(() => {});
+  return promise;
+}
+
 module.exports = {
   EMPTY,
   ID_LABEL,
@@ -267,10 +289,12 @@ module.exports = {
   encodeStep,
   encodeWrites,
   foldWrites,
+  handled,
   isList,
   listsOf,
   parseSessionId,
   records,
+  serializeChannels,
   sessionIdOf,
   storedElements,
   threadPrefix,
