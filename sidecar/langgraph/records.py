@@ -329,7 +329,8 @@ def encode_put(
     elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
     unchanged: list[str] = []
-    written = set(new_versions)
+    # The channels written, in new_versions' order (a set's varies from process to process, the patch's bytes too).
+    written = dict.fromkeys(new_versions)
     for k, v in values.items():
         if continues_head and k not in new_versions:
             # A list's digests are needed by the next put: the head's, which are those of what the store
@@ -345,7 +346,7 @@ def encode_put(
                 continue
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
-            written.add(k)
+            written[k] = None
         pairs = _encode_channel(serde, k, v, channels, elements)
         if pairs is not None:
             lists[k] = [(t, _xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
