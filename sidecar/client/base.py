@@ -292,7 +292,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         """Every session carrying all of ``labels``, last written at or after ``updated_after`` and
         before ``updated_before`` (aware datetimes, or Timestamps to the nanosecond), and whose id starts
         with ``prefix``, if given; pages fetched as needed. A prefix alone reads only the sessions of the
-        prefix (in session id order, those holding only events too), however many others the store holds."""
+        prefix (in session id order, those holding only events or blobs too), however many others the store holds."""
         request = sessions_request(labels, page_size, updated_after, updated_before, prefix)
         return cast(SessionsT, self._pages("ListSessions", request, "sessions"))
 

@@ -28,6 +28,7 @@ the sweeping process sees whichever process (ckpt serve --workers) left it.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -37,7 +38,7 @@ from ckpt.store.v1 import records_pb2
 
 from ...codec import DecodeError, FrameKind, frame_kind, iter_versions
 from ..errors import DataLoss, NotFound, Unavailable
-from ..storage import ReadTxn, Storage, WriteTxn
+from ..storage import ReadTxn, Storage, Table, WriteTxn
 from . import keys
 from .blobfiles import BlobFiles, check_sha256
 from .layout import Tables, write_time
@@ -51,6 +52,11 @@ log = logging.getLogger("ckpt.store")
 URI_PREFIX = "ckpt-blob:sha256:"
 # Blob files checked per write transaction when files without a record are looked for.
 _FILES_CHUNK = 1000
+# Sessions looked at per write transaction when the references of sessions without a checkpoint are swept.
+_SWEEP_CHUNK = 1000
+# Past every key of a session's references (its id, SEP, a hash) and before the next session's id: a session id
+# holds no control character.
+_PAST_SESSION = b"\x01"
 
 
 def blob_uri(sha256: str) -> str:
@@ -411,6 +417,60 @@ class Blobs:
 
         return apply
 
+    def release_sessionless(self, before_nanos: int) -> int:
+        """Drop the references made before ``before_nanos`` by sessions with neither a checkpoint nor an
+        event log: blobs stored by an agent that never wrote the checkpoint naming them (it crashed, or was
+        abandoned), which no version's retention would ever look at. Retention's age applies to them as to
+        a version: one that old would be gone. How many were dropped."""
+        if self._tables.blob_refs is None:
+            return 0
+        dropped = 0
+        start = b""
+        while True:
+            with self._read() as txn:
+                sids = list(itertools.islice(ref_sessions(txn, self._tables.blob_refs, start), _SWEEP_CHUNK))
+                doomed = {sid: shas for sid in sids if (shas := self._sessionless_before(txn, sid, before_nanos))}
+            if not sids:
+                return dropped
+            start = sids[-1] + _PAST_SESSION
+            if doomed:
+                dropped += self._submit(Op(self._sessionless_op(doomed, before_nanos))).wait()
+
+    def _sessionless_before(self, txn: ReadTxn, sid: bytes, before_nanos: int) -> list[bytes]:
+        """The blobs session ``sid`` referenced before ``before_nanos`` if it has no checkpoint and no event
+        log, else none."""
+        if self._has_versions_or_events(txn, sid):
+            return []
+        return [sha for sha, ref in _refs(txn, self._tables, sid) if _ref_time(ref) < before_nanos]
+
+    def _has_versions_or_events(self, txn: ReadTxn, sid: bytes) -> bool:
+        tables = self._tables
+        if txn.get(sid, db=tables.sessions) is not None:
+            return True
+        return tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None
+
+    def _sessionless_op(self, doomed: dict[bytes, list[bytes]], before_nanos: int) -> Callable[[Batch, WriteTxn], int]:
+        tables = self._tables
+
+        def apply(batch: Batch, txn: WriteTxn) -> int:
+            gone: list[bytes] = []
+            dropped = 0
+            for sid, shas in doomed.items():
+                # Its first checkpoint or event since the read: the session is not abandoned after all.
+                if self._has_versions_or_events(txn, sid):
+                    continue
+                for sha in shas:
+                    ref = txn.get(ref_key(sid, sha), db=tables.blob_refs)
+                    if ref is None or _ref_time(ref) >= before_nanos:  # stored again since: a fresh time
+                        continue
+                    dropped += 1
+                    if (last := self._unref(txn, sid, sha)) is not None:
+                        gone.append(last)
+            self._remove_after(batch, gone)
+            return dropped
+
+        return apply
+
     # -- files without a record ---------------------------------------------------------
 
     def sweep_files(self) -> int:
@@ -441,6 +501,28 @@ def _refs(txn: ReadTxn, tables: Tables, sid: bytes) -> Iterator[tuple[bytes, byt
         if not key.startswith(prefix):
             return
         yield key[len(prefix) :], value
+
+
+def ref_sessions(txn: ReadTxn, blob_refs: Table, start: bytes = b"") -> Iterator[bytes]:
+    """The ids of the sessions that reference a blob, from ``start`` on, in order: one seek per session, not
+    a read of each of its references."""
+    key = start
+    while True:
+        found = next(iter(txn.scan_keys(blob_refs, key)), None)
+        if found is None:
+            return
+        sid = found[: found.index(keys.SEP)]
+        yield sid
+        key = sid + _PAST_SESSION
+
+
+def ref_times(txn: ReadTxn, tables: Tables, sid: bytes) -> list[int]:
+    """When each reference of session ``sid`` was made (or last stored again)."""
+    return [_ref_time(ref) for _, ref in _refs(txn, tables, sid)]
+
+
+def _ref_time(raw: bytes) -> int:
+    return int(records_pb2.BlobRefRecord.FromString(raw).created_unix_nanos)
 
 
 def _strike_named(chain: list[memoryview], candidates: dict[bytes, bytes]) -> None:

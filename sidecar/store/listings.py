@@ -18,9 +18,10 @@ from typing import Any
 import xxhash
 
 from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
-from ..storage import ReadTxn, Table
+from ..storage import ReadTxn
 from . import keys
 from .args import MAX_INT, check_int_arg, check_str_arg, check_time_filter_arg
+from .blobs import ref_sessions, ref_times
 from .layout import Tables
 from .records import log_record as event_log_record
 from .records import printable, record, session_info, version_info
@@ -190,8 +191,8 @@ def list_sessions(
     out: list[SessionInfo] = []
     with read() as txn:
         scanned = page_bytes = 0
-        if db is tables.sessions and tables.event_logs is not None:
-            scan = _session_keys(txn, tables.sessions, tables.event_logs, max(lo, resume))
+        if db is tables.sessions:
+            scan = _session_keys(txn, tables, max(lo, resume))
         else:
             scan = txn.scan_keys(db, max(lo, resume))
         for key in scan:
@@ -208,12 +209,12 @@ def list_sessions(
             try:
                 session_id = sid.decode()
                 if raw is None:
-                    # A session of events alone (no checkpoint yet) is listed in session id order only: the
-                    # label and update-time indexes are of checkpoints.
-                    events_only = _events_only(txn, tables, session_id, sid) if db is tables.sessions else None
-                    if events_only is None:
+                    # A session of events or blobs alone (no checkpoint yet) is listed in session id order
+                    # only: the label and update-time indexes are of checkpoints.
+                    uncheckpointed = _uncheckpointed(txn, tables, session_id, sid) if db is tables.sessions else None
+                    if uncheckpointed is None:
                         continue
-                    info = events_only
+                    info = uncheckpointed
                 else:
                     rec = record(raw)
                     if not after <= rec.updated_unix_nanos < before:
@@ -249,10 +250,16 @@ def _past(prefix: bytes) -> bytes:
     return kept[:-1] + bytes([kept[-1] + 1])
 
 
-def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes) -> Iterator[bytes]:
-    """The ids of sessions with a checkpoint or an event log (the keys of both tables), in order, once each."""
+def _session_keys(txn: ReadTxn, tables: Tables, start: bytes) -> Iterator[bytes]:
+    """The ids of sessions with a checkpoint, an event log or a blob (the keys of the sessions and event_logs
+    tables, the session ids of blob_refs'), in order, once each."""
+    scans = [txn.scan_keys(tables.sessions, start)]
+    if tables.event_logs is not None:
+        scans.append(txn.scan_keys(tables.event_logs, start))
+    if tables.blob_refs is not None:
+        scans.append(ref_sessions(txn, tables.blob_refs, start))
     last = None
-    for key in heapq.merge(txn.scan_keys(sessions, start), txn.scan_keys(event_logs, start)):
+    for key in heapq.merge(*scans):
         if key != last:
             yield key
             last = key
@@ -260,25 +267,37 @@ def _session_keys(txn: ReadTxn, sessions: Table, event_logs: Table, start: bytes
 
 def count_sessions(txn: ReadTxn, tables: Tables) -> int:
     """How many sessions an unfiltered listing lists (:func:`_session_keys`): those with a checkpoint, and
-    those with an event log alone. One count and a scan of the event logs' keys, not of every session."""
+    those with an event log or blobs alone. One count and a scan of the others' ids, not of every session."""
     count = txn.count(tables.sessions)
+    others: list[Iterator[bytes]] = []
     if tables.event_logs is not None:
-        sessions = tables.sessions
-        count += sum(1 for sid in txn.scan_keys(tables.event_logs) if txn.get(sid, db=sessions) is None)
+        others.append(txn.scan_keys(tables.event_logs))
+    if tables.blob_refs is not None:
+        others.append(ref_sessions(txn, tables.blob_refs))
+    last = None
+    for sid in heapq.merge(*others):
+        if sid != last and txn.get(sid, db=tables.sessions) is None:
+            count += 1
+        last = sid
     return count
 
 
-def _events_only(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> SessionInfo | None:
-    """How a session with an event log and no checkpoint is listed (None: it has no log either)."""
+def _uncheckpointed(txn: ReadTxn, tables: Tables, session_id: str, sid: bytes) -> SessionInfo | None:
+    """How a session with no checkpoint is listed: an event log's times, else those of its blobs' references
+    (the first and the latest made); None if it has neither."""
     log_record = event_log_record(txn, tables, sid)
-    if log_record is None:
+    if log_record is not None:
+        created, updated = log_record.created_unix_nanos, log_record.updated_unix_nanos
+    elif tables.blob_refs is not None and (times := ref_times(txn, tables, sid)):
+        created, updated = min(times), max(times)
+    else:
         return None
     return SessionInfo(
         session_id=session_id,
         head_version=0,
         first_version=0,
-        created_unix_nanos=log_record.created_unix_nanos,
-        updated_unix_nanos=log_record.updated_unix_nanos,
+        created_unix_nanos=created,
+        updated_unix_nanos=updated,
         labels={},
         stored_bytes=0,
         version_count=0,

@@ -332,6 +332,10 @@ def refuse_unstored(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, v
     if raw is None:
         if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
             raise NotFound(f"session {session_id!r} has no versions, only events")
+        if tables.blob_refs is not None and next(txn.scan_keys(tables.blob_refs, sid + keys.SEP), b"").startswith(
+            sid + keys.SEP
+        ):
+            raise NotFound(f"session {session_id!r} has no versions, only blobs")
         raise NotFound(f"session {session_id!r} does not exist")
     rec = record(raw)
     target = version or rec.head_version

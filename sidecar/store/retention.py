@@ -105,6 +105,8 @@ class Retention:
                 removed += counts[1]
         if self.blobs is not None:
             self.blobs.release_unnamed(marked)
+            if (age := self._config.retention.max_version_age_seconds) is not None:
+                self.blobs.release_sessionless(now - int(age * 1e9))
             self.blobs.sweep_files()
         events_removed = self._sweep_events(now) if self._config.retention.events_enabled else 0
         folded, keyframes = self._quiet.sweep(now)
