@@ -31,6 +31,9 @@ Read = Callable[[], AbstractContextManager[ReadTxn]]
 
 DEFAULT_PAGE_EVENTS = 100
 MAX_PAGE_EVENTS = 1000
+#: The most event types a read's filter names: each is checked and hashed into the page token, so a request
+#: of millions (a 64 MiB message holds that many) would cost the sidecar that much work.
+MAX_FILTER_TYPES = 1000
 #: Blocks one page reads at most: a filter that matches nothing in a long log answers a page (maybe
 #: empty) with a token rather than decompress the whole log in one call.
 MAX_BLOCKS_PER_PAGE = 64
@@ -51,6 +54,10 @@ def check_query(query: EventQuery) -> int:
     # A str is a sequence of one-character names: "tool_call" would match no event, silently.
     if isinstance(query.types, (str, bytes)) or not isinstance(query.types, (tuple, list, set, frozenset)):
         raise InvalidArgument(f"types must be a tuple of event types, not {type(query.types).__name__}")
+    if len(query.types) > MAX_FILTER_TYPES:
+        raise InvalidArgument(
+            f"types names {len(query.types)} event types; a read filters by at most {MAX_FILTER_TYPES}"
+        )
     for i, name in enumerate(query.types):
         check_event_type(name, f"types[{i}]")
     check_time_filter_arg("after_unix_nanos", query.after_unix_nanos)

@@ -226,8 +226,13 @@ def test_an_acknowledged_append_is_read_at_once(sidecar: Sidecar) -> None:
             grpc.StatusCode.INVALID_ARGUMENT,
             "types[0] is 0 bytes",
         ),
+        (
+            service_pb2.ReadEventsRequest(session_id="log", types=[f"t{i}" for i in range(1001)]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "types names 1001 event types; a read filters by at most 1000",
+        ),
     ],
-    ids=["unknown-session", "bad-page-token", "bad-page-size", "bad-type"],
+    ids=["unknown-session", "bad-page-token", "bad-page-size", "bad-type", "too-many-types"],
 )
 def test_bad_requests_are_forwarded_and_get_the_store_processs_status(
     sidecar: Sidecar, stub: service_pb2_grpc.CheckpointServiceStub, request_: Any, code: grpc.StatusCode, part: str
