@@ -35,6 +35,7 @@ from ckpt.langgraph.v1 import records_pb2
 
 from .backends import HeadMoved, SeqEvents, Versions
 from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
+from .elements import Elements
 from .heads import CheckpointConflictError, Head
 from .liststates import ListStates
 from .prune import Pruning, ids_of
@@ -89,6 +90,7 @@ class Operations(Pruning):
 
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
+        self._elements = Elements(serde)
         self._lock = threading.Lock()
         self._heads: OrderedDict[str, Head] = OrderedDict()
         self._ids: OrderedDict[tuple[str, str], int] = OrderedDict()
@@ -105,7 +107,7 @@ class Operations(Pruning):
         """These operations with another serializer (a saver's ``with_allowlist`` copy), sharing what they
         remember: the heads, ids and seqs seen are the store's, whichever copy saw them."""
         clone = copy.copy(self)
-        clone.serde = serde
+        clone.serde, clone._elements = serde, Elements(serde)
         return clone
 
     # -- what the saver remembers ------------------------------------------------------------------
@@ -214,7 +216,8 @@ class Operations(Pruning):
         if step is not None and (
             seen is None or (seen.version, seen.checkpoint_id, seen.state_xxh3) != (version, step.checkpoint_id, xxh3)
         ):
-            deleted, lists, stored = tuple(step.deleted_checkpoint_ids), view.digests(), stored_elements(step)
+            deleted, stored = tuple(step.deleted_checkpoint_ids), stored_elements(step)
+            lists = view.digests(self._elements)
             seen = Head(step.checkpoint_id, version, deleted, lists, stored, step.writes_after_seq, xxh3)
             # A head this saver did not put or read last may be another saver's in a log made anew: its
             # writes_after_seq is a seq of the log as it is.
@@ -422,7 +425,7 @@ class Operations(Pruning):
         args = (where.session_id, step.SerializeToString(), continues, *expected, labels)
         version, seq, xxh3 = yield Call("put", args)
         self._saw_seq(where.session_id, seq)
-        view = view_written(encoded, parent) if parent is not None or not continues else None
+        view = view_written(encoded, parent, step) if parent is not None or not continues else None
         writes_after_seq = step.writes_after_seq
         if seq < writes_after_seq:
             # The log ends before the seq the checkpoint's writes were said to follow: it is not the one this
@@ -506,7 +509,7 @@ class Operations(Pruning):
                 continue
             self._forget(sid)
             view = view_of(step)
-            deleted_ids, lists, stored = tuple(sorted(deleted)), view.digests(), stored_elements(step)
+            deleted_ids, lists, stored = tuple(sorted(deleted)), view.digests(self._elements), stored_elements(step)
             head = Head(cid, written, deleted_ids, lists, stored, step.writes_after_seq, xxh3)
             self._saw_head(sid, head)
             self._views.put(sid, written, xxh3, view)

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import xxhash
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -35,6 +34,7 @@ from ..ids import (
     has_lone_surrogate,
     quoted,
 )
+from .elements import Digest, Elements, Pair, digest, xxh3_128
 
 STEP_TYPE = records_pb2.Step.DESCRIPTOR.full_name
 #: The session label naming the thread, so that a thread's namespaces are found together.
@@ -188,16 +188,6 @@ def _dumps(serde: SerializerProtocol, value: Any) -> Pair:
     return type_, bytes(data)
 
 
-def _dumps_elements(serde: SerializerProtocol, values: list[Any]) -> list[Pair]:
-    """_dumps of each element of a list channel (a bytearray as bytes), in one loop: a step serializes them all."""
-    dumps = serde.dumps_typed
-    out: list[Pair] = []
-    for value in values:
-        type_, data = dumps(bytes(value) if isinstance(value, bytearray) else value)
-        out.append((type_, data if type(data) is bytes else bytes(data)))
-    return out
-
-
 def _typed(serde: SerializerProtocol, value: Any) -> records_pb2.Typed:
     type_, data = _dumps(serde, value)
     return records_pb2.Typed(type=type_, data=data)
@@ -208,18 +198,7 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
 
 
 #: The digests of a list channel's elements, by channel: what a step continuing it compares against.
-Lists = Mapping[str, Sequence["Digest"]]
-Digest = tuple[str, int]
-#: An element as the serializer gives it: its type's name and bytes.
-Pair = tuple[str, bytes]
-
-
-_xxh3_128 = xxhash.xxh3_128_intdigest
-
-
-def digest(type_: str, data: bytes) -> Digest:
-    """An element's digest: its serializer's type name and the xxh3 of its bytes (stored or about to be)."""
-    return type_, _xxh3_128(data)
+Lists = Mapping[str, Sequence[Digest]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +214,10 @@ class Encoded:
     labels: dict[str, str]
     lists: dict[str, list[Digest]]
     channels: dict[str, records_pb2.Typed]
+    #: The list channels' elements as Elements.dumps gives them (unencrypted): sealed when written.
     elements: dict[str, list[Pair]]
     serde: SerializerProtocol
+    codec: Elements
     values: Mapping[str, Any]
     unchanged: tuple[str, ...] = ()
 
@@ -246,7 +227,7 @@ class Encoded:
         channels, elements = self.channels, self.elements
         for k in self.unchanged:
             if k not in channels:
-                pairs = _encode_channel(self.serde, k, self.values[k], channels, elements)
+                pairs = _encode_channel(self.serde, self.codec, k, self.values[k], channels, elements)
                 if pairs is not None:
                     self.lists[k] = [digest(t, d) for t, d in pairs]
         return channels, elements
@@ -263,12 +244,13 @@ class Encoded:
             metadata=patch.metadata,
             writes_after_seq=patch.writes_after_seq,
             channels=channels,
-            items=[records_pb2.Items(channel=k, values=_typed_all(e)) for k, e in elements.items()],
+            items=[records_pb2.Items(channel=k, values=_typed_all(self.codec.seal(e))) for k, e in elements.items()],
         )
 
 
 def _encode_channel(
     serde: SerializerProtocol,
+    codec: Elements,
     k: str,
     v: Any,
     channels: dict[str, records_pb2.Typed],
@@ -278,9 +260,7 @@ def _encode_channel(
     elements of a list, else None."""
     # Element by element, so that a step sends and stores the messages it added, not the conversation.
     if type(v) is list:
-        # A bytearray element comes back as bytes, as from a list serialized whole (msgpack has no
-        # bytearray): as InMemorySaver and PostgresSaver give it.
-        elements[k] = pairs = _dumps_elements(serde, v)
+        elements[k] = pairs = codec.dumps(v)
         channels[k] = records_pb2.Typed(type=ITEMS)
         return pairs
     channels[k] = _typed(serde, v)
@@ -325,6 +305,7 @@ def encode_put(
     metadata = get_checkpoint_metadata(config, metadata)
     checkpoint_id, parent_id = checkpoint["id"], get_checkpoint_id(config) or ""
     checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
+    codec = Elements(serde)
     channels: dict[str, records_pb2.Typed] = {}
     elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
@@ -347,9 +328,9 @@ def encode_put(
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
             written[k] = None
-        pairs = _encode_channel(serde, k, v, channels, elements)
+        pairs = _encode_channel(serde, codec, k, v, channels, elements)
         if pairs is not None:
-            lists[k] = [(t, _xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
+            lists[k] = [(t, xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
     changed: dict[str, records_pb2.Typed] = {}
     items: list[records_pb2.Items] = []
     for k in written:
@@ -363,7 +344,8 @@ def encode_put(
             old = parent_lists.get(k)
             start = 0 if old is None else _common_prefix(old, lists[k])
             if old is None or start < len(old) or start < len(lists[k]):
-                items.append(records_pb2.Items(channel=k, start=start, values=_typed_all(elements[k][start:])))
+                added = _typed_all(codec.seal(elements[k][start:]))
+                items.append(records_pb2.Items(channel=k, start=start, values=added))
     patch = records_pb2.Step(
         checkpoint_id=checkpoint_id,
         parent_checkpoint_id=parent_id,
@@ -381,6 +363,7 @@ def encode_put(
         channels=channels,
         elements=elements,
         serde=serde,
+        codec=codec,
         values=values,
         unchanged=tuple(unchanged),
     )

@@ -25,7 +25,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckpt.langgraph.v1 import records_pb2
 
-from .records import EMPTY, ITEMS, Digest, Encoded, Pair, Where, digest
+from .elements import Digest, Elements, Pair
+from .records import EMPTY, ITEMS, Encoded, Where
 
 #: Bytes of serialized values the views kept by a saver hold at most (the least recently used go first).
 VIEW_CACHE_BYTES = 64 << 20
@@ -49,11 +50,11 @@ class View:
     #: What it holds in memory, about: its values' bytes and _OVERHEAD each (see _weigh).
     weight: int
 
-    def digests(self) -> dict[str, list[Digest]]:
-        """The digests of its list channels' elements (those whose channel holds ITEMS)."""
-        return {
-            k: [digest(t, d) for t, d in e] for k, e in self.lists.items() if self.channels.get(k, ("",))[0] == ITEMS
-        }
+    def digests(self, elements: Elements) -> dict[str, list[Digest]]:
+        """The digests of its list channels' elements (those whose channel holds ITEMS), as ``elements``
+        digests them."""
+        of = elements.stored_digest
+        return {k: [of(t, d) for t, d in e] for k, e in self.lists.items() if self.channels.get(k, ("",))[0] == ITEMS}
 
 
 def _pair(typed: records_pb2.Typed) -> Pair:
@@ -98,16 +99,13 @@ def view_of(step: records_pb2.Step) -> View:
     return _made(step, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
 
 
-def view_written(encoded: Encoded, parent: View | None) -> View | None:
-    """The view of what the saver wrote of ``encoded``: its patch merged onto ``parent`` (the head it
-    continued), or, with no parent, its whole Step. None for a patch a read of the state would refuse (an
+def view_written(encoded: Encoded, parent: View | None, step: records_pb2.Step) -> View | None:
+    """The view of what the saver wrote of ``encoded``, ``step``: its patch merged onto ``parent`` (the head
+    it continued), or, with no parent, its whole Step. None for a patch a read of the state would refuse (an
     entry past its list's end): that read is left to tell."""
-    patch = encoded.patch
     if parent is None:
-        whole_channels, whole_lists = encoded.whole()
-        channels = {k: _pair(v) for k, v in whole_channels.items()}
-        lists = {k: list(e) for k, e in whole_lists.items()}
-        return _made(patch, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
+        return view_of(step)
+    patch = encoded.patch
     # Weighed by what changed: a step costs what it added, not the conversation.
     weight = parent.weight - _weigh((parent.checkpoint, parent.metadata))
     changed = {k: _pair(v) for k, v in patch.channels.items()}
@@ -119,8 +117,7 @@ def view_written(encoded: Encoded, parent: View | None) -> View | None:
         old = lists.get(k, [])
         if start > len(old):
             return None
-        # encode_put's entries hold the elements of ``encoded`` from their start on.
-        added = encoded.elements[k][start:]
+        added = [(v.type, v.data) for v in entry.values]  # as written: sealed, under an EncryptedSerializer
         weight += _weigh(added) - _weigh(old[start:])
         lists[k] = old[:start] + added
     return _made(patch, channels, lists, weight)
