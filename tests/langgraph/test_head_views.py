@@ -6,6 +6,7 @@ msgpack call only with LangGraph's own serializer."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver, operations
-from ckpt.sidecar.langgraph.records import Where, decode_step
+from ckpt.sidecar.langgraph.records import Where, decode_step, where_of
 from ckpt.sidecar.langgraph.views import HeadViews, View, loads_all, view_of
 from tests.langgraph.test_saver_against_memory import comparable, replay, writes
 from tests.langgraph.test_saver_sidecar import put, thread
-from tests.support import Sidecar
+from tests.support import Sidecar, start_sidecar
 
 _threads = itertools.count()
 # Elements of every type the serializer tags apart: msgpack, "bytes", "null".
@@ -154,3 +156,45 @@ def test_a_saver_with_its_own_serializer_reads_every_value_with_it(tmp_path: Pat
         found = saver.get_tuple(thread("t"))
         assert found is not None
         assert found.checkpoint["channel_values"] == {"messages": [("mine", "a"), ("mine", "b")], "n": ("mine", 1)}
+
+
+def test_a_head_folded_while_the_thread_was_quiet_is_read_in_one_call_without_its_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet fold stores the head compacted (the same Step in other bytes, another XXH3-64). The sidecar
+    still leaves the state out for the digest the saver's put answered; the saver then took the reply for
+    another head and read it again, whole: two calls and a parse at the moment a paused thread resumes."""
+    sidecar = start_sidecar(tmp_path / "data", "--fold-after-quiet-seconds", "1", "--sweep-interval-seconds", "1")
+    parses = _Parses(monkeypatch)
+    try:
+        with CkptSaver(sidecar.unix_target) as saver:
+            config = thread("quiet")
+            for step in range(12):  # each step replaces the last one's checkpoint: a fold drops those
+                config = put(saver, config, {"messages": [f"m{i}" for i in range(step + 1)], "n": step}, step)
+            sid = where_of(thread("quiet")).session_id
+            written = saver._ops._heads[sid].state_xxh3
+            with CheckpointClient(sidecar.unix_target) as client:
+                deadline = time.monotonic() + 30
+                while client.get(sid).info.state_xxh3 == written:
+                    assert time.monotonic() < deadline, "the head was never folded"
+                    time.sleep(0.2)
+            calls: list[str] = []
+            backend: Any = saver._backend
+            for name in ("get", "get_events", "events"):
+                monkeypatch.setattr(backend, name, _counted(calls, name, getattr(backend, name)))
+            parsed, found = parses.of(saver, thread("quiet"))
+            assert (calls, parsed) == (["get_events"], 0)
+            assert found[1]["channel_values"] == {"messages": [f"m{i}" for i in range(12)], "n": 11}
+            calls.clear()
+            put(saver, config, {"messages": [f"m{i}" for i in range(13)], "n": 12}, 12)  # its compare-and-set holds
+            assert parses.of(saver, thread("quiet"))[1][1]["channel_values"]["n"] == 12
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def _counted(calls: list[str], name: str, call: Any) -> Any:
+    def counted(*args: Any) -> Any:
+        calls.append(name)
+        return call(*args)
+
+    return counted
