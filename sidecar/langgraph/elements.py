@@ -9,8 +9,8 @@ are of the plaintext, the wrapped serializer's bytes, and only the elements a st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 import xxhash
 from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
@@ -37,8 +37,13 @@ class Elements:
     def __init__(self, serde: SerializerProtocol) -> None:
         self._plain: SerializerProtocol = serde
         self._cipher: CipherProtocol | None = None
-        if isinstance(serde, EncryptedSerializer):
+        # Not a subclass's: it may store another format than the one seal makes (and loads_typed reads).
+        if type(serde) is EncryptedSerializer:
             self._plain, self._cipher = serde.serde, serde.cipher
+
+    @property
+    def encrypts(self) -> bool:
+        return self._cipher is not None
 
     def dumps(self, values: list[Any]) -> list[Pair]:
         """Each element serialized (unencrypted; a bytearray as bytes: msgpack has none, and InMemorySaver
@@ -63,8 +68,50 @@ class Elements:
         return out
 
     def stored_digest(self, type_: str, data: bytes) -> Digest:
-        """The digest of an element as stored: that of its plaintext, as ``dumps`` gave it."""
-        if self._cipher is not None and "+" in type_:
-            plain_type, name = type_.split("+", 1)
-            return plain_type, xxh3_128(self._cipher.decrypt(name, data))
-        return type_, xxh3_128(data)
+        """The digest of an element as stored: that of its plaintext, as ``dumps`` gave it. Under a cipher, an
+        element stored unencrypted (before the serializer encrypted) matches none, so that the next step
+        writes it again, encrypted."""
+        if self._cipher is None:
+            return type_, xxh3_128(data)
+        if "+" not in type_:
+            return type_, _MATCHES_NONE
+        plain_type, name = type_.split("+", 1)
+        return plain_type, xxh3_128(self._cipher.decrypt(name, data))
+
+    def stored_digests(self, pairs: Sequence[Pair]) -> StoredDigests:
+        return StoredDigests(pairs, self.stored_digest)
+
+
+#: Not an XXH3-128 (those are >= 0).
+_MATCHES_NONE = -1
+
+
+class StoredDigests(Sequence[Digest]):
+    """The digests of a list's elements as stored, taken when first asked for: a head read that no put
+    continues does not hash (or decrypt) its elements, and its length needs none of them."""
+
+    __slots__ = ("_digests", "_of", "_pairs")
+
+    def __init__(self, pairs: Sequence[Pair], of: Callable[[str, bytes], Digest]) -> None:
+        self._pairs = pairs
+        self._of = of
+        self._digests: list[Digest] | None = None
+
+    def _all(self) -> list[Digest]:
+        if self._digests is None:
+            of = self._of
+            self._digests = [of(t, d) for t, d in self._pairs]
+        return self._digests
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    @overload
+    def __getitem__(self, index: int) -> Digest: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Digest]: ...
+    def __getitem__(self, index: int | slice) -> Digest | list[Digest]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[Digest]:
+        return iter(self._all())

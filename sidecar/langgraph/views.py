@@ -50,11 +50,11 @@ class View:
     #: What it holds in memory, about: its values' bytes and _OVERHEAD each (see _weigh).
     weight: int
 
-    def digests(self, elements: Elements) -> dict[str, list[Digest]]:
+    def digests(self, elements: Elements) -> dict[str, Sequence[Digest]]:
         """The digests of its list channels' elements (those whose channel holds ITEMS), as ``elements``
         digests them."""
-        of = elements.stored_digest
-        return {k: [of(t, d) for t, d in e] for k, e in self.lists.items() if self.channels.get(k, ("",))[0] == ITEMS}
+        digests = elements.stored_digests
+        return {k: digests(e) for k, e in self.lists.items() if self.channels.get(k, ("",))[0] == ITEMS}
 
 
 def _pair(typed: records_pb2.Typed) -> Pair:
@@ -103,10 +103,16 @@ def view_written(encoded: Encoded, parent: View | None, step: records_pb2.Step) 
     """The view of what the saver wrote of ``encoded``, ``step``: its patch merged onto ``parent`` (the head
     it continued), or, with no parent, its whole Step. None for a patch a read of the state would refuse (an
     entry past its list's end): that read is left to tell."""
-    if parent is None:
-        return view_of(step)
     patch = encoded.patch
+    if parent is None and encoded.codec.encrypts:
+        return view_of(step)  # its elements as sealed: encoded's are not
+    if parent is None:
+        whole_channels, whole_lists = encoded.whole()
+        channels = {k: _pair(v) for k, v in whole_channels.items()}
+        lists = {k: list(e) for k, e in whole_lists.items()}
+        return _made(patch, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
     # Weighed by what changed: a step costs what it added, not the conversation.
+    sealed = encoded.codec.encrypts
     weight = parent.weight - _weigh((parent.checkpoint, parent.metadata))
     changed = {k: _pair(v) for k, v in patch.channels.items()}
     weight += _weigh(changed.values()) - _weigh(parent.channels[k] for k in changed if k in parent.channels)
@@ -117,7 +123,8 @@ def view_written(encoded: Encoded, parent: View | None, step: records_pb2.Step) 
         old = lists.get(k, [])
         if start > len(old):
             return None
-        added = [(v.type, v.data) for v in entry.values]  # as written: sealed, under an EncryptedSerializer
+        # As written: encoded's elements from the entry's start on, or, sealed, the entry's.
+        added = [(v.type, v.data) for v in entry.values] if sealed else encoded.elements[k][start:]
         weight += _weigh(added) - _weigh(old[start:])
         lists[k] = old[:start] + added
     return _made(patch, channels, lists, weight)

@@ -4,6 +4,7 @@ head are told apart by their plaintext, and only the ones a step adds are encryp
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,5 +144,61 @@ def test_an_element_stored_encrypted_has_the_digest_of_its_plaintext() -> None:
     assert [d for _, d in sealed] != [d for _, d in elements.seal(pairs)]  # a new nonce each time
     plain = Elements(_serde().serde)
     assert [elements.stored_digest(t, d) for t, d in sealed] == [plain.stored_digest(t, d) for t, d in pairs]
-    # An element stored before the serializer encrypted is read as it is.
-    assert [elements.stored_digest(t, d) for t, d in pairs] == [plain.stored_digest(t, d) for t, d in pairs]
+    # One stored before the serializer encrypted matches none: the next step writes it again, encrypted.
+    assert not {elements.stored_digest(t, d) for t, d in pairs} & {plain.stored_digest(t, d) for t, d in pairs}
+
+
+def test_a_thread_stored_unencrypted_is_written_encrypted_from_its_first_encrypted_step(tmp_path: Path) -> None:
+    config: Any = {"configurable": {"thread_id": "t"}}
+    with CkptSaver.embedded(tmp_path / "data") as plain:
+        _turns(_app(plain), 0, 3)
+    with CkptSaver.embedded(tmp_path / "data", serde=_serde()) as encrypted:
+        sent = _spied(encrypted)
+        _turns(_app(encrypted), 3, 4)
+        first = next(step for _, step in sent if step.items)  # the turn's question added
+        assert [(e.start, len(e.values)) for e in first.items] == [(0, 7)]  # the six stored, and the new one
+        assert all(v.type.endswith("+aes") for e in first.items for v in e.values)
+        messages = _app(encrypted).get_state(config).values["messages"]
+        assert [m.content for m in messages][-2:] == [f"{MARKER} question 3", f"{MARKER} answer 7"]
+        assert len(messages) == 8
+
+
+class _Compressing(EncryptedSerializer):
+    """A serializer storing another format than EncryptedSerializer's: its own dumps_typed and loads_typed."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        type_, data = super().dumps_typed(obj)
+        return type_, zlib.compress(data)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return super().loads_typed((data[0], zlib.decompress(data[1])))
+
+
+def test_a_subclass_of_encrypted_serializer_is_called_as_any_serializer(tmp_path: Path) -> None:
+    serde = _Compressing(_serde().cipher)
+    with CkptSaver.embedded(tmp_path / "data", serde=serde) as saver:
+        _turns(_app(saver), 0, 3)
+        config: Any = {"configurable": {"thread_id": "t"}}
+        assert len(_app(saver).get_state(config).values["messages"]) == 6
+
+
+def test_a_head_read_decrypts_each_element_once(tmp_path: Path) -> None:
+    """Its digests are taken when a put continues it, not at every read."""
+    serde = _serde()
+    decrypt = serde.cipher.decrypt
+    calls = []
+
+    def counted(name: str, data: bytes) -> bytes:
+        calls.append(name)
+        return decrypt(name, data)
+
+    serde.cipher.decrypt = counted  # type: ignore[method-assign,assignment]
+    with CkptSaver.embedded(tmp_path / "data", serde=serde) as saver:
+        _turns(_app(saver), 0, 3)
+    config: Any = {"configurable": {"thread_id": "t"}}
+    with CkptSaver.embedded(tmp_path / "data", serde=serde) as reader:
+        calls.clear()
+        found = reader.get_tuple(config)
+        assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == 6
+        # Six messages, the checkpoint and its metadata, each once.
+        assert len(calls) == 8
