@@ -196,6 +196,11 @@ def _sweeps(store: Store) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
             swept.keyframes_written,
         ),
         (
+            "ckpt_sweep_blob_refs_released",
+            "Blob references the sweeps dropped (named by no version kept, or of a session without a checkpoint)",
+            swept.blob_refs_released,
+        ),
+        (
             "ckpt_sweep_heads_folded",
             "Quiet sessions' head runs the sweeps folded (a FULL head, PREFIX frames before it)",
             swept.heads_folded,

@@ -427,9 +427,15 @@ class Blobs:
         dropped = 0
         start = b""
         while True:
+            doomed: dict[bytes, list[bytes]] = {}
             with self._read() as txn:
                 sids = list(itertools.islice(ref_sessions(txn, self._tables.blob_refs, start), _SWEEP_CHUNK))
-                doomed = {sid: shas for sid in sids if (shas := self._sessionless_before(txn, sid, before_nanos))}
+                for sid in sids:
+                    try:
+                        if shas := self._sessionless_before(txn, sid, before_nanos):
+                            doomed[sid] = shas
+                    except DataLoss as exc:  # kept, as release_unnamed keeps them: `ckpt verify` names it
+                        log.warning("blob references of session %r kept: %s", printable(sid), exc)
             if not sids:
                 return dropped
             start = sids[-1] + _PAST_SESSION
@@ -444,10 +450,14 @@ class Blobs:
         return [sha for sha, ref in _refs(txn, self._tables, sid) if _ref_time(ref) < before_nanos]
 
     def _has_versions_or_events(self, txn: ReadTxn, sid: bytes) -> bool:
+        """Whether session ``sid`` has a record, an event log or frames (a record lost to damage, which
+        `ckpt verify` reports: its blobs may be what an operator recovers)."""
         tables = self._tables
         if txn.get(sid, db=tables.sessions) is not None:
             return True
-        return tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None
+        if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
+            return True
+        return next(txn.scan_keys(tables.frames, sid + keys.SEP), b"").startswith(sid + keys.SEP)
 
     def _sessionless_op(self, doomed: dict[bytes, list[bytes]], before_nanos: int) -> Callable[[Batch, WriteTxn], int]:
         tables = self._tables
@@ -461,7 +471,7 @@ class Blobs:
                     continue
                 for sha in shas:
                     ref = txn.get(ref_key(sid, sha), db=tables.blob_refs)
-                    if ref is None or _ref_time(ref) >= before_nanos:  # stored again since: a fresh time
+                    if ref is None or _fresh(ref, before_nanos):  # stored again since: a fresh time
                         continue
                     dropped += 1
                     if (last := self._unref(txn, sid, sha)) is not None:
@@ -516,13 +526,25 @@ def ref_sessions(txn: ReadTxn, blob_refs: Table, start: bytes = b"") -> Iterator
         key = sid + _PAST_SESSION
 
 
+def _fresh(raw: bytes, before_nanos: int) -> bool:
+    """Whether a reference was made at or after ``before_nanos``; a record that does not parse counts as fresh:
+    kept for `ckpt verify` to name."""
+    try:
+        return _ref_time(raw) >= before_nanos
+    except DataLoss:
+        return True
+
+
 def ref_times(txn: ReadTxn, tables: Tables, sid: bytes) -> list[int]:
     """When each reference of session ``sid`` was made (or last stored again)."""
     return [_ref_time(ref) for _, ref in _refs(txn, tables, sid)]
 
 
 def _ref_time(raw: bytes) -> int:
-    return int(records_pb2.BlobRefRecord.FromString(raw).created_unix_nanos)
+    try:
+        return int(records_pb2.BlobRefRecord.FromString(raw).created_unix_nanos)
+    except Exception:
+        raise DataLoss("a blob reference's record does not parse") from None
 
 
 def _strike_named(chain: list[memoryview], candidates: dict[bytes, bytes]) -> None:

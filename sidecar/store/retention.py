@@ -103,14 +103,15 @@ class Retention:
                 counts = self._submit(Op(self._prune_op(chunk, now, marked))).wait()
                 pruned += counts[0]
                 removed += counts[1]
+        released = 0
         if self.blobs is not None:
-            self.blobs.release_unnamed(marked)
+            released = self.blobs.release_unnamed(marked)
             if (age := self._config.retention.max_version_age_seconds) is not None:
-                self.blobs.release_sessionless(now - int(age * 1e9))
+                released += self.blobs.release_sessionless(now - int(age * 1e9))
             self.blobs.sweep_files()
         events_removed = self._sweep_events(now) if self._config.retention.events_enabled else 0
         folded, keyframes = self._quiet.sweep(now)
-        result = SweepResult(pruned, removed, expired, keyframes, events_removed, folded)
+        result = SweepResult(pruned, removed, expired, keyframes, events_removed, folded, released)
         if result.changed and self._tables.meta is not None:
             # The schedule a restarted store goes on with (Sweeper.first_delay). Kept only by a sweep that
             # wrote anyway: an idle store's sweeps commit nothing, and after a restart its next sweep,
@@ -260,13 +261,15 @@ class Sweeper:
                 if done.changed:
                     log.info(
                         "retention sweep: %d versions removed from %d sessions, %d request ids expired,"
-                        " %d quiet heads folded, %d quiet keyframes written, %d events removed (%.2f s)",
+                        " %d quiet heads folded, %d quiet keyframes written, %d events removed,"
+                        " %d blob references released (%.2f s)",
                         done.versions_removed,
                         done.sessions_pruned,
                         done.request_ids_expired,
                         done.heads_folded,
                         done.keyframes_written,
                         done.events_removed,
+                        done.blob_refs_released,
                         time.monotonic() - t0,
                     )
             except Unavailable:

@@ -160,6 +160,8 @@ class SweepResult:
     events_removed: int = 0
     #: Quiet sessions whose head run was folded: a FULL head, PREFIX frames before it (fold_after_quiet_seconds).
     heads_folded: int = 0
+    #: Blob references retention dropped: named by no version kept, or of a session without a checkpoint.
+    blob_refs_released: int = 0
 
     @property
     def changed(self) -> bool:
@@ -170,6 +172,7 @@ class SweepResult:
             or self.keyframes_written
             or self.events_removed
             or self.heads_folded
+            or self.blob_refs_released
         )
 
     def __add__(self, other: SweepResult) -> SweepResult:
@@ -180,6 +183,7 @@ class SweepResult:
             self.keyframes_written + other.keyframes_written,
             self.events_removed + other.events_removed,
             self.heads_folded + other.heads_folded,
+            self.blob_refs_released + other.blob_refs_released,
         )
 
 

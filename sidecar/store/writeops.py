@@ -324,6 +324,8 @@ class WriteOps:
             if txn.get(new_sid, db=tables.sessions) is not None:
                 raise AlreadyExists(f"new_session_id {new_session_id!r} already exists")
             self._events.check_no_log(txn, new_sid, new_session_id)
+            if self.blobs is not None and self.blobs.has_refs(txn, new_sid):
+                raise AlreadyExists(f"new_session_id {new_session_id!r} already exists (it holds blobs)")
             made = prepared
             if made is None or not still_holds(txn, tables, registry, sid, version, made):
                 made = encode_fork(read_source(txn, tables, registry, sid, session_id, version), policy)

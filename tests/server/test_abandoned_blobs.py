@@ -11,12 +11,13 @@ import pytest
 
 from ckpt.sidecar.client import CheckpointClient, NotFoundError
 from tests.server.test_blobs import blob_files
-from tests.support import ckpt, start_sidecar_sweeping
+from tests.support import ckpt, metric, start_sidecar_with_metrics, wait_for_metrics
 
 
 def test_the_blobs_of_an_agent_that_never_checkpointed_are_listed_then_released_by_age(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    sidecar = start_sidecar_sweeping(data, 0.2, "--max-version-age-seconds", "2")
+    sweeping = ("--sweep-interval-seconds", "0.2", "--max-version-age-seconds", "2")
+    sidecar = start_sidecar_with_metrics(data, *sweeping)
     try:
         with CheckpointClient(sidecar.unix_target) as c:
             abandoned = c.put_blob(b"an upload whose agent crashed", session_id="abandoned")
@@ -32,6 +33,8 @@ def test_the_blobs_of_an_agent_that_never_checkpointed_are_listed_then_released_
                 time.sleep(0.2)
             with pytest.raises(NotFoundError):
                 b"".join(c.get_blob(abandoned.uri))
+            # Counted once the sweep that released it ends.
+            wait_for_metrics(lambda: metric(sidecar, "ckpt_sweep_blob_refs_released_total") == 1)
             c.put("working", b"state still naming " + named.uri.encode())  # keeps the version naming it
             assert b"".join(c.get_blob(named.uri)) == b"an upload its checkpoint names"
         assert sidecar.stop() == 0, sidecar.log()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import lmdb
 import pytest
 
-from ckpt.sidecar import NewEvent, NotFound, SessionInfo, Store, StoreConfig
+from ckpt.sidecar import AlreadyExists, NewEvent, NotFound, SessionInfo, Store, StoreConfig
 from ckpt.sidecar.config import Retention
 from ckpt.sidecar.store import count_sessions
 from ckpt.sidecar.store.ops import Op
@@ -113,3 +114,57 @@ def test_a_first_checkpoint_or_a_blob_stored_again_after_the_read_keeps_the_blob
         assert store.blob(late.sha256).ref_count == 1
         assert store.blob(again.sha256).ref_count == 1
         assert store.blob_files.path(again.sha256).read_bytes() == b"again"
+
+
+def test_a_fork_onto_a_session_of_blobs_alone_is_refused_as_onto_any_session(tmp_path: Path) -> None:
+    """A fork's new session took over the blobs' references with their old times and a record: no sweep
+    looked at them again, so the blobs of the abandoned session were kept for good."""
+    with Store(StoreConfig(data_dir=tmp_path / "data")) as store:
+        store.put("source", b"\x08\x01")
+        ref = store.put_blob("target", [b"abandoned"])
+        with pytest.raises(AlreadyExists, match=r"new_session_id 'target' already exists \(it holds blobs\)"):
+            store.fork("source", 0, "target")
+        assert store.blob_refs("target") == [ref.sha256]
+        assert [s.session_id for s in _all(store)] == ["source", "target"]
+
+
+def test_a_reference_record_that_does_not_parse_is_kept_and_the_rest_go_on(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
+        damaged = store.put_blob("a-damaged", [b"one"])
+        released = store.put_blob("b-abandoned", [b"two"])
+        store.put("c-checkpoint", b"\x08\x01")
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
+    try:
+        refs = env.open_db(b"blob_refs")
+        with env.begin(write=True) as txn:
+            key = b"a-damaged\x00" + bytes.fromhex(damaged.sha256)
+            assert txn.put(key, b"\xff\xff\xff", db=refs)
+    finally:
+        env.close()
+    with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
+        # Listed without it (the listing logs it), the others as ever; swept past it.
+        assert [s.session_id for s in _all(store)] == ["b-abandoned", "c-checkpoint"]
+        result = store.sweep(now_nanos=time.time_ns() + 2 * HOUR_NANOS)
+        assert result.blob_refs_released == 1 and result.changed
+        assert store.blob_refs("a-damaged") == [damaged.sha256]
+        with pytest.raises(NotFound):
+            store.blob(released.sha256)
+
+
+def test_the_blobs_of_a_session_whose_record_was_lost_are_kept(tmp_path: Path) -> None:
+    """A session with frames and no record is damage `ckpt verify` reports: its blobs may be what is recovered."""
+    data = tmp_path / "data"
+    with Store(StoreConfig(data_dir=data)) as store:
+        ref = store.put_blob("s", [b"bytes"])
+        store.put("s", b"\x08\x01")
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
+    try:
+        sessions = env.open_db(b"sessions")
+        with env.begin(write=True) as txn:
+            assert txn.delete(b"s", db=sessions)
+    finally:
+        env.close()
+    with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
+        store.sweep(now_nanos=time.time_ns() + 2 * HOUR_NANOS)
+        assert store.blob_refs("s") == [ref.sha256]
