@@ -23,11 +23,14 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from ckpt.store.v1 import records_pb2
+
 from ..errors import NotFound
 from ..storage import ReadTxn
 from ..store import Store, keys
 from ..store.blobfiles import BlobFiles
 from ..store.layout import Tables
+from ..store.records import printable
 
 # Bytes hashed per read of a blob's file.
 _READ_BYTES = 1024 * 1024
@@ -48,24 +51,31 @@ class BlobRecords(NamedTuple):
     records: list[tuple[str, int, int, int]]
     refs: dict[str, int]
     blobs_only: int = 0
+    #: (sha256, session id as printed) of each reference whose record does not parse.
+    unparsed: tuple[tuple[str, str], ...] = ()
 
 
 def blob_records(store: Store) -> BlobRecords:
     """The blob tables of ``store`` (run in a child: tools/isolated.py)."""
     refs: Counter[str] = Counter()
     blobs_only = 0
+    unparsed: list[tuple[str, str]] = []
     with store.read() as txn:
         records = [(info.sha256, info.size_bytes, info.ref_count, info.created_unix_nanos) for info in store.blobs(txn)]
         if store.tables.blob_refs is not None:
             last = None
-            for raw in txn.scan_keys(store.tables.blob_refs):
+            for raw, value in txn.scan(store.tables.blob_refs):
                 key = bytes(raw)
                 refs[key[-32:].hex()] += 1
                 sid = key[: -32 - len(keys.SEP)]  # session \0 sha256 (blobs.ref_key)
                 if sid != last:
                     blobs_only += _holds_blobs_alone(txn, store.tables, sid)
                     last = sid
-    return BlobRecords(records, dict(refs), blobs_only)
+                try:
+                    records_pb2.BlobRefRecord.FromString(bytes(value))
+                except Exception:
+                    unparsed.append((key[-32:].hex(), printable(sid)))
+    return BlobRecords(records, dict(refs), blobs_only, tuple(unparsed))
 
 
 def _holds_blobs_alone(txn: ReadTxn, tables: Tables, sid: bytes) -> bool:
@@ -134,6 +144,8 @@ def blob_problems(data_dir: Path, found: BlobRecords, lookup: Lookup) -> list[tu
     recorded = {sha for sha, _, _, _ in found.records}
     for sha256 in sorted(found.refs.keys() - recorded):
         problems[sha256] = [f"{found.refs[sha256]} references name it, but it has no record"]
+    for sha256, session in found.unparsed:
+        problems.setdefault(sha256, []).append(f"session {session!r}'s reference to it does not parse")
     return [(f"blob {sha256}", problem) for sha256 in sorted(problems) for problem in problems[sha256]]
 
 

@@ -13,6 +13,7 @@ from ckpt.sidecar import AlreadyExists, NewEvent, NotFound, SessionInfo, Store, 
 from ckpt.sidecar.config import Retention
 from ckpt.sidecar.store import count_sessions
 from ckpt.sidecar.store.ops import Op
+from tests.support import ckpt
 
 HOUR_NANOS = 3600 * 10**9
 
@@ -142,6 +143,9 @@ def test_a_reference_record_that_does_not_parse_is_kept_and_the_rest_go_on(tmp_p
             assert txn.put(key, b"\xff\xff\xff", db=refs)
     finally:
         env.close()
+    verify = ckpt("verify", "--data-dir", str(data))
+    assert verify.returncode == 1, verify.stdout
+    assert f"blob {damaged.sha256}: session 'a-damaged''s reference to it does not parse".encode() in verify.stderr
     with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
         # Listed without it (the listing logs it), the others as ever; swept past it.
         assert [s.session_id for s in _all(store)] == ["b-abandoned", "c-checkpoint"]
