@@ -13,18 +13,25 @@ from ckpt.sidecar import AlreadyExists, NewEvent, NotFound, SessionInfo, Store, 
 from ckpt.sidecar.config import Retention
 from ckpt.sidecar.store import count_sessions
 from ckpt.sidecar.store.ops import Op
+from tests.store.test_event_only_sessions import _all as every_session
 from tests.support import ckpt
 
 HOUR_NANOS = 3600 * 10**9
 
 
 def _all(store: Store, page_size: int = 100) -> list[SessionInfo]:
-    out, token = [], ""
-    while True:
-        page, token = store.list_sessions(page_size=page_size, page_token=token)
-        out += page
-        if not token:
-            return out
+    return every_session(store, page_size)
+
+
+def _damage(data: Path, table: bytes, key: bytes, value: bytes | None) -> None:
+    """Overwrite (or, with None, delete) one key of a closed store's LMDB table."""
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
+    try:
+        db = env.open_db(table)  # before the write transaction: opening one takes a write transaction too
+        with env.begin(write=True) as txn:
+            assert txn.delete(key, db=db) if value is None else txn.put(key, value, db=db)
+    finally:
+        env.close()
 
 
 def test_a_blobs_only_session_is_listed_with_its_references_times_and_counted(tmp_path: Path) -> None:
@@ -135,14 +142,7 @@ def test_a_reference_record_that_does_not_parse_is_kept_and_the_rest_go_on(tmp_p
         damaged = store.put_blob("a-damaged", [b"one"])
         released = store.put_blob("b-abandoned", [b"two"])
         store.put("c-checkpoint", b"\x08\x01")
-    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
-    try:
-        refs = env.open_db(b"blob_refs")
-        with env.begin(write=True) as txn:
-            key = b"a-damaged\x00" + bytes.fromhex(damaged.sha256)
-            assert txn.put(key, b"\xff\xff\xff", db=refs)
-    finally:
-        env.close()
+    _damage(data, b"blob_refs", b"a-damaged\x00" + bytes.fromhex(damaged.sha256), b"\xff\xff\xff")
     verify = ckpt("verify", "--data-dir", str(data))
     assert verify.returncode == 1, verify.stdout
     assert f"blob {damaged.sha256}: session 'a-damaged''s reference to it does not parse".encode() in verify.stderr
@@ -162,13 +162,7 @@ def test_the_blobs_of_a_session_whose_record_was_lost_are_kept(tmp_path: Path) -
     with Store(StoreConfig(data_dir=data)) as store:
         ref = store.put_blob("s", [b"bytes"])
         store.put("s", b"\x08\x01")
-    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
-    try:
-        sessions = env.open_db(b"sessions")
-        with env.begin(write=True) as txn:
-            assert txn.delete(b"s", db=sessions)
-    finally:
-        env.close()
+    _damage(data, b"sessions", b"s", None)
     with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
         store.sweep(now_nanos=time.time_ns() + 2 * HOUR_NANOS)
         assert store.blob_refs("s") == [ref.sha256]
