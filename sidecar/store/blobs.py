@@ -52,7 +52,7 @@ log = logging.getLogger("ckpt.store")
 URI_PREFIX = "ckpt-blob:sha256:"
 # Blob files checked per write transaction when files without a record are looked for.
 _FILES_CHUNK = 1000
-# Sessions looked at per write transaction when the references of sessions without a checkpoint are swept.
+# Sessions read, and references dropped per write transaction, when those of sessions without a checkpoint are swept.
 _SWEEP_CHUNK = 1000
 # Past every key of a session's references (its id, SEP, a hash) and before the next session's id: a session id
 # holds no control character.
@@ -439,8 +439,8 @@ class Blobs:
             if not sids:
                 return dropped
             start = sids[-1] + _PAST_SESSION
-            if doomed:
-                dropped += self._submit(Op(self._sessionless_op(doomed, before_nanos))).wait()
+            for part in _in_parts(doomed, _SWEEP_CHUNK):
+                dropped += self._submit(Op(self._sessionless_op(part, before_nanos))).wait()
 
     def _sessionless_before(self, txn: ReadTxn, sid: bytes, before_nanos: int) -> list[bytes]:
         """The blobs session ``sid`` referenced before ``before_nanos`` if it has no checkpoint and no event
@@ -524,6 +524,23 @@ def ref_sessions(txn: ReadTxn, blob_refs: Table, start: bytes = b"") -> Iterator
         sid = found[: found.index(keys.SEP)]
         yield sid
         key = sid + _PAST_SESSION
+
+
+def _in_parts(doomed: dict[bytes, list[bytes]], most: int) -> Iterator[dict[bytes, list[bytes]]]:
+    """``doomed`` (references by session) in parts of at most ``most`` references: a write transaction each,
+    however many blobs one session stored."""
+    part: dict[bytes, list[bytes]] = {}
+    count = 0
+    for sid, shas in doomed.items():
+        for i in range(0, len(shas), most):
+            piece = shas[i : i + most]
+            if count + len(piece) > most:
+                yield part
+                part, count = {}, 0
+            part.setdefault(sid, []).extend(piece)
+            count += len(piece)
+    if part:
+        yield part
 
 
 def _fresh(raw: bytes, before_nanos: int) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 from ckpt.sidecar import AlreadyExists, NewEvent, NotFound, SessionInfo, Store, StoreConfig
 from ckpt.sidecar.config import Retention
+from ckpt.sidecar.store import blobs as blobs_module
 from ckpt.sidecar.store import count_sessions
 from ckpt.sidecar.store.ops import Op
 from tests.store.test_event_only_sessions import _all as every_session
@@ -166,3 +167,33 @@ def test_the_blobs_of_a_session_whose_record_was_lost_are_kept(tmp_path: Path) -
     with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
         store.sweep(now_nanos=time.time_ns() + 2 * HOUR_NANOS)
         assert store.blob_refs("s") == [ref.sha256]
+
+
+def test_references_are_released_a_bounded_part_per_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blobs_module, "_SWEEP_CHUNK", 2)
+    with Store(_aged(tmp_path, Retention(max_version_age_seconds=3600))) as store:
+        for i in range(5):  # five blobs of one session and one of another: three writes of two
+            store.put_blob("many", [b"blob %d" % i])
+        store.put_blob("one", [b"single"])
+        store.put("kept", b"\x08\x01")
+        parts: list[int] = []
+        submit = store._blobs._submit
+
+        def counted(op: Op) -> Op:
+            parts.append(1)
+            return submit(op)
+
+        monkeypatch.setattr(store._blobs, "_submit", counted)
+        assert store.sweep(now_nanos=time.time_ns() + 2 * HOUR_NANOS).blob_refs_released == 6
+        assert len(parts) == 3
+        assert store.blob_refs("many") == store.blob_refs("one") == []
+        assert [s.session_id for s in _all(store)] == ["kept"]
+
+
+@pytest.mark.parametrize("most", [1, 2, 3, 7])
+def test_parts_hold_every_reference_once_in_order_and_at_most_their_bound(most: int) -> None:
+    doomed = {b"a": [b"1", b"2", b"3"], b"b": [b"4"], b"c": [b"5", b"6", b"7", b"8", b"9"]}
+    parts = list(blobs_module._in_parts(doomed, most))
+    assert all(0 < sum(map(len, part.values())) <= most for part in parts)
+    joined = [(sid, sha) for part in parts for sid, shas in part.items() for sha in shas]
+    assert joined == [(sid, sha) for sid, shas in doomed.items() for sha in shas]
