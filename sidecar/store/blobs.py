@@ -450,14 +450,7 @@ class Blobs:
         return [sha for sha, ref in _refs(txn, self._tables, sid) if _ref_time(ref) < before_nanos]
 
     def _has_versions_or_events(self, txn: ReadTxn, sid: bytes) -> bool:
-        """Whether session ``sid`` has a record, an event log or frames (a record lost to damage, which
-        `ckpt verify` reports: its blobs may be what an operator recovers)."""
-        tables = self._tables
-        if txn.get(sid, db=tables.sessions) is not None:
-            return True
-        if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
-            return True
-        return next(txn.scan_keys(tables.frames, sid + keys.SEP), b"").startswith(sid + keys.SEP)
+        return not holds_blobs_alone(txn, self._tables, sid)
 
     def _sessionless_op(self, doomed: dict[bytes, list[bytes]], before_nanos: int) -> Callable[[Batch, WriteTxn], int]:
         tables = self._tables
@@ -511,6 +504,16 @@ def _refs(txn: ReadTxn, tables: Tables, sid: bytes) -> Iterator[tuple[bytes, byt
         if not key.startswith(prefix):
             return
         yield key[len(prefix) :], value
+
+
+def holds_blobs_alone(txn: ReadTxn, tables: Tables, sid: bytes) -> bool:
+    """Whether session ``sid`` has neither a record, an event log nor frames (frames without a record are
+    damage `ckpt verify` reports: their blobs may be what an operator recovers)."""
+    if txn.get(sid, db=tables.sessions) is not None:
+        return False
+    if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
+        return False
+    return not bytes(next(txn.scan_keys(tables.frames, sid + keys.SEP), b"")).startswith(sid + keys.SEP)
 
 
 def ref_sessions(txn: ReadTxn, blob_refs: Table, start: bytes = b"") -> Iterator[bytes]:

@@ -26,10 +26,9 @@ from typing import NamedTuple
 from ckpt.store.v1 import records_pb2
 
 from ..errors import NotFound
-from ..storage import ReadTxn
 from ..store import Store, keys
 from ..store.blobfiles import BlobFiles
-from ..store.layout import Tables
+from ..store.blobs import holds_blobs_alone
 from ..store.records import printable
 
 # Bytes hashed per read of a blob's file.
@@ -69,24 +68,13 @@ def blob_records(store: Store) -> BlobRecords:
                 refs[key[-32:].hex()] += 1
                 sid = key[: -32 - len(keys.SEP)]  # session \0 sha256 (blobs.ref_key)
                 if sid != last:
-                    blobs_only += _holds_blobs_alone(txn, store.tables, sid)
+                    blobs_only += holds_blobs_alone(txn, store.tables, sid)
                     last = sid
                 try:
                     records_pb2.BlobRefRecord.FromString(bytes(value))
                 except Exception:
                     unparsed.append((key[-32:].hex(), printable(sid)))
     return BlobRecords(records, dict(refs), blobs_only, tuple(unparsed))
-
-
-def _holds_blobs_alone(txn: ReadTxn, tables: Tables, sid: bytes) -> bool:
-    """Whether session ``sid`` (which references a blob) has neither a record, frames nor an event log: the
-    per-session checks do not list it, nor do the frames and events passes count it."""
-    if txn.get(sid, db=tables.sessions) is not None:
-        return False
-    if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
-        return False
-    frame = next(txn.scan_keys(tables.frames, sid + keys.SEP), None)
-    return frame is None or not bytes(frame).startswith(sid + keys.SEP)
 
 
 def session_blob_problems(store: Store, session: str) -> list[str]:
