@@ -29,12 +29,13 @@ def digest(type_: str, data: bytes) -> Digest:
 
 
 class Elements:
-    """A saver's serializer as list elements need it: ``dumps`` gives the bytes digests are of, ``seal``
-    what is stored of them, ``stored_digest`` the digest of an element read back."""
+    """A saver's serializer (``serde``) as list elements need it: ``dumps`` gives the bytes digests are of,
+    ``seal`` what is stored of them, ``stored_digest`` the digest of an element read back."""
 
-    __slots__ = ("_cipher", "_plain")
+    __slots__ = ("_cipher", "_plain", "serde")
 
     def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
         self._plain: SerializerProtocol = serde
         self._cipher: CipherProtocol | None = None
         # Not a subclass's: it may store another format than the one seal makes (and loads_typed reads).

@@ -389,7 +389,7 @@ class Operations(Pruning):
         if seen is not None and seen.checkpoint_id == parent_id:
             # The channels new_versions leaves out hold the head's values: not serialized again.
             encoded = encode_put(
-                self.serde, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq,
+                self._elements, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq,
                 continues_head=True,
             )  # fmt: skip
             try:
@@ -399,7 +399,7 @@ class Operations(Pruning):
                 raise CheckpointConflictError(where, parent_id, moved.current_version) from None
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
-        encoded = encode_put(self.serde, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
+        encoded = encode_put(self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
         for _ in range(_BRANCH_ATTEMPTS):
             got = yield Call("get", (sid, 0, HEAD_MASK))
             current = Head(None, 0)

@@ -216,7 +216,6 @@ class Encoded:
     channels: dict[str, records_pb2.Typed]
     #: The list channels' elements as Elements.dumps gives them (unencrypted): sealed when written.
     elements: dict[str, list[Pair]]
-    serde: SerializerProtocol
     codec: Elements
     values: Mapping[str, Any]
     unchanged: tuple[str, ...] = ()
@@ -227,7 +226,7 @@ class Encoded:
         channels, elements = self.channels, self.elements
         for k in self.unchanged:
             if k not in channels:
-                pairs = _encode_channel(self.serde, self.codec, k, self.values[k], channels, elements)
+                pairs = _encode_channel(self.codec, k, self.values[k], channels, elements)
                 if pairs is not None:
                     self.lists[k] = [digest(t, d) for t, d in pairs]
         return channels, elements
@@ -249,7 +248,6 @@ class Encoded:
 
 
 def _encode_channel(
-    serde: SerializerProtocol,
     codec: Elements,
     k: str,
     v: Any,
@@ -263,7 +261,7 @@ def _encode_channel(
         elements[k] = pairs = codec.dumps(v)
         channels[k] = records_pb2.Typed(type=ITEMS)
         return pairs
-    channels[k] = _typed(serde, v)
+    channels[k] = _typed(codec.serde, v)
     return None
 
 
@@ -282,7 +280,7 @@ def _common_prefix(old: Sequence[Digest], new: Sequence[Digest]) -> int:
 
 
 def encode_put(
-    serde: SerializerProtocol,
+    codec: Elements,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
@@ -295,7 +293,8 @@ def encode_put(
     """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
     for one without a value now, and for a list only the elements after those it shares with the parent's
     (``parent_lists``). The full Step holds every channel of the checkpoint. Both say the checkpoint's
-    pending writes are in the log after ``writes_after_seq``.
+    pending writes are in the log after ``writes_after_seq``. ``codec``: the saver's serializer, and how it
+    serializes a list's elements.
 
     ``continues_head``: the parent is the head ``parent_lists`` are the digests of, so a channel
     ``new_versions`` does not name holds the head's value (LangGraph's contract): it is not serialized
@@ -304,8 +303,8 @@ def encode_put(
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
     checkpoint_id, parent_id = checkpoint["id"], get_checkpoint_id(config) or ""
+    serde = codec.serde
     checkpoint_typed, metadata_typed = _typed(serde, rest), _typed(serde, metadata)
-    codec = Elements(serde)
     channels: dict[str, records_pb2.Typed] = {}
     elements: dict[str, list[Pair]] = {}
     lists: dict[str, list[Digest]] = {}
@@ -328,7 +327,7 @@ def encode_put(
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
             written[k] = None
-        pairs = _encode_channel(serde, codec, k, v, channels, elements)
+        pairs = _encode_channel(codec, k, v, channels, elements)
         if pairs is not None:
             lists[k] = [(t, xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
     changed: dict[str, records_pb2.Typed] = {}
@@ -362,7 +361,6 @@ def encode_put(
         lists=lists,
         channels=channels,
         elements=elements,
-        serde=serde,
         codec=codec,
         values=values,
         unchanged=tuple(unchanged),
