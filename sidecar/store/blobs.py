@@ -239,8 +239,7 @@ class Blobs:
         self._remove_after(batch, [sha for sha in doomed if sha is not None])
 
     def has_refs(self, txn: ReadTxn, sid: bytes) -> bool:
-        """Whether session ``sid`` references a blob."""
-        return next(_refs(txn, self._tables, sid), None) is not None
+        return references_blobs(txn, self._tables, sid)
 
     def copy_refs(self, txn: WriteTxn, sid: bytes, new_sid: bytes, now: int) -> None:
         """Inside a fork's transaction: the new session references every blob its source does, from ``now``."""
@@ -504,6 +503,11 @@ def _refs(txn: ReadTxn, tables: Tables, sid: bytes) -> Iterator[tuple[bytes, byt
         if not key.startswith(prefix):
             return
         yield key[len(prefix) :], value
+
+
+def references_blobs(txn: ReadTxn, tables: Tables, sid: bytes) -> bool:
+    """Whether session ``sid`` references a blob."""
+    return tables.blob_refs is not None and next(_refs(txn, tables, sid), None) is not None
 
 
 def holds_blobs_alone(txn: ReadTxn, tables: Tables, sid: bytes) -> bool:

@@ -32,6 +32,7 @@ from ..errors import DataLoss, NotFound, StateTooLarge
 from ..storage import ReadTxn, Table, WriteTxn
 from . import keys
 from .args import MAX_INT, check_int_arg
+from .blobs import references_blobs
 from .layout import Tables
 from .prefixes import CHAIN_ENDS_V2, SEALED_FULL_V2, is_prefix, named, source_of
 from .records import frame_of, record, session_info, version_info
@@ -332,9 +333,7 @@ def refuse_unstored(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, v
     if raw is None:
         if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
             raise NotFound(f"session {session_id!r} has no versions, only events")
-        if tables.blob_refs is not None and next(txn.scan_keys(tables.blob_refs, sid + keys.SEP), b"").startswith(
-            sid + keys.SEP
-        ):
+        if references_blobs(txn, tables, sid):
             raise NotFound(f"session {session_id!r} has no versions, only blobs")
         raise NotFound(f"session {session_id!r} does not exist")
     rec = record(raw)
