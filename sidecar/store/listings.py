@@ -17,12 +17,13 @@ from typing import Any
 
 import xxhash
 
-from ..errors import DataLoss, InvalidArgument, NotFound, StateTooLarge
+from ..errors import DataLoss, InvalidArgument, StateTooLarge
 from ..storage import ReadTxn
 from . import keys
 from .args import MAX_INT, check_int_arg, check_str_arg, check_time_filter_arg
 from .blobs import ref_sessions, ref_times
 from .layout import Tables
+from .reads import no_versions
 from .records import log_record as event_log_record
 from .records import printable, record, session_info, version_info
 from .types import SessionInfo, VersionInfo
@@ -79,7 +80,7 @@ def version_page(
     check_int_arg("start_version", start_version, means="0 = the head")
     raw = txn.get(sid, db=tables.sessions)
     if raw is None:
-        raise NotFound(f"session {session_id!r} does not exist")
+        raise no_versions(txn, tables, sid, session_id)
     rec = record(raw)
     # The session as created then: a token of one deleted since must not
     # resume the versions of a new session under the same id.

@@ -327,15 +327,21 @@ def _first_gap(txn: ReadTxn, frames_table: Table, sid: bytes, target: int) -> in
     return expected
 
 
+def no_versions(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str) -> NotFound:
+    """What a read of the versions of a session without a record gets: NotFound saying whether it holds
+    events or blobs alone, or does not exist."""
+    if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
+        return NotFound(f"session {session_id!r} has no versions, only events")
+    if references_blobs(txn, tables, sid):
+        return NotFound(f"session {session_id!r} has no versions, only blobs")
+    return NotFound(f"session {session_id!r} does not exist")
+
+
 def refuse_unstored(txn: ReadTxn, tables: Tables, sid: bytes, session_id: str, version: int) -> NoReturn:
     """Raise what a read of a version with no frame stored gets: NotFound naming why, or DataLoss."""
     raw = txn.get(sid, db=tables.sessions)
     if raw is None:
-        if tables.event_logs is not None and txn.get(sid, db=tables.event_logs) is not None:
-            raise NotFound(f"session {session_id!r} has no versions, only events")
-        if references_blobs(txn, tables, sid):
-            raise NotFound(f"session {session_id!r} has no versions, only blobs")
-        raise NotFound(f"session {session_id!r} does not exist")
+        raise no_versions(txn, tables, sid, session_id)
     rec = record(raw)
     target = version or rec.head_version
     if target > rec.head_version:

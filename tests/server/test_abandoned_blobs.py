@@ -27,6 +27,8 @@ def test_the_blobs_of_an_agent_that_never_checkpointed_are_listed_then_released_
             assert listed == {"abandoned": 0, "working": 1}
             with pytest.raises(NotFoundError, match="session 'abandoned' has no versions, only blobs"):
                 c.get("abandoned")
+            with pytest.raises(NotFoundError, match="session 'abandoned' has no versions, only blobs"):
+                list(c.history("abandoned"))
             deadline = time.monotonic() + 30
             while [s.session_id for s in c.sessions()] != ["working"]:
                 assert time.monotonic() < deadline, sidecar.log()

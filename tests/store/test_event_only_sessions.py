@@ -107,5 +107,9 @@ def test_reading_a_version_of_an_events_only_session_says_it_has_only_events(tmp
         for version in (0, 1):
             with pytest.raises(NotFound, match="session 'events' has no versions, only events"):
                 store.get("events", version)
+        with pytest.raises(NotFound, match="session 'events' has no versions, only events"):
+            store.list_versions("events")
         with pytest.raises(NotFound, match=r"session 'missing' does not exist$"):
             store.get("missing")
+        with pytest.raises(NotFound, match=r"session 'missing' does not exist$"):
+            store.list_versions("missing")
