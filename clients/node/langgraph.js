@@ -537,7 +537,7 @@ class CkptSaver extends BaseCheckpointSaver {
         writes.map(async ([channel, value], i) => ({
           idx: WRITES_IDX_MAP[channel] ?? i,
           channel,
-          value: r.typed(await this.serde.dumpsTyped(value)),
+          value: r.typed(await r.dumpsNow(this.serde, value)),
         })),
       ),
     };

@@ -247,17 +247,22 @@ async function* pageThenRest(client, sessionId, filter, page) {
   if (page.next_page_token) yield* client.events(sessionId, { ...filter, pageToken: page.next_page_token });
 }
 
-// The values of the channels a step names (newVersions) serialized now, by channel: { list, typed }, typed a
-// promise of [type, data] (a list's: of its elements', element by element, so that a step stores the messages
-// it added, not the conversation). A channel without a value is left out. JsonPlusSerializer's dumpsTyped
-// serializes before it returns: the values are taken as they are at the call.
+// serde.dumpsTyped(value) of the value as it is now. JsonPlusSerializer's dumpsTyped serializes before it
+// returns, but gives a Uint8Array back as it is ("bytes"): that one is copied, else a change made to it in
+// place once the call returned would be stored.
+const dumpsNow = (serde, value) => serde.dumpsTyped(value instanceof Uint8Array ? new Uint8Array(value) : value);
+
+// The values of the channels a step names (newVersions) serialized now (dumpsNow), by channel: { list,
+// typed }, typed a promise of [type, data] (a list's: of its elements', element by element, so that a step
+// stores the messages it added, not the conversation). A channel without a value is left out.
 function serializeChannels(serde, values, newVersions) {
   const out = new Map();
   for (const channel of Object.keys(newVersions)) {
     if (!Object.prototype.hasOwnProperty.call(values, channel)) continue;
     const value = values[channel];
     const list = isList(value);
-    out.set(channel, { list, typed: handled(list ? Promise.all(value.map((e) => serde.dumpsTyped(e))) : serde.dumpsTyped(value)) });
+    const typed = list ? Promise.all(value.map((e) => dumpsNow(serde, e))) : dumpsNow(serde, value);
+    out.set(channel, { list, typed: handled(typed) });
   }
   return out;
 }
@@ -284,6 +289,7 @@ module.exports = {
   commonPrefix,
   decodeStep,
   digestOf,
+  dumpsNow,
   elementsOf,
   emptyTyped,
   encodeStep,
