@@ -373,12 +373,17 @@ class CkptSaver extends BaseCheckpointSaver {
     const sessionId = r.sessionIdOf(threadId, checkpointNs);
     const key = keyOf(sessionId, checkpoint.id);
     // Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
-    const writesAfterSeq = Math.min(this.early.get(key) ?? Infinity, this.lastSeq.get(sessionId) || 0);
+    const early = this.early.get(key);
+    const writesAfterSeq = Math.min(early ?? Infinity, this.lastSeq.get(sessionId) || 0);
     this.early.delete(key);
     this.putting.add(key);
     try {
       const where = { threadId, checkpointNs, parentId: parentId || '', sessionId };
       await this.putStep(where, checkpoint, metadata, newVersions || {}, writesAfterSeq);
+    } catch (err) {
+      // Not put: the same put made again must still find the writes saved before it.
+      if (early !== undefined) remember(this.early, key, Math.min(this.early.get(key) ?? Infinity, early));
+      throw err;
     } finally {
       this.putting.delete(key);
     }

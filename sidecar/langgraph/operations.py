@@ -366,10 +366,17 @@ class Operations(Pruning):
         with self._lock:
             seen = self._heads.get(sid)
             # Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
-            writes_after_seq = min(self._early.pop(key, _NO_SEQ), self._last_seq.get(sid, 0))
+            early = self._early.pop(key, _NO_SEQ)
+            writes_after_seq = min(early, self._last_seq.get(sid, 0))
             self._putting.add(key)
         try:
             return (yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq))
+        except BaseException:
+            if early != _NO_SEQ:
+                # Not put: the same put made again must still find the writes saved before it.
+                with self._lock:
+                    self._early[key] = min(self._early.get(key, _NO_SEQ), early)
+            raise
         finally:
             with self._lock:
                 self._putting.discard(key)
