@@ -358,6 +358,7 @@ class CkptSaver extends BaseCheckpointSaver {
       yield { sessionId: r.sessionIdOf(threadId, checkpointNs), threadId, checkpointNs };
       return;
     }
+    if (threadId !== undefined) r.sessionIdOf(threadId, ''); // a thread id it cannot store: refused naming it
     const labels = threadId === undefined ? {} : { [r.THREAD_LABEL]: threadId };
     for await (const info of this.client.sessions({ labels })) {
       const parsed = r.parseSessionId(info.session_id);
@@ -561,6 +562,7 @@ class CkptSaver extends BaseCheckpointSaver {
   // id, in the listing of the sessions under the thread's prefix, which reads those alone.
   async deleteThread(threadId) {
     const id = threadIdOf(threadId, 'threadId');
+    r.sessionIdOf(id, '', 'threadId'); // a thread id it cannot store: refused naming it
     const sessions = new Set();
     for await (const s of this.sessionsOf(id, undefined)) sessions.add(s.sessionId);
     const prefix = r.threadPrefix(id);

@@ -46,9 +46,10 @@ const utf8Bytes = (s) => Buffer.byteLength(s, 'utf8');
 const CONTROL = /[\x00-\x1f\x7f]/;
 
 // The session of (threadId, checkpointNs): the thread id's length, in code points as Python's len()
-// counts them, lets a thread id hold '/'.
-function sessionIdOf(threadId, checkpointNs) {
-  for (const [field, value] of [['thread_id', threadId], ['checkpoint_ns', checkpointNs]]) {
+// counts them, lets a thread id hold '/'. An id it cannot store is a RangeError naming `threadField` (the
+// caller's name for the thread id) or checkpoint_ns.
+function sessionIdOf(threadId, checkpointNs, threadField = 'thread_id') {
+  for (const [field, value] of [[threadField, threadId], ['checkpoint_ns', checkpointNs]]) {
     if (CONTROL.test(value)) {
       throw new RangeError(
         `${field} ${JSON.stringify(value)} contains an ASCII control character (U+0000-U+001F or U+007F): ckpt's savers cannot store it`,
@@ -57,7 +58,7 @@ function sessionIdOf(threadId, checkpointNs) {
   }
   if (utf8Bytes(threadId) > MAX_LABEL_BYTES) {
     throw new RangeError(
-      `thread_id is ${utf8Bytes(threadId)} bytes of UTF-8; ckpt's LangGraph saver takes at most ${MAX_LABEL_BYTES} (a label's limit)`,
+      `${threadField} is ${utf8Bytes(threadId)} bytes of UTF-8; ckpt's LangGraph saver takes at most ${MAX_LABEL_BYTES} (a label's limit)`,
     );
   }
   const prefix = threadPrefix(threadId);
@@ -65,7 +66,7 @@ function sessionIdOf(threadId, checkpointNs) {
   const size = utf8Bytes(threadId) + utf8Bytes(checkpointNs);
   if (size + overhead > MAX_SESSION_ID_BYTES) {
     throw new RangeError(
-      `thread_id and checkpoint_ns are ${size} bytes of UTF-8 together; ckpt's savers take at most` +
+      `${threadField} and checkpoint_ns are ${size} bytes of UTF-8 together; ckpt's savers take at most` +
         ` ${MAX_SESSION_ID_BYTES - overhead} (${MAX_SESSION_ID_BYTES}, a session id's limit, less the ${overhead} bytes they are stored with)`,
     );
   }

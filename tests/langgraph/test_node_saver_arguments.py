@@ -43,6 +43,11 @@ const listed = async (config) => {
   out.listLone = await failure(() => listed(thread('a\ud800')));
   out.deleteLone = await failure(() => saver.deleteThread('a\ud800'));
   out.nsLone = await failure(() => put(thread('t', 'n\udcff')));
+  for (const [name, id] of [['Long', 'x'.repeat(200)], ['Control', 'a\nb']]) {
+    out[`put${name}`] = await failure(() => put(thread(id)));
+    out[`list${name}`] = await failure(() => listed(thread(id)));
+    out[`delete${name}`] = await failure(() => saver.deleteThread(id));
+  }
   out.all = await listed(undefined);
   out.x = await listed({ configurable: { thread_id: 'x' } });
   await saver.deleteThread(7); // a number is its decimal string, as a config's thread_id
@@ -60,7 +65,8 @@ def test_langgraph_js_saver_refuses_thread_ids_it_cannot_store_and_reads_no_fore
     sidecar: Sidecar,
 ) -> None:
     """deleteThread(undefined) deleted the thread "undefined" (String(threadId)), and a lone surrogate in
-    a thread id was refused naming sessionId or labels, which the caller never gave."""
+    a thread id (an id too long or with a control character, for list and deleteThread) was refused naming
+    sessionId or labels, which the caller never gave."""
     with CheckpointClient(sidecar.unix_target) as client:
         for session_id, state in FOREIGN.items():
             client.put(session_id, state, labels={"langgraph.thread": "x"})
@@ -74,6 +80,12 @@ def test_langgraph_js_saver_refuses_thread_ids_it_cannot_store_and_reads_no_fore
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)
     lone = "TypeError: thread_id holds a lone surrogate, which is not text: ckpt's savers cannot store it"
+    # As put refuses them, so do list and deleteThread, before the sidecar refuses a label filter.
+    long = "RangeError: thread_id is 200 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"
+    control = (
+        'RangeError: thread_id "a\\nb" contains an ASCII control character (U+0000-U+001F or U+007F):'
+        " ckpt's savers cannot store it"
+    )
     assert out == {
         "deleteUndefined": "TypeError: threadId must be a string, not undefined",
         "deleteObject": "TypeError: threadId must be a string, not object",
@@ -82,6 +94,12 @@ def test_langgraph_js_saver_refuses_thread_ids_it_cannot_store_and_reads_no_fore
         "listLone": lone,
         "deleteLone": lone.replace("thread_id", "threadId"),
         "nsLone": lone.replace("thread_id", "checkpoint_ns"),
+        "putLong": long,
+        "listLong": long,
+        "deleteLong": long.replace("thread_id", "threadId"),
+        "putControl": control,
+        "listControl": control,
+        "deleteControl": control.replace("thread_id", "threadId"),
         "all": [["undefined", ""], ["x", ""]],
         "x": [["x", ""]],
     }
