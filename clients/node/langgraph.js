@@ -8,11 +8,12 @@
 'use strict';
 
 const { status } = require('@grpc/grpc-js');
-const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, getCheckpointId, maxChannelVersion } = require('@langchain/langgraph-checkpoint');
+const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, maxChannelVersion } = require('@langchain/langgraph-checkpoint');
 const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
-const { HistoryPages, LISTING_PAGE_SIZE, wantedVersions } = require('./langgraph_history');
+const { LISTING_PAGE_SIZE, listCheckpoints } = require('./langgraph_history');
 const { HEADS_REMEMBERED, keyOf, knownXxh3, needsRewrite, remember } = require('./langgraph_heads');
+const { HeadStates } = require('./langgraph_states');
 const r = require('./langgraph_records');
 const { CheckpointConflictError, configOf, conflictError, requireThread, threadIdOf, threadOf } = require('./langgraph_threads');
 
@@ -53,6 +54,8 @@ class CkptSaver extends BaseCheckpointSaver {
     this.early = new Map();
     this.putting = new Set();
     this.known = new Map();
+    // The state of each head it last put or read, up to a bound in bytes: a read of that head then leaves it out.
+    this.states = new HeadStates();
     this.registered = null;
   }
 
@@ -88,6 +91,7 @@ class CkptSaver extends BaseCheckpointSaver {
   // What the saver knew of a session it deleted: its log starts over.
   forget(sessionId) {
     this.heads.delete(sessionId);
+    this.states.forget(sessionId);
     this.lastSeq.delete(sessionId);
     for (const key of [...this.known.keys()]) if (key.startsWith(`${sessionId}\0`)) this.known.delete(key);
   }
@@ -160,7 +164,7 @@ class CkptSaver extends BaseCheckpointSaver {
   async latest(sessionId) {
     const known = this.heads.get(sessionId);
     const asked = known !== undefined && known.checkpointId ? known.writesAfterSeq : undefined;
-    const { page, ...head } = (await this.read(sessionId, 0, asked)) || {};
+    const { page, ...head } = (await this.read(sessionId, 0, asked, true)) || {};
     if (head.step === undefined) return { absent: true };
     const deleted = new Set(head.step.deleted_checkpoint_ids);
     if (!deleted.has(head.step.checkpoint_id)) {
@@ -213,12 +217,23 @@ class CkptSaver extends BaseCheckpointSaver {
   // { version, step, stateXxh3 } of a session's version (0: the head), or undefined if there is none. With
   // `writesAfterSeq`, the same Get reads the first page of the writes events after it: `page`
   // ({ afterSeq, events, next_page_token }), none when the reply has no `events` (a sidecar from before
-  // GetRequest.events read none, not an empty page).
-  async read(sessionId, version, writesAfterSeq) {
+  // GetRequest.events read none, not an empty page). `mayOmit`: the head's state is left out of the reply
+  // if it is the one this saver holds (langgraph_states.js). A head read is held.
+  async read(sessionId, version, writesAfterSeq, mayOmit = false) {
     const events = writesAfterSeq === undefined ? undefined : r.LogReader.filter(writesAfterSeq);
     try {
-      const got = await this.client.get(sessionId, version, { events });
-      const found = { version: got.version, step: r.decodeStep(got.state), stateXxh3: got.info.state_xxh3 };
+      const knownStateXxh3 = mayOmit ? this.states.known(sessionId) : undefined;
+      let got = await this.client.get(sessionId, version, { events, knownStateXxh3 });
+      let state = got.state_omitted ? this.states.state(sessionId, got.info.state_xxh3) : got.state;
+      if (state === undefined) {
+        got = await this.client.get(sessionId, version, { events }); // left out, and not held after all
+        state = got.state;
+      }
+      if (version === 0 && !got.state_omitted) {
+        // A copy, if it is a view of the reply's whole buffer: the rest of it is not held.
+        this.states.hold(sessionId, got.info.state_xxh3, state.byteLength === state.buffer.byteLength ? state : Buffer.from(state));
+      }
+      const found = { version: got.version, step: r.decodeStep(state), stateXxh3: got.info.state_xxh3 };
       if (events !== undefined && got.events) found.page = { afterSeq: writesAfterSeq, ...got.events };
       return found;
     } catch (err) {
@@ -296,48 +311,9 @@ class CkptSaver extends BaseCheckpointSaver {
 
   // Checkpoints newest first per session: of `config`'s thread (all threads without one) and
   // namespace (all without one), with an id before `before`'s, metadata matching `filter` key by key,
-  // at most `limit`. A namespace's labels say which versions are wanted; their states come a page of its
-  // history per call (langgraph_history.js), none newer than the newest wanted.
-  async *list(config, options = {}) {
-    const { before, limit, filter } = options;
-    const { threadId, checkpointId } = threadOf(config);
-    const namespace = config && config.configurable && config.configurable.checkpoint_ns;
-    const beforeId = before ? getCheckpointId(before) || undefined : undefined;
-    const filtered = filter && Object.keys(filter).length > 0;
-    let left = limit;
-    for await (const session of this.sessionsOf(threadId, namespace)) {
-      if (left !== undefined && left <= 0) return;
-      const { sessionId } = session;
-      const listed = [];
-      for await (const info of this.versions(sessionId, LISTING_PAGE_SIZE)) listed.push(info);
-      if (listed.length === 0) continue;
-      const deleted = new Set(await this.deletedIds(sessionId));
-      const wanted = wantedVersions(listed, deleted, { checkpointId, beforeId });
-      listed.length = 0;
-      const pages = new HistoryPages(wanted);
-      const log = new r.LogReader(this.client, sessionId);
-      try {
-        for (const version of wanted) {
-          if (left !== undefined && left <= 0) return;
-          while (!pages.ready(version)) {
-            const { startVersion, pageSize } = pages.nextPage(left);
-            pages.add(startVersion, await this.historyPage(sessionId, startVersion, pageSize));
-          }
-          const state = pages.take(version);
-          if (state === undefined) continue; // gone since the listing (the thread was deleted meanwhile)
-          const step = r.decodeStep(state);
-          if (filtered) {
-            const metadata = await this.serde.loadsTyped(step.metadata.type, r.bytesOf(step.metadata));
-            if (!Object.entries(filter).every(([k, v]) => isDeepStrictEqual(metadata[k], v))) continue;
-          }
-          if (left !== undefined) left -= 1;
-          yield await this.tupleOf(session.threadId, session.checkpointNs, step, () => log);
-        }
-      } finally {
-        log.close();
-        if (log.newest > 0) this.sawSeq(sessionId, log.newest);
-      }
-    }
+  // at most `limit` (langgraph_history.js).
+  list(config, options = {}) {
+    return listCheckpoints(this, config, options);
   }
 
   // `pageSize` versions of a session with their states, newest first from `startVersion`; none if the
@@ -448,10 +424,12 @@ class CkptSaver extends BaseCheckpointSaver {
     const put = { merge, labels, messageType: r.STEP_TYPE };
     const conflict = (read, currentVersion) => conflictError({ threadId, checkpointNs }, read, currentVersion);
     let reply;
+    let state; // the Step as sent
     if (continues) {
       try {
         const expected = { expectedVersion: seen.version, expectedStateXxh3: knownXxh3(seen.stateXxh3) };
-        reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state: r.encodeStep(step), ...expected } });
+        state = r.encodeStep(step);
+        reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
       } catch (err) {
         if (!(err instanceof ConflictError)) throw err;
         throw conflict(seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints', err.currentVersion);
@@ -468,7 +446,8 @@ class CkptSaver extends BaseCheckpointSaver {
         step.writes_after_seq = head ? after : 0;
         const expected = { expectedVersion: head ? head.version : 0, expectedStateXxh3: head && knownXxh3(head.stateXxh3) };
         try {
-          reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state: r.encodeStep(step), ...expected } });
+          state = r.encodeStep(step);
+          reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
         } catch (err) {
           if (!(err instanceof ConflictError)) throw err;
           lost = err.currentVersion;
@@ -480,6 +459,8 @@ class CkptSaver extends BaseCheckpointSaver {
     this.sawSeq(sessionId, reply.log_last_seq);
     let version = reply.put.version;
     let stateXxh3 = reply.put.state_xxh3;
+    if (merge) this.states.merged(sessionId, seen.stateXxh3, state, stateXxh3);
+    else this.states.hold(sessionId, stateXxh3, state);
     if (reply.log_last_seq < writesAfterSeq) {
       // The log ends before the seq the checkpoint's writes were said to follow: it is not the one this
       // saver saw (another saver deleted or rebuilt the namespace since). Its writes,
@@ -492,6 +473,7 @@ class CkptSaver extends BaseCheckpointSaver {
           put: { state: restate, merge: true, ...expected, labels, messageType: r.STEP_TYPE },
         });
         this.sawSeq(sessionId, restated.log_last_seq);
+        this.states.merged(sessionId, stateXxh3, restate, restated.put.state_xxh3);
         version = restated.put.version;
         stateXxh3 = restated.put.state_xxh3;
         writesAfterSeq = 0;

@@ -4,7 +4,11 @@
 // as the Python saver's (sidecar/langgraph/operations.py, _States).
 'use strict';
 
-const { ID_LABEL } = require('./langgraph_records');
+const { getCheckpointId } = require('@langchain/langgraph-checkpoint');
+const { isDeepStrictEqual } = require('util');
+const r = require('./langgraph_records');
+const { ID_LABEL } = r;
+const { threadOf } = require('./langgraph_threads');
 
 // Versions (labels only) one page of a namespace's listing asks for.
 const LISTING_PAGE_SIZE = 1000;
@@ -79,4 +83,50 @@ class HistoryPages {
   }
 }
 
-module.exports = { HISTORY_PAGE_SIZE, HistoryPages, LISTING_PAGE_SIZE, wantedVersions };
+// `saver.list(config, options)`: checkpoints newest first per session, of `config`'s thread (all threads
+// without one) and namespace (all without one), with an id before `before`'s, metadata matching `filter`
+// key by key, at most `limit`. A namespace's labels say which versions are wanted; their states come a
+// page of its history per call (HistoryPages), none newer than the newest wanted.
+async function* listCheckpoints(saver, config, options = {}) {
+  const { before, limit, filter } = options;
+  const { threadId, checkpointId } = threadOf(config);
+  const namespace = config && config.configurable && config.configurable.checkpoint_ns;
+  const beforeId = before ? getCheckpointId(before) || undefined : undefined;
+  const filtered = filter && Object.keys(filter).length > 0;
+  let left = limit;
+  for await (const session of saver.sessionsOf(threadId, namespace)) {
+    if (left !== undefined && left <= 0) return;
+    const { sessionId } = session;
+    const listed = [];
+    for await (const info of saver.versions(sessionId, LISTING_PAGE_SIZE)) listed.push(info);
+    if (listed.length === 0) continue;
+    const deleted = new Set(await saver.deletedIds(sessionId));
+    const wanted = wantedVersions(listed, deleted, { checkpointId, beforeId });
+    listed.length = 0;
+    const pages = new HistoryPages(wanted);
+    const log = new r.LogReader(saver.client, sessionId);
+    try {
+      for (const version of wanted) {
+        if (left !== undefined && left <= 0) return;
+        while (!pages.ready(version)) {
+          const { startVersion, pageSize } = pages.nextPage(left);
+          pages.add(startVersion, await saver.historyPage(sessionId, startVersion, pageSize));
+        }
+        const state = pages.take(version);
+        if (state === undefined) continue; // gone since the listing (the thread was deleted meanwhile)
+        const step = r.decodeStep(state);
+        if (filtered) {
+          const metadata = await saver.serde.loadsTyped(step.metadata.type, r.bytesOf(step.metadata));
+          if (!Object.entries(filter).every(([k, v]) => isDeepStrictEqual(metadata[k], v))) continue;
+        }
+        if (left !== undefined) left -= 1;
+        yield await saver.tupleOf(session.threadId, session.checkpointNs, step, () => log);
+      }
+    } finally {
+      log.close();
+      if (log.newest > 0) saver.sawSeq(sessionId, log.newest);
+    }
+  }
+}
+
+module.exports = { HISTORY_PAGE_SIZE, HistoryPages, LISTING_PAGE_SIZE, listCheckpoints, wantedVersions };
