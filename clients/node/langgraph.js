@@ -242,18 +242,29 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
+  // Whether a session holds checkpoint `checkpointId` (deleted or not): a listing of its versions.
+  async stored(sessionId, checkpointId) {
+    for await (const info of this.versions(sessionId, LISTING_PAGE_SIZE)) {
+      if (info.labels[r.ID_LABEL] === checkpointId) return true;
+    }
+    return false;
+  }
+
   // The checkpoints removed from a session (by the Python saver's delete_for_runs): its head's list.
   async deletedIds(sessionId) {
     const head = await this.headIds(sessionId);
     return head ? head.deleted : [];
   }
 
-  // { version, checkpointId, deleted, stateXxh3 } of a session's head, or undefined when it has none.
+  // { version, checkpointId, deleted, writesAfterSeq, stateXxh3 } of a session's head, or undefined when it
+  // has none.
   async headIds(sessionId) {
     try {
-      const got = await this.client.get(sessionId, 0, { fieldMask: ['checkpoint_id', 'deleted_checkpoint_ids'] });
+      const fieldMask = ['checkpoint_id', 'deleted_checkpoint_ids', 'writes_after_seq'];
+      const got = await this.client.get(sessionId, 0, { fieldMask });
       const step = r.decodeStep(got.state);
-      return { version: got.version, checkpointId: step.checkpoint_id, deleted: step.deleted_checkpoint_ids, stateXxh3: got.info.state_xxh3 };
+      const { checkpoint_id: checkpointId, deleted_checkpoint_ids: deleted, writes_after_seq: writesAfterSeq } = step;
+      return { version: got.version, checkpointId, deleted, writesAfterSeq, stateXxh3: got.info.state_xxh3 };
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;
@@ -444,6 +455,17 @@ class CkptSaver extends BaseCheckpointSaver {
         const head = await this.headIds(sessionId);
         step.deleted_checkpoint_ids = head ? head.deleted : [];
         step.writes_after_seq = head ? after : 0;
+        if (head && head.checkpointId === checkpoint.id) {
+          // The latest checkpoint put again (a put retried): written again, its pending writes still its own.
+          step.writes_after_seq = Math.min(step.writes_after_seq, head.writesAfterSeq);
+        } else if (head && attempt === 1 && (await this.stored(sessionId, checkpoint.id))) {
+          throw new Error(
+            `checkpoint ${JSON.stringify(checkpoint.id)} of thread ${JSON.stringify(threadId)} (checkpoint_ns` +
+              ` ${JSON.stringify(checkpointNs)}) is stored already, and is not its latest: ckpt's saver keeps a` +
+              " thread's checkpoints in the order they were put, and cannot put an earlier one again; put a new" +
+              ' checkpoint (a new id) instead',
+          );
+        }
         const expected = { expectedVersion: head ? head.version : 0, expectedStateXxh3: head && knownXxh3(head.stateXxh3) };
         try {
           state = r.encodeStep(step);

@@ -76,6 +76,10 @@ _NO_SEQ = 2**64
 _OMITTED = object()
 
 
+#: What a put that starts a branch reads of the head.
+_BRANCH_MASK = (*HEAD_MASK, "writes_after_seq")
+
+
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for version, labels in versions:  # newest first: a checkpoint delete_for_runs restated keeps its newest
@@ -407,14 +411,25 @@ class Operations(Pruning):
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
         encoded = encode_put(self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
-        for _ in range(_BRANCH_ATTEMPTS):
-            got = yield Call("get", (sid, 0, HEAD_MASK))
+        for attempt in range(_BRANCH_ATTEMPTS):
+            got = yield Call("get", (sid, 0, _BRANCH_MASK))
             current = Head(None, 0)
             if got is None:  # no checkpoint yet; a log left by a deleted namespace is read from its start
                 encoded.patch.writes_after_seq = 0
             else:
                 step = decode_step(got[1])
                 current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids), state_xxh3=got[2])
+                if step.checkpoint_id == encoded.checkpoint_id:
+                    # The latest checkpoint put again (a put retried): it is written again, its pending
+                    # writes still its own.
+                    encoded.patch.writes_after_seq = min(encoded.patch.writes_after_seq, step.writes_after_seq)
+                elif attempt == 0 and (yield from self._stored(where, encoded.checkpoint_id)):
+                    raise ValueError(
+                        f"checkpoint {encoded.checkpoint_id!r} of thread {where.thread_id!r} (checkpoint_ns"
+                        f" {where.checkpoint_ns!r}) is stored already, and is not its latest: ckpt's saver keeps"
+                        " a thread's checkpoints in the order they were put, and cannot put an earlier one"
+                        " again; put a new checkpoint (a new id) instead"
+                    )
             try:
                 head = yield from self._write(where, encoded, current)
             except HeadMoved:
@@ -422,6 +437,12 @@ class Operations(Pruning):
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
         raise CheckpointConflictError(where, parent_id, 0)
+
+    def _stored(self, where: Where, checkpoint_id: str) -> Op:
+        """Whether the namespace holds checkpoint ``checkpoint_id`` (deleted or not): a listing of its
+        versions, made only by a put that does not continue the head this saver holds."""
+        versions = yield Call("versions", (where.session_id,))
+        return checkpoint_id in _newest_versions(versions)
 
     def _write(self, where: Where, encoded: Encoded, head: Head) -> Op:
         """Write ``encoded`` after ``head`` with compare-and-set on it: only what changed when it continues

@@ -33,7 +33,8 @@ const same = async (saver) => {
   const fresh = new CkptSaver(process.argv[2]);
   const [a, b] = [await saver.getTuple(thread), await fresh.getTuple(thread)];
   fresh.close();
-  return JSON.stringify([a.checkpoint, a.metadata, a.pendingWrites]) === JSON.stringify([b.checkpoint, b.metadata, b.pendingWrites]);
+  const of = (t) => JSON.stringify([t.checkpoint, t.metadata, t.pendingWrites]);
+  return of(a) === of(b);
 };
 (async () => {
   const a = watched(new CkptSaver(process.argv[2]));

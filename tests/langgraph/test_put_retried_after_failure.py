@@ -105,3 +105,75 @@ def test_js_writes_before_a_failed_put_come_with_its_checkpoint_put_again(tmp_pa
     finally:
         node.kill()
         assert sidecar.stop() == 0, sidecar.log()
+
+
+def _checkpoint(checkpoint_id: str, x: str) -> Any:
+    checkpoint: Any = empty_checkpoint()
+    checkpoint.update(id=checkpoint_id, channel_values={"x": x}, channel_versions={"x": x})
+    return checkpoint
+
+
+@pytest.mark.parametrize("on", ["embedded", "sidecar"])
+def test_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refused(tmp_path: Path, on: str) -> None:
+    """The latest checkpoint put again (a put retried once it landed) is written again with its pending
+    writes, as InMemorySaver overwrites it; an earlier one put again is refused naming it, rather than
+    written as the thread's latest."""
+    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
+    try:
+        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
+            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+            saver.put_writes(first, [("x", "pending")], "task-1")
+            assert saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"}) == first
+            read = saver.get_tuple(first)
+            assert read is not None and read.pending_writes == [("task-1", "x", "pending")]
+            second = saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+            with pytest.raises(ValueError, match=r"checkpoint '1' of thread 't' .* is stored already, and is not"):
+                saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+            latest = saver.get_tuple(_thread())
+            assert latest is not None and latest.config == second
+            assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["2", "1"]
+    finally:
+        if sidecar is not None:
+            assert sidecar.stop() == 0, sidecar.log()
+
+
+_JS_AGAIN = r"""
+const { emptyCheckpoint } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const thread = { configurable: { thread_id: 't', checkpoint_ns: '' } };
+const checkpoint = (id, x) => ({ ...emptyCheckpoint(), id, channel_values: { x }, channel_versions: { x } });
+(async () => {
+  const saver = new CkptSaver(process.argv[2]);
+  const out = {};
+  const first = await saver.put(thread, checkpoint('1', 'a'), { step: 0 }, { x: 'a' });
+  await saver.putWrites(first, [['x', 'pending']], 'task-1');
+  out.again = (await saver.put(thread, checkpoint('1', 'a'), { step: 0 }, { x: 'a' })).configurable.checkpoint_id;
+  out.pending = (await saver.getTuple(first)).pendingWrites;
+  await saver.put(first, checkpoint('2', 'b'), { step: 1 }, { x: 'b' });
+  const earlier = saver.put(thread, checkpoint('1', 'a'), { step: 0 }, { x: 'a' });
+  out.earlier = await earlier.then(() => null, (e) => e.message);
+  out.latest = (await saver.getTuple(thread)).checkpoint.id;
+  out.listed = [];
+  for await (const t of saver.list(thread)) out.listed.push(t.checkpoint.id);
+  saver.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_js_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refused(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        proc = subprocess.run(
+            [_node(), "-e", _JS_AGAIN, str(NODE_CLIENT), sidecar.unix_target],
+            cwd=NODE_CLIENT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out.pop("earlier").startswith('checkpoint "1" of thread "t" (checkpoint_ns "") is stored already')
+        assert out == {"again": "1", "pending": [["task-1", "x", "pending"]], "latest": "2", "listed": ["2", "1"]}
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
