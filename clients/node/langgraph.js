@@ -11,7 +11,7 @@ const { status } = require('@grpc/grpc-js');
 const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, maxChannelVersion } = require('@langchain/langgraph-checkpoint');
 const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
-const { LISTING_PAGE_SIZE, listCheckpoints } = require('./langgraph_history');
+const { LISTING_PAGE_SIZE, holdsCheckpoint, listCheckpoints } = require('./langgraph_history');
 const { HEADS_REMEMBERED, keyOf, knownXxh3, needsRewrite, remember } = require('./langgraph_heads');
 const { HeadStates } = require('./langgraph_states');
 const r = require('./langgraph_records');
@@ -242,14 +242,6 @@ class CkptSaver extends BaseCheckpointSaver {
     }
   }
 
-  // Whether a session holds checkpoint `checkpointId` (deleted or not): a listing of its versions.
-  async stored(sessionId, checkpointId) {
-    for await (const info of this.versions(sessionId, LISTING_PAGE_SIZE)) {
-      if (info.labels[r.ID_LABEL] === checkpointId) return true;
-    }
-    return false;
-  }
-
   // The checkpoints removed from a session (by the Python saver's delete_for_runs): its head's list.
   async deletedIds(sessionId) {
     const head = await this.headIds(sessionId);
@@ -443,6 +435,12 @@ class CkptSaver extends BaseCheckpointSaver {
         reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
       } catch (err) {
         if (!(err instanceof ConflictError)) throw err;
+        const now = await this.headIds(sessionId);
+        if (now !== undefined && now.checkpointId === checkpoint.id) {
+          this.heads.delete(sessionId); // this put landed before, its reply lost: the head is read again
+          this.states.forget(sessionId);
+          return;
+        }
         throw conflict(seen.version ? `checkpoint ${parentId} (version ${seen.version})` : 'it without checkpoints', err.currentVersion);
       }
     } else {
@@ -458,7 +456,7 @@ class CkptSaver extends BaseCheckpointSaver {
         if (head && head.checkpointId === checkpoint.id) {
           // The latest checkpoint put again (a put retried): written again, its pending writes still its own.
           step.writes_after_seq = Math.min(step.writes_after_seq, head.writesAfterSeq);
-        } else if (head && attempt === 1 && (await this.stored(sessionId, checkpoint.id))) {
+        } else if (head && attempt === 1 && (await holdsCheckpoint(this, sessionId, checkpoint.id))) {
           throw new Error(
             `checkpoint ${JSON.stringify(checkpoint.id)} of thread ${JSON.stringify(threadId)} (checkpoint_ns` +
               ` ${JSON.stringify(checkpointNs)}) is stored already, and is not its latest: ckpt's saver keeps a` +

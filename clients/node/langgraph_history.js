@@ -129,4 +129,12 @@ async function* listCheckpoints(saver, config, options = {}) {
   }
 }
 
-module.exports = { HISTORY_PAGE_SIZE, HistoryPages, LISTING_PAGE_SIZE, listCheckpoints, wantedVersions };
+// Whether `saver`'s session holds checkpoint `checkpointId` (deleted or not): a listing of its versions.
+async function holdsCheckpoint(saver, sessionId, checkpointId) {
+  for await (const info of saver.versions(sessionId, LISTING_PAGE_SIZE)) {
+    if (info.labels[ID_LABEL] === checkpointId) return true;
+  }
+  return false;
+}
+
+module.exports = { HISTORY_PAGE_SIZE, HistoryPages, LISTING_PAGE_SIZE, holdsCheckpoint, listCheckpoints, wantedVersions };

@@ -407,6 +407,9 @@ class Operations(Pruning):
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
                 self._forget(sid)
+                now = yield Call("get", (sid, 0, HEAD_MASK))
+                if now is not None and decode_step(now[1]).checkpoint_id == encoded.checkpoint_id:
+                    return where.config(encoded.checkpoint_id)  # this put landed before, its reply lost
                 raise CheckpointConflictError(where, parent_id, moved.current_version) from None
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)

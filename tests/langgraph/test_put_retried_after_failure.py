@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
@@ -175,5 +176,106 @@ def test_js_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refuse
         out = json.loads(proc.stdout)
         assert out.pop("earlier").startswith('checkpoint "1" of thread "t" (checkpoint_ns "") is stored already')
         assert out == {"again": "1", "pending": [["task-1", "x", "pending"]], "latest": "2", "listed": ["2", "1"]}
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+class _ReplyLost:
+    """A saver's backend whose next put is stored and then fails as a reply lost would (the sidecar gone
+    between storing the write and answering it, past the client's retries)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.lose_next_put = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def put(self, *args: Any) -> Any:
+        done = self._backend.put(*args)
+        if self.lose_next_put:
+            self.lose_next_put = False
+            raise UnavailableError("the reply was lost", grpc.StatusCode.UNAVAILABLE)
+        return done
+
+
+@pytest.mark.parametrize("on", ["embedded", "sidecar"])
+def test_a_put_made_again_after_its_reply_was_lost_succeeds(tmp_path: Path, on: str) -> None:
+    """A put stored whose reply never came, made again: it finds its own checkpoint as the head and returns,
+    rather than report that another writer moved the thread; the next step goes on from it."""
+    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
+    try:
+        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
+            backend = saver._backend = _ReplyLost(saver._backend)
+            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+            saver.put_writes(_thread("2"), [("x", "early")], "task-1")  # before its checkpoint's put
+            backend.lose_next_put = True
+            with pytest.raises(UnavailableError):
+                saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+            assert saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"}) == _thread("2")
+            third = saver.put(_thread("2"), _checkpoint("3", "c"), {"step": 2}, {"x": "c"})
+            assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["3", "2", "1"]
+            second = saver.get_tuple(_thread("2"))
+            assert second is not None and second.pending_writes == [("task-1", "x", "early")]
+            latest = saver.get_tuple(_thread())
+            assert latest is not None and latest.config == third
+    finally:
+        if sidecar is not None:
+            assert sidecar.stop() == 0, sidecar.log()
+
+
+_JS_REPLY_LOST = r"""
+const { emptyCheckpoint } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const thread = (id) => ({ configurable: { thread_id: 't', checkpoint_ns: '', ...(id ? { checkpoint_id: id } : {}) } });
+const checkpoint = (id, x) => ({ ...emptyCheckpoint(), id, channel_values: { x }, channel_versions: { x } });
+(async () => {
+  const saver = new CkptSaver(process.argv[2]);
+  // The next put is stored, then fails as a reply lost would.
+  const append = saver.client.appendEvents.bind(saver.client);
+  let lose = false;
+  saver.client.appendEvents = async (...args) => {
+    const reply = await append(...args);
+    if (lose && args[2] && args[2].put) {
+      lose = false;
+      throw Object.assign(new Error('14 UNAVAILABLE: the reply was lost'), { code: 14 });
+    }
+    return reply;
+  };
+  const out = {};
+  const first = await saver.put(thread(), checkpoint('1', 'a'), { step: 0 }, { x: 'a' });
+  await saver.putWrites(thread('2'), [['x', 'early']], 'task-1');
+  lose = true;
+  out.failed = await saver.put(first, checkpoint('2', 'b'), { step: 1 }, { x: 'b' }).then(() => null, (e) => e.code);
+  out.again = (await saver.put(first, checkpoint('2', 'b'), { step: 1 }, { x: 'b' })).configurable.checkpoint_id;
+  const third = await saver.put(thread('2'), checkpoint('3', 'c'), { step: 2 }, { x: 'c' });
+  out.listed = [];
+  for await (const t of saver.list(thread())) out.listed.push(t.checkpoint.id);
+  out.pending = (await saver.getTuple(thread('2'))).pendingWrites;
+  out.latest = (await saver.getTuple(thread())).checkpoint.id === third.configurable.checkpoint_id;
+  saver.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_js_a_put_made_again_after_its_reply_was_lost_succeeds(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        proc = subprocess.run(
+            [_node(), "-e", _JS_REPLY_LOST, str(NODE_CLIENT), sidecar.unix_target],
+            cwd=NODE_CLIENT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {
+            "failed": 14,
+            "again": "2",
+            "listed": ["3", "2", "1"],
+            "pending": [["task-1", "x", "early"]],
+            "latest": True,
+        }
     finally:
         assert sidecar.stop() == 0, sidecar.log()
