@@ -224,7 +224,9 @@ class CkptSaver extends BaseCheckpointSaver {
     try {
       const knownStateXxh3 = mayOmit ? this.states.known(sessionId) : undefined;
       let got = await this.client.get(sessionId, version, { events, knownStateXxh3 });
-      let state = got.state_omitted ? this.states.state(sessionId, got.info.state_xxh3) : got.state;
+      // Left out for the state named: the one held, also when a fold since stored it in other bytes (another
+      // XXH3-64 in the reply, the same message).
+      let state = got.state_omitted ? this.states.state(sessionId, knownStateXxh3) : got.state;
       if (state === undefined) {
         got = await this.client.get(sessionId, version, { events }); // left out, and not held after all
         state = got.state;

@@ -4,8 +4,10 @@ head views do. A head another writer moved is read whole; held states are bounde
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.langgraph.test_node_saver_records import run_node
-from tests.support import Sidecar
+from tests.support import Sidecar, start_sidecar
 
 # Saver A puts steps of a growing conversation, reading the head after each; saver B then writes a step on
 # the same thread. Prints, for each head read of A, whether the sidecar left the state out, and whether what
@@ -102,3 +104,57 @@ def test_head_states_are_bounded_and_used_only_as_the_state_they_were_held_as(si
         "unhashed": [None, None, 0],
         "big": [None, 0],
     }
+
+
+# Steps put, then the thread left quiet until the sidecar folds its head (the same Step in other bytes,
+# another XXH3-64); prints the head Gets of the reads after the fold and whether they read right.
+_FOLDED = r"""
+const { emptyCheckpoint, uuid6 } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const thread = { configurable: { thread_id: 'quiet', checkpoint_ns: '' } };
+(async () => {
+  const saver = new CkptSaver(process.argv[2]);
+  const gets = [];
+  const get = saver.client.get.bind(saver.client);
+  saver.client.get = async (...args) => {
+    const got = await get(...args);
+    gets.push([got.state_omitted, got.info.state_xxh3]);
+    return got;
+  };
+  let config = thread;
+  for (let n = 0; n < 12; n++) {
+    const versions = { messages: n + 1, n: n + 1 };
+    const values = { messages: Array.from({ length: n + 1 }, (_, i) => `m${i}`), n };
+    const checkpoint = { ...emptyCheckpoint(), id: uuid6(-1), channel_values: values, channel_versions: versions };
+    config = await saver.put(config, checkpoint, { source: 'loop', step: n, parents: {} }, versions);
+  }
+  // Read once: the state held is then the stored bytes (a put's merge the sidecar stored compacted is read
+  // whole at the next read).
+  await saver.getTuple(thread);
+  const written = saver.heads.get('langgraph/5/quiet/').stateXxh3;
+  const deadline = Date.now() + 30000;
+  const probe = new CkptSaver(process.argv[2]);
+  while ((await probe.client.get('langgraph/5/quiet/', 0)).info.state_xxh3 === written) {
+    if (Date.now() > deadline) throw new Error('the head was never folded');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  probe.close();
+  gets.length = 0;
+  const out = { values: [] };
+  for (let i = 0; i < 2; i++) out.values.push((await saver.getTuple(thread)).checkpoint.channel_values.n);
+  out.gets = gets.map(([omitted, xxh3]) => [omitted, xxh3 !== written]);
+  saver.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_a_head_folded_while_quiet_is_read_in_one_call_without_its_state(tmp_path: Path) -> None:
+    """The sidecar leaves the state out for the digest the put answered, though a fold stored it in other
+    bytes since; the saver used to take that reply for another head's and read the state again, whole."""
+    sidecar = start_sidecar(tmp_path / "data", "--fold-after-quiet-seconds", "1", "--sweep-interval-seconds", "1")
+    try:
+        out = run_node(_FOLDED, sidecar)
+        assert out == {"values": [11, 11], "gets": [[True, True], [True, True]]}
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
