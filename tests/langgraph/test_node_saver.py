@@ -33,6 +33,19 @@ def _node() -> str:
     return node
 
 
+def node_process(script: str, target: str, *args: str) -> subprocess.Popen[str]:
+    """``script`` run by Node in clients/node (argv: the client's directory, ``target``, ``args``), its
+    stdin, stdout and stderr piped as text: a test speaks with it line by line."""
+    return subprocess.Popen(
+        [_node(), "-e", script, str(NODE_CLIENT), target, *args],
+        cwd=NODE_CLIENT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_langgraph_js_conformance_suite_passes_every_case(tmp_path: Path) -> None:
     node = _node()
     results = tmp_path / "results.json"

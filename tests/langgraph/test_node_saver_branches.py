@@ -6,13 +6,12 @@ carried forward, read again and retried when another write lands first."""
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import pytest
 
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
+from tests.langgraph.test_node_saver import node_process
 from tests.langgraph.test_node_saver_records import JsonSerde, thread
 from tests.langgraph.test_node_saver_remade_logs import _py_step
 from tests.support import Sidecar
@@ -81,14 +80,7 @@ function step(saver, config, n, run) {
 
 def _branch(sidecar: Sidecar, first: str, pause: str, meanwhile: Any) -> tuple[list[str], dict[str, Any]]:
     """Runs _BRANCH; ``meanwhile(ids)`` runs while the Node saver waits. The ids it wrote, and what it printed last."""
-    proc = subprocess.Popen(
-        [_node(), "-e", _BRANCH, str(NODE_CLIENT), sidecar.unix_target, first, pause],
-        cwd=NODE_CLIENT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = node_process(_BRANCH, sidecar.unix_target, first, pause)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         line = proc.stdout.readline()

@@ -6,7 +6,6 @@ Node saver's next checkpoint and its pending writes read back whole, as the Pyth
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
+from tests.langgraph.test_node_saver import node_process
 from tests.langgraph.test_node_saver_records import JsonSerde, thread
 from tests.support import Sidecar
 
@@ -78,14 +77,7 @@ def _py_step(saver: CkptSaver, config: Any, n: int, run: str) -> Any:
 def test_node_saver_keeps_writes_after_another_saver_makes_the_threads_log_anew(
     sidecar: Sidecar, rebuild: str, mode: str
 ) -> None:
-    proc = subprocess.Popen(
-        [_node(), "-e", _REMADE, str(NODE_CLIENT), sidecar.unix_target, rebuild, mode],
-        cwd=NODE_CLIENT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = node_process(_REMADE, sidecar.unix_target, rebuild, mode)
     assert proc.stdin is not None and proc.stdout is not None
     with CkptSaver(sidecar.tcp_target, serde=JsonSerde()) as second:
         try:

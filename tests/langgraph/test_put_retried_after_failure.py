@@ -5,7 +5,6 @@ the checkpoint succeeds. Python and LangGraph.js savers, on a real sidecar stopp
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,9 @@ from langgraph.checkpoint.base.id import uuid6
 
 from ckpt.sidecar.client import UnavailableError
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
-from tests.support import start_sidecar
+from tests.langgraph.test_node_saver import node_process
+from tests.langgraph.test_node_saver_records import run_node
+from tests.support import Sidecar, start_sidecar
 
 
 def _thread(checkpoint_id: str | None = None) -> Any:
@@ -82,14 +82,7 @@ const thread = (id) => ({ configurable: { thread_id: 't', checkpoint_ns: '', ...
 def test_js_writes_before_a_failed_put_come_with_its_checkpoint_put_again(tmp_path: Path) -> None:
     data, sock = tmp_path / "data", tmp_path / "ckpt.sock"
     sidecar = start_sidecar(data, socket_path=sock)
-    node = subprocess.Popen(
-        [_node(), "-e", _JS, str(NODE_CLIENT), sidecar.unix_target],
-        cwd=NODE_CLIENT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    node = node_process(_JS, sidecar.unix_target)
     assert node.stdin is not None and node.stdout is not None
     try:
         assert node.stdout.readline() == "wrote\n"
@@ -162,22 +155,10 @@ const checkpoint = (id, x) => ({ ...emptyCheckpoint(), id, channel_values: { x }
 """
 
 
-def test_js_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refused(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data")
-    try:
-        proc = subprocess.run(
-            [_node(), "-e", _JS_AGAIN, str(NODE_CLIENT), sidecar.unix_target],
-            cwd=NODE_CLIENT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
-        assert out.pop("earlier").startswith('checkpoint "1" of thread "t" (checkpoint_ns "") is stored already')
-        assert out == {"again": "1", "pending": [["task-1", "x", "pending"]], "latest": "2", "listed": ["2", "1"]}
-    finally:
-        assert sidecar.stop() == 0, sidecar.log()
+def test_js_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refused(sidecar: Sidecar) -> None:
+    out = run_node(_JS_AGAIN, sidecar)
+    assert out.pop("earlier").startswith('checkpoint "1" of thread "t" (checkpoint_ns "") is stored already')
+    assert out == {"again": "1", "pending": [["task-1", "x", "pending"]], "latest": "2", "listed": ["2", "1"]}
 
 
 class _ReplyLost:
@@ -259,23 +240,11 @@ const checkpoint = (id, x) => ({ ...emptyCheckpoint(), id, channel_values: { x }
 """
 
 
-def test_js_a_put_made_again_after_its_reply_was_lost_succeeds(tmp_path: Path) -> None:
-    sidecar = start_sidecar(tmp_path / "data")
-    try:
-        proc = subprocess.run(
-            [_node(), "-e", _JS_REPLY_LOST, str(NODE_CLIENT), sidecar.unix_target],
-            cwd=NODE_CLIENT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout) == {
-            "failed": 14,
-            "again": "2",
-            "listed": ["3", "2", "1"],
-            "pending": [["task-1", "x", "early"]],
-            "latest": True,
-        }
-    finally:
-        assert sidecar.stop() == 0, sidecar.log()
+def test_js_a_put_made_again_after_its_reply_was_lost_succeeds(sidecar: Sidecar) -> None:
+    assert run_node(_JS_REPLY_LOST, sidecar) == {
+        "failed": 14,
+        "again": "2",
+        "listed": ["3", "2", "1"],
+        "pending": [["task-1", "x", "early"]],
+        "latest": True,
+    }
