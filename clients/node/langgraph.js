@@ -49,10 +49,9 @@ class CkptSaver extends BaseCheckpointSaver {
     // Where pending writes are in a session's log (records.proto, Step.writes_after_seq): LangGraph.js
     // saves a task's writes while its checkpoint's put may not have begun. By session, the seq this
     // saver last read or appended (where the log is); by checkpoint, the seq seen before a write to it
-    // that came before its put, the puts under way, and the checkpoints it put or read.
+    // that came before its put ended, and the checkpoints it put or read.
     this.lastSeq = new Map();
     this.early = new Map();
-    this.putting = new Set();
     this.known = new Map();
     // The state of each head it last put or read, up to a bound in bytes: a read of that head then leaves it out.
     this.states = new HeadStates();
@@ -358,17 +357,16 @@ class CkptSaver extends BaseCheckpointSaver {
     const early = this.early.get(key);
     const writesAfterSeq = Math.min(early ?? Infinity, this.lastSeq.get(sessionId) || 0);
     this.early.delete(key);
-    this.putting.add(key);
     try {
       const where = { threadId, checkpointNs, parentId: parentId || '', sessionId };
       await this.putStep(where, checkpoint, metadata, newVersions || {}, writesAfterSeq);
     } catch (err) {
-      // Not put: the same put made again must still find the writes saved before it.
-      if (early !== undefined) remember(this.early, key, Math.min(this.early.get(key) ?? Infinity, early));
+      // Not put: the same put made again must still find the writes saved before it and during it.
+      const lowest = Math.min(early ?? Infinity, this.early.get(key) ?? Infinity);
+      if (lowest !== Infinity) remember(this.early, key, lowest);
       throw err;
-    } finally {
-      this.putting.delete(key);
     }
+    this.early.delete(key); // a write saved during the put is after the seq it stored
     remember(this.known, key, true);
     return configOf(threadId, checkpointNs, checkpoint.id);
   }
@@ -439,7 +437,10 @@ class CkptSaver extends BaseCheckpointSaver {
         if (!(err instanceof ConflictError)) throw err;
         const now = await this.headIds(sessionId);
         if (now !== undefined && now.checkpointId === checkpoint.id) {
-          this.heads.delete(sessionId); // this put landed before, its reply lost: the head is read again
+          // This put landed before, its reply lost: the head, its lists unknown (the next step writes them
+          // whole), which the next put continues with compare-and-set as ever.
+          const { version, writesAfterSeq, stateXxh3 } = now;
+          this.keepHead(sessionId, { version, checkpointId: now.checkpointId, lists: new Map(), storedElements: 0, writesAfterSeq, stateXxh3 });
           this.states.forget(sessionId);
           return;
         }
@@ -535,8 +536,9 @@ class CkptSaver extends BaseCheckpointSaver {
     }
     const sessionId = r.sessionIdOf(threadId, checkpointNs);
     const key = keyOf(sessionId, checkpointId);
-    if (!this.putting.has(key) && !this.known.has(key)) {
-      // Its checkpoint's put has not begun: tell that put where these writes are.
+    if (!this.known.has(key)) {
+      // Its checkpoint's put has not begun or is under way: tell that put (or the same put made again, if
+      // this one fails) where these writes are.
       remember(this.early, key, Math.min(this.early.get(key) ?? Infinity, this.lastSeq.get(sessionId) || 0));
     }
     const record = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ckpt.langgraph.v1 import records_pb2
+
 from .records import Lists, Where
 
 #: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
@@ -50,3 +52,10 @@ class Head:
         """Whether cut-off list elements outweigh live ones: the next step is written whole, dropping them."""
         live = sum(len(v) for v in self.lists.values())
         return self.stored_elements - live > max(_DEAD_ELEMENTS_ALLOWED, live)
+
+
+def head_read(version: int, step: records_pb2.Step, state_xxh3: int) -> Head:
+    """The head a read of its ids (HEAD_MASK) gives: its list digests unknown, so a step continuing it sends
+    its lists whole."""
+    deleted = tuple(step.deleted_checkpoint_ids)
+    return Head(step.checkpoint_id, version, deleted, writes_after_seq=step.writes_after_seq, state_xxh3=state_xxh3)

@@ -36,7 +36,7 @@ from ckpt.langgraph.v1 import records_pb2
 from .backends import HeadMoved, SeqEvents, Versions
 from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
 from .elements import Elements
-from .heads import CheckpointConflictError, Head
+from .heads import CheckpointConflictError, Head, head_read
 from .liststates import ListStates
 from .prune import Pruning, ids_of
 from .records import (
@@ -99,11 +99,9 @@ class Operations(Pruning):
         self._heads: OrderedDict[str, Head] = OrderedDict()
         self._ids: OrderedDict[tuple[str, str], int] = OrderedDict()
         # Where pending writes are in a session's log (see Step.writes_after_seq): the highest seq this
-        # saver saw; for a checkpoint written to before its put began, the seq seen before that write;
-        # the puts under way.
+        # saver saw; for a checkpoint written to before its put ended, the seq seen before that write.
         self._last_seq: dict[str, int] = {}
         self._early: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._putting: set[tuple[str, str]] = set()
         # The views of the heads this saver last put or read: a read of one parses no state.
         self._views = HeadViews()
 
@@ -372,18 +370,18 @@ class Operations(Pruning):
             # Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
             early = self._early.pop(key, _NO_SEQ)
             writes_after_seq = min(early, self._last_seq.get(sid, 0))
-            self._putting.add(key)
         try:
-            return (yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq))
+            done = yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq)
         except BaseException:
-            if early != _NO_SEQ:
-                # Not put: the same put made again must still find the writes saved before it.
-                with self._lock:
-                    self._early[key] = min(self._early.get(key, _NO_SEQ), early)
-            raise
-        finally:
             with self._lock:
-                self._putting.discard(key)
+                # Not put: the same put made again must still find the writes saved before it and during it.
+                if (lowest := min(early, self._early.get(key, _NO_SEQ))) != _NO_SEQ:
+                    self._early[key] = lowest
+            raise
+        else:
+            with self._lock:
+                self._early.pop(key, None)  # a write saved during the put is after the seq it stored
+            return done
 
     def _put(
         self,
@@ -407,10 +405,14 @@ class Operations(Pruning):
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
                 self._forget(sid)
-                now = yield Call("get", (sid, 0, HEAD_MASK))
-                if now is not None and decode_step(now[1]).checkpoint_id == encoded.checkpoint_id:
-                    return where.config(encoded.checkpoint_id)  # this put landed before, its reply lost
-                raise CheckpointConflictError(where, parent_id, moved.current_version) from None
+                now = yield Call("get", (sid, 0, _BRANCH_MASK))
+                landed = decode_step(now[1]) if now is not None else None
+                if landed is None or landed.checkpoint_id != encoded.checkpoint_id:
+                    raise CheckpointConflictError(where, parent_id, moved.current_version) from None
+                # This put landed before, its reply lost: the head, which the next put continues with
+                # compare-and-set as ever.
+                self._saw_head(sid, head_read(now[0], landed, now[2]))
+                return where.config(encoded.checkpoint_id)
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
         encoded = encode_put(self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
@@ -421,12 +423,13 @@ class Operations(Pruning):
                 encoded.patch.writes_after_seq = 0
             else:
                 step = decode_step(got[1])
-                current = Head(step.checkpoint_id, got[0], tuple(step.deleted_checkpoint_ids), state_xxh3=got[2])
+                current = head_read(got[0], step, got[2])
                 if step.checkpoint_id == encoded.checkpoint_id:
                     # The latest checkpoint put again (a put retried): it is written again, its pending
                     # writes still its own.
                     encoded.patch.writes_after_seq = min(encoded.patch.writes_after_seq, step.writes_after_seq)
-                elif attempt == 0 and (yield from self._stored(where, encoded.checkpoint_id)):
+                elif attempt == 0 and encoded.checkpoint_id in _newest_versions((yield Call("versions", (sid,)))):
+                    # Stored already (deleted or not), not the latest: listed only by a put starting a branch.
                     raise ValueError(
                         f"checkpoint {encoded.checkpoint_id!r} of thread {where.thread_id!r} (checkpoint_ns"
                         f" {where.checkpoint_ns!r}) is stored already, and is not its latest: ckpt's saver keeps"
@@ -440,12 +443,6 @@ class Operations(Pruning):
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
         raise CheckpointConflictError(where, parent_id, 0)
-
-    def _stored(self, where: Where, checkpoint_id: str) -> Op:
-        """Whether the namespace holds checkpoint ``checkpoint_id`` (deleted or not): a listing of its
-        versions, made only by a put that does not continue the head this saver holds."""
-        versions = yield Call("versions", (where.session_id,))
-        return checkpoint_id in _newest_versions(versions)
 
     def _write(self, where: Where, encoded: Encoded, head: Head) -> Op:
         """Write ``encoded`` after ``head`` with compare-and-set on it: only what changed when it continues
@@ -495,9 +492,9 @@ class Operations(Pruning):
         payload = encode_writes(self.serde, checkpoint_id, writes, task_id, task_path)
         sid, key = where.session_id, (where.session_id, checkpoint_id)
         with self._lock:
-            if key not in self._putting and key not in self._ids:
-                # LangGraph saves a task's writes while its checkpoint's put may not have begun: tell that
-                # put where they are.
+            if key not in self._ids:
+                # LangGraph saves a task's writes while its checkpoint's put may not have begun, or is under
+                # way: tell that put (or the same put made again, if this one fails) where they are.
                 self._early[key] = min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0))
                 self._early.move_to_end(key)
                 while len(self._early) > _ID_CACHE_SIZE:

@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 from ckpt.sidecar.client import UnavailableError
-from ckpt.sidecar.langgraph import CkptSaver
+from ckpt.sidecar.langgraph import CheckpointConflictError, CkptSaver
 from tests.langgraph.test_node_saver import node_process
 from tests.langgraph.test_node_saver_records import run_node
 from tests.support import Sidecar, start_sidecar
@@ -247,4 +247,116 @@ def test_js_a_put_made_again_after_its_reply_was_lost_succeeds(sidecar: Sidecar)
         "listed": ["3", "2", "1"],
         "pending": [["task-1", "x", "early"]],
         "latest": True,
+    }
+
+
+def test_after_a_put_whose_reply_was_lost_another_writer_is_still_caught(sidecar: Sidecar) -> None:
+    """The put made again finds its own checkpoint as the head: the saver keeps that head, so its next
+    step continues it with compare-and-set and fails if another writer moved the thread meanwhile."""
+    with CkptSaver(sidecar.unix_target) as saver, CkptSaver(sidecar.unix_target) as other:
+        backend = saver._backend = _ReplyLost(saver._backend)
+        first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+        backend.lose_next_put = True
+        with pytest.raises(UnavailableError):
+            saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        second = saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        head = other.get_tuple(_thread())
+        assert head is not None and head.config == second
+        theirs = other.put(second, _checkpoint("3b", "other"), {"step": 2}, {"x": "other"})
+        with pytest.raises(CheckpointConflictError):
+            saver.put(second, _checkpoint("3a", "mine"), {"step": 2}, {"x": "mine"})
+        latest = saver.get_tuple(_thread())
+        assert latest is not None and latest.config == theirs
+        assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["3b", "2", "1"]
+
+
+class _FailsUnstored:
+    """A saver's backend whose next put fails unstored (the sidecar unreachable), a task's write landing
+    while it is under way, as LangGraph saves the next step's writes while a put runs."""
+
+    def __init__(self, backend: Any, meanwhile: Any) -> None:
+        self._backend = backend
+        self._meanwhile = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def put(self, *args: Any) -> Any:
+        self._meanwhile()
+        raise UnavailableError("the sidecar is unreachable", grpc.StatusCode.UNAVAILABLE)
+
+
+@pytest.mark.parametrize("on", ["embedded", "sidecar"])
+def test_writes_saved_while_a_failed_put_was_under_way_come_with_it_put_again(tmp_path: Path, on: str) -> None:
+    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
+    try:
+        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
+            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+            real = saver._backend
+
+            def meanwhile() -> None:
+                saver._backend = real
+                saver.put_writes(_thread("2"), [("__interrupt__", "approve?")], "task-1")
+
+            saver._backend = _FailsUnstored(real, meanwhile)
+            with pytest.raises(UnavailableError):
+                saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+            saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+            read = saver.get_tuple(_thread())
+            assert read is not None and read.pending_writes == [("task-1", "__interrupt__", "approve?")]
+    finally:
+        if sidecar is not None:
+            assert sidecar.stop() == 0, sidecar.log()
+
+
+# A put that fails unstored while a task's write lands, made again; then a put whose reply is lost, made
+# again, and another saver moving the thread before the first one's next step.
+_JS_DURING_AND_AFTER = r"""
+const { emptyCheckpoint } = require(process.argv[1] + '/node_modules/@langchain/langgraph-checkpoint');
+const { CkptSaver } = require(process.argv[1] + '/langgraph.js');
+const thread = (id) => ({ configurable: { thread_id: 't', checkpoint_ns: '', ...(id ? { checkpoint_id: id } : {}) } });
+const checkpoint = (id, x) => ({ ...emptyCheckpoint(), id, channel_values: { x }, channel_versions: { x } });
+const unavailable = () => Object.assign(new Error('14 UNAVAILABLE'), { code: 14 });
+(async () => {
+  const [saver, other] = [new CkptSaver(process.argv[2]), new CkptSaver(process.argv[2])];
+  const append = saver.client.appendEvents.bind(saver.client);
+  let mode = null;
+  saver.client.appendEvents = async (...args) => {
+    if (!(args[2] && args[2].put) || mode === null) return append(...args);
+    const now = mode;
+    mode = null;
+    if (now === 'unstored') {
+      await saver.putWrites(thread('2'), [['__interrupt__', 'approve?']], 'task-1');
+      throw unavailable();
+    }
+    await append(...args);
+    throw unavailable();
+  };
+  const out = {};
+  const first = await saver.put(thread(), checkpoint('1', 'a'), { step: 0 }, { x: 'a' });
+  mode = 'unstored';
+  await saver.put(first, checkpoint('2', 'b'), { step: 1 }, { x: 'b' }).catch(() => {});
+  const second = await saver.put(first, checkpoint('2', 'b'), { step: 1 }, { x: 'b' });
+  out.pending = (await saver.getTuple(thread())).pendingWrites;
+  mode = 'lost';
+  await saver.put(second, checkpoint('3', 'c'), { step: 2 }, { x: 'c' }).catch(() => {});
+  const third = await saver.put(second, checkpoint('3', 'c'), { step: 2 }, { x: 'c' });
+  await other.getTuple(thread());
+  await other.put(third, checkpoint('4b', 'other'), { step: 3 }, { x: 'other' });
+  const mine = saver.put(third, checkpoint('4a', 'mine'), { step: 3 }, { x: 'mine' });
+  out.mine = await mine.then(() => null, (e) => e.name);
+  out.listed = [];
+  for await (const t of saver.list(thread())) out.listed.push(t.checkpoint.id);
+  saver.close();
+  other.close();
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def test_js_writes_during_a_failed_put_and_writers_after_a_lost_reply(sidecar: Sidecar) -> None:
+    assert run_node(_JS_DURING_AND_AFTER, sidecar) == {
+        "pending": [["task-1", "__interrupt__", "approve?"]],
+        "mine": "CheckpointConflictError",
+        "listed": ["4b", "3", "2", "1"],
     }
