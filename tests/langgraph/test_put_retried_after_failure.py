@@ -4,7 +4,9 @@ the checkpoint succeeds. Python and LangGraph.js savers, on a real sidecar stopp
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,18 @@ def _thread(checkpoint_id: str | None = None) -> Any:
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id
     return {"configurable": configurable}
+
+
+@contextlib.contextmanager
+def _saver(tmp_path: Path, on: str) -> Iterator[CkptSaver]:
+    """A saver on a sidecar of its own (``on`` "sidecar") or embedded, on ``tmp_path / "data"``."""
+    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
+    try:
+        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
+            yield saver
+    finally:
+        if sidecar is not None:
+            assert sidecar.stop() == 0, sidecar.log()
 
 
 def test_python_writes_before_a_failed_put_come_with_its_checkpoint_put_again(tmp_path: Path) -> None:
@@ -112,23 +126,18 @@ def test_a_checkpoint_put_again_keeps_its_writes_and_an_earlier_one_is_refused(t
     """The latest checkpoint put again (a put retried once it landed) is written again with its pending
     writes, as InMemorySaver overwrites it; an earlier one put again is refused naming it, rather than
     written as the thread's latest."""
-    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
-    try:
-        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
-            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
-            saver.put_writes(first, [("x", "pending")], "task-1")
-            assert saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"}) == first
-            read = saver.get_tuple(first)
-            assert read is not None and read.pending_writes == [("task-1", "x", "pending")]
-            second = saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
-            with pytest.raises(ValueError, match=r"checkpoint '1' of thread 't' .* is stored already, and is not"):
-                saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
-            latest = saver.get_tuple(_thread())
-            assert latest is not None and latest.config == second
-            assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["2", "1"]
-    finally:
-        if sidecar is not None:
-            assert sidecar.stop() == 0, sidecar.log()
+    with _saver(tmp_path, on) as saver:
+        first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+        saver.put_writes(first, [("x", "pending")], "task-1")
+        assert saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"}) == first
+        read = saver.get_tuple(first)
+        assert read is not None and read.pending_writes == [("task-1", "x", "pending")]
+        second = saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        with pytest.raises(ValueError, match=r"checkpoint '1' of thread 't' .* is stored already, and is not"):
+            saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+        latest = saver.get_tuple(_thread())
+        assert latest is not None and latest.config == second
+        assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["2", "1"]
 
 
 _JS_AGAIN = r"""
@@ -184,25 +193,20 @@ class _ReplyLost:
 def test_a_put_made_again_after_its_reply_was_lost_succeeds(tmp_path: Path, on: str) -> None:
     """A put stored whose reply never came, made again: it finds its own checkpoint as the head and returns,
     rather than report that another writer moved the thread; the next step goes on from it."""
-    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
-    try:
-        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
-            backend = saver._backend = _ReplyLost(saver._backend)
-            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
-            saver.put_writes(_thread("2"), [("x", "early")], "task-1")  # before its checkpoint's put
-            backend.lose_next_put = True
-            with pytest.raises(UnavailableError):
-                saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
-            assert saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"}) == _thread("2")
-            third = saver.put(_thread("2"), _checkpoint("3", "c"), {"step": 2}, {"x": "c"})
-            assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["3", "2", "1"]
-            second = saver.get_tuple(_thread("2"))
-            assert second is not None and second.pending_writes == [("task-1", "x", "early")]
-            latest = saver.get_tuple(_thread())
-            assert latest is not None and latest.config == third
-    finally:
-        if sidecar is not None:
-            assert sidecar.stop() == 0, sidecar.log()
+    with _saver(tmp_path, on) as saver:
+        backend = saver._backend = _ReplyLost(saver._backend)
+        first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+        saver.put_writes(_thread("2"), [("x", "early")], "task-1")  # before its checkpoint's put
+        backend.lose_next_put = True
+        with pytest.raises(UnavailableError):
+            saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        assert saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"}) == _thread("2")
+        third = saver.put(_thread("2"), _checkpoint("3", "c"), {"step": 2}, {"x": "c"})
+        assert [t.checkpoint["id"] for t in saver.list(_thread())] == ["3", "2", "1"]
+        second = saver.get_tuple(_thread("2"))
+        assert second is not None and second.pending_writes == [("task-1", "x", "early")]
+        latest = saver.get_tuple(_thread())
+        assert latest is not None and latest.config == third
 
 
 _JS_REPLY_LOST = r"""
@@ -288,25 +292,20 @@ class _FailsUnstored:
 
 @pytest.mark.parametrize("on", ["embedded", "sidecar"])
 def test_writes_saved_while_a_failed_put_was_under_way_come_with_it_put_again(tmp_path: Path, on: str) -> None:
-    sidecar = start_sidecar(tmp_path / "data") if on == "sidecar" else None
-    try:
-        with CkptSaver(sidecar.unix_target) if sidecar else CkptSaver.embedded(tmp_path / "data") as saver:
-            first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
-            real = saver._backend
+    with _saver(tmp_path, on) as saver:
+        first = saver.put(_thread(), _checkpoint("1", "a"), {"step": 0}, {"x": "a"})
+        real = saver._backend
 
-            def meanwhile() -> None:
-                saver._backend = real
-                saver.put_writes(_thread("2"), [("__interrupt__", "approve?")], "task-1")
+        def meanwhile() -> None:
+            saver._backend = real
+            saver.put_writes(_thread("2"), [("__interrupt__", "approve?")], "task-1")
 
-            saver._backend = _FailsUnstored(real, meanwhile)
-            with pytest.raises(UnavailableError):
-                saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        saver._backend = _FailsUnstored(real, meanwhile)
+        with pytest.raises(UnavailableError):
             saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
-            read = saver.get_tuple(_thread())
-            assert read is not None and read.pending_writes == [("task-1", "__interrupt__", "approve?")]
-    finally:
-        if sidecar is not None:
-            assert sidecar.stop() == 0, sidecar.log()
+        saver.put(first, _checkpoint("2", "b"), {"step": 1}, {"x": "b"})
+        read = saver.get_tuple(_thread())
+        assert read is not None and read.pending_writes == [("task-1", "__interrupt__", "approve?")]
 
 
 # A put that fails unstored while a task's write lands, made again; then a put whose reply is lost, made
