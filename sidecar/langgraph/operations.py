@@ -404,13 +404,14 @@ class Operations(Pruning):
             try:
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
-                self._forget(sid)
                 now = yield Call("get", (sid, 0, _BRANCH_MASK))
                 landed = decode_step(now[1]) if now is not None else None
                 if landed is None or landed.checkpoint_id != encoded.checkpoint_id:
+                    self._forget(sid)
                     raise CheckpointConflictError(where, parent_id, moved.current_version) from None
                 # This put landed before, its reply lost: the head, which the next put continues with
-                # compare-and-set as ever.
+                # compare-and-set as ever, in the same log (where this saver saw it end still holds).
+                self._views.forget(sid)
                 self._saw_head(sid, head_read(now[0], landed, now[2]))
                 return where.config(encoded.checkpoint_id)
             self._saw_head(sid, head)
