@@ -47,6 +47,7 @@ from .failures import (
     put_stream_response,
 )
 from .getevents import events_query
+from .heap import REPLY_PAGE_BYTES
 from .inflight import InFlight
 from .masking import INLINE_MASK_MAX_STATE_BYTES, Masks, mask_paths
 from .methods import PUT_METHOD, RECORD_BLOB_METHOD, SERVICE, UNARY_METHODS
@@ -290,6 +291,7 @@ class CheckpointService:
                 max_page_bytes=limit,
                 include_states=True,
                 start_version=start,
+                target_page_bytes=REPLY_PAGE_BYTES,
             )
             reply = service_pb2.ListVersionsResponse(
                 versions=[version_info_pb(r.info, r.state) for r in got], next_page_token=token

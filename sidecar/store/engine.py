@@ -363,12 +363,12 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
     @overload
     def list_versions(
         self, session_id: str, *, page_size: int = ..., page_token: str = ..., max_page_bytes: int = ...,
-        include_states: Literal[False] = ..., start_version: int = ...,
+        include_states: Literal[False] = ..., start_version: int = ..., target_page_bytes: int = ...,
     ) -> tuple[list[VersionInfo], str]: ...  # fmt: skip
     @overload
     def list_versions(
         self, session_id: str, *, page_size: int = ..., page_token: str = ..., max_page_bytes: int = ...,
-        include_states: Literal[True], start_version: int = ...,
+        include_states: Literal[True], start_version: int = ..., target_page_bytes: int = ...,
     ) -> tuple[list[GetResult], str]: ...  # fmt: skip
     def list_versions(
         self,
@@ -379,6 +379,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         max_page_bytes: int = 0,
         include_states: bool = False,
         start_version: int = 0,
+        target_page_bytes: int = 0,
     ) -> tuple[list[VersionInfo], str] | tuple[list[GetResult], str]:
         """A page of a session's versions, newest first, and the next page's token ("" at the end).
 
@@ -386,8 +387,9 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         that many bytes encoded (an upper bound: listings.version_info_bytes),
         so that a page fits a size-limited reply; a page holds one version at least.
         ``include_states``: each as what :meth:`get` returns, each chain the page touches decoded once
-        (history.py); a first state over ``max_page_bytes`` is StateTooLarge. ``start_version``: list from
-        it back (0: from the head).
+        (history.py); a first state over ``max_page_bytes`` is StateTooLarge. ``target_page_bytes`` (0: none)
+        ends a page early as ``max_page_bytes`` does, but a first version over it is listed all the same.
+        ``start_version``: list from it back (0: from the head).
         """
         listing = list_states if include_states else list_versions
         return listing(
@@ -398,6 +400,7 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
             page_token=page_token,
             max_page_bytes=max_page_bytes,
             start_version=start_version,
+            target_page_bytes=target_page_bytes,
         )
 
     def list_sessions(

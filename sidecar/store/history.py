@@ -36,6 +36,7 @@ def list_states(
     page_token: str,
     max_page_bytes: int,
     start_version: int = 0,
+    target_page_bytes: int = 0,
 ) -> tuple[list[GetResult], str]:
     """A page of a session's versions with their states, newest first, and the next page's token
     (Store.list_versions with include_states)."""
@@ -49,6 +50,7 @@ def list_states(
             max_page_bytes=max_page_bytes,
             start_version=start_version,
             with_states=True,
+            target_page_bytes=target_page_bytes,
         )
         return page_states(txn, tables, session_id, page), token
 

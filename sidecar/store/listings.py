@@ -46,6 +46,7 @@ def list_versions(
     page_token: str,
     max_page_bytes: int,
     start_version: int = 0,
+    target_page_bytes: int = 0,
 ) -> tuple[list[VersionInfo], str]:
     """A page of a session's versions, newest first, and the next page's token (Store.list_versions)."""
     with read() as txn:
@@ -57,6 +58,7 @@ def list_versions(
             page_token=page_token,
             max_page_bytes=max_page_bytes,
             start_version=start_version,
+            target_page_bytes=target_page_bytes,
         )
     return [info for info, _ in page], token
 
@@ -71,12 +73,17 @@ def version_page(
     max_page_bytes: int,
     start_version: int,
     with_states: bool = False,
+    target_page_bytes: int = 0,
 ) -> tuple[list[tuple[VersionInfo, Any]], str]:
     """A page of versions, newest first, each with its stored value (valid while ``txn`` is), and the
     next page's token. ``with_states``: each version's state counts towards ``max_page_bytes`` too, and a
-    first one whose state alone is over it is StateTooLarge (a page always holds one version)."""
+    first one whose state alone is over it is StateTooLarge (a page always holds one version).
+    ``target_page_bytes`` (0: none) ends a page as ``max_page_bytes`` does, but a first version over it
+    is listed all the same."""
     sid = keys.session_key(session_id)
     size = check_page_args(page_size, page_token, max_page_bytes)
+    check_int_arg("target_page_bytes", target_page_bytes, most=MAX_INT, means="0 = none")
+    budget = min(b for b in (max_page_bytes, target_page_bytes, MAX_INT) if b)
     check_int_arg("start_version", start_version, means="0 = the head")
     raw = txn.get(sid, db=tables.sessions)
     if raw is None:
@@ -110,18 +117,17 @@ def version_page(
         if len(out) == size:
             return out, _encode_token(b"v", scope, str(version).encode())
         info = version_info(session_id, version, value)
-        if max_page_bytes:
-            # A page keeps one version whatever its size: only a state over the budget itself is refused,
-            # as Get refuses it. Its metadata fits the envelope the caller keeps clear above the budget.
-            if not out and with_states and info.state_size > max_page_bytes:
-                raise StateTooLarge(
-                    f"session {session_id!r} version {version}: its state is {info.state_size} bytes, more than"
-                    f" the {max_page_bytes} bytes a page of versions with their states holds (max_state_bytes);"
-                    " read it alone with Get"
-                )
-            page_bytes += version_info_bytes(info, with_state=with_states)
-            if out and page_bytes > max_page_bytes:
-                return out, _encode_token(b"v", scope, str(version).encode())
+        # A page keeps one version whatever its size: only a state over the limit itself is refused,
+        # as Get refuses it. Its metadata fits the envelope the caller keeps clear above the limit.
+        if max_page_bytes and not out and with_states and info.state_size > max_page_bytes:
+            raise StateTooLarge(
+                f"session {session_id!r} version {version}: its state is {info.state_size} bytes, more than"
+                f" the {max_page_bytes} bytes a page of versions with their states holds (max_state_bytes);"
+                " read it alone with Get"
+            )
+        page_bytes += version_info_bytes(info, with_state=with_states)
+        if out and page_bytes > budget:
+            return out, _encode_token(b"v", scope, str(version).encode())
         out.append((info, value))
         expected -= 1
     if expected >= rec.first_version:

@@ -1,6 +1,7 @@
 """A session's history with its states through a real sidecar: the Python clients (sync and asyncio) and
 the Node.js client return, for every version, the bytes a Get of it returns; pages end early by the
-states' bytes under the message limit; a single state over the limit is RESOURCE_EXHAUSTED naming it."""
+states' bytes under the message limit, and at a few MiB under a larger one; a single state over the limit is
+RESOURCE_EXHAUSTED naming it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import grpc
 import pytest
 
 from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ResourceExhaustedError
+from ckpt.sidecar.server.heap import REPLY_PAGE_BYTES
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.client.test_node_client import node_command
 from tests.store.support import merge_patch, replace_state
@@ -230,5 +232,32 @@ def test_a_state_of_the_largest_size_a_put_takes_is_listed_with_all_its_labels(t
             listed = list(c.history("edge", include_states=True))
             assert [(v.version, v.state, dict(v.labels)) for v in listed] == [(1, largest, labels)]
             assert c.get("edge").state == largest
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
+
+
+def test_pages_with_states_end_at_the_reply_page_bytes_yet_hold_a_larger_state(tmp_path: Path) -> None:
+    # Under the default message limit, a page of large states ends at REPLY_PAGE_BYTES, not at the limit.
+    size = REPLY_PAGE_BYTES * 3 // 8  # two fit a page, three do not
+    larger = REPLY_PAGE_BYTES + 1  # a page of its own
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        with CheckpointClient(sidecar.unix_target, retries=0) as c:
+            for v in range(1, 6):
+                c.put("large", bytes([v]) * size)
+            c.put("large", b"\x07" * larger)
+            request = service_pb2.ListVersionsRequest(session_id="large", page_size=1000, include_states=True)
+            pages = []
+            with grpc.insecure_channel(sidecar.unix_target, options=[("grpc.max_receive_message_length", -1)]) as ch:
+                stub = service_pb2_grpc.CheckpointServiceStub(ch)
+                while True:
+                    page = stub.ListVersions(request, timeout=30)
+                    pages.append([(v.version, len(v.state)) for v in page.versions])
+                    request.page_token = page.next_page_token
+                    if not request.page_token:
+                        break
+            assert pages == [[(6, larger)], [(5, size), (4, size)], [(3, size), (2, size)], [(1, size)]]
+            listed = list(c.history("large", include_states=True))
+            assert [v.state for v in listed] == gets(c, "large", range(6, 0, -1))
     finally:
         assert sidecar.stop() == 0, sidecar.log()

@@ -171,6 +171,50 @@ def test_a_page_ends_early_by_the_bytes_of_its_states(tmp_path: Path) -> None:
         assert len(infos) == 10 and not token
 
 
+# (target_page_bytes, max_page_bytes, the first two pages): entries of ~1.1 KB with their metadata.
+TARGET_PAGES = [
+    (0, 0, [list(range(10, 0, -1)), []]),
+    (3500, 0, [[10, 9, 8], [7, 6, 5]]),
+    (3500, 2300, [[10, 9], [8, 7]]),  # the smaller of the two ends a page
+    (2300, 3500, [[10, 9], [8, 7]]),
+    (500, 0, [[10], [9]]),  # a first version over the target is listed all the same
+    (500, 1100, [[10], [9]]),
+]
+
+
+@pytest.mark.parametrize(("target", "limit", "want"), TARGET_PAGES)
+def test_a_page_ends_at_its_target_bytes_yet_holds_a_first_state_over_it(
+    tmp_path: Path, target: int, limit: int, want: list[list[int]]
+) -> None:
+    config = untyped_store(tmp_path, 10, ChainPolicy(frame_cost_bytes=0, max_depth=3), size=1000)
+    with Store(config) as store:
+        pages, token = [], ""
+        for _ in want:
+            page, token = store.list_versions(
+                "s", page_size=100, page_token=token, include_states=True, max_page_bytes=limit,
+                target_page_bytes=target,
+            )  # fmt: skip
+            pages.append([r.version for r in page])
+            assert [r.state for r in page] == [store.get("s", r.version).state for r in page]
+            if not token:
+                break
+        pages += [[]] * (len(want) - len(pages))
+        assert pages == want
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, r"^target_page_bytes must be in 0\.\.\d+ \(0 = none\), got -1$"),
+        ("1", r"^target_page_bytes must be an int \(0 = none\), not str$"),
+    ],
+)
+def test_a_bad_target_page_bytes_is_refused_naming_it(tmp_path: Path, value: Any, message: str) -> None:
+    config = untyped_store(tmp_path, 2, ChainPolicy())
+    with Store(config) as store, pytest.raises(InvalidArgument, match=message):
+        store.list_versions("s", include_states=True, target_page_bytes=value)
+
+
 def test_a_single_state_over_the_page_bytes_is_state_too_large_naming_it(tmp_path: Path) -> None:
     config = untyped_store(tmp_path, 3, ChainPolicy(frame_cost_bytes=0, max_depth=3), size=5000)
     with Store(config) as store:
