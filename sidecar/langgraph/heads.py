@@ -1,5 +1,5 @@
-"""What a saver knows of a namespace's head, and the error a put that continued a head another writer moved
-raises."""
+"""What a saver knows of a namespace's head, the error a put that continued a head another writer moved
+raises, and how a put continuing a checkpoint whose own put went unanswered finds the head it continues."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 
 from ckpt.langgraph.v1 import records_pb2
 
-from .records import Lists, Where
+from .calls import HEAD_MASK, Call, Op
+from .records import Lists, Where, decode_step
 
+#: What a put reads of the head before it starts a branch: its ids and where its pending writes begin.
+BRANCH_MASK = (*HEAD_MASK, "writes_after_seq")
 #: List elements cut off (a message removed, say) a namespace's state may keep before a rewrite drops them.
 _DEAD_ELEMENTS_ALLOWED = 256
 
@@ -59,3 +62,22 @@ def head_read(version: int, step: records_pb2.Step, state_xxh3: int) -> Head:
     its lists whole."""
     deleted = tuple(step.deleted_checkpoint_ids)
     return Head(step.checkpoint_id, version, deleted, writes_after_seq=step.writes_after_seq, state_xxh3=state_xxh3)
+
+
+def after_unanswered(where: Where, parent_id: str, before: Head) -> Op:
+    """The head a put continuing ``parent_id`` continues, where ``parent_id`` is the checkpoint of this saver's
+    put after ``before`` whose call ended unanswered (cancelled, or the sidecar gone): stored or not, only a
+    read tells. Its head if it was stored and is still the head; ``before`` if it was not stored and nothing
+    was put since (the put then starts a branch, as a put after an absent checkpoint does); otherwise another
+    writer put after one of them, and continuing either would hide that write: CheckpointConflictError."""
+    now = yield Call("get", (where.session_id, 0, BRANCH_MASK))
+    if now is None:
+        if before.version == 0:
+            return before
+        raise CheckpointConflictError(where, parent_id, 0)
+    step = decode_step(now[1])
+    if step.checkpoint_id == parent_id:
+        return head_read(now[0], step, now[2])
+    if (step.checkpoint_id, now[0]) == (before.checkpoint_id, before.version):
+        return before
+    raise CheckpointConflictError(where, parent_id, now[0])

@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -36,7 +36,7 @@ from ckpt.langgraph.v1 import records_pb2
 from .backends import HeadMoved, SeqEvents, Versions
 from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
 from .elements import Elements
-from .heads import CheckpointConflictError, Head, head_read
+from .heads import BRANCH_MASK, CheckpointConflictError, Head, after_unanswered, head_read
 from .liststates import ListStates
 from .prune import Pruning, ids_of
 from .records import (
@@ -70,6 +70,8 @@ _HEADS_REMEMBERED = 16384
 _ID_CACHE_SIZE = 65536
 #: No seq yet (a bound above any).
 _NO_SEQ = 2**64
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 #: What _head_tuple answers when it read a head without its state and cannot use the view it held.
@@ -77,7 +79,14 @@ _OMITTED = object()
 
 
 #: What a put that starts a branch reads of the head.
-_BRANCH_MASK = (*HEAD_MASK, "writes_after_seq")
+
+
+def _keep(table: OrderedDict[K, V], key: K, value: V, most: int) -> None:
+    """``table[key] = value``, as its newest entry; its oldest dropped past ``most`` entries."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > most:
+        table.popitem(last=False)
 
 
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
@@ -102,6 +111,9 @@ class Operations(Pruning):
         # saver saw; for a checkpoint written to before its put ended, the seq seen before that write.
         self._last_seq: dict[str, int] = {}
         self._early: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # By session: the checkpoint of this saver's last put whose call went unanswered, and the head it was
+        # put after, until a put there succeeds (heads.after_unanswered).
+        self._unanswered: OrderedDict[str, tuple[str, Head]] = OrderedDict()
         # The views of the heads this saver last put or read: a read of one parses no state.
         self._views = HeadViews()
 
@@ -116,19 +128,13 @@ class Operations(Pruning):
 
     def _saw_head(self, session_id: str, head: Head) -> None:
         with self._lock:
-            self._heads[session_id] = head
-            self._heads.move_to_end(session_id)
-            while len(self._heads) > _HEADS_REMEMBERED:
-                self._heads.popitem(last=False)
+            _keep(self._heads, session_id, head, _HEADS_REMEMBERED)
             if head.checkpoint_id is not None:
                 self._remember(session_id, head.checkpoint_id, head.version)
 
     def _remember(self, session_id: str, checkpoint_id: str, version: int) -> None:
         # Called with the lock held.
-        self._ids[(session_id, checkpoint_id)] = version
-        self._ids.move_to_end((session_id, checkpoint_id))
-        while len(self._ids) > _ID_CACHE_SIZE:
-            self._ids.popitem(last=False)
+        _keep(self._ids, (session_id, checkpoint_id), version, _ID_CACHE_SIZE)
 
     def _saw_seq(self, session_id: str, seq: int) -> None:
         # The seq just read or appended is where the log is now, so it replaces (not maxes) the one kept:
@@ -368,20 +374,18 @@ class Operations(Pruning):
         with self._lock:
             seen = self._heads.get(sid)
             # Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
-            early = self._early.pop(key, _NO_SEQ)
-            writes_after_seq = min(early, self._last_seq.get(sid, 0))
-        try:
-            done = yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq)
-        except BaseException:
-            with self._lock:
-                # Not put: the same put made again must still find the writes saved before it and during it.
-                if (lowest := min(early, self._early.get(key, _NO_SEQ))) != _NO_SEQ:
-                    self._early[key] = lowest
-            raise
-        else:
-            with self._lock:
-                self._early.pop(key, None)  # a write saved during the put is after the seq it stored
-            return done
+            # Kept until a put of it succeeds: the same put made again, even while this one is still under
+            # way (cancelled, its call not yet answered), must find the writes saved before it and during it.
+            writes_after_seq = min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0))
+            unanswered = self._unanswered.get(sid)
+        parent_id = get_checkpoint_id(config)
+        if unanswered is not None and unanswered[0] == parent_id:
+            seen = yield from after_unanswered(where, parent_id, unanswered[1])
+        done = yield from self._put(where, config, checkpoint, metadata, new_versions, seen, writes_after_seq)
+        with self._lock:
+            self._early.pop(key, None)  # a write saved during the put is after the seq it stored
+            self._unanswered.pop(sid, None)
+        return done
 
     def _put(
         self,
@@ -404,7 +408,7 @@ class Operations(Pruning):
             try:
                 head = yield from self._write(where, encoded, seen)
             except HeadMoved as moved:
-                now = yield Call("get", (sid, 0, _BRANCH_MASK))
+                now = yield Call("get", (sid, 0, BRANCH_MASK))
                 landed = decode_step(now[1]) if now is not None else None
                 if landed is None or landed.checkpoint_id != encoded.checkpoint_id:
                     self._forget(sid)
@@ -418,7 +422,7 @@ class Operations(Pruning):
             return where.config(encoded.checkpoint_id)
         encoded = encode_put(self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
         for attempt in range(_BRANCH_ATTEMPTS):
-            got = yield Call("get", (sid, 0, _BRANCH_MASK))
+            got = yield Call("get", (sid, 0, BRANCH_MASK))
             current = Head(None, 0)
             if got is None:  # no checkpoint yet; a log left by a deleted namespace is read from its start
                 encoded.patch.writes_after_seq = 0
@@ -463,7 +467,14 @@ class Operations(Pruning):
         # The view of what is written: the patch onto the head's view (none held: none made), or the whole.
         parent = self._views.get(where.session_id, head.version, head.state_xxh3) if continues else None
         args = (where.session_id, step.SerializeToString(), continues, *expected, labels)
-        version, seq, xxh3 = yield Call("put", args)
+        try:
+            version, seq, xxh3 = yield Call("put", args)
+        except HeadMoved:
+            raise
+        except BaseException:
+            with self._lock:
+                _keep(self._unanswered, where.session_id, (encoded.checkpoint_id, head), _HEADS_REMEMBERED)
+            raise
         self._saw_seq(where.session_id, seq)
         view = view_written(encoded, parent, step) if parent is not None or not continues else None
         writes_after_seq = step.writes_after_seq
@@ -496,10 +507,7 @@ class Operations(Pruning):
             if key not in self._ids:
                 # LangGraph saves a task's writes while its checkpoint's put may not have begun, or is under
                 # way: tell that put (or the same put made again, if this one fails) where they are.
-                self._early[key] = min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0))
-                self._early.move_to_end(key)
-                while len(self._early) > _ID_CACHE_SIZE:
-                    self._early.popitem(last=False)
+                _keep(self._early, key, min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0)), _ID_CACHE_SIZE)
         seq = yield Call("append", (sid, [(WRITES_EVENT, payload)]))
         with self._lock:
             self._last_seq[sid] = seq  # as _saw_seq

@@ -48,7 +48,7 @@ def _drive(backend: Any, op: Op) -> Generator[CheckpointTuple, None, Any]:
             continue
         try:
             answer = getattr(backend, step.method)(*step.args)
-        except Exception as exc:  # the operation decides: it catches what it expects, the rest propagates
+        except BaseException as exc:  # the operation decides: it catches what it expects, the rest propagates
             error = exc
 
 
@@ -79,7 +79,7 @@ async def _aiterate(backend: Any, op: Op) -> AsyncIterator[CheckpointTuple]:
             continue
         try:
             answer = await _acall(backend, step)
-        except Exception as exc:
+        except BaseException as exc:  # a cancellation too, so that the operation sees its call end
             error = exc
 
 
@@ -96,7 +96,7 @@ async def _arun(backend: Any, op: Op) -> Any:
             raise TypeError(f"an operation run for its result output {step!r}")
         try:
             answer = await _acall(backend, step)
-        except Exception as exc:
+        except BaseException as exc:  # a cancellation too, so that the operation sees its call end
             error = exc
 
 
