@@ -144,7 +144,7 @@ def test_a_put_continuing_a_cancelled_put_another_writer_continued_is_a_conflict
                 held = _held(saver)
                 r1 = await saver.aput(_config(), c1, _metadata(0), {"n": 1})
                 await _cancelled_put(saver, held, True, r1, c2, _metadata(1), {"n": 2})
-                assert (await writer.aget_tuple(_config())).config == _config(c2["id"])  # type: ignore[union-attr]
+                assert (await writer.aget_tuple(_config())).config == _config(c2["id"])
                 await writer.aput(_config(c2["id"]), other, _metadata(2), {"n": 3})
                 with pytest.raises(CheckpointConflictError, match=f"continued checkpoint '{c2['id']}'"):
                     await saver.aput(_config(c2["id"]), c3, _metadata(2), {"n": 4})
