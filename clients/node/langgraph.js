@@ -12,7 +12,7 @@ const { BaseCheckpointSaver, TASKS, WRITES_IDX_MAP, maxChannelVersion } = requir
 const { isDeepStrictEqual } = require('util');
 const { CheckpointClient, ConflictError } = require('./ckpt_client');
 const { LISTING_PAGE_SIZE, holdsCheckpoint, listCheckpoints } = require('./langgraph_history');
-const { HEADS_REMEMBERED, keyOf, knownXxh3, needsRewrite, remember } = require('./langgraph_heads');
+const { HEADS_REMEMBERED, afterUnanswered, keyOf, knownXxh3, needsRewrite, remember } = require('./langgraph_heads');
 const { HeadStates } = require('./langgraph_states');
 const r = require('./langgraph_records');
 const { CheckpointConflictError, configOf, conflictError, requireThread, threadIdOf, threadOf } = require('./langgraph_threads');
@@ -53,6 +53,8 @@ class CkptSaver extends BaseCheckpointSaver {
     this.lastSeq = new Map();
     this.early = new Map();
     this.known = new Map();
+    // By session: the checkpoint of its last put whose call ended unanswered, and the head it was put after.
+    this.unanswered = new Map();
     // The state of each head it last put or read, up to a bound in bytes: a read of that head then leaves it out.
     this.states = new HeadStates();
     this.registered = null;
@@ -353,27 +355,23 @@ class CkptSaver extends BaseCheckpointSaver {
     const { threadId, checkpointNs, checkpointId: parentId } = requireThread(config, 'put');
     const sessionId = r.sessionIdOf(threadId, checkpointNs);
     const key = keyOf(sessionId, checkpoint.id);
-    // Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs.
-    const early = this.early.get(key);
-    const writesAfterSeq = Math.min(early ?? Infinity, this.lastSeq.get(sessionId) || 0);
-    this.early.delete(key);
-    try {
-      const where = { threadId, checkpointNs, parentId: parentId || '', sessionId };
-      await this.putStep(where, checkpoint, metadata, newVersions || {}, writesAfterSeq);
-    } catch (err) {
-      // Not put: the same put made again must still find the writes saved before it and during it.
-      const lowest = Math.min(early ?? Infinity, this.early.get(key) ?? Infinity);
-      if (lowest !== Infinity) remember(this.early, key, lowest);
-      throw err;
-    }
+    // Writes of this checkpoint from now on come after every seq seen; earlier ones after theirs. Kept until a
+    // put of it succeeds: the same put made again, even while this one is under way, must find them.
+    const writesAfterSeq = Math.min(this.early.get(key) ?? Infinity, this.lastSeq.get(sessionId) || 0);
+    const where = { threadId, checkpointNs, parentId: parentId || '', sessionId };
+    await this.putStep(where, checkpoint, metadata, newVersions || {}, writesAfterSeq);
     this.early.delete(key); // a write saved during the put is after the seq it stored
+    this.unanswered.delete(sessionId);
     remember(this.known, key, true);
     return configOf(threadId, checkpointNs, checkpoint.id);
   }
 
   async putStep({ threadId, checkpointNs, parentId, sessionId }, checkpoint, metadata, newVersions, writesAfterSeq) {
     const registering = this.registerStep();
-    const seen = this.heads.get(sessionId);
+    const unanswered = this.unanswered.get(sessionId);
+    const seen = unanswered && unanswered.checkpointId === parentId
+      ? await afterUnanswered(this, { threadId, checkpointNs, sessionId }, parentId, unanswered.head)
+      : this.heads.get(sessionId);
     // The first checkpoint of a namespace this saver found empty continues that empty head too: a
     // compare-and-set on version 0 keeps a second writer from starting the same thread beside it.
     const continues = seen !== undefined && parentId === seen.checkpointId;
@@ -425,6 +423,12 @@ class CkptSaver extends BaseCheckpointSaver {
     if (typeof runId === 'string' && runId && r.utf8Bytes(runId) <= r.MAX_LABEL_BYTES) labels[r.RUN_LABEL] = runId;
     await registering;
     const put = { merge, labels, messageType: r.STEP_TYPE };
+    // A put whose call ended unanswered may be stored or not: a put continuing it first reads which.
+    const send = (state, expected, head) => this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } })
+      .catch((err) => {
+        if (!(err instanceof ConflictError)) remember(this.unanswered, sessionId, { checkpointId: checkpoint.id, head }, HEADS_REMEMBERED);
+        throw err;
+      });
     const conflict = (read, currentVersion) => conflictError({ threadId, checkpointNs }, read, currentVersion);
     let reply;
     let state; // the Step as sent
@@ -432,7 +436,7 @@ class CkptSaver extends BaseCheckpointSaver {
       try {
         const expected = { expectedVersion: seen.version, expectedStateXxh3: knownXxh3(seen.stateXxh3) };
         state = r.encodeStep(step);
-        reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
+        reply = await send(state, expected, seen);
       } catch (err) {
         if (!(err instanceof ConflictError)) throw err;
         const now = await this.headIds(sessionId);
@@ -470,7 +474,7 @@ class CkptSaver extends BaseCheckpointSaver {
         const expected = { expectedVersion: head ? head.version : 0, expectedStateXxh3: head && knownXxh3(head.stateXxh3) };
         try {
           state = r.encodeStep(step);
-          reply = await this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
+          reply = await send(state, expected, head || { version: 0, checkpointId: '' });
         } catch (err) {
           if (!(err instanceof ConflictError)) throw err;
           lost = err.currentVersion;

@@ -1,6 +1,8 @@
 // What the LangGraph.js saver remembers of the heads it saw, and its bounded caches (langgraph.js).
 'use strict';
 
+const { conflictError } = require('./langgraph_threads');
+
 // Checkpoint ids (and ids written to before their put) the saver remembers per process.
 const ID_CACHE_SIZE = 65536;
 // Namespaces whose heads (each with its lists' digests) the saver remembers, least recently seen out first:
@@ -29,4 +31,20 @@ function remember(map, key, value, size = ID_CACHE_SIZE) {
 
 const keyOf = (sessionId, checkpointId) => `${sessionId}\0${checkpointId}`;
 
-module.exports = { HEADS_REMEMBERED, keyOf, knownXxh3, needsRewrite, remember };
+// The head a put continuing parentId continues, where parentId is the checkpoint of the saver's put after
+// `before` whose call ended unanswered: stored or not, only a read tells. Its head if it was stored and is
+// still the head; `before` if it was not stored and nothing was put since (the put then starts a branch, as
+// a put after an absent checkpoint does); otherwise another writer put after one of them, and continuing
+// either would hide that write: a CheckpointConflictError.
+async function afterUnanswered(saver, where, parentId, before) {
+  const now = await saver.headIds(where.sessionId);
+  if (now === undefined && before.version === 0) return before;
+  if (now !== undefined && now.checkpointId === parentId) {
+    const { version, writesAfterSeq, stateXxh3 } = now;
+    return { version, checkpointId: parentId, lists: new Map(), storedElements: 0, writesAfterSeq, stateXxh3 };
+  }
+  if (now !== undefined && now.checkpointId === before.checkpointId && now.version === before.version) return before;
+  throw conflictError(where, `checkpoint ${parentId}, whose put went unanswered,`, now ? now.version : 0);
+}
+
+module.exports = { HEADS_REMEMBERED, afterUnanswered, keyOf, knownXxh3, needsRewrite, remember };
