@@ -68,6 +68,19 @@ class Elements:
             out.append((f"{type_}+{name}", sealed))
         return out
 
+    def unseal(self, pairs: Sequence[Pair]) -> Sequence[Pair]:
+        """Elements as ``dumps`` gave them, from what is stored of them (``seal``'s, or stored unencrypted)."""
+        cipher = self._cipher
+        if cipher is None:
+            return pairs
+        out: list[Pair] = []
+        for type_, data in pairs:
+            if "+" in type_:
+                type_, name = type_.split("+", 1)
+                data = cipher.decrypt(name, data)
+            out.append((type_, data))
+        return out
+
     def stored_digest(self, type_: str, data: bytes) -> Digest:
         """The digest of an element as stored: that of its plaintext, as ``dumps`` gave it. Under a cipher, an
         element stored unencrypted (before the serializer encrypted) matches none, so that the next step

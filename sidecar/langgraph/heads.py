@@ -3,12 +3,17 @@ raises, and how a put continuing a checkpoint whose own put went unanswered find
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ckpt.langgraph.v1 import records_pb2
 
 from .calls import HEAD_MASK, Call, Op
 from .records import Lists, Where, decode_step
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 #: What a put reads of the head before it starts a branch: its ids and where its pending writes begin.
 BRANCH_MASK = (*HEAD_MASK, "writes_after_seq")
@@ -81,3 +86,11 @@ def after_unanswered(where: Where, parent_id: str, before: Head) -> Op:
     if (step.checkpoint_id, now[0]) == (before.checkpoint_id, before.version):
         return before
     raise CheckpointConflictError(where, parent_id, now[0])
+
+
+def keep(table: OrderedDict[K, V], key: K, value: V, most: int) -> None:
+    """``table[key] = value``, as its newest entry; its oldest dropped past ``most`` entries."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > most:
+        table.popitem(last=False)

@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -36,7 +36,7 @@ from ckpt.langgraph.v1 import records_pb2
 from .backends import HeadMoved, SeqEvents, Versions
 from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
 from .elements import Elements
-from .heads import BRANCH_MASK, CheckpointConflictError, Head, after_unanswered, head_read
+from .heads import BRANCH_MASK, CheckpointConflictError, Head, after_unanswered, head_read, keep
 from .liststates import ListStates
 from .prune import Pruning, ids_of
 from .records import (
@@ -59,7 +59,7 @@ from .records import (
     where_of_stage,
     writes_by_checkpoint,
 )
-from .views import HeadViews, View, view_of, view_tuple, view_written, with_writes_after
+from .views import HeadViews, View, stored_channels, view_of, view_tuple, view_written, with_writes_after
 
 #: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
 _BRANCH_ATTEMPTS = 16
@@ -70,8 +70,6 @@ _HEADS_REMEMBERED = 16384
 _ID_CACHE_SIZE = 65536
 #: No seq yet (a bound above any).
 _NO_SEQ = 2**64
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 #: What _head_tuple answers when it read a head without its state and cannot use the view it held.
@@ -79,14 +77,6 @@ _OMITTED = object()
 
 
 #: What a put that starts a branch reads of the head.
-
-
-def _keep(table: OrderedDict[K, V], key: K, value: V, most: int) -> None:
-    """``table[key] = value``, as its newest entry; its oldest dropped past ``most`` entries."""
-    table[key] = value
-    table.move_to_end(key)
-    while len(table) > most:
-        table.popitem(last=False)
 
 
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
@@ -128,13 +118,13 @@ class Operations(Pruning):
 
     def _saw_head(self, session_id: str, head: Head) -> None:
         with self._lock:
-            _keep(self._heads, session_id, head, _HEADS_REMEMBERED)
+            keep(self._heads, session_id, head, _HEADS_REMEMBERED)
             if head.checkpoint_id is not None:
                 self._remember(session_id, head.checkpoint_id, head.version)
 
     def _remember(self, session_id: str, checkpoint_id: str, version: int) -> None:
         # Called with the lock held.
-        _keep(self._ids, (session_id, checkpoint_id), version, _ID_CACHE_SIZE)
+        keep(self._ids, (session_id, checkpoint_id), version, _ID_CACHE_SIZE)
 
     def _saw_seq(self, session_id: str, seq: int) -> None:
         # The seq just read or appended is where the log is now, so it replaces (not maxes) the one kept:
@@ -420,7 +410,15 @@ class Operations(Pruning):
                 return where.config(encoded.checkpoint_id)
             self._saw_head(sid, head)
             return where.config(encoded.checkpoint_id)
-        encoded = encode_put(self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq)
+        # The channels new_versions leaves out hold the parent's values as stored, not the live objects,
+        # which the graph's next node may be changing in place while this put runs.
+        stored = None
+        if parent_id and any(k not in new_versions for k in checkpoint["channel_values"]):
+            parent = yield from self._find(where, parent_id)
+            stored = stored_channels(self._elements, view_of(parent)) if parent is not None else None
+        encoded = encode_put(
+            self._elements, config, checkpoint, metadata, new_versions, {}, writes_after_seq, stored=stored
+        )
         for attempt in range(_BRANCH_ATTEMPTS):
             got = yield Call("get", (sid, 0, BRANCH_MASK))
             current = Head(None, 0)
@@ -473,7 +471,7 @@ class Operations(Pruning):
             raise
         except BaseException:
             with self._lock:
-                _keep(self._unanswered, where.session_id, (encoded.checkpoint_id, head), _HEADS_REMEMBERED)
+                keep(self._unanswered, where.session_id, (encoded.checkpoint_id, head), _HEADS_REMEMBERED)
             raise
         self._saw_seq(where.session_id, seq)
         view = view_written(encoded, parent, step) if parent is not None or not continues else None
@@ -507,7 +505,7 @@ class Operations(Pruning):
             if key not in self._ids:
                 # LangGraph saves a task's writes while its checkpoint's put may not have begun, or is under
                 # way: tell that put (or the same put made again, if this one fails) where they are.
-                _keep(self._early, key, min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0)), _ID_CACHE_SIZE)
+                keep(self._early, key, min(self._early.get(key, _NO_SEQ), self._last_seq.get(sid, 0)), _ID_CACHE_SIZE)
         seq = yield Call("append", (sid, [(WRITES_EVENT, payload)]))
         with self._lock:
             self._last_seq[sid] = seq  # as _saw_seq

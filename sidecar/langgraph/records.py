@@ -199,6 +199,8 @@ def _untyped(serde: SerializerProtocol, typed: records_pb2.Typed) -> Any:
 
 #: The digests of a list channel's elements, by channel: what a step continuing it compares against.
 Lists = Mapping[str, Sequence[Digest]]
+#: A stored checkpoint's channels, by channel: its serialized value, and a list's elements (plaintext) or None.
+StoredChannels = Mapping[str, tuple[Pair, Sequence[Pair] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +291,7 @@ def encode_put(
     writes_after_seq: int,
     *,
     continues_head: bool = False,
+    stored: StoredChannels | None = None,
 ) -> Encoded:
     """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
     for one without a value now, and for a list only the elements after those it shares with the parent's
@@ -298,7 +301,8 @@ def encode_put(
 
     ``continues_head``: the parent is the head ``parent_lists`` are the digests of, so a channel
     ``new_versions`` does not name holds the head's value (LangGraph's contract): it is not serialized
-    unless a whole Step is asked for, and a list's digests are the head's."""
+    unless a whole Step is asked for, and a list's digests are the head's. ``stored``: the parent's channels
+    as stored, which a channel ``new_versions`` does not name is written as (else as its value now)."""
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
@@ -327,6 +331,13 @@ def encode_put(
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
             written[k] = None
+        elif stored is not None and k not in new_versions and k in stored:
+            (type_, data), plain = stored[k]
+            channels[k] = records_pb2.Typed(type=type_, data=data)
+            if plain is not None:
+                elements[k] = list(plain)
+                lists[k] = [(t, xxh3_128(d)) for t, d in plain]
+            continue
         pairs = _encode_channel(codec, k, v, channels, elements)
         if pairs is not None:
             lists[k] = [(t, xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element

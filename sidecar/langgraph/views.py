@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from ckpt.langgraph.v1 import records_pb2
 
 from .elements import Digest, Elements, Pair
-from .records import EMPTY, ITEMS, Encoded, Where
+from .records import EMPTY, ITEMS, Encoded, StoredChannels, Where
 
 #: Bytes of serialized values the views kept by a saver hold at most (the least recently used go first).
 VIEW_CACHE_BYTES = 64 << 20
@@ -97,6 +97,13 @@ def view_of(step: records_pb2.Step) -> View:
         elements += [(v.type, v.data) for v in entry.values]
     channels = {k: _pair(v) for k, v in step.channels.items()}
     return _made(step, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
+
+
+def stored_channels(elements: Elements, view: View) -> StoredChannels:
+    """What ``view`` stores of each channel, for a put writing them as they are: the serialized value, and a
+    list's elements as ``elements.dumps`` gives them (None for any other channel)."""
+    lists = view.lists
+    return {k: (v, elements.unseal(lists.get(k, [])) if v[0] == ITEMS else None) for k, v in view.channels.items()}
 
 
 def view_written(encoded: Encoded, parent: View | None, step: records_pb2.Step) -> View | None:

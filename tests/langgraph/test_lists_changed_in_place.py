@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from ckpt.sidecar.langgraph import CkptSaver
-from tests.support import Sidecar
+from tests.support import Sidecar, start_sidecar
 
 
 class State(TypedDict, total=False):
@@ -139,3 +141,48 @@ def test_a_list_changed_in_place_at_a_step_written_whole_stays_readable(tmp_path
         app = graph.compile(checkpointer=reopened)
         assert app.get_state(config).values == memory
         assert len(list(app.get_state_history(config))) == 6
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+@pytest.mark.parametrize("on", ["embedded", "sidecar"])
+def test_a_branch_keeps_the_stored_values_of_the_channels_it_did_not_change(
+    tmp_path: Path, on: str, encrypted: bool
+) -> None:
+    """A replay from an earlier checkpoint puts the fork's checkpoint (new_versions empty) while the next node
+    already runs: its channel values are the live objects, which that node may be changing in place. The
+    fork holds the parent's values as stored, as InMemorySaver reads them from the versions it names."""
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"k" * 16) if encrypted else None
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def at(checkpoint_id: str) -> Any:
+        return {"configurable": {**config["configurable"], "checkpoint_id": checkpoint_id}}
+
+    def checkpoint(checkpoint_id: str, lst: list[str], k: int, versions: dict[str, int]) -> Any:
+        made: Any = empty_checkpoint()
+        made.update(id=checkpoint_id, channel_values={"lst": lst, "k": k}, channel_versions=versions)
+        return made
+
+    def run(saver: Any) -> list[Any]:
+        saver.put(config, checkpoint("1", ["x"], 1, {"lst": 1, "k": 1}), {"step": 0}, {"lst": 1, "k": 1})
+        saver.put(at("1"), checkpoint("2", ["x", "y"], 2, {"lst": 2, "k": 2}), {"step": 1}, {"lst": 2, "k": 2})
+        # The fork of "1": its list changed in place by the node running after it, as the put reads it.
+        saver.put(at("1"), checkpoint("3", ["x", "changed"], 1, {"lst": 1, "k": 1}), {"step": 1}, {})
+        saver.put(at("3"), checkpoint("4", ["x", "z"], 1, {"lst": 3, "k": 1}), {"step": 2}, {"lst": 3})
+        return [saver.get_tuple(at(i)).checkpoint["channel_values"] for i in ("3", "4")]
+
+    expected = run(InMemorySaver())
+    assert expected == [{"lst": ["x"], "k": 1}, {"lst": ["x", "z"], "k": 1}]
+    if on == "embedded":
+        with CkptSaver.embedded(tmp_path / "data", serde=serde) as saver:
+            assert run(saver) == expected
+        with CkptSaver.embedded(tmp_path / "data", serde=serde) as fresh:
+            assert [fresh.get_tuple(at(i)).checkpoint["channel_values"] for i in ("3", "4")] == expected  # type: ignore[union-attr]
+        return
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        with CkptSaver(sidecar.unix_target, serde=serde) as saver:
+            assert run(saver) == expected
+        with CkptSaver(sidecar.unix_target, serde=serde) as fresh:
+            assert [fresh.get_tuple(at(i)).checkpoint["channel_values"] for i in ("3", "4")] == expected  # type: ignore[union-attr]
+    finally:
+        assert sidecar.stop() == 0, sidecar.log()
