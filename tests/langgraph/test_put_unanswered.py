@@ -156,7 +156,10 @@ def test_a_put_continuing_a_cancelled_put_another_writer_continued_is_a_conflict
     asyncio.run(main())
 
 
-def test_a_put_continuing_a_failed_put_after_another_writer_moved_the_head_is_a_conflict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other_writer", [True, False], ids=["another-writer-since", "nothing-since"])
+def test_a_put_continuing_a_put_failed_before_it_was_stored(tmp_path: Path, other_writer: bool) -> None:
+    """With another writer's put since, a conflict (its checkpoint stays the head); with nothing put since, a
+    branch after the head, as a put after a checkpoint no store holds (InMemorySaver takes it too)."""
     data, sock = tmp_path / "data", tmp_path / "ckpt.sock"
     sidecar = start_sidecar(data, socket_path=sock)
     c1, c2, other, c3 = _checkpoint(1), _checkpoint(2), _checkpoint(3), _checkpoint(4)
@@ -167,28 +170,14 @@ def test_a_put_continuing_a_failed_put_after_another_writer_moved_the_head_is_a_
             with pytest.raises(UnavailableError):
                 saver.put(r1, c2, _metadata(1), {"n": 2})
             sidecar = start_sidecar(data, socket_path=sock)
-            with CkptSaver(sidecar.unix_target) as writer:
-                writer.put(r1, other, _metadata(1), {"n": 3})
+            if other_writer:
+                with CkptSaver(sidecar.unix_target) as writer:
+                    writer.put(r1, other, _metadata(1), {"n": 3})
                 with pytest.raises(CheckpointConflictError):
                     saver.put(_config(c2["id"]), c3, _metadata(2), {"n": 4})
-                assert [t.checkpoint["id"] for t in writer.list(_config())] == [other["id"], c1["id"]]
-    finally:
-        assert sidecar.stop() == 0, sidecar.log()
-
-
-def test_a_put_continuing_a_failed_put_with_nothing_put_since_starts_a_branch(tmp_path: Path) -> None:
-    data, sock = tmp_path / "data", tmp_path / "ckpt.sock"
-    sidecar = start_sidecar(data, socket_path=sock)
-    c1, c2, c3 = _checkpoint(1), _checkpoint(2), _checkpoint(3)
-    try:
-        with CkptSaver(sidecar.unix_target) as saver:
-            r1 = saver.put(_config(), c1, _metadata(0), {"n": 1})
-            assert sidecar.stop() == 0, sidecar.log()
-            with pytest.raises(UnavailableError):
-                saver.put(r1, c2, _metadata(1), {"n": 2})
-            sidecar = start_sidecar(data, socket_path=sock)
-            # As a put after a checkpoint no store holds: InMemorySaver takes it too.
-            assert saver.put(_config(c2["id"]), c3, _metadata(2), {"n": 3}) == _config(c3["id"])
+                assert [t.checkpoint["id"] for t in saver.list(_config())] == [other["id"], c1["id"]]
+                return
+            assert saver.put(_config(c2["id"]), c3, _metadata(2), {"n": 4}) == _config(c3["id"])
             got = saver.get_tuple(_config())
             assert got is not None and got.parent_config == _config(c2["id"])
             assert [t.checkpoint["id"] for t in saver.list(_config())] == [c3["id"], c1["id"]]
