@@ -368,6 +368,12 @@ class CkptSaver extends BaseCheckpointSaver {
 
   async putStep({ threadId, checkpointNs, parentId, sessionId }, checkpoint, metadata, newVersions, writesAfterSeq) {
     const registering = this.registerStep();
+    const { channel_values: values = {}, ...rest } = checkpoint;
+    // Serialized before this call's first await: LangGraph.js goes on to the next step without waiting for
+    // the put, and a node changing the state in place would otherwise show in the checkpoint before it.
+    const serialized = r.serializeChannels(this.serde, values, newVersions);
+    const restTyped = r.handled(this.serde.dumpsTyped(rest));
+    const metadataTyped = r.handled(this.serde.dumpsTyped(metadata));
     const unanswered = this.unanswered.get(sessionId);
     const seen = unanswered && unanswered.checkpointId === parentId
       ? await afterUnanswered(this, { threadId, checkpointNs, sessionId }, parentId, unanswered.head)
@@ -376,12 +382,6 @@ class CkptSaver extends BaseCheckpointSaver {
     // compare-and-set on version 0 keeps a second writer from starting the same thread beside it.
     const continues = seen !== undefined && parentId === seen.checkpointId;
     const merge = continues && seen.version > 0 && !needsRewrite(seen);
-    const { channel_values: values = {}, ...rest } = checkpoint;
-    // Serialized before this call's first await: LangGraph.js goes on to the next step without waiting for
-    // the put, and a node changing the state in place would otherwise show in the checkpoint before it.
-    const serialized = r.serializeChannels(this.serde, values, newVersions);
-    const restTyped = r.handled(this.serde.dumpsTyped(rest));
-    const metadataTyped = r.handled(this.serde.dumpsTyped(metadata));
     const step = {
       checkpoint_id: checkpoint.id,
       parent_checkpoint_id: parentId,

@@ -2,8 +2,9 @@
 is found out before the saver builds on it, as the Python savers do (test_put_unanswered.py). A put
 continuing it continues it if it was stored and is still the head, starts a branch if it was not stored and
 nothing was put since, and throws CheckpointConflictError if another writer put since, never writing past
-that writer's checkpoint; the same put made again while the first is still under way keeps the writes saved
-before it. A real sidecar; the client's call is failed at the chosen point."""
+that writer's checkpoint, and serializes the state as it was when the put was called; the same put made
+again while the first is still under way keeps the writes saved before it. A real sidecar; the client's
+call is failed at the chosen point."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ const outcome = (promise) => promise.then(() => 'put', (err) => err.name);
       out[t] = { failed, next, listed: await ids(writer, t), latest: latest.checkpoint.channel_values.n };
     }
   }
+  // The put continuing an unanswered one serializes the state as the put was called, before it reads the
+  // head: the next node, running meanwhile, may change a list in place.
+  const r0 = await saver.put(config('live'), checkpoint('1', ['a']), { step: 0 }, { n: 1 });
+  fail(saver, true);
+  await outcome(saver.put(r0, checkpoint('2', ['a', 'b']), { step: 1 }, { n: 2 }));
+  const live = ['a', 'b', 'c'];
+  const continuing = saver.put(config('live', '2'), checkpoint('3', live), { step: 2 }, { n: 3 });
+  live.push('changed by the next node');
+  await continuing;
+  out.live = (await writer.getTuple(config('live'))).checkpoint.channel_values.n;
   // The same put made again while the first is still under way: the writes saved before it come with it.
   const r1 = await saver.put(config('again'), checkpoint('1', 1), { step: 0 }, { n: 1 });
   await saver.putWrites(config('again', '2'), [['__interrupt__', 'approve?']], 'task-1');
@@ -85,4 +96,5 @@ def test_js_puts_after_an_unanswered_put_never_write_past_another_writer(sidecar
         "failed": failed, "next": "CheckpointConflictError", "listed": ["3", "1"], "latest": 3,
     }  # fmt: skip
     assert out.pop("unstored-alone") == {"failed": failed, "next": "put", "listed": ["4", "1"], "latest": 4}
+    assert out.pop("live") == ["a", "b", "c"]
     assert out == {"firstOfTwo": "put", "pending": [["task-1", "__interrupt__", "approve?"]]}
