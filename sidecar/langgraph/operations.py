@@ -59,7 +59,7 @@ from .records import (
     where_of_stage,
     writes_by_checkpoint,
 )
-from .views import HeadViews, View, stored_channels, view_of, view_tuple, view_written, with_writes_after
+from .views import HeadViews, View, head_channels, stored_channels, view_of, view_tuple, view_written, with_writes_after
 
 #: Compare-and-set attempts of a write that starts a branch (it has no head to lose to, only to follow).
 _BRANCH_ATTEMPTS = 16
@@ -457,7 +457,9 @@ class Operations(Pruning):
             step, labels = encoded.patch, encoded.labels
             stored = head.stored_elements + sum(len(entry.values) for entry in step.items)
         else:
-            step = encoded.full()
+            # Unchanged channels as the head stores them, not as a node may have changed them in place since.
+            kept = yield from head_channels(self._views, self._elements, where.session_id, head, encoded.unchanged)
+            step = encoded.full(kept)
             step.deleted_checkpoint_ids.extend(head.deleted)
             labels = {**encoded.labels, **thread_label(where.thread_id)}
             stored = sum(len(v) for v in encoded.lists.values())

@@ -222,22 +222,26 @@ class Encoded:
     values: Mapping[str, Any]
     unchanged: tuple[str, ...] = ()
 
-    def whole(self) -> tuple[dict[str, records_pb2.Typed], dict[str, list[Pair]]]:
-        """Every channel's value and every list's elements (the unchanged ones serialized now, once, and
-        their digests made those of what is serialized: a list changed in place is written as it is now)."""
+    def whole(self, stored: StoredChannels | None = None) -> tuple[dict[str, records_pb2.Typed], dict[str, list[Pair]]]:
+        """Every channel's value and every list's elements. The unchanged ones are made once: copied from the
+        head's channels as ``stored``, else serialized now (a list changed in place then written as it is
+        now); their digests are made those of what is written."""
         channels, elements = self.channels, self.elements
         for k in self.unchanged:
             if k not in channels:
-                pairs = _encode_channel(self.codec, k, self.values[k], channels, elements)
+                if stored is not None and k in stored:
+                    pairs = _copy_stored(stored[k], k, channels, elements)
+                else:
+                    pairs = _encode_channel(self.codec, k, self.values[k], channels, elements)
                 if pairs is not None:
                     self.lists[k] = [digest(t, d) for t, d in pairs]
         return channels, elements
 
-    def full(self) -> records_pb2.Step:
+    def full(self, stored: StoredChannels | None = None) -> records_pb2.Step:
         """The whole Step: every channel of the checkpoint (made only for a write that does not continue
-        the head, since it holds every element of every list)."""
+        the head, since it holds every element of every list); ``stored``: as whole's."""
         patch = self.patch
-        channels, elements = self.whole()
+        channels, elements = self.whole(stored)
         return records_pb2.Step(
             checkpoint_id=patch.checkpoint_id,
             parent_checkpoint_id=patch.parent_checkpoint_id,
@@ -265,6 +269,21 @@ def _encode_channel(
         return pairs
     channels[k] = _typed(codec.serde, v)
     return None
+
+
+def _copy_stored(
+    stored: tuple[Pair, Sequence[Pair] | None],
+    k: str,
+    channels: dict[str, records_pb2.Typed],
+    elements: dict[str, list[Pair]],
+) -> list[Pair] | None:
+    """Channel ``k`` as stored, into ``channels`` (and a list's elements into ``elements``); as _encode_channel."""
+    (type_, data), plain = stored
+    channels[k] = records_pb2.Typed(type=type_, data=data)
+    if plain is None:
+        return None
+    elements[k] = pairs = list(plain)
+    return pairs
 
 
 def _typed_all(pairs: Sequence[Pair]) -> list[records_pb2.Typed]:
@@ -331,14 +350,10 @@ def encode_put(
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
             written[k] = None
-        elif stored is not None and k not in new_versions and k in stored:
-            (type_, data), plain = stored[k]
-            channels[k] = records_pb2.Typed(type=type_, data=data)
-            if plain is not None:
-                elements[k] = list(plain)
-                lists[k] = [(t, xxh3_128(d)) for t, d in plain]
-            continue
-        pairs = _encode_channel(codec, k, v, channels, elements)
+        if stored is not None and k not in new_versions and k in stored:
+            pairs = _copy_stored(stored[k], k, channels, elements)
+        else:
+            pairs = _encode_channel(codec, k, v, channels, elements)
         if pairs is not None:
             lists[k] = [(t, xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
     changed: dict[str, records_pb2.Typed] = {}

@@ -25,8 +25,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckpt.langgraph.v1 import records_pb2
 
+from .calls import Call, Op
 from .elements import Digest, Elements, Pair
-from .records import EMPTY, ITEMS, Encoded, StoredChannels, Where
+from .heads import Head
+from .records import EMPTY, ITEMS, Encoded, StoredChannels, Where, decode_step
 
 #: Bytes of serialized values the views kept by a saver hold at most (the least recently used go first).
 VIEW_CACHE_BYTES = 64 << 20
@@ -104,6 +106,20 @@ def stored_channels(elements: Elements, view: View) -> StoredChannels:
     list's elements as ``elements.dumps`` gives them (None for any other channel)."""
     lists = view.lists
     return {k: (v, elements.unseal(lists.get(k, [])) if v[0] == ITEMS else None) for k, v in view.channels.items()}
+
+
+def head_channels(views: HeadViews, elements: Elements, session_id: str, head: Head, unchanged: Sequence[str]) -> Op:
+    """The channels of ``head`` as stored (stored_channels), if a step leaves ``unchanged`` some: from its view
+    if this saver holds it, else read; None without a head, or once its version is gone."""
+    if head.version == 0 or not unchanged:
+        return None
+    view = views.get(session_id, head.version, head.state_xxh3)
+    if view is None:
+        got = yield Call("get", (session_id, head.version, ()))
+        if got is None:
+            return None
+        view = view_of(decode_step(got[1]))
+    return stored_channels(elements, view)
 
 
 def view_written(encoded: Encoded, parent: View | None, step: records_pb2.Step) -> View | None:

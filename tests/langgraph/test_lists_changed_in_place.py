@@ -135,11 +135,15 @@ def test_a_list_changed_in_place_at_a_step_written_whole_stays_readable(tmp_path
     config: Any = {"configurable": {"thread_id": "whole"}}
     with CkptSaver.embedded(tmp_path / "data") as saver:
         out = graph.compile(checkpointer=saver).invoke({}, config, durability="sync")
-    memory = graph.compile(checkpointer=InMemorySaver()).invoke({}, config, durability="sync")
+    in_memory = graph.compile(checkpointer=InMemorySaver())
+    memory = in_memory.invoke({}, config, durability="sync")
     assert out == memory == {"big": ["x"], "lst": ["a1", "a2", "c"]}
     with CkptSaver.embedded(tmp_path / "data") as reopened:
         app = graph.compile(checkpointer=reopened)
         assert app.get_state(config).values == memory
+        # The step written whole keeps the list as stored, not as the node changed it in place.
+        history = [snapshot.values for snapshot in app.get_state_history(config)]
+        assert history == [snapshot.values for snapshot in in_memory.get_state_history(config)]
         assert len(list(app.get_state_history(config))) == 6
 
 
