@@ -76,9 +76,6 @@ _NO_SEQ = 2**64
 _OMITTED = object()
 
 
-#: What a put that starts a branch reads of the head.
-
-
 def _newest_versions(versions: Versions) -> dict[str, tuple[int, dict[str, str]]]:
     out: dict[str, tuple[int, dict[str, str]]] = {}
     for version, labels in versions:  # newest first: a checkpoint delete_for_runs restated keeps its newest

@@ -83,7 +83,7 @@ def version_page(
     sid = keys.session_key(session_id)
     size = check_page_args(page_size, page_token, max_page_bytes)
     check_int_arg("target_page_bytes", target_page_bytes, most=MAX_INT, means="0 = none")
-    budget = min(b for b in (max_page_bytes, target_page_bytes, MAX_INT) if b)
+    budget = min((b for b in (max_page_bytes, target_page_bytes) if b), default=0)  # 0: pages not sized
     check_int_arg("start_version", start_version, means="0 = the head")
     raw = txn.get(sid, db=tables.sessions)
     if raw is None:
@@ -125,9 +125,10 @@ def version_page(
                 f" the {max_page_bytes} bytes a page of versions with their states holds (max_state_bytes);"
                 " read it alone with Get"
             )
-        page_bytes += version_info_bytes(info, with_state=with_states)
-        if out and page_bytes > budget:
-            return out, _encode_token(b"v", scope, str(version).encode())
+        if budget:
+            page_bytes += version_info_bytes(info, with_state=with_states)
+            if out and page_bytes > budget:
+                return out, _encode_token(b"v", scope, str(version).encode())
         out.append((info, value))
         expected -= 1
     if expected >= rec.first_version:
