@@ -390,7 +390,7 @@ class Operations(Pruning):
             # The channels new_versions leaves out hold the head's values: not serialized again.
             encoded = encode_put(
                 self._elements, config, checkpoint, metadata, new_versions, seen.lists, writes_after_seq,
-                continues_head=True,
+                continues_head=True, head_elements=self._views.elements(sid, seen, self._elements),
             )  # fmt: skip
             try:
                 head = yield from self._write(where, encoded, seen)

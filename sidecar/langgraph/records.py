@@ -259,16 +259,29 @@ def _encode_channel(
     v: Any,
     channels: dict[str, records_pb2.Typed],
     elements: dict[str, list[Pair]],
+    known: Sequence[Pair] | None = None,
 ) -> list[Pair] | None:
     """Serialize channel ``k``'s value into ``channels`` (and a list's elements into ``elements``); the
-    elements of a list, else None."""
+    elements of a list, else None. ``known``: the elements of the list it continues, if the saver holds them."""
     # Element by element, so that a step sends and stores the messages it added, not the conversation.
     if type(v) is list:
-        elements[k] = pairs = codec.dumps(v)
+        pairs = codec.dumps_after(v, known) if known is not None else None
+        elements[k] = pairs = codec.dumps(v) if pairs is None else pairs
         channels[k] = records_pb2.Typed(type=ITEMS)
         return pairs
     channels[k] = _typed(codec.serde, v)
     return None
+
+
+def _digests(pairs: list[Pair], head_pairs: Sequence[Pair] | None, head: Sequence[Digest] | None) -> list[Digest]:
+    """The digests of a list's ``pairs``: for those dumps_after took from the head's (``head_pairs``, the very
+    pairs, whose digests are ``head``), the head's; the others hashed (digest's, inlined: a step may hash
+    every element)."""
+    if head_pairs and head is not None and len(head) == len(head_pairs) <= len(pairs):
+        start = len(head_pairs)
+        if pairs[start - 1] is head_pairs[-1]:
+            return [*head, *((t, xxh3_128(d)) for t, d in pairs[start:])]
+    return [(t, xxh3_128(d)) for t, d in pairs]
 
 
 def _copy_stored(
@@ -311,6 +324,7 @@ def encode_put(
     *,
     continues_head: bool = False,
     stored: StoredChannels | None = None,
+    head_elements: Mapping[str, Sequence[Pair]] | None = None,
 ) -> Encoded:
     """What ``put`` writes. The patch holds the channels ``new_versions`` names: their new values, "empty"
     for one without a value now, and for a list only the elements after those it shares with the parent's
@@ -321,7 +335,9 @@ def encode_put(
     ``continues_head``: the parent is the head ``parent_lists`` are the digests of, so a channel
     ``new_versions`` does not name holds the head's value (LangGraph's contract): it is not serialized
     unless a whole Step is asked for, and a list's digests are the head's. ``stored``: the parent's channels
-    as stored, which a channel ``new_versions`` does not name is written as (else as its value now)."""
+    as stored, which a channel ``new_versions`` does not name is written as (else as its value now).
+    ``head_elements``: the elements of the head's lists as ``codec.dumps`` gives them, whose digests are
+    ``parent_lists``': a list continuing them serializes at once (``Elements.dumps_after``)."""
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     metadata = get_checkpoint_metadata(config, metadata)
@@ -350,12 +366,13 @@ def encode_put(
             # A list whose head digests the saver lacks (the head held no list there): written, so that
             # the digests kept are those of what is stored.
             written[k] = None
+        head_pairs = head_elements.get(k) if head_elements else None
         if stored is not None and k not in new_versions and k in stored:
             pairs = _copy_stored(stored[k], k, channels, elements)
         else:
-            pairs = _encode_channel(codec, k, v, channels, elements)
+            pairs = _encode_channel(codec, k, v, channels, elements, head_pairs)
         if pairs is not None:
-            lists[k] = [(t, xxh3_128(d)) for t, d in pairs]  # digest's, inlined: a step hashes every element
+            lists[k] = _digests(pairs, head_pairs, parent_lists.get(k))
     changed: dict[str, records_pb2.Typed] = {}
     items: list[records_pb2.Items] = []
     for k in written:

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from ckpt.langgraph.v1 import records_pb2
 
 from .calls import Call, Op
-from .elements import Digest, Elements, Pair
+from .elements import Digest, Elements, Pair, msgpack_array_header
 from .heads import Head
 from .records import EMPTY, ITEMS, Encoded, StoredChannels, Where, decode_step
 
@@ -157,14 +157,6 @@ def with_writes_after(view: View, seq: int) -> View:
     return replace(view, writes_after_seq=seq)
 
 
-def _msgpack_header(count: int) -> bytes:
-    if count < 16:
-        return bytes((0x90 | count,))
-    if count < 1 << 16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
-
-
 def loads_all(serde: SerializerProtocol, pairs: Sequence[Pair]) -> list[Any]:
     """``serde.loads_typed`` of each pair. JsonPlusSerializer's msgpack values are read in one call, as a
     msgpack array of them (what it reads of a whole list serialized at once), each value as if alone."""
@@ -173,7 +165,7 @@ def loads_all(serde: SerializerProtocol, pairs: Sequence[Pair]) -> list[Any]:
     packed = [data for type_, data in pairs if type_ == "msgpack"]
     if len(packed) < 2:
         return [serde.loads_typed(p) for p in pairs]
-    loaded: list[Any] = serde.loads_typed(("msgpack", _msgpack_header(len(packed)) + b"".join(packed)))
+    loaded: list[Any] = serde.loads_typed(("msgpack", msgpack_array_header(len(packed)) + b"".join(packed)))
     if len(packed) == len(pairs):
         return loaded
     values = iter(loaded)
@@ -250,6 +242,14 @@ class HeadViews:
                 return None
             self._kept.move_to_end(session_id)
             return kept.view
+
+    def elements(self, session_id: str, head: Head, codec: Elements) -> dict[str, list[Pair]] | None:
+        """The elements of ``head``'s lists as ``codec.dumps`` gave them, if its view is held and they are
+        stored so (not encrypted): what a put continuing it serializes after (encode_put's head_elements)."""
+        view = None if codec.encrypts else self.get(session_id, head.version, head.state_xxh3)
+        if view is None:
+            return None
+        return {k: e for k, e in view.lists.items() if view.channels.get(k, ("",))[0] == ITEMS}
 
     def put(self, session_id: str, version: int, state_xxh3: int, view: View) -> None:
         weight = view.weight
