@@ -9,6 +9,7 @@ are of the plaintext, the wrapped serializer's bytes, and only the elements a st
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
@@ -61,12 +62,18 @@ class Elements:
 
     def dumps(self, values: list[Any]) -> list[Pair]:
         """Each element serialized (unencrypted; a bytearray as bytes: msgpack has none, and InMemorySaver
-        and PostgresSaver give it back as bytes), in one loop: a step serializes them all."""
+        and PostgresSaver give it back as bytes), in one loop: a step serializes them all. A list one of
+        whose elements JsonPlusSerializer pickles (``pickle_fallback``): each element pickled."""
         dumps = self._plain.dumps_typed
         out: list[Pair] = []
         for value in values:
             type_, data = dumps(bytes(value) if isinstance(value, bytearray) else value)
             out.append((type_, data if type(data) is bytes else bytes(data)))
+            if type_ == "pickle" and isinstance(self._plain, JsonPlusSerializer) and self._plain.pickle_fallback:
+                # Its pickle_fallback pickles a list msgpack cannot hold whole, so that it reads back as it was
+                # (a tuple a tuple, a bytearray a bytearray, where msgpack gives a list and bytes): each
+                # element pickled reads back so too.
+                return [("pickle", pickle.dumps(value)) for value in values]
         return out
 
     def dumps_after(self, values: list[Any], known: Sequence[Pair]) -> list[Pair] | None:

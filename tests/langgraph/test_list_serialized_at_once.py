@@ -4,8 +4,9 @@ elements the head holds from the list's bytes: what ``Elements.dumps`` gives ele
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -121,6 +122,42 @@ def test_a_pickled_element_is_serialized_one_by_one() -> None:
     values: list[Any] = ["a", "b", Opaque()]
     assert codec.dumps(values)[2][0] == "pickle"
     assert codec.dumps_after(values, codec.dumps(values[:2])) is None
+
+
+class Items(TypedDict):
+    items: Annotated[list[Any], operator.add]
+
+
+@pytest.mark.parametrize("where", ["embedded", "sidecar"])
+def test_a_list_pickled_reads_back_as_in_memory_saver_reads_it(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # An int past 64 bits has no msgpack form: JsonPlusSerializer(pickle_fallback=True) pickles the list
+    # whole, so the tuple and the bytearray in it read back as such, not as msgpack's list and bytes.
+    def node(state: Items) -> dict[str, Any]:
+        return {"items": [(1, 2), bytearray(b"ba"), 2**70, "text", None]}
+
+    def values(saver: Any) -> Any:
+        graph: Any = StateGraph(Items)
+        app = graph.add_node("n", node).add_edge(START, "n").compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "pickled"}}
+        app.invoke({"items": [("first", 0)]}, config, durability="sync")
+        return [s.values for s in app.get_state_history(config)]
+
+    serde = JsonPlusSerializer(pickle_fallback=True)
+    expected = values(InMemorySaver(serde=serde))
+    assert expected[0]["items"][1] == (1, 2)
+    if where == "embedded":
+        with CkptSaver.embedded(tmp_path / "data", serde=serde) as saver:
+            assert values(saver) == expected
+        return
+    sidecar: Sidecar = request.getfixturevalue("sidecar")
+    with CkptSaver(sidecar.unix_target, serde=serde) as saver:
+        assert values(saver) == expected
+    with CkptSaver(sidecar.unix_target, serde=serde) as saver:  # read back, not remembered
+        graph: Any = StateGraph(Items)
+        app = graph.add_node("n", node).add_edge(START, "n").compile(checkpointer=saver)
+        assert [s.values for s in app.get_state_history({"configurable": {"thread_id": "pickled"}})] == expected
 
 
 _scalars = st.one_of(
