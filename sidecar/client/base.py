@@ -80,7 +80,8 @@ class Unary:
         """The stub's method, the request, and the call's attempts (refused if the client is closed)."""
         request = self.build()
         client._check_open()
-        attempts = Attempts(client._timeout, client._retries, self.retry, request.request_id if self.writes else None)
+        request_id = request.request_id if self.writes else None
+        attempts = Attempts(client._timeout, client._retries, self.retry, request_id, target=client._target)
         return getattr(client._stub, self.method), request, attempts
 
     def result(self, response: Any) -> Any:
@@ -126,6 +127,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         options = channel_options(max_message_bytes, own_connection=own_connection)
         self._channel = open_channel(target, tls_config, options, aio=self._AIO)
         self._stub = checkpoint_stub(self._channel)
+        self._target = target
         self._timeout = float(timeout_seconds)
         self._max_message_bytes = max_message_bytes
         self._retries = retries
@@ -421,6 +423,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
             timeout_seconds=self._timeout,
             retries=self._retries,
             client_name=type(self).__name__,
+            target=self._target,
         )
 
     def _streaming(self, feed: Any, *, under_way: bool) -> None:

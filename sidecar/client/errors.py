@@ -177,11 +177,12 @@ def translate(
     attempts: int = 1,
     timeout_seconds: float | None = None,
     request_id: str | None = None,
+    target: str = "",
 ) -> NoReturn:
     """The one place gRPC errors become CheckpointErrors.
 
-    ``attempts`` (when more than one) and ``timeout_seconds`` go into the
-    message; ``request_id`` (a write's) goes on the error.
+    ``attempts`` (when more than one), ``timeout_seconds`` and the sidecar's
+    ``target`` go into the message; ``request_id`` (a write's) goes on the error.
     """
     code: grpc.StatusCode = error.code()
     details: str = error.details() or code.name
@@ -194,7 +195,9 @@ def translate(
     elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         details = _over_limit_text(details) or details
     elif code is grpc.StatusCode.DEADLINE_EXCEEDED and timeout_seconds is not None:
-        details = f"the sidecar did not answer within the call's timeout (timeout_seconds={timeout_seconds})"
+        # gRPC names the address when it cannot connect, not when a sidecar it reached stops answering.
+        at = f" at {target}" if target else ""
+        details = f"the sidecar{at} did not answer within the call's timeout (timeout_seconds={timeout_seconds})"
     elif code is grpc.StatusCode.CANCELLED:  # see policy.RETRYABLE
         code = grpc.StatusCode.UNAVAILABLE
         details = (

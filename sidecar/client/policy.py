@@ -44,7 +44,10 @@ def retry_delay_seconds(error: grpc.RpcError, *, retry: bool, attempt: int, retr
 class Attempts:
     """One call's retry state: the deadline (``timeout_seconds`` from the start) and the attempts made."""
 
-    def __init__(self, timeout_seconds: float, retries: int, retry: bool, request_id: str | None) -> None:
+    def __init__(
+        self, timeout_seconds: float, retries: int, retry: bool, request_id: str | None, *, target: str = ""
+    ) -> None:
+        self.target = target
         self.timeout_seconds = timeout_seconds
         self.deadline = time.monotonic() + timeout_seconds
         self.retries = retries
@@ -60,7 +63,13 @@ class Attempts:
         """Seconds to wait before the next attempt; translates ``error`` if there is none."""
         delay = retry_delay_seconds(error, retry=self.retry, attempt=self.made - 1, retries=self.retries)
         if delay is None or time.monotonic() + delay >= self.deadline:
-            translate(error, attempts=self.made, timeout_seconds=self.timeout_seconds, request_id=self.request_id)
+            translate(
+                error,
+                attempts=self.made,
+                timeout_seconds=self.timeout_seconds,
+                request_id=self.request_id,
+                target=self.target,
+            )
         return delay
 
 
@@ -74,9 +83,10 @@ class StreamAttempts:
     or ``timeout_seconds`` after the failure, as a unary call would.
     """
 
-    def __init__(self, timeout_seconds: float, retries: int) -> None:
+    def __init__(self, timeout_seconds: float, retries: int, *, target: str = "") -> None:
         self._timeout = timeout_seconds
         self._retries = retries
+        self._target = target
         self._run: Attempts | None = None
 
     def progress(self) -> None:
@@ -89,7 +99,7 @@ class StreamAttempts:
     def delay_or_raise(self, error: grpc.RpcError) -> float:
         """Seconds to wait before the next stream; translates ``error`` if there is none."""
         if self._run is None:
-            self._run = Attempts(self._timeout, self._retries, True, None)
+            self._run = Attempts(self._timeout, self._retries, True, None, target=self._target)
             self._run.made = 1  # the stream that failed
         delay = self._run.delay_or_raise(error)
         self._run.made += 1  # the stream about to be opened

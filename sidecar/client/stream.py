@@ -55,12 +55,20 @@ class StreamRun:
     """
 
     def __init__(
-        self, *, limits: StreamLimits, owned: bool, timeout_seconds: float, retries: int, client_name: str
+        self,
+        *,
+        limits: StreamLimits,
+        owned: bool,
+        timeout_seconds: float,
+        retries: int,
+        client_name: str,
+        target: str = "",
     ) -> None:
         self.ledger = StreamLedger(limits)
         self.builder = BatchBuilder(limits, owned=owned, new_request_id=new_request_id)
         self.timeout_seconds = timeout_seconds
-        self._attempts = StreamAttempts(timeout_seconds, retries)
+        self._attempts = StreamAttempts(timeout_seconds, retries, target=target)
+        self._target = target
         self._client_name = client_name
         self._failed: BaseException | None = None
 
@@ -154,7 +162,8 @@ class StreamRun:
     def give_up_overdue(self) -> NoReturn:
         self.give_up(
             DeadlineExceededError(
-                f"the sidecar did not answer the stream within timeout_seconds={self.timeout_seconds} (a"
+                f"the sidecar{f' at {self._target}' if self._target else ''} did not answer the stream within"
+                f" timeout_seconds={self.timeout_seconds} (a"
                 " put_stream waits that long for each answer while writes are in flight)",
                 grpc.StatusCode.DEADLINE_EXCEEDED,
             )

@@ -34,6 +34,7 @@ def test_the_timeout_bounds_the_whole_call_not_each_attempt(sidecar: Sidecar, fl
     assert info.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
     assert len(count.sent) == 1
     assert "timeout_seconds=1.0" in str(info.value)
+    assert f"the sidecar at {sidecar.unix_target} did not answer" in str(info.value)  # which one, of several
     assert info.value.request_id  # the write can be retried idempotently
 
 
@@ -74,6 +75,7 @@ def test_a_frozen_sidecar_ends_the_stream_after_timeout_seconds_without_an_answe
             sidecar.process.send_signal(signal.SIGCONT)
     assert len(results) >= 100
     assert f"the first {len(results)} writes were answered" in str(info.value)
+    assert f"the sidecar at {sidecar.unix_target} did not answer the stream" in str(info.value)
     assert info.value.request_id == f"w{3 + len(results)}"
 
 
