@@ -45,7 +45,7 @@ class Attempts:
     """One call's retry state: the deadline (``timeout_seconds`` from the start) and the attempts made."""
 
     def __init__(
-        self, timeout_seconds: float, retries: int, retry: bool, request_id: str | None, *, target: str = ""
+        self, timeout_seconds: float, retries: int, retry: bool, request_id: str | None, *, target: str
     ) -> None:
         self.target = target
         self.timeout_seconds = timeout_seconds
@@ -83,7 +83,7 @@ class StreamAttempts:
     or ``timeout_seconds`` after the failure, as a unary call would.
     """
 
-    def __init__(self, timeout_seconds: float, retries: int, *, target: str = "") -> None:
+    def __init__(self, timeout_seconds: float, retries: int, *, target: str) -> None:
         self._timeout = timeout_seconds
         self._retries = retries
         self._target = target

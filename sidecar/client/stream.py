@@ -62,7 +62,7 @@ class StreamRun:
         timeout_seconds: float,
         retries: int,
         client_name: str,
-        target: str = "",
+        target: str,
     ) -> None:
         self.ledger = StreamLedger(limits)
         self.builder = BatchBuilder(limits, owned=owned, new_request_id=new_request_id)
@@ -162,9 +162,8 @@ class StreamRun:
     def give_up_overdue(self) -> NoReturn:
         self.give_up(
             DeadlineExceededError(
-                f"the sidecar{f' at {self._target}' if self._target else ''} did not answer the stream within"
-                f" timeout_seconds={self.timeout_seconds} (a"
-                " put_stream waits that long for each answer while writes are in flight)",
+                f"the sidecar at {self._target} did not answer the stream within timeout_seconds="
+                f"{self.timeout_seconds} (a put_stream waits that long for each answer while writes are in flight)",
                 grpc.StatusCode.DEADLINE_EXCEEDED,
             )
         )
