@@ -227,7 +227,7 @@ def one_round(
 #: stores (the floor, ``{prefix}_put_floor_us``); and its puts split into those parts and the rest
 #: (``{prefix}_split_{part}_p50_us``, langgraph_split.py).
 _PUT_FLOORS = (
-    ("ckpt-embedded", "embedded", "lmdb", langgraph_floors.lmdb_commit_us, "serialize_elements_p50_us"),
+    ("ckpt-embedded", "embedded", "lmdb", langgraph_floors.lmdb_commit_us, "serialize_changed_p50_us"),
     ("sqlite", "sqlite", "sqlite", langgraph_floors.sqlite_commit_us, "serialize_whole_p50_us"),
 )
 

@@ -2,8 +2,9 @@
 
 Two floors, each the part of a saver's call that no saver built on the same pieces can skip:
 
-- **An embedded put**: LangGraph's serializer over what the step changed (each element of a changed list
-  apart, as ckpt's put serializes them to tell the new ones), plus one durable LMDB commit of a value the
+- **An embedded put**: LangGraph's serializer over what the step changed, as ckpt's put serializes it (a
+  list continuing the one the thread's last put held in one call, and the elements it added one by one to
+  tell them apart; any other list element by element), plus one durable LMDB commit of a value the
   size ckpt stores for a checkpoint, under a new key (py-lmdb's defaults, as ckpt's store commits: the
   data pages synced, then the meta page). ckpt's embedded put cannot take less than their sum. SqliteSaver's
   put has its own floor, measured the same way: the serializer over the whole checkpoint in one call plus
@@ -36,15 +37,17 @@ TRANSPORT_CALLS = 500
 
 
 def serializer_us(records: Sequence[ThreadRecord]) -> dict[str, float]:
-    """p50 over ``records``' puts of LangGraph's serializer: over the channels each put changed, a list's
-    elements one by one (``elements``), and over the whole checkpoint in one call (``whole``)."""
+    """p50 over ``records``' puts of LangGraph's serializer: over the channels each put changed as ckpt's put
+    serializes them (``changed``: sidecar/langgraph/elements.py's dumps_after for a list continuing the one
+    the thread's last put held, else each element), and over the whole checkpoint in one call (``whole``)."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     dumps = JsonPlusSerializer().dumps_typed
     clock = time.perf_counter_ns
-    elements: list[int] = []
+    changed: list[int] = []
     whole: list[int] = []
     for rec in records:
+        held: dict[str, int] = {}  # the length of each list the thread's last put held
         for call in rec.calls:
             if not isinstance(call, Put):
                 continue
@@ -53,17 +56,23 @@ def serializer_us(records: Sequence[ThreadRecord]) -> dict[str, float]:
             for k in call.new_versions:
                 v = values.get(k)
                 if type(v) is list:
-                    for e in v:
+                    start = held.get(k, 0)
+                    if 2 <= start <= len(v):
+                        dumps(v)
+                    else:
+                        start = 0
+                    for e in v[start:]:
                         dumps(e)
                 elif k in values:
                     dumps(v)
             t1 = clock()
             dumps(call.checkpoint)
             t2 = clock()
-            elements.append(t1 - t0)
+            changed.append(t1 - t0)
             whole.append(t2 - t1)
+            held = {k: len(v) for k, v in values.items() if type(v) is list}
     return {
-        "serialize_elements_p50_us": percentile(elements, 50) / 1e3,
+        "serialize_changed_p50_us": percentile(changed, 50) / 1e3,
         "serialize_whole_p50_us": percentile(whole, 50) / 1e3,
     }
 

@@ -126,8 +126,9 @@ def _floors(doc: dict[str, Any]) -> list[str]:
         floor = f["embedded_put_floor_us"]
         against = f" ({floor / sqlite:.2f}x SqliteSaver's put p50 x1)" if sqlite else ""
         said.append(
-            f"LangGraph's serializer over a step's changed channels, element by element as ckpt's put serializes"
-            f" them, p50 {_us(f['serialize_elements_p50_us'])} (over the whole checkpoint in one call, as"
+            f"LangGraph's serializer over a step's changed channels as ckpt's put serializes them (a list continuing"
+            f" the head's in one call, and the elements it added one by one), p50"
+            f" {_us(f['serialize_changed_p50_us'])} (over the whole checkpoint in one call, as"
             f" SqliteSaver's put does, {_us(f['serialize_whole_p50_us'])}); one durable py-lmdb commit of a"
             f" {f['lmdb_commit_value_bytes']:,.0f}-byte value under a new key, p50 {_us(f['lmdb_commit_p50_us'])}: an"
             f" embedded put cannot take less than their sum, {_us(floor)}{against}."

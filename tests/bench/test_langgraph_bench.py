@@ -102,7 +102,7 @@ def test_smoke_run_measures_the_floors_beside_the_savers(smoke_out: Path) -> Non
     floors, embedded = doc["floors"], doc["systems"]["ckpt-embedded"]["median"]
     assert floors["lmdb_commit_value_bytes"] == int(embedded["bytes_per_checkpoint"])
     assert floors["embedded_put_floor_us"] == pytest.approx(
-        floors["serialize_elements_p50_us"] + floors["lmdb_commit_p50_us"]
+        floors["serialize_changed_p50_us"] + floors["lmdb_commit_p50_us"]
     )
     sqlite = doc["systems"]["sqlite"]["median"]
     assert floors["sqlite_commit_value_bytes"] == int(sqlite["bytes_per_checkpoint"])
@@ -175,3 +175,20 @@ def test_missing_postgres_binaries_are_named_with_how_to_install_them(monkeypatc
     )
     assert proc.returncode == 2
     assert "PostgreSQL server binaries not found" in proc.stderr and "/nonexistent/pg/bin" in proc.stderr
+
+
+def test_the_put_split_times_the_serializer_without_changing_the_path_a_put_takes() -> None:
+    # A timing subclass of JsonPlusSerializer would send ckpt's put down the element-by-element path, which
+    # its default serializer does not take: the split times the class's own method instead.
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from ckpt.bench.langgraph_split import _SerializerTimer
+    from ckpt.sidecar.langgraph.elements import Elements
+
+    values = [f"message {i}" for i in range(40)]
+    with _SerializerTimer() as timer:
+        codec = Elements(JsonPlusSerializer())
+        pairs = codec.dumps_after(values, codec.dumps(values[:39]))
+        assert pairs == codec.dumps(values)
+        assert timer.ns > 0
+    assert JsonPlusSerializer.dumps_typed.__name__ == "dumps_typed"  # the class's own again
