@@ -57,6 +57,26 @@ class PowerCut:
         (shadow / "pending").mkdir()
         return cls(library, watched, shadow)
 
+    def adopt(self) -> None:
+        """Take what the watched directory holds now as flushed: a store a test made before the recorded
+        process runs (a power cut cannot undo what an earlier, finished run flushed)."""
+        for path in [self.watched, *(Path(e.path) for e in _walk(self.watched))]:
+            lines = []
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        lines.append(f"{entry.inode()} {_DT_DIR} {entry.name}\n")
+                    elif entry.is_file(follow_symlinks=False):
+                        lines.append(f"{entry.inode()} {_DT_REG} {entry.name}\n")
+                        shutil.copyfile(entry.path, self.shadow / "inodes" / str(entry.inode()))
+            (self.shadow / "dirs" / str(os.stat(path).st_ino)).write_text("".join(lines))
+
+    def steps(self) -> int:
+        """How many steps (writes, flushes, renames) the recorded processes made, all told: of a run not cut,
+        the steps it may be cut at."""
+        counted = self.shadow / "steps"
+        return struct.unpack("=q", counted.read_bytes())[0] if counted.exists() else 0
+
     def env(self) -> dict[str, str]:
         """This process's environment with the library preloaded (children inherit it)."""
         return {
@@ -123,8 +143,11 @@ class _Rebuild:
         log, at = pending.read_bytes(), 0
         while at < len(log):
             offset, length = _PENDING_HEAD.unpack_from(log, at)
-            data = log[at + _PENDING_HEAD.size : at + _PENDING_HEAD.size + length]
-            at += _PENDING_HEAD.size + length
+            at += _PENDING_HEAD.size
+            if length < 0:  # a write placed nowhere (sendfile): left out, as it may be
+                continue
+            data = log[at : at + length]
+            at += length
             start = offset
             while start < offset + length:  # page by page, each reaching the disk or not
                 end = min(offset + length, (start // PAGE_BYTES + 1) * PAGE_BYTES)

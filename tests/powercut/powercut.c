@@ -11,15 +11,18 @@
      pending/<ino>  the writes to a file since its last flush, in order: offset and length (two native
                     64-bit integers), then the bytes; any of them may reach the disk before a cut.
 
-   With POWERCUT_AT_WRITE=N, the process kills itself (SIGKILL) right after its Nth write to a file there:
-   a cut at the moment a disk is most likely to hold something half done.
+   With POWERCUT_AT_STEP=N, the process kills itself (SIGKILL) right after its Nth step there (a write, a
+   flush or a rename), counted over it and the processes it starts (shadow/steps holds the count): a cut
+   at the moment a disk is most likely to hold something half done. With POWERCUT_KILL_GROUP set, the cut
+   kills the process group: a process run in a session of its own, with its children.
 
    The test rebuilds the tree from POWERCUT_DIR's own inode down (tests/powercut/image.py) once the
-   process is killed. Writes reach the library through write, pwrite, writev and pwritev; a write it cannot
-   place (sendfile, copy_file_range) marks its whole file to be copied at the next flush. A flush copies the
-   file's bytes as they are then: writes racing it on another thread count as flushed, the one way this
-   model is kinder than a disk. Writes through a shared mapping are not seen (LMDB is opened without
-   MDB_WRITEMAP). */
+   process is killed. Writes reach the library through write, pwrite, writev and pwritev; a write it
+   cannot place (sendfile, copy_file_range) marks its whole file to be copied at the next flush. Every
+   process recorded appends to the same pending/<ino>, so a flush in one takes the writes of another (a
+   forked child's copy flushed by its parent). A flush copies the file's bytes as they are then: writes
+   racing it on another thread count as flushed, the one way this model is kinder than a disk. Writes
+   through a shared mapping are not seen (LMDB is opened without MDB_WRITEMAP). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -33,30 +36,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define MAX_FDS 65536
-#define WHOLE ((off_t)-1)
 
-struct range { off_t off; off_t len; };
-struct node {  /* an inode written since its last flush */
-    ino_t ino;
-    struct range *ranges;
-    size_t count, cap;
-    struct node *next;
-};
 struct fdinfo { char tracked, sync, dir; ino_t ino; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fdinfo fds[MAX_FDS];
-static struct node *dirty;
 static char watched[PATH_MAX], shadow[PATH_MAX / 2];
 static size_t watched_len;
 static int ready;
-static long cut_at, writes_seen;  /* POWERCUT_AT_WRITE: the write after which the power goes (0: never) */
+static long cut_at;  /* POWERCUT_AT_STEP: the step after which the power goes (0: never) */
+static long *steps_seen;  /* shadow/steps: the steps so far, of every process recorded */
+static int cut_group;  /* POWERCUT_KILL_GROUP: the cut ends the process group, not only this process */
 
 static int (*real_open)(const char *, int, ...);
 static int (*real_openat)(int, const char *, int, ...);
@@ -70,6 +68,16 @@ static ssize_t (*real_sendfile)(int, int, off_t *, size_t);
 static ssize_t (*real_copy_file_range)(int, off_t *, int, off_t *, size_t, unsigned int);
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
+static int (*real_renameat)(int, const char *, int, const char *);
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned int);
+
+static void fail(const char *what) {
+    /* A record the test cannot trust: end the process loudly rather than let the test pass on it. */
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "powercut: %s: %s\n", what, strerror(errno));
+    real_write(2, msg, (size_t)n);
+    abort();
+}
 
 __attribute__((constructor)) static void init(void) {
     real_open = dlsym(RTLD_NEXT, "open");
@@ -84,6 +92,8 @@ __attribute__((constructor)) static void init(void) {
     real_copy_file_range = dlsym(RTLD_NEXT, "copy_file_range");
     real_fsync = dlsym(RTLD_NEXT, "fsync");
     real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+    real_renameat = dlsym(RTLD_NEXT, "renameat");
+    real_renameat2 = dlsym(RTLD_NEXT, "renameat2");
     const char *w = getenv("POWERCUT_DIR"), *s = getenv("POWERCUT_SHADOW");
     if (!w && !s) return;
     if (!w || !s || !realpath(w, watched) || strlen(s) >= sizeof shadow) {
@@ -92,19 +102,22 @@ __attribute__((constructor)) static void init(void) {
         abort();
     }
     strcpy(shadow, s);
-    const char *at = getenv("POWERCUT_AT_WRITE");
+    const char *at = getenv("POWERCUT_AT_STEP");
     cut_at = at ? atol(at) : 0;
+    cut_group = getenv("POWERCUT_KILL_GROUP") != NULL;
+    /* One count for the processes the recorded one starts too (a forked child inherits the mapping, an
+       exec'd one maps the file again): a cut at the Nth step is at one moment of them all. */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/steps", shadow);
+    int fd = real_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof *steps_seen)) fail("open the count of steps");
+    steps_seen = mmap(NULL, sizeof *steps_seen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (steps_seen == MAP_FAILED) fail("map the count of steps");
+    real_close(fd);
     watched_len = strlen(watched);
     ready = 1;
 }
 
-static void fail(const char *what) {
-    /* A record the test cannot trust: end the process loudly rather than let the test pass on it. */
-    char msg[256];
-    int n = snprintf(msg, sizeof msg, "powercut: %s: %s\n", what, strerror(errno));
-    real_write(2, msg, (size_t)n);
-    abort();
-}
 
 static void note_open(int fd) {
     if (!ready || fd < 0 || fd >= MAX_FDS) return;
@@ -130,15 +143,12 @@ static void note_open(int fd) {
     pthread_mutex_unlock(&lock);
 }
 
-static struct node *node_of(ino_t ino) {  /* under lock */
-    for (struct node *n = dirty; n; n = n->next)
-        if (n->ino == ino) return n;
-    struct node *n = calloc(1, sizeof *n);
-    if (!n) fail("calloc");
-    n->ino = ino;
-    n->next = dirty;
-    dirty = n;
-    return n;
+/* A write, flush or rename has returned: if it is the step to cut at, the power goes now, before whatever
+   was to follow it (a flush, an ack). Called under the lock: no other thread records anything more. */
+static void step(void) {
+    if (__atomic_add_fetch(steps_seen, 1, __ATOMIC_SEQ_CST) != cut_at) return;
+    if (cut_group) kill(0, SIGKILL);
+    kill(getpid(), SIGKILL);
 }
 
 static int shadow_file(ino_t ino) {
@@ -160,28 +170,42 @@ static void write_all(int fd, const char *buf, size_t len, off_t off) {
     }
 }
 
-static int pending_file(ino_t ino, int flags) {
+/* pending/<ino>, locked (flock) against the other processes recorded: each appends its writes to the
+   file there, and a flush by any of them (the page cache is theirs in common) takes the lot. */
+static int pending_locked(ino_t ino) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/pending/%lu", shadow, (unsigned long)ino);
-    int fd = real_open(path, flags | O_CREAT | O_CLOEXEC, 0600);
+    int fd = real_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) fail("open pending file");
+    while (flock(fd, LOCK_EX))
+        if (errno != EINTR) fail("lock pending file");
     return fd;
 }
 
-/* A write not flushed yet, kept with its bytes: a cut may still bring any of them to the disk. */
-static void pend(ino_t ino, const struct iovec *iov, int iovcnt, off_t off, ssize_t len) {  /* under lock */
-    int fd = pending_file(ino, O_WRONLY | O_APPEND);
-    int64_t head[2] = {(int64_t)off, (int64_t)len};
-    off_t end = lseek(fd, 0, SEEK_END);
-    write_all(fd, (const char *)head, sizeof head, end);
-    end += (off_t)sizeof head;
-    ssize_t left = len;
+static void unlock_pending(int fd) {
+    flock(fd, LOCK_UN);
+    real_close(fd);
+}
+
+/* A write not flushed yet, kept with its bytes (len -1 and none: a write placed nowhere, its whole file
+   to copy at the next flush): a cut may still bring any of them to the disk. */
+static void pend(ino_t ino, const struct iovec *iov, int iovcnt, off_t off, ssize_t len) {
+    size_t size = 2 * sizeof(int64_t) + (iov ? (size_t)len : 0);
+    char *record = malloc(size);
+    if (!record) fail("malloc");
+    int64_t head[2] = {(int64_t)off, iov ? (int64_t)len : -1};
+    memcpy(record, head, sizeof head);
+    size_t at = sizeof head;
+    ssize_t left = iov ? len : 0;
     for (int i = 0; i < iovcnt && left > 0; i++) {
         size_t part = iov[i].iov_len < (size_t)left ? iov[i].iov_len : (size_t)left;
-        write_all(fd, iov[i].iov_base, part, end);
-        end += (off_t)part, left -= (ssize_t)part;
+        memcpy(record + at, iov[i].iov_base, part);
+        at += part, left -= (ssize_t)part;
     }
-    real_close(fd);
+    int fd = pending_locked(ino);
+    write_all(fd, record, size, lseek(fd, 0, SEEK_END));
+    unlock_pending(fd);
+    free(record);
 }
 
 /* A write of len bytes at off has returned: flushed at once through a synchronous descriptor, else
@@ -194,6 +218,7 @@ static void wrote(int fd, const struct iovec *iov, int iovcnt, off_t off, ssize_
     /* The same file still: a descriptor closed other than through close() may have been reused. */
     if (info.tracked && !info.dir && fstat(fd, &st) == 0 && st.st_ino == info.ino) {
         if (info.sync) {
+            int held = pending_locked(info.ino);  /* not amid another process's flush of the file */
             int sfd = shadow_file(info.ino);
             ssize_t left = len;
             for (int i = 0; i < iovcnt && left > 0; i++) {
@@ -202,21 +227,11 @@ static void wrote(int fd, const struct iovec *iov, int iovcnt, off_t off, ssize_
                 off += (off_t)part, left -= (ssize_t)part;
             }
             real_close(sfd);
+            unlock_pending(held);
         } else {
-            struct node *n = node_of(info.ino);
-            if (n->count == n->cap) {
-                n->cap = n->cap ? 2 * n->cap : 16;
-                n->ranges = realloc(n->ranges, n->cap * sizeof *n->ranges);
-                if (!n->ranges) fail("realloc");
-            }
-            n->ranges[n->count++] = (struct range){off, iov ? (off_t)len : WHOLE};
-            if (iov) pend(info.ino, iov, iovcnt, off, len);
+            pend(info.ino, iov, iovcnt, off, len);
         }
-        if (++writes_seen == cut_at) {
-            /* The power goes now, between this write and whatever was to follow it (its flush, an ack):
-               held under the lock, no other thread records anything more. */
-            kill(getpid(), SIGKILL);
-        }
+        step();
     }
     pthread_mutex_unlock(&lock);
 }
@@ -242,7 +257,7 @@ static void flush_dir(int fd, ino_t ino) {
     }
     closedir(d);
     real_close(out);
-    if (rename(tmp, path)) fail("rename shadow directory");
+    if (real_renameat(AT_FDCWD, tmp, AT_FDCWD, path)) fail("rename shadow directory");
 }
 
 /* After a flush of fd returned: its inode's written ranges (or its entries) are the power cut's now. */
@@ -257,27 +272,27 @@ static void flushed(int fd) {
     }
     if (info.dir) {
         flush_dir(fd, info.ino);
+        step();
         pthread_mutex_unlock(&lock);
         return;
     }
-    struct node **at = &dirty, *n = NULL;
-    for (; *at; at = &(*at)->next)
-        if ((*at)->ino == info.ino) {
-            n = *at;
-            *at = n->next;
-            break;
-        }
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     int src = real_open(link, O_RDONLY | O_CLOEXEC);  /* the descriptor flushed may be write-only */
     if (src < 0) fail("reopen flushed file");
-    struct stat st;
-    if (fstat(src, &st)) fail("fstat flushed file");
+    int held = pending_locked(info.ino);
+    struct stat st, log;
+    if (fstat(src, &st) || fstat(held, &log)) fail("fstat flushed file");
+    char *pending = log.st_size ? malloc((size_t)log.st_size) : NULL;
+    if (log.st_size && (!pending || pread(held, pending, (size_t)log.st_size, 0) != log.st_size)) fail("read pending file");
     int sfd = shadow_file(info.ino);
     static char buf[1 << 16];
-    for (size_t i = 0; n && i < n->count; i++) {
-        off_t off = n->ranges[i].off, end = n->ranges[i].len == WHOLE ? st.st_size : off + n->ranges[i].len;
-        if (n->ranges[i].len == WHOLE) off = 0;
+    for (off_t at = 0; at < log.st_size;) {
+        int64_t head[2];
+        memcpy(head, pending + at, sizeof head);
+        at += (off_t)sizeof head + (head[1] < 0 ? 0 : head[1]);
+        /* The file's bytes as they are now, which the flush wrote: a later write may have changed them. */
+        off_t off = head[1] < 0 ? 0 : head[0], end = head[1] < 0 ? st.st_size : head[0] + head[1];
         if (end > st.st_size) end = st.st_size;  /* cut since: the size below says so */
         while (off < end) {
             size_t want = (size_t)(end - off) < sizeof buf ? (size_t)(end - off) : sizeof buf;
@@ -288,14 +303,13 @@ static void flushed(int fd) {
             off += got;
         }
     }
+    free(pending);
     if (ftruncate(sfd, st.st_size)) fail("size shadow file");
     real_close(sfd);
-    real_close(pending_file(info.ino, O_WRONLY | O_TRUNC));  /* every write so far is flushed now */
+    if (ftruncate(held, 0)) fail("empty pending file");  /* every write so far is flushed now */
+    unlock_pending(held);
     real_close(src);
-    if (n) {
-        free(n->ranges);
-        free(n);
-    }
+    step();
     pthread_mutex_unlock(&lock);
 }
 
@@ -395,6 +409,51 @@ ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t l
     ssize_t n = real_copy_file_range(in, in_off, out, out_off, len, flags);
     wrote(out, NULL, 0, 0, n);
     return n;
+}
+
+static int watched_path(int dirfd, const char *path) {
+    /* Whether a rename's path lies under POWERCUT_DIR (resolved through its directory, which exists). */
+    char dir[PATH_MAX], link[64], full[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (path[0] == '/' || dirfd == AT_FDCWD) {
+        if (!slash) return getcwd(full, sizeof full) && strncmp(full, watched, watched_len) == 0;
+        size_t len = (size_t)(slash - path);
+        if (len >= sizeof dir) return 0;
+        memcpy(dir, path, len);
+        dir[len] = 0;
+        if (!realpath(len ? dir : "/", full)) return 0;
+    } else {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+        ssize_t n = readlink(link, full, sizeof full - 1);
+        if (n <= 0) return 0;
+        full[n] = 0;
+    }
+    return strncmp(full, watched, watched_len) == 0 && (full[watched_len] == 0 || full[watched_len] == '/');
+}
+
+static void renamed(int olddirfd, const char *oldpath, int r) {
+    if (!ready || r != 0 || !watched_path(olddirfd, oldpath)) return;
+    pthread_mutex_lock(&lock);
+    step();
+    pthread_mutex_unlock(&lock);
+}
+
+int rename(const char *oldpath, const char *newpath) {
+    int r = real_renameat(AT_FDCWD, oldpath, AT_FDCWD, newpath);
+    renamed(AT_FDCWD, newpath, r);
+    return r;
+}
+
+int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+    int r = real_renameat(olddirfd, oldpath, newdirfd, newpath);
+    renamed(newdirfd, newpath, r);
+    return r;
+}
+
+int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    int r = real_renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+    renamed(newdirfd, newpath, r);
+    return r;
 }
 
 int fsync(int fd) {

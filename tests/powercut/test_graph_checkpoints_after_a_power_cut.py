@@ -41,12 +41,12 @@ def _holds(image: Path, turns: dict[str, list[tuple[str, int]]]) -> None:
             assert app.get_state(config).values["items"][-2:][0] == "after the cut"
 
 
-@pytest.mark.parametrize("cut_at_write", [40, 300, 1100])
+@pytest.mark.parametrize("cut_at_step", [40, 300, 1100])
 def test_every_acknowledged_checkpoint_is_on_each_disk_a_power_cut_may_leave(
-    tmp_path: Path, powercut_library: Path, cut_at_write: int
+    tmp_path: Path, powercut_library: Path, cut_at_step: int
 ) -> None:
     cut = PowerCut.make(powercut_library, tmp_path / "data", tmp_path / "shadow")
-    env = {**cut.env(), "POWERCUT_AT_WRITE": str(cut_at_write)}
+    env = {**cut.env(), "POWERCUT_AT_STEP": str(cut_at_step)}
     writer = subprocess.run(
         [sys.executable, "-m", "tests.powercut.graph_writer", str(cut.watched)],
         cwd=ROOT,

@@ -79,9 +79,9 @@ def _cut(sidecar: Sidecar) -> None:
     sidecar.process.wait(timeout=20)
 
 
-def _start_recorded(cut: PowerCut, *extra: str, cut_at_write: int = 0) -> Sidecar:
+def _start_recorded(cut: PowerCut, *extra: str, cut_at_step: int = 0) -> Sidecar:
     listen = [f"unix:{cut.watched.parent}/recorded.sock", f"127.0.0.1:{free_port()}"]
-    env = {**cut.env(), "POWERCUT_AT_WRITE": str(cut_at_write)}
+    env = {**cut.env(), "POWERCUT_AT_STEP": str(cut_at_step)}
     p = start_sidecar_process(cut.watched, *extra, listen=listen, log_path=cut.watched.parent / "recorded.log", env=env)
     return Sidecar(p.process, p.data_dir, p.targets, p.log_path)
 
@@ -113,12 +113,12 @@ def _holds(
         assert restarted.stop() == 0, restarted.log()
 
 
-@pytest.mark.parametrize("cut_at_write", [60, 250, 900, 2500])
+@pytest.mark.parametrize("cut_at_step", [60, 250, 900, 2500])
 def test_every_acknowledged_write_is_on_each_disk_a_power_cut_may_leave(
-    tmp_path: Path, powercut_library: Path, cut_at_write: int
+    tmp_path: Path, powercut_library: Path, cut_at_step: int
 ) -> None:
     cut = PowerCut.make(powercut_library, tmp_path / "data", tmp_path / "shadow")
-    sidecar = _start_recorded(cut, cut_at_write=cut_at_write)
+    sidecar = _start_recorded(cut, cut_at_step=cut_at_step)
     acked, stop = Acknowledged(), threading.Event()
     writers = [threading.Thread(target=_write, args=(sidecar.unix_target, w, acked, stop)) for w in range(WRITERS)]
     for w in writers:
