@@ -75,7 +75,7 @@ class PowerCut:
         """How many steps (writes, flushes, renames) the recorded processes made, all told: of a run not cut,
         the steps it may be cut at."""
         counted = self.shadow / "steps"
-        return struct.unpack("=q", counted.read_bytes())[0] if counted.exists() else 0
+        return struct.unpack_from("=q", counted.read_bytes())[0] if counted.exists() else 0
 
     def env(self) -> dict[str, str]:
         """This process's environment with the library preloaded (children inherit it)."""

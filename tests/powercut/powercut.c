@@ -11,10 +11,9 @@
      pending/<ino>  the writes to a file since its last flush, in order: offset and length (two native
                     64-bit integers), then the bytes; any of them may reach the disk before a cut.
 
-   With POWERCUT_AT_STEP=N, the process kills itself (SIGKILL) right after its Nth step there (a write, a
-   flush or a rename), counted over it and the processes it starts (shadow/steps holds the count): a cut
-   at the moment a disk is most likely to hold something half done. With POWERCUT_KILL_GROUP set, the cut
-   kills the process group: a process run in a session of its own, with its children.
+   With POWERCUT_AT_STEP=N, the power goes right after the Nth step there (a write, a flush or a rename),
+   counted over the process and the processes it starts: every one of them is killed (SIGKILL) at once, a
+   cut at the moment a disk is most likely to hold something half done. shadow/steps holds the count.
 
    The test rebuilds the tree from POWERCUT_DIR's own inode down (tests/powercut/image.py) once the
    process is killed. Writes reach the library through write, pwrite, writev and pwritev; a write it
@@ -53,8 +52,15 @@ static char watched[PATH_MAX], shadow[PATH_MAX / 2];
 static size_t watched_len;
 static int ready;
 static long cut_at;  /* POWERCUT_AT_STEP: the step after which the power goes (0: never) */
-static long *steps_seen;  /* shadow/steps: the steps so far, of every process recorded */
-static int cut_group;  /* POWERCUT_KILL_GROUP: the cut ends the process group, not only this process */
+#define MAX_PROCESSES 256
+/* shadow/steps, mapped by every process recorded: the steps so far, and who they are (a pid and its start
+   time, which tells it from a later process given the same pid), for the cut to end them all at once. */
+struct shared {
+    long steps;
+    int processes;
+    struct { pid_t pid; unsigned long long started; } process[MAX_PROCESSES];
+};
+static struct shared *shared;
 
 static int (*real_open)(const char *, int, ...);
 static int (*real_openat)(int, const char *, int, ...);
@@ -77,6 +83,28 @@ static void fail(const char *what) {
     int n = snprintf(msg, sizeof msg, "powercut: %s: %s\n", what, strerror(errno));
     real_write(2, msg, (size_t)n);
     abort();
+}
+
+static unsigned long long started(pid_t pid) {
+    /* Field 22 of /proc/<pid>/stat, after the command in parentheses: when the process started. */
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = real_open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    real_close(fd);
+    if (n <= 0) return 0;
+    text[n] = 0;
+    char *at = strrchr(text, ')');
+    for (int field = 2; at && field < 22; field++) at = strchr(at + 1, ' ');
+    return at ? strtoull(at + 1, NULL, 10) : 0;
+}
+
+static void joined(void) {  /* this process is one the cut ends */
+    int i = __atomic_fetch_add(&shared->processes, 1, __ATOMIC_SEQ_CST);
+    if (i >= MAX_PROCESSES) fail("too many processes recorded");
+    shared->process[i].started = started(getpid());
+    __atomic_store_n(&shared->process[i].pid, getpid(), __ATOMIC_SEQ_CST);
 }
 
 __attribute__((constructor)) static void init(void) {
@@ -104,16 +132,17 @@ __attribute__((constructor)) static void init(void) {
     strcpy(shadow, s);
     const char *at = getenv("POWERCUT_AT_STEP");
     cut_at = at ? atol(at) : 0;
-    cut_group = getenv("POWERCUT_KILL_GROUP") != NULL;
     /* One count for the processes the recorded one starts too (a forked child inherits the mapping, an
        exec'd one maps the file again): a cut at the Nth step is at one moment of them all. */
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/steps", shadow);
     int fd = real_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || ftruncate(fd, sizeof *steps_seen)) fail("open the count of steps");
-    steps_seen = mmap(NULL, sizeof *steps_seen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (steps_seen == MAP_FAILED) fail("map the count of steps");
+    if (fd < 0 || ftruncate(fd, sizeof *shared)) fail("open the count of steps");
+    shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shared == MAP_FAILED) fail("map the count of steps");
     real_close(fd);
+    joined();
+    pthread_atfork(NULL, NULL, joined);
     watched_len = strlen(watched);
     ready = 1;
 }
@@ -146,8 +175,12 @@ static void note_open(int fd) {
 /* A write, flush or rename has returned: if it is the step to cut at, the power goes now, before whatever
    was to follow it (a flush, an ack). Called under the lock: no other thread records anything more. */
 static void step(void) {
-    if (__atomic_add_fetch(steps_seen, 1, __ATOMIC_SEQ_CST) != cut_at) return;
-    if (cut_group) kill(0, SIGKILL);
+    if (__atomic_add_fetch(&shared->steps, 1, __ATOMIC_SEQ_CST) != cut_at) return;
+    int count = __atomic_load_n(&shared->processes, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < count && i < MAX_PROCESSES; i++) {
+        pid_t pid = __atomic_load_n(&shared->process[i].pid, __ATOMIC_SEQ_CST);
+        if (pid > 0 && pid != getpid() && started(pid) == shared->process[i].started) kill(pid, SIGKILL);
+    }
     kill(getpid(), SIGKILL);
 }
 
