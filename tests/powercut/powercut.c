@@ -107,6 +107,14 @@ static void joined(void) {  /* this process is one the cut ends */
     __atomic_store_n(&shared->process[i].pid, getpid(), __ATOMIC_SEQ_CST);
 }
 
+/* Held over a fork: a child forked while another thread records a write would find the lock taken for ever. */
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+static void after_fork_in_child(void) {
+    pthread_mutex_unlock(&lock);
+    joined();
+}
+
 __attribute__((constructor)) static void init(void) {
     real_open = dlsym(RTLD_NEXT, "open");
     real_openat = dlsym(RTLD_NEXT, "openat");
@@ -142,11 +150,10 @@ __attribute__((constructor)) static void init(void) {
     if (shared == MAP_FAILED) fail("map the count of steps");
     real_close(fd);
     joined();
-    pthread_atfork(NULL, NULL, joined);
+    pthread_atfork(before_fork, after_fork, after_fork_in_child);
     watched_len = strlen(watched);
     ready = 1;
 }
-
 
 static void note_open(int fd) {
     if (!ready || fd < 0 || fd >= MAX_FDS) return;
@@ -173,7 +180,7 @@ static void note_open(int fd) {
 }
 
 /* A write, flush or rename has returned: if it is the step to cut at, the power goes now, before whatever
-   was to follow it (a flush, an ack). Called under the lock: no other thread records anything more. */
+   was to follow it (a flush, an ack). Under the lock: no other thread of this process records more. */
 static void step(void) {
     if (__atomic_add_fetch(&shared->steps, 1, __ATOMIC_SEQ_CST) != cut_at) return;
     int count = __atomic_load_n(&shared->processes, __ATOMIC_SEQ_CST);
@@ -350,14 +357,20 @@ static off_t position_before(int fd, ssize_t written) {
     return written > 0 ? lseek(fd, 0, SEEK_CUR) - written : 0;
 }
 
+/* An open's mode, its variadic argument: there only with O_CREAT or O_TMPFILE. */
+#define MODE_ARGUMENT(flags, mode)                \
+    do {                                          \
+        if ((flags) & (O_CREAT | O_TMPFILE)) {    \
+            va_list ap;                           \
+            va_start(ap, flags);                  \
+            (mode) = va_arg(ap, mode_t);          \
+            va_end(ap);                           \
+        }                                         \
+    } while (0)
+
 int open(const char *path, int flags, ...) {
     mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
+    MODE_ARGUMENT(flags, mode);
     int fd = real_open(path, flags, mode);
     note_open(fd);
     return fd;
@@ -366,12 +379,7 @@ int open64(const char *path, int flags, ...) __attribute__((alias("open")));
 
 int openat(int dirfd, const char *path, int flags, ...) {
     mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
+    MODE_ARGUMENT(flags, mode);
     int fd = real_openat(dirfd, path, flags, mode);
     note_open(fd);
     return fd;
