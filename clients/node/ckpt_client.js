@@ -153,6 +153,7 @@ class CheckpointClient {
       'grpc.min_reconnect_backoff_ms': 50,
       'grpc.max_reconnect_backoff_ms': 250,
     });
+    this.target = target;
     this.timeoutMs = timeoutMs;
     this.retries = retries;
     this.maxMessageBytes = maxMessageBytes;
@@ -189,6 +190,11 @@ class CheckpointClient {
         const delayMs = retryDelayMs(err, { retry, attempt, retries: this.retries });
         if (delayMs === null || Date.now() + delayMs >= deadline) {
           if (request.request_id) err.requestId = request.request_id;
+          if (err.code === grpc.status.DEADLINE_EXCEEDED) {
+            // gRPC names the address when it cannot connect, not when a sidecar it reached stops answering.
+            err.details = `the sidecar at ${this.target} did not answer within the call's timeout (timeoutMs=${this.timeoutMs})`;
+            err.message = `${err.code} DEADLINE_EXCEEDED: ${err.details}`;
+          }
           throw err;
         }
         await pause(this, delayMs); // woken by close(): the next attempt fails as the client's closed error

@@ -90,7 +90,7 @@ function clearLongTimeout(timer) {
 // endedOk: the call has ended with OK (next() then rejects INTERNAL: a sidecar
 // ends a stream only once it answered every write sent, so one ending before
 // is a broken contract, given up on, not retried, as the Python clients do).
-function openStream(stub) {
+function openStream(stub, target) {
   const call = stub.PutStream();
   const replies = [];
   let failure = null;
@@ -137,7 +137,9 @@ function openStream(stub) {
           waiter = resolve;
           timer = setLongTimeout(() => {
             waiter = null;
-            failure = failure || Object.assign(new Error(`no answer within ${timeoutMs} ms`), {
+            const details = `the sidecar at ${target} did not answer within ${timeoutMs} ms`;
+            failure = failure || Object.assign(new Error(`${grpc.status.DEADLINE_EXCEEDED} DEADLINE_EXCEEDED: ${details}`), {
+              details,
               code: grpc.status.DEADLINE_EXCEEDED,
             });
             resolve();
@@ -304,7 +306,7 @@ async function* streamPuts(client, puts, batchSize) {
       for (;;) {
         try {
           if (client.closed) throw closedError();
-          if (stream === null) stream = openStream(client.stub);
+          if (stream === null) stream = openStream(client.stub, client.target);
           batchId += 1;
           stream.send({ puts: batch, batch_id: batchId });
           sent = true;

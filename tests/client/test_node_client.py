@@ -97,8 +97,20 @@ const [target, session, timeoutMs, requestId] = process.argv.slice(2);
 const client = new CheckpointClient(target, { timeoutMs: Number(timeoutMs) });
 client.put(session, Buffer.from([0x08, 0x01]), { requestId }).then(
   (r) => console.log(JSON.stringify({ version: r.version, replayed: r.replayed })),
-  (e) => console.log(JSON.stringify({ code: e.code, requestId: e.requestId || null })),
+  (e) => console.log(JSON.stringify({ code: e.code, requestId: e.requestId || null, message: e.message })),
 ).finally(() => client.close());
+"""
+
+# A putStream of one write, printed as JSON: its result, or the error it threw (code and message).
+_STREAM_ONCE = """
+const { CheckpointClient } = require(process.argv[1]);
+const [target, timeoutMs] = process.argv.slice(2);
+const client = new CheckpointClient(target, { timeoutMs: Number(timeoutMs) });
+(async () => {
+  for await (const r of client.putStream([{ sessionId: 'hung-stream', state: Buffer.from([0x08, 0x01]) }])) {
+    console.log(JSON.stringify({ outcome: r.outcome }));
+  }
+})().catch((e) => console.log(JSON.stringify({ code: e.code, message: e.message }))).finally(() => client.close());
 """
 
 
@@ -111,6 +123,10 @@ def _answer(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     return dict(json.loads(out))
+
+
+def _without_message(answer: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in answer.items() if k != "message"}
 
 
 def test_node_client_outlasts_a_restart_and_bounds_a_call_by_its_timeout(tmp_path: Path) -> None:
@@ -126,9 +142,36 @@ def test_node_client_outlasts_a_restart_and_bounds_a_call_by_its_timeout(tmp_pat
             hung = _answer(_node_put(sidecar.unix_target, "hung", timeout_ms=1000, request_id="n-1"))
         finally:
             sidecar.process.send_signal(signal.SIGCONT)
-        assert hung == {"code": 4, "requestId": "n-1"}  # DEADLINE_EXCEEDED, with the id to resend by
+        assert _without_message(hung) == {"code": 4, "requestId": "n-1"}  # DEADLINE_EXCEEDED, with the id to resend by
+        # Named as the Python clients name it: gRPC's own words name no address for a sidecar it reached.
+        assert hung["message"] == (
+            f"4 DEADLINE_EXCEEDED: the sidecar at {sidecar.unix_target} did not answer within the call's timeout"
+            " (timeoutMs=1000)"
+        )
         resent = _answer(_node_put(sidecar.unix_target, "hung", timeout_ms=20_000, request_id="n-1"))
         assert resent["version"] == 1  # written once, whether the first attempt reached the writer or not
+    finally:
+        assert sidecar.stop() == 0
+
+
+def test_node_put_stream_to_a_hung_sidecar_names_it_when_its_timeout_passes(tmp_path: Path) -> None:
+    sidecar = start_sidecar(tmp_path / "data")
+    try:
+        sidecar.process.send_signal(signal.SIGSTOP)  # hung: accepts nothing, answers nothing
+        try:
+            proc = subprocess.Popen(
+                node_command(_STREAM_ONCE, sidecar.unix_target, "1000"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            hung = _answer(proc)
+        finally:
+            sidecar.process.send_signal(signal.SIGCONT)
+        assert hung == {
+            "code": 4,
+            "message": f"4 DEADLINE_EXCEEDED: the sidecar at {sidecar.unix_target} did not answer within 1000 ms",
+        }
     finally:
         assert sidecar.stop() == 0
 
