@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -149,11 +150,18 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._backend = backend
         self._close = close
         self._ops = Operations(self.serde)
-        try:
-            backend.register()
-        except BaseException:
-            close()
-            raise
+        self._registered = False
+        self._registering = threading.Lock()
+
+    def _ready(self) -> Any:
+        """The backend, once the Step type is registered: by the first call, so that the saver can be made
+        before its sidecar serves (as AsyncCkptSaver's); a failed registration is tried again by the next."""
+        if not self._registered:
+            with self._registering:
+                if not self._registered:
+                    self._backend.register()
+                    self._registered = True
+        return self._backend
 
     @classmethod
     def embedded(cls, data_dir: str | Path, *, serde: SerializerProtocol | None = None) -> Self:
@@ -191,7 +199,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         return clone
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        result: CheckpointTuple | None = _run(self._backend, self._ops.get_tuple(config))
+        result: CheckpointTuple | None = _run(self._ready(), self._ops.get_tuple(config))
         return result
 
     def list(
@@ -202,7 +210,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from _drive(self._backend, self._ops.list(config, filter, before, limit))
+        yield from _drive(self._ready(), self._ops.list(config, filter, before, limit))
 
     def put(
         self,
@@ -211,25 +219,25 @@ class CkptSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        result: RunnableConfig = _run(self._backend, self._ops.put(config, checkpoint, metadata, new_versions))
+        result: RunnableConfig = _run(self._ready(), self._ops.put(config, checkpoint, metadata, new_versions))
         return result
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        _run(self._backend, self._ops.put_writes(config, writes, task_id, task_path))
+        _run(self._ready(), self._ops.put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        _run(self._backend, self._ops.delete_thread(str(thread_id)))
+        _run(self._ready(), self._ops.delete_thread(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        _run(self._backend, self._ops.delete_for_runs(run_ids))
+        _run(self._ready(), self._ops.delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        _run(self._backend, self._ops.copy_thread(str(source_thread_id), str(target_thread_id)))
+        _run(self._ready(), self._ops.copy_thread(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        _run(self._backend, self._ops.prune(thread_ids, strategy))
+        _run(self._ready(), self._ops.prune(thread_ids, strategy))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
