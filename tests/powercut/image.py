@@ -17,6 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import ckpt
+
 SOURCE = Path(__file__).with_name("powercut.c")
 #: readdir's d_type of a directory and of a regular file.
 _DT_DIR, _DT_REG = 4, 8
@@ -61,15 +63,12 @@ class PowerCut:
         """Take what the watched directory holds now as flushed: a store a test made before the recorded
         process runs (a power cut cannot undo what an earlier, finished run flushed)."""
         for path in [self.watched, *(Path(e.path) for e in _walk(self.watched))]:
-            lines = []
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        lines.append(f"{entry.inode()} {_DT_DIR} {entry.name}\n")
-                    elif entry.is_file(follow_symlinks=False):
-                        lines.append(f"{entry.inode()} {_DT_REG} {entry.name}\n")
-                        shutil.copyfile(entry.path, self.shadow / "inodes" / str(entry.inode()))
-            (self.shadow / "dirs" / str(os.stat(path).st_ino)).write_text("".join(lines))
+            listing = _listing(path)
+            for ino, d_type, name in listing:
+                if d_type == _DT_REG:
+                    shutil.copyfile(path / name, self.shadow / "inodes" / str(ino))
+            lines = "".join(f"{ino} {d_type} {name}\n" for ino, d_type, name in listing)
+            (self.shadow / "dirs" / str(os.stat(path).st_ino)).write_text(lines)
 
     def steps(self) -> int:
         """How many steps (writes, flushes, renames) the recorded processes made, all told: of a run not cut,
@@ -90,10 +89,27 @@ class PowerCut:
         """The watched directory as a power cut now could leave it, made at ``into``: only what was flushed,
         or with ``rng`` that and a random part of the rest (see the module). The watched directory itself
         stands (the test made it before the cut)."""
+        root = os.stat(self.watched).st_ino
         live = {entry.stat().st_ino: Path(entry.path) for entry in _walk(self.watched)} if rng else {}
-        live[os.stat(self.watched).st_ino] = self.watched
-        _Rebuild(self.shadow, live, rng).dir(os.stat(self.watched).st_ino, into)
+        live[root] = self.watched
+        _Rebuild(self.shadow, live, rng).dir(root, into)
         return into
+
+
+def verified(data_dir: Path) -> None:
+    """``ckpt verify`` passes on the store in ``data_dir``."""
+    done = ckpt("verify", "--data-dir", str(data_dir))
+    assert done.returncode == 0, (data_dir, done.stdout.decode() + done.stderr.decode())
+
+
+def _listing(path: Path) -> list[tuple[int, int, str]]:
+    """The directories and regular files in ``path`` as powercut.c lists a directory: inode, d_type, name."""
+    with os.scandir(path) as entries:
+        return [
+            (e.inode(), _DT_DIR if e.is_dir(follow_symlinks=False) else _DT_REG, e.name)
+            for e in entries
+            if e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False)
+        ]
 
 
 def _walk(top: Path) -> list[os.DirEntry[str]]:
@@ -122,9 +138,7 @@ class _Rebuild:
 
     def _entries(self, ino: int) -> list[tuple[int, int, str]]:
         if self.rng is not None and ino in self.live and self.rng.random() < 0.5:  # as the cut found it
-            kinds = {True: _DT_DIR, False: _DT_REG}
-            with os.scandir(self.live[ino]) as entries:
-                return [(e.inode(), kinds[e.is_dir(follow_symlinks=False)], e.name) for e in entries]
+            return _listing(self.live[ino])
         listing = self.shadow / "dirs" / str(ino)
         if not listing.exists():  # never flushed: empty after the cut
             return []

@@ -23,8 +23,8 @@ from ckpt.bench.output import child_pids
 from ckpt.sidecar.client import CheckpointClient, CheckpointError, NotFoundError, event
 from ckpt.sidecar.server.process import start_sidecar_process
 from ckpt.v1 import service_pb2
-from tests.powercut.image import PowerCut
-from tests.support import Sidecar, ckpt, free_port, start_sidecar
+from tests.powercut.image import PowerCut, verified
+from tests.support import Sidecar, free_port, start_sidecar
 
 WRITERS = 4
 
@@ -115,17 +115,12 @@ def _start_recorded(cut: PowerCut, *extra: str, cut_at_step: int = 0, workers: i
     return Sidecar(p.process, p.data_dir, p.targets, p.log_path)
 
 
-def _verified(data_dir: Path) -> None:
-    done = ckpt("verify", "--data-dir", str(data_dir))
-    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-
-
 def _holds(
     image: Path, states: dict[tuple[str, int], str], events: dict[tuple[str, int], bytes], blobs: Iterable[str]
 ) -> None:
     """``image`` verifies clean, and a sidecar started on it reads back each write in ``states``, ``events``
     and ``blobs`` as acknowledged."""
-    _verified(image)
+    verified(image)
     restarted = start_sidecar(image)
     try:
         with CheckpointClient(restarted.unix_target) as client:
@@ -183,9 +178,9 @@ def test_without_meta_sync_each_disk_a_power_cut_may_leave_verifies(
     cut = PowerCut.make(powercut_library, tmp_path / "data", tmp_path / "shadow")
     acked = _written_and_cut(cut, cut_at_step, "--durability", "no-meta-sync")
     assert acked.states
-    _verified(cut.rebuild(tmp_path / "flushed" / "data"))
+    verified(cut.rebuild(tmp_path / "flushed" / "data"))
     for seed in range(2):
-        _verified(cut.rebuild(tmp_path / f"more-{seed}" / "data", rng=random.Random(seed)))
+        verified(cut.rebuild(tmp_path / f"more-{seed}" / "data", rng=random.Random(seed)))
 
 
 def test_without_meta_sync_the_cut_undoes_the_last_commit(tmp_path: Path, powercut_library: Path) -> None:
@@ -197,7 +192,7 @@ def test_without_meta_sync_the_cut_undoes_the_last_commit(tmp_path: Path, powerc
         time.sleep(0.3)  # nothing in flight: the last commit is acknowledged and alone unflushed
         _cut(sidecar)
     image = cut.rebuild(tmp_path / "after" / "data")
-    _verified(image)
+    verified(image)
     restarted = start_sidecar(image)
     try:
         with CheckpointClient(restarted.unix_target) as client:

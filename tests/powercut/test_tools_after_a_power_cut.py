@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ckpt.sidecar.config import StoreConfig
 from ckpt.sidecar.store import Store
-from tests.powercut.image import PowerCut
+from tests.powercut.image import PowerCut, verified
 from tests.support import ROOT, ckpt
 
 States = dict[tuple[str, int], bytes]
@@ -36,8 +36,7 @@ def _store_with_free_pages(data_dir: Path) -> tuple[States, str]:
 
 
 def _holds(data_dir: Path, states: States, blob: str) -> None:
-    done = ckpt("verify", "--data-dir", str(data_dir))
-    assert done.returncode == 0, (data_dir, done.stdout.decode() + done.stderr.decode())
+    verified(data_dir)
     with Store(StoreConfig(data_dir=data_dir)) as store:
         for (sid, version), state in states.items():
             assert store.get(sid, version).state == state, (data_dir, sid, version)
