@@ -424,7 +424,17 @@ class CkptSaver extends BaseCheckpointSaver {
     await registering;
     const put = { merge, labels, messageType: r.STEP_TYPE };
     // A put whose call ended unanswered may be stored or not: a put continuing it first reads which.
-    const send = (state, expected, head) => this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } })
+    const append = (state, expected) => this.client.appendEvents(sessionId, [], { put: { ...put, state, ...expected } });
+    const send = (state, expected, head) => append(state, expected)
+      .catch(async (err) => {
+        if (err.code !== status.FAILED_PRECONDITION) throw err;
+        // Nothing was written. The likeliest cause: a sidecar that never saw the Step type, restarted on a
+        // new, empty data directory after this saver registered it. Any other refusal comes back the same
+        // from the second put (registering is idempotent).
+        this.registered = null;
+        await this.registerStep();
+        return append(state, expected);
+      })
       .catch((err) => {
         if (!(err instanceof ConflictError)) remember(this.unanswered, sessionId, { checkpointId: checkpoint.id, head }, HEADS_REMEMBERED);
         throw err;

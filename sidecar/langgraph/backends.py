@@ -15,7 +15,15 @@ from itertools import islice
 from ckpt.langgraph.v1 import records_pb2
 from ckpt.v1 import service_pb2
 
-from ..client import AsyncCheckpointClient, CheckpointClient, ConflictError, EventFilter, NotFoundError, event
+from ..client import (
+    AsyncCheckpointClient,
+    CheckpointClient,
+    ConflictError,
+    EventFilter,
+    FailedPreconditionError,
+    NotFoundError,
+    event,
+)
 from .records import STEP_TYPE
 
 #: How many versions, sessions or events one page asks for (ReadEvents' largest).
@@ -92,7 +100,14 @@ class ClientBackend:
     ) -> Put:  # fmt: skip
         put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
         try:
-            reply = self.client.append_events(session_id, [], put=put)
+            try:
+                reply = self.client.append_events(session_id, [], put=put)
+            except FailedPreconditionError:
+                # Nothing was written. The likeliest cause: a sidecar that never saw the Step type, restarted
+                # on a new, empty data directory after this saver registered it. Any other refusal comes back
+                # the same from the second put (registering is idempotent).
+                self.register()
+                reply = self.client.append_events(session_id, [], put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
         return _put(reply)
@@ -169,7 +184,11 @@ class AsyncClientBackend:
     ) -> Put:  # fmt: skip
         put = _wire_put(step, merge, expected_version, expected_xxh3, labels)
         try:
-            reply = await self.client.append_events(session_id, [], put=put)
+            try:
+                reply = await self.client.append_events(session_id, [], put=put)
+            except FailedPreconditionError:  # as ClientBackend.put
+                await self.register()
+                reply = await self.client.append_events(session_id, [], put=put)
         except ConflictError as exc:
             raise HeadMoved(exc.current_version) from None
         return _put(reply)
