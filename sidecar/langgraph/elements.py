@@ -18,6 +18,8 @@ from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from .msgpacksplit import MsgpackSplitError, split_array
+
 #: An element's digest: its serializer's type name and the XXH3-128 of its (plaintext) bytes.
 Digest = tuple[str, int]
 #: An element as a serializer gives it: its type's name and bytes.
@@ -77,11 +79,13 @@ class Elements:
         return out
 
     def dumps_after(self, values: list[Any], known: Sequence[Pair]) -> list[Pair] | None:
-        """``dumps(values)`` for a list that continues ``known``, elements as ``dumps`` gave them (the head's),
-        with the list serialized in one call and only the elements after ``known`` one by one: ~15% less
-        than ``dumps`` for an appended conversation. None unless the list's bytes show each of ``known``
-        unchanged, in place or not, and every element is msgpack (not None, bytes, a pickle): ``dumps``
-        then serializes each, as it must when a node changed an element in place."""
+        """``dumps(values)`` for a list as long as ``known`` (elements as ``dumps`` gave them, the head's) or
+        longer, with the list serialized in one call and only the elements after ``known`` one by one: ~15%
+        less than ``dumps`` for an appended conversation. Elements the list's bytes show unchanged are
+        ``known``'s own pairs; when they show one changed (a node edited it in place), each of the first
+        ``len(known)`` is cut out of those bytes (msgpacksplit.py). None unless every element is msgpack
+        (not None, bytes, a pickle) and the list's bytes end with the added elements': ``dumps`` then
+        serializes each."""
         start = len(known)
         if not self._whole or start < 2 or len(values) < start:
             return None
@@ -89,17 +93,30 @@ class Elements:
         tail = self.dumps(values[start:])
         if len(packed) < start or any(type_ != "msgpack" for type_, _ in tail):
             return None
-        type_, whole = self.serde.dumps_typed(values)
+        try:
+            type_, whole = self.serde.dumps_typed(values)
+        except TypeError:
+            # msgpack's depth limit counts the list's own level: an element nested just under it is
+            # serialized alone (dumps) but not inside the list.
+            return None
         prefix, rest = b"".join(packed), b"".join([data for _, data in tail])
         offset = len(msgpack_array_header(len(values)))
-        if (
-            type_ != "msgpack"
-            or len(whole) != offset + len(prefix) + len(rest)
-            or not whole.startswith(prefix, offset)
-            or not whole.endswith(rest)
-        ):
+        if type_ != "msgpack" or not whole.endswith(rest):
             return None
-        return [*known, *tail]
+        if len(whole) == offset + len(prefix) + len(rest) and whole.startswith(prefix, offset):
+            return [*known, *tail]
+        # The elements the head held changed (one edited in place, replaced, or the list cut and grown):
+        # the list's bytes hold each element's, cut apart rather than serialized again. Not for None or
+        # bytes, which dumps gives as types of their own.
+        if any(v is None or isinstance(v, (bytes, bytearray)) for v in values[:start]):
+            return None
+        try:
+            held = split_array(whole)
+        except MsgpackSplitError:
+            return None
+        if len(held) != len(values) or held[start:] != [data for _, data in tail]:
+            return None
+        return [*(("msgpack", data) for data in held[:start]), *tail]
 
     def seal(self, pairs: Sequence[Pair]) -> Sequence[Pair]:
         """What is stored of elements ``dumps`` gave: the same pairs, or encrypted as EncryptedSerializer

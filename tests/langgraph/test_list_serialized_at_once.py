@@ -1,6 +1,7 @@
 """A step continuing the head serializes a list channel in one call (``Elements.dumps_after``) and takes the
-elements the head holds from the list's bytes: what ``Elements.dumps`` gives element by element, or nothing
-(None) whenever those bytes do not show the head's elements unchanged, so that ``dumps`` serializes each."""
+elements the head holds from the list's bytes: the head's own when those bytes show them unchanged, else cut
+out of them; what ``Elements.dumps`` gives element by element, or nothing (None) when an element is not
+msgpack or the bytes do not end with the added elements', so that ``dumps`` serializes each."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from ckpt.sidecar.langgraph import CkptSaver
 from ckpt.sidecar.langgraph.elements import Elements, msgpack_array_header
+from ckpt.sidecar.langgraph.views import loads_all
 from tests.support import Sidecar
 
 PLAIN = Elements(JsonPlusSerializer())
@@ -51,13 +53,32 @@ def test_the_array_header_is_that_of_the_serializer() -> None:
         assert len(data) == len(msgpack_array_header(count)) + count  # one byte per nil
 
 
-def test_an_element_the_head_holds_changed_in_place_is_serialized_anew() -> None:
+def test_an_element_the_head_holds_changed_in_place_is_cut_from_the_lists_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     values = _conversation(9)
     known = PLAIN.dumps(values)
     values[3].content = "question X"  # as long as it was: only its bytes tell
     values.append(HumanMessage(content="next", id="n"))
-    assert PLAIN.dumps_after(values, known) is None
-    assert PLAIN.dumps(values)[3] != known[3]
+    calls: list[Any] = []
+    dumps = JsonPlusSerializer.dumps_typed
+
+    def counted(self: JsonPlusSerializer, obj: Any) -> tuple[str, bytes]:
+        calls.append(obj)
+        return dumps(self, obj)
+
+    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", counted)
+    pairs = PLAIN.dumps_after(values, known)
+    assert sorted(type(obj).__name__ for obj in calls) == ["HumanMessage", "list"]  # the list once, the added one
+    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", dumps)
+    assert pairs is not None and pairs == PLAIN.dumps(values)
+    assert pairs[3] != known[3] and pairs[2] == known[2]
+
+
+@pytest.mark.parametrize("held", [None, b"raw", bytearray(b"raw")], ids=["none", "bytes", "bytearray"])
+def test_a_held_element_replaced_by_one_that_is_not_msgpack_is_serialized_one_by_one(held: Any) -> None:
+    known = PLAIN.dumps(["a", "b"])
+    assert PLAIN.dumps_after([held, "b", "c"], known) is None
 
 
 @pytest.mark.parametrize(
@@ -77,6 +98,32 @@ def test_elements_that_are_not_msgpack_are_serialized_one_by_one(values: list[An
     if known_count == 3:
         known = [*known, ("msgpack", b"\xa1d")]  # a head longer than the list
     assert PLAIN.dumps_after(values, known) is None
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _serializes(value: Any) -> bool:
+    try:
+        JsonPlusSerializer().dumps_typed(value)
+    except TypeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("at", [0, 2], ids=["held", "added"])
+def test_an_element_nested_to_the_depth_limit_is_serialized_one_by_one(at: int) -> None:
+    # The deepest element msgpack takes alone: inside the list, one level deeper, it refuses it.
+    deepest = next(d for d in range(1, 1000) if not _serializes([_nested(d)]))
+    assert _serializes(_nested(deepest))
+    values: list[Any] = ["a", "b", "c"]
+    values[at] = _nested(deepest)
+    assert PLAIN.dumps_after(values, PLAIN.dumps(values[:2])) is None
+    assert loads_all(JsonPlusSerializer(), PLAIN.dumps(values)) == values
 
 
 class _Tagged(JsonPlusSerializer):
