@@ -99,7 +99,8 @@ class Elements:
             # msgpack's depth limit counts the list's own level: an element nested just under it is
             # serialized alone (dumps) but not inside the list.
             return None
-        prefix, rest = b"".join(packed), b"".join([data for _, data in tail])
+        added = [data for _, data in tail]
+        prefix, rest = b"".join(packed), b"".join(added)
         offset = len(msgpack_array_header(len(values)))
         if type_ != "msgpack" or not whole.endswith(rest):
             return None
@@ -114,7 +115,7 @@ class Elements:
             held = split_array(whole)
         except MsgpackSplitError:
             return None
-        if len(held) != len(values) or held[start:] != [data for _, data in tail]:
+        if len(held) != len(values) or held[start:] != added:
             return None
         return [*(("msgpack", data) for data in held[:start]), *tail]
 

@@ -28,6 +28,20 @@ from tests.support import Sidecar
 PLAIN = Elements(JsonPlusSerializer())
 
 
+@pytest.fixture
+def serialized(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Each value JsonPlusSerializer.dumps_typed is called with, in order, while the test runs."""
+    calls: list[Any] = []
+    dumps = JsonPlusSerializer.dumps_typed
+
+    def counted(self: JsonPlusSerializer, obj: Any) -> tuple[str, bytes]:
+        calls.append(obj)
+        return dumps(self, obj)
+
+    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", counted)
+    return calls
+
+
 def _conversation(n: int) -> list[Any]:
     kinds = (
         lambda i: HumanMessage(content=f"question {i}", id=f"h{i}"),
@@ -54,23 +68,15 @@ def test_the_array_header_is_that_of_the_serializer() -> None:
 
 
 def test_an_element_the_head_holds_changed_in_place_is_cut_from_the_lists_bytes(
-    monkeypatch: pytest.MonkeyPatch,
+    serialized: list[Any],
 ) -> None:
     values = _conversation(9)
     known = PLAIN.dumps(values)
     values[3].content = "question X"  # as long as it was: only its bytes tell
     values.append(HumanMessage(content="next", id="n"))
-    calls: list[Any] = []
-    dumps = JsonPlusSerializer.dumps_typed
-
-    def counted(self: JsonPlusSerializer, obj: Any) -> tuple[str, bytes]:
-        calls.append(obj)
-        return dumps(self, obj)
-
-    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", counted)
+    serialized.clear()
     pairs = PLAIN.dumps_after(values, known)
-    assert sorted(type(obj).__name__ for obj in calls) == ["HumanMessage", "list"]  # the list once, the added one
-    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", dumps)
+    assert sorted(type(obj).__name__ for obj in serialized) == ["HumanMessage", "list"]  # the list, the added one
     assert pairs is not None and pairs == PLAIN.dumps(values)
     assert pairs[3] != known[3] and pairs[2] == known[2]
 
@@ -245,17 +251,7 @@ def test_dumps_after_gives_what_dumps_gives_or_nothing(
         pytest.fail("dumps_after refused a list continuing its head whose elements are all msgpack")
 
 
-def test_a_step_continuing_the_head_serializes_its_conversation_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[Any] = []
-    dumps = JsonPlusSerializer.dumps_typed
-
-    def counted(self: JsonPlusSerializer, obj: Any) -> tuple[str, bytes]:
-        calls.append(obj)
-        return dumps(self, obj)
-
-    monkeypatch.setattr(JsonPlusSerializer, "dumps_typed", counted)
+def test_a_step_continuing_the_head_serializes_its_conversation_once(tmp_path: Path, serialized: list[Any]) -> None:
     messages = _conversation(60)
     with CkptSaver.embedded(tmp_path / "data") as saver:
         config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
@@ -264,11 +260,11 @@ def test_a_step_continuing_the_head_serializes_its_conversation_once(
             checkpoint["id"] = str(uuid6(clock_seq=step))
             checkpoint["channel_values"] = {"messages": messages[:step]}
             checkpoint["channel_versions"] = {"messages": step}
-            calls.clear()
+            serialized.clear()
             config = saver.put(config, checkpoint, {"step": step}, {"messages": step})
         # The second step: the list once, the message it added, the checkpoint and its metadata.
-        assert sum(obj is messages[59] for obj in calls) == 1
-        assert len(calls) <= 4, [type(obj).__name__ for obj in calls]
+        assert sum(obj is messages[59] for obj in serialized) == 1
+        assert len(serialized) <= 4, [type(obj).__name__ for obj in serialized]
         got = saver.get_tuple(config)
         assert got is not None and got.checkpoint["channel_values"]["messages"] == messages
 
