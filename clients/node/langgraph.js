@@ -363,7 +363,8 @@ class CkptSaver extends BaseCheckpointSaver {
     this.early.delete(key); // a write saved during the put is after the seq it stored
     this.unanswered.delete(sessionId);
     remember(this.known, key, true);
-    return configOf(threadId, checkpointNs, checkpoint.id);
+    // The caller's thread_id as given (a number stays one), as MemorySaver returns it.
+    return configOf(config.configurable.thread_id, checkpointNs, checkpoint.id);
   }
 
   async putStep({ threadId, checkpointNs, parentId, sessionId }, checkpoint, metadata, newVersions, writesAfterSeq) {

@@ -372,6 +372,8 @@ class Operations(Pruning):
         with self._lock:
             self._early.pop(key, None)  # a write saved during the put is after the seq it stored
             self._unanswered.pop(sid, None)
+        # The caller's thread_id as given (an int stays one), as InMemorySaver and SqliteSaver return it.
+        done["configurable"]["thread_id"] = config["configurable"]["thread_id"]
         return done
 
     def _put(

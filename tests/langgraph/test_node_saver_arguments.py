@@ -1,5 +1,6 @@
 """The LangGraph.js checkpointer (clients/node/langgraph.js) against a real sidecar: thread ids it cannot store
-refused naming them, before anything is sent, and sessions other clients name langgraph/... left alone."""
+refused naming them, before anything is sent, and sessions other clients name langgraph/... left alone, a number
+thread id returned as given."""
 
 from __future__ import annotations
 
@@ -50,7 +51,12 @@ const listed = async (config) => {
   }
   out.all = await listed(undefined);
   out.x = await listed({ configurable: { thread_id: 'x' } });
-  await saver.deleteThread(7); // a number is its decimal string, as a config's thread_id
+  // A number is stored as its decimal string, as a config's thread_id; put returns it as given, as the
+  // Python savers do (LangGraph.js's MemorySaver refuses a number).
+  const seven = await put(thread(7));
+  out.numberPut = typeof seven.configurable.thread_id;
+  out.numberRead = (await saver.getTuple(seven)).checkpoint.id === seven.configurable.checkpoint_id;
+  await saver.deleteThread(7);
   saver.close();
   console.log(JSON.stringify(out));
 })().catch((err) => { console.error(err); process.exit(1); });
@@ -102,6 +108,8 @@ def test_langgraph_js_saver_refuses_thread_ids_it_cannot_store_and_reads_no_fore
         "deleteControl": control.replace("thread_id", "threadId"),
         "all": [["undefined", ""], ["x", ""]],
         "x": [["x", ""]],
+        "numberPut": "number",
+        "numberRead": True,
     }
     with CheckpointClient(sidecar.unix_target) as client:
         stored = {s.session_id for s in client.sessions()}

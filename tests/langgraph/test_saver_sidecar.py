@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
 
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import AsyncCkptSaver, CheckpointConflictError, CkptSaver
@@ -25,10 +26,16 @@ def thread(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> An
     return {"configurable": configurable}
 
 
-def put(saver: Any, config: Any, values: dict[str, Any], step: int) -> Any:
+def _checkpoint(values: dict[str, Any], step: int) -> Any:
     checkpoint: Any = empty_checkpoint()
     versions = {k: step + 1 for k in values}
     checkpoint.update(id=str(uuid6(clock_seq=-1)), channel_values=values, channel_versions=versions)
+    return checkpoint
+
+
+def put(saver: Any, config: Any, values: dict[str, Any], step: int) -> Any:
+    checkpoint = _checkpoint(values, step)
+    versions = checkpoint["channel_versions"]
     return saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}}, versions)
 
 
@@ -168,6 +175,33 @@ def test_a_prune_stopped_half_way_is_finished_by_the_next_read(sidecar: Sidecar)
         assert latest.config == config and latest.checkpoint["channel_values"] == {"n": 2}
         assert latest.pending_writes == [("task", "n", "pending")]
         assert ids(fresh, thread("pruned")) == [config["configurable"]["checkpoint_id"]]
+
+
+def test_put_returns_an_int_thread_id_as_given_as_langgraphs_savers_do(sidecar: Sidecar, tmp_path: Any) -> None:
+    """put returned the thread id as the str it is stored as; InMemorySaver and SqliteSaver return the
+    caller's own (LangGraph takes an int), and a read with either finds the checkpoint."""
+    config: Any = {"configurable": {"thread_id": 7, "checkpoint_ns": ""}}
+    expected = put(InMemorySaver(), config, {"n": 0}, 0)["configurable"]
+
+    async def put_async() -> Any:
+        async with AsyncCkptSaver(sidecar.unix_target) as saver:
+            done = await saver.aput(config, _checkpoint({"n": 0}, 0), {"source": "loop", "step": 0}, {"n": 1})
+            return done, await saver.aget_tuple(done), await saver.aget_tuple(where(done, "7"))
+
+    with CkptSaver(sidecar.unix_target) as on_sidecar, CkptSaver.embedded(tmp_path / "embedded") as embedded:
+        for saver in (on_sidecar, embedded):
+            done = put(saver, config, {"n": 0}, 0)
+            assert {**done["configurable"], "checkpoint_id": None} == {**expected, "checkpoint_id": None}
+            assert type(done["configurable"]["thread_id"]) is int
+            for read in (done, where(done, "7")):
+                assert got(saver, read).checkpoint["id"] == done["configurable"]["checkpoint_id"]
+    done, *reads = asyncio.run(put_async())
+    assert type(done["configurable"]["thread_id"]) is int
+    assert [r.checkpoint["id"] for r in reads] == [done["configurable"]["checkpoint_id"]] * 2
+
+
+def where(config: Any, thread_id: str) -> Any:
+    return {"configurable": {**config["configurable"], "thread_id": thread_id}}
 
 
 def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
