@@ -107,7 +107,7 @@ class GetResponse(_message.Message):
     def __init__(self, version: _Optional[int] = ..., state: _Optional[bytes] = ..., info: _Optional[_Union[VersionInfo, _Mapping]] = ..., message_type: _Optional[str] = ..., events: _Optional[_Union[ReadEventsResponse, _Mapping]] = ..., state_omitted: _Optional[bool] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
-    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state", "state_xxh3")
+    __slots__ = ("version", "parent_version", "created_at", "frame_kind", "stored_bytes", "state_size", "labels", "mode", "state", "state_xxh3", "state_suffix")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class VersionInfo(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_XXH3_FIELD_NUMBER: _ClassVar[int]
+    STATE_SUFFIX_FIELD_NUMBER: _ClassVar[int]
     version: int
     parent_version: int
     created_at: _timestamp_pb2.Timestamp
@@ -135,21 +136,24 @@ class VersionInfo(_message.Message):
     mode: WriteMode
     state: bytes
     state_xxh3: int
-    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., state: _Optional[bytes] = ..., state_xxh3: _Optional[int] = ...) -> None: ...
+    state_suffix: bytes
+    def __init__(self, version: _Optional[int] = ..., parent_version: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., frame_kind: _Optional[_Union[FrameKind, str]] = ..., stored_bytes: _Optional[int] = ..., state_size: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., state: _Optional[bytes] = ..., state_xxh3: _Optional[int] = ..., state_suffix: _Optional[bytes] = ...) -> None: ...
 
 class ListVersionsRequest(_message.Message):
-    __slots__ = ("session_id", "page_size", "page_token", "include_states", "start_version")
+    __slots__ = ("session_id", "page_size", "page_token", "include_states", "start_version", "states_as_suffixes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_STATES_FIELD_NUMBER: _ClassVar[int]
     START_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATES_AS_SUFFIXES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     page_size: int
     page_token: str
     include_states: bool
     start_version: int
-    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_states: _Optional[bool] = ..., start_version: _Optional[int] = ...) -> None: ...
+    states_as_suffixes: bool
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_states: _Optional[bool] = ..., start_version: _Optional[int] = ..., states_as_suffixes: _Optional[bool] = ...) -> None: ...
 
 class ListVersionsResponse(_message.Message):
     __slots__ = ("versions", "next_page_token")

@@ -109,6 +109,25 @@ async function* chunksUntilClosed(client, chunks) {
   }
 }
 
+// Each version of a ListVersions page given its whole state where the sidecar sent it as the bytes after the
+// next older entry's (state_suffix, ListVersionsRequest.states_as_suffixes): oldest first, as a get returns it.
+function joinStateSuffixes(versions) {
+  let older = null;
+  for (let i = versions.length - 1; i >= 0; i--) {
+    const version = versions[i];
+    if (version._state_suffix === 'state_suffix') {
+      if (older === null) {
+        const message = `ListVersions: version ${version.version}, the oldest of its page, came as a ${version.state_suffix.length}-byte suffix of no state`;
+        throw Object.assign(new Error(`${grpc.status.DATA_LOSS} DATA_LOSS: ${message}`), { code: grpc.status.DATA_LOSS, details: message });
+      }
+      version.state = Buffer.concat([older, version.state_suffix]);
+      delete version.state_suffix;
+      delete version._state_suffix;
+    }
+    older = version.state;
+  }
+}
+
 class ConflictError extends Error {
   constructor(message, currentVersion) {
     super(message);
@@ -328,6 +347,7 @@ class CheckpointClient {
       page_token: '',
       include_states: checkBoolean('includeStates', includeStates),
       start_version: checkInt('startVersion', startVersion),
+      states_as_suffixes: includeStates, // joined back below: callers see each version's whole state
     };
     const most = limit === undefined ? Infinity : checkInt('limit', limit, { low: 1 });
     const versions = [];
@@ -336,6 +356,7 @@ class CheckpointClient {
       const left = most - versions.length;
       if (left < pageSize || (pageSize === 0 && left <= MAX_PAGE_SIZE)) request.page_size = left;
       const page = await this.call('ListVersions', request);
+      joinStateSuffixes(page.versions);
       versions.push(...page.versions);
       request.page_token = page.next_page_token;
     } while (request.page_token && versions.length < most);

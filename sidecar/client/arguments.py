@@ -196,6 +196,8 @@ def history_request(
         page_size=_page_size(page_size),
         include_states=include_states,
         start_version=check_int("start_version", start_version),
+        # The client joins them back (join_state_suffixes): its callers see each version's whole state.
+        states_as_suffixes=include_states,
     )
 
 

@@ -120,9 +120,13 @@ class AsyncCheckpointClient(
             await asyncio.sleep(delay)
             self._check_not_closed_during(attempts)
 
-    async def _pages(self, method: str, request: Any, field: str) -> AsyncIterator[Any]:
+    async def _pages(
+        self, method: str, request: Any, field: str, finish: Callable[[Any], None] | None = None
+    ) -> AsyncIterator[Any]:
         while True:
             page = await self._unary(Unary(method, lambda: request, retry=True))
+            if finish is not None:
+                finish(page)
             for item in getattr(page, field):
                 yield item
             if not self._next_page(request, page):

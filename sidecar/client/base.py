@@ -41,7 +41,7 @@ from .arguments import (
     sessions_request,
 )
 from .channel import channel_options, check_target_port, from_environment, in_variable_terms, tls_of
-from .errors import Unknown, closed_during, translate, unknown_write
+from .errors import DataLossError, Unknown, closed_during, translate, unknown_write
 from .eventfilter import EventFilter
 from .ledger import StreamLimits
 from .policy import DEFAULT_RETRIES, Attempts, BlobReadAttempts
@@ -280,7 +280,7 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         the sidecar's message limit; a single state over it is ResourceExhaustedError naming the version.
         """
         request = history_request(session_id, page_size, include_states, start_version)
-        return cast(VersionsT, self._pages("ListVersions", request, "versions"))
+        return cast(VersionsT, self._pages("ListVersions", request, "versions", join_state_suffixes))
 
     def sessions(
         self,
@@ -452,9 +452,28 @@ class ClientBase(abc.ABC, Generic[PutT, GetT, ForkT, CountT, VersionsT, Sessions
         """Make ``call``, retried by the policy: its result (or, async, an awaitable of it)."""
 
     @abc.abstractmethod
-    def _pages(self, method: str, request: Any, field: str) -> Any:
-        """The items of ``field`` of every page of a listing, fetched as needed."""
+    def _pages(self, method: str, request: Any, field: str, finish: Callable[[Any], None] | None = None) -> Any:
+        """The items of ``field`` of every page of a listing, fetched as needed; ``finish``, if given, called
+        with each page before its items are given."""
 
     @abc.abstractmethod
     def _put_stream(self, puts: Any, limits: StreamLimits) -> Any:
         """The results of a put_stream, driving its StreamRun (see sync_stream and async_stream)."""
+
+
+def join_state_suffixes(page: service_pb2.ListVersionsResponse) -> None:
+    """Give each version of a ListVersions page its whole ``state``, where the sidecar sent it as the bytes
+    after the next older entry's (``state_suffix``, ListVersionsRequest.states_as_suffixes): oldest first,
+    as a Get returns it. DataLossError for a page the sidecar ended with a suffix, which no state precedes."""
+    older: bytes | None = None
+    for version in reversed(page.versions):
+        if version.HasField("state_suffix"):
+            if older is None:
+                raise DataLossError(
+                    f"ListVersions: version {version.version}, the oldest of its page, came as a"
+                    f" {len(version.state_suffix)}-byte suffix of no state",
+                    grpc.StatusCode.DATA_LOSS,
+                )
+            version.state = older + version.state_suffix
+            version.ClearField("state_suffix")
+        older = version.state

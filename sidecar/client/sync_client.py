@@ -111,9 +111,13 @@ class CheckpointClient(
             time.sleep(delay)
             self._check_not_closed_during(attempts)
 
-    def _pages(self, method: str, request: Any, field: str) -> Iterator[Any]:
+    def _pages(
+        self, method: str, request: Any, field: str, finish: Callable[[Any], None] | None = None
+    ) -> Iterator[Any]:
         while True:
             page = self._unary(Unary(method, lambda: request, retry=True))
+            if finish is not None:
+                finish(page)
             yield from getattr(page, field)
             if not self._next_page(request, page):
                 return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -74,6 +74,23 @@ def version_info_pb(info: VersionInfo, state: bytes = b"") -> service_pb2.Versio
     if info.labels:  # an empty map given to the constructor costs ~1.3 us; most versions carry none
         msg.labels.update(info.labels)
     return msg
+
+
+def versions_with_states_pb(got: Sequence[GetResult], *, as_suffixes: bool) -> list[service_pb2.VersionInfo]:
+    """A ListVersions page's versions with their states, newest first. ``as_suffixes``
+    (ListVersionsRequest.states_as_suffixes): a state that begins with the next older entry's is sent as the
+    bytes after it (``state_suffix``), so that a growing conversation's page holds each step's bytes once."""
+    out = []
+    for i, read in enumerate(got):
+        state = read.state
+        older = got[i + 1].state if as_suffixes and i + 1 < len(got) else None
+        if older is not None and len(state) >= len(older) and state.startswith(older):
+            msg = version_info_pb(read.info)
+            msg.state_suffix = state[len(older) :]
+        else:
+            msg = version_info_pb(read.info, state)
+        out.append(msg)
+    return out
 
 
 def get_response_pb(got: GetResult) -> service_pb2.GetResponse:

@@ -35,6 +35,7 @@ from .convert import (
     session_info_pb,
     time_filter_nanos,
     version_info_pb,
+    versions_with_states_pb,
 )
 from .eventconvert import append_args, append_response_pb, event_query, read_response_pb
 from .failures import (
@@ -293,11 +294,9 @@ class CheckpointService:
                 start_version=start,
                 target_page_bytes=REPLY_PAGE_BYTES,
             )
-            reply = service_pb2.ListVersionsResponse(
-                versions=[version_info_pb(r.info, r.state) for r in got], next_page_token=token
-            )
-            self._metrics.bytes_out.inc(sum(len(r.state) for r in got))
-            return reply
+            versions = versions_with_states_pb(got, as_suffixes=request.states_as_suffixes)
+            self._metrics.bytes_out.inc(sum(len(v.state) + len(v.state_suffix) for v in versions))
+            return service_pb2.ListVersionsResponse(versions=versions, next_page_token=token)
 
         return await self._call("ListVersions", context, lambda: self._off_loop(run))
 

@@ -1,7 +1,8 @@
 """A session's history with its states through a real sidecar: the Python clients (sync and asyncio) and
 the Node.js client return, for every version, the bytes a Get of it returns; pages end early by the
 states' bytes under the message limit, and at a few MiB under a larger one; a single state over the limit is
-RESOURCE_EXHAUSTED naming it."""
+RESOURCE_EXHAUSTED naming it. States that extend the next older ones travel as their suffixes, joined back
+by the clients."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, ResourceExhaustedError
+from ckpt.sidecar.client import AsyncCheckpointClient, CheckpointClient, DataLossError, ResourceExhaustedError
+from ckpt.sidecar.client.base import join_state_suffixes
 from ckpt.sidecar.server.heap import REPLY_PAGE_BYTES
 from ckpt.v1 import service_pb2, service_pb2_grpc
 from tests.client.test_node_client import node_command
@@ -261,3 +263,62 @@ def test_pages_with_states_end_at_the_reply_page_bytes_yet_hold_a_larger_state(t
             assert [v.state for v in listed] == gets(c, "large", range(6, 0, -1))
     finally:
         assert sidecar.stop() == 0, sidecar.log()
+
+
+def _pages(target: str, request: service_pb2.ListVersionsRequest) -> list[service_pb2.ListVersionsResponse]:
+    pages = []
+    with grpc.insecure_channel(target) as channel:  # the pages themselves, which history hides
+        stub = service_pb2_grpc.CheckpointServiceStub(channel)
+        while True:
+            page = stub.ListVersions(request, timeout=10)
+            pages.append(page)
+            request.page_token = page.next_page_token
+            if not request.page_token:
+                return pages
+
+
+@pytest.mark.parametrize("session", SESSIONS)
+def test_states_that_extend_the_older_ones_are_sent_as_suffixes(sidecar: Sidecar, session: str) -> None:
+    """With states_as_suffixes, a state that begins with the next older entry's comes as the bytes after it;
+    each page's oldest, and a state that does not begin so, whole; joined back, what Gets return."""
+    whole, suffixes = (
+        _pages(
+            sidecar.unix_target,
+            service_pb2.ListVersionsRequest(
+                session_id=session, page_size=7, include_states=True, states_as_suffixes=as_suffixes
+            ),
+        )
+        for as_suffixes in (False, True)
+    )
+    assert [[v.version for v in p.versions] for p in suffixes] == [[v.version for v in p.versions] for p in whole]
+    for sent, full in zip(suffixes, whole, strict=True):
+        assert not sent.versions[-1].HasField("state_suffix")
+        for i, (v, w) in enumerate(zip(sent.versions, full.versions, strict=True)):
+            if v.HasField("state_suffix"):
+                older = full.versions[i + 1].state
+                assert not v.state and w.state == older + v.state_suffix
+            else:
+                assert v.state == w.state and (
+                    i + 1 == len(full.versions) or not w.state.startswith(full.versions[i + 1].state)
+                )
+    sent_bytes = sum(len(v.state) + len(v.state_suffix) for p in suffixes for v in p.versions)
+    whole_bytes = sum(len(v.state) for p in whole for v in p.versions)
+    if session == "replace":  # each version's state is new: none extends the one before it
+        assert sent_bytes == whole_bytes
+    else:  # a typed session's compacted states begin anew
+        assert sent_bytes * 2 < whole_bytes
+    for page in suffixes:
+        join_state_suffixes(page)
+    assert [v.state for p in suffixes for v in p.versions] == [v.state for p in whole for v in p.versions]
+
+
+def test_a_page_ending_with_a_suffix_is_data_loss_naming_the_version() -> None:
+    page = service_pb2.ListVersionsResponse(
+        versions=[
+            service_pb2.VersionInfo(version=3, state_suffix=b"c"),
+            service_pb2.VersionInfo(version=2, state_suffix=b"b"),
+        ]
+    )
+    with pytest.raises(DataLossError, match=r"^ListVersions: version 2, the oldest of its page, came as a 1-byte"):
+        join_state_suffixes(page)
+    assert page.versions[1].state_suffix == b"b"  # nothing joined
