@@ -363,7 +363,7 @@ class CkptSaver extends BaseCheckpointSaver {
     this.early.delete(key); // a write saved during the put is after the seq it stored
     this.unanswered.delete(sessionId);
     remember(this.known, key, true);
-    // The caller's thread_id as given (a number stays one), as MemorySaver returns it.
+    // The caller's thread_id as given (a number stays one), as the Python savers return it.
     return configOf(config.configurable.thread_id, checkpointNs, checkpoint.id);
   }
 

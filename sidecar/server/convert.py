@@ -84,7 +84,7 @@ def versions_with_states_pb(got: Sequence[GetResult], *, as_suffixes: bool) -> l
     for i, read in enumerate(got):
         state = read.state
         older = got[i + 1].state if as_suffixes and i + 1 < len(got) else None
-        if older is not None and len(state) >= len(older) and state.startswith(older):
+        if older is not None and state.startswith(older):
             msg = version_info_pb(read.info)
             msg.state_suffix = state[len(older) :]
         else:
