@@ -322,3 +322,48 @@ def test_a_page_ending_with_a_suffix_is_data_loss_naming_the_version() -> None:
     with pytest.raises(DataLossError, match=r"^ListVersions: version 2, the oldest of its page, came as a 1-byte"):
         join_state_suffixes(page)
     assert page.versions[1].state_suffix == b"b"  # nothing joined
+
+
+#: A gRPC server answering ListVersions with a page whose oldest version is a suffix, then the Node client's
+#: history against it: the error it throws.
+_NODE_SUFFIX_WITHOUT_STATE = """
+const path = require('path');
+const dir = path.dirname(process.argv[1]);
+const grpc = require(dir + '/node_modules/@grpc/grpc-js');
+const protoLoader = require(dir + '/node_modules/@grpc/proto-loader');
+const { PROTO_ROOT } = require(dir + '/proto_root');
+const { CheckpointClient } = require(process.argv[1]);
+const definition = protoLoader.loadSync('ckpt/v1/service.proto', { includeDirs: [PROTO_ROOT], keepCase: true });
+const { CheckpointService } = grpc.loadPackageDefinition(definition).ckpt.v1;
+const server = new grpc.Server();
+server.addService(CheckpointService.service, {
+  ListVersions: (call, reply) => reply(null, { versions: [{ version: 3, state_suffix: Buffer.from('c') },
+    { version: 2, state_suffix: Buffer.from('bb') }] }),
+});
+server.bindAsync(process.argv[2], grpc.ServerCredentials.createInsecure(), async (err) => {
+  if (err) throw err;
+  const client = new CheckpointClient(process.argv[2]);
+  try {
+    await client.history('s', { includeStates: true });
+    console.log(JSON.stringify({ thrown: null }));
+  } catch (e) {
+    console.log(JSON.stringify({ code: e.code, message: e.message }));
+  }
+  client.close();
+  server.forceShutdown();
+});
+"""
+
+
+def test_the_node_client_refuses_a_page_ending_with_a_suffix_naming_the_version(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        node_command(_NODE_SUFFIX_WITHOUT_STATE, f"unix:{tmp_path / 'fake.sock'}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "code": grpc.StatusCode.DATA_LOSS.value[0],
+        "message": "15 DATA_LOSS: ListVersions: version 2, the oldest of its page, came as a 2-byte suffix of no state",
+    }
