@@ -172,22 +172,26 @@ def test_the_node_client_reads_no_page_past_a_limit(sidecar: Sidecar) -> None:
     assert out["zero"] == "RangeError: limit must be in 1..9007199254740991, got 0"
 
 
+def _pages(target: str, request: service_pb2.ListVersionsRequest) -> list[service_pb2.ListVersionsResponse]:
+    pages = []
+    with grpc.insecure_channel(target) as channel:  # the pages themselves, which history hides
+        stub = service_pb2_grpc.CheckpointServiceStub(channel)
+        while True:
+            page = stub.ListVersions(request, timeout=10)
+            pages.append(page)
+            request.page_token = page.next_page_token
+            if not request.page_token:
+                return pages
+
+
 def test_a_page_with_states_ends_early_under_the_message_limit(sidecar: Sidecar) -> None:
     with CheckpointClient(sidecar.unix_target) as c:
         size = len(c.get("wide").state)
         assert 3 * size < LIMIT // 2 < 4 * size  # three states fit a page's 64 KiB, four do not
         request = service_pb2.ListVersionsRequest(session_id="wide", page_size=1000, include_states=True)
-        pages = []
-        with grpc.insecure_channel(sidecar.unix_target) as channel:  # the pages themselves, which history hides
-            stub = service_pb2_grpc.CheckpointServiceStub(channel)
-            while True:
-                page = stub.ListVersions(request, timeout=10)
-                assert page.ByteSize() <= LIMIT
-                pages.append([v.version for v in page.versions])
-                request.page_token = page.next_page_token
-                if not request.page_token:
-                    break
-        assert pages == [[10, 9, 8], [7, 6, 5], [4, 3, 2], [1]]
+        pages = _pages(sidecar.unix_target, request)
+        assert all(page.ByteSize() <= LIMIT for page in pages)
+        assert [[v.version for v in page.versions] for page in pages] == [[10, 9, 8], [7, 6, 5], [4, 3, 2], [1]]
         assert [v.state for v in c.history("wide", include_states=True)] == gets(c, "wide", range(10, 0, -1))
         assert len(list(c.history("wide", page_size=1000))) == 10  # without states: one page
 
@@ -263,18 +267,6 @@ def test_pages_with_states_end_at_the_reply_page_bytes_yet_hold_a_larger_state(t
             assert [v.state for v in listed] == gets(c, "large", range(6, 0, -1))
     finally:
         assert sidecar.stop() == 0, sidecar.log()
-
-
-def _pages(target: str, request: service_pb2.ListVersionsRequest) -> list[service_pb2.ListVersionsResponse]:
-    pages = []
-    with grpc.insecure_channel(target) as channel:  # the pages themselves, which history hides
-        stub = service_pb2_grpc.CheckpointServiceStub(channel)
-        while True:
-            page = stub.ListVersions(request, timeout=10)
-            pages.append(page)
-            request.page_token = page.next_page_token
-            if not request.page_token:
-                return pages
 
 
 @pytest.mark.parametrize("session", SESSIONS)

@@ -186,22 +186,19 @@ def test_put_returns_an_int_thread_id_as_given_as_langgraphs_savers_do(sidecar: 
     async def put_async() -> Any:
         async with AsyncCkptSaver(sidecar.unix_target) as saver:
             done = await saver.aput(config, _checkpoint({"n": 0}, 0), {"source": "loop", "step": 0}, {"n": 1})
-            return done, await saver.aget_tuple(done), await saver.aget_tuple(where(done, "7"))
+            as_str = thread("7", checkpoint_id=done["configurable"]["checkpoint_id"])
+            return done, await saver.aget_tuple(done), await saver.aget_tuple(as_str)
 
     with CkptSaver(sidecar.unix_target) as on_sidecar, CkptSaver.embedded(tmp_path / "embedded") as embedded:
         for saver in (on_sidecar, embedded):
             done = put(saver, config, {"n": 0}, 0)
             assert {**done["configurable"], "checkpoint_id": None} == {**expected, "checkpoint_id": None}
             assert type(done["configurable"]["thread_id"]) is int
-            for read in (done, where(done, "7")):
+            for read in (done, thread("7", checkpoint_id=done["configurable"]["checkpoint_id"])):
                 assert got(saver, read).checkpoint["id"] == done["configurable"]["checkpoint_id"]
     done, *reads = asyncio.run(put_async())
     assert type(done["configurable"]["thread_id"]) is int
     assert [r.checkpoint["id"] for r in reads] == [done["configurable"]["checkpoint_id"]] * 2
-
-
-def where(config: Any, thread_id: str) -> Any:
-    return {"configurable": {**config["configurable"], "thread_id": thread_id}}
 
 
 def test_bad_input_gets_an_error_naming_the_limit(sidecar: Sidecar) -> None:
