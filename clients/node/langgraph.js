@@ -267,8 +267,8 @@ class CkptSaver extends BaseCheckpointSaver {
   }
 
   // The CheckpointTuple of a stored Step. logFrom(afterSeq): a LogReader of the session's log able to
-  // read every writes event after afterSeq.
-  async tupleOf(threadId, checkpointNs, step, logFrom) {
+  // read every writes event after afterSeq. loaded: a listing's list elements read so far (loadElement).
+  async tupleOf(threadId, checkpointNs, step, logFrom, loaded = undefined) {
     const checkpoint = await this.serde.loadsTyped(step.checkpoint.type, r.bytesOf(step.checkpoint));
     const elements = step.items.length > 0 ? r.elementsOf(step) : new Map();
     const channelValues = {};
@@ -277,7 +277,7 @@ class CkptSaver extends BaseCheckpointSaver {
       if (value === undefined || value.type === r.EMPTY) continue;
       channelValues[channel] =
         value.type === r.ITEMS
-          ? await Promise.all((elements.get(channel) || []).map((e) => this.serde.loadsTyped(e.type, r.bytesOf(e))))
+          ? await Promise.all((elements.get(channel) || []).map((e, place) => this.loadElement(channel, place, e, loaded)))
           : await this.serde.loadsTyped(value.type, r.bytesOf(value));
     }
     checkpoint.channel_values = channelValues;
@@ -302,6 +302,21 @@ class CkptSaver extends BaseCheckpointSaver {
     };
     if (parentId !== undefined) tuple.parentConfig = configOf(threadId, checkpointNs, parentId);
     return tuple;
+  }
+
+  // A list element's value. With `loaded` (a Map of the elements one listing of a session read so far,
+  // by channel and place), an element stored the same at the same place as one read for another
+  // checkpoint is that same object: a thread's history reads each message once, not once per later
+  // checkpoint. Checkpoints listed together so share the elements they have in common.
+  async loadElement(channel, place, element, loaded) {
+    const data = r.bytesOf(element);
+    if (loaded === undefined) return this.serde.loadsTyped(element.type, data);
+    const key = `${place}:${channel}`;
+    const hit = loaded.get(key);
+    if (hit !== undefined && hit.type === element.type && Buffer.compare(hit.data, data) === 0) return hit.value;
+    const value = await this.serde.loadsTyped(element.type, data);
+    loaded.set(key, { type: element.type, data, value });
+    return value;
   }
 
   // Checkpoints before format 4 kept the sends of a step as the parent's TASKS writes; LangGraph now

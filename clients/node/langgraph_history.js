@@ -105,6 +105,7 @@ async function* listCheckpoints(saver, config, options = {}) {
     listed.length = 0;
     const pages = new HistoryPages(wanted);
     const log = new r.LogReader(saver.client, sessionId);
+    const loaded = new Map(); // each list element read once (saver.loadElement)
     try {
       for (const version of wanted) {
         if (left !== undefined && left <= 0) return;
@@ -120,7 +121,7 @@ async function* listCheckpoints(saver, config, options = {}) {
           if (!Object.entries(filter).every(([k, v]) => isDeepStrictEqual(metadata[k], v))) continue;
         }
         if (left !== undefined) left -= 1;
-        yield await saver.tupleOf(session.threadId, session.checkpointNs, step, () => log);
+        yield await saver.tupleOf(session.threadId, session.checkpointNs, step, () => log, loaded);
       }
     } finally {
       log.close();

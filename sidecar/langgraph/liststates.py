@@ -1,8 +1,58 @@
-"""The states a saver's ``list`` reads: a page of a namespace's history at a time, kept only while needed."""
+"""What a saver's ``list`` reads and yields once it knows which checkpoints it wants: their states a page of
+a namespace's history at a time, kept only while needed, and their tuples, each list element read once."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from .backends import HISTORY_PAGE_SIZE, States
+from .calls import Call, Op, Out
+from .records import WRITES_EVENT, Where, WriteFold, decode_step, matches, metadata_of, writes_by_checkpoint
+from .views import LoadedElements, view_of, view_tuple
+
+
+def listed(
+    serde: SerializerProtocol,
+    candidates: list[tuple[str, int, str]],
+    wheres: dict[str, Where],
+    filter: Mapping[str, Any] | None,
+    limit: int | None,
+) -> Op:
+    """Yield (``Out``) the tuples of ``candidates`` (checkpoint id, version, session id) newest first whose
+    metadata match ``filter``, at most ``limit``; one gone since it was listed (a prune, a delete) is not."""
+    candidates.sort(reverse=True)
+    states = ListStates(candidates, limit)
+    writes: dict[str, dict[str, WriteFold]] = {}
+    loaded: dict[str, LoadedElements] = {}
+    unlisted = Counter(sid for _, _, sid in candidates)
+    left = limit
+    for cid, version, sid in candidates:
+        if left is not None and left <= 0:
+            return
+        unlisted[sid] -= 1
+        # Kept to a session's last checkpoint: a listing of every thread interleaves their sessions.
+        elements = loaded.setdefault(sid, {}) if unlisted[sid] else loaded.pop(sid, {})
+        while not states.ready(sid, version):
+            start, size = states.next_page(sid, left)
+            states.add(sid, start, (yield Call("history", (sid, start, size))))
+        state = states.take(sid, version)
+        if state is None:
+            continue
+        step = decode_step(state)
+        if filter and not matches(metadata_of(serde, step), filter):
+            continue
+        if sid not in writes:
+            events = yield Call("events", (sid, (WRITES_EVENT,), 0))
+            writes[sid] = writes_by_checkpoint(payload for _, _, payload in events)
+        fold = writes[sid].get(cid)
+        pending = fold.pending(serde) if fold is not None else []
+        yield Out(view_tuple(serde, wheres[sid], view_of(step), pending, loaded_elements=elements))
+        if left is not None:
+            left -= 1
 
 
 class ListStates:

@@ -34,10 +34,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ckpt.langgraph.v1 import records_pb2
 
 from .backends import HeadMoved, SeqEvents, Versions
-from .calls import HEAD_MASK, MAX_EVENTS, Call, Op, Out
+from .calls import HEAD_MASK, MAX_EVENTS, Call, Op
 from .elements import Elements
 from .heads import BRANCH_MASK, CheckpointConflictError, Head, after_unanswered, head_read, keep
-from .liststates import ListStates
+from .liststates import listed
 from .prune import Pruning, ids_of
 from .records import (
     ID_LABEL,
@@ -50,14 +50,11 @@ from .records import (
     decode_step,
     encode_put,
     encode_writes,
-    matches,
-    metadata_of,
     stored_elements,
     thread_label,
     where_of,
     where_of_session,
     where_of_stage,
-    writes_by_checkpoint,
 )
 from .views import HeadViews, View, head_channels, stored_channels, view_of, view_tuple, view_written, with_writes_after
 
@@ -321,30 +318,7 @@ class Operations(Pruning):
                 if cid in deleted or (only_id and cid != only_id) or (before_id and cid >= before_id):
                     continue
                 candidates.append((cid, version, sid))
-        candidates.sort(reverse=True)
-        states = ListStates(candidates, limit)
-        writes: dict[str, dict[str, WriteFold]] = {}
-        left = limit
-        for cid, version, sid in candidates:
-            if left is not None and left <= 0:
-                return
-            while not states.ready(sid, version):
-                start, size = states.next_page(sid, left)
-                states.add(sid, start, (yield Call("history", (sid, start, size))))
-            state = states.take(sid, version)
-            if state is None:  # gone since the listing (a prune, a delete)
-                continue
-            step = decode_step(state)
-            if not matches(metadata_of(self.serde, step), filter):
-                continue
-            if sid not in writes:
-                events = yield Call("events", (sid, (WRITES_EVENT,), 0))
-                writes[sid] = writes_by_checkpoint(payload for _, _, payload in events)
-            fold = writes[sid].get(cid)
-            pending = fold.pending(self.serde) if fold is not None else []
-            yield Out(view_tuple(self.serde, wheres[sid], view_of(step), pending))
-            if left is not None:
-                left -= 1
+        return (yield from listed(self.serde, candidates, wheres, filter, limit))
 
     # -- writes ----------------------------------------------------------------------------------
 

@@ -174,13 +174,58 @@ def loads_all(serde: SerializerProtocol, pairs: Sequence[Pair]) -> list[Any]:
     return [next(values) if type_ == "msgpack" else serde.loads_typed((type_, data)) for type_, data in pairs]
 
 
+#: A list's elements read so far in one listing of a session, by channel and place in the list: each
+#: the pair it was read from and what the serializer made of it.
+LoadedElements = dict[tuple[str, int], tuple[Pair, Any]]
+
+
+def _loads_lists(
+    serde: SerializerProtocol, pairs: list[Pair], shape: list[tuple[str, int]], loaded: LoadedElements
+) -> list[Any]:
+    """``loads_all(serde, pairs)``, but a list's element found in ``loaded`` at its channel and place, from
+    the same pair, is the object read there; the others are read (in one call) and added to ``loaded``."""
+    out: list[Any] = [None] * len(pairs)
+    missed: list[int] = []
+    keys: list[tuple[str, int] | None] = []
+    i = 0
+    for k, count in shape:
+        if count < 0:
+            missed.append(i)
+            keys.append(None)
+            i += 1
+            continue
+        for place in range(count):
+            pair = pairs[i]
+            hit = loaded.get((k, place))
+            if hit is not None and hit[0] == pair:
+                out[i] = hit[1]
+            else:
+                missed.append(i)
+                keys.append((k, place))
+            i += 1
+    for i, key, value in zip(missed, keys, loads_all(serde, [pairs[i] for i in missed]), strict=True):
+        out[i] = value
+        if key is not None:
+            loaded[key] = (pairs[i], value)
+    return out
+
+
 def view_tuple(
     serde: SerializerProtocol,
     where: Where,
     view: View,
     pending_writes: list[tuple[str, str, Any]],
+    *,
+    loaded_elements: LoadedElements | None = None,
 ) -> CheckpointTuple:
-    """The CheckpointTuple a view holds. Its channels are those its checkpoint's channel_versions name."""
+    """The CheckpointTuple a view holds. Its channels are those its checkpoint's channel_versions name.
+
+    ``loaded_elements``: the elements of its session's lists a listing has read so far. A list's element
+    stored the same at the same place as one read for another checkpoint is that same object, not read
+    again: a thread's history reads each message once, not once per later checkpoint (the listing's
+    deserialization O(messages), not O(messages x checkpoints)). Checkpoints listed together so share
+    the elements they have in common, as a running graph's consecutive states do.
+    """
     checkpoint_data, metadata_data = view.checkpoint, view.metadata
     checkpoint, metadata = loads_all(serde, [checkpoint_data, metadata_data])
     versions = checkpoint.get("channel_versions") or {}
@@ -197,7 +242,7 @@ def view_tuple(
         else:
             pairs.append(pair)
             shape.append((k, -1))
-    loaded = loads_all(serde, pairs)
+    loaded = loads_all(serde, pairs) if loaded_elements is None else _loads_lists(serde, pairs, shape, loaded_elements)
     values: dict[str, Any] = {}
     i = 0
     for k, count in shape:
