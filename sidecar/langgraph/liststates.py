@@ -1,5 +1,6 @@
 """What a saver's ``list`` reads and yields once it knows which checkpoints it wants: their states a page of
-a namespace's history at a time, kept only while needed, and their tuples, each list element read once."""
+a namespace's history at a time, each page's views made oldest first (a state extending the one before
+parsed from its new bytes alone), kept only while needed, and their tuples, each list element read once."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .backends import HISTORY_PAGE_SIZE, States
 from .calls import Call, Op, Out
-from .records import WRITES_EVENT, Where, WriteFold, decode_step, matches, metadata_of, writes_by_checkpoint
-from .views import LoadedElements, view_of, view_tuple
+from .records import WRITES_EVENT, Where, WriteFold, matches, writes_by_checkpoint
+from .views import LoadedElements, View, view_tuple, views_of
 
 
 def listed(
@@ -39,18 +40,17 @@ def listed(
         while not states.ready(sid, version):
             start, size = states.next_page(sid, left)
             states.add(sid, start, (yield Call("history", (sid, start, size))))
-        state = states.take(sid, version)
-        if state is None:
+        view = states.take(sid, version)
+        if view is None:
             continue
-        step = decode_step(state)
-        if filter and not matches(metadata_of(serde, step), filter):
+        if filter and not matches(serde.loads_typed(view.metadata), filter):
             continue
         if sid not in writes:
             events = yield Call("events", (sid, (WRITES_EVENT,), 0))
             writes[sid] = writes_by_checkpoint(payload for _, _, payload in events)
         fold = writes[sid].get(cid)
         pending = fold.pending(serde) if fold is not None else []
-        yield Out(view_tuple(serde, wheres[sid], view_of(step), pending, loaded_elements=elements))
+        yield Out(view_tuple(serde, wheres[sid], view, pending, loaded_elements=elements))
         if left is not None:
             left -= 1
 
@@ -72,7 +72,7 @@ class ListStates:
             versions.sort(reverse=True)
         #: Per namespace, the version its next page starts at (0: none is left); those above it were read.
         self._next = {sid: versions[0] for sid, versions in self._wanted.items()}
-        self._read: dict[str, dict[int, bytes]] = {sid: {} for sid in self._wanted}
+        self._read: dict[str, dict[int, View]] = {sid: {} for sid in self._wanted}
         self._kept = {sid: set(versions) for sid, versions in self._wanted.items()}
         self._asked: dict[str, int] = {}  # the last page's size, per namespace
 
@@ -80,8 +80,8 @@ class ListStates:
         """Whether ``version``'s history was read: :meth:`take` answers without another page."""
         return version > self._next[sid]
 
-    def take(self, sid: str, version: int) -> bytes | None:
-        """``version``'s state, forgotten once taken; None if its history was read without it."""
+    def take(self, sid: str, version: int) -> View | None:
+        """``version``'s view, forgotten once taken; None if its history was read without it."""
         return self._read[sid].pop(version, None)
 
     def next_page(self, sid: str, left: int | None) -> tuple[int, int]:
@@ -96,10 +96,10 @@ class ListStates:
         return start, size
 
     def add(self, sid: str, start: int, page: States) -> None:
-        """A page of ``sid``'s history read from ``start`` down: the wanted states kept, the rest dropped."""
-        read, wanted = self._read[sid], self._kept[sid]
-        for version, state in page:
-            if version <= start and version in wanted:
-                read[version] = state
+        """A page of ``sid``'s history read from ``start`` down: the wanted states' views kept, the rest
+        dropped."""
+        wanted = self._kept[sid]
+        kept = [(version, state) for version, state in reversed(page) if version <= start and version in wanted]
+        self._read[sid].update(zip([v for v, _ in kept], views_of([s for _, s in kept]), strict=True))
         # An empty page: none is left at or below ``start`` (removed since the listing).
         self._next[sid] = page[-1][0] - 1 if page else 0

@@ -84,21 +84,65 @@ def _made(patch: records_pb2.Step, channels: dict[str, Pair], lists: dict[str, l
 def view_of(step: records_pb2.Step) -> View:
     """The view of a Step read."""
     lists: dict[str, list[Pair]] = {}
-    for entry in step.items:
-        elements = lists.get(entry.channel)
-        if elements is None:
-            elements = lists[entry.channel] = []
-        start = entry.start
+    _apply_items(lists, step.items, step.checkpoint_id)
+    return _view_parsed(step, lists)
+
+
+def _apply_items(lists: dict[str, list[Pair]], items: Iterable[records_pb2.Items], checkpoint_id: str) -> None:
+    """Apply Items entries in order, as a read of the Step holding them after ``lists``' own does: each cuts
+    its channel's list at its start and extends it. A list is copied before its first change, so that the
+    lists ``lists`` began with, another view's, are left as they were."""
+    copied: set[str] = set()
+    for entry in items:
+        k, start = entry.channel, entry.start
+        if k not in copied:
+            lists[k] = list(lists.get(k, ()))
+            copied.add(k)
+        elements = lists[k]
         if start != len(elements):
             if start > len(elements):
                 raise ValueError(
-                    f"checkpoint {step.checkpoint_id!r}: channel {entry.channel!r}'s items start at {start},"
+                    f"checkpoint {checkpoint_id!r}: channel {k!r}'s items start at {start},"
                     f" past its {len(elements)} elements"
                 )
             del elements[start:]
         elements += [(v.type, v.data) for v in entry.values]
+
+
+def _view_parsed(step: records_pb2.Step, lists: dict[str, list[Pair]]) -> View:
     channels = {k: _pair(v) for k, v in step.channels.items()}
     return _made(step, channels, lists, _weigh(channels.values()) + sum(_weigh(e) for e in lists.values()))
+
+
+def views_of(states: Sequence[bytes]) -> list[View]:
+    """``view_of`` each of ``states``, a namespace's states oldest first. One that begins with the state
+    before it (a MERGE chain's states each extend the one before) is that state's message merged with the
+    message in the bytes after it (protobuf's parse of concatenated messages is their merge): only those
+    bytes are parsed, their Items applied onto the view before, their other fields merged by protobuf
+    onto the one before's. A version's elements are parsed once, not once per later version, and shared
+    by the views."""
+    out: list[View] = []
+    before: tuple[bytes, records_pb2.Step, View] | None = None
+    for state in states:
+        if before is not None and len(state) > len(before[0]) and state.startswith(before[0]):
+            older, rest, parent = before
+            suffix = records_pb2.Step.FromString(state[len(older) :])
+            items = list(suffix.items)
+            suffix.ClearField("items")
+            step = records_pb2.Step()
+            step.CopyFrom(rest)
+            step.MergeFrom(suffix)
+            lists = dict(parent.lists)
+            _apply_items(lists, items, step.checkpoint_id)
+        else:
+            step = records_pb2.Step.FromString(state)
+            lists = {}
+            _apply_items(lists, step.items, step.checkpoint_id)
+            step.ClearField("items")
+        view = _view_parsed(step, lists)
+        out.append(view)
+        before = (state, step, view)
+    return out
 
 
 def stored_channels(elements: Elements, view: View) -> StoredChannels:
