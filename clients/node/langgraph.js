@@ -309,13 +309,15 @@ class CkptSaver extends BaseCheckpointSaver {
   // checkpoint is that same object: a thread's history reads each message once, not once per later
   // checkpoint. Checkpoints listed together so share the elements they have in common.
   async loadElement(channel, place, element, loaded) {
-    const data = r.bytesOf(element);
-    if (loaded === undefined) return this.serde.loadsTyped(element.type, data);
+    if (loaded === undefined) return this.serde.loadsTyped(element.type, r.bytesOf(element));
     const key = `${place}:${channel}`;
     const hit = loaded.get(key);
+    // The very element (Steps decoded from the bytes they added share their elements): nothing to compare.
+    if (hit !== undefined && hit.element === element) return hit.value;
+    const data = r.bytesOf(element);
     if (hit !== undefined && hit.type === element.type && Buffer.compare(hit.data, data) === 0) return hit.value;
     const value = await this.serde.loadsTyped(element.type, data);
-    loaded.set(key, { type: element.type, data, value });
+    loaded.set(key, { element, type: element.type, data, value });
     return value;
   }
 

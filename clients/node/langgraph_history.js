@@ -43,7 +43,7 @@ class HistoryPages {
     // The version the next page starts at (0: none is left); those above it were read.
     this.next = wanted.length > 0 ? wanted[0] : 0;
     this.below = 0; // index in `wanted` of the first version at or below `next`
-    this.read = new Map(); // version -> state, of the wanted versions read and not yet taken
+    this.read = new Map(); // version -> Step, of the wanted versions read and not yet taken
     this.asked = 0; // the last page's size
   }
 
@@ -52,11 +52,11 @@ class HistoryPages {
     return version > this.next;
   }
 
-  // `version`'s state, forgotten once taken; undefined if its page was read without it.
+  // `version`'s Step, forgotten once taken; undefined if its page was read without it.
   take(version) {
-    const state = this.read.get(version);
+    const step = this.read.get(version);
     this.read.delete(version);
-    return state;
+    return step;
   }
 
   // { startVersion, pageSize } of the next page: down to the `left`-th wanted version (all of them
@@ -73,11 +73,11 @@ class HistoryPages {
   }
 
   // A page (VersionInfos with states, newest first) read from `startVersion` down: the wanted states
-  // kept, the rest dropped.
+  // decoded, oldest first (r.stepsOf: each from the bytes it added to the one before), the rest dropped.
   add(startVersion, page) {
-    for (const info of page) {
-      if (info.version <= startVersion && this.kept.has(info.version)) this.read.set(info.version, info.state);
-    }
+    const kept = page.filter((info) => info.version <= startVersion && this.kept.has(info.version)).reverse();
+    const steps = r.stepsOf(kept.map((info) => info.state));
+    kept.forEach((info, i) => this.read.set(info.version, steps[i]));
     // An empty page: none is left at or below the start (removed since the listing).
     this.next = page.length > 0 ? page[page.length - 1].version - 1 : 0;
   }
@@ -113,9 +113,8 @@ async function* listCheckpoints(saver, config, options = {}) {
           const { startVersion, pageSize } = pages.nextPage(left);
           pages.add(startVersion, await saver.historyPage(sessionId, startVersion, pageSize));
         }
-        const state = pages.take(version);
-        if (state === undefined) continue; // gone since the listing (the thread was deleted meanwhile)
-        const step = r.decodeStep(state);
+        const step = pages.take(version);
+        if (step === undefined) continue; // gone since the listing (the thread was deleted meanwhile)
         if (filtered) {
           const metadata = await saver.serde.loadsTyped(step.metadata.type, r.bytesOf(step.metadata));
           if (!Object.entries(filter).every(([k, v]) => isDeepStrictEqual(metadata[k], v))) continue;

@@ -107,6 +107,45 @@ function decodeStep(bytes) {
   return step;
 }
 
+// The fields of a Step protobufjs's decode gives the value of their last occurrence in the bytes read (a
+// message field too: it replaces, where protobuf's merge would merge it field by field).
+const SINGULAR_FIELDS = ['checkpoint_id', 'parent_checkpoint_id', 'checkpoint', 'metadata', 'writes_after_seq'];
+
+// decodeStep of each of `states`, a namespace's states oldest first. One that begins with the state
+// before it (a MERGE chain's states each extend the one before) is decoded from the bytes after it alone,
+// onto the Step before, as decoding the whole state reads those bytes: a singular field set there
+// replaces the one before, repeated fields and map entries are added. A version's list elements are then
+// decoded once, not once per later version, and the Steps share them.
+function stepsOf(states) {
+  const type = Step();
+  const out = [];
+  let before;
+  for (const state of states) {
+    let step;
+    const n = before === undefined ? 0 : before.state.length;
+    if (n > 0 && state.length > n && Buffer.compare(state.subarray(0, n), before.state) === 0) {
+      const message = type.decode(state.subarray(n));
+      const added = type.toObject(message, { defaults: true, arrays: true, objects: true, longs: Number });
+      const older = before.step;
+      step = {
+        ...older,
+        deleted_checkpoint_ids: older.deleted_checkpoint_ids.concat(added.deleted_checkpoint_ids),
+        items: older.items.concat(added.items),
+        channels: Object.assign({}, older.channels, added.channels),
+      };
+      for (const field of SINGULAR_FIELDS) {
+        if (Object.prototype.hasOwnProperty.call(message, field)) step[field] = added[field];
+      }
+      step.writes_after_seq = step.writes_after_seq || 0;
+    } else {
+      step = decodeStep(state);
+    }
+    out.push(step);
+    before = { state, step };
+  }
+  return out;
+}
+
 // The elements (Typed) of a Step's list channels by channel: its items applied in order, each cutting
 // the list at its start and extending it.
 function elementsOf(step) {
@@ -303,6 +342,7 @@ module.exports = {
   records,
   serializeChannels,
   sessionIdOf,
+  stepsOf,
   storedElements,
   threadPrefix,
   typed,
