@@ -63,14 +63,21 @@ class StoreBackend:
     def get_events(
         self, session_id: str, types: Sequence[str], after_seq: int, known_state_xxh3: int | None = None
     ) -> HeadAndEvents | None:
-        # The state comes whole all the same: in process it is not sent, and the store's cache holds its head.
         query = EventQuery(after_seq=after_seq, types=tuple(types), page_size=PAGE_SIZE)
+        # The state the caller holds is the cached head's: left out, as the sidecar's reply leaves it out,
+        # rather than copied out of the cache to be dropped.
+        info = None if known_state_xxh3 is None else self.store.cached_info(session_id)
+        head: tuple[int, bytes | None, int]
         try:
-            both = self.store.get_with_events(session_id, events=query)
+            if info is not None and known_state_xxh3 is not None and info.has_state(known_state_xxh3):
+                page = self.store.read_events(session_id, query)
+                head = info.version, None, info.state_xxh3
+            else:
+                both = self.store.get_with_events(session_id, events=query)
+                page, head = both.events, (both.got.version, both.got.state, both.got.info.state_xxh3)
         except NotFound:
             return None
-        events = [(e.seq, e.type, e.payload) for e in both.events.events]
-        return both.got.version, both.got.state, both.got.info.state_xxh3, events, both.events.next_page_token
+        return *head, [(e.seq, e.type, e.payload) for e in page.events], page.next_page_token
 
     def versions(self, session_id: str) -> Versions:
         out: Versions = []

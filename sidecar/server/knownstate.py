@@ -58,8 +58,7 @@ def unchanged_reply(
         info, page = read_info(store, request.session_id, request.version, events=events)
     except Exception:  # the Get's own read names what is wrong (a page past ``bound`` is read there too)
         return None
-    # The state as written is the state too: a fold since stored it compacted (other bytes, the same message).
-    if known not in (info.state_xxh3, info.written_state_xxh3 or None):
+    if not info.has_state(known):
         return None
     reply = service_pb2.GetResponse(
         version=info.version, info=version_info_pb(info), message_type=info.message_type, state_omitted=True

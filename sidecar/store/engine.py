@@ -31,7 +31,7 @@ from ..storage import ReadTxn, check_holds_a_store, check_not_truncated, holds_n
 from . import keys
 from .blobfiles import BlobFiles, check_media_type, check_sha256
 from .blobs import BlobInfo, Blobs
-from .cache import StateCache
+from .cache import CachedState, StateCache
 from .checkline import CheckLine
 from .coherence import Coherence
 from .counters import StoreCounters
@@ -334,14 +334,25 @@ class Store(WriteEntryPoints, EventEntryPoints, OneProcess):
         check_version_arg(version)
         return self._cached(sid, version)
 
+    def cached_info(self, session_id: str) -> VersionInfo | None:
+        """The head's VersionInfo if the state cache holds the head, else None: :meth:`get_cached` without
+        the state, for a caller that holds a state and asks only whether it is the head's (``state_xxh3``).
+        Never touches storage, nor copies the state."""
+        entry = self._cached_entry(keys.session_key(session_id), 0)
+        return None if entry is None else entry.info
+
     def _cached(self, sid: bytes, version: int) -> GetResult | None:
+        entry = self._cached_entry(sid, version)
+        return None if entry is None else GetResult(entry.info.version, entry.state.tobytes(), entry.info)
+
+    def _cached_entry(self, sid: bytes, version: int) -> CachedState | None:
         self._check_open_for_reads()
         cached = self._states.get(sid)
         if cached is None or not (version == 0 or version == cached.info.version):
             return None
         if self.shared and not self._coherence.still_head(sid, cached.info):
             return None  # another process wrote (or deleted) the session since
-        return GetResult(cached.info.version, cached.state.tobytes(), cached.info)
+        return cached
 
     def is_head(self, session_id: str, version: int, created_unix_nanos: int, *, full_frame: bool) -> bool:
         """Whether the version written at ``created_unix_nanos`` (and stored as a FULL frame, or not)

@@ -49,6 +49,11 @@ class VersionInfo:
     #: bytes); 0 if it did not. A caller holding the state as written holds this version's state.
     written_state_xxh3: int = 0
 
+    def has_state(self, state_xxh3: int) -> bool:
+        """Whether a state of that XXH3-64 is this version's: its state as stored, or as written before a
+        fold compacted it (the same message). A caller holding it need not read the state."""
+        return state_xxh3 in (self.state_xxh3, self.written_state_xxh3 or None)
+
 
 class GetResult:
     """A version's state, verified, and what its stored value says of it (:attr:`info`).

@@ -198,3 +198,31 @@ def _counted(calls: list[str], name: str, call: Any) -> Any:
         return call(*args)
 
     return counted
+
+
+def test_an_embedded_read_of_the_head_the_saver_holds_copies_no_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process the state is left out as the sidecar leaves it out: the store's cache says whether the
+    state the saver holds is the head's, and the pending writes are read; no state is copied out of it."""
+    with CkptSaver.embedded(tmp_path / "data") as saver:
+        config = put(saver, thread("held"), {"messages": ["a", "b"], "n": 1}, 0)
+        saver.put_writes(config, [("n", 2)], "task-1")
+        put(saver, thread("other"), {"n": 5}, 0)
+        store: Any = saver._backend.store
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the held head's state was read")
+
+        with monkeypatch.context() as patched:
+            for name in ("get", "get_with_events", "_cached"):
+                patched.setattr(store, name, refused)
+            found = saver.get_tuple(thread("held"))
+        assert found is not None
+        assert found.checkpoint["channel_values"] == {"messages": ["a", "b"], "n": 1}
+        assert found.pending_writes == [("task-1", "n", 2)]
+        # A head the cache no longer holds (evicted, or another process's) is read whole, as before.
+        store._states.clear()
+        again = saver.get_tuple(thread("held"))
+        assert again is not None and again.pending_writes == [("task-1", "n", 2)]
+        assert again.checkpoint["channel_values"] == found.checkpoint["channel_values"]
