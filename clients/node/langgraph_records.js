@@ -98,11 +98,14 @@ function encodeStep(step) {
   return Buffer.from(type.encode(type.fromObject(step)).finish());
 }
 
+// A decoded Step as a plain object: unset fields at their defaults, 64-bit integers as Numbers.
+const STEP_OBJECT = { defaults: true, arrays: true, objects: true, longs: Number };
+
 // writes_after_seq is 0 when absent (a Step written before it existed: its writes are read from the
 // log's start).
 function decodeStep(bytes) {
   const type = Step();
-  const step = type.toObject(type.decode(bytes), { defaults: true, arrays: true, objects: true, longs: Number });
+  const step = type.toObject(type.decode(bytes), STEP_OBJECT);
   step.writes_after_seq = step.writes_after_seq || 0;
   return step;
 }
@@ -125,7 +128,7 @@ function stepsOf(states) {
     const n = before === undefined ? 0 : before.state.length;
     if (n > 0 && state.length > n && Buffer.compare(state.subarray(0, n), before.state) === 0) {
       const message = type.decode(state.subarray(n));
-      const added = type.toObject(message, { defaults: true, arrays: true, objects: true, longs: Number });
+      const added = type.toObject(message, STEP_OBJECT);
       const older = before.step;
       step = {
         ...older,
@@ -133,10 +136,10 @@ function stepsOf(states) {
         items: older.items.concat(added.items),
         channels: Object.assign({}, older.channels, added.channels),
       };
+      // The Step before had writes_after_seq made 0 if absent; one set here is a number.
       for (const field of SINGULAR_FIELDS) {
         if (Object.prototype.hasOwnProperty.call(message, field)) step[field] = added[field];
       }
-      step.writes_after_seq = step.writes_after_seq || 0;
     } else {
       step = decodeStep(state);
     }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.langgraph.test_history_views import _histories
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
+from tests.langgraph.test_node_saver import node_output
 
 # Reads histories (lists of base64 states, oldest first) from the file named by argv[2]; prints, per
 # history, the index of each state whose Step or elements differ from the whole state's (none: []).
@@ -52,15 +51,7 @@ def _differing(histories: list[list[bytes]]) -> list[list[int]]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "histories.json"
         path.write_text(json.dumps([[base64.b64encode(s).decode() for s in h] for h in histories]))
-        proc = subprocess.run(
-            [_node(), "-e", _SCRIPT, str(NODE_CLIENT), str(path)],
-            cwd=NODE_CLIENT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert proc.returncode == 0, proc.stderr
-    return list(json.loads(proc.stdout))
+        return list(json.loads(node_output(_SCRIPT, str(path))))
 
 
 # One Node process per example, each checking a batch of histories: 20 x up to 30 histories.

@@ -46,6 +46,20 @@ def node_process(script: str, target: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def node_output(script: str, *args: str, timeout_seconds: float = 120) -> str:
+    """``script`` run to its end by Node in clients/node (argv: the client's directory, ``args``): its
+    stdout, once it exited 0 (else the test fails with its stderr)."""
+    proc = subprocess.run(
+        [_node(), "-e", script, str(NODE_CLIENT), *args],
+        cwd=NODE_CLIENT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_langgraph_js_conformance_suite_passes_every_case(tmp_path: Path) -> None:
     node = _node()
     results = tmp_path / "results.json"
@@ -331,19 +345,10 @@ const put = (threadId, ns, metadata = { source: 'input', step: -1, parents: {} }
 
 
 def test_langgraph_js_saver_names_threads_and_folds_writes_as_the_python_saver_does(tmp_path: Path) -> None:
-    node = _node()
     sidecar = start_sidecar(tmp_path / "data")
 
     def run(*args: str) -> dict[str, Any]:
-        proc = subprocess.run(
-            [node, "-e", _EDGES, str(NODE_CLIENT), sidecar.unix_target, *args],
-            cwd=NODE_CLIENT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return dict(json.loads(proc.stdout))
+        return dict(json.loads(node_output(_EDGES, sidecar.unix_target, *args, timeout_seconds=60)))
 
     try:
         out = run()

@@ -5,11 +5,10 @@ thread id returned as given."""
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 from ckpt.sidecar.client import CheckpointClient
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
+from tests.langgraph.test_node_saver import node_output
 from tests.support import Sidecar
 
 _SCRIPT = r"""
@@ -76,15 +75,7 @@ def test_langgraph_js_saver_refuses_thread_ids_it_cannot_store_and_reads_no_fore
     with CheckpointClient(sidecar.unix_target) as client:
         for session_id, state in FOREIGN.items():
             client.put(session_id, state, labels={"langgraph.thread": "x"})
-    proc = subprocess.run(
-        [_node(), "-e", _SCRIPT, str(NODE_CLIENT), sidecar.unix_target],
-        cwd=NODE_CLIENT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out: dict[str, Any] = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(node_output(_SCRIPT, sidecar.unix_target, timeout_seconds=60))
     lone = "TypeError: thread_id holds a lone surrogate, which is not text: ckpt's savers cannot store it"
     # As put refuses them, so do list and deleteThread, before the sidecar refuses a label filter.
     long = "RangeError: thread_id is 200 bytes of UTF-8; ckpt's LangGraph saver takes at most 128 (a label's limit)"

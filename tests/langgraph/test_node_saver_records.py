@@ -6,7 +6,6 @@ other wrote."""
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
@@ -16,7 +15,7 @@ from ckpt.langgraph.v1 import records_pb2
 from ckpt.sidecar.client import CheckpointClient
 from ckpt.sidecar.langgraph import CkptSaver
 from ckpt.v1 import service_pb2
-from tests.langgraph.test_node_saver import NODE_CLIENT, _node
+from tests.langgraph.test_node_saver import node_output
 from tests.support import Sidecar
 
 
@@ -33,15 +32,7 @@ class JsonSerde:
 
 
 def run_node(script: str, sidecar: Sidecar, *args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [_node(), "-e", script, str(NODE_CLIENT), sidecar.unix_target, *args],
-        cwd=NODE_CLIENT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout))
+    return dict(json.loads(node_output(script, sidecar.unix_target, *args)))
 
 
 def thread(thread_id: str, checkpoint_id: str | None = None) -> Any:
